@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs everything rktlet needs on a fresh Debian machine: the system
+# packages (apt) and the Rust components. Idempotent: safe to run again.
+set -euo pipefail
+
+packages=(
+  # build
+  build-essential pkg-config protobuf-compiler libsystemd-dev
+  # running pods: systemd-nspawn, systemd as the pod's PID 1, flock(1), ip(8)
+  systemd systemd-container util-linux iproute2 iptables
+  # pod networking
+  containernetworking-plugins
+  # images and test fixtures: a real registry, image tools, a static busybox
+  docker-registry skopeo umoci busybox-static apache2-utils jq curl ca-certificates
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if command -v rustup >/dev/null 2>&1; then
+  rustup component add rustfmt clippy >/dev/null
+fi
+command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup) first" >&2; exit 1; }
+echo "rktlet dependencies installed"

@@ -1,0 +1,62 @@
+//! A CRI client over the daemon's unix socket, for `rktlet info` and tests.
+
+use crate::proto::v1 as cri;
+use crate::proto::v1::image_service_client::ImageServiceClient;
+use crate::proto::v1::runtime_service_client::RuntimeServiceClient;
+use hyper_util::rt::TokioIo;
+use std::path::Path;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// Opens a gRPC channel to a CRI server listening on `socket`.
+pub async fn channel(socket: &Path) -> Result<Channel, tonic::transport::Error> {
+    let socket = socket.to_path_buf();
+    // the URI is required by the API but unused: the connector dials the socket
+    Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let socket = socket.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(socket).await?)) }
+        }))
+        .await
+}
+
+pub async fn runtime(socket: &Path) -> Result<RuntimeServiceClient<Channel>, tonic::transport::Error> {
+    Ok(RuntimeServiceClient::new(channel(socket).await?))
+}
+
+pub async fn images(socket: &Path) -> Result<ImageServiceClient<Channel>, tonic::transport::Error> {
+    Ok(ImageServiceClient::new(channel(socket).await?))
+}
+
+/// `rktlet info`: the server's Version and verbose Status as one JSON object.
+pub async fn info(socket: &Path) -> Result<serde_json::Value, String> {
+    let mut rt = runtime(socket).await.map_err(|e| format!("cannot connect to {}: {e}", socket.display()))?;
+    let v = rt
+        .version(cri::VersionRequest { version: "v1".into() })
+        .await
+        .map_err(|e| format!("Version: {}", e.message()))?
+        .into_inner();
+    let s = rt
+        .status(cri::StatusRequest { verbose: true })
+        .await
+        .map_err(|e| format!("Status: {}", e.message()))?
+        .into_inner();
+    let conditions: Vec<_> = s
+        .status
+        .map(|st| st.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| serde_json::json!({"type": c.r#type, "status": c.status, "reason": c.reason, "message": c.message}))
+        .collect();
+    let config = s.info.get("config").and_then(|c| serde_json::from_str::<serde_json::Value>(c).ok());
+    Ok(serde_json::json!({
+        "version": {
+            "version": v.version,
+            "runtimeName": v.runtime_name,
+            "runtimeVersion": v.runtime_version,
+            "runtimeApiVersion": v.runtime_api_version,
+        },
+        "conditions": conditions,
+        "config": config,
+    }))
+}

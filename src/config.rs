@@ -1,0 +1,128 @@
+//! Daemon configuration: built-in defaults, overridden by an optional TOML
+//! file (`--config`), overridden by command-line flags.
+
+use serde::Deserialize;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_SOCKET: &str = "/run/rktlet/rktlet.sock";
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/rktlet/data";
+pub const DEFAULT_CNI_CONF_DIR: &str = "/etc/cni/net.d";
+pub const DEFAULT_CNI_BIN_DIRS: [&str; 2] = ["/opt/cni/bin", "/usr/lib/cni"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("invalid config file {path}: {source}")]
+    Parse { path: PathBuf, source: toml::de::Error },
+    #[error("invalid log level {0:?}: use error, warn, info, debug or trace")]
+    LogLevel(String),
+}
+
+/// The config file: every key optional; unknown keys are an error so typos show.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub socket: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
+    pub rkt_path: Option<PathBuf>,
+    pub log_level: Option<String>,
+    pub cni_conf_dir: Option<PathBuf>,
+    pub cni_bin_dirs: Option<Vec<PathBuf>>,
+}
+
+impl FileConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.into(), source })
+    }
+}
+
+/// The effective configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub socket: PathBuf,
+    pub data_dir: PathBuf,
+    /// The program run as `<rkt> app sandbox`; `None` means this binary itself.
+    pub rkt_path: Option<PathBuf>,
+    pub log_level: String,
+    pub cni_conf_dir: PathBuf,
+    pub cni_bin_dirs: Vec<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            socket: DEFAULT_SOCKET.into(),
+            data_dir: DEFAULT_DATA_DIR.into(),
+            rkt_path: None,
+            log_level: "info".into(),
+            cni_conf_dir: DEFAULT_CNI_CONF_DIR.into(),
+            cni_bin_dirs: DEFAULT_CNI_BIN_DIRS.iter().map(PathBuf::from).collect(),
+        }
+    }
+}
+
+impl Config {
+    /// Layers `file` then `flags` (a `FileConfig` too: `None` = not given) over the defaults.
+    pub fn resolve(file: FileConfig, flags: FileConfig) -> Result<Self, ConfigError> {
+        let mut c = Config::default();
+        for layer in [file, flags] {
+            if let Some(v) = layer.socket {
+                c.socket = v;
+            }
+            if let Some(v) = layer.data_dir {
+                c.data_dir = v;
+            }
+            if let Some(v) = layer.rkt_path {
+                c.rkt_path = Some(v);
+            }
+            if let Some(v) = layer.log_level {
+                c.log_level = v;
+            }
+            if let Some(v) = layer.cni_conf_dir {
+                c.cni_conf_dir = v;
+            }
+            if let Some(v) = layer.cni_bin_dirs {
+                c.cni_bin_dirs = v;
+            }
+        }
+        if !["error", "warn", "info", "debug", "trace"].contains(&c.log_level.as_str()) {
+            return Err(ConfigError::LogLevel(c.log_level));
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_file_override_defaults() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let path = t.path().join("config.toml");
+        fs::write(&path, "socket = \"/tmp/a.sock\"\ndata_dir = \"/srv/data\"\ncni_bin_dirs = [\"/x\"]\n").expect("w");
+        let file = FileConfig::load(&path).expect("load");
+        let flags = FileConfig { socket: Some("/tmp/b.sock".into()), ..Default::default() };
+        let c = Config::resolve(file, flags).expect("resolve");
+        assert_eq!(c.socket, PathBuf::from("/tmp/b.sock"));
+        assert_eq!(c.data_dir, PathBuf::from("/srv/data"));
+        assert_eq!(c.cni_bin_dirs, [PathBuf::from("/x")]);
+        assert_eq!(c.cni_conf_dir, PathBuf::from(DEFAULT_CNI_CONF_DIR));
+        assert_eq!(c.log_level, "info");
+    }
+
+    #[test]
+    fn bad_files_are_clear_errors() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let path = t.path().join("config.toml");
+        fs::write(&path, "sockit = \"/tmp/a.sock\"\n").expect("w");
+        let err = FileConfig::load(&path).expect_err("unknown key").to_string();
+        assert!(err.contains("sockit"), "{err}");
+        assert!(matches!(FileConfig::load(&t.path().join("missing.toml")), Err(ConfigError::Read { .. })));
+        let flags = FileConfig { log_level: Some("loud".into()), ..Default::default() };
+        assert!(matches!(Config::resolve(FileConfig::default(), flags), Err(ConfigError::LogLevel(_))));
+    }
+}

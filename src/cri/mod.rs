@@ -1,0 +1,163 @@
+//! The CRI gRPC services. Handlers translate and validate; the work is done
+//! by the domain modules. One file per verb family; this file only routes
+//! each RPC to its handler and logs it (method, duration, status code).
+
+mod runtime_info;
+
+use crate::proto::v1 as cri;
+use crate::proto::v1::image_service_server::ImageService;
+use crate::proto::v1::runtime_service_server::RuntimeService;
+use crate::runtime::Runtime;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+use tonic::{Request, Response, Status};
+
+/// Both CRI services over one shared [`Runtime`].
+#[derive(Debug, Clone)]
+pub struct CriService {
+    rt: Arc<Runtime>,
+}
+
+impl CriService {
+    pub fn new(rt: Arc<Runtime>) -> Self {
+        Self { rt }
+    }
+}
+
+/// Calls kubelet makes every second or so; logged at debug level when they succeed.
+fn is_frequent(method: &str) -> bool {
+    method.starts_with("List")
+        || method.ends_with("Status")
+        || method.ends_with("Stats")
+        || matches!(method, "Version" | "ImageFsInfo" | "RuntimeConfig")
+}
+
+/// Runs one RPC handler and logs its method, duration and status code.
+async fn observe<T>(
+    method: &'static str,
+    handler: impl Future<Output = Result<T, Status>>,
+) -> Result<Response<T>, Status> {
+    let start = Instant::now();
+    let result = handler.await;
+    let micros = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
+    match &result {
+        Ok(_) if is_frequent(method) => tracing::debug!(method, micros, code = "Ok", "cri"),
+        Ok(_) => tracing::info!(method, micros, code = "Ok", "cri"),
+        Err(s) => tracing::warn!(method, micros, code = ?s.code(), message = s.message(), "cri"),
+    }
+    result.map(Response::new)
+}
+
+/// The answer of an RPC rktlet does not implement yet.
+fn unimplemented(method: &str) -> Status {
+    Status::unimplemented(format!("{method} is not implemented by rktlet yet"))
+}
+
+/// Writes a service impl: `done` RPCs call `handler(&runtime, request)`,
+/// `pending` ones answer UNIMPLEMENTED naming the method. (A macro so that
+/// `#[async_trait]` sees every method already expanded.)
+macro_rules! cri_impl {
+    (
+        $trait:ident {
+            $(type $assoc:ident = $assoc_ty:ty;)*
+            done { $( $name:literal: $f:ident($req:ident) -> $resp:ty => $handler:path; )* }
+            pending { $( $pname:literal: $pf:ident($preq:ident) -> $presp:ty; )* }
+        }
+    ) => {
+        #[tonic::async_trait]
+        impl $trait for CriService {
+            $(type $assoc = $assoc_ty;)*
+            $(
+                async fn $f(&self, request: Request<cri::$req>) -> Result<Response<$resp>, Status> {
+                    observe($name, $handler(&self.rt, request.into_inner())).await
+                }
+            )*
+            $(
+                async fn $pf(&self, _request: Request<cri::$preq>) -> Result<Response<$presp>, Status> {
+                    observe($pname, async { Err(unimplemented($pname)) }).await
+                }
+            )*
+        }
+    };
+}
+
+/// A server stream of `T`, boxed.
+type BoxStream<T> = Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>> + Send>>;
+type EventStream = BoxStream<cri::ContainerEventResponse>;
+
+cri_impl! {
+    RuntimeService {
+        type GetContainerEventsStream = EventStream;
+        type StreamPodSandboxesStream = BoxStream<cri::StreamPodSandboxesResponse>;
+        type StreamContainersStream = BoxStream<cri::StreamContainersResponse>;
+        type StreamContainerStatsStream = BoxStream<cri::StreamContainerStatsResponse>;
+        type StreamPodSandboxStatsStream = BoxStream<cri::StreamPodSandboxStatsResponse>;
+        type StreamPodSandboxMetricsStream = BoxStream<cri::StreamPodSandboxMetricsResponse>;
+        done {
+            "Version": version(VersionRequest) -> cri::VersionResponse => runtime_info::version;
+            "Status": status(StatusRequest) -> cri::StatusResponse => runtime_info::status;
+            "RuntimeConfig": runtime_config(RuntimeConfigRequest) -> cri::RuntimeConfigResponse
+                => runtime_info::runtime_config;
+            "UpdateRuntimeConfig": update_runtime_config(UpdateRuntimeConfigRequest)
+                -> cri::UpdateRuntimeConfigResponse => runtime_info::update_runtime_config;
+        }
+        pending {
+            "RunPodSandbox": run_pod_sandbox(RunPodSandboxRequest) -> cri::RunPodSandboxResponse;
+            "StopPodSandbox": stop_pod_sandbox(StopPodSandboxRequest) -> cri::StopPodSandboxResponse;
+            "RemovePodSandbox": remove_pod_sandbox(RemovePodSandboxRequest) -> cri::RemovePodSandboxResponse;
+            "PodSandboxStatus": pod_sandbox_status(PodSandboxStatusRequest) -> cri::PodSandboxStatusResponse;
+            "ListPodSandbox": list_pod_sandbox(ListPodSandboxRequest) -> cri::ListPodSandboxResponse;
+            "CreateContainer": create_container(CreateContainerRequest) -> cri::CreateContainerResponse;
+            "StartContainer": start_container(StartContainerRequest) -> cri::StartContainerResponse;
+            "StopContainer": stop_container(StopContainerRequest) -> cri::StopContainerResponse;
+            "RemoveContainer": remove_container(RemoveContainerRequest) -> cri::RemoveContainerResponse;
+            "ListContainers": list_containers(ListContainersRequest) -> cri::ListContainersResponse;
+            "ContainerStatus": container_status(ContainerStatusRequest) -> cri::ContainerStatusResponse;
+            "UpdateContainerResources": update_container_resources(UpdateContainerResourcesRequest)
+                -> cri::UpdateContainerResourcesResponse;
+            "ReopenContainerLog": reopen_container_log(ReopenContainerLogRequest) -> cri::ReopenContainerLogResponse;
+            "ExecSync": exec_sync(ExecSyncRequest) -> cri::ExecSyncResponse;
+            "Exec": exec(ExecRequest) -> cri::ExecResponse;
+            "Attach": attach(AttachRequest) -> cri::AttachResponse;
+            "PortForward": port_forward(PortForwardRequest) -> cri::PortForwardResponse;
+            "ContainerStats": container_stats(ContainerStatsRequest) -> cri::ContainerStatsResponse;
+            "ListContainerStats": list_container_stats(ListContainerStatsRequest) -> cri::ListContainerStatsResponse;
+            "PodSandboxStats": pod_sandbox_stats(PodSandboxStatsRequest) -> cri::PodSandboxStatsResponse;
+            "ListPodSandboxStats": list_pod_sandbox_stats(ListPodSandboxStatsRequest)
+                -> cri::ListPodSandboxStatsResponse;
+            "CheckpointContainer": checkpoint_container(CheckpointContainerRequest) -> cri::CheckpointContainerResponse;
+            "GetContainerEvents": get_container_events(GetEventsRequest) -> EventStream;
+            "ListMetricDescriptors": list_metric_descriptors(ListMetricDescriptorsRequest)
+                -> cri::ListMetricDescriptorsResponse;
+            "ListPodSandboxMetrics": list_pod_sandbox_metrics(ListPodSandboxMetricsRequest)
+                -> cri::ListPodSandboxMetricsResponse;
+            "UpdatePodSandboxResources": update_pod_sandbox_resources(UpdatePodSandboxResourcesRequest)
+                -> cri::UpdatePodSandboxResourcesResponse;
+            "StreamPodSandboxes": stream_pod_sandboxes(StreamPodSandboxesRequest)
+                -> BoxStream<cri::StreamPodSandboxesResponse>;
+            "StreamContainers": stream_containers(StreamContainersRequest) -> BoxStream<cri::StreamContainersResponse>;
+            "StreamContainerStats": stream_container_stats(StreamContainerStatsRequest)
+                -> BoxStream<cri::StreamContainerStatsResponse>;
+            "StreamPodSandboxStats": stream_pod_sandbox_stats(StreamPodSandboxStatsRequest)
+                -> BoxStream<cri::StreamPodSandboxStatsResponse>;
+            "StreamPodSandboxMetrics": stream_pod_sandbox_metrics(StreamPodSandboxMetricsRequest)
+                -> BoxStream<cri::StreamPodSandboxMetricsResponse>;
+        }
+    }
+}
+
+cri_impl! {
+    ImageService {
+        type StreamImagesStream = BoxStream<cri::StreamImagesResponse>;
+        done {}
+        pending {
+            "ListImages": list_images(ListImagesRequest) -> cri::ListImagesResponse;
+            "ImageStatus": image_status(ImageStatusRequest) -> cri::ImageStatusResponse;
+            "PullImage": pull_image(PullImageRequest) -> cri::PullImageResponse;
+            "RemoveImage": remove_image(RemoveImageRequest) -> cri::RemoveImageResponse;
+            "ImageFsInfo": image_fs_info(ImageFsInfoRequest) -> cri::ImageFsInfoResponse;
+            "StreamImages": stream_images(StreamImagesRequest) -> BoxStream<cri::StreamImagesResponse>;
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! Small durable-write helpers shared by the on-disk stores.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+/// fsyncs a directory so a rename or create inside it is durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Writes `bytes` to `path` atomically: a temp file in the same directory,
+/// fsync, chmod, rename over `path`, fsync of the directory. A crash leaves
+/// either the old or the new content, never a half-written file (at worst a
+/// `.tmp-*` file that gc removes).
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let dir = path.parent().ok_or_else(|| io::Error::other("path has no parent directory"))?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = dir.join(format!(".tmp-{name}-{}", uuid::Uuid::new_v4().simple()));
+    let result = (|| {
+        let mut f = OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
+        f.write_all(bytes)?;
+        f.set_permissions(fs::Permissions::from_mode(mode))?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Creates an empty file with `mode` if it does not exist yet.
+pub fn create_empty(path: &Path, mode: u32) -> io::Result<()> {
+    match OpenOptions::new().write(true).create_new(true).mode(mode).open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}

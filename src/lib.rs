@@ -1,0 +1,22 @@
+//! rktlet: a Kubernetes CRI runtime that runs rkt pods, doing in-process what
+//! the original rktlet exec'd the `rkt` binary for.
+//!
+//! Module map (see DESIGN.md): `cri` translates gRPC calls; `pod` owns pod
+//! directories; `stage1` launches and drives pods; `image` owns the store;
+//! `cgroup` owns cgroup files; `net` owns pod networking; `stream` serves
+//! exec/attach/port-forward streams.
+
+pub mod cgroup;
+pub mod client;
+pub mod config;
+pub mod cri;
+pub mod fsutil;
+pub mod image;
+pub mod lock;
+pub mod net;
+pub mod pod;
+pub mod proto;
+pub mod runtime;
+pub mod server;
+pub mod stage1;
+pub mod stream;

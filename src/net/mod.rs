@@ -1,0 +1,3 @@
+//! Pod networking: network namespaces, CNI plugins, DNS and hosts files.
+
+pub mod cni;

@@ -1,0 +1,492 @@
+//! The rkt pod directory: the data dir layout, a pod's state (which parent
+//! directory it sits in plus whether its directory lock is held), the
+//! transitions between states, and the `pod` manifest with its `pod.lck`.
+//!
+//! This module is the only writer of pod directories. Any process (daemon,
+//! CLI, gc) can read a pod's state from disk; nothing is cached here.
+
+pub mod manifest;
+
+use crate::fsutil;
+use crate::lock::{self, HeldLock};
+use manifest::PodManifest;
+use std::fmt;
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+use uuid::Uuid;
+
+/// Name of the pod manifest file in a pod directory.
+pub const MANIFEST_FILE: &str = "pod";
+/// Lock file serialising manifest rewrites (`app add` / `app rm`).
+pub const MANIFEST_LOCK_FILE: &str = "pod.lck";
+/// Empty file whose mtime is the pod's creation time.
+pub const CREATED_FILE: &str = "pod-created";
+
+/// Errors of the pod directory layer; each names the pod it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum PodError {
+    #[error("pod {0} not found")]
+    NotFound(String),
+    #[error("pod id prefix {0:?} matches more than one pod")]
+    Ambiguous(String),
+    #[error("invalid pod id {0:?}: expected a UUID or a UUID prefix")]
+    InvalidId(String),
+    #[error("pod {uuid} is {state}, cannot {op}")]
+    WrongState { uuid: Uuid, state: PodState, op: &'static str },
+    #[error("pod {0} is locked by another process")]
+    Busy(Uuid),
+    #[error("pod {uuid}: invalid pod manifest: {source}")]
+    Manifest { uuid: Uuid, source: serde_json::Error },
+    #[error("{context}: {source}")]
+    Io { context: String, source: io::Error },
+}
+
+pub type Result<T> = std::result::Result<T, PodError>;
+
+pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> PodError {
+    let context = context.into();
+    move |source| PodError::Io { context, source }
+}
+
+/// The six parent directories under `pods/`; the one holding a pod is half its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PodDir {
+    Embryo,
+    Prepare,
+    Prepared,
+    Run,
+    ExitedGarbage,
+    Garbage,
+}
+
+impl PodDir {
+    /// In rkt's lookup order: the first directory holding the uuid wins.
+    pub const ALL: [PodDir; 6] =
+        [PodDir::Embryo, PodDir::Prepare, PodDir::Prepared, PodDir::Run, PodDir::ExitedGarbage, PodDir::Garbage];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PodDir::Embryo => "embryo",
+            PodDir::Prepare => "prepare",
+            PodDir::Prepared => "prepared",
+            PodDir::Run => "run",
+            PodDir::ExitedGarbage => "exited-garbage",
+            PodDir::Garbage => "garbage",
+        }
+    }
+
+    /// The state of a pod in this directory, given whether its lock is held.
+    fn state(self, locked: bool) -> PodState {
+        match (self, locked) {
+            (PodDir::Embryo, _) => PodState::Embryo,
+            (PodDir::Prepare, true) => PodState::Preparing,
+            (PodDir::Prepare, false) => PodState::AbortedPrepare,
+            (PodDir::Prepared, _) => PodState::Prepared,
+            (PodDir::Run, true) => PodState::Running,
+            (PodDir::Run, false) => PodState::Exited,
+            (PodDir::ExitedGarbage, true) => PodState::ExitedDeleting,
+            (PodDir::ExitedGarbage, false) => PodState::ExitedGarbage,
+            (PodDir::Garbage, true) => PodState::Deleting,
+            (PodDir::Garbage, false) => PodState::Garbage,
+        }
+    }
+
+    /// Embryo and prepared pods carry no meaningful lock (rkt does not probe them).
+    fn lock_matters(self) -> bool {
+        !matches!(self, PodDir::Embryo | PodDir::Prepared)
+    }
+}
+
+/// A pod's state, with rkt's names (`rkt list`/`status` JSON `state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PodState {
+    Embryo,
+    Preparing,
+    AbortedPrepare,
+    Prepared,
+    Running,
+    Deleting,
+    ExitedDeleting,
+    Exited,
+    ExitedGarbage,
+    Garbage,
+}
+
+impl PodState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PodState::Embryo => "embryo",
+            PodState::Preparing => "preparing",
+            PodState::AbortedPrepare => "aborted prepare",
+            PodState::Prepared => "prepared",
+            PodState::Running => "running",
+            PodState::Deleting => "deleting",
+            PodState::ExitedDeleting => "exited deleting",
+            PodState::Exited => "exited",
+            PodState::ExitedGarbage => "exited garbage",
+            PodState::Garbage => "garbage",
+        }
+    }
+}
+
+impl fmt::Display for PodState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// rkt's data directory (`--dir`): pods, the image store, locks and scratch space.
+#[derive(Debug, Clone)]
+pub struct DataDir {
+    root: PathBuf,
+}
+
+impl DataDir {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn pods(&self) -> PathBuf {
+        self.root.join("pods")
+    }
+
+    pub fn pod_parent(&self, dir: PodDir) -> PathBuf {
+        self.pods().join(dir.name())
+    }
+
+    pub fn cas(&self) -> PathBuf {
+        self.root.join("cas")
+    }
+
+    pub fn locks(&self) -> PathBuf {
+        self.root.join("locks")
+    }
+
+    pub fn tmp(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+
+    /// Creates the layout (0750 directories, as rkt does when they are missing). Idempotent.
+    pub fn ensure(&self) -> Result<()> {
+        let mut dirs = vec![self.root.clone(), self.tmp(), self.locks(), self.cas(), self.pods()];
+        dirs.extend(PodDir::ALL.iter().map(|d| self.pod_parent(*d)));
+        let mut builder = fs::DirBuilder::new();
+        builder.recursive(true).mode(0o750);
+        for dir in dirs {
+            builder.create(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
+        }
+        Ok(())
+    }
+
+    /// Every pod directory, in lookup order. A uuid seen twice (mid-rename) is reported once.
+    pub fn list_pods(&self) -> Result<Vec<(Uuid, PodDir)>> {
+        let mut out: Vec<(Uuid, PodDir)> = Vec::new();
+        for dir in PodDir::ALL {
+            let parent = self.pod_parent(dir);
+            let entries = match fs::read_dir(&parent) {
+                Ok(e) => e,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_err(format!("listing {}", parent.display()))(e)),
+            };
+            for entry in entries {
+                let entry = entry.map_err(io_err(format!("listing {}", parent.display())))?;
+                let Some(uuid) = entry.file_name().to_str().and_then(|n| Uuid::parse_str(n).ok()) else {
+                    continue;
+                };
+                if !out.iter().any(|(u, _)| *u == uuid) {
+                    out.push((uuid, dir));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Resolves a full uuid or a unique prefix of one (case-insensitive, dashes optional).
+    pub fn resolve(&self, id: &str) -> Result<Uuid> {
+        if let Ok(uuid) = Uuid::parse_str(id) {
+            return Ok(uuid);
+        }
+        let want: String = id.chars().filter(|c| *c != '-').collect::<String>().to_ascii_lowercase();
+        if want.is_empty() || !want.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(PodError::InvalidId(id.to_string()));
+        }
+        let mut found = None;
+        for (uuid, _) in self.list_pods()? {
+            if uuid.simple().to_string().starts_with(&want) {
+                if found.is_some() {
+                    return Err(PodError::Ambiguous(id.to_string()));
+                }
+                found = Some(uuid);
+            }
+        }
+        found.ok_or_else(|| PodError::NotFound(id.to_string()))
+    }
+}
+
+/// A pod directory. Holds the pod's exclusive lock while this process is the
+/// pod's creator (preparing) or runner; otherwise it is only a handle.
+#[derive(Debug)]
+pub struct Pod {
+    data: DataDir,
+    uuid: Uuid,
+    dir: PodDir,
+    lock: Option<HeldLock>,
+}
+
+impl Pod {
+    /// Creates a new embryo pod with a random uuid (`pods/embryo/<uuid>`, 0750).
+    pub fn create(data: &DataDir) -> Result<Pod> {
+        data.ensure()?;
+        let uuid = Uuid::new_v4();
+        let parent = data.pod_parent(PodDir::Embryo);
+        let path = parent.join(uuid.to_string());
+        fs::DirBuilder::new()
+            .mode(0o750)
+            .create(&path)
+            .map_err(io_err(format!("creating pod directory {}", path.display())))?;
+        fsutil::sync_dir(&parent).map_err(io_err(format!("syncing {}", parent.display())))?;
+        Ok(Pod { data: data.clone(), uuid, dir: PodDir::Embryo, lock: None })
+    }
+
+    /// Opens an existing pod by uuid or unique uuid prefix.
+    pub fn open(data: &DataDir, id: &str) -> Result<Pod> {
+        let uuid = data.resolve(id)?;
+        let dir = Self::locate(data, uuid)?.ok_or_else(|| PodError::NotFound(id.to_string()))?;
+        Ok(Pod { data: data.clone(), uuid, dir, lock: None })
+    }
+
+    fn locate(data: &DataDir, uuid: Uuid) -> Result<Option<PodDir>> {
+        let name = uuid.to_string();
+        for dir in PodDir::ALL {
+            let path = data.pod_parent(dir).join(&name);
+            match fs::symlink_metadata(&path) {
+                Ok(m) if m.is_dir() => return Ok(Some(dir)),
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_err(format!("reading {}", path.display()))(e)),
+            }
+        }
+        Ok(None)
+    }
+
+    pub fn uuid(&self) -> Uuid {
+        self.uuid
+    }
+
+    pub fn data_dir(&self) -> &DataDir {
+        &self.data
+    }
+
+    /// The directory the pod was last seen in.
+    pub fn dir(&self) -> PodDir {
+        self.dir
+    }
+
+    /// The pod directory (`$P`).
+    pub fn path(&self) -> PathBuf {
+        self.data.pod_parent(self.dir).join(self.uuid.to_string())
+    }
+
+    pub fn manifest_path(&self) -> PathBuf {
+        self.path().join(MANIFEST_FILE)
+    }
+
+    /// Whether this handle holds the pod's exclusive lock.
+    pub fn holds_lock(&self) -> bool {
+        self.lock.is_some()
+    }
+
+    /// Re-reads where the pod is and whether its lock is held, and returns its state.
+    /// The pod may move between the directory lookup and the lock probe, so the
+    /// probe is retried a few times.
+    pub fn refresh(&mut self) -> Result<PodState> {
+        for _ in 0..3 {
+            let Some(dir) = Self::locate(&self.data, self.uuid)? else {
+                return Err(PodError::NotFound(self.uuid.to_string()));
+            };
+            self.dir = dir;
+            if !dir.lock_matters() {
+                return Ok(dir.state(false));
+            }
+            if self.lock.is_some() {
+                return Ok(dir.state(true));
+            }
+            match lock::is_held(&self.path()) {
+                Ok(held) => return Ok(dir.state(held)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_err(format!("probing lock of pod {}", self.uuid))(e)),
+            }
+        }
+        Err(PodError::NotFound(self.uuid.to_string()))
+    }
+
+    /// The pod's current state, read from disk.
+    pub fn state(&mut self) -> Result<PodState> {
+        self.refresh()
+    }
+
+    fn wrong_state(&mut self, op: &'static str) -> PodError {
+        match self.refresh() {
+            Ok(state) => PodError::WrongState { uuid: self.uuid, state, op },
+            Err(e) => e,
+        }
+    }
+
+    fn take_lock(&mut self) -> Result<()> {
+        if self.lock.is_none() {
+            let lock = lock::try_exclusive_dir(&self.path())
+                .map_err(io_err(format!("locking pod {}", self.uuid)))?
+                .ok_or(PodError::Busy(self.uuid))?;
+            self.lock = Some(lock);
+        }
+        Ok(())
+    }
+
+    fn rename_to(&mut self, to: PodDir) -> Result<()> {
+        let from_path = self.path();
+        let to_parent = self.data.pod_parent(to);
+        let to_path = to_parent.join(self.uuid.to_string());
+        fs::rename(&from_path, &to_path).map_err(io_err(format!("moving pod {} to {}", self.uuid, to.name())))?;
+        fsutil::sync_dir(&to_parent).map_err(io_err(format!("syncing {}", to_parent.display())))?;
+        self.dir = to;
+        Ok(())
+    }
+
+    /// embryo -> prepare: takes the pod lock first and keeps it.
+    pub fn to_preparing(&mut self) -> Result<()> {
+        if self.refresh()? != PodState::Embryo {
+            return Err(self.wrong_state("start preparing"));
+        }
+        self.take_lock()?;
+        self.rename_to(PodDir::Prepare)
+    }
+
+    /// prepare -> prepared: the preparer releases the lock.
+    pub fn to_prepared(&mut self) -> Result<()> {
+        if self.refresh()? != PodState::Preparing || self.lock.is_none() {
+            return Err(self.wrong_state("mark prepared"));
+        }
+        self.rename_to(PodDir::Prepared)?;
+        self.lock = None;
+        Ok(())
+    }
+
+    /// prepare (held by us) or prepared -> run. The lock stays held: hand it to
+    /// the sandbox process with [`Pod::lock_for_exec`] so the pod reads as running
+    /// exactly while that process lives.
+    pub fn to_run(&mut self) -> Result<()> {
+        match self.refresh()? {
+            PodState::Preparing if self.lock.is_some() => {}
+            PodState::Prepared => self.take_lock()?,
+            _ => return Err(self.wrong_state("run")),
+        }
+        self.rename_to(PodDir::Run)
+    }
+
+    /// run (exited) -> exited-garbage; refused while the pod runs.
+    pub fn to_exited_garbage(&mut self) -> Result<()> {
+        if self.refresh()? != PodState::Exited {
+            return Err(self.wrong_state("mark exited pod as garbage"));
+        }
+        self.rename_to(PodDir::ExitedGarbage)
+    }
+
+    /// aborted prepare, prepared or embryo -> garbage.
+    pub fn to_garbage(&mut self) -> Result<()> {
+        match self.refresh()? {
+            PodState::AbortedPrepare | PodState::Prepared | PodState::Embryo => {}
+            PodState::Preparing if self.lock.is_some() => {}
+            _ => return Err(self.wrong_state("mark as garbage")),
+        }
+        self.rename_to(PodDir::Garbage)
+    }
+
+    /// Deletes a garbage pod's directory under its exclusive lock. Unmounting
+    /// what stage1 mounted is the caller's job (stage1 gc) before this.
+    pub fn delete(mut self) -> Result<()> {
+        match self.refresh()? {
+            PodState::ExitedGarbage | PodState::Garbage => {}
+            PodState::ExitedDeleting | PodState::Deleting if self.lock.is_some() => {}
+            _ => return Err(self.wrong_state("delete")),
+        }
+        self.take_lock()?;
+        let path = self.path();
+        fs::remove_dir_all(&path).map_err(io_err(format!("removing {}", path.display())))?;
+        let parent = self.data.pod_parent(self.dir);
+        fsutil::sync_dir(&parent).map_err(io_err(format!("syncing {}", parent.display())))?;
+        Ok(())
+    }
+
+    /// The locked pod-directory descriptor (still close-on-exec), for
+    /// `RKT_LOCK_FD=<fd>`: the sandbox child calls [`lock::keep_across_exec`]
+    /// on it after fork, so the pod reads as running while that process lives.
+    pub fn lock_fd(&self) -> Result<i32> {
+        let lock = self.lock.as_ref().ok_or(PodError::WrongState {
+            uuid: self.uuid,
+            state: self.dir.state(false),
+            op: "pass its lock on",
+        })?;
+        Ok(lock.raw_fd())
+    }
+
+    /// Drops this handle's copy of the pod lock (after a child inherited it).
+    pub fn release_lock(&mut self) {
+        self.lock = None;
+    }
+
+    /// Reads and parses the `pod` manifest.
+    pub fn read_manifest(&self) -> Result<PodManifest> {
+        let path = self.manifest_path();
+        let bytes = fs::read(&path).map_err(io_err(format!("reading {}", path.display())))?;
+        serde_json::from_slice(&bytes).map_err(|source| PodError::Manifest { uuid: self.uuid, source })
+    }
+
+    /// Replaces the `pod` manifest atomically (temp file, fsync, rename, fsync
+    /// dir), keeping the old file's mode (0640 for a new one). Callers that
+    /// read-modify-write hold [`Pod::lock_manifest`].
+    pub fn write_manifest(&self, manifest: &PodManifest) -> Result<()> {
+        let bytes = serde_json::to_vec(manifest).map_err(|source| PodError::Manifest { uuid: self.uuid, source })?;
+        let path = self.manifest_path();
+        let mode = match fs::metadata(&path) {
+            Ok(m) => m.permissions().mode() & 0o7777,
+            Err(_) => 0o640,
+        };
+        fsutil::write_atomic(&path, &bytes, mode).map_err(io_err(format!("writing {}", path.display())))
+    }
+
+    /// Takes `pod.lck` exclusively (blocking), serialising manifest rewrites
+    /// between processes. Created on first use.
+    pub fn lock_manifest(&self) -> Result<HeldLock> {
+        let path = self.path().join(MANIFEST_LOCK_FILE);
+        lock::exclusive_file(&path).map_err(io_err(format!("locking {}", path.display())))
+    }
+
+    /// Writes the initial files of a pod being prepared: `pod`, `pod.lck`, `pod-created`.
+    pub fn write_initial(&self, manifest: &PodManifest) -> Result<()> {
+        let dir = self.path();
+        for (name, mode) in [(MANIFEST_LOCK_FILE, 0o600), (CREATED_FILE, 0o640)] {
+            let p = dir.join(name);
+            fsutil::create_empty(&p, mode).map_err(io_err(format!("creating {}", p.display())))?;
+        }
+        self.write_manifest(manifest)
+    }
+
+    /// Creation time: mtime of `pod-created`, falling back to the manifest's.
+    pub fn created_at(&self) -> Result<SystemTime> {
+        let dir = self.path();
+        let meta = fs::metadata(dir.join(CREATED_FILE))
+            .or_else(|_| fs::metadata(dir.join(MANIFEST_FILE)))
+            .map_err(io_err(format!("reading creation time of pod {}", self.uuid)))?;
+        meta.modified().map_err(io_err(format!("reading creation time of pod {}", self.uuid)))
+    }
+}
+
+#[cfg(test)]
+mod tests;

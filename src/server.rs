@@ -1,0 +1,133 @@
+//! Serving CRI on a unix socket: claiming the socket path safely, serving
+//! both services, and shutting down gracefully on SIGTERM/SIGINT.
+
+use crate::cri::CriService;
+use crate::lock::{self, HeldLock};
+use crate::proto::v1::image_service_server::ImageServiceServer;
+use crate::proto::v1::runtime_service_server::RuntimeServiceServer;
+use crate::runtime::Runtime;
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("another rktlet is already serving on {0}; stop it first or pick another --socket")]
+    AlreadyServing(PathBuf),
+    #[error("{0} exists and is not a socket; refusing to replace it")]
+    NotASocket(PathBuf),
+    #[error("{context}: {source}")]
+    Io { context: String, source: io::Error },
+    #[error("gRPC server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> ServeError {
+    let context = context.into();
+    move |source| ServeError::Io { context, source }
+}
+
+/// The claimed socket path. The `<socket>.lock` flock makes the claim
+/// exclusive between daemons; dropping the guard removes the socket.
+#[derive(Debug)]
+pub struct SocketGuard {
+    path: PathBuf,
+    _lock: HeldLock,
+}
+
+impl Drop for SocketGuard {
+    fn drop(&mut self) {
+        if let Err(e) = fs::remove_file(&self.path)
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            tracing::warn!(socket = %self.path.display(), error = %e, "cannot remove socket");
+        }
+    }
+}
+
+/// Binds the CRI socket: creates its directory, refuses when a live server
+/// holds it, removes a stale socket file, and sets mode 0660.
+pub fn bind(path: &Path) -> Result<(UnixListener, SocketGuard), ServeError> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(parent)
+            .map_err(io_err(format!("creating {}", parent.display())))?;
+    }
+    let mut lock_name = path.as_os_str().to_owned();
+    lock_name.push(".lock");
+    let lock = lock::try_exclusive_file(Path::new(&lock_name))
+        .map_err(io_err(format!("locking {}", Path::new(&lock_name).display())))?
+        .ok_or_else(|| ServeError::AlreadyServing(path.to_path_buf()))?;
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            // a server that holds no lock (another tool, an older build) still counts
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(ServeError::AlreadyServing(path.to_path_buf()));
+            }
+            tracing::info!(socket = %path.display(), "removing stale socket");
+            fs::remove_file(path).map_err(io_err(format!("removing stale socket {}", path.display())))?;
+        }
+        Ok(_) => return Err(ServeError::NotASocket(path.to_path_buf())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(format!("checking {}", path.display()))(e)),
+    }
+    let listener = UnixListener::bind(path).map_err(io_err(format!("binding {}", path.display())))?;
+    let guard = SocketGuard { path: path.to_path_buf(), _lock: lock };
+    fs::set_permissions(path, fs::Permissions::from_mode(0o660))
+        .map_err(io_err(format!("setting mode of {}", path.display())))?;
+    Ok((listener, guard))
+}
+
+/// Serves both CRI services on `listener` until `shutdown` completes; calls
+/// in flight are allowed to finish.
+pub async fn serve(
+    runtime: Arc<Runtime>,
+    listener: UnixListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let service = CriService::new(runtime);
+    tonic::transport::Server::builder()
+        .add_service(RuntimeServiceServer::new(service.clone()))
+        .add_service(ImageServiceServer::new(service))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+        .await?;
+    Ok(())
+}
+
+/// Installs SIGTERM and SIGINT handlers now and returns a future that
+/// resolves when either arrives.
+pub fn shutdown_signal() -> Result<impl Future<Output = ()> + Send, ServeError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(io_err("installing SIGTERM handler"))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(io_err("installing SIGINT handler"))?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+    })
+}
+
+/// `rktlet serve`: claim the socket, serve until a signal, remove the socket.
+pub async fn run(runtime: Arc<Runtime>) -> Result<(), ServeError> {
+    let socket = runtime.config.socket.clone();
+    let signals = shutdown_signal()?;
+    let (listener, guard) = bind(&socket)?;
+    tracing::info!(
+        socket = %socket.display(),
+        data_dir = %runtime.data.root().display(),
+        cgroup_driver = %runtime.cgroup_driver,
+        pid1_is_systemd = runtime.host.pid1_is_systemd,
+        "rktlet serving CRI"
+    );
+    let result = serve(runtime, listener, signals).await;
+    drop(guard);
+    tracing::info!(socket = %socket.display(), "socket removed, bye");
+    result
+}

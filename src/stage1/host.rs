@@ -1,0 +1,71 @@
+//! What the host provides for running pods: its init system and `systemd-nspawn`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Facts about the host read once at start-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Host {
+    /// The host's PID 1 is systemd (so `systemd-run` can supervise sandboxes).
+    pub pid1_is_systemd: bool,
+    /// Path of `systemd-nspawn`, if installed.
+    pub nspawn: Option<PathBuf>,
+}
+
+impl Host {
+    pub fn detect() -> Self {
+        Host { pid1_is_systemd: pid1_is_systemd(Path::new("/")), nspawn: find_in_path("systemd-nspawn") }
+    }
+}
+
+/// systemd's own test (`sd_booted`): `/run/systemd/system` exists, and PID 1
+/// calls itself systemd. Either alone is fooled by containers that bind-mount
+/// the host's `/run` or run a shim named after it.
+pub fn pid1_is_systemd(root: &Path) -> bool {
+    let booted = root.join("run/systemd/system").is_dir();
+    let comm = fs::read_to_string(root.join("proc/1/comm")).unwrap_or_default();
+    booted && comm.trim() == "systemd"
+}
+
+/// Looks `name` up in `$PATH`, then in the sbin directories a root daemon may
+/// lack in its `$PATH`.
+pub fn find_in_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"].map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|p| is_executable(p))
+}
+
+pub fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_root(booted: bool, comm: &str) -> tempfile::TempDir {
+        let t = tempfile::tempdir().expect("tempdir");
+        fs::create_dir_all(t.path().join("proc/1")).expect("proc");
+        fs::write(t.path().join("proc/1/comm"), format!("{comm}\n")).expect("comm");
+        if booted {
+            fs::create_dir_all(t.path().join("run/systemd/system")).expect("run");
+        }
+        t
+    }
+
+    #[test]
+    fn systemd_needs_both_signs() {
+        assert!(pid1_is_systemd(fake_root(true, "systemd").path()));
+        assert!(!pid1_is_systemd(fake_root(false, "systemd").path()));
+        assert!(!pid1_is_systemd(fake_root(true, "tini").path()));
+    }
+
+    #[test]
+    fn finds_sh_and_not_nonsense() {
+        assert!(find_in_path("sh").is_some());
+        assert!(find_in_path("rktlet-no-such-program").is_none());
+    }
+}

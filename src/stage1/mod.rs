@@ -1,0 +1,8 @@
+//! stage1: launching a pod's sandbox (the one exec: `systemd-nspawn --boot`
+//! with systemd as the pod's PID 1) and talking to the pod's systemd.
+//!
+//! What the host offers decides how the sandbox is supervised: under
+//! `systemd-run` when the host's PID 1 is systemd, detached by the daemon
+//! otherwise (containers, CI).
+
+pub mod host;

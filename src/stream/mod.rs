@@ -1,0 +1,3 @@
+//! The streaming server for Exec, Attach and PortForward.
+//!
+//! Not built yet (issue 7); those RPCs answer UNIMPLEMENTED meanwhile.

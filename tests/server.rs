@@ -1,0 +1,142 @@
+//! The real binary serving CRI on a real unix socket.
+
+mod common;
+
+use common::{BIN, Daemon, stderr_of, wait_timeout};
+use nix::sys::signal::Signal;
+use rktlet::proto::v1 as cri;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::process::Command;
+use std::time::Duration;
+
+fn condition(status: &cri::StatusResponse, kind: &str) -> cri::RuntimeCondition {
+    status
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.r#type == kind))
+        .cloned()
+        .unwrap_or_else(|| panic!("no {kind} condition in {status:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn version_status_and_runtime_config_over_the_socket() {
+    let d = Daemon::start(&["--cni-bin-dir", "/usr/lib/cni"]);
+    let mode = std::fs::metadata(&d.socket).expect("socket").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o660);
+    let mut rt = d.runtime().await;
+
+    let v = rt.version(cri::VersionRequest { version: "v1".into() }).await.expect("Version").into_inner();
+    assert_eq!(v.runtime_name, "rktlet");
+    assert_eq!(v.runtime_api_version, "v1");
+    assert_eq!(v.runtime_version, env!("CARGO_PKG_VERSION"));
+
+    // no CNI config yet: runtime ready (systemd-nspawn is installed), network not
+    let s = rt.status(cri::StatusRequest { verbose: false }).await.expect("Status").into_inner();
+    assert!(condition(&s, "RuntimeReady").status, "{s:?}");
+    let net = condition(&s, "NetworkReady");
+    assert!(!net.status);
+    assert_eq!(net.reason, "NetworkPluginNotReady");
+    assert!(net.message.contains("no network config found"), "{}", net.message);
+    assert!(s.info.is_empty(), "info only when verbose");
+
+    let conf_dir = d.dir.path().join("net.d");
+    std::fs::create_dir_all(&conf_dir).expect("net.d");
+    std::fs::write(
+        conf_dir.join("10-pods.conflist"),
+        br#"{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"bridge","bridge":"rkt0"},{"type":"portmap"}]}"#,
+    )
+    .expect("conflist");
+    let s = rt.status(cri::StatusRequest { verbose: true }).await.expect("Status").into_inner();
+    assert!(condition(&s, "NetworkReady").status, "{s:?}");
+    let info: serde_json::Value = serde_json::from_str(&s.info["config"]).expect("verbose info is JSON");
+    assert_eq!(info["socket"], d.socket.display().to_string());
+
+    let c = rt.runtime_config(cri::RuntimeConfigRequest {}).await.expect("RuntimeConfig").into_inner();
+    let expected = if rktlet::stage1::host::pid1_is_systemd(std::path::Path::new("/")) {
+        cri::CgroupDriver::Systemd
+    } else {
+        cri::CgroupDriver::Cgroupfs
+    };
+    assert_eq!(c.linux.expect("linux").cgroup_driver, expected as i32);
+
+    rt.update_runtime_config(cri::UpdateRuntimeConfigRequest {
+        runtime_config: Some(cri::RuntimeConfig {
+            network_config: Some(cri::NetworkConfig { pod_cidr: "10.88.0.0/16".into() }),
+        }),
+    })
+    .await
+    .expect("UpdateRuntimeConfig");
+    let s = rt.status(cri::StatusRequest { verbose: true }).await.expect("Status").into_inner();
+    assert!(s.info["config"].contains("10.88.0.0/16"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unbuilt_rpcs_answer_unimplemented_naming_the_method() {
+    let d = Daemon::start(&[]);
+    let mut rt = d.runtime().await;
+    let err = rt.run_pod_sandbox(cri::RunPodSandboxRequest::default()).await.expect_err("not built yet");
+    assert_eq!(err.code(), tonic::Code::Unimplemented);
+    assert!(err.message().contains("RunPodSandbox"), "{}", err.message());
+    let mut img = d.images().await;
+    let err = img.image_fs_info(cri::ImageFsInfoRequest {}).await.expect_err("not built yet");
+    assert_eq!(err.code(), tonic::Code::Unimplemented);
+    assert!(err.message().contains("ImageFsInfo"), "{}", err.message());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn second_server_is_refused_and_sigterm_removes_the_socket() {
+    let mut d = Daemon::start(&[]);
+    let mut second = Daemon::spawn(&d.socket, d.dir.path(), &[]);
+    let status = wait_timeout(&mut second, Duration::from_secs(20)).expect("second server must exit");
+    assert!(!status.success());
+    let err = stderr_of(&mut second);
+    assert!(err.contains("already serving"), "{err}");
+
+    // the first server is untouched
+    let mut rt = d.runtime().await;
+    rt.version(cri::VersionRequest::default()).await.expect("first server still answers");
+
+    let status = d.signal_and_wait(Signal::SIGTERM);
+    assert!(status.success(), "clean exit on SIGTERM: {status}");
+    assert!(!d.socket.exists(), "socket removed on shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stale_socket_is_replaced_and_other_files_are_not() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("rktlet.sock");
+    // a socket file nobody listens on, as left by a crashed daemon
+    drop(std::os::unix::net::UnixListener::bind(&socket).expect("bind"));
+    assert!(std::fs::symlink_metadata(&socket).expect("stat").file_type().is_socket());
+    let mut d = Daemon { child: Daemon::spawn(&socket, dir.path(), &[]), socket: socket.clone(), dir };
+    d.wait_ready();
+    let mut rt = d.runtime().await;
+    rt.version(cri::VersionRequest::default()).await.expect("serves on the reclaimed socket");
+    let status = d.signal_and_wait(Signal::SIGINT);
+    assert!(status.success(), "clean exit on SIGINT: {status}");
+
+    let file = d.dir.path().join("not-a-socket");
+    std::fs::write(&file, b"precious").expect("write");
+    let out = Command::new(BIN)
+        .arg("serve")
+        .arg("--socket")
+        .arg(&file)
+        .arg("--data-dir")
+        .arg(d.dir.path().join("data"))
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a socket"));
+    assert_eq!(std::fs::read(&file).expect("still there"), b"precious");
+}
+
+#[test]
+fn bad_config_is_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("config.toml");
+    std::fs::write(&cfg, "socket = 5\n").expect("write");
+    let out = Command::new(BIN).arg("serve").arg("--config").arg(&cfg).output().expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("invalid config file"), "{err}");
+}
