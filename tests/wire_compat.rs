@@ -102,7 +102,7 @@ impl Filler {
             Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => MapKey::I64(n as i64),
             Kind::Uint32 | Kind::Fixed32 => MapKey::U32(n as u32),
             Kind::Uint64 | Kind::Fixed64 => MapKey::U64(n),
-            Kind::Bool => MapKey::Bool(n % 2 == 0),
+            Kind::Bool => MapKey::Bool(n.is_multiple_of(2)),
             other => panic!("map key kind {other:?}"),
         }
     }
