@@ -345,7 +345,9 @@ impl SandboxArgs {
             "default" => match self.netns {
                 Some(p) => PodNet::Netns(p),
                 None => {
-                    return Err(SandboxError::Invalid("--net=default needs --netns=PATH (a pre-made namespace)".into()));
+                    return Err(SandboxError::Invalid(
+                        "--net=default needs --netns=PATH (a pre-made namespace)".into(),
+                    ));
                 }
             },
             other => return Err(SandboxError::Invalid(format!("unknown --net={other}: use host, none or default"))),
