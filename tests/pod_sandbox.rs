@@ -113,21 +113,21 @@ async fn list_filters_and_concurrent_pods() {
         label_selector: [("tier".to_string(), "front".to_string())].into(),
         ..Default::default()
     };
-    assert_eq!(ids(rt.list_pod_sandbox(list(front)).await.expect("list").into_inner()), [ida.clone()]);
+    assert_eq!(ids(rt.list_pod_sandbox(list(front)).await.expect("list").into_inner()), vec![ida.clone()]);
     let by_prefix = cri::PodSandboxFilter { id: idb[..8].to_string(), ..Default::default() };
-    assert_eq!(ids(rt.list_pod_sandbox(list(by_prefix)).await.expect("list").into_inner()), [idb.clone()]);
+    assert_eq!(ids(rt.list_pod_sandbox(list(by_prefix)).await.expect("list").into_inner()), vec![idb.clone()]);
 
     rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: ida.clone() }).await.expect("stop a");
     let ready = cri::PodSandboxFilter {
         state: Some(cri::PodSandboxStateValue { state: cri::PodSandboxState::SandboxReady as i32 }),
         ..Default::default()
     };
-    assert_eq!(ids(rt.list_pod_sandbox(list(ready)).await.expect("list").into_inner()), [idb.clone()]);
+    assert_eq!(ids(rt.list_pod_sandbox(list(ready)).await.expect("list").into_inner()), vec![idb.clone()]);
     let not_ready = cri::PodSandboxFilter {
         state: Some(cri::PodSandboxStateValue { state: cri::PodSandboxState::SandboxNotready as i32 }),
         ..Default::default()
     };
-    assert_eq!(ids(rt.list_pod_sandbox(list(not_ready)).await.expect("list").into_inner()), [ida.clone()]);
+    assert_eq!(ids(rt.list_pod_sandbox(list(not_ready)).await.expect("list").into_inner()), vec![ida.clone()]);
 
     for id in [&ida, &idb] {
         rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("remove");
