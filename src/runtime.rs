@@ -32,6 +32,7 @@ impl Runtime {
         let data = DataDir::new(&config.data_dir);
         data.ensure()?;
         let host = Host::detect();
+        crate::stage1::host::tune_node();
         let cgroup_driver = cgroup::Driver::detect(host.pid1_is_systemd);
         Ok(Runtime { config, data, host, cgroup_driver, pod_cidr: RwLock::new(String::new()) })
     }

@@ -41,10 +41,12 @@ fn wait_until(mut cond: impl FnMut() -> bool) {
 }
 
 /// Kills a lock holder and everything it started (flock's command inherits the lock).
-fn stop(mut child: Child) {
+/// Waits until the lock is free, since the holder's children die a moment after it.
+fn stop(mut child: Child, path: &Path) {
     let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
     let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
     let _ = child.wait();
+    wait_until(|| !lock::is_held(path).unwrap_or(true));
 }
 
 #[test]
@@ -123,7 +125,7 @@ fn lock_held_by_another_process_reads_as_running_and_blocks_gc() {
         Err(PodError::WrongState { state: PodState::Running, .. }) => {}
         other => panic!("running pod must not be collected: {other:?}"),
     }
-    stop(holder);
+    stop(holder, &pod.path());
     assert_eq!(state_of(&data, uuid), PodState::Exited);
     other.to_exited_garbage().expect("exited pod collected");
 }
@@ -145,7 +147,7 @@ fn lock_passes_to_exec_child_and_pod_exits_with_it() {
     pod.release_lock();
     // the child alone now holds the pod lock
     assert_eq!(state_of(&data, uuid), PodState::Running);
-    stop(child);
+    stop(child, &pod.path());
     assert_eq!(state_of(&data, uuid), PodState::Exited);
 }
 
@@ -162,7 +164,7 @@ fn exited_garbage_and_garbage_held_read_as_deleting() {
     assert_eq!(state_of(&data, uuid), PodState::ExitedDeleting);
     let mut other = Pod::open(&data, &uuid.to_string()).expect("open");
     assert!(matches!(other.take_lock(), Err(PodError::Busy(_))));
-    stop(holder);
+    stop(holder, &pod.path());
 
     let mut g = Pod::create(&data).expect("create");
     let gid = g.uuid();
@@ -171,7 +173,7 @@ fn exited_garbage_and_garbage_held_read_as_deleting() {
     assert_eq!(state_of(&data, gid), PodState::Deleting);
     let g2 = Pod::open(&data, &gid.to_string()).expect("open");
     assert!(matches!(g2.delete(), Err(PodError::WrongState { state: PodState::Deleting, .. })), "being deleted");
-    stop(holder);
+    stop(holder, &g.path());
     assert_eq!(state_of(&data, gid), PodState::Garbage);
 }
 

@@ -18,6 +18,28 @@ impl Host {
     }
 }
 
+/// Kernel limits every booted pod draws on: each pod's systemd holds three
+/// inotify instances, and the default of 128 per user stops the ~40th pod
+/// (its systemd exits 255 at `inotify_init1: EMFILE`). Raised at daemon start
+/// to what Kubernetes nodes commonly use; lowering is never done.
+pub const NODE_SYSCTLS: [(&str, u64); 2] =
+    [("/proc/sys/fs/inotify/max_user_instances", 8192), ("/proc/sys/fs/inotify/max_user_watches", 524_288)];
+
+/// Raises [`NODE_SYSCTLS`] where the node is below them; failures (no
+/// permission, read-only /proc in a container) are logged, not fatal.
+pub fn tune_node() {
+    for (path, want) in NODE_SYSCTLS {
+        let have: Option<u64> = fs::read_to_string(path).ok().and_then(|s| s.trim().parse().ok());
+        if have.is_some_and(|h| h >= want) {
+            continue;
+        }
+        match fs::write(path, want.to_string()) {
+            Ok(()) => tracing::info!(path, from = ?have, to = want, "raised kernel limit for pods"),
+            Err(e) => tracing::warn!(path, error = %e, "cannot raise kernel limit; pods may fail to boot past it"),
+        }
+    }
+}
+
 /// systemd's own test (`sd_booted`): `/run/systemd/system` exists, and PID 1
 /// calls itself systemd. Either alone is fooled by containers that bind-mount
 /// the host's `/run` or run a shim named after it.

@@ -30,16 +30,14 @@ impl Daemon {
         d
     }
 
+    /// Spawns `rktlet serve`; the CNI conf dir defaults to an empty `<dir>/net.d`.
     pub fn spawn(socket: &Path, dir: &Path, extra: &[&str]) -> Child {
-        Command::new(BIN)
-            .arg("serve")
-            .arg("--socket")
-            .arg(socket)
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .arg("--cni-conf-dir")
-            .arg(dir.join("net.d"))
-            .args(extra)
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve").arg("--socket").arg(socket).arg("--data-dir").arg(dir.join("data"));
+        if !extra.contains(&"--cni-conf-dir") {
+            cmd.arg("--cni-conf-dir").arg(dir.join("net.d"));
+        }
+        cmd.args(extra)
             .env("RUST_LOG", "rktlet=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -79,10 +77,19 @@ impl Daemon {
 }
 
 impl Drop for Daemon {
+    /// Stops the daemon and removes every pod it left (a failed test must not
+    /// leave pods booted on the machine).
     fn drop(&mut self) {
         if self.child.try_wait().ok().flatten().is_none() {
             let _ = self.child.kill();
             let _ = self.child.wait();
+        }
+        let data = self.dir.path().join("data");
+        for state in ["run", "prepare", "embryo"] {
+            let Ok(entries) = std::fs::read_dir(data.join("pods").join(state)) else { continue };
+            for e in entries.flatten() {
+                let _ = Command::new(BIN).arg("--dir").arg(&data).arg("rm").arg(e.file_name()).status();
+            }
         }
     }
 }

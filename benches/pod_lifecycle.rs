@@ -1,0 +1,113 @@
+//! End-to-end pod sandbox figures through the real daemon and CRI socket:
+//! RunPodSandbox until ready, PodSandboxStatus, ListPodSandbox with 50 pods,
+//! StopPodSandbox, RemovePodSandbox. Prints medians (and quartiles).
+//!
+//! Run: `cargo bench --bench pod_lifecycle` (as root; boots real pods).
+//! `ROUNDS=N` sets the number of lifecycles (default 20), `NET=host|pod` the
+//! pod network (default pod when a CNI config is installed, else host).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use rktlet::proto::v1 as cri;
+use std::time::{Duration, Instant};
+
+fn summary(name: &str, mut xs: Vec<Duration>) {
+    xs.sort();
+    let q = |p: f64| xs[((xs.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1e3;
+    println!("{name:<34} median {:>8.3} ms   p25 {:>8.3}   p75 {:>8.3}   n={}", q(0.5), q(0.25), q(0.75), xs.len());
+}
+
+fn config(name: &str, host: bool) -> cri::PodSandboxConfig {
+    let c = common::pod_config(name, &[("bench", "yes")]);
+    if host { common::host_network(c) } else { c }
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let rounds: usize = std::env::var("ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
+    let host = match std::env::var("NET").as_deref() {
+        Ok("host") => true,
+        Ok("pod") => false,
+        _ => !std::path::Path::new("/etc/cni/net.d").read_dir().map(|mut d| d.next().is_some()).unwrap_or(false),
+    };
+    let conf_dir = if host { "/nonexistent" } else { "/etc/cni/net.d" };
+    let d = common::Daemon::start(&["--cni-conf-dir", conf_dir]);
+    let mut rt = d.runtime().await;
+    println!("pod network: {}", if host { "host" } else { "pod (CNI)" });
+
+    let (mut run, mut stop, mut rm, mut status) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for i in 0..rounds {
+        let t = Instant::now();
+        let id = rt
+            .run_pod_sandbox(cri::RunPodSandboxRequest {
+                config: Some(config(&format!("b{i}"), host)),
+                runtime_handler: String::new(),
+            })
+            .await
+            .expect("run")
+            .into_inner()
+            .pod_sandbox_id;
+        run.push(t.elapsed());
+        for _ in 0..5 {
+            let t = Instant::now();
+            rt.pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: id.clone(), verbose: false })
+                .await
+                .expect("status");
+            status.push(t.elapsed());
+        }
+        let t = Instant::now();
+        rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("stop");
+        stop.push(t.elapsed());
+        let t = Instant::now();
+        rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id }).await.expect("remove");
+        rm.push(t.elapsed());
+    }
+    summary("RunPodSandbox (until ready)", run);
+    summary("PodSandboxStatus", status);
+    summary("StopPodSandbox", stop);
+    summary("RemovePodSandbox", rm);
+
+    let mut ids = Vec::new();
+    for i in 0..50 {
+        let id = rt
+            .run_pod_sandbox(cri::RunPodSandboxRequest {
+                config: Some(config(&format!("l{i}"), host)),
+                runtime_handler: String::new(),
+            })
+            .await
+            .expect("run")
+            .into_inner()
+            .pod_sandbox_id;
+        ids.push(id);
+    }
+    let mut list = Vec::new();
+    for _ in 0..50 {
+        let t = Instant::now();
+        let n = rt
+            .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
+            .await
+            .expect("list")
+            .into_inner()
+            .items
+            .len();
+        list.push(t.elapsed());
+        assert_eq!(n, 50);
+    }
+    summary("ListPodSandbox (50 pods)", list);
+    let mut status50 = Vec::new();
+    for id in ids.iter().take(50) {
+        let t = Instant::now();
+        rt.pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: id.clone(), verbose: false })
+            .await
+            .expect("status");
+        status50.push(t.elapsed());
+    }
+    summary("PodSandboxStatus (50 pods present)", status50);
+    for id in ids {
+        rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id }).await.expect("remove");
+    }
+}
