@@ -6,3 +6,6 @@ pub mod cni;
 pub mod dns;
 pub mod net_info;
 pub mod netns;
+
+#[cfg(test)]
+mod tests;
