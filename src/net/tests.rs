@@ -398,3 +398,32 @@ async fn loopback_plugin_brings_lo_up() {
     assert!(pod.netns.interfaces().expect("interfaces")[0].up);
     pod.del().await;
 }
+
+/// The conflist the install script ships, on this test's bridge, subnet and IPAM dir.
+#[tokio::test]
+async fn shipped_default_conflist_works() {
+    let tn = TestNet::new();
+    let mut conf: serde_json::Value =
+        serde_json::from_str(include_str!("../../contrib/cni/10-rktlet.conflist")).expect("contrib conflist");
+    assert_eq!(conf["name"], "rktlet");
+    conf["name"] = tn.name.clone().into();
+    let bridge = &mut conf["plugins"][0];
+    assert_eq!((bridge["type"].as_str(), bridge["bridge"].as_str()), (Some("bridge"), Some("rktlet0")));
+    bridge["bridge"] = tn.bridge.clone().into();
+    bridge["ipam"]["ranges"][0][0]["subnet"] = format!("{}.0/24", tn.net24).into();
+    bridge["ipam"]["dataDir"] = tn.ipam_dir().display().to_string().into();
+    assert_eq!(conf["plugins"][1]["capabilities"]["portMappings"], true);
+    let net = tn.network(&conf.to_string(), vec![PathBuf::from(CNI_BIN)]);
+    net.config.check_plugins(&net.bin_dirs).expect("plugins installed");
+    let mut pod = TestPod::new(&net, tn.dir.path());
+    pod.req.port_mappings = vec![PortMapping {
+        host_port: 41000 + u16::from_str_radix(&random_hex(3), 16).expect("hex"),
+        container_port: 80,
+        protocol: Protocol::Udp,
+        host_ip: "127.0.0.1".into(),
+    }];
+    let ip = pod.add().await.expect("ADD").pod_ip().expect("ip");
+    assert!(ip.to_string().starts_with(&tn.net24));
+    pod.del().await;
+    assert!(!iptables_mentions(&pod.req.container_id));
+}
