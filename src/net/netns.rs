@@ -127,6 +127,7 @@ impl Netns {
 
     /// Runs `f` on a short-lived thread that has joined this namespace; only
     /// that thread changes namespace. Sockets `f` opens belong to the netns.
+    /// Blocks the caller until `f` returns (a thread spawn plus `f`).
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T, NetnsError> {
         let file = File::open(&self.path).map_err(io_err(&self.path, "open"))?;
         let joined = thread::scope(|s| {
@@ -182,19 +183,30 @@ pub fn remove_path(path: &Path) -> Result<(), NetnsError> {
 
 /// Makes `dir` a shared mount point, like iproute2: a bind mount of itself if it
 /// is not a mount point yet, so netns mounts propagate to pods' mount namespaces.
+/// Done once per directory and process: with MS_REC the kernel walks every
+/// netns mount below, which grows with the number of pods.
 fn ensure_shared_dir(dir: &Path) -> Result<(), NetnsError> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    static DONE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    let mut done = DONE.lock().unwrap_or_else(|p| p.into_inner());
+    if done.iter().any(|d| d == dir) && dir.is_dir() {
+        return Ok(());
+    }
     fs::create_dir_all(dir).map_err(io_err(dir, "mkdir"))?;
     let shared = MsFlags::MS_SHARED | MsFlags::MS_REC;
     match nix::mount::mount(None::<&str>, dir, None::<&str>, shared, None::<&str>) {
-        Ok(()) => return Ok(()),
-        Err(nix::Error::EINVAL) => {}
+        Ok(()) => {}
+        Err(nix::Error::EINVAL) => {
+            // Not a mount point yet.
+            let bind = MsFlags::MS_BIND | MsFlags::MS_REC;
+            nix::mount::mount(Some(dir), dir, None::<&str>, bind, None::<&str>)
+                .map_err(sys(dir, "bind onto itself"))?;
+            nix::mount::mount(None::<&str>, dir, None::<&str>, shared, None::<&str>)
+                .map_err(sys(dir, "make shared"))?;
+        }
         Err(e) => return Err(sys(dir, "make shared")(e)),
     }
-    let bind = MsFlags::MS_BIND | MsFlags::MS_REC;
-    nix::mount::mount(Some(dir), dir, None::<&str>, bind, None::<&str>).map_err(sys(dir, "bind onto itself"))?;
-    nix::mount::mount(None::<&str>, dir, None::<&str>, shared, None::<&str>).map_err(sys(dir, "make shared"))
+    done.push(dir.to_path_buf());
+    Ok(())
 }
 
 /// Runs in the target netns: `SIOCGIFFLAGS` then `SIOCSIFFLAGS` with `IFF_UP`.
