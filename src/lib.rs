@@ -7,6 +7,7 @@
 //! exec/attach/port-forward streams.
 
 pub mod cgroup;
+pub mod cli;
 pub mod client;
 pub mod config;
 pub mod cri;

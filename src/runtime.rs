@@ -55,6 +55,14 @@ impl Runtime {
         net.check_plugins(&self.config.cni_bin_dirs).map_err(not_ready)
     }
 
+    /// The program run as `<rkt> app sandbox`: `--rkt-path`, or this binary.
+    pub fn sandbox_program(&self) -> std::io::Result<std::path::PathBuf> {
+        match &self.config.rkt_path {
+            Some(p) => Ok(p.clone()),
+            None => std::env::current_exe(),
+        }
+    }
+
     pub fn pod_cidr(&self) -> String {
         self.pod_cidr.read().map(|c| c.clone()).unwrap_or_default()
     }

@@ -6,6 +6,8 @@
 //! member of but that are mounted nowhere. Everything here is read from
 //! `/proc/self/cgroup` and `/proc/self/mountinfo`; nothing is assumed.
 
+pub mod pod;
+
 use std::fmt;
 use std::fs;
 use std::io;
@@ -144,7 +146,7 @@ fn parse_cgroup_mounts(mountinfo: &str) -> Vec<CgroupMount> {
 }
 
 /// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape_mount(s: &str) -> String {
+pub fn unescape_mount(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

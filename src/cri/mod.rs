@@ -2,7 +2,11 @@
 //! by the domain modules. One file per verb family; this file only routes
 //! each RPC to its handler and logs it (method, duration, status code).
 
+mod pod_meta;
 mod runtime_info;
+mod sandbox_run;
+mod sandbox_status;
+mod sandbox_stop;
 
 use crate::proto::v1 as cri;
 use crate::proto::v1::image_service_server::ImageService;
@@ -47,6 +51,18 @@ async fn observe<T>(
         Err(s) => tracing::warn!(method, micros, code = ?s.code(), message = s.message(), "cri"),
     }
     result.map(Response::new)
+}
+
+/// Maps pod-directory errors to the codes CRI clients expect.
+fn pod_status(e: crate::pod::PodError) -> Status {
+    use crate::pod::PodError;
+    match e {
+        PodError::NotFound(_) => Status::not_found(e.to_string()),
+        PodError::InvalidId(_) | PodError::Ambiguous(_) => Status::invalid_argument(e.to_string()),
+        PodError::Exists(_) => Status::already_exists(e.to_string()),
+        PodError::WrongState { .. } | PodError::Busy(_) => Status::failed_precondition(e.to_string()),
+        PodError::Manifest { .. } | PodError::Io { .. } => Status::internal(e.to_string()),
+    }
 }
 
 /// The answer of an RPC rktlet does not implement yet.
@@ -101,13 +117,18 @@ cri_impl! {
                 => runtime_info::runtime_config;
             "UpdateRuntimeConfig": update_runtime_config(UpdateRuntimeConfigRequest)
                 -> cri::UpdateRuntimeConfigResponse => runtime_info::update_runtime_config;
+            "RunPodSandbox": run_pod_sandbox(RunPodSandboxRequest) -> cri::RunPodSandboxResponse
+                => sandbox_run::run_pod_sandbox;
+            "StopPodSandbox": stop_pod_sandbox(StopPodSandboxRequest) -> cri::StopPodSandboxResponse
+                => sandbox_stop::stop_pod_sandbox;
+            "RemovePodSandbox": remove_pod_sandbox(RemovePodSandboxRequest) -> cri::RemovePodSandboxResponse
+                => sandbox_stop::remove_pod_sandbox;
+            "PodSandboxStatus": pod_sandbox_status(PodSandboxStatusRequest) -> cri::PodSandboxStatusResponse
+                => sandbox_status::pod_sandbox_status;
+            "ListPodSandbox": list_pod_sandbox(ListPodSandboxRequest) -> cri::ListPodSandboxResponse
+                => sandbox_status::list_pod_sandbox;
         }
         pending {
-            "RunPodSandbox": run_pod_sandbox(RunPodSandboxRequest) -> cri::RunPodSandboxResponse;
-            "StopPodSandbox": stop_pod_sandbox(StopPodSandboxRequest) -> cri::StopPodSandboxResponse;
-            "RemovePodSandbox": remove_pod_sandbox(RemovePodSandboxRequest) -> cri::RemovePodSandboxResponse;
-            "PodSandboxStatus": pod_sandbox_status(PodSandboxStatusRequest) -> cri::PodSandboxStatusResponse;
-            "ListPodSandbox": list_pod_sandbox(ListPodSandboxRequest) -> cri::ListPodSandboxResponse;
             "CreateContainer": create_container(CreateContainerRequest) -> cri::CreateContainerResponse;
             "StartContainer": start_container(StartContainerRequest) -> cri::StartContainerResponse;
             "StopContainer": stop_container(StopContainerRequest) -> cri::StopContainerResponse;

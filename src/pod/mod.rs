@@ -24,6 +24,18 @@ pub const MANIFEST_FILE: &str = "pod";
 pub const MANIFEST_LOCK_FILE: &str = "pod.lck";
 /// Empty file whose mtime is the pod's creation time.
 pub const CREATED_FILE: &str = "pod-created";
+/// PID of the sandbox process (systemd-nspawn), decimal + newline.
+pub const PPID_FILE: &str = "ppid";
+/// The pod's cgroup path relative to each hierarchy root.
+pub const SUBCGROUP_FILE: &str = "subcgroup";
+/// Path of the pod's bind-mounted network namespace.
+pub const NETNS_FILE: &str = "netns";
+/// CNI results: rkt's JSON array of `{netName, netConf, pluginPath, ifName, ip, args, mask}`.
+pub const NET_INFO_FILE: &str = "net-info.json";
+/// Runtime options the sandbox was started with (JSON).
+pub const RUNTIME_CONFIG_FILE: &str = "runtime-config";
+/// nspawn's and the pod systemd's console output.
+pub const SANDBOX_LOG_FILE: &str = "sandbox.log";
 
 /// Errors of the pod directory layer; each names the pod it concerns.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +48,8 @@ pub enum PodError {
     InvalidId(String),
     #[error("pod {uuid} is {state}, cannot {op}")]
     WrongState { uuid: Uuid, state: PodState, op: &'static str },
+    #[error("pod {0} already exists")]
+    Exists(Uuid),
     #[error("pod {0} is locked by another process")]
     Busy(Uuid),
     #[error("pod {uuid}: invalid pod manifest: {source}")]
@@ -243,8 +257,16 @@ pub struct Pod {
 impl Pod {
     /// Creates a new embryo pod with a random uuid (`pods/embryo/<uuid>`, 0750).
     pub fn create(data: &DataDir) -> Result<Pod> {
+        Self::create_with_uuid(data, Uuid::new_v4())
+    }
+
+    /// Creates a new embryo pod with a uuid chosen by the caller (the daemon
+    /// picks it so it can name the netns and cgroup before the sandbox runs).
+    pub fn create_with_uuid(data: &DataDir, uuid: Uuid) -> Result<Pod> {
         data.ensure()?;
-        let uuid = Uuid::new_v4();
+        if Self::locate(data, uuid)?.is_some() {
+            return Err(PodError::Exists(uuid));
+        }
         let parent = data.pod_parent(PodDir::Embryo);
         let path = parent.join(uuid.to_string());
         fs::DirBuilder::new()
@@ -476,6 +498,33 @@ impl Pod {
             fsutil::create_empty(&p, mode).map_err(io_err(format!("creating {}", p.display())))?;
         }
         self.write_manifest(manifest)
+    }
+
+    /// The stage1 rootfs (`$P/stage1/rootfs`; rktlet's stage1 is a plain
+    /// directory, so the merged view and the upper dir are the same).
+    pub fn stage1_rootfs(&self) -> PathBuf {
+        self.path().join("stage1/rootfs")
+    }
+
+    /// Reads a small text file of the pod directory, trimmed; `None` if missing.
+    pub fn read_file(&self, name: &str) -> Result<Option<String>> {
+        let path = self.path().join(name);
+        match fs::read_to_string(&path) {
+            Ok(s) => Ok(Some(s.trim().to_string())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err(format!("reading {}", path.display()))(e)),
+        }
+    }
+
+    /// Writes a small file of the pod directory atomically (0640).
+    pub fn write_file(&self, name: &str, content: &[u8]) -> Result<()> {
+        let path = self.path().join(name);
+        fsutil::write_atomic(&path, content, 0o640).map_err(io_err(format!("writing {}", path.display())))
+    }
+
+    /// PID of the sandbox process from `ppid`.
+    pub fn sandbox_pid(&self) -> Result<Option<i32>> {
+        Ok(self.read_file(PPID_FILE)?.and_then(|s| s.parse().ok()))
     }
 
     /// Creation time: mtime of `pod-created`, falling back to the manifest's.

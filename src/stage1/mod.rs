@@ -6,3 +6,8 @@
 //! otherwise (containers, CI).
 
 pub mod host;
+pub mod launch;
+pub mod nspawn;
+pub mod rootfs;
+pub mod sandbox;
+pub mod stop;

@@ -111,3 +111,95 @@ pub fn stderr_of(child: &mut Child) -> String {
     }
     s
 }
+
+/// Fails the test if anything of the given pods is left on the host: a pod
+/// directory, a mount under the data dir, a cgroup, a network namespace or a
+/// process.
+pub fn assert_no_leaks(data_dir: &Path, uuids: &[String]) {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let data = data_dir.to_string_lossy().to_string();
+    let leaked: Vec<&str> =
+        mounts.lines().filter(|l| l.split(' ').nth(4).is_some_and(|m| m.starts_with(&data))).collect();
+    assert!(leaked.is_empty(), "mounts left under {data}: {leaked:?}");
+    for uuid in uuids {
+        for state in ["embryo", "prepare", "prepared", "run", "exited-garbage", "garbage"] {
+            let dir = data_dir.join("pods").join(state).join(uuid);
+            assert!(!dir.exists(), "pod directory left: {}", dir.display());
+        }
+        let name = format!("rktlet-{uuid}");
+        let found = find_dirs_named(Path::new("/sys/fs/cgroup"), &name, 6);
+        assert!(found.is_empty(), "cgroups left: {found:?}");
+        for netns in [format!("/var/run/netns/rktlet-{uuid}"), format!("/run/netns/rktlet-{uuid}")] {
+            assert!(!Path::new(&netns).exists(), "netns left: {netns}");
+        }
+        let procs = processes_mentioning(uuid);
+        assert!(procs.is_empty(), "processes left: {procs:?}");
+    }
+}
+
+fn find_dirs_named(dir: &Path, name: &str, depth: usize) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return out };
+    for e in entries.flatten() {
+        let Ok(t) = e.file_type() else { continue };
+        if !t.is_dir() || t.is_symlink() {
+            continue;
+        }
+        if e.file_name().to_string_lossy() == name {
+            out.push(e.path());
+        } else if depth > 0 {
+            out.extend(find_dirs_named(&e.path(), name, depth - 1));
+        }
+    }
+    out
+}
+
+/// Processes whose command line mentions `needle` (a pod uuid appears in nspawn's).
+pub fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return out };
+    for e in entries.flatten() {
+        if !e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains(needle) {
+            out.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
+        }
+    }
+    out
+}
+
+/// A CRI pod config with the given name and labels.
+pub fn pod_config(name: &str, labels: &[(&str, &str)]) -> rktlet::proto::v1::PodSandboxConfig {
+    use rktlet::proto::v1 as cri;
+    cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        hostname: name.into(),
+        labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        annotations: [("team".to_string(), "rktlet".to_string())].into(),
+        ..Default::default()
+    }
+}
+
+/// The same config on the node's network namespace.
+pub fn host_network(mut config: rktlet::proto::v1::PodSandboxConfig) -> rktlet::proto::v1::PodSandboxConfig {
+    use rktlet::proto::v1 as cri;
+    config.linux = Some(cri::LinuxPodSandboxConfig {
+        security_context: Some(cri::LinuxSandboxSecurityContext {
+            namespace_options: Some(cri::NamespaceOption {
+                network: cri::NamespaceMode::Node as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    config
+}

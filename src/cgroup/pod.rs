@@ -1,0 +1,240 @@
+//! A pod's own cgroup on the host, named after the CRI cgroup parent.
+//!
+//! cgroupfs driver: `<parent>/rktlet-<uuid>` in every mounted hierarchy
+//! (v1 controllers, `name=systemd`, the unified one). The sandbox process
+//! joins it before exec'ing nspawn, so nspawn's `payload/` and `supervisor/`
+//! split and everything in the pod land under it. Hierarchies that are listed
+//! but mounted nowhere are skipped.
+//!
+//! systemd driver: `systemd-run --slice=<parent> --unit=rktlet-<uuid>.service`
+//! places the pod; here we only compute the resulting path.
+
+use super::{Hierarchy, Layout};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Parent used when the request names none (CLI use).
+pub const DEFAULT_PARENT: &str = "rktlet";
+
+/// The unit name a pod runs under with the systemd driver.
+pub fn unit_name(uuid: &str) -> String {
+    format!("rktlet-{uuid}.service")
+}
+
+/// Expands a systemd slice name into its cgroup path, as systemd nests
+/// dashed slices: `kubepods-besteffort-pod1.slice` ->
+/// `kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice`.
+pub fn expand_slice(slice: &str) -> Result<String, String> {
+    let name = slice.strip_suffix(".slice").ok_or_else(|| format!("{slice:?} is not a systemd slice name"))?;
+    if name == "-" || name.is_empty() {
+        return Ok(String::new());
+    }
+    if name.starts_with('-') || name.ends_with('-') || name.contains("--") || name.contains('/') {
+        return Err(format!("invalid slice name {slice:?}"));
+    }
+    let mut path = Vec::new();
+    let mut prefix = String::new();
+    for part in name.split('-') {
+        if !prefix.is_empty() {
+            prefix.push('-');
+        }
+        prefix.push_str(part);
+        path.push(format!("{prefix}.slice"));
+    }
+    Ok(path.join("/"))
+}
+
+/// The pod's cgroup path relative to each hierarchy root (rkt's `subcgroup`).
+pub fn subcgroup(parent: &str, uuid: &str, systemd_driver: bool) -> Result<String, String> {
+    if systemd_driver {
+        let slice = if parent.is_empty() { "system.slice" } else { base_name(parent) };
+        let base = expand_slice(slice)?;
+        return Ok(join_rel(&base, &unit_name(uuid)));
+    }
+    let parent = parent.trim_matches('/');
+    if parent.split('/').any(|c| c == ".." || c == ".") {
+        return Err(format!("invalid cgroup parent {parent:?}"));
+    }
+    let parent = if parent.is_empty() { DEFAULT_PARENT } else { parent };
+    Ok(join_rel(parent, &format!("rktlet-{uuid}")))
+}
+
+fn base_name(p: &str) -> &str {
+    p.trim_end_matches('/').rsplit('/').next().unwrap_or(p)
+}
+
+fn join_rel(a: &str, b: &str) -> String {
+    if a.is_empty() { b.to_string() } else { format!("{a}/{b}") }
+}
+
+/// The pod's cgroup directories, one per mounted hierarchy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodCgroup {
+    pub subcgroup: String,
+    pub dirs: Vec<PathBuf>,
+}
+
+impl PodCgroup {
+    /// The directories of `subcgroup` in every mounted hierarchy of `layout`.
+    pub fn new(layout: &Layout, subcgroup: &str) -> Self {
+        let dirs =
+            layout.hierarchies.iter().filter_map(|h: &Hierarchy| h.mount.as_ref().map(|m| m.join(subcgroup))).collect();
+        PodCgroup { subcgroup: subcgroup.to_string(), dirs }
+    }
+
+    /// Creates the directories (and parents), filling empty cpuset files from
+    /// the parent so tasks can join.
+    pub fn create(&self) -> io::Result<()> {
+        for dir in &self.dirs {
+            create_with_cpuset(dir)?;
+        }
+        Ok(())
+    }
+
+    /// Moves the calling process into the pod cgroup in every hierarchy.
+    /// Async-signal-safe enough for `pre_exec`: only open/write/close.
+    pub fn join_self(&self) -> io::Result<()> {
+        for dir in &self.dirs {
+            fs::write(dir.join("cgroup.procs"), b"0")
+                .map_err(|e| io::Error::new(e.kind(), format!("joining {}: {e}", dir.display())))?;
+        }
+        Ok(())
+    }
+
+    /// Every pid in the pod cgroup tree, from the first hierarchy that has any.
+    pub fn pids(&self) -> Vec<i32> {
+        for dir in &self.dirs {
+            let mut pids = Vec::new();
+            collect_pids(dir, &mut pids);
+            if !pids.is_empty() {
+                return pids;
+            }
+        }
+        Vec::new()
+    }
+
+    /// SIGKILLs every process in the pod cgroup tree (all hierarchies).
+    pub fn kill_all(&self) {
+        for pid in self.pids() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+
+    /// Removes the pod cgroup trees, deepest first. Missing dirs are fine;
+    /// a dir still holding processes fails with EBUSY.
+    pub fn remove(&self) -> io::Result<()> {
+        let mut first_err = None;
+        for dir in &self.dirs {
+            if let Err(e) = remove_tree(dir)
+                && e.kind() != io::ErrorKind::NotFound
+            {
+                first_err.get_or_insert(io::Error::new(e.kind(), format!("removing {}: {e}", dir.display())));
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Whether any of the directories still exists.
+    pub fn exists(&self) -> bool {
+        self.dirs.iter().any(|d| d.exists())
+    }
+}
+
+fn collect_pids(dir: &Path, out: &mut Vec<i32>) {
+    if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
+        out.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+    }
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                collect_pids(&e.path(), out);
+            }
+        }
+    }
+}
+
+fn remove_tree(dir: &Path) -> io::Result<()> {
+    for e in fs::read_dir(dir)?.flatten() {
+        if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            remove_tree(&e.path())?;
+        }
+    }
+    fs::remove_dir(dir)
+}
+
+/// `mkdir -p` for a cgroup, copying `cpuset.cpus`/`cpuset.mems` down from the
+/// parent into every level it creates (v1 cpuset starts them empty).
+fn create_with_cpuset(dir: &Path) -> io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let parent = dir.parent().ok_or_else(|| io::Error::other("cgroup dir without parent"))?;
+    create_with_cpuset(parent)?;
+    match fs::create_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) => return Err(io::Error::new(e.kind(), format!("creating {}: {e}", dir.display()))),
+    }
+    for file in ["cpuset.cpus", "cpuset.mems"] {
+        let own = dir.join(file);
+        if !own.exists() {
+            continue;
+        }
+        if fs::read_to_string(&own).map(|s| s.trim().is_empty()).unwrap_or(false) {
+            let from_parent = fs::read_to_string(parent.join(file))?;
+            fs::write(&own, from_parent.trim())?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slices_expand_like_systemd() {
+        assert_eq!(
+            expand_slice("kubepods-besteffort-pod12.slice").as_deref(),
+            Ok("kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod12.slice")
+        );
+        assert_eq!(expand_slice("system.slice").as_deref(), Ok("system.slice"));
+        assert_eq!(expand_slice("-.slice").as_deref(), Ok(""));
+        assert!(expand_slice("kubepods").is_err());
+        assert!(expand_slice("a--b.slice").is_err());
+    }
+
+    #[test]
+    fn subcgroup_per_driver() {
+        let u = "0b9e5c1e-0000-4000-8000-000000000001";
+        assert_eq!(
+            subcgroup("/kubepods/burstable/pod1", u, false).as_deref(),
+            Ok("kubepods/burstable/pod1/rktlet-0b9e5c1e-0000-4000-8000-000000000001")
+        );
+        assert_eq!(subcgroup("", u, false).map(|s| s.starts_with("rktlet/rktlet-")), Ok(true));
+        assert!(subcgroup("/a/../b", u, false).is_err());
+        assert_eq!(
+            subcgroup("kubepods-burstable-pod1.slice", u, true).as_deref(),
+            Ok(
+                "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/rktlet-0b9e5c1e-0000-4000-8000-000000000001.service"
+            )
+        );
+    }
+
+    #[test]
+    fn pod_cgroup_skips_unmounted_hierarchies() {
+        let layout = Layout::parse(
+            "4:memory:/\n3:net_cls:/\n0::/\n",
+            "35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n",
+        );
+        let pc = PodCgroup::new(&layout, "rktlet/rktlet-x");
+        assert_eq!(
+            pc.dirs,
+            [
+                PathBuf::from("/sys/fs/cgroup/memory/rktlet/rktlet-x"),
+                PathBuf::from("/sys/fs/cgroup/unified/rktlet/rktlet-x")
+            ]
+        );
+    }
+}

@@ -1,0 +1,108 @@
+//! The rkt-style pod commands (`list`, `status`, `stop`, `rm`, `gc`) over the
+//! same data directory the daemon uses. These are what an operator runs, and
+//! what the exec design of the benchmark calls per CRI request.
+
+use crate::pod::{self, DataDir, Pod, PodDir, PodError, PodState};
+use crate::stage1::rootfs::Stage1Root;
+use crate::stage1::stop;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// One pod as `rkt list --format=json` shows it.
+pub fn pod_json(pod: &mut Pod) -> Result<serde_json::Value, PodError> {
+    let state = pod.state()?;
+    let manifest = pod.read_manifest().ok();
+    let created = pod.created_at().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_secs());
+    let networks: Vec<serde_json::Value> = pod
+        .read_file(pod::NET_INFO_FILE)?
+        .and_then(|s| serde_json::from_str::<Vec<serde_json::Value>>(&s).ok())
+        .unwrap_or_default();
+    let apps: Vec<String> =
+        manifest.as_ref().map(|m| m.apps.iter().map(|a| a.name.clone()).collect()).unwrap_or_default();
+    Ok(serde_json::json!({
+        "name": pod.uuid().to_string(),
+        "state": state.as_str(),
+        "ready": state == PodState::Running && Stage1Root::new(pod.stage1_rootfs()).is_ready(),
+        "networks": networks,
+        "app_names": apps,
+        "created_at": created,
+        "pid": pod.sandbox_pid().ok().flatten(),
+    }))
+}
+
+/// `rktlet list`: every pod, as a table or JSON.
+pub fn list(data: &DataDir, json: bool) -> Result<String, PodError> {
+    let mut rows = Vec::new();
+    for (uuid, _) in data.list_pods()? {
+        match Pod::open(data, &uuid.to_string()).and_then(|mut p| pod_json(&mut p)) {
+            Ok(v) => rows.push(v),
+            Err(PodError::NotFound(_)) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    if json {
+        return Ok(serde_json::Value::Array(rows).to_string());
+    }
+    let mut out = String::from("UUID\tSTATE\tAPPS\tNETWORKS\n");
+    for r in rows {
+        let ips: Vec<&str> = r["networks"].as_array().into_iter().flatten().filter_map(|n| n["ip"].as_str()).collect();
+        let apps: Vec<&str> = r["app_names"].as_array().into_iter().flatten().filter_map(|a| a.as_str()).collect();
+        out.push_str(&format!(
+            "{}\t{}\t{}\t{}\n",
+            r["name"].as_str().unwrap_or(""),
+            r["state"].as_str().unwrap_or(""),
+            apps.join(","),
+            ips.join(",")
+        ));
+    }
+    Ok(out)
+}
+
+/// `rktlet status UUID`.
+pub fn status(data: &DataDir, id: &str, json: bool) -> Result<String, PodError> {
+    let mut pod = Pod::open(data, id)?;
+    let v = pod_json(&mut pod)?;
+    if json {
+        return Ok(v.to_string());
+    }
+    let mut out = String::new();
+    if let serde_json::Value::Object(map) = v {
+        for (k, v) in map {
+            out.push_str(&format!("{k}={v}\n"));
+        }
+    }
+    Ok(out)
+}
+
+/// `rktlet stop UUID`: stop a pod (`force` skips the grace period).
+pub fn stop_pod(data: &DataDir, id: &str, force: bool) -> Result<(), stop::StopError> {
+    let mut pod = Pod::open(data, id)?;
+    stop::stop(&mut pod, if force { Duration::ZERO } else { Duration::from_secs(10) })?;
+    stop::release(&pod)
+}
+
+/// `rktlet rm UUID`: stop if needed and delete a pod.
+pub fn rm_pod(data: &DataDir, id: &str) -> Result<(), stop::StopError> {
+    stop::destroy(Pod::open(data, id)?, Duration::from_secs(10))
+}
+
+/// `rktlet gc`: deletes exited pods older than `grace` (by pod-created time),
+/// aborted prepares and garbage. Returns the uuids removed.
+pub fn gc(data: &DataDir, grace: Duration) -> Result<Vec<String>, stop::StopError> {
+    let mut removed = Vec::new();
+    let now = SystemTime::now();
+    for (uuid, dir) in data.list_pods()? {
+        let Ok(mut pod) = Pod::open(data, &uuid.to_string()) else { continue };
+        let collect = match pod.state()? {
+            PodState::Exited => {
+                pod.created_at().ok().and_then(|t| now.duration_since(t).ok()).is_some_and(|age| age >= grace)
+            }
+            PodState::AbortedPrepare | PodState::Garbage | PodState::ExitedGarbage => true,
+            _ => false,
+        };
+        if collect && dir != PodDir::Embryo {
+            stop::destroy(pod, Duration::from_secs(10))?;
+            removed.push(uuid.to_string());
+        }
+    }
+    Ok(removed)
+}

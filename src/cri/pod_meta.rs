@@ -1,0 +1,129 @@
+//! CRI pod sandbox metadata <-> rkt pod manifest. The manifest is the only
+//! record of a pod's CRI identity: metadata in reserved user annotations (as
+//! rktlet did), labels as user labels, the options rktlet must remember as
+//! pod annotations.
+
+use crate::pod::manifest::PodManifest;
+use crate::proto::v1 as cri;
+use std::collections::HashMap;
+
+pub const POD_UID: &str = "k8s.io/reserved/pod-uid";
+pub const POD_NAME: &str = "k8s.io/reserved/pod-name";
+pub const POD_NAMESPACE: &str = "k8s.io/reserved/pod-namespace";
+pub const POD_ATTEMPT: &str = "k8s.io/reserved/pod-attempt";
+const RESERVED_PREFIX: &str = "k8s.io/reserved/";
+
+/// Pod annotation: `node` when the pod uses the node's network namespace.
+pub const NETWORK_MODE: &str = "rktlet.io/network-mode";
+/// Pod annotation: `node` when the pod shares the node's IPC namespace.
+pub const IPC_MODE: &str = "rktlet.io/ipc-mode";
+/// Pod annotation: the pod's hostname.
+pub const HOSTNAME: &str = "rktlet.io/hostname";
+/// Pod annotation rkt uses for kubelet's pod log directory.
+pub const LOG_DIR: &str = "coreos.com/rkt/experiment/kubernetes-log-dir";
+
+/// The manifest of a new sandbox for `config`.
+pub fn manifest_from_config(
+    config: &cri::PodSandboxConfig,
+    host_network: bool,
+    host_ipc: bool,
+    hostname: &str,
+) -> PodManifest {
+    let mut m = PodManifest::mutable();
+    if let Some(meta) = &config.metadata {
+        m.user_annotations.insert(POD_UID.into(), meta.uid.clone());
+        m.user_annotations.insert(POD_NAME.into(), meta.name.clone());
+        m.user_annotations.insert(POD_NAMESPACE.into(), meta.namespace.clone());
+        m.user_annotations.insert(POD_ATTEMPT.into(), meta.attempt.to_string());
+    }
+    for (k, v) in &config.annotations {
+        if !k.starts_with(RESERVED_PREFIX) {
+            m.user_annotations.insert(k.clone(), v.clone());
+        }
+    }
+    m.user_labels.extend(config.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+    m.set_annotation(NETWORK_MODE, if host_network { "node" } else { "pod" });
+    m.set_annotation(IPC_MODE, if host_ipc { "node" } else { "pod" });
+    m.set_annotation(HOSTNAME, hostname);
+    if !config.log_directory.is_empty() {
+        m.set_annotation(LOG_DIR, config.log_directory.clone());
+    }
+    m
+}
+
+/// Whether a pod was made through CRI (CLI-made pods are not listed to kubelet).
+pub fn is_kubernetes_pod(m: &PodManifest) -> bool {
+    m.user_annotations.contains_key(POD_UID)
+}
+
+pub fn metadata(m: &PodManifest) -> cri::PodSandboxMetadata {
+    let get = |k: &str| m.user_annotations.get(k).cloned().unwrap_or_default();
+    cri::PodSandboxMetadata {
+        name: get(POD_NAME),
+        uid: get(POD_UID),
+        namespace: get(POD_NAMESPACE),
+        attempt: get(POD_ATTEMPT).parse().unwrap_or(0),
+    }
+}
+
+pub fn labels(m: &PodManifest) -> HashMap<String, String> {
+    m.user_labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+/// The CRI annotations: user annotations without rktlet's reserved keys.
+pub fn annotations(m: &PodManifest) -> HashMap<String, String> {
+    m.user_annotations
+        .iter()
+        .filter(|(k, _)| !k.starts_with(RESERVED_PREFIX))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+pub fn namespace_options(m: &PodManifest) -> cri::NamespaceOption {
+    let mode = |key: &str| {
+        if m.annotation(key) == Some("node") { cri::NamespaceMode::Node } else { cri::NamespaceMode::Pod }
+    };
+    cri::NamespaceOption {
+        network: mode(NETWORK_MODE) as i32,
+        ipc: mode(IPC_MODE) as i32,
+        // every app of a pod runs in the pod's PID namespace under its systemd
+        pid: cri::NamespaceMode::Pod as i32,
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_round_trips_through_the_manifest() {
+        let config = cri::PodSandboxConfig {
+            metadata: Some(cri::PodSandboxMetadata {
+                name: "web".into(),
+                uid: "u1".into(),
+                namespace: "ns".into(),
+                attempt: 3,
+            }),
+            labels: [("app".to_string(), "web".to_string())].into(),
+            annotations: [
+                ("a".to_string(), "b".to_string()),
+                ("k8s.io/reserved/pod-uid".to_string(), "forged".to_string()),
+            ]
+            .into(),
+            log_directory: "/var/log/pods/u1".into(),
+            ..Default::default()
+        };
+        let m = manifest_from_config(&config, true, false, "web");
+        let back: PodManifest = serde_json::from_str(&serde_json::to_string(&m).expect("ser")).expect("de");
+        assert!(is_kubernetes_pod(&back));
+        assert_eq!(metadata(&back), config.metadata.clone().expect("meta"));
+        assert_eq!(labels(&back), config.labels);
+        assert_eq!(annotations(&back), [("a".to_string(), "b".to_string())].into());
+        let ns = namespace_options(&back);
+        assert_eq!(ns.network, cri::NamespaceMode::Node as i32);
+        assert_eq!(ns.ipc, cri::NamespaceMode::Pod as i32);
+        assert_eq!(back.annotation(LOG_DIR), Some("/var/log/pods/u1"));
+        assert!(back.is_mutable());
+    }
+}

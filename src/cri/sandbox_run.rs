@@ -1,0 +1,150 @@
+//! RunPodSandbox: validate, choose the pod's uuid, write its manifest, start
+//! `<rkt> app sandbox` (the one exec), wait for readiness; on any failure take
+//! down everything that was made.
+
+use super::pod_meta;
+use crate::pod::{self, Pod};
+use crate::proto::v1 as cri;
+use crate::runtime::Runtime;
+use crate::stage1::launch::{self, Supervisor};
+use crate::stage1::sandbox::SandboxArgs;
+use std::path::PathBuf;
+use std::time::Duration;
+use tonic::Status;
+use uuid::Uuid;
+
+/// How long a pod may take to boot before RunPodSandbox gives up.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Checked request: what the sandbox needs.
+struct Request {
+    config: cri::PodSandboxConfig,
+    host_network: bool,
+    host_ipc: bool,
+    hostname: String,
+}
+
+fn validate(req: cri::RunPodSandboxRequest) -> Result<Request, Status> {
+    let config = req.config.ok_or_else(|| Status::invalid_argument("config is required"))?;
+    let meta = config.metadata.as_ref().ok_or_else(|| Status::invalid_argument("config.metadata is required"))?;
+    for (field, value) in [("name", &meta.name), ("namespace", &meta.namespace), ("uid", &meta.uid)] {
+        if value.is_empty() {
+            return Err(Status::invalid_argument(format!("config.metadata.{field} is required")));
+        }
+    }
+    if !req.runtime_handler.is_empty() {
+        return Err(Status::invalid_argument(format!(
+            "runtime handler {:?} is not configured; rktlet has only the default handler",
+            req.runtime_handler
+        )));
+    }
+    let ns = config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.clone())
+        .unwrap_or_default();
+    if ns.pid == cri::NamespaceMode::Node as i32 {
+        return Err(Status::invalid_argument(
+            "host PID namespace is not supported: systemd is PID 1 of every rktlet pod",
+        ));
+    }
+    if ns.userns_options.as_ref().is_some_and(|u| u.mode == cri::NamespaceMode::Pod as i32) {
+        return Err(Status::invalid_argument("user namespaces are not supported by rktlet yet"));
+    }
+    let host_network = ns.network == cri::NamespaceMode::Node as i32;
+    let host_ipc = ns.ipc == cri::NamespaceMode::Node as i32;
+    let hostname = if !config.hostname.is_empty() {
+        config.hostname.clone()
+    } else if host_network {
+        nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
+    } else {
+        meta.name.clone()
+    };
+    Ok(Request { config, host_network, host_ipc, hostname })
+}
+
+fn internal(uuid: Uuid, what: &str, e: impl std::fmt::Display) -> Status {
+    Status::internal(format!("pod {uuid}: {what}: {e}"))
+}
+
+pub async fn run_pod_sandbox(
+    rt: &Runtime,
+    req: cri::RunPodSandboxRequest,
+) -> Result<cri::RunPodSandboxResponse, Status> {
+    let req = validate(req)?;
+    let uuid = Uuid::new_v4();
+    let manifest = pod_meta::manifest_from_config(&req.config, req.host_network, req.host_ipc, &req.hostname);
+    let manifest_file = rt.data.tmp().join(format!("{uuid}.pod-manifest"));
+    let bytes = serde_json::to_vec(&manifest).map_err(|e| internal(uuid, "encoding manifest", e))?;
+    crate::fsutil::write_atomic(&manifest_file, &bytes, 0o600).map_err(|e| internal(uuid, "writing manifest", e))?;
+    let result = start(rt, &req, uuid, manifest_file.clone()).await;
+    let _ = std::fs::remove_file(&manifest_file);
+    match result {
+        Ok(()) => Ok(cri::RunPodSandboxResponse { pod_sandbox_id: uuid.to_string() }),
+        Err(status) => {
+            let log = sandbox_log_tail(rt, uuid);
+            cleanup(rt, uuid).await;
+            if log.is_empty() {
+                Err(status)
+            } else {
+                Err(Status::new(status.code(), format!("{}; sandbox log: {log}", status.message())))
+            }
+        }
+    }
+}
+
+async fn start(rt: &Runtime, req: &Request, uuid: Uuid, manifest_file: PathBuf) -> Result<(), Status> {
+    let config = &req.config;
+    if !config.log_directory.is_empty() {
+        std::fs::create_dir_all(&config.log_directory)
+            .map_err(|e| internal(uuid, &format!("creating log directory {}", config.log_directory), e))?;
+    }
+    let dns = config.dns_config.clone().unwrap_or_default();
+    let cgroup_parent = config.linux.as_ref().map(|l| l.cgroup_parent.clone()).unwrap_or_default();
+    let args = SandboxArgs {
+        uuid: Some(uuid),
+        pod_manifest: Some(manifest_file),
+        hostname: Some(req.hostname.clone()),
+        dns: dns.servers,
+        dns_search: dns.searches,
+        dns_opt: dns.options,
+        net: if req.host_network { "host".into() } else { "none".into() },
+        ipc: req.host_ipc.then(|| "parent".into()),
+        cgroup_parent: Some(cgroup_parent.clone()),
+        ..Default::default()
+    };
+    let program = rt.sandbox_program().map_err(|e| internal(uuid, "locating the sandbox program", e))?;
+    let supervisor = if rt.host.pid1_is_systemd { Supervisor::SystemdRun } else { Supervisor::Detached };
+    let started = launch::start(&program, rt.data.root(), &args, supervisor, Some(&cgroup_parent))
+        .await
+        .map_err(|e| internal(uuid, "starting sandbox", e))?;
+    let rootfs = rt.data.pod_parent(pod::PodDir::Run).join(uuid.to_string()).join("stage1/rootfs");
+    launch::wait_ready(rootfs, started.pidfd, READY_TIMEOUT).await.map_err(|e| match e {
+        launch::LaunchError::Timeout(_) => Status::deadline_exceeded(format!("pod {uuid}: {e}")),
+        e => internal(uuid, "waiting for the pod", e),
+    })?;
+    Ok(())
+}
+
+/// Last lines of the pod's console log, for error messages.
+fn sandbox_log_tail(rt: &Runtime, uuid: Uuid) -> String {
+    let Ok(pod) = Pod::open(&rt.data, &uuid.to_string()) else { return String::new() };
+    let text = std::fs::read_to_string(pod.path().join(pod::SANDBOX_LOG_FILE)).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(5)..].join(" | ")
+}
+
+/// Takes down whatever a failed start left: processes, cgroup, mounts, pod dir.
+async fn cleanup(rt: &Runtime, uuid: Uuid) {
+    let data = rt.data.clone();
+    let res = tokio::task::spawn_blocking(move || match Pod::open(&data, &uuid.to_string()) {
+        Ok(p) => crate::stage1::stop::destroy(p, Duration::from_secs(5)).map_err(|e| e.to_string()),
+        Err(pod::PodError::NotFound(_)) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    })
+    .await;
+    if let Ok(Err(e)) | Err(e) = res.map_err(|e| e.to_string()) {
+        tracing::error!(pod = %uuid, error = %e, "cleanup after a failed start");
+    }
+}

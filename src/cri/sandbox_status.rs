@@ -1,0 +1,171 @@
+//! PodSandboxStatus and ListPodSandbox: read straight from pod directories
+//! (state = directory + lock probe, identity = the pod manifest); nothing is
+//! exec'd and nothing is cached.
+
+use super::{pod_meta, pod_status};
+use crate::pod::manifest::PodManifest;
+use crate::pod::{self, DataDir, Pod, PodDir, PodError, PodState};
+use crate::proto::v1 as cri;
+use crate::runtime::Runtime;
+use crate::stage1::rootfs::Stage1Root;
+use std::time::UNIX_EPOCH;
+use tonic::Status;
+
+/// What CRI needs to know about one pod.
+pub struct SandboxView {
+    pub pod: Pod,
+    pub state: PodState,
+    pub ready: bool,
+    pub manifest: PodManifest,
+    pub created_at: i64,
+    pub ips: Vec<String>,
+}
+
+impl SandboxView {
+    pub fn load(mut pod: Pod) -> Result<Self, PodError> {
+        let state = pod.state()?;
+        let manifest = pod.read_manifest()?;
+        let ready = state == PodState::Running && Stage1Root::new(pod.stage1_rootfs()).is_ready();
+        let created_at = pod
+            .created_at()?
+            .duration_since(UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        let ips = pod.read_file(pod::NET_INFO_FILE)?.map(|s| ips_from_net_info(&s)).unwrap_or_default();
+        Ok(SandboxView { pod, state, ready, manifest, created_at, ips })
+    }
+
+    fn cri_state(&self) -> cri::PodSandboxState {
+        if self.ready { cri::PodSandboxState::SandboxReady } else { cri::PodSandboxState::SandboxNotready }
+    }
+
+    fn to_sandbox(&self) -> cri::PodSandbox {
+        cri::PodSandbox {
+            id: self.pod.uuid().to_string(),
+            metadata: Some(pod_meta::metadata(&self.manifest)),
+            state: self.cri_state() as i32,
+            created_at: self.created_at,
+            labels: pod_meta::labels(&self.manifest),
+            annotations: pod_meta::annotations(&self.manifest),
+            runtime_handler: String::new(),
+        }
+    }
+}
+
+/// Pod IPs from rkt's `net-info.json` (array of `{.., "ip": ..}`), first network first.
+pub fn ips_from_net_info(text: &str) -> Vec<String> {
+    let Ok(serde_json::Value::Array(nets)) = serde_json::from_str(text) else { return Vec::new() };
+    nets.iter()
+        .filter_map(|n| n.get("ip").and_then(|ip| ip.as_str()))
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+pub async fn pod_sandbox_status(
+    rt: &Runtime,
+    req: cri::PodSandboxStatusRequest,
+) -> Result<cri::PodSandboxStatusResponse, Status> {
+    if req.pod_sandbox_id.is_empty() {
+        return Err(Status::invalid_argument("pod_sandbox_id is required"));
+    }
+    let pod = Pod::open(&rt.data, &req.pod_sandbox_id).map_err(pod_status)?;
+    let view = SandboxView::load(pod).map_err(pod_status)?;
+    let network = if pod_meta::namespace_options(&view.manifest).network == cri::NamespaceMode::Node as i32 {
+        None
+    } else {
+        Some(cri::PodSandboxNetworkStatus {
+            ip: view.ips.first().cloned().unwrap_or_default(),
+            additional_ips: view.ips.iter().skip(1).map(|ip| cri::PodIp { ip: ip.clone() }).collect(),
+        })
+    };
+    let status = cri::PodSandboxStatus {
+        id: view.pod.uuid().to_string(),
+        metadata: Some(pod_meta::metadata(&view.manifest)),
+        state: view.cri_state() as i32,
+        created_at: view.created_at,
+        network,
+        linux: Some(cri::LinuxPodSandboxStatus {
+            namespaces: Some(cri::Namespace { options: Some(pod_meta::namespace_options(&view.manifest)) }),
+        }),
+        labels: pod_meta::labels(&view.manifest),
+        annotations: pod_meta::annotations(&view.manifest),
+        runtime_handler: String::new(),
+    };
+    let mut info = std::collections::HashMap::new();
+    if req.verbose {
+        let p = &view.pod;
+        let detail = serde_json::json!({
+            "uuid": p.uuid().to_string(),
+            "state": view.state.as_str(),
+            "podDir": p.path(),
+            "pid": p.sandbox_pid().ok().flatten(),
+            "subcgroup": p.read_file(pod::SUBCGROUP_FILE).ok().flatten(),
+            "netns": p.read_file(pod::NETNS_FILE).ok().flatten(),
+            "hostname": view.manifest.annotation(pod_meta::HOSTNAME),
+        });
+        info.insert("info".to_string(), detail.to_string());
+    }
+    Ok(cri::PodSandboxStatusResponse { status: Some(status), info, ..Default::default() })
+}
+
+fn matches(view: &SandboxView, filter: &cri::PodSandboxFilter) -> bool {
+    if !filter.id.is_empty() && !view.pod.uuid().to_string().starts_with(&filter.id) {
+        return false;
+    }
+    if let Some(s) = &filter.state
+        && s.state != view.cri_state() as i32
+    {
+        return false;
+    }
+    filter.label_selector.iter().all(|(k, v)| view.manifest.user_labels.get(k) == Some(v))
+}
+
+/// Pods kubelet should see: CRI-made pods in `run/` (running or exited).
+pub fn list_views(data: &DataDir) -> Result<Vec<SandboxView>, PodError> {
+    let mut out = Vec::new();
+    for (uuid, dir) in data.list_pods()? {
+        if dir != PodDir::Run {
+            continue;
+        }
+        let view = match Pod::open(data, &uuid.to_string()).and_then(SandboxView::load) {
+            Ok(v) => v,
+            // removed between the listing and the read
+            Err(PodError::NotFound(_)) => continue,
+            Err(e) => {
+                tracing::warn!(pod = %uuid, error = %e, "skipping unreadable pod");
+                continue;
+            }
+        };
+        if pod_meta::is_kubernetes_pod(&view.manifest) {
+            out.push(view);
+        }
+    }
+    Ok(out)
+}
+
+pub async fn list_pod_sandbox(
+    rt: &Runtime,
+    req: cri::ListPodSandboxRequest,
+) -> Result<cri::ListPodSandboxResponse, Status> {
+    let filter = req.filter.unwrap_or_default();
+    let items = list_views(&rt.data)
+        .map_err(pod_status)?
+        .iter()
+        .filter(|v| matches(v, &filter))
+        .map(SandboxView::to_sandbox)
+        .collect();
+    Ok(cri::ListPodSandboxResponse { items })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn net_info_ips() {
+        let text = r#"[{"netName":"pods","ifName":"eth0","ip":"10.88.0.5","mask":"255.255.0.0"},{"netName":"b","ip":"fd00::5"}]"#;
+        assert_eq!(ips_from_net_info(text), ["10.88.0.5", "fd00::5"]);
+        assert!(ips_from_net_info("garbage").is_empty());
+    }
+}

@@ -1,0 +1,252 @@
+//! Daemon side of a pod start: run `<rkt> app sandbox` (the one exec), either
+//! under `systemd-run` (host PID 1 is systemd: init supervises the pod) or
+//! detached in its own session (elsewhere: containers, CI), then wait for the
+//! pod to be ready without polling in fixed steps.
+//!
+//! Runs in: the daemon (async), plus one blocking thread per wait.
+
+use super::sandbox::SandboxArgs;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncReadExt;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("cannot start the sandbox process {program}: {source}")]
+    Spawn { program: PathBuf, source: io::Error },
+    #[error("sandbox process failed: {0}")]
+    Failed(String),
+    #[error("pod did not become ready within {0:?}")]
+    Timeout(Duration),
+    #[error("pod exited before it was ready{0}")]
+    Exited(String),
+    #[error("{context}: {source}")]
+    Io { context: String, source: io::Error },
+}
+
+/// Who supervises the sandbox process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Supervisor {
+    /// `systemd-run --unit=rktlet-<uuid> --service-type=notify`.
+    SystemdRun,
+    /// A child of the daemon in its own session; reaped by the daemon while
+    /// it lives, by init afterwards.
+    Detached,
+}
+
+/// A sandbox process that got as far as exec'ing nspawn.
+#[derive(Debug)]
+pub struct Started {
+    pub pid: i32,
+    /// pidfd of the sandbox (nspawn) process: readable once it exits.
+    pub pidfd: OwnedFd,
+}
+
+/// The full argv of the sandbox command (after the program).
+pub fn sandbox_argv(data_dir: &Path, args: &SandboxArgs) -> Vec<OsString> {
+    let mut argv: Vec<OsString> = vec!["--dir".into(), data_dir.into(), "app".into(), "sandbox".into()];
+    argv.extend(args.to_argv());
+    argv
+}
+
+/// `systemd-run` prefix for the systemd supervisor.
+pub fn systemd_run_argv(uuid: &str, slice: Option<&str>) -> Vec<OsString> {
+    let mut a: Vec<OsString> = vec![
+        format!("--unit=rktlet-{uuid}").into(),
+        "--service-type=notify".into(),
+        "--collect".into(),
+        "--quiet".into(),
+        "--property=KillMode=mixed".into(),
+    ];
+    if let Some(s) = slice.filter(|s| !s.is_empty()) {
+        a.push(format!("--slice={s}").into());
+    }
+    a
+}
+
+/// Opens a pidfd for `pid` (a process that exists now).
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open(2) takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Starts the sandbox process and returns once it has exec'd nspawn (or
+/// failed, with its error output quoted).
+pub async fn start(
+    program: &Path,
+    data_dir: &Path,
+    args: &SandboxArgs,
+    supervisor: Supervisor,
+    slice: Option<&str>,
+) -> Result<Started, LaunchError> {
+    match supervisor {
+        Supervisor::Detached => start_detached(program, data_dir, args).await,
+        Supervisor::SystemdRun => start_systemd_run(program, data_dir, args, slice).await,
+    }
+}
+
+async fn start_detached(program: &Path, data_dir: &Path, args: &SandboxArgs) -> Result<Started, LaunchError> {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(sandbox_argv(data_dir, args)).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    // SAFETY: setsid(2) in the forked child before exec; async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid().map_err(io::Error::from)?;
+            Ok(())
+        })
+    };
+    let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn { program: program.into(), source })?;
+    let pid = child.id().map(|p| p as i32).ok_or_else(|| LaunchError::Failed("sandbox exited at once".into()))?;
+    let pidfd = pidfd_open(pid).map_err(|source| LaunchError::Io { context: "pidfd_open".into(), source })?;
+    // EOF on stderr: either nspawn was exec'd (stderr now goes to the pod log) or the process died
+    let mut err = String::new();
+    if let Some(mut stderr) = child.stderr.take() {
+        let _ = stderr.read_to_string(&mut err).await;
+    }
+    if let Ok(Some(status)) = child.try_wait() {
+        return Err(LaunchError::Failed(format!("{} ({status})", err.trim())));
+    }
+    // the daemon reaps it; after a daemon restart init does
+    tokio::spawn(async move {
+        let _ = child.wait().await;
+    });
+    Ok(Started { pid, pidfd })
+}
+
+async fn start_systemd_run(
+    program: &Path,
+    data_dir: &Path,
+    args: &SandboxArgs,
+    slice: Option<&str>,
+) -> Result<Started, LaunchError> {
+    let uuid = args.uuid.map(|u| u.to_string()).ok_or_else(|| LaunchError::Failed("no pod uuid".into()))?;
+    let mut args = args.clone();
+    args.in_systemd_unit = true;
+    let out = tokio::process::Command::new("systemd-run")
+        .args(systemd_run_argv(&uuid, slice))
+        .arg(program)
+        .args(sandbox_argv(data_dir, &args))
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(|source| LaunchError::Spawn { program: "systemd-run".into(), source })?;
+    if !out.status.success() {
+        return Err(LaunchError::Failed(format!(
+            "systemd-run: {} (see journalctl -u rktlet-{uuid})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let ppid =
+        crate::pod::DataDir::new(data_dir).pod_parent(crate::pod::PodDir::Run).join(&uuid).join(crate::pod::PPID_FILE);
+    let pid: i32 = std::fs::read_to_string(&ppid)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or_else(|| LaunchError::Failed(format!("no sandbox pid in {}", ppid.display())))?;
+    let pidfd = pidfd_open(pid).map_err(|source| LaunchError::Io { context: "pidfd_open".into(), source })?;
+    Ok(Started { pid, pidfd })
+}
+
+/// Waits until `<rootfs>/rkt/supervisor-status` points at `ready`, the pod
+/// process exits, or `timeout` passes: inotify on the directory plus the
+/// pidfd, no fixed-step polling.
+pub async fn wait_ready(rootfs: PathBuf, pidfd: OwnedFd, timeout: Duration) -> Result<OwnedFd, LaunchError> {
+    tokio::task::spawn_blocking(move || wait_ready_blocking(&rootfs, &pidfd, timeout).map(|()| pidfd))
+        .await
+        .map_err(|e| LaunchError::Io { context: "waiting for the pod".into(), source: io::Error::other(e) })?
+}
+
+fn wait_ready_blocking(rootfs: &Path, pidfd: &OwnedFd, timeout: Duration) -> Result<(), LaunchError> {
+    let root = super::rootfs::Stage1Root::new(rootfs);
+    let dir = root.supervisor_status().parent().map(Path::to_path_buf).unwrap_or_default();
+    let io_err = |context: &str| {
+        let context = context.to_string();
+        move |e: nix::Error| LaunchError::Io { context, source: e.into() }
+    };
+    let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).map_err(io_err("inotify_init"))?;
+    inotify
+        .add_watch(&dir, AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO)
+        .map_err(io_err("watching the pod's readiness link"))?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        if root.is_ready() {
+            return Ok(());
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(LaunchError::Timeout(timeout));
+        }
+        let ms = u16::try_from(left.as_millis().min(10_000)).unwrap_or(10_000);
+        let mut fds = [PollFd::new(inotify.as_fd(), PollFlags::POLLIN), PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(_) | Err(nix::Error::EINTR) => {}
+            Err(e) => return Err(io_err("poll")(e)),
+        }
+        if fds[1].revents().is_some_and(|r| !r.is_empty()) && !root.is_ready() {
+            return Err(LaunchError::Exited(String::new()));
+        }
+        // drain; EAGAIN just means nothing is queued
+        let _ = inotify.read_events();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_lines() {
+        let args = SandboxArgs { net: "host".into(), hostname: Some("h".into()), ..Default::default() };
+        let argv: Vec<String> =
+            sandbox_argv(Path::new("/d"), &args).iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(&argv[..4], ["--dir", "/d", "app", "sandbox"]);
+        assert!(argv.contains(&"--net=host".to_string()));
+        let sr: Vec<String> = systemd_run_argv("u1", Some("kubepods-pod1.slice"))
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert!(sr.contains(&"--unit=rktlet-u1".to_string()));
+        assert!(sr.contains(&"--service-type=notify".to_string()));
+        assert!(sr.contains(&"--slice=kubepods-pod1.slice".to_string()));
+        assert!(!systemd_run_argv("u1", None).iter().any(|a| a.to_string_lossy().starts_with("--slice")));
+    }
+
+    #[test]
+    fn wait_ready_sees_the_link_and_the_exit() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let rootfs = t.path().join("rootfs");
+        std::fs::create_dir_all(rootfs.join("rkt")).expect("mkdir");
+        let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
+        let pidfd = pidfd_open(sleeper.id() as i32).expect("pidfd");
+        let link = rootfs.join("rkt/supervisor-status");
+        let l2 = link.clone();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            std::os::unix::fs::symlink("ready", l2).expect("link");
+        });
+        wait_ready_blocking(&rootfs, &pidfd, Duration::from_secs(10)).expect("ready");
+        writer.join().expect("join");
+        std::fs::remove_file(&link).expect("rm");
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+        assert!(matches!(wait_ready_blocking(&rootfs, &pidfd, Duration::from_secs(10)), Err(LaunchError::Exited(_))));
+        let mut other = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
+        let pidfd = pidfd_open(other.id() as i32).expect("pidfd");
+        assert!(matches!(
+            wait_ready_blocking(&rootfs, &pidfd, Duration::from_millis(100)),
+            Err(LaunchError::Timeout(_))
+        ));
+        let _ = other.kill();
+        let _ = other.wait();
+    }
+}

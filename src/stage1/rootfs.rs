@@ -1,0 +1,201 @@
+//! The lean host-flavor stage1 rootfs, generated into `$P/stage1/rootfs`.
+//!
+//! About 50 small files: the host's `/usr` is bind-mounted read-only by
+//! nspawn, so only the skeleton, identity files and our own units live here.
+//! The unit search path inside the pod is restricted to `/etc/systemd/system`
+//! (SYSTEMD_UNIT_PATH), which is why the shutdown units are linked in
+//! explicitly and no host unit is ever loaded (reference: pod-boot-fast.md).
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, symlink};
+use std::path::{Path, PathBuf};
+
+/// The pod's top unit; default.target points at it.
+pub const POD_TARGET: &str = "pod.target";
+/// Unit that flips `/rkt/supervisor-status` to `ready` once systemd runs units.
+pub const READY_UNIT: &str = "supervisor-ready.service";
+/// Readiness link, relative to the stage1 rootfs.
+pub const SUPERVISOR_STATUS: &str = "rkt/supervisor-status";
+
+const SHUTDOWN_UNITS: [&str; 9] = [
+    "shutdown.target",
+    "umount.target",
+    "final.target",
+    "halt.target",
+    "systemd-halt.service",
+    "poweroff.target",
+    "systemd-poweroff.service",
+    "exit.target",
+    "systemd-exit.service",
+];
+
+/// What a pod's identity files say.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    /// Written to `/etc/machine-id` before boot (saves systemd an fsync).
+    pub machine_id: String,
+    pub hostname: String,
+    /// Full `/etc/resolv.conf` content.
+    pub resolv_conf: String,
+    /// Full `/etc/hosts` content.
+    pub hosts: String,
+}
+
+/// Paths inside a stage1 rootfs.
+#[derive(Debug, Clone)]
+pub struct Stage1Root {
+    root: PathBuf,
+}
+
+impl Stage1Root {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn supervisor_status(&self) -> PathBuf {
+        self.root.join(SUPERVISOR_STATUS)
+    }
+
+    /// True once the pod's systemd has run the readiness unit.
+    pub fn is_ready(&self) -> bool {
+        fs::read_link(self.supervisor_status()).map(|t| t == Path::new("ready")).unwrap_or(false)
+    }
+
+    /// Directory of per-app status files (`/rkt/status`).
+    pub fn status_dir(&self) -> PathBuf {
+        self.root.join("rkt/status")
+    }
+
+    /// Builds the skeleton, units and identity files. The rootfs must not exist yet.
+    pub fn build(&self, id: &Identity) -> io::Result<()> {
+        let mut dirs = fs::DirBuilder::new();
+        dirs.mode(0o755).recursive(true);
+        let r = &self.root;
+        for d in [
+            "usr",
+            "etc/systemd/system",
+            "etc/systemd/system-generators",
+            "proc",
+            "sys",
+            "dev",
+            "run",
+            "tmp",
+            "var/tmp",
+            "var/log",
+            "root",
+            "rkt/status",
+            "rkt/env",
+            "opt/stage2",
+        ] {
+            dirs.create(r.join(d))?;
+        }
+        for (link, target) in [("bin", "usr/bin"), ("lib", "usr/lib"), ("lib64", "usr/lib64"), ("sbin", "usr/sbin")] {
+            symlink(target, r.join(link))?;
+        }
+        symlink("../run", r.join("var/run"))?;
+        // a symlink into /usr would dangle until nspawn's bind mount; systemd reads it early
+        let os_release = fs::read("/etc/os-release").or_else(|_| fs::read("/usr/lib/os-release"))?;
+        fs::write(r.join("etc/os-release"), os_release)?;
+        fs::write(
+            r.join("etc/passwd"),
+            "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+        )?;
+        fs::write(r.join("etc/group"), "root:x:0:\nnogroup:x:65534:\n")?;
+        fs::write(r.join("etc/nsswitch.conf"), "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n")?;
+        fs::write(r.join("etc/machine-id"), format!("{}\n", id.machine_id))?;
+        self.write_network_identity(id)?;
+        self.write_units()?;
+        Ok(())
+    }
+
+    /// (Re)writes hostname, hosts and resolv.conf (also used to adapt a pod).
+    pub fn write_network_identity(&self, id: &Identity) -> io::Result<()> {
+        let etc = self.root.join("etc");
+        crate::fsutil::write_atomic(&etc.join("hostname"), format!("{}\n", id.hostname).as_bytes(), 0o644)?;
+        crate::fsutil::write_atomic(&etc.join("hosts"), id.hosts.as_bytes(), 0o644)?;
+        crate::fsutil::write_atomic(&etc.join("resolv.conf"), id.resolv_conf.as_bytes(), 0o644)
+    }
+
+    fn write_units(&self) -> io::Result<()> {
+        let units = self.root.join("etc/systemd/system");
+        fs::write(
+            units.join(POD_TARGET),
+            format!(
+                "[Unit]\nDescription=rktlet pod\nAllowIsolate=yes\nWants={READY_UNIT}\n\
+                 # keeps an empty pod alive: nothing conflicts with it but halt\nConflicts=halt.target\n"
+            ),
+        )?;
+        symlink(POD_TARGET, units.join("default.target"))?;
+        // ln is the host's (/usr is shared); it runs once per pod boot
+        fs::write(
+            units.join(READY_UNIT),
+            "[Unit]\nDescription=Mark the pod ready for rktlet\nDefaultDependencies=no\n\n\
+             [Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/usr/bin/ln -sfn ready /rkt/supervisor-status\n",
+        )?;
+        for unit in SHUTDOWN_UNITS {
+            symlink(Path::new("/usr/lib/systemd/system").join(unit), units.join(unit))?;
+        }
+        let generators = self.root.join("etc/systemd/system-generators");
+        for dir in ["/usr/lib/systemd/system-generators", "/lib/systemd/system-generators"] {
+            let Ok(entries) = fs::read_dir(dir) else { continue };
+            for e in entries.flatten() {
+                let target = generators.join(e.file_name());
+                if !target.exists() {
+                    symlink("/dev/null", target)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `/etc/hosts` for a pod: localhost lines plus the pod's own name.
+pub fn hosts_file(hostname: &str, ip: Option<&str>) -> String {
+    let mut s = String::from("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n");
+    match ip {
+        Some(ip) => s.push_str(&format!("{ip}\t{hostname}\n")),
+        None => s.push_str(&format!("127.0.1.1\t{hostname}\n")),
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_a_bootable_skeleton() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let root = Stage1Root::new(t.path().join("rootfs"));
+        let id = Identity {
+            machine_id: "0123456789abcdef0123456789abcdef".into(),
+            hostname: "web-0".into(),
+            resolv_conf: "nameserver 10.0.0.10\n".into(),
+            hosts: hosts_file("web-0", None),
+        };
+        root.build(&id).expect("build");
+        let r = root.path();
+        assert!(r.join("usr").is_dir(), "nspawn refuses a tree without /usr");
+        assert_eq!(fs::read_link(r.join("var/run")).expect("link"), Path::new("../run"));
+        assert_eq!(fs::read_to_string(r.join("etc/hostname")).expect("hostname"), "web-0\n");
+        assert_eq!(fs::read_to_string(r.join("etc/machine-id")).expect("id").trim(), id.machine_id);
+        assert!(fs::read_to_string(r.join("etc/hosts")).expect("hosts").contains("web-0"));
+        assert_eq!(fs::read_link(r.join("etc/systemd/system/default.target")).expect("default"), Path::new(POD_TARGET));
+        let pod_target = fs::read_to_string(r.join("etc/systemd/system/pod.target")).expect("pod.target");
+        assert!(pod_target.contains("Wants=supervisor-ready.service"));
+        let ready = fs::read_to_string(r.join("etc/systemd/system").join(READY_UNIT)).expect("ready unit");
+        assert!(ready.contains("DefaultDependencies=no"));
+        for unit in SHUTDOWN_UNITS {
+            assert!(fs::symlink_metadata(r.join("etc/systemd/system").join(unit)).is_ok(), "{unit}");
+        }
+        assert!(!root.is_ready());
+        symlink("ready", root.supervisor_status()).expect("mark ready");
+        assert!(root.is_ready());
+        assert!(root.build(&id).is_err(), "building over an existing rootfs fails");
+    }
+}

@@ -1,0 +1,450 @@
+//! `rktlet app sandbox`: stage0 prepare + stage1 run for the host flavor, in
+//! the sandbox process itself (the one exec of a pod start).
+//!
+//! Runs in: the sandbox process, single-threaded, started by the daemon (or
+//! by an operator). It creates the pod directory, holds the pod lock, builds
+//! the stage1 rootfs, joins the pod cgroup and finally execs systemd-nspawn,
+//! which inherits the lock, so the pod reads as running exactly while nspawn
+//! lives. Until that exec, errors go to stderr (the daemon reads them from a
+//! pipe); from the exec on, output goes to `$P/sandbox.log`.
+
+use super::nspawn::{NspawnSpec, PodNet};
+use super::rootfs::{Identity, Stage1Root};
+use crate::cgroup::{Layout, pod::PodCgroup};
+use crate::lock;
+use crate::pod::manifest::PodManifest;
+use crate::pod::{self, DataDir, Pod, PodError};
+use std::convert::Infallible;
+use std::fs;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error(transparent)]
+    Pod(#[from] PodError),
+    #[error("{context}: {source}")]
+    Io { context: String, source: io::Error },
+    #[error("systemd-nspawn not found (install the systemd-container package)")]
+    NoNspawn,
+    #[error("invalid sandbox option: {0}")]
+    Invalid(String),
+}
+
+fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> SandboxError {
+    let context = context.into();
+    move |source| SandboxError::Io { context, source }
+}
+
+/// What `app sandbox` was asked to run.
+#[derive(Debug, Clone)]
+pub struct SandboxOptions {
+    pub data: DataDir,
+    pub uuid: Option<Uuid>,
+    pub manifest: PodManifest,
+    pub hostname: Option<String>,
+    pub resolv_conf: String,
+    /// Extra `/etc/hosts` lines (`ip name...`).
+    pub hosts_entries: Vec<String>,
+    pub net: PodNet,
+    pub host_ipc: bool,
+    pub cgroup_parent: String,
+    /// The pod was placed in its cgroup by `systemd-run`; do not move it.
+    pub systemd_unit: bool,
+    pub uuid_file_save: Option<PathBuf>,
+}
+
+/// Runs the sandbox: returns only on failure (success is an exec).
+pub fn run(opts: SandboxOptions) -> Result<Infallible, SandboxError> {
+    let nspawn = super::host::find_in_path("systemd-nspawn").ok_or(SandboxError::NoNspawn)?;
+    let uuid = opts.uuid.unwrap_or_else(Uuid::new_v4);
+    let mut pod = Pod::create_with_uuid(&opts.data, uuid)?;
+    let mut cgroup = None;
+    match prepare(&opts, &mut pod, &mut cgroup) {
+        Ok(spec_rootfs) => exec_nspawn(&opts, &mut pod, nspawn, spec_rootfs),
+        Err(e) => {
+            abort(&mut pod, cgroup.as_ref());
+            Err(e)
+        }
+    }
+}
+
+fn prepare(opts: &SandboxOptions, pod: &mut Pod, cgroup_out: &mut Option<PodCgroup>) -> Result<PathBuf, SandboxError> {
+    let uuid = pod.uuid();
+    pod.to_preparing()?;
+    let mut manifest = opts.manifest.clone();
+    manifest.set_annotation(pod::manifest::ANNOTATION_MUTABLE, "true");
+    pod.write_initial(&manifest)?;
+
+    let hostname = opts.hostname.clone().unwrap_or_else(|| format!("rkt-{uuid}"));
+    let mut hosts = super::rootfs::hosts_file(&hostname, None);
+    for line in &opts.hosts_entries {
+        hosts.push_str(line);
+        hosts.push('\n');
+    }
+    let root = Stage1Root::new(pod.stage1_rootfs());
+    let identity = Identity {
+        machine_id: uuid.simple().to_string(),
+        hostname: hostname.clone(),
+        resolv_conf: opts.resolv_conf.clone(),
+        hosts,
+    };
+    root.build(&identity).map_err(io_err(format!("building stage1 rootfs of pod {uuid}")))?;
+
+    if let PodNet::Netns(path) = &opts.net {
+        pod.write_file(pod::NETNS_FILE, path.as_os_str().as_encoded_bytes())?;
+    }
+    let runtime_config = serde_json::json!({
+        "Hostname": hostname,
+        "Mutable": true,
+        "NetList": match &opts.net { PodNet::Host => vec!["host"], PodNet::None => vec!["none"], PodNet::Netns(_) => vec!["default"] },
+        "IPCMode": if opts.host_ipc { "parent" } else { "" },
+        "ResolvConfMode": "stage0",
+        "EtcHostsMode": "stage0",
+    });
+    pod.write_file(pod::RUNTIME_CONFIG_FILE, runtime_config.to_string().as_bytes())?;
+
+    let layout = Layout::read().map_err(io_err("reading the host's cgroup layout"))?;
+    let sub = crate::cgroup::pod::subcgroup(&opts.cgroup_parent, &uuid.to_string(), opts.systemd_unit)
+        .map_err(SandboxError::Invalid)?;
+    if !opts.systemd_unit {
+        let cg = PodCgroup::new(&layout, &sub);
+        cg.create().map_err(io_err(format!("creating cgroup {sub}")))?;
+        *cgroup_out = Some(cg.clone());
+        cg.join_self().map_err(io_err(format!("joining cgroup {sub}")))?;
+    }
+    pod.write_file(pod::SUBCGROUP_FILE, sub.as_bytes())?;
+    lower_oom_score();
+
+    pod.to_run()?;
+    pod.write_file(pod::PPID_FILE, format!("{}\n", std::process::id()).as_bytes())?;
+    if let Some(path) = &opts.uuid_file_save {
+        fs::write(path, uuid.to_string()).map_err(io_err(format!("writing {}", path.display())))?;
+    }
+    // the rootfs moved with the pod directory from prepare/ to run/
+    Ok(pod.stage1_rootfs())
+}
+
+/// Pods should outlive their apps under memory pressure, like containerd's
+/// sandbox at -998. Nodes without CAP_SYS_RESOURCE refuse a negative value
+/// (EPERM); then the inherited value stays, which must not fail the pod.
+fn lower_oom_score() {
+    if let Err(e) = fs::write("/proc/self/oom_score_adj", b"-998") {
+        tracing::debug!(error = %e, "keeping the inherited oom_score_adj");
+    }
+}
+
+fn exec_nspawn(
+    opts: &SandboxOptions,
+    pod: &mut Pod,
+    nspawn: PathBuf,
+    rootfs: PathBuf,
+) -> Result<Infallible, SandboxError> {
+    let spec = NspawnSpec {
+        nspawn,
+        uuid: pod.uuid().to_string(),
+        rootfs,
+        net: opts.net.clone(),
+        host_ipc: opts.host_ipc,
+        notify_ready: opts.systemd_unit,
+    };
+    let log_path = pod.path().join(pod::SANDBOX_LOG_FILE);
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(io_err(format!("opening {}", log_path.display())))?;
+    let fd = pod.lock_fd()?;
+    let mut cmd = std::process::Command::new(&spec.nspawn);
+    cmd.args(spec.args()).envs(spec.env()).env("RKT_LOCK_FD", fd.to_string()).stdin(std::process::Stdio::null());
+    // from here on the pod's console goes to its log; the daemon sees EOF on our stderr pipe
+    redirect_output(&log).map_err(io_err("redirecting output to the pod log"))?;
+    lock::keep_across_exec(fd).map_err(io_err("passing the pod lock to nspawn"))?;
+    let err = cmd.exec();
+    Err(SandboxError::Io { context: format!("exec {}", spec.nspawn.display()), source: err })
+}
+
+fn redirect_output(log: &fs::File) -> io::Result<()> {
+    for target in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
+        // SAFETY: dup2 of a valid open descriptor onto a standard stream.
+        if unsafe { libc::dup2(log.as_raw_fd(), target) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Undoes a failed prepare: leave the cgroup and remove it, drop the pod dir.
+fn abort(pod: &mut Pod, cgroup: Option<&PodCgroup>) {
+    if let Some(cg) = cgroup {
+        for dir in &cg.dirs {
+            // back to the hierarchy root so the pod cgroup can be removed
+            if let Some(root) = dir.to_str().and_then(|d| d.strip_suffix(&cg.subcgroup)) {
+                let _ = fs::write(PathBuf::from(root).join("cgroup.procs"), b"0");
+            }
+        }
+        let _ = cg.remove();
+    }
+    let moved = if pod.dir() == pod::PodDir::Run {
+        pod.release_lock();
+        pod.to_exited_garbage()
+    } else {
+        pod.to_garbage()
+    };
+    pod.release_lock();
+    if moved.is_ok()
+        && let Ok(p) = Pod::open(pod.data_dir(), &pod.uuid().to_string())
+    {
+        let _ = p.delete();
+    }
+}
+
+/// The `app sandbox` command line, shared by the CLI parser and the daemon
+/// that builds it (so the two cannot drift apart).
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct SandboxArgs {
+    /// Use this pod UUID instead of a random one.
+    #[arg(long)]
+    pub uuid: Option<Uuid>,
+    /// Pod manifest (JSON) to start from; its apps must be empty.
+    #[arg(long)]
+    pub pod_manifest: Option<PathBuf>,
+    /// Pod hostname [default: rkt-<uuid>].
+    #[arg(long)]
+    pub hostname: Option<String>,
+    /// DNS server for the pod's resolv.conf (repeatable).
+    #[arg(long)]
+    pub dns: Vec<String>,
+    /// DNS search domain (repeatable).
+    #[arg(long)]
+    pub dns_search: Vec<String>,
+    /// resolv.conf option (repeatable).
+    #[arg(long)]
+    pub dns_opt: Vec<String>,
+    /// Extra /etc/hosts line, `IP=NAME[,NAME...]` (repeatable).
+    #[arg(long)]
+    pub hosts_entry: Vec<String>,
+    /// `host` (node network), `none` (only lo), or `default` (the netns given by --netns).
+    #[arg(long, default_value = "default")]
+    pub net: String,
+    /// Pre-made network namespace to use with --net=default.
+    #[arg(long)]
+    pub netns: Option<PathBuf>,
+    /// `parent` shares the node's IPC namespace.
+    #[arg(long)]
+    pub ipc: Option<String>,
+    /// cgroup parent (cgroupfs path, or a slice name under systemd).
+    #[arg(long)]
+    pub cgroup_parent: Option<String>,
+    /// Set when started by `systemd-run`: the unit already placed the pod's cgroup.
+    #[arg(long)]
+    pub in_systemd_unit: bool,
+    /// Pod annotation `NAME=VALUE` (repeatable; without --pod-manifest).
+    #[arg(long)]
+    pub annotation: Vec<String>,
+    /// Pod user annotation `KEY=VALUE` (repeatable).
+    #[arg(long)]
+    pub user_annotation: Vec<String>,
+    /// Pod user label `KEY=VALUE` (repeatable).
+    #[arg(long)]
+    pub user_label: Vec<String>,
+    /// Write the pod UUID to this file.
+    #[arg(long)]
+    pub uuid_file_save: Option<PathBuf>,
+}
+
+fn split_kv(s: &str) -> Result<(String, String), SandboxError> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| SandboxError::Invalid(format!("{s:?} is not KEY=VALUE")))
+}
+
+impl SandboxArgs {
+    /// The arguments after `app sandbox` that parse back into `self`.
+    pub fn to_argv(&self) -> Vec<std::ffi::OsString> {
+        let mut a: Vec<std::ffi::OsString> = Vec::new();
+        let mut push = |flag: &str, v: &dyn AsRef<std::ffi::OsStr>| {
+            let mut s = std::ffi::OsString::from(format!("--{flag}="));
+            s.push(v);
+            a.push(s);
+        };
+        if let Some(u) = &self.uuid {
+            push("uuid", &u.to_string());
+        }
+        if let Some(p) = &self.pod_manifest {
+            push("pod-manifest", p);
+        }
+        if let Some(h) = &self.hostname {
+            push("hostname", h);
+        }
+        for (flag, list) in [
+            ("dns", &self.dns),
+            ("dns-search", &self.dns_search),
+            ("dns-opt", &self.dns_opt),
+            ("hosts-entry", &self.hosts_entry),
+            ("annotation", &self.annotation),
+            ("user-annotation", &self.user_annotation),
+            ("user-label", &self.user_label),
+        ] {
+            for v in list {
+                push(flag, v);
+            }
+        }
+        push("net", &self.net);
+        if let Some(p) = &self.netns {
+            push("netns", p);
+        }
+        if let Some(i) = &self.ipc {
+            push("ipc", i);
+        }
+        if let Some(c) = &self.cgroup_parent {
+            push("cgroup-parent", c);
+        }
+        if let Some(p) = &self.uuid_file_save {
+            push("uuid-file-save", p);
+        }
+        if self.in_systemd_unit {
+            a.push("--in-systemd-unit".into());
+        }
+        a
+    }
+
+    /// Turns the flags into sandbox options on `data`.
+    pub fn into_options(self, data: DataDir) -> Result<SandboxOptions, SandboxError> {
+        let mut manifest = match &self.pod_manifest {
+            Some(path) => {
+                let bytes = fs::read(path).map_err(io_err(format!("reading {}", path.display())))?;
+                let m: PodManifest = serde_json::from_slice(&bytes)
+                    .map_err(|e| SandboxError::Invalid(format!("pod manifest {}: {e}", path.display())))?;
+                if !m.apps.is_empty() {
+                    return Err(SandboxError::Invalid("a sandbox starts without apps".into()));
+                }
+                m
+            }
+            None => PodManifest::mutable(),
+        };
+        for a in &self.annotation {
+            let (k, v) = split_kv(a)?;
+            manifest.set_annotation(&k, v);
+        }
+        for a in &self.user_annotation {
+            let (k, v) = split_kv(a)?;
+            manifest.user_annotations.insert(k, v);
+        }
+        for l in &self.user_label {
+            let (k, v) = split_kv(l)?;
+            manifest.user_labels.insert(k, v);
+        }
+        let net = match self.net.as_str() {
+            "host" => PodNet::Host,
+            "none" => PodNet::None,
+            "default" => match self.netns {
+                Some(p) => PodNet::Netns(p),
+                None => {
+                    return Err(SandboxError::Invalid(
+                        "--net=default needs --netns=PATH (a pre-made namespace)".into(),
+                    ));
+                }
+            },
+            other => return Err(SandboxError::Invalid(format!("unknown --net={other}: use host, none or default"))),
+        };
+        let host_ipc = match self.ipc.as_deref() {
+            None | Some("" | "private" | "auto") => false,
+            Some("parent" | "host") => true,
+            Some(other) => return Err(SandboxError::Invalid(format!("unknown --ipc={other}: use private or parent"))),
+        };
+        let mut hosts_entries = Vec::new();
+        for e in &self.hosts_entry {
+            let (ip, names) = split_kv(e)?;
+            hosts_entries.push(format!("{ip}\t{}", names.replace(',', " ")));
+        }
+        let resolv_conf = resolv_conf(&self.dns, &self.dns_search, &self.dns_opt);
+        Ok(SandboxOptions {
+            data,
+            uuid: self.uuid,
+            manifest,
+            hostname: self.hostname,
+            resolv_conf,
+            hosts_entries,
+            net,
+            host_ipc,
+            cgroup_parent: self.cgroup_parent.unwrap_or_default(),
+            systemd_unit: self.in_systemd_unit,
+            uuid_file_save: self.uuid_file_save,
+        })
+    }
+}
+
+/// resolv.conf from explicit settings, or the node's own when none are given.
+fn resolv_conf(servers: &[String], searches: &[String], options: &[String]) -> String {
+    if servers.is_empty() && searches.is_empty() && options.is_empty() {
+        return crate::net::dns::host_resolv_conf();
+    }
+    crate::net::dns::render_resolv_conf(servers, searches, options)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: SandboxArgs,
+    }
+
+    #[test]
+    fn argv_round_trips() {
+        let args = SandboxArgs {
+            uuid: Some(Uuid::new_v4()),
+            pod_manifest: Some("/tmp/m.json".into()),
+            hostname: Some("web".into()),
+            dns: vec!["10.0.0.10".into(), "10.0.0.11".into()],
+            dns_search: vec!["svc.cluster.local".into()],
+            dns_opt: vec!["ndots:5".into()],
+            hosts_entry: vec!["10.1.1.1=a,b".into()],
+            net: "default".into(),
+            netns: Some("/var/run/netns/x".into()),
+            ipc: Some("parent".into()),
+            cgroup_parent: Some("/kubepods/pod1".into()),
+            in_systemd_unit: true,
+            annotation: vec!["a=b=c".into()],
+            user_annotation: vec!["k=v".into()],
+            user_label: vec!["app=web".into()],
+            uuid_file_save: Some("/tmp/u".into()),
+        };
+        let mut argv: Vec<std::ffi::OsString> = vec!["sandbox".into()];
+        argv.extend(args.to_argv());
+        assert_eq!(Wrap::parse_from(argv).args, args);
+    }
+
+    #[test]
+    fn options_from_flags() {
+        let data = DataDir::new("/nonexistent");
+        let args = SandboxArgs {
+            net: "default".into(),
+            netns: Some("/var/run/netns/p".into()),
+            hosts_entry: vec!["10.1.1.1=a,b".into()],
+            user_label: vec!["app=web".into()],
+            annotation: vec!["x.io/y=z".into()],
+            dns: vec!["10.0.0.10".into()],
+            ..Default::default()
+        };
+        let o = args.into_options(data.clone()).expect("options");
+        assert_eq!(o.net, PodNet::Netns("/var/run/netns/p".into()));
+        assert_eq!(o.hosts_entries, ["10.1.1.1\ta b"]);
+        assert_eq!(o.manifest.user_labels.get("app").map(String::as_str), Some("web"));
+        assert_eq!(o.manifest.annotation("x.io/y"), Some("z"));
+        assert!(o.manifest.is_mutable());
+        assert!(o.resolv_conf.contains("nameserver 10.0.0.10"));
+        let bad = SandboxArgs { net: "default".into(), ..Default::default() };
+        assert!(matches!(bad.into_options(data.clone()), Err(SandboxError::Invalid(_))));
+        let bad = SandboxArgs { net: "host".into(), user_label: vec!["novalue".into()], ..Default::default() };
+        assert!(matches!(bad.into_options(data), Err(SandboxError::Invalid(_))));
+    }
+}

@@ -1,0 +1,150 @@
+//! Stopping a pod and taking down what its sandbox left on the host: the
+//! nspawn process, stray processes in the pod cgroup, mounts under the pod
+//! directory, the pod cgroup itself.
+//!
+//! Runs in: the daemon (and the CLI). Every step is idempotent, so a stop or
+//! remove interrupted by a crash is simply run again.
+
+use super::launch::pidfd_open;
+use crate::cgroup::{Layout, pod::PodCgroup};
+use crate::pod::{self, Pod, PodError, PodState};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use std::fs;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StopError {
+    #[error(transparent)]
+    Pod(#[from] PodError),
+    #[error("pod {uuid}: {context}: {source}")]
+    Io { uuid: String, context: String, source: io::Error },
+    #[error("pod {0} is still running after SIGKILL")]
+    Stuck(String),
+}
+
+/// Waits until the process behind `pidfd` exits, at most `timeout`.
+fn wait_exit(pidfd: &OwnedFd, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ms = u16::try_from(left.as_millis().min(10_000)).unwrap_or(10_000);
+        let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(n) if n > 0 => return true,
+            Ok(_) if left.is_zero() => return false,
+            Ok(_) | Err(nix::Error::EINTR) => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+/// The pod's cgroup directories, from its `subcgroup` file.
+pub fn pod_cgroup(pod: &Pod) -> Result<Option<PodCgroup>, StopError> {
+    let Some(sub) = pod.read_file(pod::SUBCGROUP_FILE)? else { return Ok(None) };
+    if sub.is_empty() || sub.split('/').any(|c| c == "..") {
+        return Ok(None);
+    }
+    let layout = Layout::read().map_err(|source| StopError::Io {
+        uuid: pod.uuid().to_string(),
+        context: "reading cgroup layout".into(),
+        source,
+    })?;
+    Ok(Some(PodCgroup::new(&layout, &sub)))
+}
+
+/// Stops a pod: SIGTERM to its nspawn (the pod's systemd powers off at once),
+/// then after `grace` SIGKILL to nspawn and to everything left in the pod
+/// cgroup. Returns when the pod reads as exited. Stopping a stopped pod is a no-op.
+pub fn stop(pod: &mut Pod, grace: Duration) -> Result<(), StopError> {
+    let uuid = pod.uuid().to_string();
+    if pod.state()? == PodState::Running
+        && let Some(pid) = pod.sandbox_pid()?
+        && let Ok(pidfd) = pidfd_open(pid)
+    {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        if !wait_exit(&pidfd, grace) {
+            tracing::warn!(pod = %uuid, ?grace, "pod did not stop in time; killing it");
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            if let Some(cg) = pod_cgroup(pod)? {
+                cg.kill_all();
+            }
+            if !wait_exit(&pidfd, Duration::from_secs(10)) {
+                return Err(StopError::Stuck(uuid));
+            }
+        }
+    }
+    // nspawn gone: anything still in the pod cgroup (a pod systemd orphaned by SIGKILL) goes too
+    if let Some(cg) = pod_cgroup(pod)? {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !cg.pids().is_empty() {
+            cg.kill_all();
+            if Instant::now() > deadline {
+                return Err(StopError::Stuck(uuid));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    // the lock goes with the last process holding it
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pod.state()? == PodState::Running {
+        if Instant::now() > deadline {
+            return Err(StopError::Stuck(uuid));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Ok(())
+}
+
+/// Unmounts everything mounted at or below `dir`, deepest first (lazily, so a
+/// busy mount does not block the removal of the pod).
+pub fn unmount_below(dir: &Path) -> io::Result<()> {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo")?;
+    let prefix = dir.to_string_lossy().trim_end_matches('/').to_string();
+    let mut points: Vec<String> = mountinfo
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(crate::cgroup::unescape_mount)
+        .filter(|p| *p == prefix || p.starts_with(&format!("{prefix}/")))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in points {
+        match nix::mount::umount2(p.as_str(), nix::mount::MntFlags::MNT_DETACH) {
+            Ok(()) | Err(nix::Error::EINVAL) | Err(nix::Error::ENOENT) => {}
+            Err(e) => return Err(io::Error::new(io::Error::from(e).kind(), format!("unmounting {p}: {e}"))),
+        }
+    }
+    Ok(())
+}
+
+/// Removes the host-side leftovers of an exited pod: mounts under its
+/// directory and its cgroup.
+pub fn release(pod: &Pod) -> Result<(), StopError> {
+    let uuid = pod.uuid().to_string();
+    unmount_below(&pod.path()).map_err(|source| StopError::Io {
+        uuid: uuid.clone(),
+        context: "unmounting".into(),
+        source,
+    })?;
+    if let Some(cg) = pod_cgroup(pod)? {
+        cg.remove().map_err(|source| StopError::Io { uuid, context: "removing cgroup".into(), source })?;
+    }
+    Ok(())
+}
+
+/// Stops (if needed), releases and deletes a pod, whatever state it is in.
+pub fn destroy(mut pod: Pod, grace: Duration) -> Result<(), StopError> {
+    stop(&mut pod, grace)?;
+    release(&pod)?;
+    match pod.state()? {
+        PodState::Exited => pod.to_exited_garbage()?,
+        PodState::Embryo | PodState::AbortedPrepare | PodState::Prepared => pod.to_garbage()?,
+        _ => {}
+    }
+    pod.delete()?;
+    Ok(())
+}

@@ -1,0 +1,208 @@
+//! Real pods under systemd-nspawn, driven through the CRI socket of the real daemon.
+
+mod common;
+
+use common::{Daemon, assert_no_leaks, host_network, pod_config};
+use rktlet::proto::v1 as cri;
+use tonic::Code;
+
+async fn run(
+    rt: &mut rktlet::proto::v1::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
+    config: cri::PodSandboxConfig,
+) -> String {
+    rt.run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() })
+        .await
+        .expect("RunPodSandbox")
+        .into_inner()
+        .pod_sandbox_id
+}
+
+async fn status(
+    rt: &mut rktlet::proto::v1::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
+    id: &str,
+) -> Result<cri::PodSandboxStatusResponse, tonic::Status> {
+    rt.pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: id.into(), verbose: true })
+        .await
+        .map(|r| r.into_inner())
+}
+
+fn hostname_in_pod(data: &std::path::Path, id: &str) -> String {
+    let ppid: i32 = std::fs::read_to_string(data.join("pods/run").join(id).join("ppid"))
+        .expect("ppid")
+        .trim()
+        .parse()
+        .expect("pid");
+    let children = std::fs::read_to_string(format!("/proc/{ppid}/task/{ppid}/children")).expect("children");
+    let pid1: i32 = children.split_whitespace().next().expect("pod pid 1").parse().expect("pid");
+    let out = std::process::Command::new("nsenter")
+        .args(["-t", &pid1.to_string(), "-u", "hostname"])
+        .output()
+        .expect("nsenter");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn host_network_pod_lifecycle() {
+    let d = Daemon::start(&[]);
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    let id = run(&mut rt, host_network(pod_config("hostnet", &[("app", "web")]))).await;
+
+    let s = status(&mut rt, &id).await.expect("status");
+    let st = s.status.expect("status");
+    assert_eq!(st.state, cri::PodSandboxState::SandboxReady as i32);
+    assert_eq!(st.metadata.as_ref().map(|m| m.name.as_str()), Some("hostnet"));
+    assert_eq!(st.labels.get("app").map(String::as_str), Some("web"));
+    assert_eq!(st.annotations.get("team").map(String::as_str), Some("rktlet"));
+    assert!(st.annotations.keys().all(|k| !k.starts_with("k8s.io/reserved")), "{:?}", st.annotations);
+    let ns = st.linux.and_then(|l| l.namespaces).and_then(|n| n.options).expect("namespace options");
+    assert_eq!(ns.network, cri::NamespaceMode::Node as i32);
+    assert!(st.created_at > 1_600_000_000_000_000_000, "created_at in ns: {}", st.created_at);
+    let info: serde_json::Value = serde_json::from_str(&s.info["info"]).expect("verbose info");
+    assert_eq!(info["state"], "running");
+    assert_eq!(hostname_in_pod(&data, &id), "hostnet");
+
+    // the pod shares the node's network: it sees the same interfaces
+    let host_links = std::fs::read_to_string("/proc/net/dev").expect("host net/dev");
+    let pid = info["pid"].as_i64().expect("pid");
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).expect("children");
+    let pid1 = children.split_whitespace().next().expect("pid1");
+    let pod_links = std::fs::read_to_string(format!("/proc/{pid1}/net/dev")).expect("pod net/dev");
+    let names = |t: &str| {
+        t.lines()
+            .skip(2)
+            .filter_map(|l| l.split(':').next().map(|s| s.trim().to_string()))
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    assert_eq!(names(&pod_links), names(&host_links));
+
+    let list = rt.list_pod_sandbox(cri::ListPodSandboxRequest { filter: None }).await.expect("list").into_inner();
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(list.items[0].id, id);
+
+    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("stop");
+    let st = status(&mut rt, &id).await.expect("status after stop").status.expect("status");
+    assert_eq!(st.state, cri::PodSandboxState::SandboxNotready as i32);
+    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("stop is idempotent");
+
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("remove");
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.clone() })
+        .await
+        .expect("remove is idempotent");
+    assert_eq!(status(&mut rt, &id).await.expect_err("gone").code(), Code::NotFound);
+    assert_no_leaks(&data, &[id]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn list_filters_and_concurrent_pods() {
+    let d = Daemon::start(&[]);
+    let data = d.dir.path().join("data");
+    let rt = d.runtime().await;
+    let (mut a, mut b) = (rt.clone(), rt.clone());
+    let (ida, idb) = tokio::join!(
+        run(&mut a, host_network(pod_config("pod-a", &[("tier", "front")]))),
+        run(&mut b, host_network(pod_config("pod-b", &[("tier", "back")]))),
+    );
+    let mut rt = rt;
+    let list = |filter: cri::PodSandboxFilter| cri::ListPodSandboxRequest { filter: Some(filter) };
+    let ids = |r: cri::ListPodSandboxResponse| r.items.into_iter().map(|i| i.id).collect::<Vec<_>>();
+
+    let all = ids(rt.list_pod_sandbox(list(Default::default())).await.expect("list").into_inner());
+    assert_eq!(all.len(), 2);
+    let front = cri::PodSandboxFilter {
+        label_selector: [("tier".to_string(), "front".to_string())].into(),
+        ..Default::default()
+    };
+    assert_eq!(ids(rt.list_pod_sandbox(list(front)).await.expect("list").into_inner()), vec![ida.clone()]);
+    let by_prefix = cri::PodSandboxFilter { id: idb[..8].to_string(), ..Default::default() };
+    assert_eq!(ids(rt.list_pod_sandbox(list(by_prefix)).await.expect("list").into_inner()), vec![idb.clone()]);
+
+    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: ida.clone() }).await.expect("stop a");
+    let ready = cri::PodSandboxFilter {
+        state: Some(cri::PodSandboxStateValue { state: cri::PodSandboxState::SandboxReady as i32 }),
+        ..Default::default()
+    };
+    assert_eq!(ids(rt.list_pod_sandbox(list(ready)).await.expect("list").into_inner()), vec![idb.clone()]);
+    let not_ready = cri::PodSandboxFilter {
+        state: Some(cri::PodSandboxStateValue { state: cri::PodSandboxState::SandboxNotready as i32 }),
+        ..Default::default()
+    };
+    assert_eq!(ids(rt.list_pod_sandbox(list(not_ready)).await.expect("list").into_inner()), vec![ida.clone()]);
+
+    for id in [&ida, &idb] {
+        rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("remove");
+    }
+    assert_no_leaks(&data, &[ida, idb]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_requests_are_refused_and_leave_nothing() {
+    let d = Daemon::start(&[]);
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    let mut no_uid = pod_config("x", &[]);
+    if let Some(m) = no_uid.metadata.as_mut() {
+        m.uid.clear();
+    }
+    let err = rt
+        .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(no_uid), runtime_handler: String::new() })
+        .await
+        .expect_err("uid required");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("uid"), "{}", err.message());
+
+    let mut host_pid = host_network(pod_config("hostpid", &[]));
+    if let Some(ns) =
+        host_pid.linux.as_mut().and_then(|l| l.security_context.as_mut()).and_then(|s| s.namespace_options.as_mut())
+    {
+        ns.pid = cri::NamespaceMode::Node as i32;
+    }
+    let err = rt
+        .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(host_pid), runtime_handler: String::new() })
+        .await
+        .expect_err("host pid");
+    assert_eq!(err.code(), Code::InvalidArgument);
+
+    // a sandbox that fails inside the sandbox process: its error is quoted, nothing stays
+    let mut bad_parent = host_network(pod_config("badparent", &[]));
+    if let Some(l) = bad_parent.linux.as_mut() {
+        l.cgroup_parent = "/kubepods/../../escape".into();
+    }
+    let err = rt
+        .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(bad_parent), runtime_handler: String::new() })
+        .await
+        .expect_err("bad cgroup parent");
+    assert!(err.message().contains("invalid cgroup parent"), "{}", err.message());
+    for state in ["embryo", "prepare", "run", "garbage", "exited-garbage"] {
+        let left: Vec<_> = std::fs::read_dir(data.join("pods").join(state)).expect("readdir").collect();
+        assert!(left.is_empty(), "pods/{state} not empty after failures");
+    }
+    let unknown = "00000000-0000-4000-8000-000000000000";
+    assert_eq!(status(&mut rt, unknown).await.expect_err("unknown").code(), Code::NotFound);
+    let err =
+        rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: unknown.into() }).await.expect_err("unknown");
+    assert_eq!(err.code(), Code::NotFound);
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: unknown.into() })
+        .await
+        .expect("remove of unknown is ok");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pods_survive_a_daemon_sigkill() {
+    let mut d = Daemon::start(&[]);
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    let id = run(&mut rt, host_network(pod_config("survivor", &[]))).await;
+    d.signal_and_wait(nix::sys::signal::Signal::SIGKILL);
+
+    // a new daemon on the same data dir and socket
+    let child = Daemon::spawn(&d.socket, d.dir.path(), &[]);
+    d.child = child;
+    d.wait_ready();
+    let mut rt = d.runtime().await;
+    let st = status(&mut rt, &id).await.expect("status after restart").status.expect("status");
+    assert_eq!(st.state, cri::PodSandboxState::SandboxReady as i32, "the pod kept running");
+    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("stop");
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("remove");
+    assert_no_leaks(&data, &[id]);
+}
