@@ -14,15 +14,27 @@ packages=(
   docker-registry skopeo umoci busybox-static apache2-utils jq curl ca-certificates
 )
 
+root="$(cd "$(dirname "$0")/.." && pwd)"
+sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -q
   $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The default pod network (bridge rktlet0, 10.66.0.0/16, portmap), only on a
+# node that has no CNI config yet: an existing network is the operator's choice.
+# (`lo` is not in it: rktlet brings it up itself, in-process or with CNI loopback.)
+cni_conf_dir="${RKTLET_CNI_CONF_DIR:-/etc/cni/net.d}"
+if ! compgen -G "$cni_conf_dir/*.conf" >/dev/null && ! compgen -G "$cni_conf_dir/*.conflist" >/dev/null \
+    && ! compgen -G "$cni_conf_dir/*.json" >/dev/null; then
+  $sudo install -D -m 0644 "$root/contrib/cni/10-rktlet.conflist" "$cni_conf_dir/10-rktlet.conflist"
+  echo "installed the default CNI network in $cni_conf_dir/10-rktlet.conflist"
 fi
 
 if command -v rustup >/dev/null 2>&1; then

@@ -1,10 +1,22 @@
-//! CNI configuration discovery: the network a pod joins is the first config
-//! (by file name) in the conf dir, as kubelet-era runtimes choose it.
+//! CNI: configuration discovery (the network a pod joins is the first config,
+//! by file name, in the conf dir, as kubelet-era runtimes choose it) and the
+//! plugin protocol (CNI spec 1.0.0; 0.3.x and 0.4.0 configs work the same way).
+//!
+//! Plugins run as child processes through `tokio::process`, so [`Network::add`]
+//! and [`Network::del`] are async and a slow plugin blocks no runtime thread.
+
+mod exec;
+mod result;
+
+pub use exec::{CniRequest, Network, PortMapping, Protocol};
+pub use result::{CniResult, Dns, IpConfig, ResultInterface, Route};
 
 use serde::Deserialize;
+use serde_json::{Map, Value};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Why the pod network is not ready; the text goes to kubelet's NetworkReady condition.
 #[derive(Debug, thiserror::Error)]
@@ -17,6 +29,26 @@ pub enum CniError {
     Invalid { path: PathBuf, reason: String },
     #[error("network {network}: plugin {plugin:?} not found in {dirs}")]
     MissingPlugin { network: String, plugin: String, dirs: String },
+    #[error("network {network}: cannot run plugin {}: {source}", path.display())]
+    Exec { network: String, path: PathBuf, source: io::Error },
+    #[error("network {network}: plugin {plugin:?} {command} failed: {message}")]
+    Plugin {
+        network: String,
+        plugin: String,
+        command: &'static str,
+        /// The CNI error code, when the plugin printed an error object.
+        code: Option<u64>,
+        /// msg, details, exit status and stderr, for the reader.
+        message: String,
+    },
+    #[error("network {network}: plugin {plugin:?} {command} timed out after {timeout:?}")]
+    Timeout { network: String, plugin: String, command: &'static str, timeout: Duration },
+    #[error("network {network}: plugin {plugin:?} {command}: invalid result: {reason}")]
+    BadResult { network: String, plugin: String, command: &'static str, reason: String },
+    #[error("network {network}: {what}")]
+    Unsupported { network: String, what: String },
+    #[error("CNI result cache {path}: {source}")]
+    Cache { path: PathBuf, source: io::Error },
 }
 
 /// One plugin entry of a network config.
@@ -34,6 +66,8 @@ struct RawConf {
     #[serde(rename = "type")]
     plugin_type: Option<String>,
     plugins: Option<Vec<PluginConf>>,
+    #[serde(rename = "disableCheck", default)]
+    disable_check: bool,
 }
 
 /// A network config file (`.conflist`, or a single-plugin `.conf`/`.json`).
@@ -43,18 +77,29 @@ pub struct NetworkConfig {
     pub name: String,
     pub cni_version: String,
     pub plugins: Vec<PluginConf>,
-    /// The file's bytes, passed to plugins as they are.
+    /// The conflist asks runtimes not to run CHECK.
+    pub disable_check: bool,
+    /// The file's bytes, as read.
     pub bytes: Vec<u8>,
+    /// Each plugin's JSON object, in chain order (a `.conf` is its own single plugin).
+    plugin_json: Vec<Map<String, Value>>,
 }
 
 impl NetworkConfig {
     pub fn parse(path: &Path, bytes: Vec<u8>) -> Result<Self, CniError> {
         let invalid = |reason: String| CniError::Invalid { path: path.to_path_buf(), reason };
-        let raw: RawConf = serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
+        let json: Value = serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
+        let raw: RawConf = serde_json::from_value(json.clone()).map_err(|e| invalid(e.to_string()))?;
         let name = raw.name.filter(|n| !n.is_empty()).ok_or_else(|| invalid("missing \"name\"".into()))?;
-        let plugins = match (raw.plugins, raw.plugin_type) {
-            (Some(p), _) if !p.is_empty() => p,
-            (None, Some(t)) if !t.is_empty() => vec![PluginConf { plugin_type: t }],
+        let (plugins, plugin_json) = match (raw.plugins, raw.plugin_type, json) {
+            (Some(p), _, Value::Object(mut top)) if !p.is_empty() => {
+                let Some(Value::Array(list)) = top.remove("plugins") else {
+                    return Err(invalid("\"plugins\" is not a list".into()));
+                };
+                let objects = list.into_iter().filter_map(|v| if let Value::Object(m) = v { Some(m) } else { None });
+                (p, objects.collect())
+            }
+            (None, Some(t), Value::Object(top)) if !t.is_empty() => (vec![PluginConf { plugin_type: t }], vec![top]),
             _ => return Err(invalid("no plugins: needs \"plugins\" or \"type\"".into())),
         };
         Ok(NetworkConfig {
@@ -62,7 +107,9 @@ impl NetworkConfig {
             name,
             cni_version: raw.cni_version.unwrap_or_else(|| "0.4.0".into()),
             plugins,
+            disable_check: raw.disable_check,
             bytes,
+            plugin_json,
         })
     }
 
