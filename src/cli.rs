@@ -4,7 +4,7 @@
 
 use crate::pod::{self, DataDir, Pod, PodDir, PodError, PodState};
 use crate::stage1::rootfs::Stage1Root;
-use crate::stage1::stop;
+use crate::stage1::teardown::{self, NetDirs, TeardownError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// One pod as `rkt list --format=json` shows it.
@@ -73,21 +73,33 @@ pub fn status(data: &DataDir, id: &str, json: bool) -> Result<String, PodError> 
     Ok(out)
 }
 
-/// `rktlet stop UUID`: stop a pod (`force` skips the grace period).
-pub fn stop_pod(data: &DataDir, id: &str, force: bool) -> Result<(), stop::StopError> {
-    let mut pod = Pod::open(data, id)?;
-    stop::stop(&mut pod, if force { Duration::ZERO } else { Duration::from_secs(10) })?;
-    stop::release(&pod)
+fn net_dirs() -> NetDirs {
+    let c = crate::config::Config::default();
+    NetDirs { conf_dir: c.cni_conf_dir, bin_dirs: c.cni_bin_dirs }
 }
 
-/// `rktlet rm UUID`: stop if needed and delete a pod.
-pub fn rm_pod(data: &DataDir, id: &str) -> Result<(), stop::StopError> {
-    stop::destroy(Pod::open(data, id)?, Duration::from_secs(10))
+fn block_on<T>(f: impl Future<Output = Result<T, TeardownError>>) -> Result<T, TeardownError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| TeardownError::Worker(e.to_string()))?
+        .block_on(f)
+}
+
+/// `rktlet stop UUID`: stop a pod and release its network (`force` skips the grace period).
+pub fn stop_pod(data: &DataDir, id: &str, force: bool) -> Result<(), TeardownError> {
+    let grace = if force { Duration::ZERO } else { Duration::from_secs(10) };
+    block_on(teardown::stop_pod(data, id, grace, &net_dirs()))
+}
+
+/// `rktlet rm UUID`: stop if needed and delete a pod with its network.
+pub fn rm_pod(data: &DataDir, id: &str) -> Result<(), TeardownError> {
+    block_on(teardown::remove_pod(data, id, Duration::from_secs(10), &net_dirs()))
 }
 
 /// `rktlet gc`: deletes exited pods older than `grace` (by pod-created time),
 /// aborted prepares and garbage. Returns the uuids removed.
-pub fn gc(data: &DataDir, grace: Duration) -> Result<Vec<String>, stop::StopError> {
+pub fn gc(data: &DataDir, grace: Duration) -> Result<Vec<String>, TeardownError> {
     let mut removed = Vec::new();
     let now = SystemTime::now();
     for (uuid, dir) in data.list_pods()? {
@@ -100,7 +112,7 @@ pub fn gc(data: &DataDir, grace: Duration) -> Result<Vec<String>, stop::StopErro
             _ => false,
         };
         if collect && dir != PodDir::Embryo {
-            stop::destroy(pod, Duration::from_secs(10))?;
+            rm_pod(data, &pod.uuid().to_string())?;
             removed.push(uuid.to_string());
         }
     }

@@ -64,6 +64,14 @@ impl Runtime {
         }
     }
 
+    /// CNI config and plugin directories, for pod network setup and teardown.
+    pub fn net_dirs(&self) -> crate::stage1::teardown::NetDirs {
+        crate::stage1::teardown::NetDirs {
+            conf_dir: self.config.cni_conf_dir.clone(),
+            bin_dirs: self.config.cni_bin_dirs.clone(),
+        }
+    }
+
     pub fn pod_cidr(&self) -> String {
         self.pod_cidr.read().map(|c| c.clone()).unwrap_or_default()
     }

@@ -206,3 +206,122 @@ async fn pods_survive_a_daemon_sigkill() {
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("remove");
     assert_no_leaks(&data, &[id]);
 }
+
+fn pod_pid1(data: &std::path::Path, id: &str) -> i32 {
+    let ppid: i32 = std::fs::read_to_string(data.join("pods/run").join(id).join("ppid"))
+        .expect("ppid")
+        .trim()
+        .parse()
+        .expect("pid");
+    let children = std::fs::read_to_string(format!("/proc/{ppid}/task/{ppid}/children")).expect("children");
+    children.split_whitespace().next().expect("pod pid 1").parse().expect("pid")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pod_network_ip_dns_hostname_and_host_port() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let net = common::TestNetwork::new(dir.path());
+    let conf = net.conf_dir.to_string_lossy().to_string();
+    let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni"]);
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    let mut config = pod_config("netpod", &[]);
+    config.dns_config = Some(cri::DnsConfig {
+        servers: vec!["10.96.0.10".into()],
+        searches: vec!["default.svc.cluster.local".into()],
+        options: vec!["ndots:5".into()],
+    });
+    let host_port = 20000 + (std::process::id() % 20000) as i32;
+    config.port_mappings = vec![cri::PortMapping {
+        protocol: cri::Protocol::Tcp as i32,
+        container_port: 8080,
+        host_port,
+        host_ip: String::new(),
+    }];
+    let id = run(&mut rt, config).await;
+
+    let st = status(&mut rt, &id).await.expect("status").status.expect("status");
+    assert_eq!(st.state, cri::PodSandboxState::SandboxReady as i32);
+    let ip = st.network.expect("network status").ip;
+    assert!(ip.starts_with(&format!("{}.", net.subnet_prefix)), "pod IP {ip} not in {}.0/24", net.subnet_prefix);
+    assert_eq!(net.allocated(), vec![ip.clone()]);
+
+    // inside the pod: hostname, resolv.conf, hosts, eth0 with the IP
+    let pid1 = pod_pid1(&data, &id);
+    let out = std::process::Command::new("nsenter")
+        .args(["-t", &pid1.to_string(), "-u", "-m", "-n", "sh", "-c", "hostname; cat /etc/resolv.conf /etc/hosts"])
+        .output()
+        .expect("nsenter");
+    let inside = String::from_utf8_lossy(&out.stdout);
+    assert!(inside.starts_with("netpod\n"), "{inside}");
+    assert!(inside.contains("nameserver 10.96.0.10"), "{inside}");
+    assert!(inside.contains("search default.svc.cluster.local"), "{inside}");
+    assert!(inside.contains("options ndots:5"), "{inside}");
+    assert!(inside.contains(&format!("{ip}\tnetpod")), "{inside}");
+    let links = std::fs::read_to_string(format!("/proc/{pid1}/net/dev")).expect("pod net/dev");
+    assert!(links.contains("eth0:"), "{links}");
+
+    // a listener in the pod's netns answers on the node's hostPort
+    let netns = rktlet::net::netns::Netns::open(format!("/var/run/netns/rktlet-{id}")).expect("pod netns");
+    let listener =
+        netns.run(|| std::net::TcpListener::bind("0.0.0.0:8080")).expect("enter netns").expect("bind in pod");
+    let server = std::thread::spawn(move || {
+        use std::io::Write;
+        let (mut conn, _) = listener.accept().expect("accept");
+        conn.write_all(b"hello from the pod").expect("write");
+    });
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", host_port as u16)).expect("connect to hostPort");
+    let mut got = String::new();
+    std::io::Read::read_to_string(&mut conn, &mut got).expect("read");
+    assert_eq!(got, "hello from the pod");
+    server.join().expect("server");
+
+    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("stop");
+    assert!(net.allocated().is_empty(), "IP released on stop");
+    assert!(!std::path::Path::new(&format!("/var/run/netns/rktlet-{id}")).exists(), "netns removed on stop");
+    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("stop again");
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("remove");
+    let nat = std::process::Command::new("iptables-save").args(["-t", "nat"]).output().expect("iptables-save");
+    assert!(!String::from_utf8_lossy(&nat.stdout).contains(&id), "iptables rules naming the pod remain");
+    assert_no_leaks(&data, &[id]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn broken_cni_config_fails_clearly_and_leaves_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf_dir = dir.path().join("net.d");
+    std::fs::create_dir_all(&conf_dir).expect("net.d");
+    std::fs::write(
+        conf_dir.join("10-broken.conflist"),
+        br#"{"cniVersion":"1.0.0","name":"broken","plugins":[{"type":"no-such-plugin"}]}"#,
+    )
+    .expect("conflist");
+    let conf = conf_dir.to_string_lossy().to_string();
+    let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni"]);
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    let err = rt
+        .run_pod_sandbox(cri::RunPodSandboxRequest {
+            config: Some(pod_config("broken", &[])),
+            runtime_handler: String::new(),
+        })
+        .await
+        .expect_err("broken network");
+    assert!(err.message().contains("no-such-plugin"), "{}", err.message());
+    let pods: Vec<_> = ["embryo", "prepare", "run", "exited-garbage", "garbage"]
+        .iter()
+        .flat_map(|s| std::fs::read_dir(data.join("pods").join(s)).expect("readdir").flatten())
+        .collect();
+    assert!(pods.is_empty(), "pod directories left: {pods:?}");
+    // the network was set up before the failure: its cache (and netns, named after the pod) are gone
+    let caches = std::fs::read_dir(data.join("networks")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(caches, 0, "CNI cache left behind");
+    let netns_left: Vec<_> = std::fs::read_dir("/var/run/netns")
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    for name in netns_left {
+        if let Some(uuid) = name.strip_prefix("rktlet-") {
+            assert!(!data.join("pods/run").join(uuid).exists() && !err.message().contains(uuid), "netns {name} left");
+        }
+    }
+}

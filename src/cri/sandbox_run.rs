@@ -3,6 +3,8 @@
 //! down everything that was made.
 
 use super::pod_meta;
+use crate::net::cni::{CniResult, Network, PortMapping};
+use crate::net::pod as podnet;
 use crate::pod::{self, Pod};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
@@ -102,7 +104,7 @@ async fn start(rt: &Runtime, req: &Request, uuid: Uuid, manifest_file: PathBuf) 
     }
     let dns = config.dns_config.clone().unwrap_or_default();
     let cgroup_parent = config.linux.as_ref().map(|l| l.cgroup_parent.clone()).unwrap_or_default();
-    let args = SandboxArgs {
+    let mut args = SandboxArgs {
         uuid: Some(uuid),
         pod_manifest: Some(manifest_file),
         hostname: Some(req.hostname.clone()),
@@ -114,17 +116,72 @@ async fn start(rt: &Runtime, req: &Request, uuid: Uuid, manifest_file: PathBuf) 
         cgroup_parent: Some(cgroup_parent.clone()),
         ..Default::default()
     };
+    // the pod network: config checked and netns made before the boot; CNI ADD runs during it
+    let network = if req.host_network {
+        None
+    } else {
+        let net = Network::load_default(&rt.config.cni_conf_dir, &rt.config.cni_bin_dirs)
+            .map_err(|e| Status::failed_precondition(format!("pod network is not ready: {e}")))?;
+        let netns = podnet::create_netns(uuid).map_err(|e| internal(uuid, "creating network namespace", e))?;
+        args.net = "default".into();
+        args.netns = Some(netns.path().to_path_buf());
+        Some((net, netns.path().to_path_buf()))
+    };
     let program = rt.sandbox_program().map_err(|e| internal(uuid, "locating the sandbox program", e))?;
     let supervisor = if rt.host.pid1_is_systemd { Supervisor::SystemdRun } else { Supervisor::Detached };
     let started = launch::start(&program, rt.data.root(), &args, supervisor, Some(&cgroup_parent))
         .await
         .map_err(|e| internal(uuid, "starting sandbox", e))?;
     let rootfs = rt.data.pod_parent(pod::PodDir::Run).join(uuid.to_string()).join("stage1/rootfs");
-    launch::wait_ready(rootfs, started.pidfd, READY_TIMEOUT).await.map_err(|e| match e {
-        launch::LaunchError::Timeout(_) => Status::deadline_exceeded(format!("pod {uuid}: {e}")),
-        e => internal(uuid, "waiting for the pod", e),
-    })?;
+    let ready = async {
+        launch::wait_ready(rootfs, started.pidfd, READY_TIMEOUT).await.map_err(|e| match e {
+            launch::LaunchError::Timeout(_) => Status::deadline_exceeded(format!("pod {uuid}: {e}")),
+            e => internal(uuid, "waiting for the pod", e),
+        })
+    };
+    let added = async {
+        match &network {
+            Some((net, netns)) => {
+                let cni = cni_request(rt, uuid, netns, config);
+                net.add(&cni).await.map(Some).map_err(|e| internal(uuid, "CNI ADD", e))
+            }
+            None => Ok(None),
+        }
+    };
+    let (ready, added) = tokio::join!(ready, added);
+    ready?;
+    if let (Some(result), Some((net, _))) = (added?, &network) {
+        record_network(rt, uuid, net, &result, &req.hostname)?;
+    }
     Ok(())
+}
+
+/// The CNI request for a new pod: its identity, port mappings and DNS.
+fn cni_request(
+    rt: &Runtime,
+    uuid: Uuid,
+    netns: &std::path::Path,
+    config: &cri::PodSandboxConfig,
+) -> crate::net::cni::CniRequest {
+    let mut cni = podnet::request(&rt.data, uuid, netns);
+    if let Some(meta) = &config.metadata {
+        cni.pod_name = meta.name.clone();
+        cni.pod_namespace = meta.namespace.clone();
+        cni.pod_uid = meta.uid.clone();
+    }
+    cni.port_mappings = config.port_mappings.iter().filter_map(PortMapping::from_cri).collect();
+    cni.dns = config.dns_config.as_ref().map(crate::net::dns::DnsConfig::from);
+    cni
+}
+
+/// Records the CNI outcome in the pod (`net-info.json`) and puts the pod's IP
+/// into its `/etc/hosts`.
+fn record_network(rt: &Runtime, uuid: Uuid, net: &Network, result: &CniResult, hostname: &str) -> Result<(), Status> {
+    let pod = Pod::open(&rt.data, &uuid.to_string()).map_err(|e| internal(uuid, "reopening pod", e))?;
+    podnet::record(&pod, net, result).map_err(|e| internal(uuid, "writing net-info.json", e))?;
+    let hosts = crate::net::dns::hosts(hostname, &result.pod_ips());
+    let path = pod.stage1_rootfs().join("etc/hosts");
+    crate::fsutil::write_atomic(&path, hosts.as_bytes(), 0o644).map_err(|e| internal(uuid, "writing /etc/hosts", e))
 }
 
 /// Last lines of the pod's console log, for error messages.
@@ -135,16 +192,10 @@ fn sandbox_log_tail(rt: &Runtime, uuid: Uuid) -> String {
     lines[lines.len().saturating_sub(5)..].join(" | ")
 }
 
-/// Takes down whatever a failed start left: processes, cgroup, mounts, pod dir.
+/// Takes down whatever a failed start left: processes, cgroup, mounts,
+/// network, pod dir.
 async fn cleanup(rt: &Runtime, uuid: Uuid) {
-    let data = rt.data.clone();
-    let res = tokio::task::spawn_blocking(move || match Pod::open(&data, &uuid.to_string()) {
-        Ok(p) => crate::stage1::stop::destroy(p, Duration::from_secs(5)).map_err(|e| e.to_string()),
-        Err(pod::PodError::NotFound(_)) => Ok(()),
-        Err(e) => Err(e.to_string()),
-    })
-    .await;
-    if let Ok(Err(e)) | Err(e) = res.map_err(|e| e.to_string()) {
+    if let Err(e) = crate::stage1::teardown::abort_start(&rt.data, uuid, &rt.net_dirs()).await {
         tracing::error!(pod = %uuid, error = %e, "cleanup after a failed start");
     }
 }

@@ -2,25 +2,21 @@
 //! stopped pod and removing a removed one succeed.
 
 use super::pod_status;
-use crate::pod::{Pod, PodError};
+use crate::pod::PodError;
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
-use crate::stage1::stop;
+use crate::stage1::teardown::{self, TeardownError};
 use std::time::Duration;
 use tonic::Status;
 
 /// How long a pod's systemd gets to power off before everything is killed.
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
-fn stop_error(e: stop::StopError) -> Status {
-    match e {
-        stop::StopError::Pod(p) => pod_status(p),
-        e => Status::internal(e.to_string()),
+fn teardown_status(e: TeardownError) -> Status {
+    match e.pod_error() {
+        Ok(p) => pod_status(p),
+        Err(e) => Status::internal(e.to_string()),
     }
-}
-
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, Status> + Send + 'static) -> Result<T, Status> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| Status::internal(format!("worker failed: {e}")))?
 }
 
 pub async fn stop_pod_sandbox(
@@ -30,13 +26,7 @@ pub async fn stop_pod_sandbox(
     if req.pod_sandbox_id.is_empty() {
         return Err(Status::invalid_argument("pod_sandbox_id is required"));
     }
-    let data = rt.data.clone();
-    blocking(move || {
-        let mut pod = Pod::open(&data, &req.pod_sandbox_id).map_err(pod_status)?;
-        stop::stop(&mut pod, STOP_GRACE).map_err(stop_error)?;
-        stop::release(&pod).map_err(stop_error)
-    })
-    .await?;
+    teardown::stop_pod(&rt.data, &req.pod_sandbox_id, STOP_GRACE, &rt.net_dirs()).await.map_err(teardown_status)?;
     Ok(cri::StopPodSandboxResponse {})
 }
 
@@ -47,13 +37,13 @@ pub async fn remove_pod_sandbox(
     if req.pod_sandbox_id.is_empty() {
         return Err(Status::invalid_argument("pod_sandbox_id is required"));
     }
-    let data = rt.data.clone();
-    blocking(move || match Pod::open(&data, &req.pod_sandbox_id) {
-        Ok(pod) => stop::destroy(pod, STOP_GRACE).map_err(stop_error),
-        // already gone: removal is idempotent
-        Err(PodError::NotFound(_)) => Ok(()),
-        Err(e) => Err(pod_status(e)),
-    })
-    .await?;
-    Ok(cri::RemovePodSandboxResponse {})
+    match teardown::remove_pod(&rt.data, &req.pod_sandbox_id, STOP_GRACE, &rt.net_dirs()).await {
+        Ok(()) => Ok(cri::RemovePodSandboxResponse {}),
+        Err(e) => match e.pod_error() {
+            // already gone: removal is idempotent
+            Ok(PodError::NotFound(_)) => Ok(cri::RemovePodSandboxResponse {}),
+            Ok(p) => Err(pod_status(p)),
+            Err(e) => Err(Status::internal(e.to_string())),
+        },
+    }
 }

@@ -14,6 +14,7 @@ pub mod cni;
 pub mod dns;
 pub mod net_info;
 pub mod netns;
+pub mod pod;
 
 #[cfg(test)]
 mod tests;

@@ -114,7 +114,9 @@ async fn start_detached(program: &Path, data_dir: &Path, args: &SandboxArgs) -> 
     if let Some(mut stderr) = child.stderr.take() {
         let _ = stderr.read_to_string(&mut err).await;
     }
-    if let Ok(Some(status)) = child.try_wait() {
+    // the sandbox writes nothing on success: output means it failed before exec
+    if !err.trim().is_empty() {
+        let status = child.wait().await.map(|s| s.to_string()).unwrap_or_default();
         return Err(LaunchError::Failed(format!("{} ({status})", err.trim())));
     }
     // the daemon reaps it; after a daemon restart init does
@@ -174,9 +176,14 @@ fn wait_ready_blocking(rootfs: &Path, pidfd: &OwnedFd, timeout: Duration) -> Res
         move |e: nix::Error| LaunchError::Io { context, source: e.into() }
     };
     let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).map_err(io_err("inotify_init"))?;
-    inotify
-        .add_watch(&dir, AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO)
-        .map_err(io_err("watching the pod's readiness link"))?;
+    if let Err(e) = inotify.add_watch(&dir, AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO) {
+        // no pod directory: the sandbox died before making it
+        let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+        if poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0) {
+            return Err(LaunchError::Exited(String::new()));
+        }
+        return Err(io_err("watching the pod's readiness link")(e));
+    }
     let deadline = Instant::now() + timeout;
     loop {
         if root.is_ready() {

@@ -11,3 +11,4 @@ pub mod nspawn;
 pub mod rootfs;
 pub mod sandbox;
 pub mod stop;
+pub mod teardown;

@@ -137,9 +137,15 @@ pub fn release(pod: &Pod) -> Result<(), StopError> {
 }
 
 /// Stops (if needed), releases and deletes a pod, whatever state it is in.
+/// (The pod's network is the caller's: see [`crate::stage1::teardown`].)
 pub fn destroy(mut pod: Pod, grace: Duration) -> Result<(), StopError> {
     stop(&mut pod, grace)?;
     release(&pod)?;
+    delete(pod)
+}
+
+/// Deletes a stopped and released pod's directory.
+pub fn delete(mut pod: Pod) -> Result<(), StopError> {
     match pod.state()? {
         PodState::Exited => pod.to_exited_garbage()?,
         PodState::Embryo | PodState::AbortedPrepare | PodState::Prepared => pod.to_garbage()?,

@@ -210,3 +210,55 @@ pub fn host_network(mut config: rktlet::proto::v1::PodSandboxConfig) -> rktlet::
     });
     config
 }
+
+/// A CNI network of one test: its own bridge and /24, so tests running at the
+/// same time never share addresses. The bridge is deleted on drop.
+pub struct TestNetwork {
+    pub conf_dir: PathBuf,
+    pub name: String,
+    pub bridge: String,
+    pub subnet_prefix: String,
+}
+
+impl TestNetwork {
+    pub fn new(dir: &Path) -> TestNetwork {
+        let tag = uuid::Uuid::new_v4().simple().to_string();
+        let n = u32::from_str_radix(&tag[..4], 16).expect("hex");
+        let subnet_prefix = format!("10.{}.{}", 200 + n % 50, (n / 50) % 250);
+        let name = format!("t{}", &tag[..8]);
+        let bridge = format!("rkt{}", &tag[..8]);
+        let conf_dir = dir.join("net.d");
+        std::fs::create_dir_all(&conf_dir).expect("net.d");
+        let conf = serde_json::json!({
+            "cniVersion": "1.0.0",
+            "name": name,
+            "plugins": [
+                {"type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": true,
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("{subnet_prefix}.0/24")}]],
+                          "routes": [{"dst": "0.0.0.0/0"}]}},
+                {"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}
+            ]
+        });
+        std::fs::write(conf_dir.join("10-test.conflist"), conf.to_string()).expect("conflist");
+        TestNetwork { conf_dir, name, bridge, subnet_prefix }
+    }
+
+    /// Addresses host-local still has allocated in this network.
+    pub fn allocated(&self) -> Vec<String> {
+        std::fs::read_dir(Path::new("/var/lib/cni/networks").join(&self.name))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("10."))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for TestNetwork {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.bridge]).status();
+        let _ = std::fs::remove_dir_all(Path::new("/var/lib/cni/networks").join(&self.name));
+    }
+}

@@ -1,0 +1,83 @@
+//! A pod's network as the daemon and the CLI manage it: the netns is named
+//! after the pod (`rktlet-<uuid>`), the CNI result cache lives in the data
+//! dir (`networks/<uuid>/`, so DEL works after a crash or a half-made pod),
+//! and `net-info.json` in the pod dir records the outcome in rkt's format.
+
+use super::cni::{CniError, CniRequest, CniResult, Network};
+use super::netns::{self, Netns, NetnsError};
+use crate::pod::{self, DataDir, Pod};
+use std::path::{Path, PathBuf};
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PodNetError {
+    #[error(transparent)]
+    Cni(#[from] CniError),
+    #[error(transparent)]
+    Netns(#[from] NetnsError),
+    #[error(transparent)]
+    Pod(#[from] pod::PodError),
+}
+
+/// Name of a pod's network namespace under `/var/run/netns`.
+pub fn netns_name(uuid: Uuid) -> String {
+    format!("rktlet-{uuid}")
+}
+
+/// Default bind-mount path of a pod's network namespace.
+pub fn netns_path(uuid: Uuid) -> PathBuf {
+    Path::new("/var/run/netns").join(netns_name(uuid))
+}
+
+/// Where CNI results of a pod are cached for DEL.
+pub fn cache_dir(data: &DataDir, uuid: Uuid) -> PathBuf {
+    data.root().join("networks").join(uuid.to_string())
+}
+
+/// The request identifying a pod to its CNI plugins.
+pub fn request(data: &DataDir, uuid: Uuid, netns: &Path) -> CniRequest {
+    CniRequest::new(&uuid.to_string(), netns, &cache_dir(data, uuid))
+}
+
+/// Writes `net-info.json` for a pod from its CNI result.
+pub fn record(pod: &Pod, network: &Network, result: &CniResult) -> Result<(), PodNetError> {
+    let info = super::net_info::NetInfo::from_result(network, "eth0", "", result);
+    pod.write_file(pod::NET_INFO_FILE, &super::net_info::to_json(&[info]))?;
+    Ok(())
+}
+
+/// Releases a pod's network: CNI DEL (while the netns still exists: some
+/// plugins find what to undo through the pod's interface), then the netns
+/// and the cache. Idempotent; a pod that never had a network is a no-op.
+pub async fn teardown(
+    data: &DataDir,
+    uuid: Uuid,
+    netns_file: Option<PathBuf>,
+    conf_dir: &Path,
+    bin_dirs: &[PathBuf],
+) -> Result<(), PodNetError> {
+    let netns = netns_file.unwrap_or_else(|| netns_path(uuid));
+    let cache = cache_dir(data, uuid);
+    let has_ns = netns.exists();
+    if cache.exists() {
+        match Network::load_default(conf_dir, bin_dirs) {
+            Ok(network) => network.del(&request(data, uuid, if has_ns { &netns } else { Path::new("") })).await?,
+            // nothing can run DEL without a config; say so and still free the namespace
+            Err(e) => tracing::warn!(pod = %uuid, error = %e, "cannot run CNI DEL"),
+        }
+    }
+    if has_ns {
+        netns::remove_path(&netns)?;
+    }
+    if let Err(e) = std::fs::remove_dir_all(&cache)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(pod = %uuid, error = %e, "cannot remove CNI cache");
+    }
+    Ok(())
+}
+
+/// Creates a pod's network namespace (before the sandbox boots in it).
+pub fn create_netns(uuid: Uuid) -> Result<Netns, PodNetError> {
+    Ok(Netns::create(&netns_name(uuid))?)
+}

@@ -1,0 +1,88 @@
+//! Stop and remove of a whole pod, in the order that leaves nothing behind:
+//! processes (stop), host mounts and cgroup (release), network (CNI DEL, then
+//! the netns), and last the pod directory. Shared by the daemon and the CLI;
+//! each step is idempotent, so an interrupted teardown is simply repeated.
+
+use super::stop::{self, StopError};
+use crate::net::pod::{self as podnet, PodNetError};
+use crate::pod::{self, DataDir, Pod, PodError};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TeardownError {
+    #[error(transparent)]
+    Stop(#[from] StopError),
+    #[error(transparent)]
+    Net(#[from] PodNetError),
+    #[error("teardown worker failed: {0}")]
+    Worker(String),
+}
+
+impl TeardownError {
+    /// The pod-directory error underneath, if that is what failed.
+    pub fn pod_error(self) -> Result<PodError, Self> {
+        match self {
+            TeardownError::Stop(StopError::Pod(e)) => Ok(e),
+            other => Err(other),
+        }
+    }
+}
+
+impl From<PodError> for TeardownError {
+    fn from(e: PodError) -> Self {
+        TeardownError::Stop(StopError::Pod(e))
+    }
+}
+
+/// Where CNI configs and plugins are.
+#[derive(Debug, Clone)]
+pub struct NetDirs {
+    pub conf_dir: PathBuf,
+    pub bin_dirs: Vec<PathBuf>,
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, TeardownError> + Send + 'static,
+) -> Result<T, TeardownError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| TeardownError::Worker(e.to_string()))?
+}
+
+/// Stops a pod and releases what it holds on the host, network included.
+/// The pod directory stays (an exited pod can still be inspected).
+pub async fn stop_pod(data: &DataDir, id: &str, grace: Duration, net: &NetDirs) -> Result<(), TeardownError> {
+    let (data2, id2) = (data.clone(), id.to_string());
+    let (uuid, netns) = blocking(move || {
+        let mut pod = Pod::open(&data2, &id2)?;
+        stop::stop(&mut pod, grace)?;
+        stop::release(&pod)?;
+        let netns = pod.read_file(pod::NETNS_FILE)?.map(PathBuf::from);
+        Ok((pod.uuid(), netns))
+    })
+    .await?;
+    podnet::teardown(data, uuid, netns, &net.conf_dir, &net.bin_dirs).await?;
+    Ok(())
+}
+
+/// Stops (if needed) and deletes a pod with its network.
+pub async fn remove_pod(data: &DataDir, id: &str, grace: Duration, net: &NetDirs) -> Result<(), TeardownError> {
+    stop_pod(data, id, grace, net).await?;
+    let (data2, id2) = (data.clone(), id.to_string());
+    blocking(move || Ok(stop::delete(Pod::open(&data2, &id2)?)?)).await
+}
+
+/// Removes whatever a pod start that failed left, even without a pod
+/// directory (the network may exist before the sandbox made the pod).
+pub async fn abort_start(data: &DataDir, uuid: uuid::Uuid, net: &NetDirs) -> Result<(), TeardownError> {
+    match remove_pod(data, &uuid.to_string(), Duration::from_secs(5), net).await {
+        Ok(()) => Ok(()),
+        Err(e) => match e.pod_error() {
+            Ok(PodError::NotFound(_)) => {
+                podnet::teardown(data, uuid, None, &net.conf_dir, &net.bin_dirs).await?;
+                Ok(())
+            }
+            Ok(other) => Err(other.into()),
+            Err(e) => Err(e),
+        },
+    }
+}
