@@ -32,9 +32,13 @@ async fn main() {
     let host = match std::env::var("NET").as_deref() {
         Ok("host") => true,
         Ok("pod") => false,
-        _ => !std::path::Path::new("/etc/cni/net.d").read_dir().map(|mut d| d.next().is_some()).unwrap_or(false),
+        _ => !std::path::Path::new(&std::env::var("CNI_CONF_DIR").unwrap_or_else(|_| "/etc/cni/net.d".into()))
+            .read_dir()
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(false),
     };
-    let conf_dir = if host { "/nonexistent" } else { "/etc/cni/net.d" };
+    let conf_dir = std::env::var("CNI_CONF_DIR").unwrap_or_else(|_| "/etc/cni/net.d".into());
+    let conf_dir = if host { "/nonexistent" } else { conf_dir.as_str() };
     let d = common::Daemon::start(&["--cni-conf-dir", conf_dir]);
     let mut rt = d.runtime().await;
     println!("pod network: {}", if host { "host" } else { "pod (CNI)" });
@@ -109,5 +113,21 @@ async fn main() {
     summary("PodSandboxStatus (50 pods present)", status50);
     for id in ids {
         rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id }).await.expect("remove");
+    }
+    phases(&d.log());
+}
+
+/// Medians of the daemon's own phase timestamps (debug log) for RunPodSandbox.
+fn phases(log: &str) {
+    for phase in ["sandbox exec'd nspawn", "CNI ADD done", "pod ready"] {
+        let xs: Vec<Duration> = log
+            .lines()
+            .filter(|l| l.contains(phase))
+            .filter_map(|l| l.split("micros=").nth(1)?.split_whitespace().next()?.parse().ok())
+            .map(Duration::from_micros)
+            .collect();
+        if !xs.is_empty() {
+            summary(&format!("  phase: {phase}"), xs);
+        }
     }
 }

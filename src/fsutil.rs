@@ -10,11 +10,23 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Writes `bytes` to `path` atomically: a temp file in the same directory,
-/// fsync, chmod, rename over `path`, fsync of the directory. A crash leaves
-/// either the old or the new content, never a half-written file (at worst a
-/// `.tmp-*` file that gc removes).
+/// Writes `bytes` to `path` atomically and durably: a temp file in the same
+/// directory, fsync, chmod, rename over `path`, fsync of the directory. A
+/// crash, even a power loss, leaves either the old or the new content, never a
+/// half-written file (at worst a `.tmp-*` file that gc removes).
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    write_replace(path, bytes, mode, true)
+}
+
+/// Like [`write_atomic`] without the fsyncs: atomic against any process
+/// crash, not against a power loss. For state that does not outlive a reboot
+/// (pod directories: their pods are gone after a reboot anyway), where an
+/// fsync on the hot path costs milliseconds.
+pub fn write_volatile(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    write_replace(path, bytes, mode, false)
+}
+
+fn write_replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> io::Result<()> {
     let dir = path.parent().ok_or_else(|| io::Error::other("path has no parent directory"))?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = dir.join(format!(".tmp-{name}-{}", uuid::Uuid::new_v4().simple()));
@@ -22,9 +34,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
         let mut f = OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
         f.write_all(bytes)?;
         f.set_permissions(fs::Permissions::from_mode(mode))?;
-        f.sync_all()?;
+        if durable {
+            f.sync_all()?;
+        }
         fs::rename(&tmp, path)?;
-        sync_dir(dir)
+        if durable { sync_dir(dir) } else { Ok(()) }
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);

@@ -130,7 +130,9 @@ impl ServeArgs {
 fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("rktlet={level},warn")));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {

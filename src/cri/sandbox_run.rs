@@ -79,7 +79,7 @@ pub async fn run_pod_sandbox(
     let manifest = pod_meta::manifest_from_config(&req.config, req.host_network, req.host_ipc, &req.hostname);
     let manifest_file = rt.data.tmp().join(format!("{uuid}.pod-manifest"));
     let bytes = serde_json::to_vec(&manifest).map_err(|e| internal(uuid, "encoding manifest", e))?;
-    crate::fsutil::write_atomic(&manifest_file, &bytes, 0o600).map_err(|e| internal(uuid, "writing manifest", e))?;
+    crate::fsutil::write_volatile(&manifest_file, &bytes, 0o600).map_err(|e| internal(uuid, "writing manifest", e))?;
     let result = start(rt, &req, uuid, manifest_file.clone()).await;
     let _ = std::fs::remove_file(&manifest_file);
     match result {
@@ -129,9 +129,11 @@ async fn start(rt: &Runtime, req: &Request, uuid: Uuid, manifest_file: PathBuf) 
     };
     let program = rt.sandbox_program().map_err(|e| internal(uuid, "locating the sandbox program", e))?;
     let supervisor = if rt.host.pid1_is_systemd { Supervisor::SystemdRun } else { Supervisor::Detached };
+    let t0 = std::time::Instant::now();
     let started = launch::start(&program, rt.data.root(), &args, supervisor, Some(&cgroup_parent))
         .await
         .map_err(|e| internal(uuid, "starting sandbox", e))?;
+    tracing::debug!(pod = %uuid, micros = t0.elapsed().as_micros() as u64, "sandbox exec'd nspawn");
     let rootfs = rt.data.pod_parent(pod::PodDir::Run).join(uuid.to_string()).join("stage1/rootfs");
     let ready = async {
         launch::wait_ready(rootfs, started.pidfd, READY_TIMEOUT).await.map_err(|e| match e {
@@ -147,6 +149,16 @@ async fn start(rt: &Runtime, req: &Request, uuid: Uuid, manifest_file: PathBuf) 
             }
             None => Ok(None),
         }
+    };
+    let ready = async {
+        let r = ready.await;
+        tracing::debug!(pod = %uuid, micros = t0.elapsed().as_micros() as u64, "pod ready");
+        r
+    };
+    let added = async {
+        let r = added.await;
+        tracing::debug!(pod = %uuid, micros = t0.elapsed().as_micros() as u64, "CNI ADD done");
+        r
     };
     let (ready, added) = tokio::join!(ready, added);
     ready?;
@@ -181,7 +193,7 @@ fn record_network(rt: &Runtime, uuid: Uuid, net: &Network, result: &CniResult, h
     podnet::record(&pod, net, result).map_err(|e| internal(uuid, "writing net-info.json", e))?;
     let hosts = crate::net::dns::hosts(hostname, &result.pod_ips());
     let path = pod.stage1_rootfs().join("etc/hosts");
-    crate::fsutil::write_atomic(&path, hosts.as_bytes(), 0o644).map_err(|e| internal(uuid, "writing /etc/hosts", e))
+    crate::fsutil::write_volatile(&path, hosts.as_bytes(), 0o644).map_err(|e| internal(uuid, "writing /etc/hosts", e))
 }
 
 /// Last lines of the pod's console log, for error messages.

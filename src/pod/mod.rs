@@ -4,6 +4,12 @@
 //!
 //! This module is the only writer of pod directories. Any process (daemon,
 //! CLI, gc) can read a pod's state from disk; nothing is cached here.
+//!
+//! Durability: every change is atomic (rename), so a killed process leaves
+//! each file and each state either before or after the change. Nothing is
+//! fsync'ed: a pod does not survive a reboot, so after a power loss its
+//! directory is garbage whatever it says, and fsyncs would cost the pod start
+//! milliseconds each (rkt fsynced the parent on every state rename).
 
 pub mod manifest;
 
@@ -273,7 +279,6 @@ impl Pod {
             .mode(0o750)
             .create(&path)
             .map_err(io_err(format!("creating pod directory {}", path.display())))?;
-        fsutil::sync_dir(&parent).map_err(io_err(format!("syncing {}", parent.display())))?;
         Ok(Pod { data: data.clone(), uuid, dir: PodDir::Embryo, lock: None })
     }
 
@@ -376,7 +381,6 @@ impl Pod {
         let to_parent = self.data.pod_parent(to);
         let to_path = to_parent.join(self.uuid.to_string());
         fs::rename(&from_path, &to_path).map_err(io_err(format!("moving pod {} to {}", self.uuid, to.name())))?;
-        fsutil::sync_dir(&to_parent).map_err(io_err(format!("syncing {}", to_parent.display())))?;
         self.dir = to;
         Ok(())
     }
@@ -440,10 +444,7 @@ impl Pod {
         }
         self.take_lock()?;
         let path = self.path();
-        fs::remove_dir_all(&path).map_err(io_err(format!("removing {}", path.display())))?;
-        let parent = self.data.pod_parent(self.dir);
-        fsutil::sync_dir(&parent).map_err(io_err(format!("syncing {}", parent.display())))?;
-        Ok(())
+        fs::remove_dir_all(&path).map_err(io_err(format!("removing {}", path.display())))
     }
 
     /// The locked pod-directory descriptor (still close-on-exec), for
@@ -470,8 +471,7 @@ impl Pod {
         serde_json::from_slice(&bytes).map_err(|source| PodError::Manifest { uuid: self.uuid, source })
     }
 
-    /// Replaces the `pod` manifest atomically (temp file, fsync, rename, fsync
-    /// dir), keeping the old file's mode (0640 for a new one). Callers that
+    /// Replaces the `pod` manifest atomically (temp file, rename), keeping the old file's mode (0640 for a new one). Callers that
     /// read-modify-write hold [`Pod::lock_manifest`].
     pub fn write_manifest(&self, manifest: &PodManifest) -> Result<()> {
         let bytes = serde_json::to_vec(manifest).map_err(|source| PodError::Manifest { uuid: self.uuid, source })?;
@@ -480,7 +480,7 @@ impl Pod {
             Ok(m) => m.permissions().mode() & 0o7777,
             Err(_) => 0o640,
         };
-        fsutil::write_atomic(&path, &bytes, mode).map_err(io_err(format!("writing {}", path.display())))
+        fsutil::write_volatile(&path, &bytes, mode).map_err(io_err(format!("writing {}", path.display())))
     }
 
     /// Takes `pod.lck` exclusively (blocking), serialising manifest rewrites
@@ -519,7 +519,7 @@ impl Pod {
     /// Writes a small file of the pod directory atomically (0640).
     pub fn write_file(&self, name: &str, content: &[u8]) -> Result<()> {
         let path = self.path().join(name);
-        fsutil::write_atomic(&path, content, 0o640).map_err(io_err(format!("writing {}", path.display())))
+        fsutil::write_volatile(&path, content, 0o640).map_err(io_err(format!("writing {}", path.display())))
     }
 
     /// PID of the sandbox process from `ppid`.

@@ -37,11 +37,14 @@ impl Daemon {
         if !extra.contains(&"--cni-conf-dir") {
             cmd.arg("--cni-conf-dir").arg(dir.join("net.d"));
         }
+        // a file, not a pipe: nobody reads the log while the daemon runs, and a full pipe would block it
+        let log =
+            std::fs::OpenOptions::new().create(true).append(true).open(dir.join("daemon.log")).expect("daemon log");
         cmd.args(extra)
-            .env("RUST_LOG", "rktlet=debug")
+            .env("RUST_LOG", std::env::var("RKTLET_TEST_LOG").unwrap_or_else(|_| "rktlet=debug".into()))
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("spawn rktlet serve")
     }
@@ -53,11 +56,16 @@ impl Daemon {
                 return;
             }
             if let Some(status) = self.child.try_wait().expect("try_wait") {
-                panic!("rktlet exited early with {status}: {}", stderr_of(&mut self.child));
+                panic!("rktlet exited early with {status}: {}", self.log());
             }
             assert!(Instant::now() < deadline, "rktlet did not listen on {} in 20s", self.socket.display());
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// What the daemon logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
     }
 
     pub async fn runtime(&self) -> RuntimeServiceClient<Channel> {
@@ -108,15 +116,6 @@ pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<std::process
         std::thread::sleep(Duration::from_millis(10));
     }
     None
-}
-
-pub fn stderr_of(child: &mut Child) -> String {
-    use std::io::Read;
-    let mut s = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut s);
-    }
-    s
 }
 
 /// Fails the test if anything of the given pods is left on the host: a pod
