@@ -128,7 +128,7 @@ pub fn list_views(data: &DataDir) -> Result<Vec<SandboxView>, PodError> {
         if dir != PodDir::Run {
             continue;
         }
-        let view = match Pod::open(data, &uuid.to_string()).and_then(SandboxView::load) {
+        let view = match SandboxView::load(Pod::at(data, uuid, dir)) {
             Ok(v) => v,
             // removed between the listing and the read
             Err(PodError::NotFound(_)) => continue,

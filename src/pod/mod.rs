@@ -334,24 +334,50 @@ impl Pod {
     /// The pod may move between the directory lookup and the lock probe, so the
     /// probe is retried a few times.
     pub fn refresh(&mut self) -> Result<PodState> {
+        // the directory the pod was last seen in is nearly always still right:
+        // probing it first saves the lookup through every state directory
+        if let Some(state) = self.probe(self.dir)? {
+            return Ok(state);
+        }
         for _ in 0..3 {
             let Some(dir) = Self::locate(&self.data, self.uuid)? else {
                 return Err(PodError::NotFound(self.uuid.to_string()));
             };
             self.dir = dir;
-            if !dir.lock_matters() {
-                return Ok(dir.state(false));
-            }
-            if self.lock.is_some() {
-                return Ok(dir.state(true));
-            }
-            match lock::is_held(&self.path()) {
-                Ok(held) => return Ok(dir.state(held)),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(io_err(format!("probing lock of pod {}", self.uuid))(e)),
+            if let Some(state) = self.probe(dir)? {
+                return Ok(state);
             }
         }
         Err(PodError::NotFound(self.uuid.to_string()))
+    }
+
+    /// The pod's state if it is in `dir`; `None` if it is not there.
+    fn probe(&mut self, dir: PodDir) -> Result<Option<PodState>> {
+        let path = self.data.pod_parent(dir).join(self.uuid.to_string());
+        if !dir.lock_matters() || self.lock.is_some() {
+            return match fs::symlink_metadata(&path) {
+                Ok(m) if m.is_dir() => {
+                    self.dir = dir;
+                    Ok(Some(dir.state(self.lock.is_some())))
+                }
+                Ok(_) => Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(io_err(format!("reading {}", path.display()))(e)),
+            };
+        }
+        match lock::is_held(&path) {
+            Ok(held) => {
+                self.dir = dir;
+                Ok(Some(dir.state(held)))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR) => Ok(None),
+            Err(e) => Err(io_err(format!("probing lock of pod {}", self.uuid))(e)),
+        }
+    }
+
+    /// A handle on a pod known to be in `dir` (from a listing), without a lookup.
+    pub fn at(data: &DataDir, uuid: Uuid, dir: PodDir) -> Pod {
+        Pod { data: data.clone(), uuid, dir, lock: None }
     }
 
     /// The pod's current state, read from disk.

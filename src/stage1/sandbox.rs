@@ -121,11 +121,50 @@ fn prepare(opts: &SandboxOptions, pod: &mut Pod, cgroup_out: &mut Option<PodCgro
 
     pod.to_run()?;
     pod.write_file(pod::PPID_FILE, format!("{}\n", std::process::id()).as_bytes())?;
+    spawn_log_writer(pod).map_err(io_err(format!("starting the log writer of pod {uuid}")))?;
     if let Some(path) = &opts.uuid_file_save {
         fs::write(path, uuid.to_string()).map_err(io_err(format!("writing {}", path.display())))?;
     }
     // the rootfs moved with the pod directory from prepare/ to run/
     Ok(pod.stage1_rootfs())
+}
+
+/// Forks the pod's CRI log writer (see `crate::stream::log`): a grandchild,
+/// so it is not nspawn's child, in the pod cgroup, without the pod lock, that
+/// exits with the sandbox process (watched through a pidfd made here).
+fn spawn_log_writer(pod: &Pod) -> io::Result<()> {
+    use nix::unistd::{ForkResult, fork};
+    let listener = std::os::unix::net::UnixListener::bind(pod.path().join(crate::stream::log::SOCKET_FILE))?;
+    let me = super::launch::pidfd_open(std::process::id() as i32)?;
+    let lock_fd = pod.lock_fd().ok();
+    // SAFETY: the sandbox process is single-threaded, so the child may run any code.
+    match unsafe { fork() }? {
+        ForkResult::Parent { child } => {
+            nix::sys::wait::waitpid(child, None)?;
+            Ok(())
+        }
+        ForkResult::Child => {
+            let code = (|| -> io::Result<()> {
+                nix::unistd::setsid()?;
+                // SAFETY: still single-threaded after the first fork.
+                if let ForkResult::Parent { .. } = unsafe { fork() }? {
+                    return Ok(());
+                }
+                if let Some(fd) = lock_fd {
+                    // SAFETY: closing our copy of the pod lock, which only nspawn may hold.
+                    unsafe { libc::close(fd) };
+                }
+                let null = fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;
+                for target in [libc::STDIN_FILENO, libc::STDOUT_FILENO, libc::STDERR_FILENO] {
+                    // SAFETY: dup2 of a valid descriptor onto a standard stream.
+                    unsafe { libc::dup2(null.as_raw_fd(), target) };
+                }
+                crate::stream::log::serve(listener, Some(me))
+            })();
+            // SAFETY: leave without running the parent's atexit handlers or destructors.
+            unsafe { libc::_exit(i32::from(code.is_err())) }
+        }
+    }
 }
 
 /// Pods should outlive their apps under memory pressure, like containerd's
