@@ -5,7 +5,9 @@
 //! `systemd-run` when the host's PID 1 is systemd, detached by the daemon
 //! otherwise (containers, CI).
 
+pub mod app;
 pub mod host;
+pub mod inject;
 pub mod launch;
 pub mod nspawn;
 pub mod rootfs;

@@ -1,0 +1,325 @@
+//! Apps of a mutable pod (rkt's `app add` / `app rm`), done in-process:
+//! the app's overlay rootfs and volumes are mounted into the running pod,
+//! its files written (`appsinfo/<app>`, `/rkt/env/<app>`, status files) and
+//! the pod manifest rewritten under `pod.lck`.
+//!
+//! Runs in: the daemon (and the CLI). Mounts enter the pod through
+//! [`super::inject`].
+
+use super::inject::{self, Attach, Propagation};
+use crate::pod::manifest::{
+    App as AppSection, ImageManifest, Mount as PodMount, NameValue, PodManifest, RuntimeApp, RuntimeImage, Volume,
+};
+use crate::pod::{Pod, PodError, PodState};
+use std::ffi::CString;
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error(transparent)]
+    Pod(#[from] PodError),
+    #[error("pod {pod} already has an app named {app}")]
+    Exists { pod: String, app: String },
+    #[error("pod {pod} has no app named {app}")]
+    NotFound { pod: String, app: String },
+    #[error("pod {pod} is not running ({state})")]
+    PodNotRunning { pod: String, state: PodState },
+    #[error("invalid app: {0}")]
+    Invalid(String),
+    #[error("app {app} of pod {pod}: {context}: {source}")]
+    Io { pod: String, app: String, context: String, source: io::Error },
+}
+
+/// A volume to bind into the app.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeSpec {
+    pub host_path: PathBuf,
+    pub container_path: PathBuf,
+    pub read_only: bool,
+    pub propagation: Propagation,
+}
+
+/// Everything `App::add` needs; the caller has resolved the image.
+#[derive(Debug, Clone)]
+pub struct AppSpec {
+    pub name: String,
+    /// Image id (`sha512-...`) and name as recorded in the pod manifest.
+    pub image_id: String,
+    pub image_name: String,
+    pub image_manifest: ImageManifest,
+    /// The rendered tree: lowerdir of the app's overlay.
+    pub tree_id: String,
+    pub tree_rootfs: PathBuf,
+    /// The app section (exec, env, user, group, working dir, isolators...).
+    pub app: AppSection,
+    pub volumes: Vec<VolumeSpec>,
+    pub read_only_rootfs: bool,
+    pub annotations: Vec<NameValue>,
+}
+
+/// Paths of one app in a pod.
+pub struct AppPaths {
+    pub name: String,
+    pod_path: PathBuf,
+    stage1: PathBuf,
+}
+
+impl AppPaths {
+    pub fn new(pod: &Pod, name: &str) -> Self {
+        AppPaths { name: name.to_string(), pod_path: pod.path(), stage1: pod.stage1_rootfs() }
+    }
+
+    /// The app rootfs as the host sees it (the overlay's host mount).
+    pub fn rootfs(&self) -> PathBuf {
+        self.stage1.join("opt/stage2").join(&self.name).join("rootfs")
+    }
+
+    /// The app rootfs as the pod sees it.
+    pub fn rootfs_in_pod(&self) -> PathBuf {
+        Path::new("/opt/stage2").join(&self.name).join("rootfs")
+    }
+
+    pub fn appsinfo(&self) -> PathBuf {
+        self.pod_path.join("appsinfo").join(&self.name)
+    }
+
+    pub fn overlay_upper(&self, tree_id: &str) -> PathBuf {
+        self.pod_path.join("overlay").join(tree_id).join("upper").join(&self.name)
+    }
+
+    pub fn overlay_work(&self, tree_id: &str) -> PathBuf {
+        self.pod_path.join("overlay").join(tree_id).join("work").join(&self.name)
+    }
+
+    pub fn env_file(&self) -> PathBuf {
+        self.stage1.join("rkt/env").join(&self.name)
+    }
+
+    pub fn status_file(&self, suffix: &str) -> PathBuf {
+        self.stage1.join("rkt/status").join(format!("{}{suffix}", self.name))
+    }
+}
+
+/// Joins `inner` (absolute, inside the app) under `root`, refusing `..`.
+pub fn under(root: &Path, inner: &Path) -> Result<PathBuf, AppError> {
+    let mut out = root.to_path_buf();
+    for c in inner.components() {
+        match c {
+            Component::Normal(p) => out.push(p),
+            Component::RootDir | Component::CurDir => {}
+            _ => return Err(AppError::Invalid(format!("path {} leaves the container", inner.display()))),
+        }
+    }
+    Ok(out)
+}
+
+/// Environment file content, rkt's `/rkt/env/<app>` (one `KEY=VALUE` per line).
+pub fn env_file(env: &[NameValue]) -> String {
+    env.iter().map(|nv| format!("{}={}\n", nv.name, nv.value.replace('\n', " "))).collect()
+}
+
+impl AppSpec {
+    /// Adds the app to a running pod: overlay + volumes mounted in the pod,
+    /// files written, manifest rewritten. On failure nothing of the app stays.
+    pub fn add(&self, pod: &mut Pod) -> Result<(), AppError> {
+        let uuid = pod.uuid().to_string();
+        if !crate::pod::manifest::is_ac_name(&self.name) {
+            return Err(AppError::Invalid(format!("app name {:?} is not an ACName", self.name)));
+        }
+        let state = pod.state()?;
+        if state != PodState::Running {
+            return Err(AppError::PodNotRunning { pod: uuid, state });
+        }
+        let _guard = pod.lock_manifest()?;
+        let mut manifest = pod.read_manifest()?;
+        if manifest.app(&self.name).is_some() {
+            return Err(AppError::Exists { pod: uuid, app: self.name.clone() });
+        }
+        let paths = AppPaths::new(pod, &self.name);
+        let result = self.materialize(pod, &paths, &mut manifest);
+        if result.is_err() {
+            remove_files(pod, &paths, Some(&self.tree_id));
+        }
+        result
+    }
+
+    fn materialize(&self, pod: &Pod, paths: &AppPaths, manifest: &mut PodManifest) -> Result<(), AppError> {
+        let uuid = pod.uuid().to_string();
+        let io = |context: &str| {
+            let (pod, app, context) = (uuid.clone(), self.name.clone(), context.to_string());
+            move |source| AppError::Io { pod, app, context, source }
+        };
+        let info = paths.appsinfo();
+        fs::create_dir_all(&info).map_err(io("creating appsinfo"))?;
+        let image_manifest = serde_json::to_vec(&self.image_manifest).map_err(|e| AppError::Invalid(e.to_string()))?;
+        fs::write(info.join("manifest"), image_manifest).map_err(io("writing appsinfo manifest"))?;
+        fs::write(info.join("treeStoreID"), &self.tree_id).map_err(io("writing treeStoreID"))?;
+
+        let (upper, work, rootfs) =
+            (paths.overlay_upper(&self.tree_id), paths.overlay_work(&self.tree_id), paths.rootfs());
+        for d in [&upper, &work, &rootfs] {
+            fs::create_dir_all(d).map_err(io("creating overlay directories"))?;
+        }
+        let opts = inject::overlay_options(&self.tree_rootfs, &upper, &work);
+        nix::mount::mount(Some("overlay"), &rootfs, Some("overlay"), nix::mount::MsFlags::empty(), Some(opts.as_str()))
+            .map_err(|e| AppError::Io {
+                pod: uuid.clone(),
+                app: self.name.clone(),
+                context: "mounting overlay".into(),
+                source: e.into(),
+            })?;
+
+        // the app's view of the pod's identity files, then the volumes, all on top of the rootfs
+        let mut mounts = vec![
+            Attach::new(
+                inject::clone_tree(&rootfs, false, false, Propagation::Private).map_err(io("cloning app rootfs"))?,
+                &paths.rootfs_in_pod(),
+            )
+            .map_err(io("rootfs path"))?,
+        ];
+        let stage1 = pod.stage1_rootfs();
+        let has = |p: &str| self.volumes.iter().any(|v| v.container_path == Path::new(p));
+        for file in ["/etc/hosts", "/etc/resolv.conf", "/etc/hostname"] {
+            if has(file) {
+                continue;
+            }
+            let target = under(&rootfs, Path::new(file))?;
+            ensure_target(&target, false).map_err(io("creating mount target"))?;
+            let tree = inject::clone_tree(&under(&stage1, Path::new(file))?, false, true, Propagation::Private)
+                .map_err(io("cloning pod file"))?;
+            mounts.push(Attach::new(tree, &under(&paths.rootfs_in_pod(), Path::new(file))?).map_err(io("target"))?);
+        }
+        for v in &self.volumes {
+            if !v.host_path.exists() {
+                fs::create_dir_all(&v.host_path)
+                    .map_err(io(&format!("creating host path {}", v.host_path.display())))?;
+            }
+            let target = under(&rootfs, &v.container_path)?;
+            ensure_target(&target, v.host_path.is_dir()).map_err(io("creating mount target"))?;
+            let tree = inject::clone_tree(&v.host_path, true, v.read_only, v.propagation)
+                .map_err(io(&format!("cloning {}", v.host_path.display())))?;
+            mounts.push(Attach::new(tree, &under(&paths.rootfs_in_pod(), &v.container_path)?).map_err(io("target"))?);
+        }
+        let pid1 = pod
+            .sandbox_pid()?
+            .ok_or_else(|| AppError::Invalid("pod has no sandbox pid".into()))
+            .and_then(|p| inject::pod_pid1(p).map_err(io("finding the pod's systemd")))?;
+        inject::attach(pid1, &mounts).map_err(io("mounting into the pod"))?;
+
+        let env = self.app.environment.clone();
+        fs::write(paths.env_file(), env_file(&env)).map_err(io("writing env file"))?;
+        fs::write(paths.status_file("-created"), b"").map_err(io("writing created marker"))?;
+
+        manifest.apps.push(RuntimeApp {
+            name: self.name.clone(),
+            image: RuntimeImage {
+                name: Some(self.image_name.clone()),
+                id: self.image_id.clone(),
+                labels: self.image_manifest.labels.clone(),
+            },
+            app: Some(self.app.clone()),
+            read_only_root_fs: self.read_only_rootfs,
+            mounts: self
+                .volumes
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let name = format!("{}-vol{i}", self.name);
+                    PodMount {
+                        volume: name.clone(),
+                        path: v.container_path.display().to_string(),
+                        app_volume: Some(Volume {
+                            name,
+                            kind: "host".into(),
+                            source: v.host_path.display().to_string(),
+                            read_only: Some(v.read_only),
+                            recursive: Some(true),
+                            mode: None,
+                            uid: None,
+                            gid: None,
+                        }),
+                    }
+                })
+                .collect(),
+            annotations: self.annotations.clone(),
+        });
+        pod.write_manifest(manifest)?;
+        Ok(())
+    }
+}
+
+/// Creates a mount target: a directory, or an empty file for file mounts.
+fn ensure_target(target: &Path, dir: bool) -> io::Result<()> {
+    if target.exists() {
+        return Ok(());
+    }
+    if dir {
+        return fs::create_dir_all(target);
+    }
+    if let Some(parent) = target.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    fs::write(target, b"")
+}
+
+/// Unmounts an app inside the pod (volumes first) and on the host, and
+/// deletes its files. Best effort: used on failure paths and by `rm`.
+fn remove_files(pod: &Pod, paths: &AppPaths, tree_id: Option<&str>) {
+    let in_pod = paths.rootfs_in_pod();
+    if let Ok(Some(pid)) = pod.sandbox_pid()
+        && let Ok(pid1) = inject::pod_pid1(pid)
+        && let Ok(target) = CString::new(in_pod.as_os_str().as_bytes())
+    {
+        // MNT_DETACH on the rootfs takes the volumes and files below it along
+        let _ = inject::detach(pid1, &[target]);
+    }
+    let _ = super::stop::unmount_below(&paths.rootfs());
+    let _ = fs::remove_dir_all(paths.rootfs().parent().unwrap_or(&paths.rootfs()));
+    let _ = fs::remove_dir_all(paths.appsinfo());
+    let _ = fs::remove_file(paths.env_file());
+    for suffix in ["", "-created", "-started"] {
+        let _ = fs::remove_file(paths.status_file(suffix));
+    }
+    if let Some(id) = tree_id {
+        let _ = fs::remove_dir_all(paths.overlay_upper(id));
+        let _ = fs::remove_dir_all(paths.overlay_work(id));
+    }
+}
+
+/// Removes an app from a pod (it must be stopped): mounts, files, manifest entry.
+pub fn remove(pod: &mut Pod, name: &str) -> Result<(), AppError> {
+    let uuid = pod.uuid().to_string();
+    let _guard = pod.lock_manifest()?;
+    let mut manifest = pod.read_manifest()?;
+    let Some(index) = manifest.apps.iter().position(|a| a.name == name) else {
+        return Err(AppError::NotFound { pod: uuid, app: name.to_string() });
+    };
+    let paths = AppPaths::new(pod, name);
+    let tree_id = fs::read_to_string(paths.appsinfo().join("treeStoreID")).ok();
+    remove_files(pod, &paths, tree_id.as_deref().map(str::trim));
+    manifest.apps.remove(index);
+    pod.write_manifest(&manifest)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_stay_inside() {
+        let root = Path::new("/r");
+        assert_eq!(under(root, Path::new("/etc/hosts")).expect("ok"), PathBuf::from("/r/etc/hosts"));
+        assert_eq!(under(root, Path::new("a/./b")).expect("ok"), PathBuf::from("/r/a/b"));
+        assert!(under(root, Path::new("/a/../../etc")).is_err());
+    }
+
+    #[test]
+    fn env_file_format() {
+        let env = vec![NameValue::new("A", "1"), NameValue::new("B", "x\ny")];
+        assert_eq!(env_file(&env), "A=1\nB=x y\n");
+    }
+}
