@@ -40,6 +40,10 @@ struct WorkDir {
 
 impl WorkDir {
     fn new(cas: &Cas) -> Result<WorkDir, ImageError> {
+        let stale = clean_tmp(cas);
+        if stale > 0 {
+            tracing::info!(stale, "removed leftovers of interrupted pulls");
+        }
         let name = format!("pull-{}", uuid::Uuid::new_v4().simple());
         let path = cas.tmp().join(&name);
         let lock_path = cas.tmp().join(format!("{name}.lock"));
