@@ -111,3 +111,4 @@ pub fn stderr_of(child: &mut Child) -> String {
     }
     s
 }
+pub mod registry;
