@@ -191,7 +191,8 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 fn fetch(rkt: RktFlags, image: String) -> Result<(), String> {
     use std::io::{IsTerminal, Write};
     let store = rkt.store()?;
-    let reference: rktlet::image::reference::Reference = image.parse().map_err(|e: rktlet::image::reference::ReferenceError| e.to_string())?;
+    let reference: rktlet::image::reference::Reference =
+        image.parse().map_err(|e: rktlet::image::reference::ReferenceError| e.to_string())?;
     let creds = rktlet::image::auth::DockerConfig::default_path()
         .map(|p| rktlet::image::auth::DockerConfig::load(&p))
         .transpose()?

@@ -36,7 +36,8 @@ impl Runtime {
         data.ensure()?;
         let host = Host::detect();
         let cgroup_driver = cgroup::Driver::detect(host.pid1_is_systemd);
-        let image_err = |e: String| PodError::Io { context: "opening the image store".into(), source: std::io::Error::other(e) };
+        let image_err =
+            |e: String| PodError::Io { context: "opening the image store".into(), source: std::io::Error::other(e) };
         let registries = RegistryConfig::load(&config.registry_config).map_err(image_err)?;
         let images = Store::open(&data, registries).map_err(|e| image_err(e.to_string()))?;
         Ok(Runtime { config, data, host, cgroup_driver, images, pod_cidr: RwLock::new(String::new()) })

@@ -36,7 +36,8 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, u64)> {
             if m.is_dir() {
                 stack.push(path.clone());
             }
-            if path.extension().is_some_and(|x| x == "lock") || path.parent().is_some_and(|p| p.ends_with("imagelocks")) {
+            if path.extension().is_some_and(|x| x == "lock") || path.parent().is_some_and(|p| p.ends_with("imagelocks"))
+            {
                 continue; // key-lock files are created on demand
             }
             out.push((path.strip_prefix(dir).expect("prefix").to_path_buf(), if m.is_file() { m.len() } else { 0 }));
@@ -194,7 +195,8 @@ async fn corrupted_blob_fails_and_leaves_the_store_unchanged() {
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff; // same size, different content
     fs::write(&data, &bytes).expect("corrupt");
-    let err = store.pull(&format!("{}/{repo}:latest", reg.main), Credentials::default(), None).await.expect_err("corrupt");
+    let err =
+        store.pull(&format!("{}/{repo}:latest", reg.main), Credentials::default(), None).await.expect_err("corrupt");
     assert_eq!(err.code(), tonic::Code::DataLoss, "{err}");
     assert!(err.to_string().contains("digest mismatch"), "{err}");
     assert_eq!(snapshot(store.cas().root()), before, "the store changed");
@@ -214,7 +216,8 @@ async fn hostile_layers_are_refused() {
     for (name, layer) in cases {
         let repo = format!("hostile-{name}-{}", uuid::Uuid::new_v4().simple());
         reg.push(&repo, &[layer]).await;
-        let err = store.pull(&format!("{}/{repo}:latest", reg.main), Credentials::default(), None).await.expect_err(name);
+        let err =
+            store.pull(&format!("{}/{repo}:latest", reg.main), Credentials::default(), None).await.expect_err(name);
         assert!(matches!(err, ImageError::Extract(_)), "{name}: {err}");
         assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{name}: {err}");
         assert!(err.to_string().contains("refusing layer"), "{name}: {err}");
@@ -274,11 +277,16 @@ fn kill_9_mid_pull_leaves_no_partial_image_and_the_next_pull_completes() {
     let r = format!("docker://{}/big:latest", reg.main);
     let fetch = || Command::new(common::BIN).args(["fetch", "--dir"]).arg(dir.path()).arg(&r).output().expect("fetch");
     let list = || {
-        let out = Command::new(common::BIN).args(["image", "list", "--format=json", "--dir"]).arg(dir.path()).output().expect("list");
+        let out = Command::new(common::BIN)
+            .args(["image", "list", "--format=json", "--dir"])
+            .arg(dir.path())
+            .output()
+            .expect("list");
         serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout).expect("json")
     };
     for delay_ms in [5u64, 40, 120] {
-        let mut child = Command::new(common::BIN).args(["fetch", "--dir"]).arg(dir.path()).arg(&r).spawn().expect("spawn");
+        let mut child =
+            Command::new(common::BIN).args(["fetch", "--dir"]).arg(dir.path()).arg(&r).spawn().expect("spawn");
         std::thread::sleep(std::time::Duration::from_millis(delay_ms));
         let _ = child.kill(); // SIGKILL
         let _ = child.wait();
@@ -293,7 +301,8 @@ fn kill_9_mid_pull_leaves_no_partial_image_and_the_next_pull_completes() {
     let out = fetch();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(list().len(), 1);
-    let leftovers: Vec<_> = fs::read_dir(dir.path().join("cas/tmp")).expect("tmp").flatten().map(|e| e.file_name()).collect();
+    let leftovers: Vec<_> =
+        fs::read_dir(dir.path().join("cas/tmp")).expect("tmp").flatten().map(|e| e.file_name()).collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
@@ -327,7 +336,11 @@ fn cli_list_cat_manifest_gc_rerender_and_rm() {
     assert_eq!(run(&["image", "list", "--format=json"]).trim(), "[]");
     let out = Command::new(common::BIN).args(["image", "rm", &id, "--dir"]).arg(dir.path()).output().expect("rm");
     assert!(!out.status.success(), "removing a missing image is reported by the CLI");
-    let blobs = fs::read_dir(dir.path().join("cas/blob/sha512")).expect("blobs").flatten().flat_map(|d| fs::read_dir(d.path()).into_iter().flatten()).count();
+    let blobs = fs::read_dir(dir.path().join("cas/blob/sha512"))
+        .expect("blobs")
+        .flatten()
+        .flat_map(|d| fs::read_dir(d.path()).into_iter().flatten())
+        .count();
     assert_eq!(blobs, 0, "layers of removed images are removed");
     assert_eq!(run(&["image", "gc", "--grace-period=0s"]).lines().count(), 1);
 }
@@ -346,7 +359,11 @@ mod cri {
         let d = common::Daemon::start(&[]);
         let mut c = d.images().await;
         let tag = format!("{}/cfg:latest", reg.main);
-        let pulled = c.pull_image(cri::PullImageRequest { image: spec(&tag), ..Default::default() }).await.expect("pull").into_inner();
+        let pulled = c
+            .pull_image(cri::PullImageRequest { image: spec(&tag), ..Default::default() })
+            .await
+            .expect("pull")
+            .into_inner();
         assert!(pulled.image_ref.starts_with("sha512-"));
 
         let list = c.list_images(cri::ListImagesRequest::default()).await.expect("list").into_inner().images;
@@ -364,7 +381,11 @@ mod cri {
         assert!(filtered.images.is_empty());
 
         for name in [tag.as_str(), pulled.image_ref.as_str(), list[0].repo_digests[0].as_str()] {
-            let s = c.image_status(cri::ImageStatusRequest { image: spec(name), verbose: true }).await.expect("status").into_inner();
+            let s = c
+                .image_status(cri::ImageStatusRequest { image: spec(name), verbose: true })
+                .await
+                .expect("status")
+                .into_inner();
             assert_eq!(s.image.as_ref().map(|i| i.id.as_str()), Some(pulled.image_ref.as_str()), "{name}");
             assert!(s.info["info"].contains("treeStoreID"));
         }
@@ -373,7 +394,10 @@ mod cri {
         assert!(u.used_bytes.as_ref().expect("bytes").value > 1_000_000);
         assert!(u.inodes_used.as_ref().expect("inodes").value > 100);
 
-        let bad = c.pull_image(cri::PullImageRequest { image: spec("Not/Valid"), ..Default::default() }).await.expect_err("bad");
+        let bad = c
+            .pull_image(cri::PullImageRequest { image: spec("Not/Valid"), ..Default::default() })
+            .await
+            .expect_err("bad");
         assert_eq!(bad.code(), tonic::Code::InvalidArgument, "{bad:?}");
         let missing = c
             .pull_image(cri::PullImageRequest { image: spec(&format!("{}/nope:1", reg.main)), ..Default::default() })
@@ -382,20 +406,34 @@ mod cri {
         assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
         let auth = cri::AuthConfig { username: USER.into(), password: "wrong".into(), ..Default::default() };
         let denied = c
-            .pull_image(cri::PullImageRequest { image: spec(&format!("{}/busybox", reg.auth)), auth: Some(auth), ..Default::default() })
+            .pull_image(cri::PullImageRequest {
+                image: spec(&format!("{}/busybox", reg.auth)),
+                auth: Some(auth),
+                ..Default::default()
+            })
             .await
             .expect_err("denied");
         assert_eq!(denied.code(), tonic::Code::Unauthenticated, "{denied:?}");
         let auth = cri::AuthConfig { username: USER.into(), password: PASS.into(), ..Default::default() };
-        c.pull_image(cri::PullImageRequest { image: spec(&format!("{}/busybox", reg.auth)), auth: Some(auth), ..Default::default() })
-            .await
-            .expect("auth pull");
+        c.pull_image(cri::PullImageRequest {
+            image: spec(&format!("{}/busybox", reg.auth)),
+            auth: Some(auth),
+            ..Default::default()
+        })
+        .await
+        .expect("auth pull");
 
         c.remove_image(cri::RemoveImageRequest { image: spec(&tag) }).await.expect("rm");
-        let s = c.image_status(cri::ImageStatusRequest { image: spec(&tag), verbose: false }).await.expect("status").into_inner();
+        let s = c
+            .image_status(cri::ImageStatusRequest { image: spec(&tag), verbose: false })
+            .await
+            .expect("status")
+            .into_inner();
         assert!(s.image.is_none());
         c.remove_image(cri::RemoveImageRequest { image: spec(&tag) }).await.expect("rm is idempotent");
-        c.remove_image(cri::RemoveImageRequest { image: spec(&pulled.image_ref) }).await.expect("rm by id is idempotent");
+        c.remove_image(cri::RemoveImageRequest { image: spec(&pulled.image_ref) })
+            .await
+            .expect("rm by id is idempotent");
         assert_eq!(c.list_images(cri::ListImagesRequest::default()).await.expect("list").into_inner().images.len(), 1);
     }
 }

@@ -203,7 +203,9 @@ mod tests {
     #[test]
     fn challenges() {
         assert_eq!(
-            parse_challenge(r#"Bearer realm="https://auth.example/token",service="registry.example",scope="repository:a/b:pull,push""#),
+            parse_challenge(
+                r#"Bearer realm="https://auth.example/token",service="registry.example",scope="repository:a/b:pull,push""#
+            ),
             Some(Challenge::Bearer {
                 realm: "https://auth.example/token".into(),
                 service: Some("registry.example".into()),
@@ -211,7 +213,10 @@ mod tests {
             })
         );
         assert_eq!(parse_challenge(r#"Basic realm="regx-basic""#), Some(Challenge::Basic));
-        assert_eq!(parse_challenge("Bearer realm=http://x/token"), Some(Challenge::Bearer { realm: "http://x/token".into(), service: None, scope: None }));
+        assert_eq!(
+            parse_challenge("Bearer realm=http://x/token"),
+            Some(Challenge::Bearer { realm: "http://x/token".into(), service: None, scope: None })
+        );
         assert_eq!(parse_challenge("Negotiate"), None);
     }
 

@@ -214,7 +214,16 @@ mod tests {
         c.ensure().expect("ensure");
         assert!(c.read_index().expect("empty").aciinfo.is_empty());
         c.update_index(|i| {
-            i.upsert_aci(AciInfo { blobkey: "sha512-1".into(), name: "n".into(), importtime: 1, lastused: 1, latest: false, size: 3, treestoresize: 0, layer: false });
+            i.upsert_aci(AciInfo {
+                blobkey: "sha512-1".into(),
+                name: "n".into(),
+                importtime: 1,
+                lastused: 1,
+                latest: false,
+                size: 3,
+                treestoresize: 0,
+                layer: false,
+            });
             i.add_layer_digest("sha256:x", "sha512-2");
             i.add_layer_digest("sha256:x", "sha512-3");
         })

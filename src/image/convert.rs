@@ -56,7 +56,8 @@ fn platform_labels(config: &ImageConfig) -> Vec<NameValue> {
 pub fn layer_manifest(key: &str, blob_digest: &Digest, media_type: &str, config: &ImageConfig) -> ImageManifest {
     let mut m = ImageManifest::new(format!("layer/{key}"));
     m.labels = platform_labels(config);
-    m.annotations = vec![NameValue::new(ANN_LAYER_DIGEST, blob_digest.to_string()), NameValue::new(ANN_MEDIA_TYPE, media_type)];
+    m.annotations =
+        vec![NameValue::new(ANN_LAYER_DIGEST, blob_digest.to_string()), NameValue::new(ANN_MEDIA_TYPE, media_type)];
     m
 }
 
@@ -114,7 +115,13 @@ pub fn image_manifest(
     for spec in c.exposed_ports.as_ref().map(|p| p.keys().cloned().collect::<Vec<_>>()).unwrap_or_default() {
         let (port, proto) = spec.split_once('/').unwrap_or((spec.as_str(), "tcp"));
         if let Ok(port) = port.parse::<u32>() {
-            app.ports.push(Port { name: format!("{port}-{proto}"), protocol: proto.to_string(), port, count: 0, socket_activated: false });
+            app.ports.push(Port {
+                name: format!("{port}-{proto}"),
+                protocol: proto.to_string(),
+                port,
+                count: 0,
+                socket_activated: false,
+            });
         }
     }
     if let Some(labels) = &c.labels {
@@ -139,7 +146,12 @@ pub fn image_manifest(
     m.annotations = ann;
     m.dependencies = layers
         .iter()
-        .map(|l| Dependency { image_name: format!("layer/{}", l.key), image_id: Some(l.key.clone()), labels: Vec::new(), size: l.size })
+        .map(|l| Dependency {
+            image_name: format!("layer/{}", l.key),
+            image_id: Some(l.key.clone()),
+            labels: Vec::new(),
+            size: l.size,
+        })
         .collect();
     m
 }

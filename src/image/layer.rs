@@ -86,10 +86,12 @@ impl Read for ChannelReader {
     }
 }
 
-/// Copies what is read through it to a file.
+/// Copies what is read through it to a file, starting writeback every few
+/// MiB so the final fsync mostly waits for I/O already under way.
 struct Tee<'a, R> {
     inner: &'a mut R,
     out: Option<File>,
+    unsynced: usize,
 }
 
 impl<R: Read> Read for Tee<'_, R> {
@@ -97,6 +99,11 @@ impl<R: Read> Read for Tee<'_, R> {
         let n = self.inner.read(buf)?;
         if let Some(f) = &mut self.out {
             f.write_all(&buf[..n])?;
+            self.unsynced += n;
+            if self.unsynced >= 4 << 20 {
+                self.unsynced = 0;
+                super::extract::start_writeback(f);
+            }
         }
         Ok(n)
     }
@@ -119,7 +126,7 @@ pub fn run(job: LayerJob) -> Result<LayerDone, ImageError> {
         Some(p) => Some(File::create(p).map_err(super::io_ctx(format!("creating {}", p.display())))?),
         None => None,
     };
-    let mut tee = Tee { inner: &mut compressed, out };
+    let mut tee = Tee { inner: &mut compressed, out, unsynced: 0 };
     let result = (|| -> Result<(Unpacked, Digest), ImageError> {
         let mut buffered = BufReader::with_capacity(256 * 1024, &mut tee);
         let compression = match job.compression {
@@ -138,7 +145,8 @@ pub fn run(job: LayerJob) -> Result<LayerDone, ImageError> {
         let decoder: Box<dyn Read + '_> = match compression {
             Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(buffered)),
             Compression::Zstd => Box::new(
-                zstd::Decoder::with_buffer(buffered).map_err(|e| super::io_ctx(format!("starting zstd for {what}"))(e))?,
+                zstd::Decoder::with_buffer(buffered)
+                    .map_err(|e| super::io_ctx(format!("starting zstd for {what}"))(e))?,
             ),
             _ => Box::new(buffered),
         };

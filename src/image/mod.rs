@@ -188,7 +188,12 @@ impl Store {
     }
 
     /// Pulls `reference` (rendering its tree) and returns the image.
-    pub async fn pull(&self, reference: &str, creds: Credentials, progress: Option<Progress>) -> Result<Image, ImageError> {
+    pub async fn pull(
+        &self,
+        reference: &str,
+        creds: Credentials,
+        progress: Option<Progress>,
+    ) -> Result<Image, ImageError> {
         let r: Reference = reference.parse()?;
         pull::pull(self, &r, creds, progress).await
     }
@@ -308,8 +313,12 @@ impl Store {
                 needed.extend(m.dependencies.into_iter().filter_map(|d| d.image_id));
             }
         }
-        let orphans: Vec<String> =
-            index.aciinfo.iter().filter(|a| a.layer && !needed.contains(&a.blobkey)).map(|a| a.blobkey.clone()).collect();
+        let orphans: Vec<String> = index
+            .aciinfo
+            .iter()
+            .filter(|a| a.layer && !needed.contains(&a.blobkey))
+            .map(|a| a.blobkey.clone())
+            .collect();
         if orphans.is_empty() {
             return Ok(orphans);
         }
@@ -360,7 +369,8 @@ impl Store {
     pub fn gc(&self, grace: Duration) -> Result<GcReport, ImageError> {
         let locks = self.data.locks();
         fs::create_dir_all(&locks).map_err(io_ctx(format!("creating {}", locks.display())))?;
-        let _prepare = crate::lock::exclusive_file(&locks.join("prepareLock")).map_err(io_ctx("taking the prepare lock"))?;
+        let _prepare =
+            crate::lock::exclusive_file(&locks.join("prepareLock")).map_err(io_ctx("taking the prepare lock"))?;
         let mut report = GcReport { tmp: pull::clean_tmp(&self.cas), ..Default::default() };
         let used = self.used_by_pods();
         if let Ok(trees) = fs::read_dir(self.cas.trees()) {

@@ -164,15 +164,28 @@ mod tests {
             media_type: OCI_MANIFEST.into(),
             digest: digest.into(),
             size: 1,
-            platform: Some(Platform { architecture: arch.into(), os: "linux".into(), variant: variant.map(Into::into) }),
+            platform: Some(Platform {
+                architecture: arch.into(),
+                os: "linux".into(),
+                variant: variant.map(Into::into),
+            }),
             urls: vec![],
         }
     }
 
     #[test]
     fn picks_arch_then_variant() {
-        let list = vec![desc("arm64", Some("v8"), "a"), desc("amd64", None, "b"), desc("arm", Some("v6"), "c"), desc("arm", Some("v7"), "d")];
-        let p = |a: &str, v: Option<&str>| Platform { architecture: a.into(), os: "linux".into(), variant: v.map(Into::into) };
+        let list = vec![
+            desc("arm64", Some("v8"), "a"),
+            desc("amd64", None, "b"),
+            desc("arm", Some("v6"), "c"),
+            desc("arm", Some("v7"), "d"),
+        ];
+        let p = |a: &str, v: Option<&str>| Platform {
+            architecture: a.into(),
+            os: "linux".into(),
+            variant: v.map(Into::into),
+        };
         assert_eq!(select_platform(&list, &p("amd64", None)).map(|d| d.digest.as_str()), Some("b"));
         assert_eq!(select_platform(&list, &p("arm64", Some("v8"))).map(|d| d.digest.as_str()), Some("a"));
         assert_eq!(select_platform(&list, &p("arm", Some("v7"))).map(|d| d.digest.as_str()), Some("d"));
@@ -183,9 +196,11 @@ mod tests {
 
     #[test]
     fn tells_index_from_manifest() {
-        let idx: AnyManifest = serde_json::from_str(r#"{"schemaVersion":2,"manifests":[{"digest":"x","size":1}]}"#).expect("parse");
+        let idx: AnyManifest =
+            serde_json::from_str(r#"{"schemaVersion":2,"manifests":[{"digest":"x","size":1}]}"#).expect("parse");
         assert!(idx.is_index(""));
-        let m: AnyManifest = serde_json::from_str(r#"{"schemaVersion":2,"config":{"digest":"x","size":1},"layers":[]}"#).expect("parse");
+        let m: AnyManifest =
+            serde_json::from_str(r#"{"schemaVersion":2,"config":{"digest":"x","size":1},"layers":[]}"#).expect("parse");
         assert!(!m.is_index(OCI_MANIFEST));
     }
 }

@@ -84,7 +84,9 @@ pub fn clean_tmp(cas: &Cas) -> usize {
     n
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ImageError> + Send + 'static) -> Result<T, ImageError> {
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ImageError> + Send + 'static,
+) -> Result<T, ImageError> {
     tokio::task::spawn_blocking(f).await.map_err(|e| ImageError::Task(e.to_string()))?
 }
 
@@ -92,7 +94,12 @@ fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Resul
     serde_json::from_slice(bytes).map_err(|e| ImageError::Unsupported(format!("invalid {what}: {e}")))
 }
 
-pub async fn pull(store: &Store, reference: &Reference, creds: Credentials, progress: Option<Progress>) -> Result<Image, ImageError> {
+pub async fn pull(
+    store: &Store,
+    reference: &Reference,
+    creds: Credentials,
+    progress: Option<Progress>,
+) -> Result<Image, ImageError> {
     let session = store.registry().session(reference, creds);
     let (bytes, content_type, top_digest) = session.manifest(&reference.object()).await?;
     let top: AnyManifest = parse_json(&bytes, "manifest")?;
@@ -111,16 +118,23 @@ pub async fn pull(store: &Store, reference: &Reference, creds: Credentials, prog
     };
     let config_desc = match (&manifest.config, manifest.schema_version) {
         (Some(c), 2) => c.clone(),
-        _ => return Err(ImageError::Unsupported(format!("{reference}: only schema 2 / OCI image manifests are supported"))),
+        _ => {
+            return Err(ImageError::Unsupported(format!(
+                "{reference}: only schema 2 / OCI image manifests are supported"
+            )));
+        }
     };
-    let config_digest: Digest = config_desc.digest.parse().map_err(|e: super::verify::InvalidDigest| ImageError::Unsupported(e.to_string()))?;
+    let config_digest: Digest =
+        config_desc.digest.parse().map_err(|e: super::verify::InvalidDigest| ImageError::Unsupported(e.to_string()))?;
     let config_bytes = session.small_blob(&config_digest, config_desc.size, oci::MAX_CONFIG_BYTES).await?;
     let config: ImageConfig = parse_json(&config_bytes, "image config")?;
     let mut layers = Vec::new();
     for l in &manifest.layers {
-        let compression = Compression::from_media_type(&l.media_type)
-            .ok_or_else(|| ImageError::Unsupported(format!("{reference}: unsupported layer media type {:?}", l.media_type)))?;
-        let digest: Digest = l.digest.parse().map_err(|e: super::verify::InvalidDigest| ImageError::Unsupported(e.to_string()))?;
+        let compression = Compression::from_media_type(&l.media_type).ok_or_else(|| {
+            ImageError::Unsupported(format!("{reference}: unsupported layer media type {:?}", l.media_type))
+        })?;
+        let digest: Digest =
+            l.digest.parse().map_err(|e: super::verify::InvalidDigest| ImageError::Unsupported(e.to_string()))?;
         layers.push(LayerDesc { digest, size: l.size, media_type: l.media_type.clone(), compression });
     }
 
@@ -132,7 +146,10 @@ pub async fn pull(store: &Store, reference: &Reference, creds: Credentials, prog
     let _locks = {
         let cas = cas.clone();
         blocking(move || {
-            lock_names.iter().map(|n| cas.lock_image(n).map_err(io_ctx(format!("locking {n}")))).collect::<Result<Vec<_>, _>>()
+            lock_names
+                .iter()
+                .map(|n| cas.lock_image(n).map_err(io_ctx(format!("locking {n}"))))
+                .collect::<Result<Vec<_>, _>>()
         })
         .await?
     };
@@ -153,11 +170,8 @@ pub async fn pull(store: &Store, reference: &Reference, creds: Credentials, prog
 
     // everything already here: the image needs at most its names added
     if known.iter().all(Option::is_some) {
-        let keys: Vec<(String, u64)> = known
-            .iter()
-            .flatten()
-            .map(|k| (k.clone(), index.aci(k).map_or(0, |a| a.size.max(0) as u64)))
-            .collect();
+        let keys: Vec<(String, u64)> =
+            known.iter().flatten().map(|k| (k.clone(), index.aci(k).map_or(0, |a| a.size.max(0) as u64))).collect();
         let m = image_for(&keys);
         let (image_key, _) = convert::empty_aci(&m).map_err(io_ctx("building the image ACI"))?;
         let layer_keys: Vec<String> = keys.iter().map(|(k, _)| k.clone()).collect();
@@ -231,6 +245,7 @@ pub async fn pull(store: &Store, reference: &Reference, creds: Credentials, prog
         };
         handles.push(tokio::task::spawn_blocking(move || layer::run(job)));
     }
+    let started = std::time::Instant::now();
     let mut done: Vec<LayerDone> = Vec::new();
     let mut first_err = None;
     for h in handles {
@@ -249,6 +264,7 @@ pub async fn pull(store: &Store, reference: &Reference, creds: Credentials, prog
         return Err(e);
     }
     done.sort_by_key(|d| d.index);
+    tracing::debug!(image = %reference, ms = started.elapsed().as_millis() as u64, "layers downloaded, verified and unpacked");
 
     let keys: Vec<(String, u64)> = done
         .iter()
@@ -257,7 +273,15 @@ pub async fn pull(store: &Store, reference: &Reference, creds: Credentials, prog
     let image_manifest = image_for(&keys);
     let layer_meta: Vec<(Digest, String)> = layers.iter().map(|l| (l.digest.clone(), l.media_type.clone())).collect();
     let image_key = blocking(move || {
-        let plan = Commit { cas: &cas, work: &work, done: &done, layer_meta: &layer_meta, config: &config, image: image_manifest, remotes };
+        let plan = Commit {
+            cas: &cas,
+            work: &work,
+            done: &done,
+            layer_meta: &layer_meta,
+            config: &config,
+            image: image_manifest,
+            remotes,
+        };
         plan.run()
     })
     .await?;
@@ -265,7 +289,14 @@ pub async fn pull(store: &Store, reference: &Reference, creds: Credentials, prog
 }
 
 fn remote_row(url: &str, key: &str, now: i64) -> Remote {
-    Remote { aciurl: url.to_string(), sigurl: String::new(), etag: String::new(), blobkey: key.to_string(), cachemaxage: 0, downloadtime: now }
+    Remote {
+        aciurl: url.to_string(),
+        sigurl: String::new(),
+        etag: String::new(),
+        blobkey: key.to_string(),
+        cachemaxage: 0,
+        downloadtime: now,
+    }
 }
 
 /// Merges staged layers 1.. into the bottom layer's tree, fixes directory metadata, syncs.
@@ -275,7 +306,9 @@ fn finish_tree(rootfs: &Path, work: &Path, done: &[LayerDone]) -> Result<(), Ima
     }
     let all: Vec<&Unpacked> = done.iter().map(|d| &d.unpacked).collect();
     extract::apply_dir_meta(rootfs, &all)?;
+    let started = std::time::Instant::now();
     extract::sync_files(rootfs, &all)?;
+    tracing::debug!(ms = started.elapsed().as_millis() as u64, "tree files synced");
     let skipped: usize = all.iter().map(|u| u.skipped_devices).sum();
     if skipped > 0 {
         tracing::info!(skipped, "device nodes skipped (no privilege to create them)");
@@ -284,7 +317,14 @@ fn finish_tree(rootfs: &Path, work: &Path, done: &[LayerDone]) -> Result<(), Ima
 }
 
 /// Moves a finished tree (`work/tree`) into `cas/tree/<id>` and marks it rendered.
-fn commit_tree(cas: &Cas, work: &Path, tree_id: &str, image_key: &str, manifest: &ImageManifest, layer_keys: &[String]) -> Result<i64, ImageError> {
+fn commit_tree(
+    cas: &Cas,
+    work: &Path,
+    tree_id: &str,
+    image_key: &str,
+    manifest: &ImageManifest,
+    layer_keys: &[String],
+) -> Result<i64, ImageError> {
     let _lock = cas.lock_tree(tree_id).map_err(io_ctx("locking the tree"))?;
     let final_path = cas.tree(tree_id);
     let tmp_tree = work.join("tree");
@@ -296,15 +336,23 @@ fn commit_tree(cas: &Cas, work: &Path, tree_id: &str, image_key: &str, manifest:
         fs::remove_dir_all(&final_path).map_err(io_ctx(format!("removing partial tree {}", final_path.display())))?;
     }
     let json = serde_json::to_vec(manifest).map_err(|e| io_ctx("encoding the manifest")(io::Error::other(e)))?;
-    fsutil::write_atomic(&tmp_tree.join("manifest"), &json, 0o644).map_err(io_ctx("writing the tree manifest"))?;
-    fsutil::write_atomic(&tmp_tree.join("image"), image_key.as_bytes(), 0o644).map_err(io_ctx("writing the tree image"))?;
     let hash = super::verify::cas_key_of(layer_keys.join(",").as_bytes());
-    fsutil::write_atomic(&tmp_tree.join("hash"), hash.as_bytes(), 0o644).map_err(io_ctx("writing the tree hash"))?;
+    // plain writes: the whole directory becomes visible by one rename below
+    for (name, bytes) in [("manifest", &json[..]), ("image", image_key.as_bytes()), ("hash", hash.as_bytes())] {
+        let path = tmp_tree.join(name);
+        let mut f = fs::File::create(&path).map_err(io_ctx(format!("creating {}", path.display())))?;
+        io::Write::write_all(&mut f, bytes)
+            .and_then(|_| f.sync_data())
+            .map_err(io_ctx(format!("writing {}", path.display())))?;
+    }
     fsutil::sync_dir(&tmp_tree.join("rootfs")).map_err(io_ctx("syncing the tree"))?;
+    fsutil::sync_dir(&tmp_tree).map_err(io_ctx("syncing the tree"))?;
     fs::rename(&tmp_tree, &final_path).map_err(io_ctx(format!("moving the tree to {}", final_path.display())))?;
     fsutil::sync_dir(&cas.trees()).map_err(io_ctx("syncing cas/tree"))?;
     let rendered = final_path.join("rendered");
-    fs::File::create(&rendered).and_then(|f| f.sync_all()).map_err(io_ctx(format!("creating {}", rendered.display())))?;
+    fs::File::create(&rendered)
+        .and_then(|f| f.sync_all())
+        .map_err(io_ctx(format!("creating {}", rendered.display())))?;
     fsutil::sync_dir(&final_path).map_err(io_ctx("syncing the tree"))?;
     Ok(bytes as i64)
 }
@@ -323,7 +371,9 @@ impl Commit<'_> {
     fn run(self) -> Result<String, ImageError> {
         let Commit { cas, work, done, layer_meta, config, image, remotes } = self;
         let rootfs = work.rootfs();
+        let started = std::time::Instant::now();
         finish_tree(&rootfs, &work.path, done)?;
+        tracing::debug!(ms = started.elapsed().as_millis() as u64, "layers merged and synced");
         let ensure_parent = |p: &Path| -> Result<(), ImageError> {
             let parent = p.parent().unwrap_or(p);
             fs::create_dir_all(parent).map_err(io_ctx(format!("creating {}", parent.display())))
@@ -341,7 +391,8 @@ impl Commit<'_> {
             if !mpath.exists() {
                 let (digest, media_type) = &layer_meta[d.index];
                 let m = convert::layer_manifest(&d.key, digest, media_type, config);
-                let json = serde_json::to_vec(&m).map_err(|e| io_ctx("encoding a layer manifest")(io::Error::other(e)))?;
+                let json =
+                    serde_json::to_vec(&m).map_err(|e| io_ctx("encoding a layer manifest")(io::Error::other(e)))?;
                 ensure_parent(&mpath)?;
                 fsutil::write_atomic(&mpath, &json, 0o644).map_err(io_ctx(format!("writing {}", mpath.display())))?;
             }
@@ -353,12 +404,14 @@ impl Commit<'_> {
         fsutil::write_atomic(&blob, &aci, 0o644).map_err(io_ctx(format!("writing {}", blob.display())))?;
         let mpath = cas.image_manifest(&image_key);
         ensure_parent(&mpath)?;
-        let json = serde_json::to_vec(&image).map_err(|e| io_ctx("encoding the image manifest")(io::Error::other(e)))?;
+        let json =
+            serde_json::to_vec(&image).map_err(|e| io_ctx("encoding the image manifest")(io::Error::other(e)))?;
         fsutil::write_atomic(&mpath, &json, 0o644).map_err(io_ctx(format!("writing {}", mpath.display())))?;
         // 3. the tree
         let layer_keys: Vec<String> = done.iter().map(|d| d.key.clone()).collect();
         let tree_id = convert::tree_id(&image_key, &layer_keys);
         let tree_size = commit_tree(cas, &work.path, &tree_id, &image_key, &image, &layer_keys)?;
+        tracing::debug!(ms = started.elapsed().as_millis() as u64, "blobs and tree committed");
         // 4. the index: from here on the image is visible
         let now = now_nanos();
         let image_size: i64 = done.iter().map(|d| d.compressed_size as i64).sum();
@@ -426,7 +479,10 @@ pub fn render_stored(store: &Store, image: &Image) -> Result<(), ImageError> {
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(ImageError::Task("render thread panicked".into())))).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(ImageError::Task("render thread panicked".into()))))
+            .collect()
     });
     let done: Vec<LayerDone> = results.into_iter().collect::<Result<_, _>>()?;
     finish_tree(&work.rootfs(), &work.path, &done)?;

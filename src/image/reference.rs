@@ -81,7 +81,10 @@ fn valid_domain(d: &str) -> bool {
     };
     let host_ok = !host.is_empty()
         && host.split('.').all(|l| {
-            !l.is_empty() && !l.starts_with('-') && !l.ends_with('-') && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b':')
+            !l.is_empty()
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b':')
         });
     let port_ok = port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
     host_ok && port_ok
@@ -211,7 +214,9 @@ mod tests {
     #[test]
     fn invalid_references_are_clear() {
         assert_eq!("".parse::<Reference>(), Err(ReferenceError::Empty));
-        for bad in ["Busybox", "busybox:", "busybox:-x", "a//b", "busybox@sha256:12", "-a", "a_", "host:port:x/y", ":tag"] {
+        for bad in
+            ["Busybox", "busybox:", "busybox:-x", "a//b", "busybox@sha256:12", "-a", "a_", "host:port:x/y", ":tag"]
+        {
             let e = bad.parse::<Reference>().expect_err(bad).to_string();
             assert!(e.contains("invalid image reference"), "{bad}: {e}");
         }

@@ -140,7 +140,8 @@ impl Session<'_> {
             let status = resp.status();
             if status == StatusCode::UNAUTHORIZED && !retried {
                 retried = true;
-                let challenge = resp.headers().get(WWW_AUTHENTICATE).and_then(|v| v.to_str().ok()).and_then(parse_challenge);
+                let challenge =
+                    resp.headers().get(WWW_AUTHENTICATE).and_then(|v| v.to_str().ok()).and_then(parse_challenge);
                 let header = self.authorize(ep, challenge).await?;
                 if let Ok(mut a) = self.auth.lock() {
                     a[i] = Some(header);
@@ -150,8 +151,12 @@ impl Session<'_> {
             return match status {
                 s if s.is_success() => Ok(resp),
                 StatusCode::UNAUTHORIZED => Err(self.unauthorized("the registry rejected the credentials")),
-                StatusCode::FORBIDDEN => Err(RegistryError::Denied { registry: self.registry.clone(), repo: self.repo.clone() }),
-                StatusCode::NOT_FOUND => Err(RegistryError::NotFound { registry: self.registry.clone(), what: what.to_string() }),
+                StatusCode::FORBIDDEN => {
+                    Err(RegistryError::Denied { registry: self.registry.clone(), repo: self.repo.clone() })
+                }
+                StatusCode::NOT_FOUND => {
+                    Err(RegistryError::NotFound { registry: self.registry.clone(), what: what.to_string() })
+                }
                 status => Err(RegistryError::Status { url: url.to_string(), status }),
             };
         }
@@ -180,7 +185,11 @@ impl Session<'_> {
                     self.http(ep).post(&realm).form(&form)
                 } else {
                     let req = self.http(ep).get(&realm).query(&query);
-                    if self.creds.has_basic() { req.basic_auth(&self.creds.username, Some(&self.creds.password)) } else { req }
+                    if self.creds.has_basic() {
+                        req.basic_auth(&self.creds.username, Some(&self.creds.password))
+                    } else {
+                        req
+                    }
                 };
                 let resp = req.send().await.map_err(|source| RegistryError::Http { url: realm.clone(), source })?;
                 match resp.status() {

@@ -129,7 +129,9 @@ pub fn cas_key_of(bytes: &[u8]) -> String {
 
 /// Whether `s` is a full CAS key (`sha512-` + 64 hex).
 pub fn is_cas_key(s: &str) -> bool {
-    s.len() == 71 && s.starts_with("sha512-") && s[7..].bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 71
+        && s.starts_with("sha512-")
+        && s[7..].bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// What a verifying reader found wrong.

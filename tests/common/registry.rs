@@ -105,7 +105,8 @@ impl Registry {
                 let loc = r.headers()["location"].to_str().expect("location").to_string();
                 let loc = if loc.starts_with("http") { loc } else { format!("http://{}{loc}", self.main) };
                 let sep = if loc.contains('?') { '&' } else { '?' };
-                let r = http.put(format!("{loc}{sep}digest={digest}")).body(bytes.clone()).send().await.expect("put blob");
+                let r =
+                    http.put(format!("{loc}{sep}digest={digest}")).body(bytes.clone()).send().await.expect("put blob");
                 assert_eq!(r.status().as_u16(), 201, "put blob");
                 (digest, bytes.len())
             }
