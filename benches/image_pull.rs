@@ -32,7 +32,9 @@ fn main() {
             .with_writer(std::io::stderr)
             .init();
     }
-    let runs: usize = std::env::var("RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(11);
+    // `cargo bench` passes --bench; under `cargo test --all-targets` one round is a smoke test
+    let default_runs = if std::env::args().any(|a| a == "--bench") { 11 } else { 1 };
+    let runs: usize = std::env::var("RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(default_runs);
     let reg = registry::registry();
     let reference = format!("{}/big:latest", reg.main);
     let scratch = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-image-pull");

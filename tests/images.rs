@@ -186,7 +186,9 @@ async fn corrupted_blob_fails_and_leaves_the_store_unchanged() {
     store.pull(&format!("{}/busybox:latest", reg.main), Credentials::default(), None).await.expect("seed pull");
     let before = snapshot(store.cas().root());
     let repo = format!("corrupt-{}", uuid::Uuid::new_v4().simple());
-    let payload: Vec<u8> = (0..300_000u32).flat_map(|i| i.to_le_bytes()).collect();
+    // unique content: a blob left corrupted by an earlier run must not be reused
+    let mut payload: Vec<u8> = (0..300_000u32).flat_map(|i| i.to_le_bytes()).collect();
+    payload.extend_from_slice(repo.as_bytes());
     let layer = raw_tar(&[("data/", T::Directory, b"", ""), ("data/blob", T::Regular, &payload, "")]);
     let digests = reg.push(&repo, &[layer]).await;
     let hex = digests[0].trim_start_matches("sha256:");
@@ -369,7 +371,7 @@ mod cri {
         let list = c.list_images(cri::ListImagesRequest::default()).await.expect("list").into_inner().images;
         assert_eq!(list.len(), 1);
         assert_eq!(list[0].id, pulled.image_ref);
-        assert_eq!(list[0].repo_tags, [tag.clone()]);
+        assert_eq!(list[0].repo_tags, std::slice::from_ref(&tag));
         assert!(list[0].repo_digests[0].starts_with(&format!("{}/cfg@sha256:", reg.main)));
         assert_eq!(list[0].uid.as_ref().map(|u| u.value), Some(1000));
         assert!(list[0].size > 0);

@@ -78,9 +78,9 @@ async fn unbuilt_rpcs_answer_unimplemented_naming_the_method() {
     assert_eq!(err.code(), tonic::Code::Unimplemented);
     assert!(err.message().contains("RunPodSandbox"), "{}", err.message());
     let mut img = d.images().await;
-    let err = img.image_fs_info(cri::ImageFsInfoRequest {}).await.expect_err("not built yet");
+    let err = img.stream_images(cri::StreamImagesRequest::default()).await.expect_err("not built yet");
     assert_eq!(err.code(), tonic::Code::Unimplemented);
-    assert!(err.message().contains("ImageFsInfo"), "{}", err.message());
+    assert!(err.message().contains("StreamImages"), "{}", err.message());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -45,6 +45,19 @@ fn stop(mut child: Child) {
     let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
     let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
     let _ = child.wait();
+    // flock's `sleep` child holds the lock too: wait until no live process is left in the group
+    wait_until(|| !group_alive(pgid.as_raw()));
+}
+
+/// Whether a non-zombie process of process group `pgid` exists (from /proc).
+fn group_alive(pgid: i32) -> bool {
+    std::fs::read_dir("/proc").into_iter().flatten().flatten().any(|e| {
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        // fields after the parenthesized command: state ppid pgrp ...
+        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        f.len() > 2 && f[0] != "Z" && f[2].parse() == Ok(pgid)
+    })
 }
 
 #[test]
