@@ -197,20 +197,7 @@ pub async fn pull(
             fs::create_dir(&dest).map_err(io_ctx(format!("creating {}", dest.display())))?;
         }
         let job = match &known[i] {
-            Some(key) => {
-                let path = cas.blob(key);
-                let f = fs::File::open(&path).map_err(io_ctx(format!("opening {}", path.display())))?;
-                LayerJob {
-                    index: i,
-                    source: Box::new(f),
-                    expected_digest: None,
-                    expected_key: Some(key.clone()),
-                    compression: Compression::Detect,
-                    blob_out: None,
-                    dest,
-                    staged: i > 0,
-                }
-            }
+            Some(key) => stored_job(&cas, i, key, dest)?,
             None => {
                 let stream = session.blob_stream(&l.digest).await?;
                 let (tx, rx) = tokio::sync::mpsc::channel(64);
@@ -449,6 +436,22 @@ impl Commit<'_> {
     }
 }
 
+/// A layer read back from its stored blob, checked against its key.
+fn stored_job(cas: &Cas, index: usize, key: &str, dest: PathBuf) -> Result<LayerJob, ImageError> {
+    let path = cas.blob(key);
+    let f = fs::File::open(&path).map_err(io_ctx(format!("opening {}", path.display())))?;
+    Ok(LayerJob {
+        index,
+        source: Box::new(f),
+        expected_digest: None,
+        expected_key: Some(key.to_string()),
+        compression: Compression::Detect,
+        blob_out: None,
+        dest,
+        staged: index > 0,
+    })
+}
+
 /// Renders an image's tree from its stored layers (after gc removed it).
 pub fn render_stored(store: &Store, image: &Image) -> Result<(), ImageError> {
     let cas = store.cas();
@@ -460,22 +463,11 @@ pub fn render_stored(store: &Store, image: &Image) -> Result<(), ImageError> {
             .enumerate()
             .map(|(i, key)| {
                 let dest = if i == 0 { work.rootfs() } else { work.path.join(format!("layer-{i}")) };
-                let path = cas.blob(key);
                 s.spawn(move || {
                     if i > 0 {
                         fs::create_dir(&dest).map_err(io_ctx(format!("creating {}", dest.display())))?;
                     }
-                    let f = fs::File::open(&path).map_err(io_ctx(format!("opening {}", path.display())))?;
-                    layer::run(LayerJob {
-                        index: i,
-                        source: Box::new(f),
-                        expected_digest: None,
-                        expected_key: Some(key.clone()),
-                        compression: Compression::Detect,
-                        blob_out: None,
-                        dest,
-                        staged: i > 0,
-                    })
+                    layer::run(stored_job(cas, i, key, dest)?)
                 })
             })
             .collect();
