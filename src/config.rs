@@ -9,6 +9,8 @@ pub const DEFAULT_SOCKET: &str = "/run/rktlet/rktlet.sock";
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/rktlet/data";
 pub const DEFAULT_CNI_CONF_DIR: &str = "/etc/cni/net.d";
 pub const DEFAULT_CNI_BIN_DIRS: [&str; 2] = ["/opt/cni/bin", "/usr/lib/cni"];
+/// Registry mirrors and insecure hosts (see `image::hosts`); a missing file means none.
+pub const DEFAULT_REGISTRY_CONFIG: &str = "/etc/rktlet/registries.toml";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -30,6 +32,7 @@ pub struct FileConfig {
     pub log_level: Option<String>,
     pub cni_conf_dir: Option<PathBuf>,
     pub cni_bin_dirs: Option<Vec<PathBuf>>,
+    pub registry_config: Option<PathBuf>,
 }
 
 impl FileConfig {
@@ -49,6 +52,7 @@ pub struct Config {
     pub log_level: String,
     pub cni_conf_dir: PathBuf,
     pub cni_bin_dirs: Vec<PathBuf>,
+    pub registry_config: PathBuf,
 }
 
 impl Default for Config {
@@ -60,6 +64,7 @@ impl Default for Config {
             log_level: "info".into(),
             cni_conf_dir: DEFAULT_CNI_CONF_DIR.into(),
             cni_bin_dirs: DEFAULT_CNI_BIN_DIRS.iter().map(PathBuf::from).collect(),
+            registry_config: DEFAULT_REGISTRY_CONFIG.into(),
         }
     }
 }
@@ -86,6 +91,9 @@ impl Config {
             }
             if let Some(v) = layer.cni_bin_dirs {
                 c.cni_bin_dirs = v;
+            }
+            if let Some(v) = layer.registry_config {
+                c.registry_config = v;
             }
         }
         if !["error", "warn", "info", "debug", "trace"].contains(&c.log_level.as_str()) {

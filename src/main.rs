@@ -11,18 +11,8 @@ use std::sync::Arc;
 #[derive(Parser)]
 #[command(name = "rktlet", version, about = "A Kubernetes CRI runtime that runs pods the rkt way")]
 struct Cli {
-    /// rkt data directory [default: /var/lib/rktlet/data].
-    #[arg(long, global = true)]
-    dir: Option<PathBuf>,
-    /// Verbose logs on stderr.
-    #[arg(long, global = true)]
-    debug: bool,
-    /// rkt's insecure options (comma list); accepted for compatibility.
-    #[arg(long, global = true)]
-    insecure_options: Option<String>,
-    /// rkt's local configuration directory; accepted for compatibility.
-    #[arg(long, global = true)]
-    local_config: Option<PathBuf>,
+    #[command(flatten)]
+    rkt: RktFlags,
     #[command(subcommand)]
     command: Command,
 }
@@ -64,24 +54,65 @@ enum Command {
         #[arg(long, default_value = rktlet::config::DEFAULT_SOCKET)]
         socket: PathBuf,
     },
+    /// Fetch an image into the store and render its tree (`docker://REF`); prints its id.
+    Fetch {
+        /// Image reference, e.g. docker://busybox:latest.
+        image: String,
+    },
+    /// Work with the image store.
+    Image {
+        #[command(subcommand)]
+        command: ImageCommand,
+    },
+}
+
+/// rkt's global flags.
+#[derive(Args)]
+struct RktFlags {
+    /// rkt data directory [default: /var/lib/rktlet/data].
+    #[arg(long, global = true)]
+    dir: Option<PathBuf>,
+    /// Local configuration directory (its `registries.toml` lists mirrors and insecure registries).
+    #[arg(long, global = true, default_value = "/etc/rktlet")]
+    local_config: PathBuf,
+    /// Comma-separated: http (plain HTTP to every registry), tls (no certificate checks),
+    /// image (accepted: docker images carry no signatures), all-fetch, all, none.
+    #[arg(long, global = true, default_value = "none")]
+    insecure_options: String,
+    /// Debug logging to stderr.
+    #[arg(long, global = true)]
+    debug: bool,
+}
+
+#[derive(Subcommand)]
+enum ImageCommand {
+    /// List images.
+    List {
+        /// Output format: tabbed (default) or json.
+        #[arg(long, default_value = "tabbed")]
+        format: String,
+    },
+    /// Remove images by id, tag or digest.
+    Rm { images: Vec<String> },
+    /// Remove trees no pod uses, images not used for the grace period, and leftovers.
+    Gc {
+        /// Keep images used more recently than this (e.g. 24h, 30m, 0s).
+        #[arg(long, default_value = "24h")]
+        grace_period: String,
+    },
+    /// Print an image's manifest.
+    CatManifest {
+        image: String,
+        /// Pretty-print.
+        #[arg(long, default_value_t = true)]
+        pretty_print: bool,
+    },
 }
 
 #[derive(Subcommand)]
 enum AppCommand {
     /// Create and boot an empty mutable pod (stage0 + stage1), then become its nspawn.
     Sandbox(rktlet::stage1::sandbox::SandboxArgs),
-}
-
-fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        _ => return Err(format!("invalid duration unit in {s:?}: use s, m or h")),
-    };
-    Ok(std::time::Duration::from_secs(secs))
 }
 
 #[derive(Args)]
@@ -107,6 +138,9 @@ struct ServeArgs {
     /// Directory with CNI plugin binaries; repeat for several [default: /opt/cni/bin, /usr/lib/cni].
     #[arg(long = "cni-bin-dir")]
     cni_bin_dirs: Vec<PathBuf>,
+    /// Registry mirrors and insecure registries (TOML) [default: /etc/rktlet/registries.toml].
+    #[arg(long)]
+    registry_config: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -122,6 +156,7 @@ impl ServeArgs {
             log_level: self.log_level,
             cni_conf_dir: self.cni_conf_dir,
             cni_bin_dirs: (!self.cni_bin_dirs.is_empty()).then_some(self.cni_bin_dirs),
+            registry_config: self.registry_config,
         };
         Config::resolve(file, flags)
     }
@@ -173,39 +208,191 @@ fn for_each(ids: &[String], f: impl Fn(&str) -> Result<(), String>) -> Result<()
     if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
 }
 
+impl RktFlags {
+    fn store(&self) -> Result<rktlet::image::Store, String> {
+        if self.debug {
+            init_logging("debug");
+        }
+        let mut registries = rktlet::image::RegistryConfig::load(&self.local_config.join("registries.toml"))?;
+        for opt in self.insecure_options.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+            match opt {
+                "none" | "image" | "ondisk" | "pubkey" | "capabilities" | "paths" | "seccomp" | "all-run" => {}
+                "http" => registries.all_http = true,
+                "tls" => registries.all_skip_verify = true,
+                "all-fetch" | "all" => {
+                    registries.all_http = true;
+                    registries.all_skip_verify = true;
+                }
+                other => return Err(format!("unknown --insecure-options value {other:?}")),
+            }
+        }
+        let data = data_dir(self.dir.clone());
+        rktlet::image::Store::open(&data, registries).map_err(|e| e.to_string())
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
+}
+
+fn fetch(rkt: RktFlags, image: String) -> Result<(), String> {
+    use std::io::{IsTerminal, Write};
+    let store = rkt.store()?;
+    let reference: rktlet::image::reference::Reference =
+        image.parse().map_err(|e: rktlet::image::reference::ReferenceError| e.to_string())?;
+    let creds = rktlet::image::auth::DockerConfig::default_path()
+        .map(|p| rktlet::image::auth::DockerConfig::load(&p))
+        .transpose()?
+        .and_then(|c| c.for_domain(&reference.domain))
+        .unwrap_or_default();
+    let progress: Option<rktlet::image::Progress> = std::io::stderr().is_terminal().then(|| {
+        let totals = std::sync::Mutex::new(std::collections::BTreeMap::<usize, (u64, u64)>::new());
+        let name = reference.to_string();
+        std::sync::Arc::new(move |layer: usize, got: u64, size: u64| {
+            if let Ok(mut t) = totals.lock() {
+                t.insert(layer, (got, size));
+                let (got, size) = t.values().fold((0, 0), |(a, b), (g, s)| (a + g, b + s));
+                let mut err = std::io::stderr().lock();
+                let _ = write!(err, "\rDownloading {name}: {:.1} / {:.1} MB", got as f64 / 1e6, size as f64 / 1e6);
+                let _ = err.flush();
+            }
+        }) as rktlet::image::Progress
+    });
+    let shown = progress.is_some();
+    let result = runtime()?.block_on(store.pull(&image, creds, progress));
+    if shown {
+        eprintln!();
+    }
+    let image = result.map_err(|e| e.to_string())?;
+    println!("{}", image.id);
+    Ok(())
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let n: u64 = s[..split].parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let secs = match &s[split..] {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86400,
+        _ => return Err(format!("invalid duration {s:?}: use s, m, h or d")),
+    };
+    Ok(std::time::Duration::from_secs(secs))
+}
+
+fn image_cmd(rkt: RktFlags, command: ImageCommand) -> Result<(), String> {
+    let store = rkt.store()?;
+    match command {
+        ImageCommand::List { format } => {
+            let images = store.list().map_err(|e| e.to_string())?;
+            let secs = |ns: i64| ns / 1_000_000_000;
+            match format.as_str() {
+                "json" => {
+                    let rows: Vec<_> = images
+                        .iter()
+                        .map(|i| {
+                            serde_json::json!({
+                                "id": i.id, "name": i.manifest.name, "size": i.size,
+                                "importTime": i.import_time, "lastUsedTime": i.last_used,
+                                "tags": i.tags, "digests": i.digests,
+                            })
+                        })
+                        .collect();
+                    println!("{}", serde_json::Value::Array(rows));
+                }
+                "tabbed" => {
+                    println!("ID\tNAME\tSIZE\tIMPORT TIME\tLAST USED");
+                    for i in &images {
+                        let name = i.tags.first().cloned().unwrap_or_else(|| i.manifest.name.clone());
+                        println!("{}\t{}\t{}\t{}\t{}", i.id, name, i.size, secs(i.import_time), secs(i.last_used));
+                    }
+                }
+                other => return Err(format!("unknown --format {other:?}: use tabbed or json")),
+            }
+        }
+        ImageCommand::Rm { images } => {
+            let mut failed = false;
+            for name in images {
+                match store.remove(&name) {
+                    Ok(Some(id)) => println!("successfully removed aci for image: {id}"),
+                    Ok(None) => {
+                        eprintln!("rktlet: image {name:?} not found");
+                        failed = true;
+                    }
+                    Err(e) => {
+                        eprintln!("rktlet: {e}");
+                        failed = true;
+                    }
+                }
+            }
+            if failed {
+                return Err("some images could not be removed".into());
+            }
+        }
+        ImageCommand::Gc { grace_period } => {
+            let report = store.gc(parse_duration(&grace_period)?).map_err(|e| e.to_string())?;
+            for t in &report.trees {
+                println!("removed tree {t}");
+            }
+            for i in &report.images {
+                println!("removed image {i}");
+            }
+            println!("removed {} layers, {} interrupted pulls", report.layers.len(), report.tmp);
+        }
+        ImageCommand::CatManifest { image, pretty_print } => {
+            let image = store.resolve(&image).map_err(|e| e.to_string())?;
+            let out = if pretty_print {
+                serde_json::to_string_pretty(&image.manifest)
+            } else {
+                serde_json::to_string(&image.manifest)
+            };
+            println!("{}", out.map_err(|e| e.to_string())?);
+        }
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if cli.debug {
+    if cli.rkt.debug {
         init_logging("debug");
     }
+    let dir = cli.rkt.dir.clone();
     let result = match cli.command {
         Command::Serve(mut args) => {
-            args.data_dir = args.data_dir.or(cli.dir);
+            args.data_dir = args.data_dir.or(dir);
             serve(args)
         }
         Command::Info { socket } => info(socket),
         Command::App(AppCommand::Sandbox(args)) => args
-            .into_options(data_dir(cli.dir))
+            .into_options(data_dir(dir.clone()))
             .and_then(rktlet::stage1::sandbox::run)
             .map(|never| match never {})
             .map_err(|e| e.to_string()),
         Command::List { format } => json_format(&format)
-            .and_then(|json| rktlet::cli::list(&data_dir(cli.dir), json).map_err(|e| e.to_string()))
+            .and_then(|json| rktlet::cli::list(&data_dir(dir.clone()), json).map_err(|e| e.to_string()))
             .map(|out| print!("{out}")),
         Command::Status { uuid, format } => json_format(&format)
-            .and_then(|json| rktlet::cli::status(&data_dir(cli.dir), &uuid, json).map_err(|e| e.to_string()))
+            .and_then(|json| rktlet::cli::status(&data_dir(dir.clone()), &uuid, json).map_err(|e| e.to_string()))
             .map(|out| println!("{}", out.trim_end())),
         Command::Stop { uuids, force } => {
-            let data = data_dir(cli.dir);
+            let data = data_dir(dir.clone());
             for_each(&uuids, |id| rktlet::cli::stop_pod(&data, id, force).map_err(|e| e.to_string()))
         }
         Command::Rm { uuids } => {
-            let data = data_dir(cli.dir);
+            let data = data_dir(dir.clone());
             for_each(&uuids, |id| rktlet::cli::rm_pod(&data, id).map_err(|e| e.to_string()))
         }
-        Command::Gc { grace_period } => rktlet::cli::gc(&data_dir(cli.dir), grace_period)
+        Command::Gc { grace_period } => rktlet::cli::gc(&data_dir(dir.clone()), grace_period)
             .map(|removed| removed.iter().for_each(|u| println!("removed {u}")))
             .map_err(|e| e.to_string()),
+        Command::Fetch { image } => fetch(cli.rkt, image),
+        Command::Image { command } => image_cmd(cli.rkt, command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,6 +3,7 @@
 
 use crate::cgroup;
 use crate::config::Config;
+use crate::image::{RegistryConfig, Store};
 use crate::net::cni;
 use crate::pod::{DataDir, PodError};
 use crate::stage1::host::Host;
@@ -15,6 +16,8 @@ pub struct Runtime {
     pub data: DataDir,
     pub host: Host,
     pub cgroup_driver: cgroup::Driver,
+    /// The image store (`$D/cas`) and its registry client.
+    pub images: Store,
     /// Pod CIDR kubelet sent with UpdateRuntimeConfig (empty until then).
     pod_cidr: RwLock<String>,
 }
@@ -34,7 +37,11 @@ impl Runtime {
         let host = Host::detect();
         crate::stage1::host::tune_node();
         let cgroup_driver = cgroup::Driver::detect(host.pid1_is_systemd);
-        Ok(Runtime { config, data, host, cgroup_driver, pod_cidr: RwLock::new(String::new()) })
+        let image_err =
+            |e: String| PodError::Io { context: "opening the image store".into(), source: std::io::Error::other(e) };
+        let registries = RegistryConfig::load(&config.registry_config).map_err(image_err)?;
+        let images = Store::open(&data, registries).map_err(|e| image_err(e.to_string()))?;
+        Ok(Runtime { config, data, host, cgroup_driver, images, pod_cidr: RwLock::new(String::new()) })
     }
 
     /// RuntimeReady: the data dir is usable and pods can be launched.

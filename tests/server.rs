@@ -77,6 +77,10 @@ async fn unbuilt_rpcs_answer_unimplemented_naming_the_method() {
     let err = rt.checkpoint_container(cri::CheckpointContainerRequest::default()).await.expect_err("not built");
     assert_eq!(err.code(), tonic::Code::Unimplemented);
     assert!(err.message().contains("CheckpointContainer"), "{}", err.message());
+    let mut img = d.images().await;
+    let err = img.stream_images(cri::StreamImagesRequest::default()).await.expect_err("not built yet");
+    assert_eq!(err.code(), tonic::Code::Unimplemented);
+    assert!(err.message().contains("StreamImages"), "{}", err.message());
 }
 
 #[tokio::test(flavor = "multi_thread")]

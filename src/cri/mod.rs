@@ -2,6 +2,7 @@
 //! by the domain modules. One file per verb family; this file only routes
 //! each RPC to its handler and logs it (method, duration, status code).
 
+mod image;
 mod pod_meta;
 mod runtime_info;
 mod sandbox_run;
@@ -171,13 +172,14 @@ cri_impl! {
 cri_impl! {
     ImageService {
         type StreamImagesStream = BoxStream<cri::StreamImagesResponse>;
-        done {}
+        done {
+            "ListImages": list_images(ListImagesRequest) -> cri::ListImagesResponse => image::list_images;
+            "ImageStatus": image_status(ImageStatusRequest) -> cri::ImageStatusResponse => image::image_status;
+            "PullImage": pull_image(PullImageRequest) -> cri::PullImageResponse => image::pull_image;
+            "RemoveImage": remove_image(RemoveImageRequest) -> cri::RemoveImageResponse => image::remove_image;
+            "ImageFsInfo": image_fs_info(ImageFsInfoRequest) -> cri::ImageFsInfoResponse => image::image_fs_info;
+        }
         pending {
-            "ListImages": list_images(ListImagesRequest) -> cri::ListImagesResponse;
-            "ImageStatus": image_status(ImageStatusRequest) -> cri::ImageStatusResponse;
-            "PullImage": pull_image(PullImageRequest) -> cri::PullImageResponse;
-            "RemoveImage": remove_image(RemoveImageRequest) -> cri::RemoveImageResponse;
-            "ImageFsInfo": image_fs_info(ImageFsInfoRequest) -> cri::ImageFsInfoResponse;
             "StreamImages": stream_images(StreamImagesRequest) -> BoxStream<cri::StreamImagesResponse>;
         }
     }

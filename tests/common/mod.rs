@@ -261,3 +261,4 @@ impl Drop for TestNetwork {
         let _ = std::fs::remove_dir_all(Path::new("/var/lib/cni/networks").join(&self.name));
     }
 }
+pub mod registry;

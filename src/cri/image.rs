@@ -1,0 +1,122 @@
+//! ImageService: PullImage, ListImages, ImageStatus, RemoveImage, ImageFsInfo.
+//! Translates CRI messages to `image::Store` calls.
+
+use crate::image::{Credentials, Image, ImageError, Store};
+use crate::proto::v1 as cri;
+use crate::runtime::Runtime;
+use std::collections::HashMap;
+use tonic::Status;
+
+fn to_cri(image: &Image) -> cri::Image {
+    let (uid, username) = image.user();
+    cri::Image {
+        id: image.id.clone(),
+        repo_tags: image.tags.clone(),
+        repo_digests: image.digests.clone(),
+        size: image.size,
+        uid: uid.map(|value| cri::Int64Value { value }),
+        username,
+        spec: Some(cri::ImageSpec { image: image.id.clone(), ..Default::default() }),
+        pinned: false,
+    }
+}
+
+fn spec_image(spec: Option<cri::ImageSpec>) -> String {
+    spec.map(|s| s.image).unwrap_or_default()
+}
+
+/// Runs blocking store work off the async threads.
+async fn blocking<T: Send + 'static>(
+    store: &Store,
+    f: impl FnOnce(Store) -> Result<T, ImageError> + Send + 'static,
+) -> Result<T, Status> {
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || f(store))
+        .await
+        .map_err(|e| Status::internal(format!("image store task failed: {e}")))?
+        .map_err(Status::from)
+}
+
+pub async fn pull_image(rt: &Runtime, req: cri::PullImageRequest) -> Result<cri::PullImageResponse, Status> {
+    let name = spec_image(req.image);
+    if name.is_empty() {
+        return Err(Status::invalid_argument("PullImage: image spec is empty"));
+    }
+    let creds = req
+        .auth
+        .map(|a| Credentials::from_cri(&a.username, &a.password, &a.auth, &a.identity_token, &a.registry_token))
+        .unwrap_or_default();
+    let image = rt
+        .images
+        .pull(&name, creds, None)
+        .await
+        .map_err(|e| Status::new(e.code(), format!("pulling image {name:?}: {e}")))?;
+    Ok(cri::PullImageResponse { image_ref: image.id })
+}
+
+pub async fn list_images(rt: &Runtime, req: cri::ListImagesRequest) -> Result<cri::ListImagesResponse, Status> {
+    let filter = spec_image(req.filter.and_then(|f| f.image));
+    let images = blocking(&rt.images, move |store| {
+        if filter.is_empty() {
+            return store.list();
+        }
+        match store.resolve(&filter) {
+            Ok(i) => Ok(vec![i]),
+            Err(ImageError::NotFound(_)) => Ok(vec![]),
+            Err(e) => Err(e),
+        }
+    })
+    .await?;
+    Ok(cri::ListImagesResponse { images: images.iter().map(to_cri).collect() })
+}
+
+pub async fn image_status(rt: &Runtime, req: cri::ImageStatusRequest) -> Result<cri::ImageStatusResponse, Status> {
+    let name = spec_image(req.image);
+    let verbose = req.verbose;
+    let found = blocking(&rt.images, move |store| match store.resolve(&name) {
+        Ok(i) => Ok(Some(i)),
+        Err(ImageError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e),
+    })
+    .await?;
+    let Some(image) = found else {
+        // CRI: an image that is not present is an empty answer, not an error
+        return Ok(cri::ImageStatusResponse::default());
+    };
+    let mut info = HashMap::new();
+    if verbose {
+        let v = serde_json::json!({
+            "id": image.id,
+            "treeStoreID": image.tree_id(),
+            "importTime": image.import_time,
+            "lastUsed": image.last_used,
+            "manifest": image.manifest,
+        });
+        info.insert("info".to_string(), v.to_string());
+    }
+    Ok(cri::ImageStatusResponse { image: Some(to_cri(&image)), info })
+}
+
+pub async fn remove_image(rt: &Runtime, req: cri::RemoveImageRequest) -> Result<cri::RemoveImageResponse, Status> {
+    let name = spec_image(req.image);
+    if name.is_empty() {
+        return Err(Status::invalid_argument("RemoveImage: image spec is empty"));
+    }
+    let removed = blocking(&rt.images, move |store| store.remove(&name)).await?;
+    if let Some(id) = removed {
+        tracing::info!(image = %id, "image removed");
+    }
+    Ok(cri::RemoveImageResponse {})
+}
+
+pub async fn image_fs_info(rt: &Runtime, _req: cri::ImageFsInfoRequest) -> Result<cri::ImageFsInfoResponse, Status> {
+    let (bytes, inodes) = blocking(&rt.images, |store| Ok(store.usage())).await?;
+    let timestamp = crate::image::cas::now_nanos();
+    let usage = cri::FilesystemUsage {
+        timestamp,
+        fs_id: Some(cri::FilesystemIdentifier { mountpoint: rt.images.cas().root().display().to_string() }),
+        used_bytes: Some(cri::UInt64Value { value: bytes }),
+        inodes_used: Some(cri::UInt64Value { value: inodes }),
+    };
+    Ok(cri::ImageFsInfoResponse { image_filesystems: vec![usage], container_filesystems: vec![] })
+}

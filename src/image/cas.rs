@@ -1,0 +1,236 @@
+//! rkt's CAS layout under `$D/cas` and rktlet's index of it.
+//!
+//! Paths: blobs at `blob/sha512/<k[7:9]>/<key>`, image manifests at
+//! `imageManifest/sha512/<k[7:9]>/<key>`, trees at `tree/<treeStoreID>/`,
+//! key-locks in `imagelocks/` and `treestorelocks/`, scratch in `tmp/`.
+//!
+//! The index (`db/index.json`) keeps rkt's `aciinfo` and `remote` tables (same
+//! columns; times as Unix nanoseconds) plus `layerdigest` (registry blob
+//! digest -> layer key, so a layer is found before it is downloaded). It is a
+//! JSON file rewritten atomically while holding an exclusive flock on `db/`,
+//! as rkt serializes its ql transactions; readers need no lock.
+
+use crate::fsutil;
+use crate::lock::{self, HeldLock};
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub const INDEX_VERSION: u32 = 1;
+
+/// The directories of one CAS.
+#[derive(Debug, Clone)]
+pub struct Cas {
+    root: PathBuf,
+}
+
+impl Cas {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Cas { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn ensure(&self) -> io::Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        let mut b = fs::DirBuilder::new();
+        b.recursive(true).mode(0o750);
+        for d in ["blob/sha512", "imageManifest/sha512", "tree", "tmp", "db", "imagelocks", "treestorelocks"] {
+            b.create(self.root.join(d))?;
+        }
+        Ok(())
+    }
+
+    fn sharded(&self, kind: &str, key: &str) -> PathBuf {
+        let shard = key.get(7..9).unwrap_or("xx");
+        self.root.join(kind).join("sha512").join(shard).join(key)
+    }
+
+    pub fn blob(&self, key: &str) -> PathBuf {
+        self.sharded("blob", key)
+    }
+
+    pub fn image_manifest(&self, key: &str) -> PathBuf {
+        self.sharded("imageManifest", key)
+    }
+
+    pub fn tree(&self, tree_id: &str) -> PathBuf {
+        self.root.join("tree").join(tree_id)
+    }
+
+    pub fn trees(&self) -> PathBuf {
+        self.root.join("tree")
+    }
+
+    pub fn tmp(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+
+    fn index_path(&self) -> PathBuf {
+        self.root.join("db/index.json")
+    }
+
+    /// Key-lock on an image or blob (exclusive; held while it is fetched or removed).
+    pub fn lock_image(&self, name: &str) -> io::Result<HeldLock> {
+        lock::exclusive_file(&self.root.join("imagelocks").join(name))
+    }
+
+    /// Key-lock on a tree (exclusive while it is rendered or removed).
+    pub fn lock_tree(&self, tree_id: &str) -> io::Result<HeldLock> {
+        lock::exclusive_file(&self.root.join("treestorelocks").join(tree_id))
+    }
+
+    /// The index as last committed.
+    pub fn read_index(&self) -> io::Result<Index> {
+        match fs::read(self.index_path()) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Index::default()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One transaction: exclusive lock on `db/`, read, change, atomic rewrite.
+    pub fn update_index<T>(&self, change: impl FnOnce(&mut Index) -> T) -> io::Result<T> {
+        let _lock = lock::exclusive_dir(&self.root.join("db"))?;
+        let mut index = self.read_index()?;
+        let out = change(&mut index);
+        index.version = INDEX_VERSION;
+        let bytes = serde_json::to_vec(&index).map_err(io::Error::other)?;
+        fsutil::write_atomic(&self.index_path(), &bytes, 0o640)?;
+        Ok(out)
+    }
+}
+
+pub fn now_nanos() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// rkt's tables, and rktlet's `layerdigest`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Index {
+    #[serde(default)]
+    pub version: u32,
+    #[serde(default)]
+    pub aciinfo: Vec<AciInfo>,
+    #[serde(default)]
+    pub remote: Vec<Remote>,
+    #[serde(default)]
+    pub layerdigest: Vec<LayerDigest>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AciInfo {
+    pub blobkey: String,
+    pub name: String,
+    pub importtime: i64,
+    pub lastused: i64,
+    pub latest: bool,
+    /// Bytes of the stored blob (layers: as downloaded, compressed).
+    pub size: i64,
+    pub treestoresize: i64,
+    /// rktlet: a layer ACI (a dependency of images), not an image to list.
+    #[serde(default)]
+    pub layer: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Remote {
+    /// `docker://<normalized reference>` (by tag and by digest).
+    pub aciurl: String,
+    pub sigurl: String,
+    pub etag: String,
+    pub blobkey: String,
+    pub cachemaxage: i64,
+    pub downloadtime: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LayerDigest {
+    /// The registry's digest of the blob as downloaded, e.g. `sha256:...`.
+    pub digest: String,
+    pub blobkey: String,
+}
+
+impl Index {
+    pub fn aci(&self, key: &str) -> Option<&AciInfo> {
+        self.aciinfo.iter().find(|a| a.blobkey == key)
+    }
+
+    pub fn upsert_aci(&mut self, row: AciInfo) {
+        match self.aciinfo.iter_mut().find(|a| a.blobkey == row.blobkey) {
+            Some(a) => {
+                a.lastused = row.lastused;
+                a.treestoresize = row.treestoresize.max(a.treestoresize);
+            }
+            None => self.aciinfo.push(row),
+        }
+    }
+
+    pub fn upsert_remote(&mut self, row: Remote) {
+        self.remote.retain(|r| r.aciurl != row.aciurl);
+        self.remote.push(row);
+    }
+
+    pub fn layer_key(&self, digest: &str) -> Option<&str> {
+        self.layerdigest.iter().find(|l| l.digest == digest).map(|l| l.blobkey.as_str())
+    }
+
+    pub fn add_layer_digest(&mut self, digest: &str, key: &str) {
+        if self.layer_key(digest).is_none() {
+            self.layerdigest.push(LayerDigest { digest: digest.to_string(), blobkey: key.to_string() });
+        }
+    }
+
+    /// Image keys (not layers) whose key starts with `prefix`.
+    pub fn images_with_prefix(&self, prefix: &str) -> Vec<&AciInfo> {
+        self.aciinfo.iter().filter(|a| !a.layer && a.blobkey.starts_with(prefix)).collect()
+    }
+
+    pub fn remotes_of(&self, key: &str) -> impl Iterator<Item = &Remote> {
+        self.remote.iter().filter(move |r| r.blobkey == key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_follow_rkt() {
+        let c = Cas::new("/d/cas");
+        let k = format!("sha512-ab{}", "0".repeat(62));
+        assert_eq!(c.blob(&k), PathBuf::from(format!("/d/cas/blob/sha512/ab/{k}")));
+        assert_eq!(c.image_manifest(&k), PathBuf::from(format!("/d/cas/imageManifest/sha512/ab/{k}")));
+    }
+
+    #[test]
+    fn index_transactions() {
+        let t = tempfile::tempdir().expect("tmp");
+        let c = Cas::new(t.path());
+        c.ensure().expect("ensure");
+        assert!(c.read_index().expect("empty").aciinfo.is_empty());
+        c.update_index(|i| {
+            i.upsert_aci(AciInfo {
+                blobkey: "sha512-1".into(),
+                name: "n".into(),
+                importtime: 1,
+                lastused: 1,
+                latest: false,
+                size: 3,
+                treestoresize: 0,
+                layer: false,
+            });
+            i.add_layer_digest("sha256:x", "sha512-2");
+            i.add_layer_digest("sha256:x", "sha512-3");
+        })
+        .expect("update");
+        let i = c.read_index().expect("read");
+        assert_eq!(i.aci("sha512-1").map(|a| a.size), Some(3));
+        assert_eq!(i.layer_key("sha256:x"), Some("sha512-2"));
+        assert_eq!(i.images_with_prefix("sha512-").len(), 1);
+    }
+}

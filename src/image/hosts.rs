@@ -1,0 +1,163 @@
+//! Which endpoints serve a registry: mirrors per upstream host (ordered, each
+//! with its own TLS setting, the upstream last unless disabled) and which
+//! hosts may be reached over plain HTTP. Read from `registries.toml`:
+//!
+//! ```toml
+//! insecure = ["registry.lan:5000"]        # plain HTTP allowed (loopback hosts always are)
+//! [hosts."docker.io"]
+//! skip_upstream = false                    # true: never fall back to the upstream
+//! mirrors = [
+//!   { endpoint = "https://mirror.example" },
+//!   { endpoint = "http://10.0.0.5:5000", insecure = true },
+//!   { endpoint = "https://self-signed.example", skip_verify = true },
+//! ]
+//! ```
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::Path;
+
+/// The upstream of `docker.io`.
+pub const DOCKER_HUB_ENDPOINT: &str = "https://registry-1.docker.io";
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryConfig {
+    /// Registry hosts (`host[:port]`) reached over plain HTTP.
+    #[serde(default)]
+    pub insecure: Vec<String>,
+    /// Per upstream host: its mirrors.
+    #[serde(default)]
+    pub hosts: BTreeMap<String, HostConfig>,
+    /// Every registry over plain HTTP (`--insecure-options=http`).
+    #[serde(skip)]
+    pub all_http: bool,
+    /// No TLS certificate verification anywhere (`--insecure-options=tls`).
+    #[serde(skip)]
+    pub all_skip_verify: bool,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    #[serde(default)]
+    pub mirrors: Vec<MirrorConfig>,
+    #[serde(default)]
+    pub skip_upstream: bool,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MirrorConfig {
+    /// `https://host[:port]`, `http://...`, or a bare `host[:port]` (HTTPS unless insecure).
+    pub endpoint: String,
+    #[serde(default)]
+    pub insecure: bool,
+    #[serde(default)]
+    pub skip_verify: bool,
+}
+
+/// One place to send `/v2/...` requests for a registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Scheme, host and port, no trailing slash.
+    pub base: String,
+    pub skip_verify: bool,
+    pub mirror: bool,
+}
+
+impl RegistryConfig {
+    /// Reads `path`; a missing file means no mirrors and no extra insecure hosts.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => toml::from_str(&text).map_err(|e| format!("invalid registry config {}: {e}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+        }
+    }
+
+    fn is_insecure(&self, host: &str) -> bool {
+        self.all_http || is_loopback(host) || self.insecure.iter().any(|h| h == host)
+    }
+
+    /// The endpoints for registry `domain`, in the order to try them.
+    pub fn endpoints(&self, domain: &str) -> Vec<Endpoint> {
+        let host = self.hosts.get(domain);
+        let mut out: Vec<Endpoint> = host
+            .map(|h| {
+                h.mirrors
+                    .iter()
+                    .map(|m| {
+                        let base = m.endpoint.trim_end_matches('/').trim_end_matches("/v2").to_string();
+                        let base = if base.contains("://") {
+                            base
+                        } else if m.insecure || self.is_insecure(&base) {
+                            format!("http://{base}")
+                        } else {
+                            format!("https://{base}")
+                        };
+                        Endpoint { base, skip_verify: m.skip_verify || self.all_skip_verify, mirror: true }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !host.is_some_and(|h| h.skip_upstream) || out.is_empty() {
+            let base = if domain == super::reference::DEFAULT_DOMAIN {
+                DOCKER_HUB_ENDPOINT.to_string()
+            } else if self.is_insecure(domain) {
+                format!("http://{domain}")
+            } else {
+                format!("https://{domain}")
+            };
+            out.push(Endpoint { base, skip_verify: self.all_skip_verify, mirror: false });
+        }
+        out
+    }
+}
+
+/// `localhost`, `127.x.y.z`, `[::1]`, with or without a port.
+pub fn is_loopback(host: &str) -> bool {
+    let h = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or(rest)
+    } else {
+        host.rsplit_once(':').map_or(host, |(h, p)| if p.bytes().all(|b| b.is_ascii_digit()) { h } else { host })
+    };
+    h == "localhost" || h.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mirrors_then_upstream() {
+        let c: RegistryConfig = toml::from_str(
+            r#"insecure = ["reg.lan:5000"]
+            [hosts."docker.io"]
+            mirrors = [{ endpoint = "https://m1.example/" }, { endpoint = "10.0.0.5:5000", insecure = true }]
+            [hosts."quay.io"]
+            skip_upstream = true
+            mirrors = [{ endpoint = "https://q.example/v2", skip_verify = true }]"#,
+        )
+        .expect("parse");
+        let bases = |d: &str| c.endpoints(d).into_iter().map(|e| e.base).collect::<Vec<_>>();
+        assert_eq!(bases("docker.io"), ["https://m1.example", "http://10.0.0.5:5000", DOCKER_HUB_ENDPOINT]);
+        assert_eq!(bases("quay.io"), ["https://q.example"]);
+        assert!(c.endpoints("quay.io")[0].skip_verify);
+        assert_eq!(bases("reg.lan:5000"), ["http://reg.lan:5000"]);
+        assert_eq!(bases("127.0.0.1:5000"), ["http://127.0.0.1:5000"]);
+        assert_eq!(bases("ghcr.io"), ["https://ghcr.io"]);
+        assert!(toml::from_str::<RegistryConfig>("mirrorz = 1").is_err());
+    }
+
+    #[test]
+    fn loopback_hosts() {
+        for h in ["localhost", "localhost:5000", "127.0.0.1:80", "127.1.2.3", "[::1]:5000"] {
+            assert!(is_loopback(h), "{h}");
+        }
+        for h in ["example.com", "10.0.0.1:5000", "localhost.example"] {
+            assert!(!is_loopback(h), "{h}");
+        }
+    }
+}

@@ -1,0 +1,489 @@
+//! A pull from a registry, and a render from stored layers: fetch and check
+//! the manifests and config, lock the layers (so identical pulls download
+//! once), run every layer through the pipeline concurrently, merge the staged
+//! layers in order, sync, then commit blobs, tree and index in that order.
+
+use super::cas::{AciInfo, Cas, Remote, now_nanos};
+use super::convert::{self, LayerRef};
+use super::extract::{self, Unpacked};
+use super::layer::{self, ChannelReader, Compression, LayerDone, LayerJob};
+use super::oci::{self, AnyManifest, ImageConfig};
+use super::reference::Reference;
+use super::verify::Digest;
+use super::{Credentials, Image, ImageError, Store, io_ctx};
+use crate::fsutil;
+use crate::lock::{self, HeldLock};
+use crate::pod::manifest::ImageManifest;
+use futures::StreamExt;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Download progress: (layer index, bytes received so far, layer size).
+pub type Progress = Arc<dyn Fn(usize, u64, u64) + Send + Sync>;
+
+/// A layer of the manifest being pulled.
+struct LayerDesc {
+    digest: Digest,
+    size: u64,
+    media_type: String,
+    compression: Compression,
+}
+
+/// `cas/tmp/pull-<uuid>/`, locked while in use; removed on drop.
+struct WorkDir {
+    path: PathBuf,
+    lock_path: PathBuf,
+    _lock: HeldLock,
+}
+
+impl WorkDir {
+    fn new(cas: &Cas) -> Result<WorkDir, ImageError> {
+        let stale = clean_tmp(cas);
+        if stale > 0 {
+            tracing::info!(stale, "removed leftovers of interrupted pulls");
+        }
+        let name = format!("pull-{}", uuid::Uuid::new_v4().simple());
+        let path = cas.tmp().join(&name);
+        let lock_path = cas.tmp().join(format!("{name}.lock"));
+        let lock = lock::exclusive_file(&lock_path).map_err(io_ctx(format!("locking {}", lock_path.display())))?;
+        fs::create_dir(&path).map_err(io_ctx(format!("creating {}", path.display())))?;
+        fs::create_dir_all(path.join("tree/rootfs")).map_err(io_ctx(format!("creating {}", path.display())))?;
+        Ok(WorkDir { path, lock_path, _lock: lock })
+    }
+
+    fn rootfs(&self) -> PathBuf {
+        self.path.join("tree/rootfs")
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.path);
+        let _ = fs::remove_file(&self.lock_path);
+    }
+}
+
+/// Removes `cas/tmp` leftovers whose lock nobody holds (a killed pull). Returns how many.
+pub fn clean_tmp(cas: &Cas) -> usize {
+    let mut n = 0;
+    let Ok(entries) = fs::read_dir(cas.tmp()) else { return 0 };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".lock") {
+            continue;
+        }
+        let lock_path = cas.tmp().join(format!("{name}.lock"));
+        if let Ok(Some(_held)) = lock::try_exclusive_file(&lock_path) {
+            let _ = fs::remove_dir_all(e.path()).or_else(|_| fs::remove_file(e.path()));
+            let _ = fs::remove_file(&lock_path);
+            n += 1;
+        }
+    }
+    n
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ImageError> + Send + 'static,
+) -> Result<T, ImageError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| ImageError::Task(e.to_string()))?
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, ImageError> {
+    serde_json::from_slice(bytes).map_err(|e| ImageError::Unsupported(format!("invalid {what}: {e}")))
+}
+
+pub async fn pull(
+    store: &Store,
+    reference: &Reference,
+    creds: Credentials,
+    progress: Option<Progress>,
+) -> Result<Image, ImageError> {
+    let session = store.registry().session(reference, creds);
+    let (bytes, content_type, top_digest) = session.manifest(&reference.object()).await?;
+    let top: AnyManifest = parse_json(&bytes, "manifest")?;
+    let (manifest, manifest_digest) = if top.is_index(&content_type) {
+        let want = oci::host_platform();
+        let chosen = oci::select_platform(&top.manifests, &want).ok_or_else(|| {
+            ImageError::Registry(super::RegistryError::NotFound {
+                registry: reference.domain.clone(),
+                what: format!("a {}/{} manifest in index {reference}", want.os, want.architecture),
+            })
+        })?;
+        let (b, _, d) = session.manifest(&chosen.digest).await?;
+        (parse_json::<AnyManifest>(&b, "manifest")?, d)
+    } else {
+        (top, top_digest.clone())
+    };
+    let config_desc = match (&manifest.config, manifest.schema_version) {
+        (Some(c), 2) => c.clone(),
+        _ => {
+            return Err(ImageError::Unsupported(format!(
+                "{reference}: only schema 2 / OCI image manifests are supported"
+            )));
+        }
+    };
+    let config_digest: Digest =
+        config_desc.digest.parse().map_err(|e: super::verify::InvalidDigest| ImageError::Unsupported(e.to_string()))?;
+    let config_bytes = session.small_blob(&config_digest, config_desc.size, oci::MAX_CONFIG_BYTES).await?;
+    let config: ImageConfig = parse_json(&config_bytes, "image config")?;
+    let mut layers = Vec::new();
+    for l in &manifest.layers {
+        let compression = Compression::from_media_type(&l.media_type).ok_or_else(|| {
+            ImageError::Unsupported(format!("{reference}: unsupported layer media type {:?}", l.media_type))
+        })?;
+        let digest: Digest =
+            l.digest.parse().map_err(|e: super::verify::InvalidDigest| ImageError::Unsupported(e.to_string()))?;
+        layers.push(LayerDesc { digest, size: l.size, media_type: l.media_type.clone(), compression });
+    }
+
+    // one downloader per layer across processes: key-locks in digest order (no deadlock)
+    let cas = store.cas().clone();
+    let mut lock_names: Vec<String> = layers.iter().map(|l| l.digest.file_name()).collect();
+    lock_names.sort();
+    lock_names.dedup();
+    let _locks = {
+        let cas = cas.clone();
+        blocking(move || {
+            lock_names
+                .iter()
+                .map(|n| cas.lock_image(n).map_err(io_ctx(format!("locking {n}"))))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await?
+    };
+    let index = cas.read_index().map_err(io_ctx("reading the image index"))?;
+    let known: Vec<Option<String>> = layers
+        .iter()
+        .map(|l| index.layer_key(&l.digest.to_string()).map(str::to_string).filter(|k| cas.blob(k).exists()))
+        .collect();
+
+    let mut remotes = vec![format!("docker://{}", reference.with_digest(&top_digest))];
+    if reference.digest.is_none() {
+        remotes.push(format!("docker://{reference}"));
+    }
+    let image_for = |keys: &[(String, u64)]| {
+        let refs: Vec<LayerRef> = keys.iter().map(|(k, s)| LayerRef { key: k.clone(), size: *s }).collect();
+        convert::image_manifest(reference, &manifest_digest, &config_digest, &config, &refs)
+    };
+
+    // everything already here: the image needs at most its names added
+    if known.iter().all(Option::is_some) {
+        let keys: Vec<(String, u64)> =
+            known.iter().flatten().map(|k| (k.clone(), index.aci(k).map_or(0, |a| a.size.max(0) as u64))).collect();
+        let m = image_for(&keys);
+        let (image_key, _) = convert::empty_aci(&m).map_err(io_ctx("building the image ACI"))?;
+        let layer_keys: Vec<String> = keys.iter().map(|(k, _)| k.clone()).collect();
+        let tree_id = convert::tree_id(&image_key, &layer_keys);
+        if index.aci(&image_key).is_some() && cas.tree(&tree_id).join("rendered").exists() {
+            let now = now_nanos();
+            cas.update_index(|i| {
+                for url in &remotes {
+                    i.upsert_remote(remote_row(url, &image_key, now));
+                }
+            })
+            .map_err(io_ctx("updating the image index"))?;
+            return store.resolve(&image_key);
+        }
+    }
+
+    let work = WorkDir::new(&cas)?;
+    let mut forwarders = Vec::new();
+    let mut handles = Vec::new();
+    for (i, l) in layers.iter().enumerate() {
+        let dest = if i == 0 { work.rootfs() } else { work.path.join(format!("layer-{i}")) };
+        if i > 0 {
+            fs::create_dir(&dest).map_err(io_ctx(format!("creating {}", dest.display())))?;
+        }
+        let job = match &known[i] {
+            Some(key) => stored_job(&cas, i, key, dest)?,
+            None => {
+                let stream = session.blob_stream(&l.digest).await?;
+                let (tx, rx) = tokio::sync::mpsc::channel(64);
+                let progress = progress.clone();
+                let size = l.size;
+                forwarders.push(tokio::spawn(async move {
+                    let mut stream = std::pin::pin!(stream);
+                    let mut received = 0u64;
+                    while let Some(chunk) = stream.next().await {
+                        if let Ok(c) = &chunk {
+                            received += c.len() as u64;
+                            if let Some(p) = &progress {
+                                p(i, received, size);
+                            }
+                        }
+                        if tx.send(chunk.map_err(io::Error::other)).await.is_err() {
+                            break;
+                        }
+                    }
+                }));
+                LayerJob {
+                    index: i,
+                    source: Box::new(ChannelReader::new(rx)),
+                    expected_digest: Some((l.digest.clone(), l.size)),
+                    expected_key: None,
+                    compression: l.compression,
+                    blob_out: Some(work.path.join(format!("blob-{i}"))),
+                    dest,
+                    staged: i > 0,
+                }
+            }
+        };
+        handles.push(tokio::task::spawn_blocking(move || layer::run(job)));
+    }
+    let started = std::time::Instant::now();
+    let mut done: Vec<LayerDone> = Vec::new();
+    let mut first_err = None;
+    for h in handles {
+        match h.await {
+            Ok(Ok(d)) => done.push(d),
+            Ok(Err(e)) => {
+                if first_err.is_none() {
+                    forwarders.iter().for_each(|f| f.abort());
+                    first_err = Some(e);
+                }
+            }
+            Err(e) => first_err = first_err.or(Some(ImageError::Task(e.to_string()))),
+        }
+    }
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    done.sort_by_key(|d| d.index);
+    tracing::debug!(image = %reference, ms = started.elapsed().as_millis() as u64, "layers downloaded, verified and unpacked");
+
+    let keys: Vec<(String, u64)> = done
+        .iter()
+        .map(|d| (d.key.clone(), if d.compressed_size > 0 { d.compressed_size } else { layers[d.index].size }))
+        .collect();
+    let image_manifest = image_for(&keys);
+    let layer_meta: Vec<(Digest, String)> = layers.iter().map(|l| (l.digest.clone(), l.media_type.clone())).collect();
+    let image_key = blocking(move || {
+        let plan = Commit {
+            cas: &cas,
+            work: &work,
+            done: &done,
+            layer_meta: &layer_meta,
+            config: &config,
+            image: image_manifest,
+            remotes,
+        };
+        plan.run()
+    })
+    .await?;
+    store.resolve(&image_key)
+}
+
+fn remote_row(url: &str, key: &str, now: i64) -> Remote {
+    Remote {
+        aciurl: url.to_string(),
+        sigurl: String::new(),
+        etag: String::new(),
+        blobkey: key.to_string(),
+        cachemaxage: 0,
+        downloadtime: now,
+    }
+}
+
+/// Merges staged layers 1.. into the bottom layer's tree, fixes directory metadata, syncs.
+fn finish_tree(rootfs: &Path, work: &Path, done: &[LayerDone]) -> Result<(), ImageError> {
+    for d in done.iter().filter(|d| d.index > 0) {
+        extract::merge(rootfs, &work.join(format!("layer-{}", d.index)), &d.unpacked)?;
+    }
+    let all: Vec<&Unpacked> = done.iter().map(|d| &d.unpacked).collect();
+    extract::apply_dir_meta(rootfs, &all)?;
+    let started = std::time::Instant::now();
+    extract::sync_files(rootfs, &all)?;
+    tracing::debug!(ms = started.elapsed().as_millis() as u64, "tree files synced");
+    let skipped: usize = all.iter().map(|u| u.skipped_devices).sum();
+    if skipped > 0 {
+        tracing::info!(skipped, "device nodes skipped (no privilege to create them)");
+    }
+    Ok(())
+}
+
+/// Moves a finished tree (`work/tree`) into `cas/tree/<id>` and marks it rendered.
+fn commit_tree(
+    cas: &Cas,
+    work: &Path,
+    tree_id: &str,
+    image_key: &str,
+    manifest: &ImageManifest,
+    layer_keys: &[String],
+) -> Result<i64, ImageError> {
+    let _lock = cas.lock_tree(tree_id).map_err(io_ctx("locking the tree"))?;
+    let final_path = cas.tree(tree_id);
+    let tmp_tree = work.join("tree");
+    let (bytes, _) = extract::usage(&tmp_tree.join("rootfs"));
+    if final_path.join("rendered").exists() {
+        return Ok(bytes as i64); // rendered meanwhile by another process
+    }
+    if final_path.exists() {
+        fs::remove_dir_all(&final_path).map_err(io_ctx(format!("removing partial tree {}", final_path.display())))?;
+    }
+    let json = serde_json::to_vec(manifest).map_err(|e| io_ctx("encoding the manifest")(io::Error::other(e)))?;
+    let hash = super::verify::cas_key_of(layer_keys.join(",").as_bytes());
+    // plain writes: the whole directory becomes visible by one rename below
+    for (name, bytes) in [("manifest", &json[..]), ("image", image_key.as_bytes()), ("hash", hash.as_bytes())] {
+        let path = tmp_tree.join(name);
+        let mut f = fs::File::create(&path).map_err(io_ctx(format!("creating {}", path.display())))?;
+        io::Write::write_all(&mut f, bytes)
+            .and_then(|_| f.sync_data())
+            .map_err(io_ctx(format!("writing {}", path.display())))?;
+    }
+    fsutil::sync_dir(&tmp_tree.join("rootfs")).map_err(io_ctx("syncing the tree"))?;
+    fsutil::sync_dir(&tmp_tree).map_err(io_ctx("syncing the tree"))?;
+    fs::rename(&tmp_tree, &final_path).map_err(io_ctx(format!("moving the tree to {}", final_path.display())))?;
+    fsutil::sync_dir(&cas.trees()).map_err(io_ctx("syncing cas/tree"))?;
+    let rendered = final_path.join("rendered");
+    fs::File::create(&rendered)
+        .and_then(|f| f.sync_all())
+        .map_err(io_ctx(format!("creating {}", rendered.display())))?;
+    fsutil::sync_dir(&final_path).map_err(io_ctx("syncing the tree"))?;
+    Ok(bytes as i64)
+}
+
+struct Commit<'a> {
+    cas: &'a Cas,
+    work: &'a WorkDir,
+    done: &'a [LayerDone],
+    layer_meta: &'a [(Digest, String)],
+    config: &'a ImageConfig,
+    image: ImageManifest,
+    remotes: Vec<String>,
+}
+
+impl Commit<'_> {
+    fn run(self) -> Result<String, ImageError> {
+        let Commit { cas, work, done, layer_meta, config, image, remotes } = self;
+        let rootfs = work.rootfs();
+        let started = std::time::Instant::now();
+        finish_tree(&rootfs, &work.path, done)?;
+        tracing::debug!(ms = started.elapsed().as_millis() as u64, "layers merged and synced");
+        let ensure_parent = |p: &Path| -> Result<(), ImageError> {
+            let parent = p.parent().unwrap_or(p);
+            fs::create_dir_all(parent).map_err(io_ctx(format!("creating {}", parent.display())))
+        };
+        // 1. layer blobs and manifests
+        for d in done {
+            let blob = cas.blob(&d.key);
+            let tmp_blob = work.path.join(format!("blob-{}", d.index));
+            if !blob.exists() && tmp_blob.exists() {
+                ensure_parent(&blob)?;
+                fs::rename(&tmp_blob, &blob).map_err(io_ctx(format!("storing {}", blob.display())))?;
+                fsutil::sync_dir(blob.parent().unwrap_or(&blob)).map_err(io_ctx("syncing the blob store"))?;
+            }
+            let mpath = cas.image_manifest(&d.key);
+            if !mpath.exists() {
+                let (digest, media_type) = &layer_meta[d.index];
+                let m = convert::layer_manifest(&d.key, digest, media_type, config);
+                let json =
+                    serde_json::to_vec(&m).map_err(|e| io_ctx("encoding a layer manifest")(io::Error::other(e)))?;
+                ensure_parent(&mpath)?;
+                fsutil::write_atomic(&mpath, &json, 0o644).map_err(io_ctx(format!("writing {}", mpath.display())))?;
+            }
+        }
+        // 2. the image ACI and its manifest
+        let (image_key, aci) = convert::empty_aci(&image).map_err(io_ctx("building the image ACI"))?;
+        let blob = cas.blob(&image_key);
+        ensure_parent(&blob)?;
+        fsutil::write_atomic(&blob, &aci, 0o644).map_err(io_ctx(format!("writing {}", blob.display())))?;
+        let mpath = cas.image_manifest(&image_key);
+        ensure_parent(&mpath)?;
+        let json =
+            serde_json::to_vec(&image).map_err(|e| io_ctx("encoding the image manifest")(io::Error::other(e)))?;
+        fsutil::write_atomic(&mpath, &json, 0o644).map_err(io_ctx(format!("writing {}", mpath.display())))?;
+        // 3. the tree
+        let layer_keys: Vec<String> = done.iter().map(|d| d.key.clone()).collect();
+        let tree_id = convert::tree_id(&image_key, &layer_keys);
+        let tree_size = commit_tree(cas, &work.path, &tree_id, &image_key, &image, &layer_keys)?;
+        tracing::debug!(ms = started.elapsed().as_millis() as u64, "blobs and tree committed");
+        // 4. the index: from here on the image is visible
+        let now = now_nanos();
+        let image_size: i64 = done.iter().map(|d| d.compressed_size as i64).sum();
+        cas.update_index(|i| {
+            for d in done {
+                let size = fs::metadata(cas.blob(&d.key)).map_or(0, |m| m.len() as i64);
+                i.upsert_aci(AciInfo {
+                    blobkey: d.key.clone(),
+                    name: format!("layer/{}", d.key),
+                    importtime: now,
+                    lastused: now,
+                    latest: false,
+                    size,
+                    treestoresize: 0,
+                    layer: true,
+                });
+                i.add_layer_digest(&layer_meta[d.index].0.to_string(), &d.key);
+            }
+            i.upsert_aci(AciInfo {
+                blobkey: image_key.clone(),
+                name: image.name.clone(),
+                importtime: now,
+                lastused: now,
+                latest: remotes.iter().any(|r| r.ends_with(":latest")),
+                size: image_size,
+                treestoresize: tree_size,
+                layer: false,
+            });
+            for url in &remotes {
+                i.upsert_remote(remote_row(url, &image_key, now));
+            }
+        })
+        .map_err(io_ctx("updating the image index"))?;
+        Ok(image_key)
+    }
+}
+
+/// A layer read back from its stored blob, checked against its key.
+fn stored_job(cas: &Cas, index: usize, key: &str, dest: PathBuf) -> Result<LayerJob, ImageError> {
+    let path = cas.blob(key);
+    let f = fs::File::open(&path).map_err(io_ctx(format!("opening {}", path.display())))?;
+    Ok(LayerJob {
+        index,
+        source: Box::new(f),
+        expected_digest: None,
+        expected_key: Some(key.to_string()),
+        compression: Compression::Detect,
+        blob_out: None,
+        dest,
+        staged: index > 0,
+    })
+}
+
+/// Renders an image's tree from its stored layers (after gc removed it).
+pub fn render_stored(store: &Store, image: &Image) -> Result<(), ImageError> {
+    let cas = store.cas();
+    let keys = image.layer_keys();
+    let work = WorkDir::new(cas)?;
+    let results: Vec<Result<LayerDone, ImageError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, key)| {
+                let dest = if i == 0 { work.rootfs() } else { work.path.join(format!("layer-{i}")) };
+                s.spawn(move || {
+                    if i > 0 {
+                        fs::create_dir(&dest).map_err(io_ctx(format!("creating {}", dest.display())))?;
+                    }
+                    layer::run(stored_job(cas, i, key, dest)?)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(ImageError::Task("render thread panicked".into()))))
+            .collect()
+    });
+    let done: Vec<LayerDone> = results.into_iter().collect::<Result<_, _>>()?;
+    finish_tree(&work.rootfs(), &work.path, &done)?;
+    let tree_size = commit_tree(cas, &work.path, &image.tree_id(), &image.id, &image.manifest, &keys)?;
+    cas.update_index(|i| {
+        if let Some(a) = i.aciinfo.iter_mut().find(|a| a.blobkey == image.id) {
+            a.treestoresize = tree_size;
+        }
+    })
+    .map_err(io_ctx("updating the image index"))?;
+    Ok(())
+}

@@ -1,0 +1,441 @@
+//! Image pulls against real registries (tests/fixtures/seed-registry.sh):
+//! contents of every seed image, auth, platform selection, verification,
+//! hostile layers, concurrency, crash safety, the CLI and the CRI ImageService.
+
+mod common;
+
+use common::registry::{PASS, USER, raw_tar, registry};
+use rktlet::image::{Credentials, ImageError, RegistryConfig, Store};
+use rktlet::pod::DataDir;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tar::EntryType as T;
+
+fn store() -> (tempfile::TempDir, Store) {
+    let t = tempfile::tempdir().expect("tmp");
+    let s = Store::open(&DataDir::new(t.path().join("data")), RegistryConfig::default()).expect("open store");
+    (t, s)
+}
+
+fn mode(p: &Path) -> u32 {
+    fs::symlink_metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).mode() & 0o7777
+}
+
+/// Every file under `dir` (relative), for before/after comparisons.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        for e in fs::read_dir(&p).into_iter().flatten().flatten() {
+            let path = e.path();
+            let m = fs::symlink_metadata(&path).expect("meta");
+            if m.is_dir() {
+                stack.push(path.clone());
+            }
+            if path.extension().is_some_and(|x| x == "lock") || path.parent().is_some_and(|p| p.ends_with("imagelocks"))
+            {
+                continue; // key-lock files are created on demand
+            }
+            out.push((path.strip_prefix(dir).expect("prefix").to_path_buf(), if m.is_file() { m.len() } else { 0 }));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_seed_image_pulls_and_renders() {
+    let reg = registry();
+    let (_t, store) = store();
+    let pull = |name: &str| {
+        let r = format!("{}/{name}", reg.main);
+        let store = store.clone();
+        async move {
+            let image = store.pull(&r, Credentials::default(), None).await.unwrap_or_else(|e| panic!("pull {r}: {e}"));
+            let tree = tokio::task::spawn_blocking({
+                let id = image.id.clone();
+                move || store.tree(&id)
+            })
+            .await
+            .expect("join")
+            .expect("tree");
+            assert!(tree.path.join("rendered").exists());
+            assert_eq!(fs::read_to_string(tree.path.join("image")).expect("image file"), image.id);
+            (image, tree.rootfs())
+        }
+    };
+
+    // busybox (OCI) and the same layer as Docker schema2 and as zstd
+    for tag in ["busybox:latest", "busybox:v2s2", "busybox:zstd"] {
+        let (image, root) = pull(tag).await;
+        assert_eq!(mode(&root.join("bin/busybox")), 0o755, "{tag}");
+        assert_eq!(fs::read_link(root.join("bin/sh")).expect("sh link"), PathBuf::from("/bin/busybox"));
+        assert_eq!(mode(&root.join("tmp")), 0o1777);
+        assert_eq!(mode(&root.join("root")), 0o700);
+        assert!(fs::read_to_string(root.join("etc/passwd")).expect("passwd").contains("app:x:1000"));
+        assert_eq!(image.tags, [format!("{}/{tag}", reg.main)]);
+        assert_eq!(image.digests.len(), 1);
+        assert_eq!(image.manifest.label("os"), Some("linux"));
+        if tag == "busybox:zstd" {
+            assert_eq!(fs::read_to_string(root.join("etc/zstd-marker")).expect("marker"), "zstd\n");
+        }
+    }
+
+    // cfg: a second layer with owned files and a full config
+    let (image, root) = pull("cfg:latest").await;
+    assert_eq!(fs::read_to_string(root.join("work/hello.txt")).expect("hello"), "hello from cfg image\n");
+    let m = fs::metadata(root.join("work/hello.txt")).expect("meta");
+    assert_eq!((m.uid(), m.gid()), (1000, 1000));
+    let app = image.manifest.app.as_ref().expect("app");
+    assert_eq!(app.exec.as_ref().expect("exec")[..2], ["/bin/sh".to_string(), "-c".to_string()]);
+    assert_eq!((app.user.as_str(), app.group.as_str(), app.working_directory.as_str()), ("1000", "1000", "/work"));
+    assert!(app.environment.iter().any(|e| e.name == "GREETING" && e.value == "hello world"));
+    assert_eq!(app.ports.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["8080-tcp", "9090-udp"]);
+    assert_eq!(app.mount_points[0].path, "/data");
+    assert_eq!(image.manifest.dependencies.len(), 2);
+    assert_eq!(image.user(), (Some(1000), String::new()));
+
+    // edge: whiteouts, opaque whiteout, hard link, long names, setuid, relative symlink removed with its dir
+    let (_, root) = pull("edge:latest").await;
+    assert!(!root.join("etc/to-delete").exists());
+    assert!(!root.join("opt/dir/a").exists() && !root.join("opt/dir/rel-symlink").exists());
+    assert_eq!(fs::read_to_string(root.join("opt/dir/c")).expect("c"), "c\n");
+    assert!(!root.join("opt/opq/x").exists() && !root.join("opt/opq/y").exists());
+    assert_eq!(fs::read_to_string(root.join("opt/opq/z")).expect("z"), "z\n");
+    let k = fs::metadata(root.join("opt/keep/k")).expect("k");
+    assert_eq!(k.ino(), fs::metadata(root.join("opt/keep/k-hardlink")).expect("link").ino());
+    assert_eq!(k.nlink(), 2);
+    assert_eq!(mode(&root.join("opt/suid-busybox")), 0o4755);
+    let long = root.join(format!("opt/{}/{}", "d".repeat(120), "f".repeat(150)));
+    assert_eq!(fs::read_to_string(long).expect("long name"), "long\n");
+
+    // the index: amd64 is chosen, the arm64 entry is not
+    let (image, root) = pull("multiarch:latest").await;
+    assert!(root.join("bin/busybox").exists());
+    assert!(!root.join("etc/ARCH").exists());
+    assert_eq!(image.manifest.label("arch"), Some("amd64"));
+    assert_eq!(image.digests[0], format!("{}/multiarch@{}", reg.main, reg.env["DIGEST_MULTIARCH_LATEST"]));
+
+    // a plain arm64 manifest (no index) is taken as is
+    let (image, root) = pull("arm64only:latest").await;
+    assert_eq!(fs::read_to_string(root.join("etc/ARCH")).expect("arch"), "arm64\n");
+    assert_eq!(image.manifest.label("arch"), Some("aarch64"));
+
+    // big: 3 layers
+    let (image, root) = pull("big:latest").await;
+    assert_eq!(image.layer_keys().len(), 3);
+    assert_eq!(fs::read_dir(root.join("data/rand")).expect("rand").count(), 4);
+    assert_eq!(fs::read_dir(root.join("data/text")).expect("text").count(), 3);
+
+    // shared layers are stored once: busybox's layer serves busybox:latest, v2s2, cfg, edge
+    let names: Vec<_> = store.list().expect("list").iter().map(|i| i.id.clone()).collect();
+    assert_eq!(names.len(), 8);
+    let bb = store.resolve(&format!("{}/busybox:latest", reg.main)).expect("bb");
+    let cfg = store.resolve(&format!("{}/cfg:latest", reg.main)).expect("cfg");
+    assert_eq!(bb.layer_keys()[0], cfg.layer_keys()[0]);
+    // by id prefix and by digest
+    assert_eq!(store.resolve(&bb.id[..20]).expect("prefix").id, bb.id);
+    assert_eq!(store.resolve(&bb.digests[0]).expect("digest").id, bb.id);
+}
+
+#[tokio::test]
+async fn basic_auth_right_and_wrong_credentials() {
+    let reg = registry();
+    let (_t, store) = store();
+    let r = format!("{}/busybox:latest", reg.auth);
+    let err = store.pull(&r, Credentials::default(), None).await.expect_err("no creds");
+    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err}");
+    assert!(err.to_string().contains("requires a username and password"), "{err}");
+    let err = store.pull(&r, Credentials::basic(USER, "wrong"), None).await.expect_err("wrong");
+    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err}");
+    assert!(err.to_string().contains("rejected the credentials"), "{err}");
+    let image = store.pull(&r, Credentials::basic(USER, PASS), None).await.expect("right creds");
+    assert!(store.tree(&image.id).expect("tree").rootfs().join("bin/busybox").exists());
+}
+
+#[tokio::test]
+async fn token_auth_right_and_wrong_credentials() {
+    let reg = registry();
+    let (_t, store) = store();
+    let r = format!("{}/busybox:latest", reg.token);
+    let err = store.pull(&r, Credentials::basic(USER, "wrong"), None).await.expect_err("wrong");
+    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err}");
+    assert!(err.to_string().contains("token server"), "{err}");
+    let bogus = Credentials { registry_token: "not-a-token".into(), ..Default::default() };
+    let err = store.pull(&r, bogus, None).await.expect_err("bogus token");
+    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err}");
+    let image = store.pull(&r, Credentials::basic(USER, PASS), None).await.expect("token via realm");
+    assert!(image.tags[0].ends_with("busybox:latest"));
+    let (_t2, store2) = store_pair();
+    let direct = Credentials { registry_token: reg.bearer_token(), ..Default::default() };
+    store2.pull(&r, direct, None).await.expect("registry token");
+}
+
+fn store_pair() -> (tempfile::TempDir, Store) {
+    store()
+}
+
+#[tokio::test]
+async fn corrupted_blob_fails_and_leaves_the_store_unchanged() {
+    let reg = registry();
+    let (_t, store) = store();
+    store.pull(&format!("{}/busybox:latest", reg.main), Credentials::default(), None).await.expect("seed pull");
+    let before = snapshot(store.cas().root());
+    let repo = format!("corrupt-{}", uuid::Uuid::new_v4().simple());
+    // unique content: a blob left corrupted by an earlier run must not be reused
+    let mut payload: Vec<u8> = (0..300_000u32).flat_map(|i| i.to_le_bytes()).collect();
+    payload.extend_from_slice(repo.as_bytes());
+    let layer = raw_tar(&[("data/", T::Directory, b"", ""), ("data/blob", T::Regular, &payload, "")]);
+    let digests = reg.push(&repo, &[layer]).await;
+    let hex = digests[0].trim_start_matches("sha256:");
+    let data = reg.storage().join(format!("docker/registry/v2/blobs/sha256/{}/{hex}/data", &hex[..2]));
+    let mut bytes = fs::read(&data).expect("blob data");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff; // same size, different content
+    fs::write(&data, &bytes).expect("corrupt");
+    let err =
+        store.pull(&format!("{}/{repo}:latest", reg.main), Credentials::default(), None).await.expect_err("corrupt");
+    assert_eq!(err.code(), tonic::Code::DataLoss, "{err}");
+    assert!(err.to_string().contains("digest mismatch"), "{err}");
+    assert_eq!(snapshot(store.cas().root()), before, "the store changed");
+}
+
+#[tokio::test]
+async fn hostile_layers_are_refused() {
+    let reg = registry();
+    let (t, store) = store();
+    let outside = t.path().join("outside");
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("traversal", raw_tar(&[("etc/", T::Directory, b"", ""), ("../../../../escaped", T::Regular, b"x", "")])),
+        ("symlink", raw_tar(&[("up", T::Symlink, b"", "../../../../../../.."), ("up/escaped", T::Regular, b"x", "")])),
+        ("hardlink", raw_tar(&[("l", T::Link, b"", "../../../../etc/passwd")])),
+    ];
+    let before = snapshot(store.cas().root());
+    for (name, layer) in cases {
+        let repo = format!("hostile-{name}-{}", uuid::Uuid::new_v4().simple());
+        reg.push(&repo, &[layer]).await;
+        let err =
+            store.pull(&format!("{}/{repo}:latest", reg.main), Credentials::default(), None).await.expect_err(name);
+        assert!(matches!(err, ImageError::Extract(_)), "{name}: {err}");
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{name}: {err}");
+        assert!(err.to_string().contains("refusing layer"), "{name}: {err}");
+    }
+    assert!(!outside.exists() && !Path::new("/escaped").exists());
+    assert_eq!(snapshot(store.cas().root()), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_identical_pulls_download_once() {
+    let reg = registry();
+    let (_t, store) = store();
+    let r = format!("{}/cfg:latest", reg.main);
+    let downloaded = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (store, r, downloaded) = (store.clone(), r.clone(), downloaded.clone());
+        let last = Arc::new(std::sync::Mutex::new(std::collections::HashMap::<usize, u64>::new()));
+        let progress: rktlet::image::Progress = Arc::new(move |layer, got, _size| {
+            let mut l = last.lock().expect("lock");
+            let prev = l.insert(layer, got).unwrap_or(0);
+            downloaded.fetch_add(got - prev, Ordering::SeqCst);
+        });
+        tasks.push(tokio::spawn(async move { store.pull(&r, Credentials::default(), Some(progress)).await }));
+    }
+    let mut ids = Vec::new();
+    for t in tasks {
+        ids.push(t.await.expect("join").expect("pull").id);
+    }
+    assert!(ids.windows(2).all(|w| w[0] == w[1]));
+    let image = store.resolve(&ids[0]).expect("image");
+    let layer_bytes: u64 = image.manifest.dependencies.iter().map(|d| d.size).sum();
+    assert_eq!(downloaded.load(Ordering::SeqCst), layer_bytes, "each layer downloaded exactly once");
+    assert_eq!(store.list().expect("list").len(), 1);
+
+    // and across processes: two CLI fetches at once agree
+    let dir = tempfile::tempdir().expect("tmp");
+    let fetch = || {
+        Command::new(common::BIN)
+            .args(["fetch", "--dir"])
+            .arg(dir.path())
+            .arg(format!("docker://{}/edge:latest", reg.main))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn fetch")
+    };
+    let (a, b) = (fetch(), fetch());
+    let (a, b) = (a.wait_with_output().expect("a"), b.wait_with_output().expect("b"));
+    assert!(a.status.success() && b.status.success());
+    assert_eq!(a.stdout, b.stdout);
+}
+
+#[test]
+fn kill_9_mid_pull_leaves_no_partial_image_and_the_next_pull_completes() {
+    let reg = registry();
+    let dir = tempfile::tempdir().expect("tmp");
+    let r = format!("docker://{}/big:latest", reg.main);
+    let fetch = || Command::new(common::BIN).args(["fetch", "--dir"]).arg(dir.path()).arg(&r).output().expect("fetch");
+    let list = || {
+        let out = Command::new(common::BIN)
+            .args(["image", "list", "--format=json", "--dir"])
+            .arg(dir.path())
+            .output()
+            .expect("list");
+        serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout).expect("json")
+    };
+    for delay_ms in [5u64, 40, 120] {
+        let mut child =
+            Command::new(common::BIN).args(["fetch", "--dir"]).arg(dir.path()).arg(&r).spawn().expect("spawn");
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        let _ = child.kill(); // SIGKILL
+        let _ = child.wait();
+        let images = list();
+        if let Some(i) = images.first() {
+            // the pull may have finished before the kill: then it must be complete
+            let s = Store::open(&DataDir::new(dir.path()), RegistryConfig::default()).expect("open");
+            let tree = s.tree(i["id"].as_str().expect("id")).expect("tree");
+            assert!(tree.path.join("rendered").exists());
+        }
+    }
+    let out = fetch();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(list().len(), 1);
+    let leftovers: Vec<_> =
+        fs::read_dir(dir.path().join("cas/tmp")).expect("tmp").flatten().map(|e| e.file_name()).collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn cli_list_cat_manifest_gc_rerender_and_rm() {
+    let reg = registry();
+    let dir = tempfile::tempdir().expect("tmp");
+    let run = |args: &[&str]| {
+        let out = Command::new(common::BIN).args(args).arg("--dir").arg(dir.path()).output().expect("run");
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).expect("utf8")
+    };
+    let id = run(&["fetch", &format!("docker://{}/cfg:latest", reg.main)]).trim().to_string();
+    assert!(id.starts_with("sha512-") && id.len() == 71, "{id}");
+    let list: Vec<serde_json::Value> = serde_json::from_str(&run(&["image", "list", "--format=json"])).expect("json");
+    assert_eq!(list[0]["id"], id.as_str());
+    assert!(run(&["image", "list"]).contains("cfg:latest"));
+    let manifest: serde_json::Value = serde_json::from_str(&run(&["image", "cat-manifest", &id])).expect("manifest");
+    assert_eq!(manifest["acKind"], "ImageManifest");
+    assert_eq!(manifest["app"]["workingDirectory"], "/work");
+
+    // gc: the tree goes (no pod uses it), the image stays within the grace period; rendering comes back
+    let gc = run(&["image", "gc"]);
+    assert!(gc.contains("removed tree"), "{gc}");
+    let store = Store::open(&DataDir::new(dir.path()), RegistryConfig::default()).expect("open");
+    let tree = store.tree(&id).expect("re-render");
+    assert_eq!(fs::read_to_string(tree.rootfs().join("work/hello.txt")).expect("hello"), "hello from cfg image\n");
+    assert_eq!(fs::metadata(tree.rootfs().join("bin/busybox")).expect("bb").permissions().mode() & 0o777, 0o755);
+
+    run(&["image", "rm", &format!("{}/cfg:latest", reg.main)]);
+    assert_eq!(run(&["image", "list", "--format=json"]).trim(), "[]");
+    let out = Command::new(common::BIN).args(["image", "rm", &id, "--dir"]).arg(dir.path()).output().expect("rm");
+    assert!(!out.status.success(), "removing a missing image is reported by the CLI");
+    let blobs = fs::read_dir(dir.path().join("cas/blob/sha512"))
+        .expect("blobs")
+        .flatten()
+        .flat_map(|d| fs::read_dir(d.path()).into_iter().flatten())
+        .count();
+    assert_eq!(blobs, 0, "layers of removed images are removed");
+    assert_eq!(run(&["image", "gc", "--grace-period=0s"]).lines().count(), 1);
+}
+
+mod cri {
+    use super::*;
+    use rktlet::proto::v1 as cri;
+
+    fn spec(image: &str) -> Option<cri::ImageSpec> {
+        Some(cri::ImageSpec { image: image.to_string(), ..Default::default() })
+    }
+
+    #[tokio::test]
+    async fn image_service_round_trip_over_the_socket() {
+        let reg = registry();
+        let d = common::Daemon::start(&[]);
+        let mut c = d.images().await;
+        let tag = format!("{}/cfg:latest", reg.main);
+        let pulled = c
+            .pull_image(cri::PullImageRequest { image: spec(&tag), ..Default::default() })
+            .await
+            .expect("pull")
+            .into_inner();
+        assert!(pulled.image_ref.starts_with("sha512-"));
+
+        let list = c.list_images(cri::ListImagesRequest::default()).await.expect("list").into_inner().images;
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0].id, pulled.image_ref);
+        assert_eq!(list[0].repo_tags, std::slice::from_ref(&tag));
+        assert!(list[0].repo_digests[0].starts_with(&format!("{}/cfg@sha256:", reg.main)));
+        assert_eq!(list[0].uid.as_ref().map(|u| u.value), Some(1000));
+        assert!(list[0].size > 0);
+        let filtered = c
+            .list_images(cri::ListImagesRequest { filter: Some(cri::ImageFilter { image: spec("nope:1") }) })
+            .await
+            .expect("filter")
+            .into_inner();
+        assert!(filtered.images.is_empty());
+
+        for name in [tag.as_str(), pulled.image_ref.as_str(), list[0].repo_digests[0].as_str()] {
+            let s = c
+                .image_status(cri::ImageStatusRequest { image: spec(name), verbose: true })
+                .await
+                .expect("status")
+                .into_inner();
+            assert_eq!(s.image.as_ref().map(|i| i.id.as_str()), Some(pulled.image_ref.as_str()), "{name}");
+            assert!(s.info["info"].contains("treeStoreID"));
+        }
+        let fs_info = c.image_fs_info(cri::ImageFsInfoRequest {}).await.expect("fsinfo").into_inner();
+        let u = &fs_info.image_filesystems[0];
+        assert!(u.used_bytes.as_ref().expect("bytes").value > 1_000_000);
+        assert!(u.inodes_used.as_ref().expect("inodes").value > 100);
+
+        let bad = c
+            .pull_image(cri::PullImageRequest { image: spec("Not/Valid"), ..Default::default() })
+            .await
+            .expect_err("bad");
+        assert_eq!(bad.code(), tonic::Code::InvalidArgument, "{bad:?}");
+        let missing = c
+            .pull_image(cri::PullImageRequest { image: spec(&format!("{}/nope:1", reg.main)), ..Default::default() })
+            .await
+            .expect_err("missing");
+        assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
+        let auth = cri::AuthConfig { username: USER.into(), password: "wrong".into(), ..Default::default() };
+        let denied = c
+            .pull_image(cri::PullImageRequest {
+                image: spec(&format!("{}/busybox", reg.auth)),
+                auth: Some(auth),
+                ..Default::default()
+            })
+            .await
+            .expect_err("denied");
+        assert_eq!(denied.code(), tonic::Code::Unauthenticated, "{denied:?}");
+        let auth = cri::AuthConfig { username: USER.into(), password: PASS.into(), ..Default::default() };
+        c.pull_image(cri::PullImageRequest {
+            image: spec(&format!("{}/busybox", reg.auth)),
+            auth: Some(auth),
+            ..Default::default()
+        })
+        .await
+        .expect("auth pull");
+
+        c.remove_image(cri::RemoveImageRequest { image: spec(&tag) }).await.expect("rm");
+        let s = c
+            .image_status(cri::ImageStatusRequest { image: spec(&tag), verbose: false })
+            .await
+            .expect("status")
+            .into_inner();
+        assert!(s.image.is_none());
+        c.remove_image(cri::RemoveImageRequest { image: spec(&tag) }).await.expect("rm is idempotent");
+        c.remove_image(cri::RemoveImageRequest { image: spec(&pulled.image_ref) })
+            .await
+            .expect("rm by id is idempotent");
+        assert_eq!(c.list_images(cri::ListImagesRequest::default()).await.expect("list").into_inner().images.len(), 1);
+    }
+}
