@@ -5,6 +5,7 @@
 //! `systemd-run` when the host's PID 1 is systemd, detached by the daemon
 //! otherwise (containers, CI).
 
+pub mod bus;
 pub mod host;
 pub mod launch;
 pub mod nspawn;
