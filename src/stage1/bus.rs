@@ -153,15 +153,7 @@ impl PodBus {
                 let mut r = bus.call(&m, us(CALL_TIMEOUT)).map_err(call)?;
                 r.read_str(b'o').map_err(call)
             })();
-            match started {
-                Err(e) => send(reply, Err(e)),
-                Ok(job) => w.await_job(
-                    job,
-                    &unit.clone(),
-                    Instant::now() + START_TIMEOUT,
-                    Box::new(move |w, res| send(reply, job_result(w, "start", &unit, res))),
-                ),
-            }
+            reply_when_done(w, started, "start", unit, Instant::now() + START_TIMEOUT, reply)
         })
     }
 
@@ -175,16 +167,8 @@ impl PodBus {
     pub fn kill_unit(&self, name: &str, signal: i32) -> Result<(), BusError> {
         let unit = name.to_string();
         self.request(move |w, reply| {
-            let r = (|| {
-                let bus = w.bus()?;
-                let call = |e| BusError::from_call("KillUnit", &unit, e);
-                let mut m = bus.method_call(MANAGER_PATH, MANAGER_IFACE, "KillUnit").map_err(call)?;
-                m.append(Basic::Str(&unit)).map_err(call)?;
-                m.append(Basic::Str("all")).map_err(call)?;
-                m.append(Basic::I32(signal)).map_err(call)?;
-                bus.call(&m, us(CALL_TIMEOUT)).map_err(call).map(drop)
-            })();
-            send(reply, r)
+            let args = [Basic::Str(&unit), Basic::Str("all"), Basic::I32(signal)];
+            send(reply, manager_call(w, "KillUnit", &unit, &args).map(drop))
         })
     }
 
@@ -200,17 +184,10 @@ impl PodBus {
         }
         let unit = name.to_string();
         self.request(move |w, reply| {
-            let r = (|| {
-                let bus = w.bus()?;
-                let call = |e| BusError::from_call("ResetFailedUnit", &unit, e);
-                let mut m = bus.method_call(MANAGER_PATH, MANAGER_IFACE, "ResetFailedUnit").map_err(call)?;
-                m.append(Basic::Str(&unit)).map_err(call)?;
-                match bus.call(&m, us(CALL_TIMEOUT)).map_err(call) {
-                    Ok(_) => Ok(()),
-                    Err(e) if e.is_not_found() => Ok(()),
-                    Err(e) => Err(e),
-                }
-            })();
+            let r = match manager_call(w, "ResetFailedUnit", &unit, &[Basic::Str(&unit)]) {
+                Err(e) if !e.is_not_found() => Err(e),
+                _ => Ok(()),
+            };
             // signals of the stop arrive before the reply: read them, then forget
             w.pump();
             w.forget(&unit);
@@ -241,23 +218,9 @@ impl PodBus {
     fn job_call(&self, op: &'static str, name: &str, timeout: Duration) -> Result<(), BusError> {
         let unit = name.to_string();
         self.request(move |w, reply| {
-            let job = (|| {
-                let bus = w.bus()?;
-                let call = |e| BusError::from_call(op, &unit, e);
-                let mut m = bus.method_call(MANAGER_PATH, MANAGER_IFACE, op).map_err(call)?;
-                m.append(Basic::Str(&unit)).map_err(call)?;
-                m.append(Basic::Str("replace")).map_err(call)?;
-                bus.call(&m, us(CALL_TIMEOUT)).and_then(|mut r| r.read_str(b'o')).map_err(call)
-            })();
-            match job {
-                Err(e) => send(reply, Err(e)),
-                Ok(job) => w.await_job(
-                    job,
-                    &unit.clone(),
-                    Instant::now() + timeout,
-                    Box::new(move |w, res| send(reply, job_result(w, op, &unit, res))),
-                ),
-            }
+            let job = manager_call(w, op, &unit, &[Basic::Str(&unit), Basic::Str("replace")])
+                .and_then(|mut r| r.read_str(b'o').map_err(|e| BusError::from_call(op, &unit, e)));
+            reply_when_done(w, job, op, unit, Instant::now() + timeout, reply)
         })
     }
 
@@ -301,6 +264,37 @@ fn us(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
+/// Calls the manager method `op` about `unit` with `args`; returns the reply.
+fn manager_call(w: &Worker, op: &'static str, unit: &str, args: &[Basic<'_>]) -> Result<sdbus::Message, BusError> {
+    let bus = w.bus()?;
+    let call = |e| BusError::from_call(op, unit, e);
+    let mut m = bus.method_call(MANAGER_PATH, MANAGER_IFACE, op).map_err(call)?;
+    for a in args {
+        m.append(a.clone()).map_err(call)?;
+    }
+    bus.call(&m, us(CALL_TIMEOUT)).map_err(call)
+}
+
+/// Replies once the job `job` (when the call that made it succeeded) ends, or at `deadline`.
+fn reply_when_done(
+    w: &mut Worker,
+    job: Result<String, BusError>,
+    op: &'static str,
+    unit: String,
+    deadline: Instant,
+    reply: mpsc::Sender<Result<(), BusError>>,
+) {
+    match job {
+        Err(e) => send(reply, Err(e)),
+        Ok(job) => w.await_job(
+            job,
+            &unit.clone(),
+            deadline,
+            Box::new(move |w, res| send(reply, job_result(w, op, &unit, res))),
+        ),
+    }
+}
+
 /// Turns a job's end into the request's result; a failed job says how the
 /// main process ended (e.g. 203/EXEC: the program could not be executed).
 fn job_result(w: &mut Worker, op: &'static str, unit: &str, res: Result<String, BusError>) -> Result<(), BusError> {
@@ -324,13 +318,8 @@ fn job_result(w: &mut Worker, op: &'static str, unit: &str, res: Result<String, 
 
 /// GetUnit + property reads; falls back to the last state seen in signals.
 fn read_status(w: &mut Worker, unit: &str) -> Result<UnitStatus, BusError> {
-    let path = (|| {
-        let bus = w.bus()?;
-        let call = |e| BusError::from_call("GetUnit", unit, e);
-        let mut m = bus.method_call(MANAGER_PATH, MANAGER_IFACE, "GetUnit").map_err(call)?;
-        m.append(Basic::Str(unit)).map_err(call)?;
-        bus.call(&m, us(CALL_TIMEOUT)).and_then(|mut r| r.read_str(b'o')).map_err(call)
-    })();
+    let path = manager_call(w, "GetUnit", unit, &[Basic::Str(unit)])
+        .and_then(|mut r| r.read_str(b'o').map_err(|e| BusError::from_call("GetUnit", unit, e)));
     match path {
         Ok(path) => {
             let bus = w.bus()?;

@@ -8,10 +8,10 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 /// `MS_REC`, the only mount flag BindPaths= takes.
-const MS_REC: u64 = libc::MS_REC as u64;
+const MS_REC: u64 = libc::MS_REC;
 
 /// One command line of `ExecStart=` and friends: `(sasb)`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ExecCommand {
     /// Absolute path of the program (inside the RootDirectory, if any).
     pub path: String,
@@ -179,7 +179,7 @@ pub enum Output {
 }
 
 /// The transient service of one app.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct ServiceSpec {
     /// Unit name, with its `.service` suffix.
     pub name: String,
@@ -191,7 +191,8 @@ pub struct ServiceSpec {
     pub mount_api_vfs: bool,
     pub environment: Vec<String>,
     pub working_directory: Option<String>,
-    /// Numeric uid (or a name the app rootfs resolves).
+    /// uid or name, resolved in the pod's (stage1) /etc, not the app's:
+    /// even a numeric id needs an entry there, else the start fails (217/USER).
     pub user: Option<String>,
     pub group: Option<String>,
     pub supplementary_groups: Vec<String>,
@@ -224,25 +225,9 @@ impl ServiceSpec {
             description: format!("Application={}", name.trim_end_matches(".service")),
             name,
             exec_start,
-            root_directory: None,
             mount_api_vfs: true,
-            environment: Vec::new(),
-            working_directory: None,
-            user: None,
-            group: None,
-            supplementary_groups: Vec::new(),
             remain_after_exit: true,
-            stdout: Output::Inherit,
-            stderr: Output::Inherit,
-            kill_mode: None,
-            timeout_stop: None,
-            bind_paths: Vec::new(),
-            bind_read_only_paths: Vec::new(),
-            read_only_paths: Vec::new(),
-            no_new_privileges: None,
-            capability_bounding_set: None,
-            ambient_capabilities: None,
-            extra: Vec::new(),
+            ..Default::default()
         }
     }
 
