@@ -223,14 +223,17 @@ fn long_running_app_stop_kill_reset_and_reuse() {
     let pid1 = pod.pid1();
     let bus = PodBus::connect(pid1).expect("connect");
     let events = bus.subscribe().expect("subscribe");
-    bus.start_transient_service(&sh("app1.service", "exec sleep 1000")).expect("start");
+    // the program itself, not `sh -c 'exec ...'`: Type=exec's job ends at the first execve
+    let mut sleeper = ServiceSpec::new("app1.service", ExecCommand::new("/bin/sleep", ["1000"]));
+    sleeper.root_directory = Some("/opt/stage2/app1/rootfs".into());
+    bus.start_transient_service(&sleeper).expect("start");
     let s = bus.unit_status("app1.service").expect("status");
     assert_eq!((s.active_state.as_str(), s.sub_state.as_str()), ("active", "running"), "{s:?}");
     assert!(s.main_pid > 0 && s.exec_main_start_us > 0 && s.exec_main_code == 0, "{s:?}");
     // MainPID is a pid in the pod's namespace: find the host pid whose NSpid ends with it
     let host_pid = host_pid_of(pid1, s.main_pid).expect("main pid visible from the host");
     let cmdline = std::fs::read_to_string(format!("/proc/{host_pid}/cmdline")).expect("cmdline");
-    assert_eq!(cmdline.split('\0').take(2).collect::<Vec<_>>(), ["sleep", "1000"], "{cmdline:?}");
+    assert_eq!(cmdline.split('\0').take(2).collect::<Vec<_>>(), ["/bin/sleep", "1000"], "{cmdline:?}");
 
     // a second start of the same name is refused while it exists
     let e = bus.start_transient_service(&sh("app1.service", "true")).expect_err("exists");
