@@ -6,6 +6,7 @@
 //! otherwise (containers, CI).
 
 pub mod app;
+pub mod bus;
 pub mod host;
 pub mod inject;
 pub mod launch;

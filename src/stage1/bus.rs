@@ -1,0 +1,345 @@
+//! `PodBus`: the daemon's control channel to a pod's systemd over its
+//! private socket (`/run/systemd/private`), with libsystemd's sd-bus.
+//!
+//! Connected once per pod (fork, setns into the pod's PID namespace, fork,
+//! connect, `_exit`; no exec, see `connect`), then used for transient app
+//! units (`StartTransientUnit`: no unit files, no daemon-reload), stops,
+//! kills and status reads.
+//!
+//! Threads: sd-bus objects are not thread-safe, so each `PodBus` owns one
+//! worker thread that alone touches the connection (`worker`). The methods
+//! here are blocking and `Send + Sync`: the daemon calls them from
+//! `spawn_blocking`. Requests to one pod run one at a time, but waiting for
+//! a job does not hold up the pod's other requests.
+
+mod connect;
+pub mod sdbus;
+pub mod spec;
+pub mod status;
+mod worker;
+
+pub use spec::{BindPath, ExecCommand, Output, Property, ServiceSpec, Value};
+pub use status::{MainExit, UnitStatus};
+pub use worker::BusEvent;
+
+use sdbus::{Basic, Bus, SdError};
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use worker::{MANAGER_IFACE, MANAGER_PATH, Request, Worker};
+
+/// Bound of one method call to the pod's systemd.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bound of a start job (Type=exec: until the app's execve).
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Errors of the pod bus; each names the unit or pod it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    #[error("cannot connect to the systemd of pod process {pid1}: {source}")]
+    Connect { pid1: i32, source: io::Error },
+    #[error("pod process {pid1}: connection to its systemd lost: {reason}")]
+    Disconnected { pid1: i32, reason: String },
+    #[error("unit {0} is not loaded in the pod")]
+    NoSuchUnit(String),
+    #[error("unit {0} already exists in the pod (reset it first)")]
+    UnitExists(String),
+    #[error("{op} of unit {unit} failed: job {result}{detail}")]
+    JobFailed { op: &'static str, unit: String, result: String, detail: String },
+    #[error("unit {unit}: job {job} did not finish in time")]
+    Timeout { unit: String, job: String },
+    #[error("{op} of unit {unit}: {source}")]
+    Call { op: &'static str, unit: String, source: SdError },
+}
+
+impl std::error::Error for SdError {}
+
+impl BusError {
+    /// Maps systemd's error replies to the cases callers branch on.
+    fn from_call(op: &'static str, unit: &str, e: SdError) -> BusError {
+        match &e {
+            SdError::Reply { name, .. } if name == "org.freedesktop.systemd1.NoSuchUnit" => {
+                BusError::NoSuchUnit(unit.into())
+            }
+            SdError::Reply { name, .. } if name == "org.freedesktop.systemd1.UnitExists" => {
+                BusError::UnitExists(unit.into())
+            }
+            _ => BusError::Call { op, unit: unit.into(), source: e },
+        }
+    }
+
+    /// True when the unit is unknown to the pod's systemd.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, BusError::NoSuchUnit(_))
+    }
+}
+
+/// A connection to one pod's systemd.
+pub struct PodBus {
+    pid1: i32,
+    requests: Option<mpsc::Sender<Request>>,
+    wake: Arc<OwnedFd>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl PodBus {
+    /// Connects to the systemd whose host pid is `pod_pid1` and starts the
+    /// pod's bus thread.
+    pub fn connect(pod_pid1: i32) -> Result<PodBus, BusError> {
+        let err = |source| BusError::Connect { pid1: pod_pid1, source };
+        let fd = connect::connect_private(pod_pid1).map_err(err)?;
+        let bus = Bus::start_on_fd(fd).map_err(|e| err(io::Error::other(e)))?;
+        // signals reach direct connections anyway; Subscribe makes it explicit
+        let subscribe =
+            bus.method_call(MANAGER_PATH, MANAGER_IFACE, "Subscribe").and_then(|m| bus.call(&m, us(CALL_TIMEOUT)));
+        if let Err(e) = subscribe {
+            tracing::debug!(pid1 = pod_pid1, "Subscribe: {e}");
+        }
+        let wake = Arc::new(eventfd().map_err(err)?);
+        let (tx, rx) = mpsc::channel();
+        let w = Worker::new(bus, pod_pid1);
+        let wake2 = Arc::clone(&wake);
+        let thread = std::thread::Builder::new()
+            .name(format!("podbus-{pod_pid1}"))
+            .spawn(move || worker::run(w, rx, wake2))
+            .map_err(err)?;
+        Ok(PodBus { pid1: pod_pid1, requests: Some(tx), wake, thread: Some(thread) })
+    }
+
+    /// The host pid of the pod's systemd: the only child of the sandbox
+    /// (nspawn) process, whose pid is in the pod's `ppid` file.
+    pub fn pod_pid1(sandbox_pid: i32) -> io::Result<i32> {
+        let path = format!("/proc/{sandbox_pid}/task/{sandbox_pid}/children");
+        let children = std::fs::read_to_string(Path::new(&path))?;
+        let mut it = children.split_whitespace().filter_map(|p| p.parse().ok());
+        match (it.next(), it.next()) {
+            (Some(pid), None) => Ok(pid),
+            _ => Err(io::Error::other(format!("sandbox {sandbox_pid} has not exactly one child: {children:?}"))),
+        }
+    }
+
+    pub fn pid1(&self) -> i32 {
+        self.pid1
+    }
+
+    /// Starts the transient service `spec` and waits for its start job.
+    pub fn start_transient_service(&self, spec: &ServiceSpec) -> Result<(), BusError> {
+        let props = spec.properties().map_err(|e| BusError::Call {
+            op: "StartTransientUnit",
+            unit: spec.name.clone(),
+            source: SdError::Errno { op: "duplicating an fd", errno: e.raw_os_error().unwrap_or(libc::EBADF) },
+        })?;
+        self.start_transient_unit(&spec.name, props)
+    }
+
+    /// `StartTransientUnit(name, "fail", props, [])`, then waits for the
+    /// job's JobRemoved; anything but `done` is an error (with the main
+    /// process's exit when it failed to run).
+    pub fn start_transient_unit(&self, name: &str, props: Vec<Property>) -> Result<(), BusError> {
+        let unit = name.to_string();
+        self.request(move |w, reply| {
+            let started = (|| {
+                let bus = w.bus()?;
+                let call = |e| BusError::from_call("StartTransientUnit", &unit, e);
+                let mut m = bus.method_call(MANAGER_PATH, MANAGER_IFACE, "StartTransientUnit").map_err(call)?;
+                m.append(Basic::Str(&unit)).map_err(call)?;
+                m.append(Basic::Str("fail")).map_err(call)?;
+                spec::append_properties(&mut m, &props).map_err(call)?;
+                m.open(b'a', "(sa(sv))").and_then(|()| m.close()).map_err(call)?;
+                let mut r = bus.call(&m, us(CALL_TIMEOUT)).map_err(call)?;
+                r.read_str(b'o').map_err(call)
+            })();
+            reply_when_done(w, started, "start", unit, Instant::now() + START_TIMEOUT, reply)
+        })
+    }
+
+    /// `StopUnit(name, "replace")` and waits up to `timeout` for the job.
+    /// The time between SIGTERM and SIGKILL is the unit's TimeoutStopUSec.
+    pub fn stop_unit(&self, name: &str, timeout: Duration) -> Result<(), BusError> {
+        self.job_call("StopUnit", name, timeout)
+    }
+
+    /// `KillUnit(name, "all", signal)`: signals every process of the unit.
+    pub fn kill_unit(&self, name: &str, signal: i32) -> Result<(), BusError> {
+        let unit = name.to_string();
+        self.request(move |w, reply| {
+            let args = [Basic::Str(&unit), Basic::Str("all"), Basic::I32(signal)];
+            send(reply, manager_call(w, "KillUnit", &unit, &args).map(drop))
+        })
+    }
+
+    /// Makes the name reusable: stops the unit if it is still active, resets
+    /// its failed state so systemd unloads it, and forgets its last status.
+    /// A unit that is not loaded is already reset.
+    pub fn reset_unit(&self, name: &str) -> Result<(), BusError> {
+        match self.unit_status(name) {
+            Ok(s) if s.loaded && s.is_active() => self.stop_unit(name, START_TIMEOUT)?,
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+        let unit = name.to_string();
+        self.request(move |w, reply| {
+            let r = match manager_call(w, "ResetFailedUnit", &unit, &[Basic::Str(&unit)]) {
+                Err(e) if !e.is_not_found() => Err(e),
+                _ => Ok(()),
+            };
+            // signals of the stop arrive before the reply: read them, then forget
+            w.pump();
+            w.forget(&unit);
+            send(reply, r)
+        })
+    }
+
+    /// The unit's state and its main process's exit. For a unit systemd has
+    /// already unloaded (stopped, exited), the last state seen in signals,
+    /// with `loaded == false`; `NoSuchUnit` if there is none.
+    pub fn unit_status(&self, name: &str) -> Result<UnitStatus, BusError> {
+        let unit = name.to_string();
+        self.request(move |w, reply| send(reply, read_status(w, &unit)))
+    }
+
+    /// A stream of the pod's JobRemoved, unit PropertiesChanged and
+    /// UnitRemoved signals from now on; dropping the receiver unsubscribes.
+    pub fn subscribe(&self) -> Result<mpsc::Receiver<BusEvent>, BusError> {
+        let (tx, rx) = mpsc::channel();
+        self.request(move |w, reply| {
+            w.subscribe(tx);
+            send(reply, Ok(()))
+        })?;
+        Ok(rx)
+    }
+
+    /// A manager method `op(name, "replace")` returning a job, then waits for it.
+    fn job_call(&self, op: &'static str, name: &str, timeout: Duration) -> Result<(), BusError> {
+        let unit = name.to_string();
+        self.request(move |w, reply| {
+            let job = manager_call(w, op, &unit, &[Basic::Str(&unit), Basic::Str("replace")])
+                .and_then(|mut r| r.read_str(b'o').map_err(|e| BusError::from_call(op, &unit, e)));
+            reply_when_done(w, job, op, unit, Instant::now() + timeout, reply)
+        })
+    }
+
+    /// Runs `f` on the worker thread and waits for what it sends back.
+    fn request<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Worker, mpsc::Sender<Result<T, BusError>>) + Send + 'static,
+    ) -> Result<T, BusError> {
+        let gone = || BusError::Disconnected { pid1: self.pid1, reason: "the pod bus thread has stopped".into() };
+        let (tx, rx) = mpsc::channel();
+        let requests = self.requests.as_ref().ok_or_else(gone)?;
+        requests.send(Box::new(move |w: &mut Worker| f(w, tx))).map_err(|_| gone())?;
+        worker::wake(&self.wake);
+        rx.recv().map_err(|_| gone())?
+    }
+}
+
+impl Drop for PodBus {
+    fn drop(&mut self) {
+        // closing the channel ends the worker loop, which closes the connection
+        self.requests.take();
+        worker::wake(&self.wake);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for PodBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodBus").field("pid1", &self.pid1).finish()
+    }
+}
+
+fn send<T>(reply: mpsc::Sender<Result<T, BusError>>, r: Result<T, BusError>) {
+    // the caller may have gone; nothing to do then
+    let _ = reply.send(r);
+}
+
+fn us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Calls the manager method `op` about `unit` with `args`; returns the reply.
+fn manager_call(w: &Worker, op: &'static str, unit: &str, args: &[Basic<'_>]) -> Result<sdbus::Message, BusError> {
+    let bus = w.bus()?;
+    let call = |e| BusError::from_call(op, unit, e);
+    let mut m = bus.method_call(MANAGER_PATH, MANAGER_IFACE, op).map_err(call)?;
+    for a in args {
+        m.append(a.clone()).map_err(call)?;
+    }
+    bus.call(&m, us(CALL_TIMEOUT)).map_err(call)
+}
+
+/// Replies once the job `job` (when the call that made it succeeded) ends, or at `deadline`.
+fn reply_when_done(
+    w: &mut Worker,
+    job: Result<String, BusError>,
+    op: &'static str,
+    unit: String,
+    deadline: Instant,
+    reply: mpsc::Sender<Result<(), BusError>>,
+) {
+    match job {
+        Err(e) => send(reply, Err(e)),
+        Ok(job) => w.await_job(
+            job,
+            &unit.clone(),
+            deadline,
+            Box::new(move |w, res| send(reply, job_result(w, op, &unit, res))),
+        ),
+    }
+}
+
+/// Turns a job's end into the request's result; a failed job says how the
+/// main process ended (e.g. 203/EXEC: the program could not be executed).
+fn job_result(w: &mut Worker, op: &'static str, unit: &str, res: Result<String, BusError>) -> Result<(), BusError> {
+    let result = res?;
+    if result == "done" {
+        return Ok(());
+    }
+    let detail = match read_status(w, unit) {
+        Ok(s) => match s.main_exit() {
+            Some(MainExit::Exited(203)) => ": the program could not be executed (status 203/EXEC)".to_string(),
+            Some(MainExit::Exited(c)) if (200..=245).contains(&c) => {
+                format!(": systemd could not set up the process (status {c}, see systemd.exec(5))")
+            }
+            Some(e) => format!(": main process {e:?}"),
+            None => format!(": unit is {}/{}", s.active_state, s.sub_state),
+        },
+        Err(_) => String::new(),
+    };
+    Err(BusError::JobFailed { op, unit: unit.into(), result, detail })
+}
+
+/// GetUnit + property reads; falls back to the last state seen in signals.
+fn read_status(w: &mut Worker, unit: &str) -> Result<UnitStatus, BusError> {
+    let path = manager_call(w, "GetUnit", unit, &[Basic::Str(unit)])
+        .and_then(|mut r| r.read_str(b'o').map_err(|e| BusError::from_call("GetUnit", unit, e)));
+    match path {
+        Ok(path) => {
+            let bus = w.bus()?;
+            UnitStatus::read(bus, &path, us(CALL_TIMEOUT)).map_err(|e| BusError::from_call("reading status", unit, e))
+        }
+        Err(e) if e.is_not_found() => {
+            // signals sent before the unit was unloaded may still be queued
+            w.pump();
+            w.last_seen(unit).ok_or(e)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd(2) with constant flags; returns a new fd or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}

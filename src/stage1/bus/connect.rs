@@ -1,0 +1,151 @@
+//! Connecting to a pod systemd's private socket from inside the pod's PID
+//! namespace, without exec: the pod's systemd refuses peers whose pid it
+//! cannot see (SO_PEERCRED pid 0 → "unprivileged client").
+//!
+//! Runs in three processes:
+//! - the daemon: makes the socket and everything the children need, forks,
+//!   waits, keeps the (now connected) socket;
+//! - the first child: `setns(pid ns)`, forks again (a pid namespace applies to
+//!   children only), waits, `_exit`s with the grandchild's status;
+//! - the grandchild, inside the pod's PID namespace: `connect`, `_exit`.
+//!
+//! The daemon is multi-threaded, so after `fork` the children only make raw
+//! async-signal-safe syscalls on data prepared before the fork: no
+//! allocation, no locks, no Rust std I/O.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// Path of systemd's private socket, relative to a process root.
+const PRIVATE_SOCKET: &str = "run/systemd/private";
+
+/// Exit code of a child meaning "failed without an errno" (never a valid errno).
+const EXIT_ODD: i32 = 255;
+
+/// Opens a unix stream socket connected to the private socket of the
+/// systemd whose host pid is `pid1`, from inside its PID namespace.
+pub fn connect_private(pid1: i32) -> io::Result<OwnedFd> {
+    let addr = sockaddr(&format!("/proc/{pid1}/root/{PRIVATE_SOCKET}"))?;
+    let ns = std::fs::File::open(format!("/proc/{pid1}/ns/pid"))?;
+    // SAFETY: socket(2) with constant arguments; returns a new fd or -1.
+    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: socket(2) just returned this fd; nothing else owns it.
+    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+    let (sock_fd, ns_fd) = (sock.as_raw_fd(), ns.as_raw_fd());
+
+    // SAFETY: fork(2); the child below only calls async-signal-safe functions on prepared data.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if child == 0 {
+        // first child: never returns
+        enter_and_connect(ns_fd, sock_fd, &addr);
+    }
+    match wait_exit_code(child)? {
+        0 => Ok(sock),
+        EXIT_ODD => Err(io::Error::other("namespace helper failed")),
+        errno => Err(io::Error::from_raw_os_error(errno)),
+    }
+}
+
+/// First child: enter the pid namespace, fork the grandchild that connects,
+/// pass its result on as the exit code.
+fn enter_and_connect(ns_fd: i32, sock_fd: i32, addr: &libc::sockaddr_un) -> ! {
+    // SAFETY: raw syscalls only; errno is read through libc's thread-local, which is async-signal-safe.
+    unsafe {
+        if libc::setns(ns_fd, libc::CLONE_NEWPID) != 0 {
+            libc::_exit(errno_code());
+        }
+        let grandchild = libc::fork();
+        if grandchild < 0 {
+            libc::_exit(errno_code());
+        }
+        if grandchild == 0 {
+            let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+            let r = libc::connect(sock_fd, (addr as *const libc::sockaddr_un).cast(), len);
+            libc::_exit(if r == 0 { 0 } else { errno_code() });
+        }
+        let mut status = 0;
+        while libc::waitpid(grandchild, &mut status, 0) < 0 {
+            if *libc::__errno_location() != libc::EINTR {
+                libc::_exit(EXIT_ODD);
+            }
+        }
+        libc::_exit(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { EXIT_ODD });
+    }
+}
+
+/// The current errno as an exit code (errnos are below 255).
+fn errno_code() -> i32 {
+    // SAFETY: reading libc's thread-local errno.
+    let e = unsafe { *libc::__errno_location() };
+    if (1..EXIT_ODD).contains(&e) { e } else { EXIT_ODD }
+}
+
+/// Waits for `pid` (our child) and returns its exit code.
+fn wait_exit_code(pid: i32) -> io::Result<i32> {
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid(2) on our own child with an out-parameter we own.
+        if unsafe { libc::waitpid(pid, &mut status, 0) } >= 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    if libc::WIFEXITED(status) {
+        Ok(libc::WEXITSTATUS(status))
+    } else {
+        Err(io::Error::other(format!("namespace helper died (wait status {status:#x})")))
+    }
+}
+
+fn sockaddr(path: &str) -> io::Result<libc::sockaddr_un> {
+    // SAFETY: sockaddr_un is plain old data; all zeroes is a valid (empty) value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_bytes();
+    if bytes.len() >= addr.sun_path.len() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("socket path too long: {path}")));
+    }
+    for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
+        *dst = *src as libc::c_char;
+    }
+    Ok(addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sockaddr_fits_and_rejects_long_paths() {
+        let a = sockaddr("/proc/4194304/root/run/systemd/private").expect("fits");
+        assert_eq!(a.sun_path[0], b'/' as libc::c_char);
+        assert!(sockaddr(&"x".repeat(200)).is_err());
+    }
+
+    #[test]
+    fn missing_pod_is_an_error_not_a_hang() {
+        // a pid that cannot exist (above pid_max's ceiling)
+        let e = connect_private(i32::MAX).expect_err("no such process");
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn a_process_without_the_socket_reports_enoent() {
+        // our own pid namespace has no /run/systemd/private on this machine (no systemd as PID 1)
+        let me = std::process::id() as i32;
+        if std::path::Path::new("/run/systemd/private").exists() {
+            return;
+        }
+        let e = connect_private(me).expect_err("no socket");
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+    }
+}

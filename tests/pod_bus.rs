@@ -1,0 +1,364 @@
+//! PodBus against a real pod: the repo's own `rktlet app sandbox` boots
+//! systemd in nspawn, a busybox tree is the app rootfs, and transient units
+//! are started, read, stopped and reset over the pod's private socket.
+//! Needs root (as every pod test here).
+
+use rktlet::stage1::bus::{BusError, ExecCommand, MainExit, Output, PodBus, ServiceSpec};
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rktlet");
+const APPLETS: [&str; 9] = ["sh", "sleep", "echo", "cat", "true", "false", "ls", "kill", "id"];
+
+/// A booted pod, removed on drop (also when a test fails).
+struct TestPod {
+    dir: tempfile::TempDir,
+    uuid: String,
+    sandbox: Option<std::process::Child>,
+}
+
+impl TestPod {
+    fn boot() -> TestPod {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let uuid = uuid::Uuid::new_v4().to_string();
+        let mut cmd = Command::new(BIN);
+        cmd.arg("--dir")
+            .arg(dir.path())
+            .args(["app", "sandbox", "--net=host", "--hostname=t"])
+            .arg(format!("--uuid={uuid}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: setsid(2) in the forked child before exec; async-signal-safe.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                nix::unistd::setsid().map_err(std::io::Error::from)?;
+                Ok(())
+            })
+        };
+        let child = cmd.spawn().expect("spawn rktlet app sandbox");
+        let mut pod = TestPod { dir, uuid, sandbox: Some(child) };
+        pod.wait_ready();
+        pod.install_busybox("app1");
+        pod
+    }
+
+    fn pod_dir(&self) -> PathBuf {
+        self.dir.path().join("pods/run").join(&self.uuid)
+    }
+
+    fn rootfs(&self) -> PathBuf {
+        self.pod_dir().join("stage1/rootfs")
+    }
+
+    fn wait_ready(&mut self) {
+        let link = self.rootfs().join("rkt/supervisor-status");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::fs::read_link(&link).map(|t| t != Path::new("ready")).unwrap_or(true) {
+            if let Some(child) = self.sandbox.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!("pod exited before it was ready: {status}");
+            }
+            assert!(Instant::now() < deadline, "pod not ready in 30s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn pid1(&self) -> i32 {
+        let ppid: i32 =
+            std::fs::read_to_string(self.pod_dir().join("ppid")).expect("ppid").trim().parse().expect("pid");
+        PodBus::pod_pid1(ppid).expect("pod pid 1")
+    }
+
+    /// A static busybox as the rootfs of `app` (`/opt/stage2/<app>/rootfs`).
+    fn install_busybox(&self, app: &str) {
+        let root = self.rootfs().join("opt/stage2").join(app).join("rootfs");
+        for d in ["bin", "usr", "proc", "sys", "dev", "tmp", "etc"] {
+            std::fs::create_dir_all(root.join(d)).expect("mkdir");
+        }
+        std::fs::copy("/bin/busybox", root.join("bin/busybox")).expect("copy busybox (apt busybox-static)");
+        for a in APPLETS {
+            symlink("busybox", root.join("bin").join(a)).expect("symlink");
+        }
+    }
+}
+
+impl Drop for TestPod {
+    fn drop(&mut self) {
+        let _ = Command::new(BIN).arg("--dir").arg(self.dir.path()).arg("rm").arg(&self.uuid).status();
+        if let Some(mut c) = self.sandbox.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn sh(name: &str, script: &str) -> ServiceSpec {
+    let mut spec = ServiceSpec::new(name, ExecCommand::new("/bin/sh", ["-c", script]));
+    spec.root_directory = Some("/opt/stage2/app1/rootfs".into());
+    spec
+}
+
+/// Polls the unit until `done` holds (apps run asynchronously to the start job).
+fn wait_status(
+    bus: &PodBus,
+    unit: &str,
+    done: impl Fn(&rktlet::stage1::bus::UnitStatus) -> bool,
+) -> rktlet::stage1::bus::UnitStatus {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = bus.unit_status(unit).expect("status");
+        if done(&s) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "unit {unit} never reached the expected state: {s:?}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn now_us() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_micros() as u64
+}
+
+#[test]
+fn exit_status_output_and_timestamps() {
+    let pod = TestPod::boot();
+    let bus = PodBus::connect(pod.pid1()).expect("connect");
+    let logs = tempfile::tempdir().expect("tempdir");
+    let (out_path, err_path) = (logs.path().join("out"), logs.path().join("err"));
+    let open = |p: &Path| std::fs::OpenOptions::new().create(true).append(true).open(p).expect("open log");
+    let before = now_us();
+
+    // stdout and stderr as fds opened on the host and passed over the bus
+    let mut spec = sh("app1.service", "echo out; echo err >&2; exit 7");
+    spec.stdout = Output::Fd(open(&out_path).into());
+    spec.stderr = Output::Fd(open(&err_path).into());
+    spec.environment = vec!["GREETING=hi".into()];
+    bus.start_transient_service(&spec).expect("start");
+    let s = wait_status(&bus, "app1.service", |s| s.main_exit().is_some() && s.active_state == "failed");
+    assert_eq!(s.main_exit(), Some(MainExit::Exited(7)), "{s:?}");
+    assert_eq!((s.exec_main_code, s.exec_main_status), (1, 7));
+    assert!(s.exec_main_start_us >= before && s.exec_main_exit_us >= s.exec_main_start_us, "{s:?} vs {before}");
+    assert_eq!(s.main_pid, 0);
+    assert_eq!(s.active_state, "failed");
+    assert_eq!(std::fs::read_to_string(&out_path).expect("out"), "out\n");
+    assert_eq!(std::fs::read_to_string(&err_path).expect("err"), "err\n");
+
+    // output as `append:` paths inside the pod; exit 0 stays readable (RemainAfterExit)
+    let mut spec = sh("app2.service", "echo $GREETING; echo oops >&2");
+    spec.environment = vec!["GREETING=hello".into()];
+    spec.stdout = Output::Append("/rkt/app2.out".into());
+    spec.stderr = Output::Append("/rkt/app2.err".into());
+    bus.start_transient_service(&spec).expect("start app2");
+    // properties are read one by one: wait until the state has caught up with the exit
+    let s = wait_status(&bus, "app2.service", |s| s.main_exit().is_some() && s.sub_state == "exited");
+    assert_eq!(s.main_exit(), Some(MainExit::Exited(0)));
+    assert_eq!((s.active_state.as_str(), s.sub_state.as_str(), s.loaded), ("active", "exited", true));
+    assert_eq!(std::fs::read_to_string(pod.rootfs().join("rkt/app2.out")).expect("out"), "hello\n");
+    assert_eq!(std::fs::read_to_string(pod.rootfs().join("rkt/app2.err")).expect("err"), "oops\n");
+}
+
+#[test]
+fn every_spec_field_is_accepted_by_systemd() {
+    let pod = TestPod::boot();
+    let bus = PodBus::connect(pod.pid1()).expect("connect");
+    std::fs::create_dir_all(pod.rootfs().join("rkt/vol")).expect("mkdir vol");
+    std::fs::write(pod.rootfs().join("rkt/vol/hello"), "from a volume\n").expect("write vol");
+    std::fs::create_dir_all(pod.rootfs().join("opt/stage2/app1/rootfs/data")).expect("mkdir mountpoint");
+    // systemd resolves User=/Group= in the pod's /etc (before RootDirectory), numeric ids too:
+    // without an entry the start fails with 217/USER (rkt wrote sysusers entries for this)
+    let mut nouser = sh("nouser.service", "true");
+    nouser.user = Some("4242".into());
+    let e = bus.start_transient_service(&nouser).expect_err("unknown uid");
+    assert!(e.to_string().contains("status 217"), "{e}");
+    let etc = pod.rootfs().join("etc");
+    let append = |f: &str, line: &str| {
+        let mut text = std::fs::read_to_string(etc.join(f)).expect("read");
+        text.push_str(line);
+        std::fs::write(etc.join(f), text).expect("write");
+    };
+    append("passwd", "u1000:x:1000:1001::/:/bin/sh\n");
+    append("group", "g1001:x:1001:\ng1002:x:1002:\n");
+    let mut spec =
+        sh("app3.service", "echo $(id -u):$(id -g):$(id -G):$(pwd):$A; cat /data/hello; touch /data/x || echo ro");
+    spec.environment = vec!["A=1".into()];
+    spec.working_directory = Some("/tmp".into());
+    spec.user = Some("1000".into());
+    spec.group = Some("1001".into());
+    spec.supplementary_groups = vec!["1002".into()];
+    spec.stdout = Output::Append("/rkt/app3.out".into());
+    spec.stderr = Output::Null;
+    spec.kill_mode = Some("mixed".into());
+    spec.timeout_stop = Some(Duration::from_secs(3));
+    spec.bind_read_only_paths = vec![rktlet::stage1::bus::BindPath {
+        source: "/rkt/vol".into(),
+        destination: "/data".into(),
+        ignore_missing: false,
+        recursive: true,
+    }];
+    spec.bind_paths = vec![rktlet::stage1::bus::BindPath {
+        source: "/rkt/missing".into(),
+        destination: "/missing".into(),
+        ignore_missing: true,
+        recursive: false,
+    }];
+    spec.read_only_paths = vec!["-/proc/sysrq-trigger".into()];
+    spec.no_new_privileges = Some(true);
+    spec.capability_bounding_set = Some(1 << 10); // CAP_NET_BIND_SERVICE
+    spec.ambient_capabilities = Some(0);
+    spec.extra = vec![rktlet::stage1::bus::Property::str("SyslogIdentifier", "app3")];
+    bus.start_transient_service(&spec).expect("start with every field");
+    let s = wait_status(&bus, "app3.service", |s| s.main_exit().is_some() && s.sub_state == "exited");
+    assert_eq!(s.main_exit(), Some(MainExit::Exited(0)), "{s:?}");
+    let out = std::fs::read_to_string(pod.rootfs().join("rkt/app3.out")).expect("out");
+    assert_eq!(out, "1000:1001:1001 1002:/tmp:1\nfrom a volume\nro\n");
+}
+
+#[test]
+fn long_running_app_stop_kill_reset_and_reuse() {
+    let pod = TestPod::boot();
+    let pid1 = pod.pid1();
+    let bus = PodBus::connect(pid1).expect("connect");
+    let events = bus.subscribe().expect("subscribe");
+    // the program itself, not `sh -c 'exec ...'`: Type=exec's job ends at the first execve
+    let mut sleeper = ServiceSpec::new("app1.service", ExecCommand::new("/bin/sleep", ["1000"]));
+    sleeper.root_directory = Some("/opt/stage2/app1/rootfs".into());
+    bus.start_transient_service(&sleeper).expect("start");
+    let s = bus.unit_status("app1.service").expect("status");
+    assert_eq!((s.active_state.as_str(), s.sub_state.as_str()), ("active", "running"), "{s:?}");
+    assert!(s.main_pid > 0 && s.exec_main_start_us > 0 && s.exec_main_code == 0, "{s:?}");
+    // MainPID is a pid in the pod's namespace: find the host pid whose NSpid ends with it
+    let host_pid = host_pid_of(pid1, s.main_pid).expect("main pid visible from the host");
+    let cmdline = std::fs::read_to_string(format!("/proc/{host_pid}/cmdline")).expect("cmdline");
+    assert_eq!(cmdline.split('\0').take(2).collect::<Vec<_>>(), ["/bin/sleep", "1000"], "{cmdline:?}");
+
+    // a second start of the same name is refused while it exists
+    let e = bus.start_transient_service(&sh("app1.service", "true")).expect_err("exists");
+    assert!(matches!(e, BusError::UnitExists(_)), "{e}");
+
+    bus.stop_unit("app1.service", Duration::from_secs(10)).expect("stop");
+    let s = bus.unit_status("app1.service").expect("status after stop");
+    assert_eq!(s.main_exit(), Some(MainExit::Killed(libc::SIGTERM)), "{s:?}");
+    assert_eq!(s.active_state, "inactive");
+    assert!(s.exec_main_exit_us >= s.exec_main_start_us);
+    assert!(!std::path::Path::new(&format!("/proc/{host_pid}")).exists(), "sleep still runs");
+    let seen: Vec<_> = events.try_iter().collect();
+    assert!(
+        seen.iter().any(|e| matches!(e, rktlet::stage1::bus::BusEvent::JobRemoved { unit, result, .. }
+            if unit == "app1.service" && result == "done")),
+        "{seen:?}"
+    );
+
+    // name reuse after reset; kill_unit signals the app
+    bus.reset_unit("app1.service").expect("reset");
+    assert!(bus.unit_status("app1.service").expect_err("forgotten").is_not_found());
+    bus.start_transient_service(&sh("app1.service", "exec sleep 1000")).expect("start again");
+    bus.kill_unit("app1.service", libc::SIGKILL).expect("kill");
+    let s = wait_status(&bus, "app1.service", |s| s.main_exit().is_some());
+    assert_eq!(s.main_exit(), Some(MainExit::Killed(libc::SIGKILL)), "{s:?}");
+    bus.reset_unit("app1.service").expect("reset failed unit");
+    bus.start_transient_service(&sh("app1.service", "true")).expect("start a third time");
+    // reset stops an active unit first
+    bus.reset_unit("app1.service").expect("reset active unit");
+    assert!(bus.unit_status("app1.service").expect_err("gone").is_not_found());
+}
+
+#[test]
+fn errors_are_clear() {
+    let pod = TestPod::boot();
+    let bus = PodBus::connect(pod.pid1()).expect("connect");
+    let e = bus.unit_status("nope.service").expect_err("unknown");
+    assert!(e.is_not_found(), "{e}");
+    let e = bus.stop_unit("nope.service", Duration::from_secs(5)).expect_err("unknown");
+    assert!(e.is_not_found(), "{e}");
+    assert!(bus.kill_unit("nope.service", libc::SIGTERM).expect_err("unknown").is_not_found());
+    bus.reset_unit("nope.service").expect("nothing to reset is fine");
+
+    let mut spec = ServiceSpec::new("bad.service", ExecCommand::new("/bin/does-not-exist", ["x"]));
+    spec.root_directory = Some("/opt/stage2/app1/rootfs".into());
+    let e = bus.start_transient_service(&spec).expect_err("bad ExecStart");
+    let msg = e.to_string();
+    assert!(matches!(e, BusError::JobFailed { ref result, .. } if result == "failed"), "{msg}");
+    assert!(msg.contains("bad.service") && msg.contains("203/EXEC"), "{msg}");
+
+    let spec = ServiceSpec::new("relative.service", ExecCommand::new("bin/sh", ["-c", "true"]));
+    let e = bus.start_transient_service(&spec).expect_err("relative path");
+    assert!(e.to_string().contains("relative.service"), "{e}");
+
+    // the pod goes away: calls fail as disconnected, not hang
+    let pid1 = pod.pid1();
+    drop(pod);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let e = loop {
+        match bus.unit_status("bad.service") {
+            Err(e @ BusError::Disconnected { .. }) => break e,
+            other => assert!(Instant::now() < deadline, "still answering after the pod is gone: {other:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(e.to_string().contains(&pid1.to_string()), "{e}");
+}
+
+/// Prints medians of the hot paths (not asserted: the machine is shared).
+#[test]
+fn timings() {
+    const N: usize = 15;
+    let pod = TestPod::boot();
+    let pid1 = pod.pid1();
+    let mut connect = Vec::new();
+    for _ in 0..N {
+        let t = Instant::now();
+        let bus = PodBus::connect(pid1).expect("connect");
+        bus.unit_status("init.scope").ok();
+        connect.push(t.elapsed());
+    }
+    let bus = PodBus::connect(pid1).expect("connect");
+    let (mut start, mut stop, mut read) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..N {
+        let name = format!("t{i}.service");
+        let t = Instant::now();
+        bus.start_transient_service(&sh(&name, "exec sleep 1000")).expect("start");
+        start.push(t.elapsed());
+        let t = Instant::now();
+        bus.unit_status(&name).expect("status");
+        read.push(t.elapsed());
+        let t = Instant::now();
+        bus.stop_unit(&name, Duration::from_secs(10)).expect("stop");
+        stop.push(t.elapsed());
+        bus.reset_unit(&name).expect("reset");
+    }
+    println!("podbus medians over {N} runs:");
+    for (what, v) in [
+        ("connect (fork/setns/connect + auth + first call)", connect),
+        ("StartTransientUnit -> JobRemoved", start),
+        ("StopUnit -> JobRemoved", stop),
+        ("unit_status (GetUnit + 7 property Gets)", read),
+    ] {
+        println!("  {what}: {:?}", median(v));
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// The host pid of the process that is `ns_pid` in the PID namespace of `pid1`.
+fn host_pid_of(pid1: i32, ns_pid: u32) -> Option<i32> {
+    let ns = std::fs::read_link(format!("/proc/{pid1}/ns/pid")).ok()?;
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        if std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok().as_ref() != Some(&ns) {
+            continue;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let nspid = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+        if nspid.split_whitespace().last() == Some(&ns_pid.to_string()) {
+            return Some(pid);
+        }
+    }
+    None
+}
