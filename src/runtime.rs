@@ -6,8 +6,11 @@ use crate::config::Config;
 use crate::image::{RegistryConfig, Store};
 use crate::net::cni;
 use crate::pod::{DataDir, PodError};
+use crate::stage1::bus::{BusEvent, PodBus};
 use crate::stage1::host::Host;
-use std::sync::RwLock;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use uuid::Uuid;
 
 /// Everything a CRI handler needs, shared behind an `Arc`.
 #[derive(Debug)]
@@ -20,6 +23,9 @@ pub struct Runtime {
     pub images: Store,
     /// Pod CIDR kubelet sent with UpdateRuntimeConfig (empty until then).
     pod_cidr: RwLock<String>,
+    /// One sd-bus connection per pod, made on first use (a cache: the pod's
+    /// systemd is the source of truth, and a lost connection is remade).
+    buses: Mutex<HashMap<Uuid, Arc<PodBus>>>,
 }
 
 /// A readiness condition that does not hold: a CamelCase reason and a message.
@@ -41,7 +47,15 @@ impl Runtime {
             |e: String| PodError::Io { context: "opening the image store".into(), source: std::io::Error::other(e) };
         let registries = RegistryConfig::load(&config.registry_config).map_err(image_err)?;
         let images = Store::open(&data, registries).map_err(|e| image_err(e.to_string()))?;
-        Ok(Runtime { config, data, host, cgroup_driver, images, pod_cidr: RwLock::new(String::new()) })
+        Ok(Runtime {
+            config,
+            data,
+            host,
+            cgroup_driver,
+            images,
+            pod_cidr: RwLock::new(String::new()),
+            buses: Mutex::new(HashMap::new()),
+        })
     }
 
     /// RuntimeReady: the data dir is usable and pods can be launched.
@@ -71,6 +85,32 @@ impl Runtime {
         }
     }
 
+    /// The pod's bus connection, connecting (and starting its exit recorder)
+    /// on first use. Blocking: call from a blocking thread.
+    pub fn pod_bus(&self, pod: &crate::pod::Pod) -> Result<Arc<PodBus>, String> {
+        let uuid = pod.uuid();
+        if let Ok(map) = self.buses.lock()
+            && let Some(bus) = map.get(&uuid)
+        {
+            return Ok(bus.clone());
+        }
+        let sandbox = pod.sandbox_pid().map_err(|e| e.to_string())?.ok_or("pod has no sandbox process")?;
+        let pid1 = PodBus::pod_pid1(sandbox).map_err(|e| format!("finding the pod's systemd: {e}"))?;
+        let bus = Arc::new(PodBus::connect(pid1).map_err(|e| format!("connecting to the pod's systemd: {e}"))?);
+        record_exits(&bus, pod);
+        if let Ok(mut map) = self.buses.lock() {
+            map.insert(uuid, bus.clone());
+        }
+        Ok(bus)
+    }
+
+    /// Forgets a pod's connection (after an error, or when the pod stops).
+    pub fn drop_pod_bus(&self, uuid: Uuid) {
+        if let Ok(mut map) = self.buses.lock() {
+            map.remove(&uuid);
+        }
+    }
+
     /// CNI config and plugin directories, for pod network setup and teardown.
     pub fn net_dirs(&self) -> crate::stage1::teardown::NetDirs {
         crate::stage1::teardown::NetDirs {
@@ -87,5 +127,28 @@ impl Runtime {
         if let Ok(mut c) = self.pod_cidr.write() {
             *c = cidr;
         }
+    }
+}
+
+/// Writes each app's exit code to its status file as soon as the pod's
+/// systemd reports the exit, so list and status stay file reads and the
+/// code outlives the unit, the daemon and the pod.
+fn record_exits(bus: &PodBus, pod: &crate::pod::Pod) {
+    let Ok(events) = bus.subscribe() else { return };
+    let (data, uuid) = (pod.data_dir().clone(), pod.uuid());
+    let spawned = std::thread::Builder::new().name(format!("exits-{uuid}")).spawn(move || {
+        for event in events {
+            let BusEvent::UnitChanged { unit, status } = event else { continue };
+            let (Some(app), Some(exit)) = (unit.strip_suffix(".service"), status.main_exit()) else { continue };
+            // with RemainAfterExit an exited app stays "active (exited)": the exit code is what counts
+            let Ok(pod) = crate::pod::Pod::open(&data, &uuid.to_string()) else { return };
+            let paths = crate::stage1::app::AppPaths::new(&pod, app);
+            if paths.status_file("-started").exists() {
+                let _ = crate::stage1::app::record_exit(&paths, crate::stage1::bus::exit_code(&exit));
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::warn!(pod = %uuid, error = %e, "cannot start the exit recorder");
     }
 }

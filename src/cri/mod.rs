@@ -2,6 +2,10 @@
 //! by the domain modules. One file per verb family; this file only routes
 //! each RPC to its handler and logs it (method, duration, status code).
 
+mod container_create;
+mod container_meta;
+mod container_start;
+mod container_status;
 mod image;
 mod pod_meta;
 mod runtime_info;
@@ -128,14 +132,20 @@ cri_impl! {
                 => sandbox_status::pod_sandbox_status;
             "ListPodSandbox": list_pod_sandbox(ListPodSandboxRequest) -> cri::ListPodSandboxResponse
                 => sandbox_status::list_pod_sandbox;
+            "CreateContainer": create_container(CreateContainerRequest) -> cri::CreateContainerResponse
+                => container_create::create_container;
+            "StartContainer": start_container(StartContainerRequest) -> cri::StartContainerResponse
+                => container_start::start_container;
+            "StopContainer": stop_container(StopContainerRequest) -> cri::StopContainerResponse
+                => container_start::stop_container;
+            "RemoveContainer": remove_container(RemoveContainerRequest) -> cri::RemoveContainerResponse
+                => container_start::remove_container;
+            "ListContainers": list_containers(ListContainersRequest) -> cri::ListContainersResponse
+                => container_status::list_containers;
+            "ContainerStatus": container_status(ContainerStatusRequest) -> cri::ContainerStatusResponse
+                => container_status::container_status;
         }
         pending {
-            "CreateContainer": create_container(CreateContainerRequest) -> cri::CreateContainerResponse;
-            "StartContainer": start_container(StartContainerRequest) -> cri::StartContainerResponse;
-            "StopContainer": stop_container(StopContainerRequest) -> cri::StopContainerResponse;
-            "RemoveContainer": remove_container(RemoveContainerRequest) -> cri::RemoveContainerResponse;
-            "ListContainers": list_containers(ListContainersRequest) -> cri::ListContainersResponse;
-            "ContainerStatus": container_status(ContainerStatusRequest) -> cri::ContainerStatusResponse;
             "UpdateContainerResources": update_container_resources(UpdateContainerResourcesRequest)
                 -> cri::UpdateContainerResourcesResponse;
             "ReopenContainerLog": reopen_container_log(ReopenContainerLogRequest) -> cri::ReopenContainerLogResponse;

@@ -323,3 +323,81 @@ mod tests {
         assert_eq!(env_file(&env), "A=1\nB=x y\n");
     }
 }
+
+/// Where an app is in its life, from its files (and the pod's state).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppState {
+    Created,
+    Running,
+    /// Exit code as CRI reports it (128 + signal for signals); `None` when
+    /// the pod went away before the exit was recorded.
+    Exited(Option<i32>),
+}
+
+/// Timestamps (ns since the epoch, 0 when unknown) and state of an app.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppFacts {
+    pub state: AppState,
+    pub created_at: i64,
+    pub started_at: i64,
+    pub finished_at: i64,
+}
+
+fn mtime_ns(p: &Path) -> Option<i64> {
+    let m = fs::metadata(p).ok()?.modified().ok()?;
+    m.duration_since(std::time::UNIX_EPOCH).ok().map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// Reads an app's state from rkt's status files: `<app>-created`,
+/// `<app>-started` and `<app>` (the recorded exit code). `pod_running`
+/// decides what a started app without a recorded exit is.
+pub fn facts(paths: &AppPaths, pod_running: bool) -> AppFacts {
+    let created_at = mtime_ns(&paths.status_file("-created")).unwrap_or(0);
+    let started_at = mtime_ns(&paths.status_file("-started")).unwrap_or(0);
+    let exit_file = paths.status_file("");
+    let (state, finished_at) = match fs::read_to_string(&exit_file) {
+        Ok(s) => (AppState::Exited(s.trim().parse().ok()), mtime_ns(&exit_file).unwrap_or(0)),
+        Err(_) if started_at == 0 => (AppState::Created, 0),
+        Err(_) if pod_running => (AppState::Running, 0),
+        Err(_) => (AppState::Exited(None), 0),
+    };
+    AppFacts { state, created_at, started_at, finished_at }
+}
+
+/// Records an app's exit code (once: the first record wins) so it survives
+/// the unit being forgotten, a daemon restart and the pod's stop.
+pub fn record_exit(paths: &AppPaths, exit_code: i32) -> io::Result<()> {
+    let file = paths.status_file("");
+    match fs::OpenOptions::new().write(true).create_new(true).open(&file) {
+        Ok(mut f) => io::Write::write_all(&mut f, format!("{exit_code}\n").as_bytes()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Marks an app started (`<app>-started`, its mtime is StartedAt).
+pub fn mark_started(paths: &AppPaths) -> io::Result<()> {
+    fs::write(paths.status_file("-started"), b"")
+}
+
+/// Makes sure the pod's `/etc/passwd` and `/etc/group` name `uid` and the
+/// `gids`: the pod's systemd resolves `User=`/`Group=` there, before it
+/// enters the app's root, and refuses ids it cannot name.
+pub fn ensure_ids(stage1: &Path, uid: u32, gids: &[u32]) -> io::Result<()> {
+    let add = |file: &str, id: u32, line: String| -> io::Result<()> {
+        let path = stage1.join("etc").join(file);
+        let text = fs::read_to_string(&path).unwrap_or_default();
+        let known = text.lines().any(|l| l.split(':').nth(2).and_then(|f| f.parse::<u32>().ok()) == Some(id));
+        if !known {
+            let mut f = fs::OpenOptions::new().append(true).open(&path)?;
+            io::Write::write_all(&mut f, line.as_bytes())?;
+        }
+        Ok(())
+    };
+    let gid = gids.first().copied().unwrap_or(0);
+    add("passwd", uid, format!("rktlet-{uid}:x:{uid}:{gid}::/:/usr/sbin/nologin\n"))?;
+    for g in gids {
+        add("group", *g, format!("rktlet-{g}:x:{g}:\n"))?;
+    }
+    Ok(())
+}

@@ -343,3 +343,11 @@ fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: the kernel just returned this fd; nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
+
+/// An app's exit as CRI reports it: the exit code, or 128 + signal number.
+pub fn exit_code(exit: &MainExit) -> i32 {
+    match exit {
+        MainExit::Exited(c) => *c,
+        MainExit::Killed(s) | MainExit::Dumped(s) => 128 + s,
+    }
+}

@@ -7,6 +7,7 @@
 
 pub mod app;
 pub mod bus;
+pub mod caps;
 pub mod host;
 pub mod inject;
 pub mod launch;

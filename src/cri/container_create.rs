@@ -1,0 +1,298 @@
+//! CreateContainer: rkt's `app add`, in-process. The image's rendered tree
+//! becomes the app's overlay lower dir; command, args, env, user and mounts
+//! are merged as kubelet expects; the app is added to the running pod.
+
+use super::{container_meta as meta, pod_meta, pod_status};
+use crate::image::convert::{ANN_CMD, ANN_ENTRYPOINT};
+use crate::pod::manifest::{self, App as AppSection, NameValue};
+use crate::pod::{Pod, PodState};
+use crate::proto::v1 as cri;
+use crate::runtime::Runtime;
+use crate::stage1::app::{AppError, AppSpec, VolumeSpec};
+use crate::stage1::inject::Propagation;
+use std::path::{Path, PathBuf};
+use tonic::Status;
+
+pub(super) fn app_status(e: AppError) -> Status {
+    match e {
+        AppError::Pod(p) => pod_status(p),
+        AppError::Exists { .. } => Status::already_exists(e.to_string()),
+        AppError::NotFound { .. } => Status::not_found(e.to_string()),
+        AppError::PodNotRunning { .. } => Status::failed_precondition(e.to_string()),
+        AppError::Invalid(_) => Status::invalid_argument(e.to_string()),
+        AppError::Io { .. } => Status::internal(e.to_string()),
+    }
+}
+
+/// The command line: CRI command replaces the entrypoint, CRI args replace cmd.
+pub fn merge_exec(image: &manifest::ImageManifest, command: &[String], args: &[String]) -> Vec<String> {
+    let json = |name: &str| -> Vec<String> {
+        image.annotation(name).and_then(|v| serde_json::from_str(v).ok()).unwrap_or_default()
+    };
+    let (entrypoint, cmd) = (json(ANN_ENTRYPOINT), json(ANN_CMD));
+    let image_exec = image.app.as_ref().and_then(|a| a.exec.clone()).unwrap_or_default();
+    match (command.is_empty(), args.is_empty()) {
+        (false, _) => command.iter().chain(args).cloned().collect(),
+        (true, false) if !entrypoint.is_empty() || !cmd.is_empty() => {
+            entrypoint.into_iter().chain(args.iter().cloned()).collect()
+        }
+        (true, false) => args.to_vec(),
+        (true, true) if !entrypoint.is_empty() || !cmd.is_empty() => entrypoint.into_iter().chain(cmd).collect(),
+        (true, true) => image_exec,
+    }
+}
+
+/// Looks `name` up in a passwd/group style file of the image: returns (id, primary gid).
+fn lookup(rootfs: &Path, file: &str, name: &str) -> Option<(u32, u32)> {
+    let text = std::fs::read_to_string(rootfs.join("etc").join(file)).ok()?;
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        if f.first() != Some(&name) {
+            return None;
+        }
+        Some((f.get(2)?.parse().ok()?, f.get(3).and_then(|g| g.parse().ok()).unwrap_or(0)))
+    })
+}
+
+/// Extra groups `user` belongs to in the image's /etc/group.
+fn member_groups(rootfs: &Path, user: &str) -> Vec<u32> {
+    let text = std::fs::read_to_string(rootfs.join("etc/group")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            let members = f.get(3)?;
+            if !members.split(',').any(|m| m == user) {
+                return None;
+            }
+            f.get(2)?.parse().ok()
+        })
+        .collect()
+}
+
+/// Resolves the user and groups: the security context wins over the image's
+/// `user[:group]`; names are looked up in the image's /etc files.
+fn resolve_user(
+    rootfs: &Path,
+    image_user: &str,
+    image_group: &str,
+    sc: Option<&cri::LinuxContainerSecurityContext>,
+) -> Result<(u32, u32, Vec<u32>), Status> {
+    let (mut user, mut group) = match image_user.split_once(':') {
+        Some((u, g)) => (u.to_string(), g.to_string()),
+        None => (image_user.to_string(), image_group.to_string()),
+    };
+    if let Some(sc) = sc {
+        if let Some(u) = &sc.run_as_user {
+            user = u.value.to_string();
+        } else if !sc.run_as_username.is_empty() {
+            user = sc.run_as_username.clone();
+        }
+        if let Some(g) = &sc.run_as_group {
+            group = g.value.to_string();
+        }
+    }
+    let (uid, primary) = match user.parse::<u32>() {
+        Ok(uid) => (uid, lookup_by_id(rootfs, uid)),
+        Err(_) if user.is_empty() => (0, Some(0)),
+        Err(_) => {
+            let (uid, gid) = lookup(rootfs, "passwd", &user).ok_or_else(|| {
+                Status::invalid_argument(format!("user {user:?} not found in the image's /etc/passwd"))
+            })?;
+            (uid, Some(gid))
+        }
+    };
+    let gid = match group.parse::<u32>() {
+        Ok(g) => g,
+        Err(_) if group.is_empty() || group == user => primary.unwrap_or(uid),
+        Err(_) => lookup(rootfs, "group", &group)
+            .map(|(g, _)| g)
+            .ok_or_else(|| Status::invalid_argument(format!("group {group:?} not found in the image's /etc/group")))?,
+    };
+    let mut extra: Vec<u32> = if user.parse::<u32>().is_err() { member_groups(rootfs, &user) } else { Vec::new() };
+    if let Some(sc) = sc {
+        extra.extend(sc.supplemental_groups.iter().filter_map(|g| u32::try_from(*g).ok()));
+    }
+    extra.sort_unstable();
+    extra.dedup();
+    Ok((uid, gid, extra))
+}
+
+fn lookup_by_id(rootfs: &Path, uid: u32) -> Option<u32> {
+    let text = std::fs::read_to_string(rootfs.join("etc/passwd")).ok()?;
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        if f.get(2).and_then(|u| u.parse::<u32>().ok()) != Some(uid) {
+            return None;
+        }
+        f.get(3)?.parse().ok()
+    })
+}
+
+pub async fn create_container(
+    rt: &Runtime,
+    req: cri::CreateContainerRequest,
+) -> Result<cri::CreateContainerResponse, Status> {
+    let config = req.config.ok_or_else(|| Status::invalid_argument("config is required"))?;
+    let meta_ = config.metadata.clone().ok_or_else(|| Status::invalid_argument("config.metadata is required"))?;
+    if meta_.name.is_empty() {
+        return Err(Status::invalid_argument("config.metadata.name is required"));
+    }
+    let image_ref = config.image.as_ref().map(|i| i.image.clone()).unwrap_or_default();
+    if image_ref.is_empty() {
+        return Err(Status::invalid_argument("config.image.image is required"));
+    }
+    let mut pod = Pod::open(&rt.data, &req.pod_sandbox_id).map_err(pod_status)?;
+    let state = pod.state().map_err(pod_status)?;
+    if state != PodState::Running {
+        return Err(Status::failed_precondition(format!("pod {} is {state}, not running", pod.uuid())));
+    }
+    let pod_manifest = pod.read_manifest().map_err(pod_status)?;
+    let tree = {
+        let image_ref = image_ref.clone();
+        let store = &rt.images;
+        tokio::task::block_in_place(|| store.tree(&image_ref)).map_err(|e| Status::new(e.code(), e.to_string()))?
+    };
+    let image = tree.manifest.clone();
+    let image_app = image.app.clone().unwrap_or_default();
+    let rootfs = tree.rootfs();
+    let exec = merge_exec(&image, &config.command, &config.args);
+    if exec.is_empty() {
+        return Err(Status::invalid_argument(format!(
+            "no command: image {image_ref} has none and the request gives none"
+        )));
+    }
+    let sc = config.linux.as_ref().and_then(|l| l.security_context.as_ref());
+    let (uid, gid, groups) = resolve_user(&rootfs, &image_app.user, &image_app.group, sc)?;
+
+    let mut env: Vec<NameValue> = image_app.environment.clone();
+    for kv in &config.envs {
+        manifest::set(&mut env, &kv.key, kv.value.clone());
+    }
+    if !env.iter().any(|e| e.name == "PATH") {
+        env.push(NameValue::new("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
+    }
+    if !env.iter().any(|e| e.name == "HOSTNAME")
+        && let Some(h) = pod_manifest.annotation(pod_meta::HOSTNAME)
+    {
+        env.push(NameValue::new("HOSTNAME", h));
+    }
+    let working_dir = if !config.working_dir.is_empty() {
+        config.working_dir.clone()
+    } else if !image_app.working_directory.is_empty() {
+        image_app.working_directory.clone()
+    } else {
+        "/".into()
+    };
+    let log_path = match (pod_manifest.annotation(pod_meta::LOG_DIR), config.log_path.is_empty()) {
+        (Some(dir), false) => PathBuf::from(dir).join(&config.log_path).display().to_string(),
+        _ => String::new(),
+    };
+    let mut user_annotations: std::collections::BTreeMap<String, String> =
+        config.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    user_annotations.insert(meta::NAME.into(), meta_.name.clone());
+    user_annotations.insert(meta::ATTEMPT.into(), meta_.attempt.to_string());
+    user_annotations.insert(meta::IMAGE.into(), image_ref.clone());
+    user_annotations.insert(meta::LOG_PATH.into(), log_path);
+    let app = AppSection {
+        exec: Some(exec),
+        user: uid.to_string(),
+        group: gid.to_string(),
+        supplementary_gids: groups.clone(),
+        working_directory: working_dir,
+        environment: env,
+        user_annotations,
+        user_labels: config.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        isolators: image_app.isolators.clone(),
+        ..Default::default()
+    };
+    let volumes = config
+        .mounts
+        .iter()
+        .map(|m| VolumeSpec {
+            host_path: PathBuf::from(&m.host_path),
+            container_path: PathBuf::from(&m.container_path),
+            read_only: m.readonly,
+            propagation: match cri::MountPropagation::try_from(m.propagation) {
+                Ok(cri::MountPropagation::PropagationHostToContainer) => Propagation::Slave,
+                Ok(cri::MountPropagation::PropagationBidirectional) => Propagation::Shared,
+                _ => Propagation::Private,
+            },
+        })
+        .collect();
+    if config.mounts.iter().any(|m| !Path::new(&m.container_path).is_absolute() || m.host_path.is_empty()) {
+        return Err(Status::invalid_argument("mounts need an absolute container_path and a host_path"));
+    }
+    let name = meta::app_name(&meta_);
+    let spec = AppSpec {
+        name: name.clone(),
+        image_id: tree.image_id.clone(),
+        image_name: image.name.clone(),
+        image_manifest: image,
+        tree_id: tree.id.clone(),
+        tree_rootfs: rootfs,
+        app,
+        volumes,
+        read_only_rootfs: sc.is_some_and(|s| s.readonly_rootfs),
+        annotations: Vec::new(),
+    };
+    let stage1 = pod.stage1_rootfs();
+    tokio::task::block_in_place(|| {
+        spec.add(&mut pod)?;
+        let mut gids = vec![gid];
+        gids.extend(groups);
+        crate::stage1::app::ensure_ids(&stage1, uid, &gids).map_err(|source| AppError::Io {
+            pod: pod.uuid().to_string(),
+            app: name.clone(),
+            context: "naming the app's ids".into(),
+            source,
+        })
+    })
+    .map_err(app_status)?;
+    Ok(cri::CreateContainerResponse { container_id: meta::container_id(&pod.uuid().to_string(), &name) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(ep: &str, cmd: &str) -> manifest::ImageManifest {
+        let mut m = manifest::ImageManifest::new("x");
+        m.annotations = vec![NameValue::new(ANN_ENTRYPOINT, ep), NameValue::new(ANN_CMD, cmd)];
+        m
+    }
+
+    #[test]
+    fn kubelet_command_rules() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let img = image(r#"["/ep","-x"]"#, r#"["default"]"#);
+        assert_eq!(merge_exec(&img, &[], &[]), s(&["/ep", "-x", "default"]));
+        assert_eq!(merge_exec(&img, &[], &s(&["a"])), s(&["/ep", "-x", "a"]));
+        assert_eq!(merge_exec(&img, &s(&["/bin/sh"]), &[]), s(&["/bin/sh"]));
+        assert_eq!(merge_exec(&img, &s(&["/bin/sh"]), &s(&["-c", "true"])), s(&["/bin/sh", "-c", "true"]));
+        let cmd_only = image("null", r#"["sh"]"#);
+        assert_eq!(merge_exec(&cmd_only, &[], &s(&["echo"])), s(&["echo"]));
+    }
+
+    #[test]
+    fn users_and_groups_from_the_image() {
+        let t = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(t.path().join("etc")).expect("etc");
+        std::fs::write(t.path().join("etc/passwd"), "root:x:0:0::/root:/bin/sh\nweb:x:1000:1001::/:/bin/sh\n")
+            .expect("w");
+        std::fs::write(t.path().join("etc/group"), "root:x:0:\nweb:x:1001:\nextra:x:2000:web,other\n").expect("w");
+        assert_eq!(resolve_user(t.path(), "web", "", None).expect("web"), (1000, 1001, vec![2000]));
+        assert_eq!(resolve_user(t.path(), "1000:extra", "", None).expect("ids"), (1000, 2000, vec![]));
+        let sc = cri::LinuxContainerSecurityContext {
+            run_as_user: Some(cri::Int64Value { value: 4242 }),
+            run_as_group: Some(cri::Int64Value { value: 77 }),
+            supplemental_groups: vec![5, 6],
+            ..Default::default()
+        };
+        assert_eq!(resolve_user(t.path(), "web", "", Some(&sc)).expect("sc"), (4242, 77, vec![5, 6]));
+        assert_eq!(resolve_user(t.path(), "", "", None).expect("root"), (0, 0, vec![]));
+        assert_eq!(
+            resolve_user(t.path(), "nobody", "", None).expect_err("unknown").code(),
+            tonic::Code::InvalidArgument
+        );
+    }
+}

@@ -1,0 +1,185 @@
+//! StartContainer, StopContainer, RemoveContainer: the app's unit in the
+//! pod's systemd, driven over the pod's private socket (no exec, no reload).
+
+use super::container_create::app_status;
+use super::{container_meta as meta, pod_status};
+use crate::pod::manifest::RuntimeApp;
+use crate::pod::{Pod, PodState};
+use crate::proto::v1 as cri;
+use crate::runtime::Runtime;
+use crate::stage1::app::{self, AppPaths, AppState};
+use crate::stage1::bus::{BusError, ExecCommand, Output, PodBus, ServiceSpec};
+use crate::stream::log::{self as crilog, Stream};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::Status;
+
+/// A container id resolved to its pod and app.
+pub(super) struct Target {
+    pub pod: Pod,
+    pub app: RuntimeApp,
+    pub running: bool,
+}
+
+/// Finds a container by `<pod>:<app>` (pod id may be a prefix).
+pub(super) fn open(rt: &Runtime, id: &str) -> Result<Target, Status> {
+    let (pod_id, name) = meta::split_id(id)
+        .ok_or_else(|| Status::invalid_argument(format!("container id {id:?} is not <pod>:<app>")))?;
+    let mut pod = Pod::open(&rt.data, pod_id).map_err(|e| match e {
+        crate::pod::PodError::NotFound(_) => Status::not_found(format!("container {id} not found")),
+        e => pod_status(e),
+    })?;
+    let running = pod.state().map_err(pod_status)? == PodState::Running;
+    let manifest = pod.read_manifest().map_err(pod_status)?;
+    let app = manifest.app(name).cloned().ok_or_else(|| Status::not_found(format!("container {id} not found")))?;
+    Ok(Target { pod, app, running })
+}
+
+fn bus_status(e: BusError) -> Status {
+    if e.is_not_found() { Status::not_found(e.to_string()) } else { Status::internal(e.to_string()) }
+}
+
+/// The pod's bus, reconnecting once if the cached connection went away.
+fn with_bus<T>(rt: &Runtime, pod: &Pod, f: impl Fn(&PodBus) -> Result<T, BusError>) -> Result<T, Status> {
+    let bus: Arc<PodBus> = rt.pod_bus(pod).map_err(Status::unavailable)?;
+    match f(&bus) {
+        Err(BusError::Disconnected { .. }) => {
+            rt.drop_pod_bus(pod.uuid());
+            let bus = rt.pod_bus(pod).map_err(Status::unavailable)?;
+            f(&bus).map_err(bus_status)
+        }
+        other => other.map_err(bus_status),
+    }
+}
+
+/// The program to run: absolute as given, else found in the app's `PATH`.
+fn resolve_program(rootfs: &Path, program: &str, env: &[crate::pod::manifest::NameValue]) -> Result<String, Status> {
+    if program.starts_with('/') {
+        return Ok(program.to_string());
+    }
+    let path = env.iter().find(|e| e.name == "PATH").map(|e| e.value.as_str()).unwrap_or("/usr/bin:/bin");
+    path.split(':')
+        .filter(|d| d.starts_with('/'))
+        .map(|d| format!("{}/{program}", d.trim_end_matches('/')))
+        .find(|p| std::fs::symlink_metadata(app::under(rootfs, Path::new(p)).unwrap_or_default()).is_ok())
+        .ok_or_else(|| Status::invalid_argument(format!("executable {program:?} not found in the image's PATH")))
+}
+
+fn unit(app: &str) -> String {
+    format!("{app}.service")
+}
+
+pub async fn start_container(
+    rt: &Runtime,
+    req: cri::StartContainerRequest,
+) -> Result<cri::StartContainerResponse, Status> {
+    let t = open(rt, &req.container_id)?;
+    if !t.running {
+        return Err(Status::failed_precondition(format!("pod of container {} is not running", req.container_id)));
+    }
+    let paths = AppPaths::new(&t.pod, &t.app.name);
+    if app::facts(&paths, true).state != AppState::Created {
+        return Err(Status::failed_precondition(format!("container {} was already started", req.container_id)));
+    }
+    let section = t.app.app.clone().unwrap_or_default();
+    let argv = section.exec.clone().unwrap_or_default();
+    let program = argv.first().ok_or_else(|| Status::invalid_argument("container has no command"))?;
+    let path = resolve_program(&paths.rootfs(), program, &section.environment)?;
+    let mut exec = ExecCommand::new(path, argv.iter().skip(1).cloned());
+    // argv[0] as the container asked for it (multi-call binaries such as busybox dispatch on it)
+    exec.argv[0] = program.clone();
+    let mut spec = ServiceSpec::new(unit(&t.app.name), exec);
+    spec.description = format!("container {}", req.container_id);
+    spec.root_directory = Some(paths.rootfs_in_pod().display().to_string());
+    spec.environment = section.environment.iter().map(|e| format!("{}={}", e.name, e.value)).collect();
+    spec.working_directory = Some(section.working_directory.clone()).filter(|w| !w.is_empty());
+    spec.user = Some(section.user.clone());
+    spec.group = Some(section.group.clone());
+    spec.supplementary_groups = section.supplementary_gids.iter().map(u32::to_string).collect();
+    if t.app.read_only_root_fs {
+        spec.read_only_paths = vec!["/".into()];
+    }
+    let log_path = meta::log_path(&t.app);
+    if log_path.is_empty() {
+        spec.stdout = Output::Null;
+        spec.stderr = Output::Null;
+    } else {
+        let socket = t.pod.path().join(crilog::SOCKET_FILE);
+        for stream in [Stream::Stdout, Stream::Stderr] {
+            let (r, w) =
+                nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Status::internal(e.to_string()))?;
+            crilog::attach(&socket, &t.app.name, stream, Path::new(&log_path), r.as_raw_fd())
+                .map_err(|e| Status::internal(format!("attaching the log of {}: {e}", req.container_id)))?;
+            match stream {
+                Stream::Stdout => spec.stdout = Output::Fd(w),
+                Stream::Stderr => spec.stderr = Output::Fd(w),
+            }
+        }
+    }
+    tokio::task::block_in_place(|| with_bus(rt, &t.pod, |bus| bus.start_transient_service(&spec)))?;
+    app::mark_started(&paths).map_err(|e| Status::internal(e.to_string()))?;
+    Ok(cri::StartContainerResponse {})
+}
+
+/// Stops an app's unit: SIGTERM, SIGKILL once `timeout` passed (at once for
+/// 0); records the exit code. A created, exited or pod-less app is a no-op.
+fn stop_app(rt: &Runtime, t: &Target, timeout: Duration) -> Result<(), Status> {
+    let paths = AppPaths::new(&t.pod, &t.app.name);
+    if !t.running || app::facts(&paths, true).state != AppState::Running {
+        return Ok(());
+    }
+    let name = unit(&t.app.name);
+    with_bus(rt, &t.pod, |bus| {
+        if timeout.is_zero() {
+            bus.kill_unit(&name, libc::SIGKILL)?;
+        }
+        match bus.stop_unit(&name, timeout.max(Duration::from_millis(1))) {
+            Err(BusError::Timeout { .. }) => {
+                bus.kill_unit(&name, libc::SIGKILL)?;
+                bus.stop_unit(&name, Duration::from_secs(10))
+            }
+            Err(e) if e.is_not_found() => Ok(()),
+            other => other,
+        }?;
+        if let Some(exit) = bus.unit_status(&name).ok().and_then(|s| s.main_exit()) {
+            let _ = app::record_exit(&paths, crate::stage1::bus::exit_code(&exit));
+        }
+        Ok(())
+    })
+}
+
+pub async fn stop_container(
+    rt: &Runtime,
+    req: cri::StopContainerRequest,
+) -> Result<cri::StopContainerResponse, Status> {
+    let t = open(rt, &req.container_id)?;
+    let timeout = Duration::from_secs(u64::try_from(req.timeout).unwrap_or(0));
+    tokio::task::block_in_place(|| stop_app(rt, &t, timeout))?;
+    Ok(cri::StopContainerResponse {})
+}
+
+pub async fn remove_container(
+    rt: &Runtime,
+    req: cri::RemoveContainerRequest,
+) -> Result<cri::RemoveContainerResponse, Status> {
+    let mut t = match open(rt, &req.container_id) {
+        Ok(t) => t,
+        // removing a removed container succeeds
+        Err(s) if s.code() == tonic::Code::NotFound => return Ok(cri::RemoveContainerResponse {}),
+        Err(s) => return Err(s),
+    };
+    tokio::task::block_in_place(|| {
+        stop_app(rt, &t, Duration::ZERO)?;
+        if t.running {
+            let name = unit(&t.app.name);
+            let _ = with_bus(rt, &t.pod, |bus| match bus.reset_unit(&name) {
+                Err(e) if e.is_not_found() => Ok(()),
+                other => other,
+            });
+        }
+        app::remove(&mut t.pod, &t.app.name).map_err(app_status)
+    })?;
+    Ok(cri::RemoveContainerResponse {})
+}

@@ -1,0 +1,128 @@
+//! ContainerStatus and ListContainers: read from rkt's status files in the
+//! pod (created/started markers, the recorded exit code) and the manifest;
+//! no exec, and no bus round trip: exits are recorded by the pod's exit
+//! recorder as systemd reports them.
+
+use super::container_start::open;
+use super::{container_meta as meta, pod_status};
+use crate::pod::manifest::RuntimeApp;
+use crate::pod::{Pod, PodDir, PodState};
+use crate::proto::v1 as cri;
+use crate::runtime::Runtime;
+use crate::stage1::app::{self, AppFacts, AppPaths, AppState};
+use tonic::Status;
+
+fn cri_state(f: &AppFacts) -> cri::ContainerState {
+    match f.state {
+        AppState::Created => cri::ContainerState::ContainerCreated,
+        AppState::Running => cri::ContainerState::ContainerRunning,
+        AppState::Exited(_) => cri::ContainerState::ContainerExited,
+    }
+}
+
+fn status_of(pod: &Pod, app: &RuntimeApp, running: bool) -> cri::ContainerStatus {
+    let paths = AppPaths::new(pod, &app.name);
+    let f = app::facts(&paths, running);
+    let (exit_code, reason) = match f.state {
+        AppState::Exited(Some(0)) => (0, "Completed"),
+        AppState::Exited(Some(c)) => (c, "Error"),
+        AppState::Exited(None) => (255, "Unknown"),
+        _ => (0, ""),
+    };
+    let mounts = app
+        .mounts
+        .iter()
+        .filter_map(|m| {
+            let v = m.app_volume.as_ref()?;
+            Some(cri::Mount {
+                container_path: m.path.clone(),
+                host_path: v.source.clone(),
+                readonly: v.read_only.unwrap_or(false),
+                ..Default::default()
+            })
+        })
+        .collect();
+    cri::ContainerStatus {
+        id: meta::container_id(&pod.uuid().to_string(), &app.name),
+        metadata: Some(meta::metadata(app)),
+        state: cri_state(&f) as i32,
+        created_at: f.created_at,
+        started_at: f.started_at,
+        finished_at: f.finished_at,
+        exit_code,
+        image: Some(cri::ImageSpec { image: meta::image(app), ..Default::default() }),
+        image_ref: app.image.id.clone(),
+        reason: reason.into(),
+        labels: meta::labels(app),
+        annotations: meta::annotations(app),
+        mounts,
+        log_path: meta::log_path(app),
+        ..Default::default()
+    }
+}
+
+pub async fn container_status(
+    rt: &Runtime,
+    req: cri::ContainerStatusRequest,
+) -> Result<cri::ContainerStatusResponse, Status> {
+    let t = open(rt, &req.container_id)?;
+    let status = status_of(&t.pod, &t.app, t.running);
+    let mut info = std::collections::HashMap::new();
+    if req.verbose {
+        let paths = AppPaths::new(&t.pod, &t.app.name);
+        let detail = serde_json::json!({
+            "pod": t.pod.uuid().to_string(),
+            "app": t.app.name,
+            "rootfs": paths.rootfs(),
+            "exec": t.app.app.as_ref().and_then(|a| a.exec.clone()),
+            "user": t.app.app.as_ref().map(|a| (a.user.clone(), a.group.clone())),
+        });
+        info.insert("info".to_string(), detail.to_string());
+    }
+    Ok(cri::ContainerStatusResponse { status: Some(status), info })
+}
+
+fn matches(s: &cri::ContainerStatus, pod_id: &str, f: &cri::ContainerFilter) -> bool {
+    (f.id.is_empty() || s.id.starts_with(&f.id))
+        && (f.pod_sandbox_id.is_empty() || pod_id.starts_with(&f.pod_sandbox_id))
+        && f.state.as_ref().is_none_or(|st| st.state == s.state)
+        && f.label_selector.iter().all(|(k, v)| s.labels.get(k) == Some(v))
+}
+
+pub async fn list_containers(
+    rt: &Runtime,
+    req: cri::ListContainersRequest,
+) -> Result<cri::ListContainersResponse, Status> {
+    let filter = req.filter.unwrap_or_default();
+    let mut containers = Vec::new();
+    for (uuid, dir) in rt.data.list_pods().map_err(pod_status)? {
+        if dir != PodDir::Run {
+            continue;
+        }
+        let pod_id = uuid.to_string();
+        if !filter.pod_sandbox_id.is_empty() && !pod_id.starts_with(&filter.pod_sandbox_id) {
+            continue;
+        }
+        let mut pod = Pod::at(&rt.data, uuid, dir);
+        let Ok(state) = pod.state() else { continue };
+        let Ok(manifest) = pod.read_manifest() else { continue };
+        for app in &manifest.apps {
+            let s = status_of(&pod, app, state == PodState::Running);
+            if matches(&s, &pod_id, &filter) {
+                containers.push(cri::Container {
+                    id: s.id,
+                    pod_sandbox_id: pod_id.clone(),
+                    metadata: s.metadata,
+                    image: s.image,
+                    image_ref: s.image_ref,
+                    state: s.state,
+                    created_at: s.created_at,
+                    labels: s.labels,
+                    annotations: s.annotations,
+                    ..Default::default()
+                });
+            }
+        }
+    }
+    Ok(cri::ListContainersResponse { containers })
+}

@@ -1,0 +1,288 @@
+//! Real containers in real pods through the daemon's CRI socket: busybox from
+//! the test registry, apps started by the pod's systemd over sd-bus.
+
+mod common;
+
+use common::{Daemon, assert_no_leaks, host_network, pod_config};
+use rktlet::proto::v1 as cri;
+use rktlet::proto::v1::runtime_service_client::RuntimeServiceClient;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+struct Env {
+    d: Daemon,
+    rt: RuntimeServiceClient<Channel>,
+    image: String,
+    logs: tempfile::TempDir,
+}
+
+async fn env() -> Env {
+    let reg = common::registry::registry();
+    let d = Daemon::start(&[]);
+    let image = format!("{}/busybox:latest", reg.main);
+    let mut img = d.images().await;
+    img.pull_image(cri::PullImageRequest {
+        image: Some(cri::ImageSpec { image: image.clone(), ..Default::default() }),
+        ..Default::default()
+    })
+    .await
+    .expect("PullImage");
+    let rt = d.runtime().await;
+    Env { d, rt, image, logs: tempfile::tempdir().expect("logs") }
+}
+
+impl Env {
+    async fn pod(&mut self, name: &str) -> (String, cri::PodSandboxConfig) {
+        let mut config = host_network(pod_config(name, &[]));
+        config.log_directory = self.logs.path().join(name).display().to_string();
+        let id = self
+            .rt
+            .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config.clone()), runtime_handler: String::new() })
+            .await
+            .expect("RunPodSandbox")
+            .into_inner()
+            .pod_sandbox_id;
+        (id, config)
+    }
+
+    async fn create(
+        &mut self,
+        pod: &(String, cri::PodSandboxConfig),
+        name: &str,
+        command: &[&str],
+        tweak: impl FnOnce(&mut cri::ContainerConfig),
+    ) -> String {
+        let mut config = cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 0 }),
+            image: Some(cri::ImageSpec { image: self.image.clone(), ..Default::default() }),
+            command: command.iter().map(|s| s.to_string()).collect(),
+            log_path: format!("{name}/0.log"),
+            labels: [("app".to_string(), name.to_string())].into(),
+            ..Default::default()
+        };
+        tweak(&mut config);
+        self.rt
+            .create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: pod.0.clone(),
+                config: Some(config),
+                sandbox_config: Some(pod.1.clone()),
+            })
+            .await
+            .expect("CreateContainer")
+            .into_inner()
+            .container_id
+    }
+
+    async fn start(&mut self, id: &str) {
+        self.rt.start_container(cri::StartContainerRequest { container_id: id.into() }).await.expect("StartContainer");
+    }
+
+    async fn status(&mut self, id: &str) -> cri::ContainerStatus {
+        self.rt
+            .container_status(cri::ContainerStatusRequest { container_id: id.into(), verbose: false })
+            .await
+            .expect("ContainerStatus")
+            .into_inner()
+            .status
+            .expect("status")
+    }
+
+    async fn wait_state(&mut self, id: &str, state: cri::ContainerState) -> cri::ContainerStatus {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let s = self.status(id).await;
+            if s.state == state as i32 {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "container {id} did not reach {state:?}: {s:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn log(&self, pod: &str, name: &str) -> String {
+        std::fs::read_to_string(self.logs.path().join(pod).join(name).join("0.log")).unwrap_or_default()
+    }
+
+    async fn wait_log(&self, pod: &str, name: &str, lines: usize) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.log(pod, name);
+            if log.lines().count() >= lines || Instant::now() > deadline {
+                return log;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sleep_runs_stops_and_is_removed() {
+    let mut e = env().await;
+    let pod = e.pod("sleeper").await;
+    let id = e.create(&pod, "sleep", &["sleep", "1000"], |_| {}).await;
+    assert_eq!(e.status(&id).await.state, cri::ContainerState::ContainerCreated as i32);
+    e.start(&id).await;
+    let s = e.wait_state(&id, cri::ContainerState::ContainerRunning).await;
+    assert!(s.started_at >= s.created_at && s.created_at > 0);
+    assert_eq!(s.image.map(|i| i.image), Some(e.image.clone()));
+    let list = e.rt.list_containers(cri::ListContainersRequest { filter: None }).await.expect("list").into_inner();
+    assert_eq!(list.containers.len(), 1);
+    assert_eq!(list.containers[0].pod_sandbox_id, pod.0);
+    let running = cri::ContainerFilter {
+        state: Some(cri::ContainerStateValue { state: cri::ContainerState::ContainerRunning as i32 }),
+        label_selector: [("app".to_string(), "sleep".to_string())].into(),
+        ..Default::default()
+    };
+    let list =
+        e.rt.list_containers(cri::ListContainersRequest { filter: Some(running) }).await.expect("list").into_inner();
+    assert_eq!(list.containers.len(), 1);
+
+    e.rt.stop_container(cri::StopContainerRequest { container_id: id.clone(), timeout: 10 }).await.expect("stop");
+    let s = e.status(&id).await;
+    assert_eq!(s.state, cri::ContainerState::ContainerExited as i32);
+    assert_eq!(s.exit_code, 128 + 15, "killed by SIGTERM");
+    assert!(s.finished_at >= s.started_at);
+    e.rt.remove_container(cri::RemoveContainerRequest { container_id: id.clone() }).await.expect("remove");
+    e.rt.remove_container(cri::RemoveContainerRequest { container_id: id.clone() }).await.expect("remove again");
+    let err =
+        e.rt.container_status(cri::ContainerStatusRequest { container_id: id.clone(), verbose: false })
+            .await
+            .expect_err("gone");
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    let data = e.d.dir.path().join("data");
+    let app_root = data.join("pods/run").join(&pod.0).join("stage1/rootfs/opt/stage2/0-sleep");
+    assert!(!app_root.exists(), "app rootfs removed");
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&data, &[pod.0]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exit_code_and_cri_logs() {
+    let mut e = env().await;
+    let pod = e.pod("logger").await;
+    let id = e.create(&pod, "talk", &["sh", "-c", "echo out; echo err >&2; exit 3"], |_| {}).await;
+    e.start(&id).await;
+    let s = e.wait_state(&id, cri::ContainerState::ContainerExited).await;
+    assert_eq!(s.exit_code, 3);
+    assert_eq!(s.reason, "Error");
+    assert!(s.log_path.ends_with("talk/0.log"), "{}", s.log_path);
+    let log = e.wait_log("logger", "talk", 2).await;
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    let find = |stream: &str| lines.iter().find(|l| l.split(' ').nth(1) == Some(stream)).copied().unwrap_or("");
+    for (stream, text) in [("stdout", "out"), ("stderr", "err")] {
+        let line = find(stream);
+        let f: Vec<&str> = line.splitn(4, ' ').collect();
+        assert_eq!(f.len(), 4, "{line}");
+        assert!(f[0].ends_with('Z') && f[0].contains('T'), "RFC3339 timestamp: {line}");
+        assert_eq!((f[2], f[3]), ("F", text), "{line}");
+    }
+    let err = e.rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect_err("restart");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_ignoring_container_is_killed_at_the_timeout() {
+    let mut e = env().await;
+    let pod = e.pod("stubborn").await;
+    let id = e.create(&pod, "stubborn", &["sh", "-c", "trap '' TERM; while true; do sleep 0.1; done"], |_| {}).await;
+    e.start(&id).await;
+    e.wait_state(&id, cri::ContainerState::ContainerRunning).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t = Instant::now();
+    e.rt.stop_container(cri::StopContainerRequest { container_id: id.clone(), timeout: 1 }).await.expect("stop");
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(900), "SIGKILL came before the timeout: {took:?}");
+    let s = e.status(&id).await;
+    assert_eq!(s.exit_code, 128 + 9, "SIGKILLed: {s:?}");
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn user_env_workdir_and_mounts_inside_the_container() {
+    let mut e = env().await;
+    let pod = e.pod("identity").await;
+    let vol = tempfile::tempdir().expect("volume");
+    std::fs::write(vol.path().join("hello"), "from the host\n").expect("write");
+    let vol_path = vol.path().display().to_string();
+    let script = "id -u; id -g; echo $FOO; pwd; cat /data/hello; cat /etc/hostname; touch /data/x 2>/dev/null && echo writable || echo readonly";
+    let id = e
+        .create(&pod, "who", &["sh", "-c", script], |c| {
+            c.envs = vec![cri::KeyValue { key: "FOO".into(), value: "bar".into() }];
+            c.working_dir = "/tmp".into();
+            c.mounts = vec![cri::Mount {
+                container_path: "/data".into(),
+                host_path: vol_path.clone(),
+                readonly: true,
+                ..Default::default()
+            }];
+            c.linux = Some(cri::LinuxContainerConfig {
+                security_context: Some(cri::LinuxContainerSecurityContext {
+                    run_as_user: Some(cri::Int64Value { value: 1000 }),
+                    run_as_group: Some(cri::Int64Value { value: 2000 }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        })
+        .await;
+    e.start(&id).await;
+    let s = e.wait_state(&id, cri::ContainerState::ContainerExited).await;
+    let log = e.wait_log("identity", "who", 7).await;
+    let out: Vec<String> = log.lines().filter_map(|l| l.splitn(4, ' ').nth(3).map(str::to_string)).collect();
+    assert_eq!(out, ["1000", "2000", "bar", "/tmp", "from the host", "identity", "readonly"], "{log}");
+    assert_eq!(s.exit_code, 0);
+    assert_eq!(s.reason, "Completed");
+    assert_eq!(s.mounts.first().map(|m| m.host_path.as_str()), Some(vol_path.as_str()));
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+    assert!(Path::new(&vol_path).join("hello").exists(), "the volume source is untouched");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_container_requests() {
+    let mut e = env().await;
+    let pod = e.pod("bad").await;
+    let no_image =
+        e.rt.create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod.0.clone(),
+            config: Some(cri::ContainerConfig {
+                metadata: Some(cri::ContainerMetadata { name: "x".into(), attempt: 0 }),
+                image: Some(cri::ImageSpec { image: "localhost:1/not/pulled:latest".into(), ..Default::default() }),
+                ..Default::default()
+            }),
+            sandbox_config: Some(pod.1.clone()),
+        })
+        .await
+        .expect_err("image not pulled");
+    assert_eq!(no_image.code(), tonic::Code::NotFound, "{no_image:?}");
+    let id = e.create(&pod, "dup", &["true"], |_| {}).await;
+    let dup =
+        e.rt.create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod.0.clone(),
+            config: Some(cri::ContainerConfig {
+                metadata: Some(cri::ContainerMetadata { name: "dup".into(), attempt: 0 }),
+                image: Some(cri::ImageSpec { image: e.image.clone(), ..Default::default() }),
+                ..Default::default()
+            }),
+            sandbox_config: Some(pod.1.clone()),
+        })
+        .await
+        .expect_err("same name twice");
+    assert_eq!(dup.code(), tonic::Code::AlreadyExists);
+    // a container of a stopped pod cannot start
+    e.rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("stop pod");
+    let err =
+        e.rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect_err("pod stopped");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    let err =
+        e.rt.container_status(cri::ContainerStatusRequest { container_id: id, verbose: false })
+            .await
+            .expect_err("gone");
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}
