@@ -99,13 +99,10 @@ pub async fn start(
 async fn start_detached(program: &Path, data_dir: &Path, args: &SandboxArgs) -> Result<Started, LaunchError> {
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(sandbox_argv(data_dir, args)).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-    // SAFETY: setsid(2) in the forked child before exec; async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::unistd::setsid().map_err(io::Error::from)?;
-            Ok(())
-        })
-    };
+    // its own process group, so signals to the daemon's group spare the pod; no
+    // pre_exec closure, so std can use posix_spawn (vfork) instead of copying
+    // the daemon's page tables with fork
+    cmd.process_group(0);
     let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn { program: program.into(), source })?;
     let pid = child.id().map(|p| p as i32).ok_or_else(|| LaunchError::Failed("sandbox exited at once".into()))?;
     let pidfd = pidfd_open(pid).map_err(|source| LaunchError::Io { context: "pidfd_open".into(), source })?;
