@@ -56,6 +56,9 @@ fn lookup(rootfs: &Path, file: &str, name: &str) -> Option<(u32, u32)> {
 
 /// Extra groups `user` belongs to in the image's /etc/group.
 fn member_groups(rootfs: &Path, user: &str) -> Vec<u32> {
+    if user.is_empty() {
+        return Vec::new();
+    }
     let text = std::fs::read_to_string(rootfs.join("etc/group")).unwrap_or_default();
     text.lines()
         .filter_map(|l| {
