@@ -286,3 +286,59 @@ async fn bad_container_requests() {
     assert_eq!(err.code(), tonic::Code::NotFound);
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn capabilities_no_new_privs_and_log_reopen() {
+    let mut e = env().await;
+    let pod = e.pod("caps").await;
+    let script = "grep -E 'CapBnd|NoNewPrivs' /proc/self/status; while true; do echo tick; sleep 0.05; done";
+    let id = e
+        .create(&pod, "caps", &["sh", "-c", script], |c| {
+            c.linux = Some(cri::LinuxContainerConfig {
+                security_context: Some(cri::LinuxContainerSecurityContext {
+                    capabilities: Some(cri::Capability {
+                        add_capabilities: vec!["NET_ADMIN".into()],
+                        drop_capabilities: vec!["KILL".into(), "CAP_CHOWN".into()],
+                        ..Default::default()
+                    }),
+                    no_new_privs: true,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        })
+        .await;
+    e.start(&id).await;
+    let log = e.wait_log("caps", "caps", 3).await;
+    let want =
+        rktlet::stage1::caps::bounding_set(&["NET_ADMIN".into()], &["KILL".into(), "CHOWN".into()]).expect("set");
+    let content: Vec<&str> = log.lines().filter_map(|l| l.splitn(4, ' ').nth(3)).collect();
+    let capbnd = content.iter().find(|l| l.starts_with("CapBnd:")).expect("CapBnd line");
+    let got = u64::from_str_radix(capbnd.split_whitespace().nth(1).expect("mask"), 16).expect("hex");
+    // the pod's own bounding set caps it (nspawn keeps NET_ADMIN only for pods with a private network)
+    let data = e.d.dir.path().join("data");
+    let ppid = std::fs::read_to_string(data.join("pods/run").join(&pod.0).join("ppid")).expect("ppid");
+    let ppid = ppid.trim();
+    let children = std::fs::read_to_string(format!("/proc/{ppid}/task/{ppid}/children")).expect("children");
+    let pid1 = children.split_whitespace().next().expect("pid1");
+    let status = std::fs::read_to_string(format!("/proc/{pid1}/status")).expect("status");
+    let pod_set = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .expect("pod CapBnd");
+    assert_eq!(got, want & pod_set, "bounding set inside the container");
+    assert_eq!(got & (1 << 5), 0, "KILL dropped");
+    assert!(content.iter().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["NoNewPrivs:", "1"]), "{log}");
+
+    // kubelet rotates the log: move it away, ask for a reopen, new lines land in a new file
+    let path = e.logs.path().join("caps/caps/0.log");
+    std::fs::rename(&path, e.logs.path().join("caps/caps/0.log.1")).expect("rotate");
+    e.rt.reopen_container_log(cri::ReopenContainerLogRequest { container_id: id.clone() }).await.expect("reopen");
+    let fresh = e.wait_log("caps", "caps", 2).await;
+    assert!(fresh.lines().all(|l| l.ends_with(" stdout F tick")), "{fresh}");
+    e.rt.stop_container(cri::StopContainerRequest { container_id: id.clone(), timeout: 0 }).await.expect("stop");
+    assert_eq!(e.status(&id).await.exit_code, 128 + 9, "timeout 0 kills at once");
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}

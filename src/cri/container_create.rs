@@ -9,6 +9,7 @@ use crate::pod::{Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::app::{AppError, AppSpec, VolumeSpec};
+use crate::stage1::caps;
 use crate::stage1::inject::Propagation;
 use std::path::{Path, PathBuf};
 use tonic::Status;
@@ -41,6 +42,34 @@ pub fn merge_exec(image: &manifest::ImageManifest, command: &[String], args: &[S
         (true, true) => image_exec,
     }
 }
+
+/// Capabilities and no_new_privs as rkt's isolators (`os/linux/capabilities-retain-set`,
+/// `os/linux/no-new-privileges`): privileged keeps every capability.
+fn security_isolators(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result<Vec<manifest::Isolator>, Status> {
+    let privileged = sc.is_some_and(|s| s.privileged);
+    let (add, drop) = sc
+        .and_then(|s| s.capabilities.as_ref())
+        .map(|c| (c.add_capabilities.clone(), c.drop_capabilities.clone()))
+        .unwrap_or_default();
+    let set = if privileged {
+        u64::MAX >> (64 - caps::NAMES.len())
+    } else {
+        caps::bounding_set(&add, &drop).map_err(Status::invalid_argument)?
+    };
+    let names: Vec<String> =
+        caps::NAMES.iter().enumerate().filter(|(i, _)| set & (1 << i) != 0).map(|(_, n)| format!("CAP_{n}")).collect();
+    Ok(vec![
+        manifest::Isolator { name: ISOLATOR_CAPS.into(), value: serde_json::json!({ "set": names }) },
+        manifest::Isolator {
+            name: ISOLATOR_NO_NEW_PRIVS.into(),
+            value: serde_json::Value::Bool(sc.is_some_and(|s| s.no_new_privs)),
+        },
+    ])
+}
+
+/// rkt's isolator names for the capability set and no_new_privs.
+pub const ISOLATOR_CAPS: &str = "os/linux/capabilities-retain-set";
+pub const ISOLATOR_NO_NEW_PRIVS: &str = "os/linux/no-new-privileges";
 
 /// Looks `name` up in a passwd/group style file of the image: returns (id, primary gid).
 fn lookup(rootfs: &Path, file: &str, name: &str) -> Option<(u32, u32)> {
@@ -196,6 +225,8 @@ pub async fn create_container(
     user_annotations.insert(meta::ATTEMPT.into(), meta_.attempt.to_string());
     user_annotations.insert(meta::IMAGE.into(), image_ref.clone());
     user_annotations.insert(meta::LOG_PATH.into(), log_path);
+    let mut isolators = image_app.isolators.clone();
+    isolators.extend(security_isolators(sc)?);
     let app = AppSection {
         exec: Some(exec),
         user: uid.to_string(),
@@ -205,7 +236,7 @@ pub async fn create_container(
         environment: env,
         user_annotations,
         user_labels: config.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        isolators: image_app.isolators.clone(),
+        isolators,
         ..Default::default()
     };
     let volumes = config

@@ -98,6 +98,20 @@ pub async fn start_container(
     spec.user = Some(section.user.clone());
     spec.group = Some(section.group.clone());
     spec.supplementary_groups = section.supplementary_gids.iter().map(u32::to_string).collect();
+    for iso in &section.isolators {
+        match iso.name.as_str() {
+            super::container_create::ISOLATOR_CAPS => {
+                let names: Vec<String> = iso.value["set"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+                    .unwrap_or_default();
+                spec.capability_bounding_set =
+                    Some(names.iter().filter_map(|n| crate::stage1::caps::bits(n)).fold(0, |a, b| a | b));
+            }
+            super::container_create::ISOLATOR_NO_NEW_PRIVS => spec.no_new_privileges = iso.value.as_bool(),
+            _ => {}
+        }
+    }
     if t.app.read_only_root_fs {
         spec.read_only_paths = vec!["/".into()];
     }
@@ -182,4 +196,17 @@ pub async fn remove_container(
         app::remove(&mut t.pod, &t.app.name).map_err(app_status)
     })?;
     Ok(cri::RemoveContainerResponse {})
+}
+
+pub async fn reopen_container_log(
+    rt: &Runtime,
+    req: cri::ReopenContainerLogRequest,
+) -> Result<cri::ReopenContainerLogResponse, Status> {
+    let t = open(rt, &req.container_id)?;
+    if !t.running || app::facts(&AppPaths::new(&t.pod, &t.app.name), true).state != AppState::Running {
+        return Err(Status::failed_precondition(format!("container {} is not running", req.container_id)));
+    }
+    crilog::reopen(&t.pod.path().join(crilog::SOCKET_FILE), &t.app.name)
+        .map_err(|e| Status::internal(format!("reopening the log of {}: {e}", req.container_id)))?;
+    Ok(cri::ReopenContainerLogResponse {})
 }
