@@ -23,16 +23,8 @@ async fn main() {
         return;
     }
     let n: usize = std::env::var("N").ok().and_then(|s| s.parse().ok()).unwrap_or(100);
-    let reg = common::registry::registry();
     let d = common::Daemon::start(&[]);
-    let image = format!("{}/busybox:latest", reg.main);
-    let mut img = d.images().await;
-    img.pull_image(cri::PullImageRequest {
-        image: Some(cri::ImageSpec { image: image.clone(), ..Default::default() }),
-        ..Default::default()
-    })
-    .await
-    .expect("pull");
+    let image = common::pull_busybox(&d).await;
     let mut rt = d.runtime().await;
     let logs = tempfile::tempdir().expect("logs");
     let mut pod_config = common::host_network(common::pod_config("bench", &[]));

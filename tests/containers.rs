@@ -18,16 +18,8 @@ struct Env {
 }
 
 async fn env() -> Env {
-    let reg = common::registry::registry();
     let d = Daemon::start(&[]);
-    let image = format!("{}/busybox:latest", reg.main);
-    let mut img = d.images().await;
-    img.pull_image(cri::PullImageRequest {
-        image: Some(cri::ImageSpec { image: image.clone(), ..Default::default() }),
-        ..Default::default()
-    })
-    .await
-    .expect("PullImage");
+    let image = common::pull_busybox(&d).await;
     let rt = d.runtime().await;
     Env { d, rt, image, logs: tempfile::tempdir().expect("logs") }
 }
@@ -316,11 +308,7 @@ async fn capabilities_no_new_privs_and_log_reopen() {
     let capbnd = content.iter().find(|l| l.starts_with("CapBnd:")).expect("CapBnd line");
     let got = u64::from_str_radix(capbnd.split_whitespace().nth(1).expect("mask"), 16).expect("hex");
     // the pod's own bounding set caps it (nspawn keeps NET_ADMIN only for pods with a private network)
-    let data = e.d.dir.path().join("data");
-    let ppid = std::fs::read_to_string(data.join("pods/run").join(&pod.0).join("ppid")).expect("ppid");
-    let ppid = ppid.trim();
-    let children = std::fs::read_to_string(format!("/proc/{ppid}/task/{ppid}/children")).expect("children");
-    let pid1 = children.split_whitespace().next().expect("pid1");
+    let pid1 = common::pod_pid1(&e.d.dir.path().join("data"), &pod.0);
     let status = std::fs::read_to_string(format!("/proc/{pid1}/status")).expect("status");
     let pod_set = status
         .lines()

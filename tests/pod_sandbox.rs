@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{Daemon, assert_no_leaks, host_network, pod_config};
+use common::{Daemon, assert_no_leaks, host_network, pod_config, pod_pid1};
 use rktlet::proto::v1 as cri;
 use tonic::Code;
 
@@ -27,13 +27,7 @@ async fn status(
 }
 
 fn hostname_in_pod(data: &std::path::Path, id: &str) -> String {
-    let ppid: i32 = std::fs::read_to_string(data.join("pods/run").join(id).join("ppid"))
-        .expect("ppid")
-        .trim()
-        .parse()
-        .expect("pid");
-    let children = std::fs::read_to_string(format!("/proc/{ppid}/task/{ppid}/children")).expect("children");
-    let pid1: i32 = children.split_whitespace().next().expect("pod pid 1").parse().expect("pid");
+    let pid1 = pod_pid1(data, id);
     let out = std::process::Command::new("nsenter")
         .args(["-t", &pid1.to_string(), "-u", "hostname"])
         .output()
@@ -205,16 +199,6 @@ async fn pods_survive_a_daemon_sigkill() {
     rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("stop");
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("remove");
     assert_no_leaks(&data, &[id]);
-}
-
-fn pod_pid1(data: &std::path::Path, id: &str) -> i32 {
-    let ppid: i32 = std::fs::read_to_string(data.join("pods/run").join(id).join("ppid"))
-        .expect("ppid")
-        .trim()
-        .parse()
-        .expect("pid");
-    let children = std::fs::read_to_string(format!("/proc/{ppid}/task/{ppid}/children")).expect("children");
-    children.split_whitespace().next().expect("pod pid 1").parse().expect("pid")
 }
 
 #[tokio::test(flavor = "multi_thread")]

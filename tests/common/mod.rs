@@ -262,3 +262,28 @@ impl Drop for TestNetwork {
     }
 }
 pub mod registry;
+
+/// Host pid of a running pod's systemd (the single child of its `ppid`).
+pub fn pod_pid1(data: &Path, pod: &str) -> i32 {
+    let ppid: i32 = std::fs::read_to_string(data.join("pods/run").join(pod).join("ppid"))
+        .expect("ppid")
+        .trim()
+        .parse()
+        .expect("pid");
+    rktlet::stage1::inject::pod_pid1(ppid).expect("pod pid 1")
+}
+
+/// Pulls the fixture registry's busybox through the daemon; returns its reference.
+pub async fn pull_busybox(d: &Daemon) -> String {
+    use rktlet::proto::v1 as cri;
+    let image = format!("{}/busybox:latest", registry::registry().main);
+    d.images()
+        .await
+        .pull_image(cri::PullImageRequest {
+            image: Some(cri::ImageSpec { image: image.clone(), ..Default::default() }),
+            ..Default::default()
+        })
+        .await
+        .expect("PullImage");
+    image
+}
