@@ -55,6 +55,16 @@ async fn host_network_pod_lifecycle() {
     let info: serde_json::Value = serde_json::from_str(&s.info["info"]).expect("verbose info");
     assert_eq!(info["state"], "running");
     assert_eq!(hostname_in_pod(&data, &id), "hostnet");
+    // the pod's systemd sits in the pod cgroup of every mounted hierarchy, controllers included
+    let cgroups = std::fs::read_to_string(format!("/proc/{}/cgroup", pod_pid1(&data, &id))).expect("cgroup");
+    let layout = rktlet::cgroup::Layout::read().expect("layout");
+    for h in layout.hierarchies.iter().filter(|h| h.mount.is_some() && !h.controllers.is_empty()) {
+        let line = cgroups
+            .lines()
+            .find(|l| l.split(':').nth(1) == Some(h.controllers.join(",").as_str()))
+            .unwrap_or_else(|| panic!("no {:?} line in {cgroups}", h.controllers));
+        assert!(line.contains(&format!("rktlet-{id}")), "{line}");
+    }
 
     // the pod shares the node's network: it sees the same interfaces
     let host_links = std::fs::read_to_string("/proc/net/dev").expect("host net/dev");

@@ -83,6 +83,46 @@ impl PodCgroup {
         PodCgroup { subcgroup: subcgroup.to_string(), dirs }
     }
 
+    /// Only the hierarchies that track processes without controllers (the
+    /// unified one and `name=systemd`): what nspawn needs before it starts.
+    pub fn tracking(layout: &Layout, subcgroup: &str) -> Self {
+        Self::select(layout, subcgroup, true)
+    }
+
+    /// Only the v1 controller hierarchies (cpu, memory, pids, ...): where
+    /// limits and accounting live. A pod can be moved into these after it
+    /// booted without disturbing its systemd (pod-boot-fast.md §5.3).
+    pub fn controllers(layout: &Layout, subcgroup: &str) -> Self {
+        Self::select(layout, subcgroup, false)
+    }
+
+    fn select(layout: &Layout, subcgroup: &str, tracking: bool) -> Self {
+        let dirs = layout
+            .hierarchies
+            .iter()
+            .filter(|h| (h.is_unified() || h.controllers.iter().any(|c| c == "name=systemd")) == tracking)
+            .filter_map(|h| h.mount.as_ref().map(|m| m.join(subcgroup)))
+            .collect();
+        PodCgroup { subcgroup: subcgroup.to_string(), dirs }
+    }
+
+    /// Moves processes into every directory (a process that exited meanwhile is skipped).
+    pub fn adopt(&self, pids: &[i32]) -> io::Result<()> {
+        for dir in &self.dirs {
+            let procs = dir.join("cgroup.procs");
+            for pid in pids {
+                match fs::write(&procs, pid.to_string()) {
+                    Ok(()) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(e) => {
+                        return Err(io::Error::new(e.kind(), format!("moving {pid} into {}: {e}", dir.display())));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Creates the directories (and parents), filling empty cpuset files from
     /// the parent so tasks can join.
     pub fn create(&self) -> io::Result<()> {
@@ -220,6 +260,22 @@ mod tests {
                 "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/rktlet-0b9e5c1e-0000-4000-8000-000000000001.service"
             )
         );
+    }
+
+    #[test]
+    fn tracking_and_controller_hierarchies() {
+        let layout = Layout::parse(
+            "9:name=systemd:/\n4:memory:/\n2:cpu,cpuacct:/\n0::/\n",
+            "40 31 0:37 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,name=systemd\n\
+             35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n\
+             32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n\
+             41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n",
+        );
+        let t = PodCgroup::tracking(&layout, "p");
+        assert_eq!(t.dirs, [PathBuf::from("/sys/fs/cgroup/systemd/p"), PathBuf::from("/sys/fs/cgroup/unified/p")]);
+        let c = PodCgroup::controllers(&layout, "p");
+        assert_eq!(c.dirs, [PathBuf::from("/sys/fs/cgroup/memory/p"), PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/p")]);
+        assert_eq!(PodCgroup::new(&layout, "p").dirs.len(), 4);
     }
 
     #[test]

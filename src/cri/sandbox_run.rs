@@ -129,41 +129,77 @@ async fn start(rt: &Runtime, req: &Request, uuid: Uuid, manifest_file: PathBuf) 
     };
     let program = rt.sandbox_program().map_err(|e| internal(uuid, "locating the sandbox program", e))?;
     let supervisor = if rt.host.pid1_is_systemd { Supervisor::SystemdRun } else { Supervisor::Detached };
+    // the first cgroup migration waits for an RCU grace period per batch: the
+    // sandbox joins only what nspawn needs, the daemon adds the controllers
+    // while the pod boots
+    args.defer_cgroup_controllers = supervisor == Supervisor::Detached;
     let t0 = std::time::Instant::now();
-    let started = launch::start(&program, rt.data.root(), &args, supervisor, Some(&cgroup_parent))
-        .await
-        .map_err(|e| internal(uuid, "starting sandbox", e))?;
-    tracing::debug!(pod = %uuid, micros = t0.elapsed().as_micros() as u64, "sandbox exec'd nspawn");
-    let rootfs = rt.data.pod_parent(pod::PodDir::Run).join(uuid.to_string()).join("stage1/rootfs");
-    let ready = async {
-        launch::wait_ready(rootfs, started.pidfd, READY_TIMEOUT).await.map_err(|e| match e {
-            launch::LaunchError::Timeout(_) => Status::deadline_exceeded(format!("pod {uuid}: {e}")),
-            e => internal(uuid, "waiting for the pod", e),
-        })
+    let micros = move || u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
+    // the sandbox boots while CNI ADD runs in the netns made above
+    let boot = async {
+        let started = launch::start(&program, rt.data.root(), &args, supervisor, Some(&cgroup_parent))
+            .await
+            .map_err(|e| internal(uuid, "starting sandbox", e))?;
+        tracing::debug!(pod = %uuid, micros = micros(), "sandbox exec'd nspawn");
+        let rootfs = rt.data.pod_parent(pod::PodDir::Run).join(uuid.to_string()).join("stage1/rootfs");
+        let ready = async {
+            let r = launch::wait_ready(rootfs, started.pidfd, READY_TIMEOUT).await.map_err(|e| match e {
+                launch::LaunchError::Timeout(_) => Status::deadline_exceeded(format!("pod {uuid}: {e}")),
+                e => internal(uuid, "waiting for the pod", e),
+            });
+            tracing::debug!(pod = %uuid, micros = micros(), "pod ready");
+            r
+        };
+        let controllers = async {
+            if !args.defer_cgroup_controllers {
+                return Ok(());
+            }
+            let parent = cgroup_parent.clone();
+            tokio::task::spawn_blocking(move || adopt_controllers(&parent, uuid))
+                .await
+                .map_err(|e| internal(uuid, "cgroup worker", e))?
+                .map_err(|e| internal(uuid, "moving the pod into its controller cgroups", e))
+        };
+        let (ready, controllers) = tokio::join!(ready, controllers);
+        ready.and(controllers)
     };
     let added = async {
-        match &network {
+        let r = match &network {
             Some((net, netns)) => {
                 let cni = cni_request(rt, uuid, netns, config);
                 net.add(&cni).await.map(Some).map_err(|e| internal(uuid, "CNI ADD", e))
             }
             None => Ok(None),
-        }
-    };
-    let ready = async {
-        let r = ready.await;
-        tracing::debug!(pod = %uuid, micros = t0.elapsed().as_micros() as u64, "pod ready");
+        };
+        tracing::debug!(pod = %uuid, micros = micros(), "CNI ADD done");
         r
     };
-    let added = async {
-        let r = added.await;
-        tracing::debug!(pod = %uuid, micros = t0.elapsed().as_micros() as u64, "CNI ADD done");
-        r
-    };
-    let (ready, added) = tokio::join!(ready, added);
-    ready?;
+    let (boot, added) = tokio::join!(boot, added);
+    boot?;
     if let (Some(result), Some((net, _))) = (added?, &network) {
         record_network(rt, uuid, net, &result, &req.hostname)?;
+    }
+    Ok(())
+}
+
+/// Moves every process of a booting pod (found in its tracking cgroup) into
+/// its v1 controller cgroups, repeating until no newcomer is left behind
+/// (processes forked later inherit the controllers of their parent).
+fn adopt_controllers(parent: &str, uuid: Uuid) -> std::io::Result<()> {
+    use crate::cgroup::{Layout, pod::PodCgroup};
+    let layout = Layout::read()?;
+    let sub = crate::cgroup::pod::subcgroup(parent, &uuid.to_string(), false).map_err(std::io::Error::other)?;
+    let tracking = PodCgroup::tracking(&layout, &sub);
+    let controllers = PodCgroup::controllers(&layout, &sub);
+    controllers.create()?;
+    let mut moved: Vec<i32> = Vec::new();
+    for _ in 0..20 {
+        let pids: Vec<i32> = tracking.pids().into_iter().filter(|p| !moved.contains(p)).collect();
+        if pids.is_empty() {
+            break;
+        }
+        controllers.adopt(&pids)?;
+        moved.extend(pids);
     }
     Ok(())
 }

@@ -54,6 +54,9 @@ pub struct SandboxOptions {
     pub cgroup_parent: String,
     /// The pod was placed in its cgroup by `systemd-run`; do not move it.
     pub systemd_unit: bool,
+    /// Join only the unified and name=systemd hierarchies; the caller moves
+    /// the pod into the v1 controllers while it boots.
+    pub defer_controllers: bool,
     pub uuid_file_save: Option<PathBuf>,
 }
 
@@ -111,7 +114,8 @@ fn prepare(opts: &SandboxOptions, pod: &mut Pod, cgroup_out: &mut Option<PodCgro
     let sub = crate::cgroup::pod::subcgroup(&opts.cgroup_parent, &uuid.to_string(), opts.systemd_unit)
         .map_err(SandboxError::Invalid)?;
     if !opts.systemd_unit {
-        let cg = PodCgroup::new(&layout, &sub);
+        let cg =
+            if opts.defer_controllers { PodCgroup::tracking(&layout, &sub) } else { PodCgroup::new(&layout, &sub) };
         cg.create().map_err(io_err(format!("creating cgroup {sub}")))?;
         *cgroup_out = Some(cg.clone());
         cg.join_self().map_err(io_err(format!("joining cgroup {sub}")))?;
@@ -281,6 +285,10 @@ pub struct SandboxArgs {
     /// Set when started by `systemd-run`: the unit already placed the pod's cgroup.
     #[arg(long)]
     pub in_systemd_unit: bool,
+    /// Join only the unified and name=systemd cgroups; the caller (the daemon)
+    /// moves the pod into the v1 controller cgroups while it boots.
+    #[arg(long)]
+    pub defer_cgroup_controllers: bool,
     /// Pod annotation `NAME=VALUE` (repeatable; without --pod-manifest).
     #[arg(long)]
     pub annotation: Vec<String>,
@@ -349,6 +357,9 @@ impl SandboxArgs {
         if self.in_systemd_unit {
             a.push("--in-systemd-unit".into());
         }
+        if self.defer_cgroup_controllers {
+            a.push("--defer-cgroup-controllers".into());
+        }
         a
     }
 
@@ -413,6 +424,7 @@ impl SandboxArgs {
             host_ipc,
             cgroup_parent: self.cgroup_parent.unwrap_or_default(),
             systemd_unit: self.in_systemd_unit,
+            defer_controllers: self.defer_cgroup_controllers,
             uuid_file_save: self.uuid_file_save,
         })
     }
@@ -452,6 +464,7 @@ mod tests {
             ipc: Some("parent".into()),
             cgroup_parent: Some("/kubepods/pod1".into()),
             in_systemd_unit: true,
+            defer_cgroup_controllers: true,
             annotation: vec!["a=b=c".into()],
             user_annotation: vec!["k=v".into()],
             user_label: vec!["app=web".into()],
