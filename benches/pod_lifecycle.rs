@@ -43,6 +43,13 @@ async fn main() {
     let mut rt = d.runtime().await;
     println!("pod network: {}", if host { "host" } else { "pod (CNI)" });
 
+    let mut floor = Vec::new();
+    for _ in 0..200 {
+        let t = Instant::now();
+        rt.version(cri::VersionRequest::default()).await.expect("version");
+        floor.push(t.elapsed());
+    }
+    summary("Version (gRPC round-trip floor)", floor);
     let (mut run, mut stop, mut rm, mut status) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..rounds {
         let t = Instant::now();
