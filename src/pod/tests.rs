@@ -14,6 +14,15 @@ fn data() -> (tempfile::TempDir, DataDir) {
     (tmp, data)
 }
 
+/// A pod taken through embryo -> prepare -> run; this handle holds its lock.
+fn running_pod(data: &DataDir) -> (Pod, Uuid) {
+    let mut pod = Pod::create(data).expect("create");
+    pod.to_preparing().expect("prepare");
+    pod.to_run().expect("run");
+    let uuid = pod.uuid();
+    (pod, uuid)
+}
+
 fn state_of(data: &DataDir, uuid: Uuid) -> PodState {
     Pod::open(data, &uuid.to_string()).and_then(|mut p| p.state()).expect("state")
 }
@@ -113,10 +122,7 @@ fn creator_dying_mid_prepare_leaves_aborted_prepare() {
 #[test]
 fn lock_held_by_another_process_reads_as_running_and_blocks_gc() {
     let (_t, data) = data();
-    let mut pod = Pod::create(&data).expect("create");
-    let uuid = pod.uuid();
-    pod.to_preparing().expect("prepare");
-    pod.to_run().expect("run");
+    let (mut pod, uuid) = running_pod(&data);
     pod.release_lock();
     let holder = flock_holder(&pod.path());
     assert_eq!(state_of(&data, uuid), PodState::Running);
@@ -133,10 +139,7 @@ fn lock_held_by_another_process_reads_as_running_and_blocks_gc() {
 #[test]
 fn lock_passes_to_exec_child_and_pod_exits_with_it() {
     let (_t, data) = data();
-    let mut pod = Pod::create(&data).expect("create");
-    let uuid = pod.uuid();
-    pod.to_preparing().expect("prepare");
-    pod.to_run().expect("run");
+    let (mut pod, uuid) = running_pod(&data);
     let fd = pod.lock_fd().expect("lock fd");
     let mut cmd = Command::new("sleep");
     cmd.arg("60").env("RKT_LOCK_FD", fd.to_string());
@@ -154,10 +157,7 @@ fn lock_passes_to_exec_child_and_pod_exits_with_it() {
 #[test]
 fn exited_garbage_and_garbage_held_read_as_deleting() {
     let (_t, data) = data();
-    let mut pod = Pod::create(&data).expect("create");
-    let uuid = pod.uuid();
-    pod.to_preparing().expect("prepare");
-    pod.to_run().expect("run");
+    let (mut pod, uuid) = running_pod(&data);
     pod.release_lock();
     pod.to_exited_garbage().expect("exited garbage");
     let holder = flock_holder(&pod.path());
