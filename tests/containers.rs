@@ -330,3 +330,66 @@ async fn capabilities_no_new_privs_and_log_reopen() {
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }
+
+fn app_cgroup_file(data: &Path, pod: &str, app: &str, controller: &str, file: &str) -> String {
+    let sub = std::fs::read_to_string(data.join("pods/run").join(pod).join("subcgroup")).expect("subcgroup");
+    let layout = rktlet::cgroup::Layout::read().expect("layout");
+    let h = layout.hierarchies.iter().find(|h| h.controllers.iter().any(|c| c == controller)).expect("controller");
+    let path = h.mount.as_ref().expect("mounted").join(sub.trim()).join(format!("app-{app}")).join(file);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn memory_limit_oom_kill_and_resource_updates() {
+    let mut e = env().await;
+    let pod = e.pod("limits").await;
+    let data = e.d.dir.path().join("data");
+    let resources = |mem: i64, quota: i64| cri::LinuxContainerResources {
+        memory_limit_in_bytes: mem,
+        cpu_shares: 512,
+        cpu_period: 100_000,
+        cpu_quota: quota,
+        ..Default::default()
+    };
+    // a 32 MiB limit and an app that holds 80 MB in a shell variable
+    let hog = e
+        .create(&pod, "hog", &["sh", "-c", "v=$(yes | head -c 80000000); echo survived"], |c| {
+            c.linux =
+                Some(cri::LinuxContainerConfig { resources: Some(resources(32 << 20, 50_000)), ..Default::default() });
+        })
+        .await;
+    e.start(&hog).await;
+    let s = e.wait_state(&hog, cri::ContainerState::ContainerExited).await;
+    assert_eq!((s.exit_code, s.reason.as_str()), (137, "OOMKilled"), "{s:?}");
+
+    let steady = e
+        .create(&pod, "steady", &["sleep", "1000"], |c| {
+            c.linux =
+                Some(cri::LinuxContainerConfig { resources: Some(resources(64 << 20, 50_000)), ..Default::default() });
+        })
+        .await;
+    e.start(&steady).await;
+    e.wait_state(&steady, cri::ContainerState::ContainerRunning).await;
+    assert_eq!(
+        app_cgroup_file(&data, &pod.0, "0-steady", "memory", "memory.limit_in_bytes"),
+        (64u64 << 20).to_string()
+    );
+    assert_eq!(app_cgroup_file(&data, &pod.0, "0-steady", "cpu", "cpu.cfs_quota_us"), "50000");
+    assert_eq!(app_cgroup_file(&data, &pod.0, "0-steady", "cpu", "cpu.shares"), "512");
+    let procs = app_cgroup_file(&data, &pod.0, "0-steady", "memory", "cgroup.procs");
+    assert!(!procs.is_empty(), "the app's process sits in its memory cgroup");
+    e.rt.update_container_resources(cri::UpdateContainerResourcesRequest {
+        container_id: steady.clone(),
+        linux: Some(resources(128 << 20, 25_000)),
+        ..Default::default()
+    })
+    .await
+    .expect("UpdateContainerResources");
+    assert_eq!(
+        app_cgroup_file(&data, &pod.0, "0-steady", "memory", "memory.limit_in_bytes"),
+        (128u64 << 20).to_string()
+    );
+    assert_eq!(app_cgroup_file(&data, &pod.0, "0-steady", "cpu", "cpu.cfs_quota_us"), "25000");
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&data, &[pod.0]);
+}

@@ -6,6 +6,7 @@
 //! member of but that are mounted nowhere. Everything here is read from
 //! `/proc/self/cgroup` and `/proc/self/mountinfo`; nothing is assumed.
 
+pub mod app;
 pub mod pod;
 
 use std::fmt;

@@ -225,6 +225,13 @@ pub async fn create_container(
     user_annotations.insert(meta::ATTEMPT.into(), meta_.attempt.to_string());
     user_annotations.insert(meta::IMAGE.into(), image_ref.clone());
     user_annotations.insert(meta::LOG_PATH.into(), log_path);
+    if let Some(res) = config.linux.as_ref().and_then(|l| l.resources.as_ref()) {
+        let limits = meta::limits_from_cri(res);
+        if !limits.is_empty() {
+            let json = serde_json::to_string(&limits).map_err(|e| Status::internal(e.to_string()))?;
+            user_annotations.insert(meta::RESOURCES.into(), json);
+        }
+    }
     let mut isolators = image_app.isolators.clone();
     isolators.extend(security_isolators(sc)?);
     let app = AppSection {

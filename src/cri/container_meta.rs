@@ -10,6 +10,8 @@ pub const NAME: &str = "k8s.io/reserved/container-name";
 pub const ATTEMPT: &str = "k8s.io/reserved/container-attempt";
 pub const IMAGE: &str = "k8s.io/reserved/image-name";
 pub const LOG_PATH: &str = "k8s.io/reserved/log-path";
+/// The app's cgroup limits (JSON of `cgroup::app::Limits`).
+pub const RESOURCES: &str = "k8s.io/reserved/resources";
 const RESERVED_PREFIX: &str = "k8s.io/reserved/";
 
 pub fn app_name(meta: &cri::ContainerMetadata) -> String {
@@ -46,6 +48,22 @@ pub fn image(app: &RuntimeApp) -> String {
 
 pub fn log_path(app: &RuntimeApp) -> String {
     user_annotations(app).get(LOG_PATH).cloned().unwrap_or_default()
+}
+
+pub fn limits(app: &RuntimeApp) -> crate::cgroup::app::Limits {
+    user_annotations(app).get(RESOURCES).and_then(|j| serde_json::from_str(j).ok()).unwrap_or_default()
+}
+
+/// CRI resources as cgroup v1 limits.
+pub fn limits_from_cri(r: &cri::LinuxContainerResources) -> crate::cgroup::app::Limits {
+    let pos = |v: i64| (v > 0).then_some(v);
+    crate::cgroup::app::Limits {
+        memory_bytes: pos(r.memory_limit_in_bytes),
+        cpu_shares: u64::try_from(r.cpu_shares).ok().filter(|s| *s > 0),
+        cpu_quota_us: pos(r.cpu_quota),
+        cpu_period_us: u64::try_from(r.cpu_period).ok().filter(|p| *p > 0),
+        pids: None,
+    }
 }
 
 pub fn labels(app: &RuntimeApp) -> HashMap<String, String> {

@@ -134,7 +134,41 @@ pub async fn start_container(
     }
     tokio::task::block_in_place(|| with_bus(rt, &t.pod, |bus| bus.start_transient_service(&spec)))?;
     app::mark_started(&paths).map_err(|e| Status::internal(e.to_string()))?;
+    let limits = meta::limits(&t.app);
+    if !limits.is_empty() {
+        tokio::task::block_in_place(|| apply_limits(&t, &limits))
+            .map_err(|e| Status::internal(format!("limits of {}: {e}", req.container_id)))?;
+    }
     Ok(cri::StartContainerResponse {})
+}
+
+/// The app's cgroups on the host (below its pod's), if the pod has a cgroup.
+pub(super) fn app_cgroup(t: &Target) -> Option<crate::cgroup::app::AppCgroup> {
+    let sub = t.pod.read_file(crate::pod::SUBCGROUP_FILE).ok().flatten()?;
+    let layout = crate::cgroup::Layout::read().ok()?;
+    Some(crate::cgroup::app::AppCgroup::new(&layout, &sub, &t.app.name))
+}
+
+/// Writes the limits and moves the app's processes under them.
+fn apply_limits(t: &Target, limits: &crate::cgroup::app::Limits) -> std::io::Result<()> {
+    let Some(cg) = app_cgroup(t) else { return Ok(()) };
+    cg.apply(limits)?;
+    cg.adopt_unit_processes()
+}
+
+pub async fn update_container_resources(
+    rt: &Runtime,
+    req: cri::UpdateContainerResourcesRequest,
+) -> Result<cri::UpdateContainerResourcesResponse, Status> {
+    let t = open(rt, &req.container_id)?;
+    let res = req.linux.ok_or_else(|| Status::invalid_argument("linux resources are required"))?;
+    if !t.running || app::facts(&AppPaths::new(&t.pod, &t.app.name), true).state == AppState::Created {
+        return Err(Status::failed_precondition(format!("container {} is not running", req.container_id)));
+    }
+    let limits = meta::limits_from_cri(&res);
+    tokio::task::block_in_place(|| apply_limits(&t, &limits))
+        .map_err(|e| Status::internal(format!("limits of {}: {e}", req.container_id)))?;
+    Ok(cri::UpdateContainerResourcesResponse {})
 }
 
 /// Stops an app's unit: SIGTERM, SIGKILL once `timeout` passed (at once for

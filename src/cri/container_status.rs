@@ -23,7 +23,13 @@ fn cri_state(f: &AppFacts) -> cri::ContainerState {
 fn status_of(pod: &Pod, app: &RuntimeApp, running: bool) -> cri::ContainerStatus {
     let paths = AppPaths::new(pod, &app.name);
     let f = app::facts(&paths, running);
+    let oom = || {
+        let sub = pod.read_file(crate::pod::SUBCGROUP_FILE).ok().flatten();
+        let layout = crate::cgroup::Layout::read().ok();
+        sub.zip(layout).is_some_and(|(s, l)| crate::cgroup::app::AppCgroup::new(&l, &s, &app.name).oom_killed())
+    };
     let (exit_code, reason) = match f.state {
+        AppState::Exited(Some(137)) if oom() => (137, "OOMKilled"),
         AppState::Exited(Some(0)) => (0, "Completed"),
         AppState::Exited(Some(c)) => (c, "Error"),
         AppState::Exited(None) => (255, "Unknown"),

@@ -144,12 +144,12 @@ cri_impl! {
                 => container_status::list_containers;
             "ContainerStatus": container_status(ContainerStatusRequest) -> cri::ContainerStatusResponse
                 => container_status::container_status;
+            "UpdateContainerResources": update_container_resources(UpdateContainerResourcesRequest)
+                -> cri::UpdateContainerResourcesResponse => container_start::update_container_resources;
             "ReopenContainerLog": reopen_container_log(ReopenContainerLogRequest) -> cri::ReopenContainerLogResponse
                 => container_start::reopen_container_log;
         }
         pending {
-            "UpdateContainerResources": update_container_resources(UpdateContainerResourcesRequest)
-                -> cri::UpdateContainerResourcesResponse;
             "ExecSync": exec_sync(ExecSyncRequest) -> cri::ExecSyncResponse;
             "Exec": exec(ExecRequest) -> cri::ExecResponse;
             "Attach": attach(AttachRequest) -> cri::AttachResponse;
