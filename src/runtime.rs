@@ -104,6 +104,46 @@ impl Runtime {
         Ok(bus)
     }
 
+    /// After a (re)start of the daemon: connects to every running pod and
+    /// records the exits that happened while nobody listened, so file-based
+    /// status and list are right again. Blocking.
+    pub fn reconcile(&self) {
+        let Ok(pods) = self.data.list_pods() else { return };
+        for (uuid, dir) in pods {
+            let mut pod = crate::pod::Pod::at(&self.data, uuid, dir);
+            if pod.state().ok() != Some(crate::pod::PodState::Running) {
+                continue;
+            }
+            let Ok(manifest) = pod.read_manifest() else { continue };
+            let started: Vec<String> = manifest
+                .apps
+                .iter()
+                .map(|a| a.name.clone())
+                .filter(|name| {
+                    let p = crate::stage1::app::AppPaths::new(&pod, name);
+                    p.status_file("-started").exists() && !p.status_file("").exists()
+                })
+                .collect();
+            if started.is_empty() {
+                continue;
+            }
+            let bus = match self.pod_bus(&pod) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!(pod = %uuid, error = %e, "cannot reconnect to pod");
+                    continue;
+                }
+            };
+            for name in started {
+                let Ok(status) = bus.unit_status(&format!("{name}.service")) else { continue };
+                if let Some(exit) = status.main_exit() {
+                    let paths = crate::stage1::app::AppPaths::new(&pod, &name);
+                    let _ = crate::stage1::app::record_exit(&paths, crate::stage1::bus::exit_code(&exit));
+                }
+            }
+        }
+    }
+
     /// Forgets a pod's connection (after an error, or when the pod stops).
     pub fn drop_pod_bus(&self, uuid: Uuid) {
         if let Ok(mut map) = self.buses.lock() {

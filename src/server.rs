@@ -126,6 +126,8 @@ pub async fn run(runtime: Arc<Runtime>) -> Result<(), ServeError> {
         pid1_is_systemd = runtime.host.pid1_is_systemd,
         "rktlet serving CRI"
     );
+    let rt = runtime.clone();
+    tokio::task::spawn_blocking(move || rt.reconcile());
     let result = serve(runtime, listener, signals).await;
     drop(guard);
     tracing::info!(socket = %socket.display(), "socket removed, bye");

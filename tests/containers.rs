@@ -393,3 +393,27 @@ async fn memory_limit_oom_kill_and_resource_updates() {
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&data, &[pod.0]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn containers_survive_a_daemon_sigkill() {
+    let mut e = env().await;
+    let pod = e.pod("restart").await;
+    let long = e.create(&pod, "long", &["sleep", "1000"], |_| {}).await;
+    let short = e.create(&pod, "short", &["sh", "-c", "sleep 1; exit 4"], |_| {}).await;
+    e.start(&long).await;
+    e.start(&short).await;
+    e.d.signal_and_wait(nix::sys::signal::Signal::SIGKILL);
+    // `short` exits while no daemon listens to the pod
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let child = Daemon::spawn(&e.d.socket, e.d.dir.path(), &[]);
+    e.d.child = child;
+    e.d.wait_ready();
+    e.rt = e.d.runtime().await;
+    assert_eq!(e.status(&long).await.state, cri::ContainerState::ContainerRunning as i32);
+    let s = e.wait_state(&short, cri::ContainerState::ContainerExited).await;
+    assert_eq!(s.exit_code, 4, "exit recorded after the restart");
+    e.rt.stop_container(cri::StopContainerRequest { container_id: long.clone(), timeout: 10 }).await.expect("stop");
+    assert_eq!(e.status(&long).await.exit_code, 143);
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}
