@@ -8,6 +8,7 @@
 
 pub mod cgroup;
 pub mod cli;
+pub mod cli_app;
 pub mod client;
 pub mod config;
 pub mod cri;

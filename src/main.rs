@@ -113,6 +113,42 @@ enum ImageCommand {
 enum AppCommand {
     /// Create and boot an empty mutable pod (stage0 + stage1), then become its nspawn.
     Sandbox(rktlet::stage1::sandbox::SandboxArgs),
+    /// Add an app to a running pod (prints the container id).
+    Add(rktlet::cli_app::AddArgs),
+    /// Start an added app.
+    Start {
+        uuid: String,
+        #[arg(long)]
+        app: String,
+    },
+    /// Stop an app (SIGTERM, SIGKILL after --timeout seconds).
+    Stop {
+        uuid: String,
+        #[arg(long)]
+        app: String,
+        #[arg(long, default_value_t = 10)]
+        timeout: i64,
+    },
+    /// Remove an app from its pod (stopping it first).
+    Rm {
+        uuid: String,
+        #[arg(long)]
+        app: String,
+    },
+    /// List a pod's apps.
+    List {
+        uuid: String,
+        #[arg(long, default_value = "table")]
+        format: String,
+    },
+    /// Show one app.
+    Status {
+        uuid: String,
+        #[arg(long)]
+        app: String,
+        #[arg(long, default_value = "table")]
+        format: String,
+    },
 }
 
 #[derive(Args)]
@@ -369,6 +405,24 @@ fn main() -> ExitCode {
             serve(args)
         }
         Command::Info { socket } => info(socket),
+        Command::App(AppCommand::Add(args)) => {
+            rktlet::cli_app::add(data_dir(dir.clone()).root().to_path_buf(), args).map(|id| println!("{id}"))
+        }
+        Command::App(AppCommand::Start { uuid, app }) => {
+            rktlet::cli_app::lifecycle(data_dir(dir.clone()).root().to_path_buf(), "start", &uuid, &app, 0)
+        }
+        Command::App(AppCommand::Stop { uuid, app, timeout }) => {
+            rktlet::cli_app::lifecycle(data_dir(dir.clone()).root().to_path_buf(), "stop", &uuid, &app, timeout)
+        }
+        Command::App(AppCommand::Rm { uuid, app }) => {
+            rktlet::cli_app::lifecycle(data_dir(dir.clone()).root().to_path_buf(), "rm", &uuid, &app, 0)
+        }
+        Command::App(AppCommand::List { uuid, format }) => json_format(&format)
+            .and_then(|json| rktlet::cli_app::show(data_dir(dir.clone()).root().to_path_buf(), &uuid, None, json))
+            .map(|out| print!("{}", if out.ends_with('\n') { out } else { format!("{out}\n") })),
+        Command::App(AppCommand::Status { uuid, app, format }) => json_format(&format)
+            .and_then(|json| rktlet::cli_app::show(data_dir(dir.clone()).root().to_path_buf(), &uuid, Some(&app), json))
+            .map(|out| print!("{}", if out.ends_with('\n') { out } else { format!("{out}\n") })),
         Command::App(AppCommand::Sandbox(args)) => args
             .into_options(data_dir(dir.clone()))
             .and_then(rktlet::stage1::sandbox::run)

@@ -215,9 +215,12 @@ pub async fn create_container(
     } else {
         "/".into()
     };
-    let log_path = match (pod_manifest.annotation(pod_meta::LOG_DIR), config.log_path.is_empty()) {
-        (Some(dir), false) => PathBuf::from(dir).join(&config.log_path).display().to_string(),
-        _ => String::new(),
+    let log_path = match (pod_manifest.annotation(pod_meta::LOG_DIR), config.log_path.as_str()) {
+        (_, "") => String::new(),
+        (Some(dir), rel) => PathBuf::from(dir).join(rel).display().to_string(),
+        // a pod made outside CRI has no log directory: only an absolute path means something
+        (None, abs) if Path::new(abs).is_absolute() => abs.to_string(),
+        (None, _) => String::new(),
     };
     let mut user_annotations: std::collections::BTreeMap<String, String> =
         config.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect();

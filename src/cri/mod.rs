@@ -2,10 +2,10 @@
 //! by the domain modules. One file per verb family; this file only routes
 //! each RPC to its handler and logs it (method, duration, status code).
 
-mod container_create;
+pub(crate) mod container_create;
 mod container_meta;
-mod container_start;
-mod container_status;
+pub(crate) mod container_start;
+pub(crate) mod container_status;
 mod image;
 mod pod_meta;
 mod runtime_info;
