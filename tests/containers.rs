@@ -417,3 +417,59 @@ async fn containers_survive_a_daemon_sigkill() {
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn seccomp_and_masked_paths() {
+    let mut e = env().await;
+    let pod = e.pod("hardened").await;
+    let script =
+        "grep Seccomp: /proc/self/status; cat /proc/kcore >/dev/null 2>&1 && echo kcore-readable || echo kcore-masked";
+    let id = e
+        .create(&pod, "hardened", &["sh", "-c", script], |c| {
+            c.linux = Some(cri::LinuxContainerConfig {
+                security_context: Some(cri::LinuxContainerSecurityContext {
+                    seccomp: Some(cri::SecurityProfile {
+                        profile_type: cri::security_profile::ProfileType::RuntimeDefault as i32,
+                        localhost_ref: String::new(),
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        })
+        .await;
+    e.start(&id).await;
+    e.wait_state(&id, cri::ContainerState::ContainerExited).await;
+    let log = e.wait_log("hardened", "hardened", 2).await;
+    let out: Vec<String> = log
+        .lines()
+        .filter_map(|l| l.splitn(4, ' ').nth(3))
+        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(out, ["Seccomp: 2", "kcore-masked"], "{log}");
+    let bad =
+        e.rt.create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod.0.clone(),
+            config: Some(cri::ContainerConfig {
+                metadata: Some(cri::ContainerMetadata { name: "local".into(), attempt: 0 }),
+                image: Some(cri::ImageSpec { image: e.image.clone(), ..Default::default() }),
+                linux: Some(cri::LinuxContainerConfig {
+                    security_context: Some(cri::LinuxContainerSecurityContext {
+                        seccomp: Some(cri::SecurityProfile {
+                            profile_type: cri::security_profile::ProfileType::Localhost as i32,
+                            localhost_ref: "profiles/x.json".into(),
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            sandbox_config: Some(pod.1.clone()),
+        })
+        .await
+        .expect_err("localhost profile");
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}

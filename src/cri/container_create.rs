@@ -58,14 +58,51 @@ fn security_isolators(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result
     };
     let names: Vec<String> =
         caps::NAMES.iter().enumerate().filter(|(i, _)| set & (1 << i) != 0).map(|(_, n)| format!("CAP_{n}")).collect();
-    Ok(vec![
+    let mut out = vec![
         manifest::Isolator { name: ISOLATOR_CAPS.into(), value: serde_json::json!({ "set": names }) },
         manifest::Isolator {
             name: ISOLATOR_NO_NEW_PRIVS.into(),
             value: serde_json::Value::Bool(sc.is_some_and(|s| s.no_new_privs)),
         },
-    ])
+    ];
+    if privileged {
+        return Ok(out);
+    }
+    // seccomp: RuntimeDefault is systemd's curated @system-service set; no profile or Unconfined means none
+    match sc.and_then(|s| s.seccomp.as_ref()).map(|p| cri::security_profile::ProfileType::try_from(p.profile_type)) {
+        Some(Ok(cri::security_profile::ProfileType::RuntimeDefault)) => out.push(manifest::Isolator {
+            name: ISOLATOR_SECCOMP.into(),
+            value: serde_json::json!({ "set": ["@system-service"], "errno": "EPERM" }),
+        }),
+        Some(Ok(cri::security_profile::ProfileType::Localhost)) => {
+            return Err(Status::invalid_argument("Localhost seccomp profiles are not supported by rktlet yet"));
+        }
+        _ => {}
+    }
+    let (masked, readonly) = sc.map(|s| (s.masked_paths.clone(), s.readonly_paths.clone())).unwrap_or_default();
+    let masked = if masked.is_empty() { DEFAULT_MASKED.iter().map(|p| p.to_string()).collect() } else { masked };
+    let readonly =
+        if readonly.is_empty() { DEFAULT_READONLY.iter().map(|p| p.to_string()).collect() } else { readonly };
+    out.push(manifest::Isolator { name: ISOLATOR_MASKED.into(), value: serde_json::json!({ "set": masked }) });
+    out.push(manifest::Isolator { name: ISOLATOR_READONLY.into(), value: serde_json::json!({ "set": readonly }) });
+    Ok(out)
 }
+
+/// rkt's seccomp isolator; and rktlet's for masked and read-only paths.
+pub const ISOLATOR_SECCOMP: &str = "os/linux/seccomp-retain-set";
+pub const ISOLATOR_MASKED: &str = "rktlet.io/masked-paths";
+pub const ISOLATOR_READONLY: &str = "rktlet.io/readonly-paths";
+/// What kubelet's defaults mask and make read-only when it sends none.
+const DEFAULT_MASKED: [&str; 7] = [
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+];
+const DEFAULT_READONLY: [&str; 5] = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"];
 
 /// rkt's isolator names for the capability set and no_new_privs.
 pub const ISOLATOR_CAPS: &str = "os/linux/capabilities-retain-set";

@@ -8,7 +8,7 @@ use crate::pod::{Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::app::{self, AppPaths, AppState};
-use crate::stage1::bus::{BusError, ExecCommand, Output, PodBus, ServiceSpec};
+use crate::stage1::bus::{BusError, ExecCommand, Output, PodBus, Property, ServiceSpec, Value};
 use crate::stream::log::{self as crilog, Stream};
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -109,11 +109,24 @@ pub async fn start_container(
                     Some(names.iter().filter_map(|n| crate::stage1::caps::bits(n)).fold(0, |a, b| a | b));
             }
             super::container_create::ISOLATOR_NO_NEW_PRIVS => spec.no_new_privileges = iso.value.as_bool(),
+            super::container_create::ISOLATOR_SECCOMP => {
+                spec.extra.push(Property::new("SystemCallFilter", Value::FilterList(true, set_of(&iso.value))));
+                spec.extra.push(Property::new("SystemCallErrorNumber", Value::I32(libc::EPERM)));
+            }
+            // `-`: a path missing from the image is not an error
+            super::container_create::ISOLATOR_MASKED => {
+                let paths: Vec<String> = set_of(&iso.value).iter().map(|p| format!("-{p}")).collect();
+                spec.extra.push(Property::strs("InaccessiblePaths", &paths));
+            }
+            super::container_create::ISOLATOR_READONLY => {
+                // requested, but not yet effective on the /proc that MountAPIVFS mounts (see the issue note)
+                spec.read_only_paths.extend(set_of(&iso.value).iter().map(|p| format!("-{p}")));
+            }
             _ => {}
         }
     }
     if t.app.read_only_root_fs {
-        spec.read_only_paths = vec!["/".into()];
+        spec.read_only_paths.push("/".into());
     }
     let log_path = meta::log_path(&t.app);
     if log_path.is_empty() {
@@ -132,14 +145,24 @@ pub async fn start_container(
             }
         }
     }
-    tokio::task::block_in_place(|| with_bus(rt, &t.pod, |bus| bus.start_transient_service(&spec)))?;
+    // marked before the start: the exit recorder only records started apps, and
+    // a short-lived app can exit before StartTransientUnit's job is reported
     app::mark_started(&paths).map_err(|e| Status::internal(e.to_string()))?;
+    if let Err(e) = tokio::task::block_in_place(|| with_bus(rt, &t.pod, |bus| bus.start_transient_service(&spec))) {
+        let _ = std::fs::remove_file(paths.status_file("-started"));
+        return Err(e);
+    }
     let limits = meta::limits(&t.app);
     if !limits.is_empty() {
         tokio::task::block_in_place(|| apply_limits(&t, &limits))
             .map_err(|e| Status::internal(format!("limits of {}: {e}", req.container_id)))?;
     }
     Ok(cri::StartContainerResponse {})
+}
+
+/// The `set` list of an rkt-style isolator value.
+fn set_of(v: &serde_json::Value) -> Vec<String> {
+    v["set"].as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default()
 }
 
 /// The app's cgroups on the host (below its pod's), if the pod has a cgroup.

@@ -52,6 +52,8 @@ pub enum Value {
     I32(i32),
     U64(u64),
     Strs(Vec<String>),
+    /// `(bas)`: an allow (true) or deny (false) list, as `SystemCallFilter` takes it.
+    FilterList(bool, Vec<String>),
     Exec(Vec<ExecCommand>),
     Binds(Vec<BindPath>),
     /// A unix fd passed to the pod's systemd; the message carries a duplicate.
@@ -67,6 +69,7 @@ impl Value {
             Value::I32(_) => "i",
             Value::U64(_) => "t",
             Value::Strs(_) => "as",
+            Value::FilterList(..) => "(bas)",
             Value::Exec(_) => "a(sasb)",
             Value::Binds(_) => "a(ssbt)",
             Value::Fd(_) => "h",
@@ -82,6 +85,12 @@ impl Value {
             Value::U64(x) => m.append(Basic::U64(*x)),
             Value::Fd(fd) => m.append(Basic::Fd(fd.as_raw_fd())),
             Value::Strs(v) => append_strs(m, v),
+            Value::FilterList(allow, v) => {
+                m.open(b'r', "bas")?;
+                m.append(Basic::Bool(*allow))?;
+                append_strs(m, v)?;
+                m.close()
+            }
             Value::Exec(cmds) => {
                 m.open(b'a', "(sasb)")?;
                 for c in cmds {
@@ -307,6 +316,7 @@ fn duplicate(v: &Value) -> io::Result<Value> {
         Value::I32(x) => Value::I32(*x),
         Value::U64(x) => Value::U64(*x),
         Value::Strs(v) => Value::Strs(v.clone()),
+        Value::FilterList(a, v) => Value::FilterList(*a, v.clone()),
         Value::Exec(v) => Value::Exec(v.clone()),
         Value::Binds(v) => Value::Binds(v.clone()),
         Value::Fd(fd) => Value::Fd(fd.try_clone()?),
