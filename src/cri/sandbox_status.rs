@@ -22,7 +22,17 @@ pub struct SandboxView {
 }
 
 impl SandboxView {
-    pub fn load(mut pod: Pod) -> Result<Self, PodError> {
+    /// Everything, for PodSandboxStatus.
+    pub fn load(pod: Pod) -> Result<Self, PodError> {
+        Self::read(pod, true)
+    }
+
+    /// Without the network (ListPodSandbox shows no IPs): one file less per pod.
+    pub fn load_for_list(pod: Pod) -> Result<Self, PodError> {
+        Self::read(pod, false)
+    }
+
+    fn read(mut pod: Pod, with_network: bool) -> Result<Self, PodError> {
         let state = pod.state()?;
         let manifest = pod.read_manifest()?;
         let ready = state == PodState::Running && Stage1Root::new(pod.stage1_rootfs()).is_ready();
@@ -31,7 +41,11 @@ impl SandboxView {
             .duration_since(UNIX_EPOCH)
             .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
             .unwrap_or(0);
-        let ips = pod.read_file(pod::NET_INFO_FILE)?.map(|s| ips_from_net_info(&s)).unwrap_or_default();
+        let ips = if with_network {
+            pod.read_file(pod::NET_INFO_FILE)?.map(|s| ips_from_net_info(&s)).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         Ok(SandboxView { pod, state, ready, manifest, created_at, ips })
     }
 
@@ -128,7 +142,7 @@ pub fn list_views(data: &DataDir) -> Result<Vec<SandboxView>, PodError> {
         if dir != PodDir::Run {
             continue;
         }
-        let view = match SandboxView::load(Pod::at(data, uuid, dir)) {
+        let view = match SandboxView::load_for_list(Pod::at(data, uuid, dir)) {
             Ok(v) => v,
             // removed between the listing and the read
             Err(PodError::NotFound(_)) => continue,
