@@ -19,6 +19,13 @@ fn teardown_status(e: TeardownError) -> Status {
     }
 }
 
+/// Drops the daemon's connection to a pod's systemd once the pod is going away.
+fn forget_bus(rt: &Runtime, id: &str) {
+    if let Ok(uuid) = rt.data.resolve(id) {
+        rt.drop_pod_bus(uuid);
+    }
+}
+
 pub async fn stop_pod_sandbox(
     rt: &Runtime,
     req: cri::StopPodSandboxRequest,
@@ -27,6 +34,7 @@ pub async fn stop_pod_sandbox(
         return Err(Status::invalid_argument("pod_sandbox_id is required"));
     }
     teardown::stop_pod(&rt.data, &req.pod_sandbox_id, STOP_GRACE, &rt.net_dirs()).await.map_err(teardown_status)?;
+    forget_bus(rt, &req.pod_sandbox_id);
     Ok(cri::StopPodSandboxResponse {})
 }
 
@@ -37,6 +45,7 @@ pub async fn remove_pod_sandbox(
     if req.pod_sandbox_id.is_empty() {
         return Err(Status::invalid_argument("pod_sandbox_id is required"));
     }
+    forget_bus(rt, &req.pod_sandbox_id);
     match teardown::remove_pod(&rt.data, &req.pod_sandbox_id, STOP_GRACE, &rt.net_dirs()).await {
         Ok(()) => Ok(cri::RemovePodSandboxResponse {}),
         Err(e) => match e.pod_error() {
