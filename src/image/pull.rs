@@ -40,7 +40,11 @@ struct WorkDir {
 
 impl WorkDir {
     fn new(cas: &Cas) -> Result<WorkDir, ImageError> {
-        let stale = clean_tmp(cas);
+        // creators and cleaners take turns, so a cleaner never sees a lock
+        // file that exists but is not held yet, or a directory before its lock
+        let guard_path = cas.tmp().join(CREATE_GUARD);
+        let _guard = lock::exclusive_file(&guard_path).map_err(io_ctx(format!("locking {}", guard_path.display())))?;
+        let stale = clean_tmp_locked(cas);
         if stale > 0 {
             tracing::info!(stale, "removed leftovers of interrupted pulls");
         }
@@ -65,13 +69,36 @@ impl Drop for WorkDir {
     }
 }
 
+/// Serialises making work directories with cleaning them up.
+const CREATE_GUARD: &str = ".create.lock";
+
 /// Removes `cas/tmp` leftovers whose lock nobody holds (a killed pull). Returns how many.
 pub fn clean_tmp(cas: &Cas) -> usize {
+    match lock::exclusive_file(&cas.tmp().join(CREATE_GUARD)) {
+        Ok(_guard) => clean_tmp_locked(cas),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot lock cas/tmp for cleaning");
+            0
+        }
+    }
+}
+
+fn clean_tmp_locked(cas: &Cas) -> usize {
     let mut n = 0;
     let Ok(entries) = fs::read_dir(cas.tmp()) else { return 0 };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if name.ends_with(".lock") {
+        if name.starts_with('.') {
+            continue;
+        }
+        if let Some(base) = name.strip_suffix(".lock") {
+            // a pull killed between taking its lock and making its directory
+            if !cas.tmp().join(base).exists()
+                && let Ok(Some(_held)) = lock::try_exclusive_file(&e.path())
+            {
+                let _ = fs::remove_file(e.path());
+                n += 1;
+            }
             continue;
         }
         let lock_path = cas.tmp().join(format!("{name}.lock"));
