@@ -368,10 +368,18 @@ pub fn facts(paths: &AppPaths, pod_running: bool) -> AppFacts {
 /// the unit being forgotten, a daemon restart and the pod's stop.
 pub fn record_exit(paths: &AppPaths, exit_code: i32) -> io::Result<()> {
     let file = paths.status_file("");
-    match fs::OpenOptions::new().write(true).create_new(true).open(&file) {
-        Ok(mut f) => io::Write::write_all(&mut f, format!("{exit_code}\n").as_bytes()),
+    if file.exists() {
+        return Ok(());
+    }
+    // complete before visible: written aside, then linked in (the link fails if
+    // another recorder was first), so a reader never sees an empty file
+    let tmp = file.with_extension(format!("tmp-{}", uuid::Uuid::new_v4().simple()));
+    fs::write(&tmp, format!("{exit_code}\n"))?;
+    let linked = fs::hard_link(&tmp, &file);
+    let _ = fs::remove_file(&tmp);
+    match linked {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(e),
+        other => other,
     }
 }
 
