@@ -302,7 +302,20 @@ fn job_result(w: &mut Worker, op: &'static str, unit: &str, res: Result<String, 
     if result == "done" {
         return Ok(());
     }
-    let detail = match read_status(w, unit) {
+    let status = read_status(w, unit);
+    // a start whose process ran and already ended (a short-lived app) did start:
+    // its exit is the app's business, not a failure to start it
+    if op == "start"
+        && let Ok(s) = &status
+        && match s.main_exit() {
+            Some(MainExit::Exited(c)) => !(200..=245).contains(&c),
+            Some(MainExit::Killed(_) | MainExit::Dumped(_)) => true,
+            None => false,
+        }
+    {
+        return Ok(());
+    }
+    let detail = match status {
         Ok(s) => match s.main_exit() {
             Some(MainExit::Exited(203)) => ": the program could not be executed (status 203/EXEC)".to_string(),
             Some(MainExit::Exited(c)) if (200..=245).contains(&c) => {
