@@ -4,7 +4,6 @@
 
 use crate::proto::v1;
 use std::fmt::Write as _;
-use std::fs;
 use std::net::IpAddr;
 
 /// The host's resolver config, the fallback when the CRI gives no DNS config.
@@ -72,19 +71,6 @@ fn is_loopback_nameserver(line: &str) -> bool {
     addr.parse::<IpAddr>().map(|a| a.is_loopback()).unwrap_or(false)
 }
 
-/// The node's resolv.conf without loopback nameservers (the fallback of
-/// [`resolv_conf`] read from [`HOST_RESOLV_CONF`]); empty if unreadable.
-pub fn host_resolv_conf() -> String {
-    resolv_conf(None, &fs::read_to_string(HOST_RESOLV_CONF).unwrap_or_default())
-}
-
-/// resolv.conf from explicit servers, search domains and options (what
-/// [`resolv_conf`] renders for a non-empty [`DnsConfig`]).
-pub fn render_resolv_conf(servers: &[String], searches: &[String], options: &[String]) -> String {
-    let dns = DnsConfig { servers: servers.to_vec(), searches: searches.to_vec(), options: options.to_vec() };
-    resolv_conf(Some(&dns), "")
-}
-
 /// `/etc/hosts`: the localhost lines, then `hostname` on each pod IP (or on
 /// 127.0.0.1 when the pod has none, as rkt does).
 pub fn hosts(hostname: &str, pod_ips: &[IpAddr]) -> String {
@@ -116,6 +102,7 @@ pub fn hostname(hostname: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     const HOST: &str = "# generated\nnameserver 127.0.0.53\nnameserver 10.0.0.2\nnameserver ::1\n\
 search corp.example\noptions edns0 trust-ad\n";
@@ -142,11 +129,11 @@ search corp.example\noptions edns0 trust-ad\n";
         assert_eq!(resolv_conf(Some(&DnsConfig::default()), HOST), expect);
         assert_eq!(resolv_conf(None, "nameserver 127.0.1.1\nnameserver fe80::1%eth0\n"), "nameserver fe80::1%eth0\n");
         assert_eq!(resolv_conf(None, ""), "");
-        assert_eq!(
-            render_resolv_conf(&["10.0.0.1".into()], &[], &["ndots:2".into()]),
-            "nameserver 10.0.0.1\noptions ndots:2\n"
-        );
-        assert!(!host_resolv_conf().lines().any(is_loopback_nameserver));
+        let explicit =
+            DnsConfig { servers: vec!["10.0.0.1".into()], searches: vec![], options: vec!["ndots:2".into()] };
+        assert_eq!(resolv_conf(Some(&explicit), HOST), "nameserver 10.0.0.1\noptions ndots:2\n");
+        let host = fs::read_to_string(HOST_RESOLV_CONF).unwrap_or_default();
+        assert!(!resolv_conf(None, &host).lines().any(is_loopback_nameserver));
     }
 
     #[test]

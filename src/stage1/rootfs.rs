@@ -154,16 +154,6 @@ impl Stage1Root {
     }
 }
 
-/// `/etc/hosts` for a pod: localhost lines plus the pod's own name.
-pub fn hosts_file(hostname: &str, ip: Option<&str>) -> String {
-    let mut s = String::from("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n");
-    match ip {
-        Some(ip) => s.push_str(&format!("{ip}\t{hostname}\n")),
-        None => s.push_str(&format!("127.0.1.1\t{hostname}\n")),
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,7 +166,7 @@ mod tests {
             machine_id: "0123456789abcdef0123456789abcdef".into(),
             hostname: "web-0".into(),
             resolv_conf: "nameserver 10.0.0.10\n".into(),
-            hosts: hosts_file("web-0", None),
+            hosts: crate::net::dns::hosts("web-0", &[]),
         };
         root.build(&id).expect("build");
         let r = root.path();

@@ -83,7 +83,7 @@ fn prepare(opts: &SandboxOptions, pod: &mut Pod, cgroup_out: &mut Option<PodCgro
     pod.write_initial(&manifest)?;
 
     let hostname = opts.hostname.clone().unwrap_or_else(|| format!("rkt-{uuid}"));
-    let mut hosts = super::rootfs::hosts_file(&hostname, None);
+    let mut hosts = crate::net::dns::hosts(&hostname, &[]);
     for line in &opts.hosts_entries {
         hosts.push_str(line);
         hosts.push('\n');
@@ -412,7 +412,14 @@ impl SandboxArgs {
             let (ip, names) = split_kv(e)?;
             hosts_entries.push(format!("{ip}\t{}", names.replace(',', " ")));
         }
-        let resolv_conf = resolv_conf(&self.dns, &self.dns_search, &self.dns_opt);
+        // explicit settings, or the node's own file without loopback resolvers
+        let dns = crate::net::dns::DnsConfig {
+            servers: self.dns.clone(),
+            searches: self.dns_search.clone(),
+            options: self.dns_opt.clone(),
+        };
+        let host = std::fs::read_to_string(crate::net::dns::HOST_RESOLV_CONF).unwrap_or_default();
+        let resolv_conf = crate::net::dns::resolv_conf(Some(&dns), &host);
         Ok(SandboxOptions {
             data,
             uuid: self.uuid,
@@ -428,14 +435,6 @@ impl SandboxArgs {
             uuid_file_save: self.uuid_file_save,
         })
     }
-}
-
-/// resolv.conf from explicit settings, or the node's own when none are given.
-fn resolv_conf(servers: &[String], searches: &[String], options: &[String]) -> String {
-    if servers.is_empty() && searches.is_empty() && options.is_empty() {
-        return crate::net::dns::host_resolv_conf();
-    }
-    crate::net::dns::render_resolv_conf(servers, searches, options)
 }
 
 #[cfg(test)]
