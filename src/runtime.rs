@@ -95,7 +95,7 @@ impl Runtime {
             return Ok(bus.clone());
         }
         let sandbox = pod.sandbox_pid().map_err(|e| e.to_string())?.ok_or("pod has no sandbox process")?;
-        let pid1 = PodBus::pod_pid1(sandbox).map_err(|e| format!("finding the pod's systemd: {e}"))?;
+        let pid1 = crate::stage1::inject::pod_pid1(sandbox).map_err(|e| format!("finding the pod's systemd: {e}"))?;
         let bus = Arc::new(PodBus::connect(pid1).map_err(|e| format!("connecting to the pod's systemd: {e}"))?);
         record_exits(&bus, pod);
         if let Ok(mut map) = self.buses.lock() {

@@ -70,7 +70,7 @@ impl TestPod {
     fn pid1(&self) -> i32 {
         let ppid: i32 =
             std::fs::read_to_string(self.pod_dir().join("ppid")).expect("ppid").trim().parse().expect("pid");
-        PodBus::pod_pid1(ppid).expect("pod pid 1")
+        rktlet::stage1::inject::pod_pid1(ppid).expect("pod pid 1")
     }
 
     /// A static busybox as the rootfs of `app` (`/opt/stage2/<app>/rootfs`).

@@ -25,7 +25,6 @@ pub use worker::BusEvent;
 use sdbus::{Basic, Bus, SdError};
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -108,18 +107,6 @@ impl PodBus {
             .spawn(move || worker::run(w, rx, wake2))
             .map_err(err)?;
         Ok(PodBus { pid1: pod_pid1, requests: Some(tx), wake, thread: Some(thread) })
-    }
-
-    /// The host pid of the pod's systemd: the only child of the sandbox
-    /// (nspawn) process, whose pid is in the pod's `ppid` file.
-    pub fn pod_pid1(sandbox_pid: i32) -> io::Result<i32> {
-        let path = format!("/proc/{sandbox_pid}/task/{sandbox_pid}/children");
-        let children = std::fs::read_to_string(Path::new(&path))?;
-        let mut it = children.split_whitespace().filter_map(|p| p.parse().ok());
-        match (it.next(), it.next()) {
-            (Some(pid), None) => Ok(pid),
-            _ => Err(io::Error::other(format!("sandbox {sandbox_pid} has not exactly one child: {children:?}"))),
-        }
     }
 
     pub fn pid1(&self) -> i32 {

@@ -211,11 +211,14 @@ pub fn detach(pod_pid1: i32, targets: &[CString]) -> io::Result<()> {
 /// sandbox process.
 pub fn pod_pid1(sandbox_pid: i32) -> io::Result<i32> {
     let children = std::fs::read_to_string(format!("/proc/{sandbox_pid}/task/{sandbox_pid}/children"))?;
-    children
-        .split_whitespace()
-        .next()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("pod process {sandbox_pid} has no child")))
+    let mut it = children.split_whitespace().filter_map(|p| p.parse().ok());
+    match (it.next(), it.next()) {
+        (Some(pid), None) => Ok(pid),
+        _ => Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("pod process {sandbox_pid} has not exactly one child: {children:?}"),
+        )),
+    }
 }
 
 /// Overlay mount options for an app rootfs.
