@@ -178,7 +178,9 @@ mod tests {
 
     #[test]
     fn net_info_ips() {
-        let text = r#"[{"netName":"pods","ifName":"eth0","ip":"10.88.0.5","mask":"255.255.0.0"},{"netName":"b","ip":"fd00::5"}]"#;
+        let text = r#"[{"netName":"pods","netConf":"/etc/cni/net.d/10.conflist","pluginPath":"/usr/lib/cni/bridge",
+            "ifName":"eth0","ip":"10.88.0.5","args":"","mask":"255.255.0.0"},
+            {"netName":"b","netConf":"","pluginPath":"","ifName":"eth1","ip":"fd00::5","args":"","mask":""}]"#;
         assert_eq!(ips_from_net_info(text), ["10.88.0.5", "fd00::5"]);
         assert!(ips_from_net_info("garbage").is_empty());
     }
