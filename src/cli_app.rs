@@ -4,22 +4,27 @@
 //! CLI and the daemon cannot disagree; the CLI is what the exec design of the
 //! benchmark runs per call.
 
+use crate::api_v1::AppInfo;
 use crate::config::Config;
+use crate::pod::{Pod, PodState};
 use crate::cri::{container_create, container_start, container_status};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use std::path::PathBuf;
 
-/// Flags of `rktlet app add`.
-#[derive(Debug, Clone, clap::Args)]
+/// Flags of `rktlet app add` (rkt's, as rktlet passed them per CRI field).
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct AddArgs {
     /// Pod UUID (or unique prefix).
     pub uuid: String,
     /// Image reference or id, already in the store (`rktlet fetch`).
     pub image: String,
-    /// App name (the app is named `0-<name>` like a CRI container's first attempt).
+    /// Container name (the app is named `<attempt>-<name>`).
     #[arg(long)]
     pub name: String,
+    /// Restart attempt (CRI metadata).
+    #[arg(long, default_value_t = 0)]
+    pub attempt: u32,
     /// Program to run instead of the image's entrypoint.
     #[arg(long)]
     pub exec: Option<String>,
@@ -34,15 +39,202 @@ pub struct AddArgs {
     /// Numeric gid to run as.
     #[arg(long)]
     pub group: Option<i64>,
+    /// Supplementary group ids, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub supplementary_gids: Vec<i64>,
     /// Memory limit in bytes.
     #[arg(long)]
     pub memory: Option<i64>,
-    /// Log file for the app's output (kubelet's format).
+    /// CPU shares.
+    #[arg(long)]
+    pub cpu_shares: Option<i64>,
+    /// CPU limit in millicores, e.g. `500m`.
+    #[arg(long)]
+    pub cpu: Option<String>,
+    /// Mount the root filesystem read-only.
+    #[arg(long)]
+    pub readonly_rootfs: bool,
+    /// `name=N,kind=host,source=HOST,target=PATH[,readOnly=true]` (repeatable).
+    #[arg(long)]
+    pub mnt_volume: Vec<String>,
+    /// `KEY=VALUE` annotation of the app (repeatable).
+    #[arg(long)]
+    pub user_annotation: Vec<String>,
+    /// `KEY=VALUE` label of the app (repeatable).
+    #[arg(long)]
+    pub user_label: Vec<String>,
+    /// Log file for the app's output (kubelet's format), relative to the pod's log directory.
     #[arg(long)]
     pub log_file: Option<PathBuf>,
     /// Arguments after `--`.
     #[arg(last = true)]
     pub args: Vec<String>,
+}
+
+const CPU_PERIOD_US: i64 = 100_000;
+
+fn key_values(flag: &str, items: &[String]) -> Result<Vec<(String, String)>, String> {
+    items
+        .iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| format!("--{flag} {kv:?} is not KEY=VALUE"))
+        })
+        .collect()
+}
+
+fn mount(spec: &str) -> Result<cri::Mount, String> {
+    let fields = key_values("mnt-volume", &spec.split(',').map(str::to_string).collect::<Vec<_>>())?;
+    let get = |k: &str| fields.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+    if get("kind").is_some_and(|k| k != "host") {
+        return Err(format!("--mnt-volume {spec:?}: only kind=host is supported"));
+    }
+    Ok(cri::Mount {
+        host_path: get("source").ok_or_else(|| format!("--mnt-volume {spec:?} has no source"))?,
+        container_path: get("target").ok_or_else(|| format!("--mnt-volume {spec:?} has no target"))?,
+        readonly: get("readOnly").is_some_and(|v| v == "true"),
+        ..Default::default()
+    })
+}
+
+impl AddArgs {
+    /// The flags rktlet would pass for a CRI CreateContainer.
+    pub fn from_cri(pod_id: &str, c: &cri::ContainerConfig) -> AddArgs {
+        let meta = c.metadata.clone().unwrap_or_default();
+        let linux = c.linux.clone().unwrap_or_default();
+        let res = linux.resources.unwrap_or_default();
+        let sec = linux.security_context.unwrap_or_default();
+        let (exec, args) = match c.command.split_first() {
+            Some((exec, rest)) => (Some(exec.clone()), rest.iter().chain(&c.args).cloned().collect()),
+            None => (None, c.args.clone()),
+        };
+        let pairs = |m: &std::collections::HashMap<String, String>| {
+            let mut v: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            v.sort();
+            v
+        };
+        AddArgs {
+            uuid: pod_id.to_string(),
+            image: c.image.as_ref().map(|i| i.image.clone()).unwrap_or_default(),
+            name: meta.name,
+            attempt: meta.attempt,
+            exec,
+            environment: c.envs.iter().map(|e| format!("{}={}", e.key, e.value)).collect(),
+            working_dir: Some(c.working_dir.clone()).filter(|w| !w.is_empty()),
+            user: sec.run_as_user.map(|u| u.value),
+            group: sec.run_as_group.map(|g| g.value),
+            supplementary_gids: sec.supplemental_groups,
+            memory: Some(res.memory_limit_in_bytes).filter(|m| *m > 0),
+            cpu_shares: Some(res.cpu_shares).filter(|s| *s > 0),
+            cpu: (res.cpu_quota > 0 && res.cpu_period > 0).then(|| format!("{}m", res.cpu_quota * 1000 / res.cpu_period)),
+            readonly_rootfs: sec.readonly_rootfs,
+            mnt_volume: c
+                .mounts
+                .iter()
+                .enumerate()
+                .map(|(i, m)| {
+                    format!("name=vol{i},kind=host,source={},target={},readOnly={}", m.host_path, m.container_path, m.readonly)
+                })
+                .collect(),
+            user_annotation: pairs(&c.annotations),
+            user_label: pairs(&c.labels),
+            log_file: Some(PathBuf::from(&c.log_path)).filter(|p| !p.as_os_str().is_empty()),
+            args,
+        }
+    }
+
+    /// The command line after `app add`.
+    pub fn to_argv(&self) -> Vec<String> {
+        let mut v = vec![self.uuid.clone(), self.image.clone(), format!("--name={}", self.name)];
+        v.push(format!("--attempt={}", self.attempt));
+        let mut opt = |flag: &str, value: Option<String>| {
+            if let Some(value) = value {
+                v.push(format!("--{flag}={value}"));
+            }
+        };
+        opt("exec", self.exec.clone());
+        opt("working-dir", self.working_dir.clone());
+        opt("user", self.user.map(|u| u.to_string()));
+        opt("group", self.group.map(|g| g.to_string()));
+        opt("memory", self.memory.map(|m| m.to_string()));
+        opt("cpu-shares", self.cpu_shares.map(|s| s.to_string()));
+        opt("cpu", self.cpu.clone());
+        opt("log-file", self.log_file.as_ref().map(|p| p.display().to_string()));
+        if !self.supplementary_gids.is_empty() {
+            let gids: Vec<String> = self.supplementary_gids.iter().map(i64::to_string).collect();
+            v.push(format!("--supplementary-gids={}", gids.join(",")));
+        }
+        if self.readonly_rootfs {
+            v.push("--readonly-rootfs".into());
+        }
+        for (flag, items) in [
+            ("environment", &self.environment),
+            ("mnt-volume", &self.mnt_volume),
+            ("user-annotation", &self.user_annotation),
+            ("user-label", &self.user_label),
+        ] {
+            v.extend(items.iter().map(|i| format!("--{flag}={i}")));
+        }
+        if !self.args.is_empty() {
+            v.push("--".into());
+            v.extend(self.args.iter().cloned());
+        }
+        v
+    }
+
+    /// The CRI request these flags stand for.
+    fn to_cri(&self) -> Result<cri::CreateContainerRequest, String> {
+        let envs = key_values("environment", &self.environment)?
+            .into_iter()
+            .map(|(key, value)| cri::KeyValue { key, value })
+            .collect();
+        let (command, args) = match &self.exec {
+            Some(e) => (std::iter::once(e.clone()).chain(self.args.iter().cloned()).collect(), Vec::new()),
+            None => (Vec::new(), self.args.clone()),
+        };
+        let (cpu_quota, cpu_period) = match &self.cpu {
+            Some(c) => {
+                let milli: i64 = c
+                    .strip_suffix('m')
+                    .unwrap_or(c)
+                    .parse()
+                    .map_err(|_| format!("--cpu {c:?} is not a number of millicores like 500m"))?;
+                (milli * CPU_PERIOD_US / 1000, CPU_PERIOD_US)
+            }
+            None => (0, 0),
+        };
+        let config = cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata { name: self.name.clone(), attempt: self.attempt }),
+            image: Some(cri::ImageSpec { image: self.image.clone(), ..Default::default() }),
+            command,
+            args,
+            envs,
+            working_dir: self.working_dir.clone().unwrap_or_default(),
+            log_path: self.log_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+            mounts: self.mnt_volume.iter().map(|m| mount(m)).collect::<Result<_, _>>()?,
+            annotations: key_values("user-annotation", &self.user_annotation)?.into_iter().collect(),
+            labels: key_values("user-label", &self.user_label)?.into_iter().collect(),
+            linux: Some(cri::LinuxContainerConfig {
+                resources: Some(cri::LinuxContainerResources {
+                    memory_limit_in_bytes: self.memory.unwrap_or(0),
+                    cpu_shares: self.cpu_shares.unwrap_or(0),
+                    cpu_quota,
+                    cpu_period,
+                    ..Default::default()
+                }),
+                security_context: Some(cri::LinuxContainerSecurityContext {
+                    run_as_user: self.user.map(|value| cri::Int64Value { value }),
+                    run_as_group: self.group.map(|value| cri::Int64Value { value }),
+                    supplemental_groups: self.supplementary_gids.clone(),
+                    readonly_rootfs: self.readonly_rootfs,
+                    ..Default::default()
+                }),
+            }),
+            ..Default::default()
+        };
+        Ok(cri::CreateContainerRequest { pod_sandbox_id: self.uuid.clone(), config: Some(config), sandbox_config: None })
+    }
 }
 
 fn runtime(data_dir: PathBuf) -> Result<(tokio::runtime::Runtime, Runtime), String> {
@@ -62,42 +254,8 @@ fn id(uuid: &str, app: &str) -> String {
 
 /// `app add`: prints the container id.
 pub fn add(data_dir: PathBuf, a: AddArgs) -> Result<String, String> {
+    let req = a.to_cri()?;
     let (tokio, rt) = runtime(data_dir)?;
-    let envs = a
-        .environment
-        .iter()
-        .map(|kv| {
-            kv.split_once('=')
-                .map(|(k, v)| cri::KeyValue { key: k.into(), value: v.into() })
-                .ok_or_else(|| format!("--environment {kv:?} is not KEY=VALUE"))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let (command, args) = match &a.exec {
-        Some(e) => (std::iter::once(e.clone()).chain(a.args.iter().cloned()).collect(), Vec::new()),
-        None => (Vec::new(), a.args.clone()),
-    };
-    let config = cri::ContainerConfig {
-        metadata: Some(cri::ContainerMetadata { name: a.name.clone(), attempt: 0 }),
-        image: Some(cri::ImageSpec { image: a.image.clone(), ..Default::default() }),
-        command,
-        args,
-        envs,
-        working_dir: a.working_dir.clone().unwrap_or_default(),
-        log_path: a.log_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
-        linux: Some(cri::LinuxContainerConfig {
-            resources: a
-                .memory
-                .map(|m| cri::LinuxContainerResources { memory_limit_in_bytes: m, ..Default::default() }),
-            security_context: Some(cri::LinuxContainerSecurityContext {
-                run_as_user: a.user.map(|value| cri::Int64Value { value }),
-                run_as_group: a.group.map(|value| cri::Int64Value { value }),
-                ..Default::default()
-            }),
-        }),
-        ..Default::default()
-    };
-    let req =
-        cri::CreateContainerRequest { pod_sandbox_id: a.uuid.clone(), config: Some(config), sandbox_config: None };
     tokio
         .block_on(container_create::create_container(&rt, req))
         .map(|r| r.container_id)
@@ -124,53 +282,29 @@ pub fn lifecycle(data_dir: PathBuf, verb: &str, uuid: &str, app: &str, timeout: 
 
 /// `app list UUID` / `app status UUID --app=NAME`, as JSON or a table.
 pub fn show(data_dir: PathBuf, uuid: &str, app: Option<&str>, json: bool) -> Result<String, String> {
-    let (tokio, rt) = runtime(data_dir)?;
+    let (_tokio, rt) = runtime(data_dir)?;
     // no daemon may be listening to the pod: read exits from its systemd first
     rt.reconcile();
-    let filter = cri::ContainerFilter {
-        pod_sandbox_id: uuid.to_string(),
-        id: app.map(|a| id(uuid, a)).unwrap_or_default(),
-        ..Default::default()
-    };
-    let list = tokio
-        .block_on(container_status::list_containers(&rt, cri::ListContainersRequest { filter: Some(filter) }))
-        .map_err(|s| s.message().to_string())?;
-    let mut rows = Vec::new();
-    for c in list.containers {
-        let status = tokio
-            .block_on(container_status::container_status(
-                &rt,
-                cri::ContainerStatusRequest { container_id: c.id.clone(), verbose: false },
-            ))
-            .map_err(|s| s.message().to_string())?
-            .status
-            .unwrap_or_default();
-        let state = cri::ContainerState::try_from(status.state).map(|s| s.as_str_name()).unwrap_or("UNKNOWN");
-        rows.push(serde_json::json!({
-            "name": c.id.split_once(':').map(|(_, a)| a).unwrap_or(""),
-            "state": state.trim_start_matches("CONTAINER_").to_lowercase(),
-            "image_id": status.image_ref,
-            "created_at": status.created_at,
-            "started_at": status.started_at,
-            "finished_at": status.finished_at,
-            "exit_code": status.exit_code,
-        }));
+    let mut pod = Pod::open(&rt.data, uuid).map_err(|e| e.to_string())?;
+    let running = pod.state().map_err(|e| e.to_string())? == PodState::Running;
+    let manifest = pod.read_manifest().map_err(|e| e.to_string())?;
+    let rows: Vec<AppInfo> = manifest
+        .apps
+        .iter()
+        .filter(|a| app.is_none_or(|name| a.name == name))
+        .map(|a| container_status::app_info(&pod, a, running))
+        .collect();
+    let encoded = |r: serde_json::Result<String>| r.map_err(|e| e.to_string());
+    match (app, rows.first()) {
+        (Some(name), None) => Err(format!("app {name} not found in pod {uuid}")),
+        (Some(_), Some(one)) if json => encoded(serde_json::to_string(one)),
+        _ if json => encoded(serde_json::to_string(&rows)),
+        _ => {
+            let mut out = String::from("NAME\tSTATE\tEXIT\tIMAGE\n");
+            for r in rows {
+                out.push_str(&format!("{}\t{}\t{}\t{}\n", r.name, r.state, r.exit_code, r.image_id));
+            }
+            Ok(out)
+        }
     }
-    if app.is_some() && rows.is_empty() {
-        return Err(format!("app {} not found in pod {uuid}", app.unwrap_or("")));
-    }
-    if json {
-        return Ok(if app.is_some() { rows[0].to_string() } else { serde_json::Value::Array(rows).to_string() });
-    }
-    let mut out = String::from("NAME\tSTATE\tEXIT\tIMAGE\n");
-    for r in rows {
-        out.push_str(&format!(
-            "{}\t{}\t{}\t{}\n",
-            r["name"].as_str().unwrap_or(""),
-            r["state"].as_str().unwrap_or(""),
-            r["exit_code"],
-            r["image_id"].as_str().unwrap_or("")
-        ));
-    }
-    Ok(out)
 }

@@ -33,6 +33,8 @@ pub struct FileConfig {
     pub cni_conf_dir: Option<PathBuf>,
     pub cni_bin_dirs: Option<Vec<PathBuf>>,
     pub registry_config: Option<PathBuf>,
+    /// Serve CRI the original rktlet's way, by exec'ing the CLI per call (for benchmarks).
+    pub exec_mode: Option<bool>,
 }
 
 impl FileConfig {
@@ -53,6 +55,7 @@ pub struct Config {
     pub cni_conf_dir: PathBuf,
     pub cni_bin_dirs: Vec<PathBuf>,
     pub registry_config: PathBuf,
+    pub exec_mode: bool,
 }
 
 impl Default for Config {
@@ -65,6 +68,7 @@ impl Default for Config {
             cni_conf_dir: DEFAULT_CNI_CONF_DIR.into(),
             cni_bin_dirs: DEFAULT_CNI_BIN_DIRS.iter().map(PathBuf::from).collect(),
             registry_config: DEFAULT_REGISTRY_CONFIG.into(),
+            exec_mode: false,
         }
     }
 }
@@ -94,6 +98,9 @@ impl Config {
             }
             if let Some(v) = layer.registry_config {
                 c.registry_config = v;
+            }
+            if let Some(v) = layer.exec_mode {
+                c.exec_mode = v;
             }
         }
         if !["error", "warn", "info", "debug", "trace"].contains(&c.log_level.as_str()) {

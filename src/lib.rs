@@ -6,12 +6,14 @@
 //! `cgroup` owns cgroup files; `net` owns pod networking; `stream` serves
 //! exec/attach/port-forward streams.
 
+pub mod api_v1;
 pub mod cgroup;
 pub mod cli;
 pub mod cli_app;
 pub mod client;
 pub mod config;
 pub mod cri;
+pub mod exec_mode;
 pub mod fsutil;
 pub mod image;
 pub mod lock;

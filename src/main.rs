@@ -82,6 +82,12 @@ struct RktFlags {
     /// Debug logging to stderr.
     #[arg(long, global = true)]
     debug: bool,
+    /// Directory with CNI network configs (for the network release of `stop` and `rm`).
+    #[arg(long, global = true, default_value = rktlet::config::DEFAULT_CNI_CONF_DIR)]
+    cni_conf_dir: PathBuf,
+    /// Directory with CNI plugins; repeat for several [default: /opt/cni/bin, /usr/lib/cni].
+    #[arg(long = "cni-bin-dir", global = true)]
+    cni_bin_dirs: Vec<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -177,6 +183,10 @@ struct ServeArgs {
     /// Registry mirrors and insecure registries (TOML) [default: /etc/rktlet/registries.toml].
     #[arg(long)]
     registry_config: Option<PathBuf>,
+    /// Serve every CRI call the original rktlet exec'd by exec'ing this binary's
+    /// CLI instead (`app add`, `app start`, `status`, ...): the exec design, for benchmarks.
+    #[arg(long)]
+    exec_mode: bool,
 }
 
 impl ServeArgs {
@@ -193,6 +203,7 @@ impl ServeArgs {
             cni_conf_dir: self.cni_conf_dir,
             cni_bin_dirs: (!self.cni_bin_dirs.is_empty()).then_some(self.cni_bin_dirs),
             registry_config: self.registry_config,
+            exec_mode: self.exec_mode.then_some(true),
         };
         Config::resolve(file, flags)
     }
@@ -245,6 +256,15 @@ fn for_each(ids: &[String], f: impl Fn(&str) -> Result<(), String>) -> Result<()
 }
 
 impl RktFlags {
+    fn net_dirs(&self) -> rktlet::stage1::teardown::NetDirs {
+        let bin_dirs = if self.cni_bin_dirs.is_empty() {
+            rktlet::config::DEFAULT_CNI_BIN_DIRS.iter().map(PathBuf::from).collect()
+        } else {
+            self.cni_bin_dirs.clone()
+        };
+        rktlet::stage1::teardown::NetDirs { conf_dir: self.cni_conf_dir.clone(), bin_dirs }
+    }
+
     fn store(&self) -> Result<rktlet::image::Store, String> {
         if self.debug {
             init_logging("debug");
@@ -329,17 +349,19 @@ fn image_cmd(rkt: RktFlags, command: ImageCommand) -> Result<(), String> {
             let secs = |ns: i64| ns / 1_000_000_000;
             match format.as_str() {
                 "json" => {
-                    let rows: Vec<_> = images
+                    let rows: Vec<rktlet::api_v1::ImageInfo> = images
                         .iter()
-                        .map(|i| {
-                            serde_json::json!({
-                                "id": i.id, "name": i.manifest.name, "size": i.size,
-                                "importTime": i.import_time, "lastUsedTime": i.last_used,
-                                "tags": i.tags, "digests": i.digests,
-                            })
+                        .map(|i| rktlet::api_v1::ImageInfo {
+                            id: i.id.clone(),
+                            name: i.manifest.name.clone(),
+                            size: i.size,
+                            import_time: i.import_time,
+                            last_used_time: i.last_used,
+                            tags: i.tags.clone(),
+                            digests: i.digests.clone(),
                         })
                         .collect();
-                    println!("{}", serde_json::Value::Array(rows));
+                    println!("{}", serde_json::to_string(&rows).map_err(|e| e.to_string())?);
                 }
                 "tabbed" => {
                     println!("ID\tNAME\tSIZE\tIMPORT TIME\tLAST USED");
@@ -435,14 +457,14 @@ fn main() -> ExitCode {
             .and_then(|json| rktlet::cli::status(&data_dir(dir.clone()), &uuid, json).map_err(|e| e.to_string()))
             .map(|out| println!("{}", out.trim_end())),
         Command::Stop { uuids, force } => {
-            let data = data_dir(dir.clone());
-            for_each(&uuids, |id| rktlet::cli::stop_pod(&data, id, force).map_err(|e| e.to_string()))
+            let (data, net) = (data_dir(dir.clone()), cli.rkt.net_dirs());
+            for_each(&uuids, |id| rktlet::cli::stop_pod(&data, id, force, &net).map_err(|e| e.to_string()))
         }
         Command::Rm { uuids } => {
-            let data = data_dir(dir.clone());
-            for_each(&uuids, |id| rktlet::cli::rm_pod(&data, id).map_err(|e| e.to_string()))
+            let (data, net) = (data_dir(dir.clone()), cli.rkt.net_dirs());
+            for_each(&uuids, |id| rktlet::cli::rm_pod(&data, id, &net).map_err(|e| e.to_string()))
         }
-        Command::Gc { grace_period } => rktlet::cli::gc(&data_dir(dir.clone()), grace_period)
+        Command::Gc { grace_period } => rktlet::cli::gc(&data_dir(dir.clone()), grace_period, &cli.rkt.net_dirs())
             .map(|removed| removed.iter().for_each(|u| println!("removed {u}")))
             .map_err(|e| e.to_string()),
         Command::Fetch { image } => fetch(cli.rkt, image),

@@ -91,7 +91,12 @@ pub async fn serve(
     listener: UnixListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
-    let service = CriService::new(runtime);
+    let service = if runtime.config.exec_mode {
+        tracing::info!("exec mode: CRI calls are served by exec'ing the rkt-style CLI, as the original rktlet did");
+        CriService::exec_mode(runtime).map_err(io_err("locating the CLI for exec mode"))?
+    } else {
+        CriService::new(runtime)
+    };
     tonic::transport::Server::builder()
         .add_service(RuntimeServiceServer::new(service.clone()))
         .add_service(ImageServiceServer::new(service))

@@ -5,22 +5,17 @@
 
 use super::container_start::open;
 use super::{container_meta as meta, pod_status};
-use crate::pod::manifest::RuntimeApp;
+use crate::api_v1::{AppInfo, MountInfo};
+use crate::pod::manifest::{App, RuntimeApp, RuntimeImage};
 use crate::pod::{Pod, PodDir, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
-use crate::stage1::app::{self, AppFacts, AppPaths, AppState};
+use crate::stage1::app::{self, AppPaths, AppState};
 use tonic::Status;
 
-fn cri_state(f: &AppFacts) -> cri::ContainerState {
-    match f.state {
-        AppState::Created => cri::ContainerState::ContainerCreated,
-        AppState::Running => cri::ContainerState::ContainerRunning,
-        AppState::Exited(_) => cri::ContainerState::ContainerExited,
-    }
-}
-
-fn status_of(pod: &Pod, app: &RuntimeApp, running: bool) -> cri::ContainerStatus {
+/// An app as rkt's `app status` reports it: what `rktlet app status` prints
+/// and what ContainerStatus is made from.
+pub fn app_info(pod: &Pod, app: &RuntimeApp, running: bool) -> AppInfo {
     let paths = AppPaths::new(pod, &app.name);
     let f = app::facts(&paths, running);
     let oom = || {
@@ -40,31 +35,84 @@ fn status_of(pod: &Pod, app: &RuntimeApp, running: bool) -> cri::ContainerStatus
         .iter()
         .filter_map(|m| {
             let v = m.app_volume.as_ref()?;
-            Some(cri::Mount {
+            Some(MountInfo {
+                name: m.volume.clone(),
                 container_path: m.path.clone(),
                 host_path: v.source.clone(),
-                readonly: v.read_only.unwrap_or(false),
-                ..Default::default()
+                read_only: v.read_only.unwrap_or(false),
             })
         })
         .collect();
-    cri::ContainerStatus {
-        id: meta::container_id(&pod.uuid().to_string(), &app.name),
-        metadata: Some(meta::metadata(app)),
-        state: cri_state(&f) as i32,
+    let (user_annotations, user_labels) =
+        app.app.as_ref().map(|a| (a.user_annotations.clone(), a.user_labels.clone())).unwrap_or_default();
+    AppInfo {
+        name: app.name.clone(),
+        state: match f.state {
+            AppState::Created => "created",
+            AppState::Running => "running",
+            AppState::Exited(_) => "exited",
+        }
+        .into(),
         created_at: f.created_at,
         started_at: f.started_at,
         finished_at: f.finished_at,
         exit_code,
-        image: Some(cri::ImageSpec { image: meta::image(app), ..Default::default() }),
-        image_ref: app.image.id.clone(),
         reason: reason.into(),
-        labels: meta::labels(app),
-        annotations: meta::annotations(app),
+        image_id: app.image.id.clone(),
+        image_name: app.image.name.clone(),
         mounts,
-        log_path: meta::log_path(app),
+        user_annotations,
+        user_labels,
+    }
+}
+
+/// The CRI status of an app of pod `pod_id`, from what `app status` reports.
+pub fn status_from_info(pod_id: &str, info: AppInfo) -> cri::ContainerStatus {
+    let state = match info.state.as_str() {
+        "created" => cri::ContainerState::ContainerCreated,
+        "running" => cri::ContainerState::ContainerRunning,
+        "exited" => cri::ContainerState::ContainerExited,
+        _ => cri::ContainerState::ContainerUnknown,
+    };
+    let mounts = info
+        .mounts
+        .iter()
+        .map(|m| cri::Mount {
+            container_path: m.container_path.clone(),
+            host_path: m.host_path.clone(),
+            readonly: m.read_only,
+            ..Default::default()
+        })
+        .collect();
+    let app = RuntimeApp {
+        name: info.name,
+        image: RuntimeImage { name: info.image_name, id: info.image_id, labels: Vec::new() },
+        app: Some(App { user_annotations: info.user_annotations, user_labels: info.user_labels, ..Default::default() }),
+        read_only_root_fs: false,
+        mounts: Vec::new(),
+        annotations: Vec::new(),
+    };
+    cri::ContainerStatus {
+        id: meta::container_id(pod_id, &app.name),
+        metadata: Some(meta::metadata(&app)),
+        state: state as i32,
+        created_at: info.created_at,
+        started_at: info.started_at,
+        finished_at: info.finished_at,
+        exit_code: info.exit_code,
+        image: Some(cri::ImageSpec { image: meta::image(&app), ..Default::default() }),
+        image_ref: app.image.id.clone(),
+        reason: info.reason,
+        labels: meta::labels(&app),
+        annotations: meta::annotations(&app),
+        mounts,
+        log_path: meta::log_path(&app),
         ..Default::default()
     }
+}
+
+fn status_of(pod: &Pod, app: &RuntimeApp, running: bool) -> cri::ContainerStatus {
+    status_from_info(&pod.uuid().to_string(), app_info(pod, app, running))
 }
 
 pub async fn container_status(
@@ -88,7 +136,7 @@ pub async fn container_status(
     Ok(cri::ContainerStatusResponse { status: Some(status), info })
 }
 
-fn matches(s: &cri::ContainerStatus, pod_id: &str, f: &cri::ContainerFilter) -> bool {
+pub fn matches(s: &cri::ContainerStatus, pod_id: &str, f: &cri::ContainerFilter) -> bool {
     (f.id.is_empty() || s.id.starts_with(&f.id))
         && (f.pod_sandbox_id.is_empty() || pod_id.starts_with(&f.pod_sandbox_id))
         && f.state.as_ref().is_none_or(|st| st.state == s.state)
@@ -115,20 +163,25 @@ pub async fn list_containers(
         for app in &manifest.apps {
             let s = status_of(&pod, app, state == PodState::Running);
             if matches(&s, &pod_id, &filter) {
-                containers.push(cri::Container {
-                    id: s.id,
-                    pod_sandbox_id: pod_id.clone(),
-                    metadata: s.metadata,
-                    image: s.image,
-                    image_ref: s.image_ref,
-                    state: s.state,
-                    created_at: s.created_at,
-                    labels: s.labels,
-                    annotations: s.annotations,
-                    ..Default::default()
-                });
+                containers.push(container_from_status(&pod_id, s));
             }
         }
     }
     Ok(cri::ListContainersResponse { containers })
+}
+
+/// The ListContainers entry of a container.
+pub fn container_from_status(pod_id: &str, s: cri::ContainerStatus) -> cri::Container {
+    cri::Container {
+        id: s.id,
+        pod_sandbox_id: pod_id.to_string(),
+        metadata: s.metadata,
+        image: s.image,
+        image_ref: s.image_ref,
+        state: s.state,
+        created_at: s.created_at,
+        labels: s.labels,
+        annotations: s.annotations,
+        ..Default::default()
+    }
 }

@@ -7,7 +7,7 @@ use crate::runtime::Runtime;
 use std::collections::HashMap;
 use tonic::Status;
 
-fn to_cri(image: &Image) -> cri::Image {
+pub(crate) fn to_cri(image: &Image) -> cri::Image {
     let (uid, username) = image.user();
     cri::Image {
         id: image.id.clone(),

@@ -3,16 +3,17 @@
 //! each RPC to its handler and logs it (method, duration, status code).
 
 pub(crate) mod container_create;
-mod container_meta;
+pub(crate) mod container_meta;
 pub(crate) mod container_start;
 pub(crate) mod container_status;
-mod image;
-mod pod_meta;
+pub(crate) mod image;
+pub(crate) mod pod_meta;
 mod runtime_info;
-mod sandbox_run;
+pub(crate) mod sandbox_run;
 mod sandbox_status;
 mod sandbox_stop;
 
+use crate::exec_mode::{self, ExecMode};
 use crate::proto::v1 as cri;
 use crate::proto::v1::image_service_server::ImageService;
 use crate::proto::v1::runtime_service_server::RuntimeService;
@@ -26,11 +27,19 @@ use tonic::{Request, Response, Status};
 #[derive(Debug, Clone)]
 pub struct CriService {
     rt: Arc<Runtime>,
+    /// Set in `--exec-mode`: the calls rktlet exec'd are exec'd.
+    exec: Option<Arc<ExecMode>>,
 }
 
 impl CriService {
     pub fn new(rt: Arc<Runtime>) -> Self {
-        Self { rt }
+        Self { rt, exec: None }
+    }
+
+    /// The exec design (`serve --exec-mode`), for comparison.
+    pub fn exec_mode(rt: Arc<Runtime>) -> std::io::Result<Self> {
+        let exec = ExecMode::new(rt.clone())?;
+        Ok(Self { rt, exec: Some(Arc::new(exec)) })
     }
 }
 
@@ -75,14 +84,15 @@ fn unimplemented(method: &str) -> Status {
     Status::unimplemented(format!("{method} is not implemented by rktlet yet"))
 }
 
-/// Writes a service impl: `done` RPCs call `handler(&runtime, request)`,
-/// `pending` ones answer UNIMPLEMENTED naming the method. (A macro so that
-/// `#[async_trait]` sees every method already expanded.)
+/// Writes a service impl: `done` RPCs call `handler(&runtime, request)`, or
+/// in exec mode `exec_handler(&exec_mode, request)` where one is given after
+/// `| exec`; `pending` ones answer UNIMPLEMENTED naming the method. (A macro
+/// so that `#[async_trait]` sees every method already expanded.)
 macro_rules! cri_impl {
     (
         $trait:ident {
             $(type $assoc:ident = $assoc_ty:ty;)*
-            done { $( $name:literal: $f:ident($req:ident) -> $resp:ty => $handler:path; )* }
+            done { $( $name:literal: $f:ident($req:ident) -> $resp:ty => $handler:path $(| exec $eh:path)?; )* }
             pending { $( $pname:literal: $pf:ident($preq:ident) -> $presp:ty; )* }
         }
     ) => {
@@ -91,7 +101,13 @@ macro_rules! cri_impl {
             $(type $assoc = $assoc_ty;)*
             $(
                 async fn $f(&self, request: Request<cri::$req>) -> Result<Response<$resp>, Status> {
-                    observe($name, $handler(&self.rt, request.into_inner())).await
+                    let request = request.into_inner();
+                    $(
+                        if let Some(exec) = &self.exec {
+                            return observe($name, $eh(exec, request)).await;
+                        }
+                    )?
+                    observe($name, $handler(&self.rt, request)).await
                 }
             )*
             $(
@@ -123,27 +139,27 @@ cri_impl! {
             "UpdateRuntimeConfig": update_runtime_config(UpdateRuntimeConfigRequest)
                 -> cri::UpdateRuntimeConfigResponse => runtime_info::update_runtime_config;
             "RunPodSandbox": run_pod_sandbox(RunPodSandboxRequest) -> cri::RunPodSandboxResponse
-                => sandbox_run::run_pod_sandbox;
+                => sandbox_run::run_pod_sandbox | exec exec_mode::run_pod_sandbox;
             "StopPodSandbox": stop_pod_sandbox(StopPodSandboxRequest) -> cri::StopPodSandboxResponse
-                => sandbox_stop::stop_pod_sandbox;
+                => sandbox_stop::stop_pod_sandbox | exec exec_mode::stop_pod_sandbox;
             "RemovePodSandbox": remove_pod_sandbox(RemovePodSandboxRequest) -> cri::RemovePodSandboxResponse
-                => sandbox_stop::remove_pod_sandbox;
+                => sandbox_stop::remove_pod_sandbox | exec exec_mode::remove_pod_sandbox;
             "PodSandboxStatus": pod_sandbox_status(PodSandboxStatusRequest) -> cri::PodSandboxStatusResponse
-                => sandbox_status::pod_sandbox_status;
+                => sandbox_status::pod_sandbox_status | exec exec_mode::pod_sandbox_status;
             "ListPodSandbox": list_pod_sandbox(ListPodSandboxRequest) -> cri::ListPodSandboxResponse
-                => sandbox_status::list_pod_sandbox;
+                => sandbox_status::list_pod_sandbox | exec exec_mode::list_pod_sandbox;
             "CreateContainer": create_container(CreateContainerRequest) -> cri::CreateContainerResponse
-                => container_create::create_container;
+                => container_create::create_container | exec exec_mode::create_container;
             "StartContainer": start_container(StartContainerRequest) -> cri::StartContainerResponse
-                => container_start::start_container;
+                => container_start::start_container | exec exec_mode::start_container;
             "StopContainer": stop_container(StopContainerRequest) -> cri::StopContainerResponse
-                => container_start::stop_container;
+                => container_start::stop_container | exec exec_mode::stop_container;
             "RemoveContainer": remove_container(RemoveContainerRequest) -> cri::RemoveContainerResponse
-                => container_start::remove_container;
+                => container_start::remove_container | exec exec_mode::remove_container;
             "ListContainers": list_containers(ListContainersRequest) -> cri::ListContainersResponse
-                => container_status::list_containers;
+                => container_status::list_containers | exec exec_mode::list_containers;
             "ContainerStatus": container_status(ContainerStatusRequest) -> cri::ContainerStatusResponse
-                => container_status::container_status;
+                => container_status::container_status | exec exec_mode::container_status;
             "UpdateContainerResources": update_container_resources(UpdateContainerResourcesRequest)
                 -> cri::UpdateContainerResourcesResponse => container_start::update_container_resources;
             "ReopenContainerLog": reopen_container_log(ReopenContainerLogRequest) -> cri::ReopenContainerLogResponse
@@ -184,10 +200,10 @@ cri_impl! {
     ImageService {
         type StreamImagesStream = BoxStream<cri::StreamImagesResponse>;
         done {
-            "ListImages": list_images(ListImagesRequest) -> cri::ListImagesResponse => image::list_images;
-            "ImageStatus": image_status(ImageStatusRequest) -> cri::ImageStatusResponse => image::image_status;
-            "PullImage": pull_image(PullImageRequest) -> cri::PullImageResponse => image::pull_image;
-            "RemoveImage": remove_image(RemoveImageRequest) -> cri::RemoveImageResponse => image::remove_image;
+            "ListImages": list_images(ListImagesRequest) -> cri::ListImagesResponse => image::list_images | exec exec_mode::list_images;
+            "ImageStatus": image_status(ImageStatusRequest) -> cri::ImageStatusResponse => image::image_status | exec exec_mode::image_status;
+            "PullImage": pull_image(PullImageRequest) -> cri::PullImageResponse => image::pull_image | exec exec_mode::pull_image;
+            "RemoveImage": remove_image(RemoveImageRequest) -> cri::RemoveImageResponse => image::remove_image | exec exec_mode::remove_image;
             "ImageFsInfo": image_fs_info(ImageFsInfoRequest) -> cri::ImageFsInfoResponse => image::image_fs_info;
         }
         pending {

@@ -1,0 +1,88 @@
+//! Containers the exec way: `app add|start|stop|rm|status` per call, and
+//! ListContainers as one `list` plus one `app status` per app.
+
+use super::{ExecMode, ok_if_missing, pods};
+use crate::api_v1::AppInfo;
+use crate::cli_app::AddArgs;
+use crate::cri::container_meta::split_id;
+use crate::cri::container_status::{container_from_status, matches, status_from_info};
+use crate::proto::v1 as cri;
+use tonic::Status;
+
+fn split(id: &str) -> Result<(&str, &str), Status> {
+    split_id(id).ok_or_else(|| Status::invalid_argument(format!("container id {id:?} is not <pod>:<app>")))
+}
+
+async fn app_status(x: &ExecMode, pod: &str, app: &str) -> Result<AppInfo, Status> {
+    x.json(&["app", "status", pod, &format!("--app={app}"), "--format=json"]).await
+}
+
+pub async fn create_container(
+    x: &ExecMode,
+    req: cri::CreateContainerRequest,
+) -> Result<cri::CreateContainerResponse, Status> {
+    let config = req.config.ok_or_else(|| Status::invalid_argument("config is required"))?;
+    if req.pod_sandbox_id.is_empty() {
+        return Err(Status::invalid_argument("pod_sandbox_id is required"));
+    }
+    let mut argv = vec!["app".to_string(), "add".to_string()];
+    argv.extend(AddArgs::from_cri(&req.pod_sandbox_id, &config).to_argv());
+    let out = x.run(&argv).await?;
+    let container_id = out.lines().last().unwrap_or_default().trim().to_string();
+    Ok(cri::CreateContainerResponse { container_id })
+}
+
+pub async fn start_container(
+    x: &ExecMode,
+    req: cri::StartContainerRequest,
+) -> Result<cri::StartContainerResponse, Status> {
+    let (pod, app) = split(&req.container_id)?;
+    x.run(&["app", "start", pod, &format!("--app={app}")]).await?;
+    Ok(cri::StartContainerResponse {})
+}
+
+pub async fn stop_container(
+    x: &ExecMode,
+    req: cri::StopContainerRequest,
+) -> Result<cri::StopContainerResponse, Status> {
+    let (pod, app) = split(&req.container_id)?;
+    x.run(&["app", "stop", pod, &format!("--app={app}"), &format!("--timeout={}", req.timeout)]).await?;
+    Ok(cri::StopContainerResponse {})
+}
+
+pub async fn remove_container(
+    x: &ExecMode,
+    req: cri::RemoveContainerRequest,
+) -> Result<cri::RemoveContainerResponse, Status> {
+    let (pod, app) = split(&req.container_id)?;
+    ok_if_missing(x.run(&["app", "rm", pod, &format!("--app={app}")]).await)?;
+    Ok(cri::RemoveContainerResponse {})
+}
+
+pub async fn container_status(
+    x: &ExecMode,
+    req: cri::ContainerStatusRequest,
+) -> Result<cri::ContainerStatusResponse, Status> {
+    let (pod, app) = split(&req.container_id)?;
+    let info = app_status(x, pod, app).await?;
+    Ok(cri::ContainerStatusResponse { status: Some(status_from_info(pod, info)), ..Default::default() })
+}
+
+pub async fn list_containers(
+    x: &ExecMode,
+    req: cri::ListContainersRequest,
+) -> Result<cri::ListContainersResponse, Status> {
+    let filter = req.filter.unwrap_or_default();
+    let mut containers = Vec::new();
+    for pod in pods::list(x).await? {
+        for app in &pod.app_names {
+            // the app may go between the list and its status
+            let Ok(info) = app_status(x, &pod.name, app).await else { continue };
+            let s = status_from_info(&pod.name, info);
+            if matches(&s, &pod.name, &filter) {
+                containers.push(container_from_status(&pod.name, s));
+            }
+        }
+    }
+    Ok(cri::ListContainersResponse { containers })
+}

@@ -1,0 +1,124 @@
+//! `rktlet serve --exec-mode`: the original rktlet's design, for comparison.
+//! Every CRI call that rktlet served by exec'ing `rkt` is served here by
+//! exec'ing this binary's rkt-style CLI with the same call mapping
+//! (`reference/rkt.md` §7.4), including its N+1 patterns: ListContainers is
+//! one `list` plus one `app status` per app, ListImages one `image list` plus
+//! one `image cat-manifest` per image. The CLI runs the same library code as
+//! the daemon, so the difference measured is only the design: a process per
+//! call, state re-read and re-parsed by every process, JSON in between.
+//!
+//! Calls rktlet answered without exec (Version, Status, RuntimeConfig, ...)
+//! and the ones it did not implement are served in-process here too.
+//!
+//! Deviations, each in the exec design's favour: RunPodSandbox launches the
+//! sandbox exactly as the in-process daemon does (it is an exec in both
+//! designs) and then, like rktlet, execs `status` to check readiness, instead
+//! of polling a uuid file every 100 ms; pod creation times are converted from
+//! rkt's seconds to nanoseconds (rktlet passed seconds as nanoseconds).
+
+mod containers;
+mod images;
+mod pods;
+
+pub use containers::*;
+pub use images::*;
+pub use pods::*;
+
+use crate::runtime::Runtime;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+use tonic::Status;
+
+/// How to run the CLI for a daemon's data directory.
+#[derive(Debug)]
+pub struct ExecMode {
+    rt: Arc<Runtime>,
+    program: PathBuf,
+    /// Global flags given to every call (rktlet: `--dir=... --insecure-options=image,ondisk`).
+    global: Vec<OsString>,
+}
+
+impl ExecMode {
+    /// Execs `--rkt-path` when configured, else this binary.
+    pub fn new(rt: Arc<Runtime>) -> std::io::Result<Self> {
+        let program = rt.sandbox_program()?;
+        let own = rt.config.rkt_path.is_none();
+        let mut global: Vec<OsString> = vec![
+            flag("dir", rt.config.data_dir.as_os_str()),
+            "--insecure-options=image,ondisk".into(),
+        ];
+        if own {
+            // rktlet-only flags: where the registry and CNI configuration are
+            if let Some(dir) = rt.config.registry_config.parent()
+                && rt.config.registry_config.file_name().is_some_and(|n| n == "registries.toml")
+            {
+                global.push(flag("local-config", dir.as_os_str()));
+            }
+            global.push(flag("cni-conf-dir", rt.config.cni_conf_dir.as_os_str()));
+            global.extend(rt.config.cni_bin_dirs.iter().map(|d| flag("cni-bin-dir", d.as_os_str())));
+        }
+        Ok(ExecMode { rt, program, global })
+    }
+
+    pub fn runtime(&self) -> &Runtime {
+        &self.rt
+    }
+
+    /// Runs one CLI call; its stdout on success, its stderr as the error.
+    async fn run<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Result<String, Status> {
+        let start = Instant::now();
+        let out = tokio::process::Command::new(&self.program)
+            .args(&self.global)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output()
+            .await
+            .map_err(|e| Status::internal(format!("exec {}: {e}", self.program.display())))?;
+        let words: Vec<String> = args.iter().take(2).map(|a| a.as_ref().to_string_lossy().into_owned()).collect();
+        tracing::debug!(call = words.join(" "), micros = start.elapsed().as_micros() as u64, "exec");
+        if out.status.success() {
+            return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        let msg = err.trim().trim_start_matches("rktlet: ").to_string();
+        Err(status_of_output(&format!("{} failed ({}): {msg}", words.join(" "), out.status)))
+    }
+
+    /// Runs a call whose output is JSON of `T`.
+    async fn json<T: serde::de::DeserializeOwned, S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Result<T, Status> {
+        let out = self.run(args).await?;
+        serde_json::from_str(&out).map_err(|e| Status::internal(format!("cannot parse the output of the CLI: {e}")))
+    }
+}
+
+fn flag(name: &str, value: &std::ffi::OsStr) -> OsString {
+    let mut s = OsString::from(format!("--{name}="));
+    s.push(value);
+    s
+}
+
+/// The gRPC code a CRI client expects, guessed from the CLI's message the
+/// way a caller of a CLI must.
+fn status_of_output(msg: &str) -> Status {
+    let lower = msg.to_lowercase();
+    if lower.contains("not found") || lower.contains("no such pod") {
+        Status::not_found(msg)
+    } else if lower.contains("invalid") || lower.contains("is required") || lower.contains("is not ") {
+        Status::invalid_argument(msg)
+    } else if lower.contains("already exists") {
+        Status::already_exists(msg)
+    } else {
+        Status::unknown(msg)
+    }
+}
+
+/// A call's outcome with NotFound counted as success (removals are idempotent).
+fn ok_if_missing<T>(r: Result<T, Status>) -> Result<(), Status> {
+    match r {
+        Err(s) if s.code() != tonic::Code::NotFound => Err(s),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,258 @@
+//! `serve --exec-mode` (the original rktlet's exec design) against the
+//! in-process daemon: both serve the same data directory at once, every call
+//! goes to the exec-mode daemon, and both must give the same answers.
+
+mod common;
+
+use common::{BIN, Daemon, TestNetwork, assert_no_leaks, pod_config};
+use rktlet::proto::v1 as cri;
+use rktlet::proto::v1::image_service_client::ImageServiceClient;
+use rktlet::proto::v1::runtime_service_client::RuntimeServiceClient;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+/// An exec-mode daemon on the data dir of another daemon.
+struct ExecDaemon {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl ExecDaemon {
+    fn start(other: &Daemon, cni_conf_dir: &std::path::Path) -> ExecDaemon {
+        let socket = other.dir.path().join("run/exec.sock");
+        let log = std::fs::File::create(other.dir.path().join("exec-daemon.log")).expect("log");
+        let child = Command::new(BIN)
+            .arg("serve")
+            .arg("--exec-mode")
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--data-dir")
+            .arg(other.dir.path().join("data"))
+            .arg("--cni-conf-dir")
+            .arg(cni_conf_dir)
+            .env("RUST_LOG", "rktlet=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn exec-mode daemon");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            assert!(Instant::now() < deadline, "exec-mode daemon did not listen");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        ExecDaemon { child, socket }
+    }
+
+    async fn clients(&self) -> (RuntimeServiceClient<Channel>, ImageServiceClient<Channel>) {
+        let ch = common::channel(&self.socket).await;
+        (RuntimeServiceClient::new(ch.clone()), ImageServiceClient::new(ch))
+    }
+}
+
+impl Drop for ExecDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Pod creation times: the CLI reports seconds, the daemon nanoseconds.
+fn same_second(a: i64, b: i64) -> bool {
+    a / 1_000_000_000 == b / 1_000_000_000
+}
+
+async fn pod_status(rt: &mut RuntimeServiceClient<Channel>, id: &str) -> cri::PodSandboxStatus {
+    rt.pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: id.into(), verbose: false })
+        .await
+        .expect("PodSandboxStatus")
+        .into_inner()
+        .status
+        .expect("status")
+}
+
+async fn container_status(rt: &mut RuntimeServiceClient<Channel>, id: &str) -> cri::ContainerStatus {
+    rt.container_status(cri::ContainerStatusRequest { container_id: id.into(), verbose: false })
+        .await
+        .expect("ContainerStatus")
+        .into_inner()
+        .status
+        .expect("status")
+}
+
+async fn containers(rt: &mut RuntimeServiceClient<Channel>) -> Vec<cri::Container> {
+    let mut v = rt
+        .list_containers(cri::ListContainersRequest::default())
+        .await
+        .expect("ListContainers")
+        .into_inner()
+        .containers;
+    v.sort_by(|a, b| a.id.cmp(&b.id));
+    v
+}
+
+async fn images(img: &mut ImageServiceClient<Channel>) -> Vec<cri::Image> {
+    let mut v = img.list_images(cri::ListImagesRequest::default()).await.expect("ListImages").into_inner().images;
+    v.sort_by(|a, b| a.id.cmp(&b.id));
+    v
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_mode_serves_the_same_answers_as_in_process() {
+    let scratch = tempfile::tempdir().expect("tmp");
+    let net = TestNetwork::new(scratch.path());
+    let conf = net.conf_dir.display().to_string();
+    let d = Daemon::start(&["--cni-conf-dir", &conf]);
+    let x = ExecDaemon::start(&d, &net.conf_dir);
+    let (mut rt, mut img) = (d.runtime().await, d.images().await);
+    let (mut xrt, mut ximg) = x.clients().await;
+
+    // images: fetch by exec, then list and status agree
+    let image = format!("{}/busybox:latest", common::registry::registry().main);
+    let spec = || Some(cri::ImageSpec { image: image.clone(), ..Default::default() });
+    let image_ref = ximg
+        .pull_image(cri::PullImageRequest { image: spec(), ..Default::default() })
+        .await
+        .expect("PullImage (exec)")
+        .into_inner()
+        .image_ref;
+    assert!(image_ref.starts_with("sha512-"), "{image_ref}");
+    assert_eq!(images(&mut ximg).await, images(&mut img).await);
+    let xs = ximg.image_status(cri::ImageStatusRequest { image: spec(), verbose: false }).await.expect("status");
+    let s = img.image_status(cri::ImageStatusRequest { image: spec(), verbose: false }).await.expect("status");
+    assert_eq!(xs.into_inner().image.expect("found by exec").id, image_ref);
+    assert_eq!(s.into_inner().image.map(|i| i.id), Some(image_ref.clone()));
+
+    // a pod on the pod network, started through the exec-mode daemon
+    let logs = tempfile::tempdir().expect("logs");
+    let mut config = pod_config("execpod", &[("tier", "bench")]);
+    config.log_directory = logs.path().display().to_string();
+    let pod = xrt
+        .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config.clone()), runtime_handler: String::new() })
+        .await
+        .expect("RunPodSandbox (exec)")
+        .into_inner()
+        .pod_sandbox_id;
+    let (mut a, b) = (pod_status(&mut xrt, &pod).await, pod_status(&mut rt, &pod).await);
+    assert!(same_second(a.created_at, b.created_at), "{} vs {}", a.created_at, b.created_at);
+    a.created_at = b.created_at;
+    assert_eq!(a, b);
+    assert_eq!(a.state, cri::PodSandboxState::SandboxReady as i32);
+    assert!(a.network.as_ref().is_some_and(|n| n.ip.starts_with(&net.subnet_prefix)), "{a:?}");
+    assert_eq!(a.labels.get("tier").map(String::as_str), Some("bench"));
+    let mut xl = xrt.list_pod_sandbox(cri::ListPodSandboxRequest::default()).await.expect("list").into_inner().items;
+    let l = rt.list_pod_sandbox(cri::ListPodSandboxRequest::default()).await.expect("list").into_inner().items;
+    assert_eq!(xl.len(), 1);
+    xl[0].created_at = l[0].created_at;
+    assert_eq!(xl, l);
+
+    // a container with the CRI fields rktlet passed as flags
+    let host_dir = tempfile::tempdir().expect("host dir");
+    std::fs::write(host_dir.path().join("hello"), "from the host").expect("write");
+    let container = |name: &str, command: &[&str]| cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 1 }),
+        image: spec(),
+        command: command.iter().map(|s| s.to_string()).collect(),
+        envs: vec![cri::KeyValue { key: "GREETING".into(), value: "hi there".into() }],
+        labels: [("app".to_string(), name.to_string())].into(),
+        annotations: [("note".to_string(), "a=b,c".to_string())].into(),
+        log_path: format!("{name}.log"),
+        working_dir: "/tmp".into(),
+        mounts: vec![cri::Mount {
+            container_path: "/data".into(),
+            host_path: host_dir.path().display().to_string(),
+            readonly: true,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let create = |c: cri::ContainerConfig| cri::CreateContainerRequest {
+        pod_sandbox_id: pod.clone(),
+        config: Some(c),
+        sandbox_config: Some(config.clone()),
+    };
+    let script = "echo $GREETING; pwd; cat /data/hello; exit 3";
+    let job = xrt
+        .create_container(create(container("job", &["sh", "-c", script])))
+        .await
+        .expect("CreateContainer (exec)")
+        .into_inner()
+        .container_id;
+    assert_eq!(job, format!("{pod}:1-job"));
+    let created = container_status(&mut xrt, &job).await;
+    assert_eq!(created, container_status(&mut rt, &job).await);
+    assert_eq!(created.state, cri::ContainerState::ContainerCreated as i32);
+    assert_eq!(created.metadata, Some(cri::ContainerMetadata { name: "job".into(), attempt: 1 }));
+    assert_eq!(created.annotations.get("note").map(String::as_str), Some("a=b,c"));
+    assert_eq!(created.mounts.len(), 1);
+    assert!(created.mounts[0].readonly);
+
+    xrt.start_container(cri::StartContainerRequest { container_id: job.clone() }).await.expect("start (exec)");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let exited = loop {
+        let s = container_status(&mut xrt, &job).await;
+        if s.state == cri::ContainerState::ContainerExited as i32 {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "job did not exit: {s:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(exited.exit_code, 3);
+    assert_eq!(exited, container_status(&mut rt, &job).await);
+    let log = std::fs::read_to_string(logs.path().join("job.log")).unwrap_or_default();
+    for want in ["hi there", "/tmp", "from the host"] {
+        assert!(log.contains(want), "{want:?} not in the log: {log}");
+    }
+
+    let sleeper = xrt
+        .create_container(create(container("sleeper", &["sleep", "1000"])))
+        .await
+        .expect("create sleeper")
+        .into_inner()
+        .container_id;
+    xrt.start_container(cri::StartContainerRequest { container_id: sleeper.clone() }).await.expect("start sleeper");
+    assert_eq!(containers(&mut xrt).await, containers(&mut rt).await);
+    assert_eq!(containers(&mut xrt).await.len(), 2);
+    xrt.stop_container(cri::StopContainerRequest { container_id: sleeper.clone(), timeout: 5 }).await.expect("stop");
+    let stopped = container_status(&mut xrt, &sleeper).await;
+    assert_eq!(stopped.state, cri::ContainerState::ContainerExited as i32);
+
+    // errors keep their codes through the CLI
+    let missing = format!("{pod}:0-nothing");
+    let e = xrt
+        .container_status(cri::ContainerStatusRequest { container_id: missing.clone(), verbose: false })
+        .await
+        .expect_err("unknown container");
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+    let e = xrt
+        .pod_sandbox_status(cri::PodSandboxStatusRequest {
+            pod_sandbox_id: "00000000-0000-4000-8000-000000000000".into(),
+            verbose: false,
+        })
+        .await
+        .expect_err("unknown pod");
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+    xrt.remove_container(cri::RemoveContainerRequest { container_id: missing }).await.expect("idempotent remove");
+
+    for id in [&job, &sleeper] {
+        xrt.remove_container(cri::RemoveContainerRequest { container_id: id.clone() }).await.expect("remove");
+    }
+    assert!(containers(&mut rt).await.is_empty());
+    xrt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("stop pod");
+    assert_eq!(pod_status(&mut rt, &pod).await.state, cri::PodSandboxState::SandboxNotready as i32);
+    xrt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("rm pod");
+    assert!(rt.list_pod_sandbox(cri::ListPodSandboxRequest::default()).await.expect("list").into_inner().items.is_empty());
+    assert_no_leaks(&d.dir.path().join("data"), std::slice::from_ref(&pod));
+    assert!(net.allocated().is_empty(), "addresses left: {:?}", net.allocated());
+
+    ximg.remove_image(cri::RemoveImageRequest { image: spec() }).await.expect("RemoveImage (exec)");
+    assert!(images(&mut img).await.is_empty());
+
+    // every call above went through the CLI
+    let log = std::fs::read_to_string(d.dir.path().join("exec-daemon.log")).expect("exec daemon log");
+    for call in ["fetch", "image cat-manifest", "status", "list", "app add", "app start", "app status", "app stop"] {
+        assert!(log.contains(&format!("call=\"{call}")), "no exec of {call:?} in the log:\n{log}");
+    }
+}
