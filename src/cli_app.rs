@@ -6,8 +6,8 @@
 
 use crate::api_v1::AppInfo;
 use crate::config::Config;
-use crate::pod::{Pod, PodState};
 use crate::cri::{container_create, container_start, container_status};
+use crate::pod::{Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use std::path::PathBuf;
@@ -127,14 +127,18 @@ impl AddArgs {
             supplementary_gids: sec.supplemental_groups,
             memory: Some(res.memory_limit_in_bytes).filter(|m| *m > 0),
             cpu_shares: Some(res.cpu_shares).filter(|s| *s > 0),
-            cpu: (res.cpu_quota > 0 && res.cpu_period > 0).then(|| format!("{}m", res.cpu_quota * 1000 / res.cpu_period)),
+            cpu: (res.cpu_quota > 0 && res.cpu_period > 0)
+                .then(|| format!("{}m", res.cpu_quota * 1000 / res.cpu_period)),
             readonly_rootfs: sec.readonly_rootfs,
             mnt_volume: c
                 .mounts
                 .iter()
                 .enumerate()
                 .map(|(i, m)| {
-                    format!("name=vol{i},kind=host,source={},target={},readOnly={}", m.host_path, m.container_path, m.readonly)
+                    format!(
+                        "name=vol{i},kind=host,source={},target={},readOnly={}",
+                        m.host_path, m.container_path, m.readonly
+                    )
                 })
                 .collect(),
             user_annotation: pairs(&c.annotations),
@@ -233,7 +237,11 @@ impl AddArgs {
             }),
             ..Default::default()
         };
-        Ok(cri::CreateContainerRequest { pod_sandbox_id: self.uuid.clone(), config: Some(config), sandbox_config: None })
+        Ok(cri::CreateContainerRequest {
+            pod_sandbox_id: self.uuid.clone(),
+            config: Some(config),
+            sandbox_config: None,
+        })
     }
 }
 

@@ -243,7 +243,9 @@ async fn exec_mode_serves_the_same_answers_as_in_process() {
     xrt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("stop pod");
     assert_eq!(pod_status(&mut rt, &pod).await.state, cri::PodSandboxState::SandboxNotready as i32);
     xrt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("rm pod");
-    assert!(rt.list_pod_sandbox(cri::ListPodSandboxRequest::default()).await.expect("list").into_inner().items.is_empty());
+    assert!(
+        rt.list_pod_sandbox(cri::ListPodSandboxRequest::default()).await.expect("list").into_inner().items.is_empty()
+    );
     assert_no_leaks(&d.dir.path().join("data"), std::slice::from_ref(&pod));
     assert!(net.allocated().is_empty(), "addresses left: {:?}", net.allocated());
 

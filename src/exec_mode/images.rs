@@ -5,8 +5,8 @@ use super::ExecMode;
 use crate::api_v1::ImageInfo;
 use crate::cri::image::to_cri;
 use crate::image::Image;
-use crate::pod::manifest::ImageManifest;
 use crate::image::reference::Reference;
+use crate::pod::manifest::ImageManifest;
 use crate::proto::v1 as cri;
 use tonic::Status;
 
@@ -36,9 +36,10 @@ async fn all(x: &ExecMode) -> Result<Vec<Image>, Status> {
 /// The image `name` (id, id prefix, tag or digest) among all images.
 async fn find(x: &ExecMode, name: &str) -> Result<Option<Image>, Status> {
     let normalized = name.parse::<Reference>().map(|r| r.to_string()).unwrap_or_else(|_| name.to_string());
-    Ok(all(x).await?.into_iter().find(|i| {
-        i.id.starts_with(name) || i.tags.contains(&normalized) || i.digests.contains(&normalized)
-    }))
+    Ok(all(x)
+        .await?
+        .into_iter()
+        .find(|i| i.id.starts_with(name) || i.tags.contains(&normalized) || i.digests.contains(&normalized)))
 }
 
 pub async fn pull_image(x: &ExecMode, req: cri::PullImageRequest) -> Result<cri::PullImageResponse, Status> {

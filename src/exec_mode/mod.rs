@@ -45,10 +45,8 @@ impl ExecMode {
     pub fn new(rt: Arc<Runtime>) -> std::io::Result<Self> {
         let program = rt.sandbox_program()?;
         let own = rt.config.rkt_path.is_none();
-        let mut global: Vec<OsString> = vec![
-            flag("dir", rt.config.data_dir.as_os_str()),
-            "--insecure-options=image,ondisk".into(),
-        ];
+        let mut global: Vec<OsString> =
+            vec![flag("dir", rt.config.data_dir.as_os_str()), "--insecure-options=image,ondisk".into()];
         if own {
             // rktlet-only flags: where the registry and CNI configuration are
             if let Some(dir) = rt.config.registry_config.parent()
