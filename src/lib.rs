@@ -7,6 +7,7 @@
 //! exec/attach/port-forward streams.
 
 pub mod api_v1;
+pub mod bench;
 pub mod cgroup;
 pub mod cli;
 pub mod cli_app;

@@ -59,6 +59,9 @@ enum Command {
         /// Image reference, e.g. docker://busybox:latest.
         image: String,
     },
+    /// Measure CRI endpoints side by side: p50/p90/p99 per operation, ratios to
+    /// the first endpoint, memory (Markdown on stdout; JSON and SVG with --out).
+    Bench(BenchArgs),
     /// Work with the image store.
     Image {
         #[command(subcommand)]
@@ -88,6 +91,63 @@ struct RktFlags {
     /// Directory with CNI plugins; repeat for several [default: /opt/cni/bin, /usr/lib/cni].
     #[arg(long = "cni-bin-dir", global = true)]
     cni_bin_dirs: Vec<PathBuf>,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// An endpoint to measure, NAME=SOCKET; repeat for several. The first is the ratios' baseline.
+    #[arg(long = "endpoint", required = true)]
+    endpoints: Vec<rktlet::bench::Endpoint>,
+    /// The containers' image (needs `sh` and `sleep`).
+    #[arg(long, default_value = "127.0.0.1:5000/busybox:latest")]
+    image: String,
+    /// The image pulled and removed in every round of the image lifecycle.
+    #[arg(long, default_value = "127.0.0.1:5000/big:latest")]
+    pull_image: String,
+    /// Lifecycles per operation.
+    #[arg(long, default_value_t = 20)]
+    rounds: usize,
+    /// Pod counts (each pod running one container) at which the list calls are measured.
+    #[arg(long, value_delimiter = ',', default_value = "10,50,100")]
+    list_pods: Vec<usize>,
+    /// Run the pods on the host network instead of the pod network.
+    #[arg(long)]
+    host_network: bool,
+    /// Directory for the pods' log directories.
+    #[arg(long, default_value = "/var/tmp/rktlet-bench/logs")]
+    log_dir: PathBuf,
+    /// Write bench.md, bench.json and bench.svg into this directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+fn bench(args: BenchArgs) -> Result<(), String> {
+    init_logging("info");
+    let opts = rktlet::bench::Options {
+        endpoints: args.endpoints,
+        image: args.image,
+        pull_image: args.pull_image,
+        rounds: args.rounds,
+        list_pods: args.list_pods,
+        host_network: args.host_network,
+        log_dir: args.log_dir,
+    };
+    let report = runtime()?.block_on(rktlet::bench::run(&opts)).map_err(|e| e.to_string())?;
+    let markdown = report.to_markdown();
+    print!("{markdown}");
+    if let Some(out) = args.out {
+        let write = |name: &str, text: &str| {
+            std::fs::write(out.join(name), text).map_err(|e| format!("cannot write {}: {e}", out.join(name).display()))
+        };
+        std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+        write("bench.md", &markdown)?;
+        write("bench.json", &report.to_json())?;
+        write("bench.svg", &report.to_svg())?;
+    }
+    match report.context.keys().find(|k| k.ends_with(" error")) {
+        Some(k) => Err(format!("{k}: {}", report.context[k])),
+        None => Ok(()),
+    }
 }
 
 #[derive(Subcommand)]
@@ -469,6 +529,7 @@ fn main() -> ExitCode {
             .map_err(|e| e.to_string()),
         Command::Fetch { image } => fetch(cli.rkt, image),
         Command::Image { command } => image_cmd(cli.rkt, command),
+        Command::Bench(args) => bench(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The side-by-side benchmark on a fresh machine (as root): installs what it
+# needs, starts the local test registry, builds rktlet (release), starts two
+# daemons on data dirs of their own (in-process, and --exec-mode: the original
+# rktlet's exec design), and, when CONTAINERD=1, a private containerd as a
+# third endpoint; then runs `rktlet bench` against them, one endpoint at a
+# time, and writes docs/bench.{md,json,svg}. Extra arguments go to
+# `rktlet bench` (e.g. --rounds 5 --list-pods 10).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+work=${BENCH_WORK:-/var/tmp/rktlet-bench}
+port=${BENCH_REGISTRY_PORT:-5000}
+out=${BENCH_OUT:-$root/docs}
+
+./scripts/install-deps.sh
+cargo build --release --locked
+bin="$root/target/release/rktlet"
+
+mkdir -p "$work"
+WORK="$work/registry" ./tests/fixtures/seed-registry.sh "$port" >"$work/seed.log" 2>&1 \
+  || { cat "$work/seed.log" >&2; exit 1; }
+
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  # pods a failed run left behind: the CLI removes them without a daemon
+  for mode in in-process exec-mode; do
+    for state in run prepare embryo; do
+      for pod in "$work/$mode/data/pods/$state"/*; do
+        [ -e "$pod" ] && "$bin" --dir "$work/$mode/data" rm "$(basename "$pod")" >/dev/null 2>&1 || true
+      done
+    done
+  done
+  [ "${CONTAINERD:-0}" = 1 ] && ./scripts/containerd-baseline.sh stop "$work/containerd" >/dev/null 2>&1 || true
+  WORK="$work/registry" ./tests/fixtures/seed-registry.sh stop >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+endpoints=()
+for mode in in-process exec-mode; do
+  flag=(); [ "$mode" = exec-mode ] && flag=(--exec-mode)
+  rm -f "$work/$mode.sock"
+  "$bin" serve --socket "$work/$mode.sock" --data-dir "$work/$mode/data" "${flag[@]}" \
+    --log-level warn 2>"$work/$mode.log" &
+  pids+=($!)
+  endpoints+=(--endpoint "$mode=$work/$mode.sock")
+done
+if [ "${CONTAINERD:-0}" = 1 ]; then
+  sock=$(./scripts/containerd-baseline.sh start "$work/containerd" "$port" | tail -1)
+  endpoints+=(--endpoint "containerd=$sock")
+fi
+for mode in in-process exec-mode; do
+  for _ in $(seq 200); do [ -S "$work/$mode.sock" ] && break; sleep 0.05; done
+done
+
+"$bin" bench "${endpoints[@]}" --image "127.0.0.1:$port/busybox:latest" \
+  --pull-image "127.0.0.1:$port/big:latest" --log-dir "$work/logs" --out "$out" "$@"
+echo "wrote $out/bench.md, $out/bench.json, $out/bench.svg"

@@ -1,0 +1,503 @@
+//! `rktlet bench`: the end-to-end CRI benchmark. It drives any CRI endpoint
+//! over its unix socket with critest-style lifecycles and reports p50/p90/p99
+//! per operation and endpoint, with ratios to the first endpoint, as
+//! Markdown, JSON and an SVG chart (`report`), plus memory figures (`memory`).
+//!
+//! Endpoints are measured one after another, never at once, so that no
+//! endpoint's pods or execs load the machine while another is timed. Each
+//! endpoint runs, in order: the gRPC floor (Version), the image lifecycle
+//! (pull/status/list/remove), the pod lifecycle (run/status/stop/remove), the
+//! container lifecycle in one pod (create/start/status/exec/stop/remove), then
+//! list calls with 10/50/100 pods each running one container, with the
+//! daemon's RSS at 0, 50 and 100 pods. Everything it made is removed at the
+//! end, also after a failed call.
+
+pub mod memory;
+pub mod report;
+
+use crate::proto::v1 as cri;
+use crate::proto::v1::image_service_client::ImageServiceClient;
+use crate::proto::v1::runtime_service_client::RuntimeServiceClient;
+use report::{Memory, Report};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+/// A CRI endpoint to measure: `NAME=SOCKET`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Endpoint {
+    pub name: String,
+    pub socket: PathBuf,
+}
+
+impl std::str::FromStr for Endpoint {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (name, socket) = s.split_once('=').ok_or_else(|| format!("endpoint {s:?} is not NAME=SOCKET"))?;
+        let socket = socket.strip_prefix("unix://").unwrap_or(socket);
+        if name.is_empty() || socket.is_empty() {
+            return Err(format!("endpoint {s:?} is not NAME=SOCKET"));
+        }
+        Ok(Endpoint { name: name.to_string(), socket: PathBuf::from(socket) })
+    }
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The first is the baseline of the ratios.
+    pub endpoints: Vec<Endpoint>,
+    /// The containers' image; it must have `sh` and `sleep`.
+    pub image: String,
+    /// The image of the pull lifecycle (pulled and removed every round).
+    pub pull_image: String,
+    /// Lifecycles per operation.
+    pub rounds: usize,
+    /// Pod counts at which the list calls are measured.
+    pub list_pods: Vec<usize>,
+    /// Pods on the host network instead of the runtime's pod network (CNI).
+    pub host_network: bool,
+    /// Where the pods' log directories go.
+    pub log_dir: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("{endpoint}: cannot connect to {socket}: {message}")]
+    Connect { endpoint: String, socket: String, message: String },
+    #[error("{endpoint}: {operation} failed: {code:?}: {message}")]
+    Call { endpoint: String, operation: String, code: tonic::Code, message: String },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("cannot make the pod log directory {path}: {source}")]
+    LogDir { path: String, source: std::io::Error },
+}
+
+/// Suffix of the operations that only set up a measurement.
+const SETUP: &str = " (setup)";
+
+/// Per-operation samples of one endpoint.
+type Samples = BTreeMap<String, Vec<Duration>>;
+
+/// One endpoint's connection and what it made (removed at the end).
+struct Session<'a> {
+    name: String,
+    socket: PathBuf,
+    opts: &'a Options,
+    rt: RuntimeServiceClient<Channel>,
+    img: ImageServiceClient<Channel>,
+    samples: Samples,
+    /// Operation names in the order first measured.
+    order: Vec<String>,
+    pods: Vec<String>,
+    /// What the report should say about this endpoint (e.g. an operation it does not offer).
+    notes: Vec<String>,
+}
+
+/// Runs every endpoint and collects the report. An endpoint that fails is
+/// reported with the figures it got to, and its error in the context.
+pub async fn run(opts: &Options) -> Result<Report, BenchError> {
+    if opts.endpoints.is_empty() {
+        return Err(BenchError::Invalid("no endpoint to measure: give --endpoint NAME=SOCKET".into()));
+    }
+    if opts.rounds == 0 {
+        return Err(BenchError::Invalid("--rounds must be at least 1".into()));
+    }
+    if opts.image == opts.pull_image {
+        return Err(BenchError::Invalid("the pull image must differ from the container image (it is removed)".into()));
+    }
+    let mut report = Report { endpoints: opts.endpoints.iter().map(|e| e.name.clone()).collect(), ..Default::default() };
+    report.context.insert("rounds".into(), opts.rounds.to_string());
+    report.context.insert("image".into(), opts.image.clone());
+    report.context.insert("pull image".into(), opts.pull_image.clone());
+    report.context.insert("pod network".into(), if opts.host_network { "host" } else { "pod (CNI)" }.into());
+    report.context.insert("machine".into(), machine());
+    for endpoint in &opts.endpoints {
+        tracing::info!(endpoint = endpoint.name, socket = %endpoint.socket.display(), "measuring");
+        let mut session = Session::connect(endpoint, opts).await?;
+        let outcome = session.measure(&mut report).await;
+        let cleanup = session.cleanup().await;
+        // the setup calls of the list phase are timed but not reported: their load grows as they go
+        for (op, samples) in session
+            .order
+            .iter()
+            .filter(|op| !op.ends_with(SETUP))
+            .filter_map(|op| Some((op, session.samples.get(op)?)))
+        {
+            report.add(&endpoint.name, op, samples);
+        }
+        if let Ok(v) = session.rt.clone().version(cri::VersionRequest::default()).await {
+            let v = v.into_inner();
+            report.context.insert(format!("{} runtime", endpoint.name), format!("{} {}", v.runtime_name, v.runtime_version));
+        }
+        for note in &session.notes {
+            report.context.insert(format!("{} note", endpoint.name), note.clone());
+        }
+        if let Err(e) = outcome.and(cleanup) {
+            tracing::error!(endpoint = endpoint.name, "{e}");
+            report.context.insert(format!("{} error", endpoint.name), e.to_string());
+        }
+    }
+    Ok(report)
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let kernel = nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
+    format!("{cpus} CPUs, Linux {kernel}")
+}
+
+/// Times one call and records it under `op`.
+async fn timed<T>(
+    samples: &mut Samples,
+    order: &mut Vec<String>,
+    op: &str,
+    call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, tonic::Status> {
+    let start = Instant::now();
+    let out = call.await?;
+    let took = start.elapsed();
+    if !samples.contains_key(op) {
+        order.push(op.to_string());
+    }
+    samples.entry(op.to_string()).or_default().push(took);
+    Ok(out.into_inner())
+}
+
+impl<'a> Session<'a> {
+    async fn connect(endpoint: &Endpoint, opts: &'a Options) -> Result<Session<'a>, BenchError> {
+        let channel = crate::client::channel(&endpoint.socket).await.map_err(|e| BenchError::Connect {
+            endpoint: endpoint.name.clone(),
+            socket: endpoint.socket.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Ok(Session {
+            name: endpoint.name.clone(),
+            socket: endpoint.socket.clone(),
+            opts,
+            rt: RuntimeServiceClient::new(channel.clone()),
+            img: ImageServiceClient::new(channel),
+            samples: Samples::new(),
+            order: Vec::new(),
+            pods: Vec::new(),
+            notes: Vec::new(),
+        })
+    }
+
+    fn fail(&self, operation: &str, status: tonic::Status) -> BenchError {
+        BenchError::Call {
+            endpoint: self.name.clone(),
+            operation: operation.to_string(),
+            code: status.code(),
+            message: status.message().to_string(),
+        }
+    }
+
+    async fn measure(&mut self, report: &mut Report) -> Result<(), BenchError> {
+        let daemon = memory::server_pid(&self.socket).ok();
+        let mut mem = Memory::default();
+        self.floor().await?;
+        self.images().await?;
+        self.pod_lifecycle().await?;
+        self.container_lifecycle().await?;
+        if let Some(rss) = daemon.and_then(memory::rss_mib) {
+            mem.daemon_rss_mib.insert(0, rss);
+        }
+        let before = memory::pids();
+        let mut levels = self.opts.list_pods.clone();
+        levels.sort_unstable();
+        levels.dedup();
+        for n in levels {
+            self.grow_to(n).await?;
+            self.lists(n).await?;
+            if let Some(rss) = daemon.and_then(memory::rss_mib) {
+                mem.daemon_rss_mib.insert(n, rss);
+            }
+        }
+        if !self.pods.is_empty() {
+            let (count, pss) = memory::new_processes(&before);
+            let pods = self.pods.len() as f64;
+            mem.pod_processes = Some(count as f64 / pods);
+            mem.pod_pss_mib = Some(pss / pods);
+        }
+        report.memory.insert(self.name.clone(), mem);
+        Ok(())
+    }
+
+    /// The gRPC round trip that does no work: the floor of every other figure.
+    async fn floor(&mut self) -> Result<(), BenchError> {
+        for _ in 0..self.opts.rounds * 10 {
+            let call = self.rt.version(cri::VersionRequest { version: "v1".into() });
+            timed(&mut self.samples, &mut self.order, "Version (gRPC floor)", call)
+                .await
+                .map_err(|e| self.fail("Version", e))?;
+        }
+        Ok(())
+    }
+
+    fn image_spec(image: &str) -> Option<cri::ImageSpec> {
+        Some(cri::ImageSpec { image: image.to_string(), ..Default::default() })
+    }
+
+    /// critest's image lifecycle: pull, status, list, remove; then the
+    /// containers' image is pulled (untimed) for the next steps.
+    async fn images(&mut self) -> Result<(), BenchError> {
+        let pull = self.opts.pull_image.clone();
+        // a copy left by an earlier run would make the first pull a no-op
+        let _ = self.img.remove_image(cri::RemoveImageRequest { image: Self::image_spec(&pull) }).await;
+        for _ in 0..self.opts.rounds {
+            let call = self.img.pull_image(cri::PullImageRequest { image: Self::image_spec(&pull), ..Default::default() });
+            timed(&mut self.samples, &mut self.order, "PullImage", call).await.map_err(|e| self.fail("PullImage", e))?;
+            let call = self.img.image_status(cri::ImageStatusRequest { image: Self::image_spec(&pull), verbose: false });
+            let status = timed(&mut self.samples, &mut self.order, "ImageStatus", call)
+                .await
+                .map_err(|e| self.fail("ImageStatus", e))?;
+            if status.image.is_none() {
+                return Err(self.fail("ImageStatus", tonic::Status::not_found(format!("{pull} not found after its pull"))));
+            }
+            let call = self.img.list_images(cri::ListImagesRequest { filter: None });
+            timed(&mut self.samples, &mut self.order, "ListImages", call).await.map_err(|e| self.fail("ListImages", e))?;
+            let call = self.img.remove_image(cri::RemoveImageRequest { image: Self::image_spec(&pull) });
+            timed(&mut self.samples, &mut self.order, "RemoveImage", call)
+                .await
+                .map_err(|e| self.fail("RemoveImage", e))?;
+        }
+        let image = self.opts.image.clone();
+        self.img
+            .pull_image(cri::PullImageRequest { image: Self::image_spec(&image), ..Default::default() })
+            .await
+            .map_err(|e| self.fail("PullImage (container image)", e))?;
+        Ok(())
+    }
+
+    fn pod_config(&self, name: &str) -> Result<cri::PodSandboxConfig, BenchError> {
+        let uid = uuid::Uuid::new_v4().to_string();
+        let log_directory = self.opts.log_dir.join(&uid);
+        std::fs::create_dir_all(&log_directory)
+            .map_err(|source| BenchError::LogDir { path: log_directory.display().to_string(), source })?;
+        let mut config = cri::PodSandboxConfig {
+            metadata: Some(cri::PodSandboxMetadata {
+                name: name.to_string(),
+                uid,
+                namespace: "rktlet-bench".into(),
+                attempt: 0,
+            }),
+            hostname: name.to_string(),
+            log_directory: log_directory.display().to_string(),
+            labels: [("rktlet-bench".to_string(), self.name.clone())].into(),
+            ..Default::default()
+        };
+        if self.opts.host_network {
+            config.linux = Some(cri::LinuxPodSandboxConfig {
+                security_context: Some(cri::LinuxSandboxSecurityContext {
+                    namespace_options: Some(cri::NamespaceOption {
+                        network: cri::NamespaceMode::Node as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
+        Ok(config)
+    }
+
+    /// A container that stops at SIGTERM even as its pid namespace's init
+    /// (as under runc), so that StopContainer never waits for the timeout.
+    fn container_config(&self, name: &str) -> cri::ContainerConfig {
+        cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata { name: name.to_string(), attempt: 0 }),
+            image: Self::image_spec(&self.opts.image),
+            command: vec!["sh".into(), "-c".into(), "trap 'exit 0' TERM; sleep 100000 & wait".into()],
+            log_path: format!("{name}.log"),
+            ..Default::default()
+        }
+    }
+
+    async fn run_pod(&mut self, op: &str, config: cri::PodSandboxConfig) -> Result<String, BenchError> {
+        let call = self.rt.run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() });
+        let id = timed(&mut self.samples, &mut self.order, op, call)
+            .await
+            .map_err(|e| self.fail("RunPodSandbox", e))?
+            .pod_sandbox_id;
+        self.pods.push(id.clone());
+        Ok(id)
+    }
+
+    async fn pod_lifecycle(&mut self) -> Result<(), BenchError> {
+        for i in 0..self.opts.rounds {
+            let config = self.pod_config(&format!("lifecycle-{i}"))?;
+            let id = self.run_pod("RunPodSandbox", config).await?;
+            let call = self.rt.pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: id.clone(), verbose: false });
+            let status = timed(&mut self.samples, &mut self.order, "PodSandboxStatus", call)
+                .await
+                .map_err(|e| self.fail("PodSandboxStatus", e))?;
+            if status.status.is_none_or(|s| s.state != cri::PodSandboxState::SandboxReady as i32) {
+                return Err(self.fail("PodSandboxStatus", tonic::Status::internal(format!("pod {id} is not ready"))));
+            }
+            let call = self.rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: id.clone() });
+            timed(&mut self.samples, &mut self.order, "StopPodSandbox", call)
+                .await
+                .map_err(|e| self.fail("StopPodSandbox", e))?;
+            let call = self.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.clone() });
+            timed(&mut self.samples, &mut self.order, "RemovePodSandbox", call)
+                .await
+                .map_err(|e| self.fail("RemovePodSandbox", e))?;
+            self.pods.retain(|p| *p != id);
+        }
+        Ok(())
+    }
+
+    async fn create_container(
+        &mut self,
+        op: &str,
+        pod: &str,
+        pod_config: &cri::PodSandboxConfig,
+        name: &str,
+    ) -> Result<String, BenchError> {
+        let call = self.rt.create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod.to_string(),
+            config: Some(self.container_config(name)),
+            sandbox_config: Some(pod_config.clone()),
+        });
+        Ok(timed(&mut self.samples, &mut self.order, op, call)
+            .await
+            .map_err(|e| self.fail("CreateContainer", e))?
+            .container_id)
+    }
+
+    async fn start_container(&mut self, op: &str, id: &str) -> Result<(), BenchError> {
+        let call = self.rt.start_container(cri::StartContainerRequest { container_id: id.to_string() });
+        timed(&mut self.samples, &mut self.order, op, call).await.map_err(|e| self.fail("StartContainer", e))?;
+        Ok(())
+    }
+
+    /// critest's container lifecycle, in one pod: create, start, status,
+    /// exec, stop, remove.
+    async fn container_lifecycle(&mut self) -> Result<(), BenchError> {
+        let pod_config = self.pod_config("containers")?;
+        let pod = self.run_pod("RunPodSandbox", pod_config.clone()).await?;
+        let mut exec = true;
+        for i in 0..self.opts.rounds {
+            let id = self.create_container("CreateContainer", &pod, &pod_config, &format!("c{i}")).await?;
+            self.start_container("StartContainer", &id).await?;
+            let call = self.rt.container_status(cri::ContainerStatusRequest { container_id: id.clone(), verbose: false });
+            let status = timed(&mut self.samples, &mut self.order, "ContainerStatus", call)
+                .await
+                .map_err(|e| self.fail("ContainerStatus", e))?;
+            if status.status.is_none_or(|s| s.state != cri::ContainerState::ContainerRunning as i32) {
+                return Err(self.fail("ContainerStatus", tonic::Status::internal(format!("{id} is not running"))));
+            }
+            if exec {
+                exec = self.exec_sync(&id).await?;
+            }
+            let call = self.rt.stop_container(cri::StopContainerRequest { container_id: id.clone(), timeout: 10 });
+            timed(&mut self.samples, &mut self.order, "StopContainer", call)
+                .await
+                .map_err(|e| self.fail("StopContainer", e))?;
+            let call = self.rt.remove_container(cri::RemoveContainerRequest { container_id: id.clone() });
+            timed(&mut self.samples, &mut self.order, "RemoveContainer", call)
+                .await
+                .map_err(|e| self.fail("RemoveContainer", e))?;
+        }
+        self.remove_pod(&pod).await
+    }
+
+    /// One ExecSync of `echo`; false when the endpoint does not offer it.
+    async fn exec_sync(&mut self, id: &str) -> Result<bool, BenchError> {
+        let call = self.rt.exec_sync(cri::ExecSyncRequest {
+            container_id: id.to_string(),
+            cmd: vec!["echo".into(), "bench".into()],
+            timeout: 10,
+        });
+        match timed(&mut self.samples, &mut self.order, "ExecSync", call).await {
+            Ok(out) if out.exit_code == 0 && out.stdout == b"bench\n" => Ok(true),
+            Ok(out) => Err(self.fail(
+                "ExecSync",
+                tonic::Status::internal(format!("exit {} with output {:?}", out.exit_code, String::from_utf8_lossy(&out.stdout))),
+            )),
+            Err(e) if e.code() == tonic::Code::Unimplemented => {
+                self.notes.push("ExecSync is not implemented".into());
+                Ok(false)
+            }
+            Err(e) => Err(self.fail("ExecSync", e)),
+        }
+    }
+
+    /// Runs pods, each with one running container, until there are `n`.
+    async fn grow_to(&mut self, n: usize) -> Result<(), BenchError> {
+        while self.pods.len() < n {
+            let config = self.pod_config(&format!("list-{}", self.pods.len()))?;
+            let pod = self.run_pod(&format!("RunPodSandbox{SETUP}"), config.clone()).await?;
+            let id = self.create_container(&format!("CreateContainer{SETUP}"), &pod, &config, "app").await?;
+            self.start_container(&format!("StartContainer{SETUP}"), &id).await?;
+        }
+        Ok(())
+    }
+
+    async fn lists(&mut self, n: usize) -> Result<(), BenchError> {
+        let (pods_op, containers_op) = (format!("ListPodSandbox ({n} pods)"), format!("ListContainers ({n} pods)"));
+        for _ in 0..self.opts.rounds {
+            let call = self.rt.list_pod_sandbox(cri::ListPodSandboxRequest { filter: None });
+            let got = timed(&mut self.samples, &mut self.order, &pods_op, call)
+                .await
+                .map_err(|e| self.fail("ListPodSandbox", e))?;
+            let ours = got.items.iter().filter(|p| p.labels.get("rktlet-bench") == Some(&self.name)).count();
+            if ours != n {
+                return Err(self.fail("ListPodSandbox", tonic::Status::internal(format!("{ours} pods listed, {n} run"))));
+            }
+            let call = self.rt.list_containers(cri::ListContainersRequest { filter: None });
+            let got = timed(&mut self.samples, &mut self.order, &containers_op, call)
+                .await
+                .map_err(|e| self.fail("ListContainers", e))?;
+            let ours = got.containers.iter().filter(|c| self.pods.contains(&c.pod_sandbox_id)).count();
+            if ours != n {
+                return Err(self.fail("ListContainers", tonic::Status::internal(format!("{ours} containers listed, {n} run"))));
+            }
+        }
+        Ok(())
+    }
+
+    async fn remove_pod(&mut self, id: &str) -> Result<(), BenchError> {
+        self.rt
+            .stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: id.to_string() })
+            .await
+            .map_err(|e| self.fail("StopPodSandbox (cleanup)", e))?;
+        self.rt
+            .remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.to_string() })
+            .await
+            .map_err(|e| self.fail("RemovePodSandbox (cleanup)", e))?;
+        self.pods.retain(|p| p != id);
+        Ok(())
+    }
+
+    /// Removes every pod this run made, and the container image; the first
+    /// error is returned after trying them all.
+    async fn cleanup(&mut self) -> Result<(), BenchError> {
+        let mut first = None;
+        for id in self.pods.clone() {
+            if let Err(e) = self.remove_pod(&id).await {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse_with_or_without_the_unix_scheme() {
+        let e: Endpoint = "in-process=unix:///run/rktlet/rktlet.sock".parse().expect("parse");
+        assert_eq!(e, Endpoint { name: "in-process".into(), socket: "/run/rktlet/rktlet.sock".into() });
+        let e: Endpoint = "x=/tmp/a=b.sock".parse().expect("parse");
+        assert_eq!(e.socket, PathBuf::from("/tmp/a=b.sock"));
+        assert!("no-socket".parse::<Endpoint>().is_err());
+        assert!("=/a.sock".parse::<Endpoint>().is_err());
+        assert!("a=".parse::<Endpoint>().is_err());
+    }
+}

@@ -1,0 +1,289 @@
+//! Benchmark results: percentiles per operation and endpoint, and the three
+//! renderings (Markdown table, JSON, SVG bar chart).
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::time::Duration;
+
+/// Percentiles of one operation on one endpoint, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Stats {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub n: usize,
+}
+
+impl Stats {
+    /// Nearest-rank percentiles; `None` without samples.
+    pub fn of(samples: &[Duration]) -> Option<Stats> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+        ms.sort_by(f64::total_cmp);
+        let rank = |p: f64| ms[((p * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1];
+        Some(Stats { p50: rank(0.50), p90: rank(0.90), p99: rank(0.99), n: ms.len() })
+    }
+}
+
+/// Memory of an endpoint's daemon and of the pods it runs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Memory {
+    /// Daemon RSS in MiB by number of running pods.
+    pub daemon_rss_mib: BTreeMap<usize, f64>,
+    /// Mean proportional set size of one pod's processes, MiB.
+    pub pod_pss_mib: Option<f64>,
+    /// Mean number of processes per pod.
+    pub pod_processes: Option<f64>,
+}
+
+/// Everything one run measured.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    /// Endpoint names in column order; the first is the baseline of the ratios.
+    pub endpoints: Vec<String>,
+    /// Operation names in row order.
+    pub operations: Vec<String>,
+    /// operation -> endpoint -> stats.
+    pub results: BTreeMap<String, BTreeMap<String, Stats>>,
+    pub memory: BTreeMap<String, Memory>,
+    /// Facts about the run (machine, image, rounds).
+    pub context: BTreeMap<String, String>,
+}
+
+impl Report {
+    pub fn add(&mut self, endpoint: &str, operation: &str, samples: &[Duration]) {
+        let Some(stats) = Stats::of(samples) else { return };
+        if !self.operations.iter().any(|o| o == operation) {
+            self.operations.push(operation.to_string());
+        }
+        self.results.entry(operation.to_string()).or_default().insert(endpoint.to_string(), stats);
+    }
+
+    fn get(&self, operation: &str, endpoint: &str) -> Option<&Stats> {
+        self.results.get(operation).and_then(|m| m.get(endpoint))
+    }
+
+    /// p50 of `endpoint` over p50 of the baseline.
+    pub fn ratio(&self, operation: &str, endpoint: &str) -> Option<f64> {
+        let base = self.get(operation, self.endpoints.first()?)?;
+        let other = self.get(operation, endpoint)?;
+        (base.p50 > 0.0).then(|| other.p50 / base.p50)
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    pub fn to_markdown(&self) -> String {
+        let mut out = String::new();
+        let base = self.endpoints.first().cloned().unwrap_or_default();
+        let _ = write!(out, "| operation |");
+        for e in &self.endpoints {
+            let _ = write!(out, " {e} p50 / p90 / p99 (ms) |");
+        }
+        for e in self.endpoints.iter().skip(1) {
+            let _ = write!(out, " {e} / {base} (p50) |");
+        }
+        out.push('\n');
+        out.push_str(&"|---".repeat(1 + self.endpoints.len() * 2 - 1));
+        out.push_str("|\n");
+        for op in &self.operations {
+            let _ = write!(out, "| {op} |");
+            for e in &self.endpoints {
+                match self.get(op, e) {
+                    Some(s) => {
+                        let _ = write!(out, " **{}** / {} / {} |", fmt_ms(s.p50), fmt_ms(s.p90), fmt_ms(s.p99));
+                    }
+                    None => out.push_str(" n/a |"),
+                }
+            }
+            for e in self.endpoints.iter().skip(1) {
+                match self.ratio(op, e) {
+                    Some(r) => {
+                        let _ = write!(out, " {r:.1}x |");
+                    }
+                    None => out.push_str(" |"),
+                }
+            }
+            out.push('\n');
+        }
+        if !self.memory.is_empty() {
+            out.push_str("\n| memory |");
+            for e in &self.endpoints {
+                let _ = write!(out, " {e} |");
+            }
+            out.push('\n');
+            out.push_str(&"|---".repeat(1 + self.endpoints.len()));
+            out.push_str("|\n");
+            let counts: std::collections::BTreeSet<usize> =
+                self.memory.values().flat_map(|m| m.daemon_rss_mib.keys().copied()).collect();
+            for n in counts {
+                let _ = write!(out, "| daemon RSS, {n} pods (MiB) |");
+                for e in &self.endpoints {
+                    match self.memory.get(e).and_then(|m| m.daemon_rss_mib.get(&n)) {
+                        Some(v) => {
+                            let _ = write!(out, " {v:.1} |");
+                        }
+                        None => out.push_str(" n/a |"),
+                    }
+                }
+                out.push('\n');
+            }
+            for (label, pick) in [
+                ("per-pod processes, PSS (MiB)", (|m: &Memory| m.pod_pss_mib) as fn(&Memory) -> Option<f64>),
+                ("per-pod process count", |m: &Memory| m.pod_processes),
+            ] {
+                let _ = write!(out, "| {label} |");
+                for e in &self.endpoints {
+                    match self.memory.get(e).and_then(pick) {
+                        Some(v) => {
+                            let _ = write!(out, " {v:.1} |");
+                        }
+                        None => out.push_str(" n/a |"),
+                    }
+                }
+                out.push('\n');
+            }
+        }
+        if !self.context.is_empty() {
+            out.push('\n');
+            for (k, v) in &self.context {
+                let _ = writeln!(out, "- {k}: {v}");
+            }
+        }
+        out
+    }
+
+    /// A horizontal grouped bar chart of the p50s, one group per operation,
+    /// on a logarithmic millisecond axis (the designs differ by orders of
+    /// magnitude).
+    pub fn to_svg(&self) -> String {
+        const COLORS: [&str; 4] = ["#2b7bba", "#d95f02", "#7570b3", "#1b9e77"];
+        let (label_w, plot_w, bar_h, gap, top) = (230.0, 560.0, 13.0, 12.0, 50.0);
+        let values: Vec<f64> = self.results.values().flat_map(|m| m.values().map(|s| s.p50)).collect();
+        let lo = values.iter().copied().fold(f64::INFINITY, f64::min).max(0.001);
+        let hi = values.iter().copied().fold(0.0, f64::max).max(lo * 10.0);
+        let (lo_dec, hi_dec) = (lo.log10().floor(), hi.log10().ceil());
+        let x = |v: f64| label_w + (v.max(lo).log10() - lo_dec) / (hi_dec - lo_dec) * plot_w;
+        let group_h = bar_h * self.endpoints.len() as f64 + gap;
+        let height = top + group_h * self.operations.len() as f64 + 40.0;
+        let width = label_w + plot_w + 90.0;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">"#
+        );
+        let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+        let _ = writeln!(
+            s,
+            r#"<text x="{label_w}" y="16" font-size="13" font-weight="bold">CRI call latency, p50 (ms, log scale; shorter is faster)</text>"#
+        );
+        for (i, e) in self.endpoints.iter().enumerate() {
+            let lx = label_w + i as f64 * 150.0;
+            let _ = writeln!(
+                s,
+                r#"<rect x="{lx}" y="26" width="10" height="10" fill="{}"/><text x="{}" y="35">{}</text>"#,
+                COLORS[i % COLORS.len()],
+                lx + 14.0,
+                xml(e)
+            );
+        }
+        let mut d = lo_dec;
+        while d <= hi_dec {
+            let v = 10f64.powf(d);
+            let gx = x(v);
+            let _ = writeln!(
+                s,
+                r##"<line x1="{gx:.1}" y1="{top}" x2="{gx:.1}" y2="{:.1}" stroke="#ccc"/><text x="{gx:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+                height - 30.0,
+                height - 16.0,
+                fmt_ms(v)
+            );
+            d += 1.0;
+        }
+        for (g, op) in self.operations.iter().enumerate() {
+            let gy = top + g as f64 * group_h;
+            let _ = writeln!(
+                s,
+                r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+                label_w - 6.0,
+                gy + bar_h * self.endpoints.len() as f64 / 2.0 + 4.0,
+                xml(op)
+            );
+            for (i, e) in self.endpoints.iter().enumerate() {
+                let Some(st) = self.get(op, e) else { continue };
+                let y = gy + i as f64 * bar_h;
+                let w = (x(st.p50) - label_w).max(1.0);
+                let _ = writeln!(
+                    s,
+                    r#"<rect x="{label_w}" y="{y:.1}" width="{w:.1}" height="{:.1}" fill="{}"><title>{} {}: {} ms</title></rect><text x="{:.1}" y="{:.1}" font-size="9">{}</text>"#,
+                    bar_h - 2.0,
+                    COLORS[i % COLORS.len()],
+                    xml(e),
+                    xml(op),
+                    fmt_ms(st.p50),
+                    label_w + w + 3.0,
+                    y + bar_h - 4.0,
+                    fmt_ms(st.p50)
+                );
+            }
+        }
+        s.push_str("</svg>\n");
+        s
+    }
+}
+
+fn xml(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// Milliseconds with three significant digits.
+pub fn fmt_ms(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else if v >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: &[u64]) -> Vec<Duration> {
+        v.iter().map(|m| Duration::from_millis(*m)).collect()
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let s = Stats::of(&ms(&(1..=100).collect::<Vec<_>>())).expect("stats");
+        assert_eq!((s.p50, s.p90, s.p99, s.n), (50.0, 90.0, 99.0, 100));
+        let one = Stats::of(&ms(&[7])).expect("stats");
+        assert_eq!((one.p50, one.p99), (7.0, 7.0));
+        assert!(Stats::of(&[]).is_none());
+    }
+
+    #[test]
+    fn table_has_a_row_per_operation_and_ratios() {
+        let mut r = Report { endpoints: vec!["in-process".into(), "exec-mode".into()], ..Default::default() };
+        r.add("in-process", "StartContainer", &ms(&[10, 10, 12]));
+        r.add("exec-mode", "StartContainer", &ms(&[40, 40, 50]));
+        r.add("exec-mode", "ExecSync", &ms(&[30]));
+        assert_eq!(r.ratio("StartContainer", "exec-mode"), Some(4.0));
+        let md = r.to_markdown();
+        assert!(md.contains("| StartContainer | **10.0** / 12.0 / 12.0 | **40.0** / 50.0 / 50.0 | 4.0x |"), "{md}");
+        assert!(md.contains("| ExecSync | n/a | **30.0** / 30.0 / 30.0 | |"), "{md}");
+        let svg = r.to_svg();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert_eq!(svg.matches("<title>").count(), 3);
+        let json: serde_json::Value = serde_json::from_str(&r.to_json()).expect("json");
+        assert_eq!(json["results"]["StartContainer"]["exec-mode"]["p50"], 40.0);
+    }
+}
