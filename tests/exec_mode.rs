@@ -258,3 +258,83 @@ async fn exec_mode_serves_the_same_answers_as_in_process() {
         assert!(log.contains(&format!("call=\"{call}")), "no exec of {call:?} in the log:\n{log}");
     }
 }
+
+/// `rktlet bench` against both designs on one data dir: every critest-style
+/// operation is measured on both endpoints, the three renderings are written,
+/// and nothing the run made is left behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn bench_harness_measures_both_designs_and_cleans_up() {
+    let scratch = tempfile::tempdir().expect("tmp");
+    let net = TestNetwork::new(scratch.path());
+    let conf = net.conf_dir.display().to_string();
+    let d = Daemon::start(&["--cni-conf-dir", &conf]);
+    let x = ExecDaemon::start(&d, &net.conf_dir);
+    let registry = &common::registry::registry().main;
+    let out = scratch.path().join("out");
+    let run = Command::new(BIN)
+        .arg("bench")
+        .arg(format!("--endpoint=in-process={}", d.socket.display()))
+        .arg(format!("--endpoint=exec-mode=unix://{}", x.socket.display()))
+        .args(["--rounds", "1", "--list-pods", "2"])
+        .arg(format!("--image={registry}/busybox:latest"))
+        .arg(format!("--pull-image={registry}/cfg:latest"))
+        .arg("--log-dir")
+        .arg(scratch.path().join("logs"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run rktlet bench");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "bench failed: {stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("bench.json")).expect("bench.json")).expect("json");
+    for op in [
+        "Version (gRPC floor)",
+        "PullImage",
+        "ImageStatus",
+        "ListImages",
+        "RemoveImage",
+        "RunPodSandbox",
+        "PodSandboxStatus",
+        "StopPodSandbox",
+        "RemovePodSandbox",
+        "CreateContainer",
+        "StartContainer",
+        "ContainerStatus",
+        "StopContainer",
+        "RemoveContainer",
+        "ListPodSandbox (2 pods)",
+        "ListContainers (2 pods)",
+    ] {
+        for endpoint in ["in-process", "exec-mode"] {
+            let p50 = &json["results"][op][endpoint]["p50"];
+            assert!(p50.as_f64().is_some_and(|v| v > 0.0), "no {op} figure for {endpoint}: {json}");
+        }
+        assert!(stdout.contains(&format!("| {op} |")), "no {op} row in the table:\n{stdout}");
+    }
+    for endpoint in ["in-process", "exec-mode"] {
+        let mem = &json["memory"][endpoint];
+        for pods in ["0", "2"] {
+            assert!(mem["daemon_rss_mib"][pods].as_f64().is_some_and(|v| v > 1.0), "{endpoint} RSS at {pods}: {mem}");
+        }
+        // each pod is at least its nspawn and its systemd
+        assert!(mem["pod_processes"].as_f64().is_some_and(|v| v >= 2.0), "{endpoint}: {mem}");
+    }
+    assert!(stdout.contains("exec-mode / in-process (p50)"), "{stdout}");
+    assert_eq!(std::fs::read_to_string(out.join("bench.md")).expect("bench.md"), stdout);
+    let svg = std::fs::read_to_string(out.join("bench.svg")).expect("bench.svg");
+    assert!(svg.starts_with("<svg") && svg.contains("ListContainers (2 pods)"), "{svg}");
+
+    // the pods and the pulled image are gone; the containers' image stays
+    let (mut rt, mut img) = (d.runtime().await, d.images().await);
+    assert!(
+        rt.list_pod_sandbox(cri::ListPodSandboxRequest::default()).await.expect("list").into_inner().items.is_empty()
+    );
+    let left: Vec<String> = images(&mut img).await.into_iter().flat_map(|i| i.repo_tags).collect();
+    assert_eq!(left, vec![format!("{registry}/busybox:latest")]);
+    assert_no_leaks(&d.dir.path().join("data"), &[]);
+    let run_dir = d.dir.path().join("data/pods/run");
+    assert_eq!(std::fs::read_dir(&run_dir).map(|d| d.count()).unwrap_or(0), 0, "pods left in {}", run_dir.display());
+    assert!(net.allocated().is_empty(), "addresses left: {:?}", net.allocated());
+}
