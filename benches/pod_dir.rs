@@ -1,5 +1,6 @@
 //! Hot paths of the pod directory layer: what every ListPodSandbox and
 //! PodSandboxStatus does per pod instead of exec'ing `rkt list`/`rkt status`.
+//! 100 pods: probe one, list all with their states, parse and rewrite a manifest.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use rktlet::pod::{DataDir, Pod, manifest::PodManifest};
@@ -9,7 +10,7 @@ fn bench(c: &mut Criterion) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = DataDir::new(tmp.path().join("data"));
     let mut running = Vec::new();
-    for _ in 0..50 {
+    for _ in 0..100 {
         let mut pod = Pod::create(&data).expect("create");
         pod.to_preparing().expect("prepare");
         pod.write_initial(&PodManifest::mutable()).expect("manifest");
@@ -23,7 +24,7 @@ fn bench(c: &mut Criterion) {
             black_box(pod.state().expect("state"))
         })
     });
-    c.bench_function("list_50_pods_with_state", |b| {
+    c.bench_function("list_100_pods_with_state", |b| {
         b.iter(|| {
             let pods = data.list_pods().expect("list");
             for (uuid, _) in pods {
@@ -31,6 +32,10 @@ fn bench(c: &mut Criterion) {
                 black_box(pod.state().expect("state"));
             }
         })
+    });
+    let text = std::fs::read(running[2].path().join("pod")).expect("pod manifest");
+    c.bench_function("pod_manifest_parse", |b| {
+        b.iter(|| black_box(serde_json::from_slice::<PodManifest>(black_box(&text)).expect("parse")))
     });
     c.bench_function("pod_manifest_read_modify_write", |b| {
         let pod = &running[1];

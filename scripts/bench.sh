@@ -2,8 +2,9 @@
 # The side-by-side benchmark on a fresh machine (as root): installs what it
 # needs, starts the local test registry, builds rktlet (release), starts two
 # daemons on data dirs of their own (in-process, and --exec-mode: the original
-# rktlet's exec design), and, when CONTAINERD=1, a private containerd as a
-# third endpoint; then runs `rktlet bench` against them, one endpoint at a
+# rktlet's exec design) and a private containerd (Debian's containerd + runc,
+# scripts/containerd-baseline.sh; CONTAINERD=0 leaves it out) as a third
+# endpoint; then runs `rktlet bench` against them, one endpoint at a
 # time, and writes docs/bench.{md,json,svg}. Extra arguments go to
 # `rktlet bench` (e.g. --rounds 5 --list-pods 10).
 set -euo pipefail
@@ -12,6 +13,7 @@ cd "$root"
 work=${BENCH_WORK:-/var/tmp/rktlet-bench}
 port=${BENCH_REGISTRY_PORT:-5000}
 out=${BENCH_OUT:-$root/docs}
+containerd=${CONTAINERD:-1}
 
 ./scripts/install-deps.sh
 cargo build --release --locked
@@ -33,7 +35,7 @@ cleanup() {
       done
     done
   done
-  [ "${CONTAINERD:-0}" = 1 ] && ./scripts/containerd-baseline.sh stop "$work/containerd" >/dev/null 2>&1 || true
+  [ "$containerd" = 1 ] && ./scripts/containerd-baseline.sh stop "$work/containerd" >/dev/null 2>&1 || true
   WORK="$work/registry" ./tests/fixtures/seed-registry.sh stop >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -47,7 +49,7 @@ for mode in in-process exec-mode; do
   pids+=($!)
   endpoints+=(--endpoint "$mode=$work/$mode.sock")
 done
-if [ "${CONTAINERD:-0}" = 1 ]; then
+if [ "$containerd" = 1 ]; then
   sock=$(./scripts/containerd-baseline.sh start "$work/containerd" "$port" | tail -1)
   endpoints+=(--endpoint "containerd=$sock")
 fi

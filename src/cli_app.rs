@@ -288,12 +288,30 @@ pub fn lifecycle(data_dir: PathBuf, verb: &str, uuid: &str, app: &str, timeout: 
     result.map_err(|s| s.message().to_string())
 }
 
+/// The exit code of `app exec` when rktlet itself failed (the command did
+/// not run, or was killed at the timeout), as `docker run` uses 125.
+pub const EXEC_FAILED: i32 = 125;
+
+/// `app exec UUID --app=NAME -- CMD...`: the command's stdout, stderr and
+/// exit code, through the same code as ExecSync.
+pub fn exec(
+    data_dir: PathBuf,
+    uuid: &str,
+    app: &str,
+    timeout: i64,
+    cmd: Vec<String>,
+) -> Result<cri::ExecSyncResponse, String> {
+    let (tokio, rt) = runtime(data_dir)?;
+    let req = cri::ExecSyncRequest { container_id: id(uuid, app), cmd, timeout };
+    tokio.block_on(crate::cri::container_exec::exec_sync(&rt, req)).map_err(|s| s.message().to_string())
+}
+
 /// `app list UUID` / `app status UUID --app=NAME`, as JSON or a table.
 pub fn show(data_dir: PathBuf, uuid: &str, app: Option<&str>, json: bool) -> Result<String, String> {
     let (_tokio, rt) = runtime(data_dir)?;
-    // no daemon may be listening to the pod: read exits from its systemd first
-    rt.reconcile();
     let mut pod = Pod::open(&rt.data, uuid).map_err(|e| e.to_string())?;
+    // no daemon may be listening to the pod: read its apps' exits from its systemd first
+    rt.reconcile_pod(&mut pod);
     let running = pod.state().map_err(|e| e.to_string())? == PodState::Running;
     let manifest = pod.read_manifest().map_err(|e| e.to_string())?;
     let rows: Vec<AppInfo> = manifest

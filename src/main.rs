@@ -207,6 +207,18 @@ enum AppCommand {
         #[arg(long, default_value = "table")]
         format: String,
     },
+    /// Run a command in a running app; exits with its exit code (125: rktlet failed).
+    Exec {
+        uuid: String,
+        #[arg(long)]
+        app: String,
+        /// Seconds before the command is killed (0: no limit).
+        #[arg(long, default_value_t = 0)]
+        timeout: i64,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
     /// Show one app.
     Status {
         uuid: String,
@@ -475,12 +487,29 @@ fn image_cmd(rkt: RktFlags, command: ImageCommand) -> Result<(), String> {
     Ok(())
 }
 
+/// `app exec`: the command's output and exit code are the CLI's own.
+fn app_exec(dir: Option<PathBuf>, uuid: &str, app: &str, timeout: i64, cmd: Vec<String>) -> ExitCode {
+    use std::io::Write;
+    match rktlet::cli_app::exec(data_dir(dir).root().to_path_buf(), uuid, app, timeout, cmd) {
+        Ok(out) => {
+            let _ = std::io::stdout().write_all(&out.stdout);
+            let _ = std::io::stderr().write_all(&out.stderr);
+            ExitCode::from(u8::try_from(out.exit_code).unwrap_or(u8::MAX))
+        }
+        Err(e) => {
+            eprintln!("rktlet: {e}");
+            ExitCode::from(rktlet::cli_app::EXEC_FAILED as u8)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if cli.rkt.debug {
         init_logging("debug");
     }
     let dir = cli.rkt.dir.clone();
+
     let result = match cli.command {
         Command::Serve(mut args) => {
             args.data_dir = args.data_dir.or(dir);
@@ -505,6 +534,7 @@ fn main() -> ExitCode {
         Command::App(AppCommand::Status { uuid, app, format }) => json_format(&format)
             .and_then(|json| rktlet::cli_app::show(data_dir(dir.clone()).root().to_path_buf(), &uuid, Some(&app), json))
             .map(|out| print!("{}", if out.ends_with('\n') { out } else { format!("{out}\n") })),
+        Command::App(AppCommand::Exec { uuid, app, timeout, cmd }) => return app_exec(dir, &uuid, &app, timeout, cmd),
         Command::App(AppCommand::Sandbox(args)) => args
             .into_options(data_dir(dir.clone()))
             .and_then(rktlet::stage1::sandbox::run)

@@ -110,36 +110,42 @@ impl Runtime {
     pub fn reconcile(&self) {
         let Ok(pods) = self.data.list_pods() else { return };
         for (uuid, dir) in pods {
-            let mut pod = crate::pod::Pod::at(&self.data, uuid, dir);
-            if pod.state().ok() != Some(crate::pod::PodState::Running) {
-                continue;
+            self.reconcile_pod(&mut crate::pod::Pod::at(&self.data, uuid, dir));
+        }
+    }
+
+    /// Records the exits of one running pod's started apps from its systemd
+    /// (what `reconcile` does per pod; the CLI, with no daemon listening,
+    /// does it for the one pod it reports on).
+    pub fn reconcile_pod(&self, pod: &mut crate::pod::Pod) {
+        if pod.state().ok() != Some(crate::pod::PodState::Running) {
+            return;
+        }
+        let Ok(manifest) = pod.read_manifest() else { return };
+        let started: Vec<String> = manifest
+            .apps
+            .iter()
+            .map(|a| a.name.clone())
+            .filter(|name| {
+                let p = crate::stage1::app::AppPaths::new(pod, name);
+                p.status_file("-started").exists() && !p.status_file("").exists()
+            })
+            .collect();
+        if started.is_empty() {
+            return;
+        }
+        let bus = match self.pod_bus(pod) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(pod = %pod.uuid(), error = %e, "cannot reconnect to pod");
+                return;
             }
-            let Ok(manifest) = pod.read_manifest() else { continue };
-            let started: Vec<String> = manifest
-                .apps
-                .iter()
-                .map(|a| a.name.clone())
-                .filter(|name| {
-                    let p = crate::stage1::app::AppPaths::new(&pod, name);
-                    p.status_file("-started").exists() && !p.status_file("").exists()
-                })
-                .collect();
-            if started.is_empty() {
-                continue;
-            }
-            let bus = match self.pod_bus(&pod) {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::warn!(pod = %uuid, error = %e, "cannot reconnect to pod");
-                    continue;
-                }
-            };
-            for name in started {
-                let Ok(status) = bus.unit_status(&format!("{name}.service")) else { continue };
-                if let Some(exit) = status.main_exit() {
-                    let paths = crate::stage1::app::AppPaths::new(&pod, &name);
-                    let _ = crate::stage1::app::record_exit(&paths, crate::stage1::bus::exit_code(&exit));
-                }
+        };
+        for name in started {
+            let Ok(status) = bus.unit_status(&format!("{name}.service")) else { continue };
+            if let Some(exit) = status.main_exit() {
+                let paths = crate::stage1::app::AppPaths::new(pod, &name);
+                let _ = crate::stage1::app::record_exit(&paths, crate::stage1::bus::exit_code(&exit));
             }
         }
     }

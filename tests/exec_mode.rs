@@ -304,6 +304,7 @@ async fn bench_harness_measures_both_designs_and_cleans_up() {
         "ContainerStatus",
         "StopContainer",
         "RemoveContainer",
+        "ExecSync",
         "ListPodSandbox (2 pods)",
         "ListContainers (2 pods)",
     ] {

@@ -108,7 +108,8 @@ pub async fn run(opts: &Options) -> Result<Report, BenchError> {
     if opts.image == opts.pull_image {
         return Err(BenchError::Invalid("the pull image must differ from the container image (it is removed)".into()));
     }
-    let mut report = Report { endpoints: opts.endpoints.iter().map(|e| e.name.clone()).collect(), ..Default::default() };
+    let mut report =
+        Report { endpoints: opts.endpoints.iter().map(|e| e.name.clone()).collect(), ..Default::default() };
     report.context.insert("rounds".into(), opts.rounds.to_string());
     report.context.insert("image".into(), opts.image.clone());
     report.context.insert("pull image".into(), opts.pull_image.clone());
@@ -120,17 +121,16 @@ pub async fn run(opts: &Options) -> Result<Report, BenchError> {
         let outcome = session.measure(&mut report).await;
         let cleanup = session.cleanup().await;
         // the setup calls of the list phase are timed but not reported: their load grows as they go
-        for (op, samples) in session
-            .order
-            .iter()
-            .filter(|op| !op.ends_with(SETUP))
-            .filter_map(|op| Some((op, session.samples.get(op)?)))
+        for (op, samples) in
+            session.order.iter().filter(|op| !op.ends_with(SETUP)).filter_map(|op| Some((op, session.samples.get(op)?)))
         {
             report.add(&endpoint.name, op, samples);
         }
         if let Ok(v) = session.rt.clone().version(cri::VersionRequest::default()).await {
             let v = v.into_inner();
-            report.context.insert(format!("{} runtime", endpoint.name), format!("{} {}", v.runtime_name, v.runtime_version));
+            report
+                .context
+                .insert(format!("{} runtime", endpoint.name), format!("{} {}", v.runtime_name, v.runtime_version));
         }
         for note in &session.notes {
             report.context.insert(format!("{} note", endpoint.name), note.clone());
@@ -248,17 +248,25 @@ impl<'a> Session<'a> {
         // a copy left by an earlier run would make the first pull a no-op
         let _ = self.img.remove_image(cri::RemoveImageRequest { image: Self::image_spec(&pull) }).await;
         for _ in 0..self.opts.rounds {
-            let call = self.img.pull_image(cri::PullImageRequest { image: Self::image_spec(&pull), ..Default::default() });
-            timed(&mut self.samples, &mut self.order, "PullImage", call).await.map_err(|e| self.fail("PullImage", e))?;
-            let call = self.img.image_status(cri::ImageStatusRequest { image: Self::image_spec(&pull), verbose: false });
+            let call =
+                self.img.pull_image(cri::PullImageRequest { image: Self::image_spec(&pull), ..Default::default() });
+            timed(&mut self.samples, &mut self.order, "PullImage", call)
+                .await
+                .map_err(|e| self.fail("PullImage", e))?;
+            let call =
+                self.img.image_status(cri::ImageStatusRequest { image: Self::image_spec(&pull), verbose: false });
             let status = timed(&mut self.samples, &mut self.order, "ImageStatus", call)
                 .await
                 .map_err(|e| self.fail("ImageStatus", e))?;
             if status.image.is_none() {
-                return Err(self.fail("ImageStatus", tonic::Status::not_found(format!("{pull} not found after its pull"))));
+                return Err(
+                    self.fail("ImageStatus", tonic::Status::not_found(format!("{pull} not found after its pull")))
+                );
             }
             let call = self.img.list_images(cri::ListImagesRequest { filter: None });
-            timed(&mut self.samples, &mut self.order, "ListImages", call).await.map_err(|e| self.fail("ListImages", e))?;
+            timed(&mut self.samples, &mut self.order, "ListImages", call)
+                .await
+                .map_err(|e| self.fail("ListImages", e))?;
             let call = self.img.remove_image(cri::RemoveImageRequest { image: Self::image_spec(&pull) });
             timed(&mut self.samples, &mut self.order, "RemoveImage", call)
                 .await
@@ -317,7 +325,8 @@ impl<'a> Session<'a> {
     }
 
     async fn run_pod(&mut self, op: &str, config: cri::PodSandboxConfig) -> Result<String, BenchError> {
-        let call = self.rt.run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() });
+        let call =
+            self.rt.run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() });
         let id = timed(&mut self.samples, &mut self.order, op, call)
             .await
             .map_err(|e| self.fail("RunPodSandbox", e))?
@@ -330,7 +339,8 @@ impl<'a> Session<'a> {
         for i in 0..self.opts.rounds {
             let config = self.pod_config(&format!("lifecycle-{i}"))?;
             let id = self.run_pod("RunPodSandbox", config).await?;
-            let call = self.rt.pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: id.clone(), verbose: false });
+            let call =
+                self.rt.pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: id.clone(), verbose: false });
             let status = timed(&mut self.samples, &mut self.order, "PodSandboxStatus", call)
                 .await
                 .map_err(|e| self.fail("PodSandboxStatus", e))?;
@@ -383,7 +393,8 @@ impl<'a> Session<'a> {
         for i in 0..self.opts.rounds {
             let id = self.create_container("CreateContainer", &pod, &pod_config, &format!("c{i}")).await?;
             self.start_container("StartContainer", &id).await?;
-            let call = self.rt.container_status(cri::ContainerStatusRequest { container_id: id.clone(), verbose: false });
+            let call =
+                self.rt.container_status(cri::ContainerStatusRequest { container_id: id.clone(), verbose: false });
             let status = timed(&mut self.samples, &mut self.order, "ContainerStatus", call)
                 .await
                 .map_err(|e| self.fail("ContainerStatus", e))?;
@@ -416,7 +427,11 @@ impl<'a> Session<'a> {
             Ok(out) if out.exit_code == 0 && out.stdout == b"bench\n" => Ok(true),
             Ok(out) => Err(self.fail(
                 "ExecSync",
-                tonic::Status::internal(format!("exit {} with output {:?}", out.exit_code, String::from_utf8_lossy(&out.stdout))),
+                tonic::Status::internal(format!(
+                    "exit {} with output {:?}",
+                    out.exit_code,
+                    String::from_utf8_lossy(&out.stdout)
+                )),
             )),
             Err(e) if e.code() == tonic::Code::Unimplemented => {
                 self.notes.push("ExecSync is not implemented".into());
@@ -446,7 +461,9 @@ impl<'a> Session<'a> {
                 .map_err(|e| self.fail("ListPodSandbox", e))?;
             let ours = got.items.iter().filter(|p| p.labels.get("rktlet-bench") == Some(&self.name)).count();
             if ours != n {
-                return Err(self.fail("ListPodSandbox", tonic::Status::internal(format!("{ours} pods listed, {n} run"))));
+                return Err(
+                    self.fail("ListPodSandbox", tonic::Status::internal(format!("{ours} pods listed, {n} run")))
+                );
             }
             let call = self.rt.list_containers(cri::ListContainersRequest { filter: None });
             let got = timed(&mut self.samples, &mut self.order, &containers_op, call)
@@ -454,7 +471,9 @@ impl<'a> Session<'a> {
                 .map_err(|e| self.fail("ListContainers", e))?;
             let ours = got.containers.iter().filter(|c| self.pods.contains(&c.pod_sandbox_id)).count();
             if ours != n {
-                return Err(self.fail("ListContainers", tonic::Status::internal(format!("{ours} containers listed, {n} run"))));
+                return Err(
+                    self.fail("ListContainers", tonic::Status::internal(format!("{ours} containers listed, {n} run")))
+                );
             }
         }
         Ok(())

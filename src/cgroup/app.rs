@@ -119,6 +119,16 @@ impl AppCgroup {
         Ok(())
     }
 
+    /// Host pids of the processes in the app's unit (its unified cgroup).
+    pub fn unit_processes(&self) -> Vec<i32> {
+        let Some(unit) = &self.unit else { return Vec::new() };
+        fs::read_to_string(unit.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+
     /// Whether the kernel OOM-killed a process of this app (v1 `oom_kill` counter).
     pub fn oom_killed(&self) -> bool {
         let Some(d) = self.dir("memory") else { return false };

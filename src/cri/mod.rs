@@ -3,6 +3,7 @@
 //! each RPC to its handler and logs it (method, duration, status code).
 
 pub(crate) mod container_create;
+pub(crate) mod container_exec;
 pub(crate) mod container_meta;
 pub(crate) mod container_start;
 pub(crate) mod container_status;
@@ -164,9 +165,10 @@ cri_impl! {
                 -> cri::UpdateContainerResourcesResponse => container_start::update_container_resources;
             "ReopenContainerLog": reopen_container_log(ReopenContainerLogRequest) -> cri::ReopenContainerLogResponse
                 => container_start::reopen_container_log;
+            "ExecSync": exec_sync(ExecSyncRequest) -> cri::ExecSyncResponse
+                => container_exec::exec_sync | exec exec_mode::exec_sync;
         }
         pending {
-            "ExecSync": exec_sync(ExecSyncRequest) -> cri::ExecSyncResponse;
             "Exec": exec(ExecRequest) -> cri::ExecResponse;
             "Attach": attach(AttachRequest) -> cri::AttachResponse;
             "PortForward": port_forward(PortForwardRequest) -> cri::PortForwardResponse;

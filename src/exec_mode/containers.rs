@@ -1,7 +1,7 @@
 //! Containers the exec way: `app add|start|stop|rm|status` per call, and
 //! ListContainers as one `list` plus one `app status` per app.
 
-use super::{ExecMode, ok_if_missing, pods};
+use super::{ExecMode, failure, ok_if_missing, pods};
 use crate::api_v1::AppInfo;
 use crate::cli_app::AddArgs;
 use crate::cri::container_meta::split_id;
@@ -85,4 +85,28 @@ pub async fn list_containers(
         }
     }
     Ok(cri::ListContainersResponse { containers })
+}
+
+/// ExecSync as rktlet did it: one exec of the CLI (`app exec`), whose
+/// stdout, stderr and exit code are the command's; the CLI's own failures
+/// exit with [`crate::cli_app::EXEC_FAILED`] and say why on stderr.
+pub async fn exec_sync(x: &ExecMode, req: cri::ExecSyncRequest) -> Result<cri::ExecSyncResponse, Status> {
+    let (pod, app) = split(&req.container_id)?;
+    if req.cmd.is_empty() {
+        return Err(Status::invalid_argument("cmd is required"));
+    }
+    let mut argv = vec![
+        "app".to_string(),
+        "exec".to_string(),
+        pod.to_string(),
+        format!("--app={app}"),
+        format!("--timeout={}", req.timeout),
+        "--".to_string(),
+    ];
+    argv.extend(req.cmd);
+    let out = x.output(&argv).await?;
+    match out.status.code() {
+        Some(crate::cli_app::EXEC_FAILED) | None => Err(failure(&argv, &out)),
+        Some(exit_code) => Ok(cri::ExecSyncResponse { stdout: out.stdout, stderr: out.stderr, exit_code }),
+    }
 }

@@ -64,8 +64,8 @@ impl ExecMode {
         &self.rt
     }
 
-    /// Runs one CLI call; its stdout on success, its stderr as the error.
-    async fn run<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Result<String, Status> {
+    /// Runs one CLI call and returns what it left, whatever its exit status.
+    async fn output<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Result<std::process::Output, Status> {
         let start = Instant::now();
         let out = tokio::process::Command::new(&self.program)
             .args(&self.global)
@@ -75,14 +75,17 @@ impl ExecMode {
             .output()
             .await
             .map_err(|e| Status::internal(format!("exec {}: {e}", self.program.display())))?;
-        let words: Vec<String> = args.iter().take(2).map(|a| a.as_ref().to_string_lossy().into_owned()).collect();
-        tracing::debug!(call = words.join(" "), micros = start.elapsed().as_micros() as u64, "exec");
+        tracing::debug!(call = words(args), micros = start.elapsed().as_micros() as u64, "exec");
+        Ok(out)
+    }
+
+    /// Runs one CLI call; its stdout on success, its stderr as the error.
+    async fn run<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Result<String, Status> {
+        let out = self.output(args).await?;
         if out.status.success() {
             return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
         }
-        let err = String::from_utf8_lossy(&out.stderr);
-        let msg = err.trim().trim_start_matches("rktlet: ").to_string();
-        Err(status_of_output(&format!("{} failed ({}): {msg}", words.join(" "), out.status)))
+        Err(failure(args, &out))
     }
 
     /// Runs a call whose output is JSON of `T`.
@@ -90,6 +93,19 @@ impl ExecMode {
         let out = self.run(args).await?;
         serde_json::from_str(&out).map_err(|e| Status::internal(format!("cannot parse the output of the CLI: {e}")))
     }
+}
+
+/// The first two words of a call, to name it.
+fn words<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
+    let words: Vec<String> = args.iter().take(2).map(|a| a.as_ref().to_string_lossy().into_owned()).collect();
+    words.join(" ")
+}
+
+/// The error a failed call reports, from its stderr.
+fn failure<S: AsRef<std::ffi::OsStr>>(args: &[S], out: &std::process::Output) -> Status {
+    let err = String::from_utf8_lossy(&out.stderr);
+    let msg = err.trim().trim_start_matches("rktlet: ").to_string();
+    status_of_output(&format!("{} failed ({}): {msg}", words(args), out.status))
 }
 
 fn flag(name: &str, value: &std::ffi::OsStr) -> OsString {
@@ -106,6 +122,10 @@ fn status_of_output(msg: &str) -> Status {
         Status::not_found(msg)
     } else if lower.contains("invalid") || lower.contains("is required") || lower.contains("is not ") {
         Status::invalid_argument(msg)
+    } else if lower.contains("did not finish within") {
+        Status::deadline_exceeded(msg)
+    } else if lower.contains("is not running") {
+        Status::failed_precondition(msg)
     } else if lower.contains("already exists") {
         Status::already_exists(msg)
     } else {

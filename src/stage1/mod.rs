@@ -8,6 +8,7 @@
 pub mod app;
 pub mod bus;
 pub mod caps;
+pub mod exec;
 pub mod host;
 pub mod inject;
 pub mod launch;

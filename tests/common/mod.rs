@@ -287,3 +287,4 @@ pub async fn pull_busybox(d: &Daemon) -> String {
         .expect("PullImage");
     image
 }
+pub mod test_pod;

@@ -1,0 +1,57 @@
+//! ExecSync: a command run inside a running container, in-process. The
+//! command is the only program started (`stage1::exec`); Exec, Attach and
+//! PortForward (streaming) are not built yet.
+
+use super::container_start::{self, Target};
+use crate::proto::v1 as cri;
+use crate::runtime::Runtime;
+use crate::stage1::exec::{self, ExecError};
+use std::time::Duration;
+use tonic::Status;
+
+/// Output kept per stream; the rest is read and dropped.
+const OUTPUT_CAP: usize = 16 << 20;
+
+/// The host pid of the app's main process, if it runs.
+fn main_pid(t: &Target) -> Option<i32> {
+    let cgroup = container_start::app_cgroup(t)?;
+    let sandbox = t.pod.sandbox_pid().ok()??;
+    let pid1 = crate::stage1::inject::pod_pid1(sandbox).ok()?;
+    exec::main_pid(pid1, &cgroup.unit_processes())
+}
+
+fn exec_status(id: &str, e: ExecError) -> Status {
+    match e {
+        ExecError::Timeout { .. } => Status::deadline_exceeded(format!("exec in container {id}: {e}")),
+        ExecError::TargetGone { .. } => Status::failed_precondition(format!("container {id} is not running")),
+        ExecError::EmptyCommand | ExecError::Nul => Status::invalid_argument(e.to_string()),
+        ExecError::Setup { .. } => Status::unknown(format!("exec in container {id}: {e}")),
+        ExecError::Target { .. } | ExecError::Io(_) => Status::internal(format!("exec in container {id}: {e}")),
+    }
+}
+
+pub async fn exec_sync(rt: &Runtime, req: cri::ExecSyncRequest) -> Result<cri::ExecSyncResponse, Status> {
+    if req.cmd.is_empty() {
+        return Err(Status::invalid_argument("cmd is required"));
+    }
+    if req.timeout < 0 {
+        return Err(Status::invalid_argument(format!("timeout {} is negative", req.timeout)));
+    }
+    let t = container_start::open(rt, &req.container_id)?;
+    let id = req.container_id;
+    if !t.running {
+        return Err(Status::failed_precondition(format!("pod of container {id} is not running")));
+    }
+    let timeout = (req.timeout > 0).then(|| Duration::from_secs(req.timeout as u64));
+    let cmd = req.cmd;
+    tokio::task::spawn_blocking(move || {
+        let pid = main_pid(&t).ok_or_else(|| Status::failed_precondition(format!("container {id} is not running")))?;
+        let out = exec::run(pid, &cmd, timeout, OUTPUT_CAP).map_err(|e| exec_status(&id, e))?;
+        if out.truncated {
+            tracing::warn!(container = id, cap = OUTPUT_CAP, "exec output truncated");
+        }
+        Ok(cri::ExecSyncResponse { stdout: out.stdout, stderr: out.stderr, exit_code: out.exit_code })
+    })
+    .await
+    .map_err(|e| Status::internal(format!("exec task: {e}")))?
+}

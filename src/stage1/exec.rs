@@ -1,0 +1,614 @@
+//! Running a command inside a running app (ExecSync, `rktlet app exec`),
+//! with no helper program: the command is the only thing exec'd.
+//!
+//! The command becomes a copy of the app's main process in everything but
+//! its program: the same namespaces (mnt, pid, net, ipc, uts, cgroup), root,
+//! working directory, environment, uid/gid/groups, capability sets,
+//! no_new_privs and cgroups, all read from `/proc/<main pid>` beforehand.
+//!
+//! Runs in three processes:
+//! - the daemon (or CLI): reads the target, prepares every C string and
+//!   descriptor, forks, collects output with a size cap and a deadline;
+//! - the intermediate child: `setsid`, joins the app's cgroups and
+//!   namespaces, forks (a pid namespace applies to children only), waits for
+//!   the command and reports its wait status;
+//! - the command child: chroot, credentials, capabilities, exec.
+//!
+//! Both children make raw syscalls only (the parent is multi-threaded).
+
+use std::ffi::CString;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Namespaces joined, in this order (mnt last: the others are found through it).
+const NAMESPACES: [(&str, libc::c_int); 6] = [
+    ("cgroup", libc::CLONE_NEWCGROUP),
+    ("ipc", libc::CLONE_NEWIPC),
+    ("uts", libc::CLONE_NEWUTS),
+    ("net", libc::CLONE_NEWNET),
+    ("pid", libc::CLONE_NEWPID),
+    ("mnt", libc::CLONE_NEWNS),
+];
+
+/// `PATH` when the app's environment has none (as a shell would use).
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Report kinds on the status pipe: a setup step failed (value = errno), or
+/// the command's wait status.
+const REPORT_SETUP: i32 = 1;
+const REPORT_WAIT: i32 = 2;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("app process {pid} is gone: {source}")]
+    TargetGone { pid: i32, source: io::Error },
+    #[error("cannot read app process {pid}: {detail}")]
+    Target { pid: i32, detail: String },
+    #[error("the command is empty")]
+    EmptyCommand,
+    #[error("an argument or environment entry contains a NUL byte")]
+    Nul,
+    #[error("cannot start {program:?} in the app: {step}: {source}")]
+    Setup { program: String, step: &'static str, source: io::Error },
+    #[error("{program:?} did not finish within {timeout:?} and was killed")]
+    Timeout { program: String, timeout: Duration },
+    #[error("exec in the app: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// What the command left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutput {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// Exit code; 128 + signal when killed by one.
+    pub exit_code: i32,
+    /// True when stdout or stderr was cut at the cap.
+    pub truncated: bool,
+}
+
+/// The app's main process as the command must copy it.
+#[derive(Debug)]
+struct Target {
+    ns: Vec<(libc::c_int, OwnedFd)>,
+    root: OwnedFd,
+    cwd: CString,
+    env: Vec<CString>,
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    groups: Vec<libc::gid_t>,
+    /// Effective, permitted, inheritable, bounding, ambient.
+    caps: [u64; 5],
+    no_new_privs: bool,
+    /// `cgroup.procs` files of the app's cgroups, on the host.
+    cgroup_procs: Vec<CString>,
+}
+
+fn cstring(bytes: &[u8]) -> Result<CString, ExecError> {
+    CString::new(bytes).map_err(|_| ExecError::Nul)
+}
+
+fn status_field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')).map(str::trim)
+}
+
+impl Target {
+    fn read(pid: i32) -> Result<Target, ExecError> {
+        let proc = PathBuf::from(format!("/proc/{pid}"));
+        let gone = |source: io::Error| ExecError::TargetGone { pid, source };
+        let bad = |detail: &str| ExecError::Target { pid, detail: detail.to_string() };
+        let status = std::fs::read_to_string(proc.join("status")).map_err(gone)?;
+        let ids = |name: &str| -> Result<u32, ExecError> {
+            // real, effective, saved, fs: the effective id is the one the app acts as
+            status_field(&status, name)
+                .and_then(|v| v.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| bad(&format!("no {name} in its status")))
+        };
+        let cap = |name: &str| -> Result<u64, ExecError> {
+            status_field(&status, name)
+                .and_then(|v| u64::from_str_radix(v, 16).ok())
+                .ok_or_else(|| bad(&format!("no {name} in its status")))
+        };
+        let groups = status_field(&status, "Groups")
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|g| g.parse().ok())
+            .collect();
+        let mut ns = Vec::new();
+        for (name, flag) in NAMESPACES {
+            let theirs = proc.join("ns").join(name);
+            let ours = Path::new("/proc/self/ns").join(name);
+            let same = match (std::fs::metadata(&theirs), std::fs::metadata(&ours)) {
+                (Ok(a), Ok(b)) => std::os::unix::fs::MetadataExt::ino(&a) == std::os::unix::fs::MetadataExt::ino(&b),
+                (Err(e), _) => return Err(gone(e)),
+                _ => false,
+            };
+            if !same {
+                ns.push((flag, std::fs::File::open(&theirs).map_err(gone)?.into()));
+            }
+        }
+        let root = nix::fcntl::open(
+            &proc.join("root"),
+            nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|e| gone(e.into()))?;
+        let cwd = std::fs::read_link(proc.join("cwd")).map_err(gone)?;
+        let env = std::fs::read(proc.join("environ")).map_err(gone)?;
+        let env = env.split(|b| *b == 0).filter(|e| !e.is_empty()).map(cstring).collect::<Result<_, _>>()?;
+        let layout = crate::cgroup::Layout::read()?;
+        let cgroups = std::fs::read_to_string(proc.join("cgroup")).map_err(gone)?;
+        let cgroup_procs = cgroups
+            .lines()
+            .filter_map(|line| {
+                let mut parts = line.splitn(3, ':');
+                let id: u32 = parts.next()?.parse().ok()?;
+                let controllers = parts.next()?;
+                let path = parts.next()?.trim_start_matches('/');
+                // hierarchies mounted nowhere are skipped: nothing can be joined there
+                let h = layout.hierarchies.iter().find(|h| h.id == id && h.controllers.join(",") == controllers)?;
+                Some(h.mount.as_ref()?.join(path).join("cgroup.procs"))
+            })
+            .map(|p| cstring(p.as_os_str().as_bytes()))
+            .collect::<Result<_, _>>()?;
+        Ok(Target {
+            ns,
+            root,
+            cwd: cstring(cwd.as_os_str().as_bytes())?,
+            env,
+            uid: ids("Uid")?,
+            gid: ids("Gid")?,
+            groups,
+            caps: [cap("CapEff")?, cap("CapPrm")?, cap("CapInh")?, cap("CapBnd")?, cap("CapAmb")?],
+            no_new_privs: status_field(&status, "NoNewPrivs") == Some("1"),
+            cgroup_procs,
+        })
+    }
+
+    /// Where `program` may be inside the app: itself when it has a slash,
+    /// else every directory of the app's `PATH`, tried in order by the child.
+    fn candidates(&self, program: &str) -> Result<Vec<CString>, ExecError> {
+        if program.contains('/') {
+            return Ok(vec![cstring(program.as_bytes())?]);
+        }
+        let path = self
+            .env
+            .iter()
+            .find_map(|e| e.to_bytes().strip_prefix(b"PATH="))
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .unwrap_or_else(|| DEFAULT_PATH.to_string());
+        path.split(':')
+            .filter(|d| d.starts_with('/'))
+            .map(|d| cstring(format!("{}/{program}", d.trim_end_matches('/')).as_bytes()))
+            .collect()
+    }
+}
+
+/// The host pid of a unit's main process: of the processes in the unit's
+/// cgroup, the one whose parent is the pod's systemd.
+pub fn main_pid(pod_pid1: i32, unit_processes: &[i32]) -> Option<i32> {
+    unit_processes.iter().copied().find(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok()))
+            == Some(pod_pid1)
+    })
+}
+
+/// Runs `argv` as a copy of the app process `pid`; `timeout` kills it (and
+/// whatever it started in its process group); output beyond `cap` bytes per
+/// stream is read and dropped. Blocking.
+pub fn run(pid: i32, argv: &[String], timeout: Option<Duration>, cap: usize) -> Result<ExecOutput, ExecError> {
+    let program = argv.first().filter(|p| !p.is_empty()).ok_or(ExecError::EmptyCommand)?.clone();
+    let target = Target::read(pid)?;
+    let candidates = target.candidates(&program)?;
+    let args: Vec<CString> = argv.iter().map(|a| cstring(a.as_bytes())).collect::<Result<_, _>>()?;
+    let mut arg_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    arg_ptrs.push(std::ptr::null());
+    let mut env_ptrs: Vec<*const libc::c_char> = target.env.iter().map(|e| e.as_ptr()).collect();
+    env_ptrs.push(std::ptr::null());
+    let root_dir = c"/";
+    let dot = c".";
+    let devnull = std::fs::File::open("/dev/null")?;
+    let (out_r, out_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    let (rep_r, rep_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    let raw = |f: &OwnedFd| f.as_raw_fd();
+    let (out_w_fd, err_w_fd, rep_w_fd, null_fd) = (raw(&out_w), raw(&err_w), raw(&rep_w), devnull.as_raw_fd());
+
+    // SAFETY: both children below make only raw syscalls on data prepared above.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        return Err(io::Error::last_os_error().into());
+    }
+    if child == 0 {
+        // SAFETY: raw syscalls only, then _exit; never returns into Rust code.
+        unsafe {
+            intermediate(&target, rep_w_fd, &|| {
+                command(
+                    &target,
+                    &candidates,
+                    &arg_ptrs,
+                    &env_ptrs,
+                    [null_fd, out_w_fd, err_w_fd],
+                    rep_w_fd,
+                    root_dir,
+                    dot,
+                )
+            })
+        }
+    }
+    drop((out_w, err_w, rep_w));
+    let started = Instant::now();
+    let collected = collect(child, [out_r, err_r], timeout, cap);
+    let (stdout, stderr, truncated, timed_out) = match collected {
+        Ok(c) => c,
+        Err(e) => {
+            kill_group(child);
+            reap(child);
+            return Err(e.into());
+        }
+    };
+    if timed_out {
+        kill_group(child);
+        reap(child);
+        return Err(ExecError::Timeout { program, timeout: timeout.unwrap_or_default() });
+    }
+    reap(child);
+    let mut report = Vec::new();
+    std::fs::File::from(rep_r).read_to_end(&mut report)?;
+    let words: Vec<i32> = report.chunks_exact(4).map(|c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect();
+    tracing::debug!(program, micros = started.elapsed().as_micros() as u64, "exec in app");
+    match words.as_slice() {
+        [REPORT_SETUP, step, errno, ..] => Err(ExecError::Setup {
+            program,
+            step: STEPS.get(*step as usize).copied().unwrap_or("setup"),
+            source: io::Error::from_raw_os_error(*errno),
+        }),
+        [REPORT_WAIT, status, ..] => {
+            let exit_code =
+                if libc::WIFEXITED(*status) { libc::WEXITSTATUS(*status) } else { 128 + libc::WTERMSIG(*status) };
+            Ok(ExecOutput { stdout, stderr, exit_code, truncated })
+        }
+        _ => Err(ExecError::Setup {
+            program,
+            step: "start",
+            source: io::Error::other("the exec process ended without a report"),
+        }),
+    }
+}
+
+/// Names of the setup steps, indexed by the number a child reports.
+const STEPS: [&str; 12] = [
+    "setsid",
+    "joining the app's cgroup",
+    "joining the app's namespaces",
+    "fork",
+    "chroot into the app",
+    "redirecting stdio",
+    "dropping capabilities from the bounding set",
+    "setting groups",
+    "setting the gid",
+    "setting the uid",
+    "setting capabilities",
+    "exec",
+];
+
+/// Writes one report (two or three i32 words) to the status pipe.
+///
+/// # Safety
+/// Async-signal-safe: one write(2) of a stack buffer.
+unsafe fn report(fd: RawFd, words: &[i32]) {
+    let mut buf = [0u8; 12];
+    for (i, w) in words.iter().take(3).enumerate() {
+        buf[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
+    }
+    // SAFETY: writing our own stack buffer to a pipe we own.
+    unsafe { libc::write(fd, buf.as_ptr().cast(), words.len().min(3) * 4) };
+}
+
+/// Reports a failed step with the current errno and exits.
+///
+/// # Safety
+/// Only in a forked child: raw syscalls, then _exit.
+unsafe fn fail(fd: RawFd, step: usize) -> ! {
+    // SAFETY: errno location is valid in this thread; write and _exit are async-signal-safe.
+    unsafe {
+        let errno = *libc::__errno_location();
+        report(fd, &[REPORT_SETUP, step as i32, errno]);
+        libc::_exit(126)
+    }
+}
+
+/// The intermediate child: session, cgroups, namespaces, then the command
+/// child, whose wait status it reports.
+///
+/// # Safety
+/// Only in a forked child of a multi-threaded process: raw syscalls only.
+unsafe fn intermediate(t: &Target, rep: RawFd, command: &dyn Fn()) -> ! {
+    // SAFETY: raw syscalls on prepared data; every path ends in _exit.
+    unsafe {
+        // its own process group, so a timeout kills the command and what it started
+        if libc::setsid() < 0 {
+            fail(rep, 0);
+        }
+        for procs in &t.cgroup_procs {
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            // "0" is the writing process itself
+            if fd < 0 || libc::write(fd, c"0".as_ptr().cast(), 1) != 1 {
+                fail(rep, 1);
+            }
+            libc::close(fd);
+        }
+        for (flag, fd) in &t.ns {
+            if libc::setns(fd.as_raw_fd(), *flag) != 0 {
+                fail(rep, 2);
+            }
+        }
+        let pid = libc::fork();
+        if pid < 0 {
+            fail(rep, 3);
+        }
+        if pid == 0 {
+            command();
+            libc::_exit(126);
+        }
+        let mut status = 0;
+        while libc::waitpid(pid, &mut status, 0) < 0 {
+            if *libc::__errno_location() != libc::EINTR {
+                fail(rep, 3);
+            }
+        }
+        report(rep, &[REPORT_WAIT, status]);
+        libc::_exit(0)
+    }
+}
+
+/// `struct __user_cap_header_struct` of capset(2).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `struct __user_cap_data_struct` of capset(2).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// The command child: root, stdio, credentials, capabilities, exec.
+///
+/// # Safety
+/// Only in a forked child of a multi-threaded process: raw syscalls only.
+#[allow(clippy::too_many_arguments)]
+unsafe fn command(
+    t: &Target,
+    candidates: &[CString],
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+    stdio: [RawFd; 3],
+    rep: RawFd,
+    root_dir: &std::ffi::CStr,
+    dot: &std::ffi::CStr,
+) -> ! {
+    // SAFETY: raw syscalls on prepared data; every path ends in exec or _exit.
+    unsafe {
+        if libc::fchdir(t.root.as_raw_fd()) != 0 || libc::chroot(dot.as_ptr()) != 0 {
+            fail(rep, 4);
+        }
+        if libc::chdir(t.cwd.as_ptr()) != 0 && libc::chdir(root_dir.as_ptr()) != 0 {
+            fail(rep, 4);
+        }
+        for (i, fd) in stdio.iter().enumerate() {
+            if libc::dup2(*fd, i as RawFd) < 0 {
+                fail(rep, 5);
+            }
+        }
+        let [eff, prm, inh, bnd, amb] = t.caps;
+        for cap in 0..64u64 {
+            // EINVAL: beyond the kernel's last capability
+            if bnd & (1 << cap) == 0
+                && libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) != 0
+                && *libc::__errno_location() != libc::EINVAL
+            {
+                fail(rep, 6);
+            }
+        }
+        // keep the permitted set across the uid change; it is set exactly below
+        libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0);
+        if libc::setgroups(t.groups.len(), t.groups.as_ptr()) != 0 {
+            fail(rep, 7);
+        }
+        if libc::setresgid(t.gid, t.gid, t.gid) != 0 {
+            fail(rep, 8);
+        }
+        if libc::setresuid(t.uid, t.uid, t.uid) != 0 {
+            fail(rep, 9);
+        }
+        let header = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
+        let half = |v: u64, i: usize| (v >> (32 * i)) as u32;
+        let data =
+            [0, 1].map(|i| CapData { effective: half(eff, i), permitted: half(prm, i), inheritable: half(inh, i) });
+        if libc::syscall(libc::SYS_capset, &header, data.as_ptr()) != 0 {
+            fail(rep, 10);
+        }
+        for cap in 0..64u64 {
+            if amb & (1 << cap) != 0 {
+                libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_RAISE, cap as libc::c_ulong, 0, 0);
+            }
+        }
+        if t.no_new_privs {
+            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+        }
+        let mut errno = libc::ENOENT;
+        for path in candidates {
+            libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr());
+            let e = *libc::__errno_location();
+            // as execvp: keep looking after "not there", remember "there but not runnable"
+            if e != libc::ENOENT && e != libc::ENOTDIR {
+                errno = e;
+            }
+        }
+        *libc::__errno_location() = errno;
+        fail(rep, 11)
+    }
+}
+
+/// Reads stdout and stderr until both end, or until the intermediate child
+/// exits (background processes may hold them open), or the deadline.
+/// Returns (stdout, stderr, truncated, timed out).
+fn collect(
+    child: i32,
+    pipes: [OwnedFd; 2],
+    timeout: Option<Duration>,
+    cap: usize,
+) -> io::Result<(Vec<u8>, Vec<u8>, bool, bool)> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let pidfd = pidfd_open(child)?;
+    let mut bufs = [Vec::new(), Vec::new()];
+    let mut open = [true, true];
+    let mut truncated = false;
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut exited = false;
+    loop {
+        if !open.iter().any(|o| *o) {
+            return Ok((std::mem::take(&mut bufs[0]), std::mem::take(&mut bufs[1]), truncated, false));
+        }
+        let wait = match deadline {
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok((Vec::new(), Vec::new(), truncated, true));
+                }
+                PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1).unwrap_or(PollTimeout::MAX)
+            }
+            None => PollTimeout::NONE,
+        };
+        // once the command ended, only what is already buffered is read
+        let wait = if exited { PollTimeout::ZERO } else { wait };
+        let mut fds: Vec<PollFd> = Vec::new();
+        let mut which = Vec::new();
+        for (i, p) in pipes.iter().enumerate() {
+            if open[i] {
+                fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+                which.push(i);
+            }
+        }
+        if !exited {
+            fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
+        }
+        let n = match poll(&mut fds, wait) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        if n == 0 && exited {
+            return Ok((std::mem::take(&mut bufs[0]), std::mem::take(&mut bufs[1]), truncated, false));
+        }
+        let ready: Vec<bool> = fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect();
+        if !exited && ready.last().copied().unwrap_or(false) {
+            exited = true;
+        }
+        for (slot, i) in which.iter().enumerate() {
+            if !ready[slot] {
+                continue;
+            }
+            match nix::unistd::read(&pipes[*i], &mut chunk) {
+                Ok(0) => open[*i] = false,
+                Ok(n) => {
+                    let room = cap.saturating_sub(bufs[*i].len());
+                    truncated |= n > room;
+                    bufs[*i].extend_from_slice(&chunk[..n.min(room)]);
+                }
+                Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open(2) on our own child; returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor; we own it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// SIGKILL to the intermediate child's process group (it and the command).
+fn kill_group(child: i32) {
+    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child), nix::sys::signal::Signal::SIGKILL);
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child), nix::sys::signal::Signal::SIGKILL);
+}
+
+fn reap(child: i32) {
+    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_fields_are_read_as_the_kernel_writes_them() {
+        let status = "Name:\tsh\nUid:\t1000\t1001\t1000\t1001\nGroups:\t10 20 \nCapBnd:\t000001ffffffffff\n";
+        assert_eq!(status_field(status, "Uid"), Some("1000\t1001\t1000\t1001"));
+        assert_eq!(status_field(status, "Groups"), Some("10 20"));
+        assert_eq!(
+            status_field(status, "CapBnd").map(|v| u64::from_str_radix(v, 16).ok()),
+            Some(Some(0x1ff_ffff_ffff))
+        );
+        assert_eq!(status_field(status, "Gid"), None);
+    }
+
+    #[test]
+    fn a_command_runs_as_a_copy_of_a_host_process() {
+        // a target in our own namespaces: the exec path without a pod
+        let mut target = std::process::Command::new("sleep")
+            .arg("30")
+            .current_dir("/tmp")
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("MARK", "copied")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = target.id() as i32;
+        std::thread::sleep(Duration::from_millis(30));
+        let argv = ["sh".to_string(), "-c".into(), "echo $MARK; pwd; echo err >&2; exit 7".into()];
+        let out = run(pid, &argv, Some(Duration::from_secs(10)), 1 << 20).expect("exec");
+        assert_eq!(
+            (out.exit_code, out.stdout.as_slice(), out.stderr.as_slice()),
+            (7, &b"copied\n/tmp\n"[..], &b"err\n"[..])
+        );
+        // the cap keeps the first bytes and says so
+        let argv = ["sh".to_string(), "-c".into(), "echo 0123456789".into()];
+        let out = run(pid, &argv, None, 4).expect("exec");
+        assert_eq!((out.stdout.as_slice(), out.truncated), (&b"0123"[..], true));
+        // a timeout kills the command and what it started
+        let argv = ["sh".to_string(), "-c".into(), "sleep 30; echo late".into()];
+        let t = Instant::now();
+        let e = run(pid, &argv, Some(Duration::from_millis(200)), 1 << 20).expect_err("timeout");
+        assert!(matches!(e, ExecError::Timeout { .. }), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(10));
+        // a missing program is an error, not an exit code
+        let e = run(pid, &["no-such-program".to_string()], None, 1 << 20).expect_err("missing");
+        assert!(e.to_string().contains("No such file"), "{e}");
+        let _ = target.kill();
+        let _ = target.wait();
+        let e = run(pid, &["true".to_string()], None, 1 << 20).expect_err("gone");
+        assert!(matches!(e, ExecError::TargetGone { .. }), "{e}");
+    }
+}

@@ -1,0 +1,130 @@
+//! ExecSync through the daemon's socket into real containers: the command
+//! runs as a copy of the app's main process (its rootfs, user, environment,
+//! working directory, capabilities, namespaces and cgroups), its output and
+//! exit code come back, a timeout answers DeadlineExceeded, and `rktlet app
+//! exec` (the CLI, no daemon) gives the same answers.
+
+mod common;
+
+use common::{BIN, Daemon, assert_no_leaks, host_network, pod_config};
+use rktlet::proto::v1 as cri;
+use rktlet::proto::v1::runtime_service_client::RuntimeServiceClient;
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+async fn exec(
+    rt: &mut RuntimeServiceClient<Channel>,
+    id: &str,
+    cmd: &[&str],
+    timeout: i64,
+) -> Result<cri::ExecSyncResponse, tonic::Status> {
+    rt.exec_sync(cri::ExecSyncRequest {
+        container_id: id.into(),
+        cmd: cmd.iter().map(|s| s.to_string()).collect(),
+        timeout,
+    })
+    .await
+    .map(|r| r.into_inner())
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_sync_runs_inside_the_container() {
+    let d = Daemon::start(&[]);
+    let image = common::pull_busybox(&d).await;
+    let mut rt = d.runtime().await;
+    let logs = tempfile::tempdir().expect("logs");
+    let mut pod_config = host_network(pod_config("execpod", &[]));
+    pod_config.log_directory = logs.path().display().to_string();
+    let pod = rt
+        .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(pod_config.clone()), runtime_handler: String::new() })
+        .await
+        .expect("RunPodSandbox")
+        .into_inner()
+        .pod_sandbox_id;
+    let config = cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata { name: "web".into(), attempt: 0 }),
+        image: Some(cri::ImageSpec { image: image.clone(), ..Default::default() }),
+        command: vec!["sh".into(), "-c".into(), "echo started > /tmp/marker; exec sleep 100000".into()],
+        envs: vec![cri::KeyValue { key: "FOO".into(), value: "bar baz".into() }],
+        working_dir: "/tmp".into(),
+        log_path: "web.log".into(),
+        linux: Some(cri::LinuxContainerConfig {
+            security_context: Some(cri::LinuxContainerSecurityContext {
+                run_as_user: Some(cri::Int64Value { value: 1000 }),
+                capabilities: Some(cri::Capability { drop_capabilities: vec!["KILL".into()], ..Default::default() }),
+                no_new_privs: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let id = rt
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(config),
+            sandbox_config: Some(pod_config.clone()),
+        })
+        .await
+        .expect("CreateContainer")
+        .into_inner()
+        .container_id;
+    let e = exec(&mut rt, &id, &["true"], 5).await.expect_err("created, not started");
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("StartContainer");
+
+    // the app's view: its file, user, env, cwd, hostname, PID 1 of the pod, NoNewPrivs, KILL dropped
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let script = "cat /tmp/marker; id -u; echo $FOO; pwd; hostname; cat /proc/1/comm; \
+                  grep NoNewPrivs /proc/self/status; grep CapBnd /proc/self/status; echo oops >&2; exit 3";
+    let out = loop {
+        let out = exec(&mut rt, &id, &["sh", "-c", script], 10).await.expect("ExecSync");
+        if text(&out.stdout).starts_with("started") || Instant::now() > deadline {
+            break out;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(&lines[..6], ["started", "1000", "bar baz", "/tmp", "execpod", "systemd"], "{stdout}");
+    assert_eq!(lines[6].split_whitespace().collect::<Vec<_>>(), ["NoNewPrivs:", "1"]);
+    let capbnd = u64::from_str_radix(lines[7].split_whitespace().nth(1).expect("mask"), 16).expect("hex");
+    assert_eq!(capbnd & (1 << 5), 0, "KILL is dropped in the exec'd process too: {stdout}");
+    assert_eq!((out.exit_code, text(&out.stderr)), (3, "oops\n".to_string()));
+
+    // it ran in the app's cgroup: stopping the container ends it too
+    let out = exec(&mut rt, &id, &["cat", "/proc/self/cgroup"], 5).await.expect("cgroup");
+    assert!(text(&out.stdout).contains("web.service"), "{}", text(&out.stdout));
+
+    // errors a probe must tell apart
+    let t = Instant::now();
+    let e = exec(&mut rt, &id, &["sleep", "30"], 1).await.expect_err("timeout");
+    assert_eq!(e.code(), tonic::Code::DeadlineExceeded, "{e:?}");
+    assert!(t.elapsed() < Duration::from_secs(10));
+    let e = exec(&mut rt, &id, &["no-such-program"], 5).await.expect_err("missing program");
+    assert!(e.message().contains("No such file"), "{e:?}");
+    let e = exec(&mut rt, &id, &[], 5).await.expect_err("empty");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    let e = exec(&mut rt, &format!("{pod}:0-nothing"), &["true"], 5).await.expect_err("unknown");
+    assert_eq!(e.code(), tonic::Code::NotFound);
+
+    // the CLI, with no daemon involved, gives the command's output and exit code
+    let (uuid, app) = id.split_once(':').expect("pod:app");
+    let cli = std::process::Command::new(BIN)
+        .arg("--dir")
+        .arg(d.dir.path().join("data"))
+        .args(["app", "exec", uuid, &format!("--app={app}"), "--timeout=5", "--", "sh", "-c", "echo $FOO; exit 4"])
+        .output()
+        .expect("rktlet app exec");
+    assert_eq!((cli.status.code(), text(&cli.stdout)), (Some(4), "bar baz\n".to_string()), "{}", text(&cli.stderr));
+
+    rt.stop_container(cri::StopContainerRequest { container_id: id.clone(), timeout: 5 }).await.expect("stop");
+    let e = exec(&mut rt, &id, &["true"], 5).await.expect_err("stopped");
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove pod");
+    assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+}
