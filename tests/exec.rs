@@ -27,6 +27,20 @@ async fn exec(
     .map(|r| r.into_inner())
 }
 
+/// Host pids of the processes in an app's unit cgroup.
+fn unit_processes(pod: &str, app: &str) -> Vec<String> {
+    let unit = format!("{pod}/payload/system.slice/{app}.service");
+    std::fs::read_dir("/proc")
+        .expect("proc")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()))
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("cgroup")).is_ok_and(|c| c.lines().any(|l| l.ends_with(&unit)))
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -105,6 +119,12 @@ async fn exec_sync_runs_inside_the_container() {
     let e = exec(&mut rt, &id, &["sleep", "30"], 1).await.expect_err("timeout");
     assert_eq!(e.code(), tonic::Code::DeadlineExceeded, "{e:?}");
     assert!(t.elapsed() < Duration::from_secs(10));
+    // the killed command is reaped, not left in the app's cgroup (it would keep the pod from stopping)
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while unit_processes(&pod, "0-web").len() > 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(unit_processes(&pod, "0-web").len(), 1, "only the app's main process is left");
     let e = exec(&mut rt, &id, &["no-such-program"], 5).await.expect_err("missing program");
     assert!(e.message().contains("No such file"), "{e:?}");
     let e = exec(&mut rt, &id, &[], 5).await.expect_err("empty");

@@ -9,10 +9,13 @@
 //! Runs in three processes:
 //! - the daemon (or CLI): reads the target, prepares every C string and
 //!   descriptor, forks, collects output with a size cap and a deadline;
-//! - the intermediate child: `setsid`, joins the app's cgroups and
-//!   namespaces, forks (a pid namespace applies to children only), waits for
-//!   the command and reports its wait status;
-//! - the command child: chroot, credentials, capabilities, exec.
+//! - the intermediate child: joins the app's cgroups and namespaces, forks
+//!   (a pid namespace applies to children only), reports the command's host
+//!   pid, waits for it and reports its wait status;
+//! - the command child: its own session (so a timeout kills it and what it
+//!   started, while the intermediate child still reaps it: an orphan whose
+//!   parent was outside the pod would be nobody's to reap, and would keep the
+//!   pod's cgroup from emptying), chroot, credentials, capabilities, exec.
 //!
 //! Both children make raw syscalls only (the parent is multi-threaded).
 
@@ -36,10 +39,42 @@ const NAMESPACES: [(&str, libc::c_int); 6] = [
 /// `PATH` when the app's environment has none (as a shell would use).
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// Report kinds on the status pipe: a setup step failed (value = errno), or
-/// the command's wait status.
+/// Reports on the status pipe, as i32 words: `SETUP step errno` (a setup
+/// step failed), `PID pid` (the command's host pid), `WAIT status`.
 const REPORT_SETUP: i32 = 1;
 const REPORT_WAIT: i32 = 2;
+const REPORT_PID: i32 = 3;
+
+/// What the children reported.
+#[derive(Debug, Default, PartialEq)]
+struct Reports {
+    setup: Option<(i32, i32)>,
+    pid: Option<i32>,
+    wait: Option<i32>,
+}
+
+fn parse_reports(bytes: &[u8]) -> Reports {
+    let words: Vec<i32> = bytes.chunks_exact(4).map(|c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let mut r = Reports::default();
+    let mut rest = words.as_slice();
+    loop {
+        rest = match rest {
+            [REPORT_SETUP, step, errno, tail @ ..] => {
+                r.setup.get_or_insert((*step, *errno));
+                tail
+            }
+            [REPORT_PID, pid, tail @ ..] => {
+                r.pid = Some(*pid);
+                tail
+            }
+            [REPORT_WAIT, status, tail @ ..] => {
+                r.wait = Some(*status);
+                tail
+            }
+            _ => return r,
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
@@ -243,43 +278,79 @@ pub fn run(pid: i32, argv: &[String], timeout: Option<Duration>, cap: usize) -> 
         }
     }
     drop((out_w, err_w, rep_w));
+    let mut reports = std::fs::File::from(rep_r);
     let started = Instant::now();
     let collected = collect(child, [out_r, err_r], timeout, cap);
     let (stdout, stderr, truncated, timed_out) = match collected {
-        Ok(c) => c,
-        Err(e) => {
-            kill_group(child);
-            reap(child);
-            return Err(e.into());
+        Ok(c) if !c.3 => c,
+        other => {
+            stop(child, &reports);
+            return Err(match other {
+                Err(e) => e.into(),
+                Ok(_) => ExecError::Timeout { program, timeout: timeout.unwrap_or_default() },
+            });
         }
     };
-    if timed_out {
-        kill_group(child);
-        reap(child);
-        return Err(ExecError::Timeout { program, timeout: timeout.unwrap_or_default() });
-    }
+    debug_assert!(!timed_out);
     reap(child);
-    let mut report = Vec::new();
-    std::fs::File::from(rep_r).read_to_end(&mut report)?;
-    let words: Vec<i32> = report.chunks_exact(4).map(|c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let mut bytes = Vec::new();
+    reports.read_to_end(&mut bytes)?;
+    let r = parse_reports(&bytes);
     tracing::debug!(program, micros = started.elapsed().as_micros() as u64, "exec in app");
-    match words.as_slice() {
-        [REPORT_SETUP, step, errno, ..] => Err(ExecError::Setup {
+    match (r.setup, r.wait) {
+        (Some((step, errno)), _) => Err(ExecError::Setup {
             program,
-            step: STEPS.get(*step as usize).copied().unwrap_or("setup"),
-            source: io::Error::from_raw_os_error(*errno),
+            step: STEPS.get(step as usize).copied().unwrap_or("setup"),
+            source: io::Error::from_raw_os_error(errno),
         }),
-        [REPORT_WAIT, status, ..] => {
+        (None, Some(status)) => {
             let exit_code =
-                if libc::WIFEXITED(*status) { libc::WEXITSTATUS(*status) } else { 128 + libc::WTERMSIG(*status) };
+                if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) };
             Ok(ExecOutput { stdout, stderr, exit_code, truncated })
         }
-        _ => Err(ExecError::Setup {
+        (None, None) => Err(ExecError::Setup {
             program,
             step: "start",
             source: io::Error::other("the exec process ended without a report"),
         }),
     }
+}
+
+/// Kills the command's session (it and what it started) and lets the
+/// intermediate child reap it; kills the intermediate child only if the
+/// command never got a pid.
+fn stop(child: i32, reports: &std::fs::File) {
+    use nix::sys::signal::{Signal, kill, killpg};
+    use nix::unistd::Pid;
+    let _ = nix::fcntl::fcntl(reports, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK));
+    let mut bytes = Vec::new();
+    let deadline = Instant::now() + Duration::from_millis(200);
+    let pid = loop {
+        let mut buf = [0u8; 64];
+        match nix::unistd::read(reports, &mut buf) {
+            Ok(n) if n > 0 => bytes.extend_from_slice(&buf[..n]),
+            Ok(_) => break parse_reports(&bytes).pid,
+            Err(_) => {}
+        }
+        if let Some(pid) = parse_reports(&bytes).pid {
+            break Some(pid);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    match pid {
+        Some(pid) => {
+            // the session may not exist yet (setsid is the command child's first step): kill it too
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        None => {
+            let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
+        }
+    }
+    reap(child);
 }
 
 /// Names of the setup steps, indexed by the number a child reports.
@@ -332,10 +403,6 @@ unsafe fn fail(fd: RawFd, step: usize) -> ! {
 unsafe fn intermediate(t: &Target, rep: RawFd, command: &dyn Fn()) -> ! {
     // SAFETY: raw syscalls on prepared data; every path ends in _exit.
     unsafe {
-        // its own process group, so a timeout kills the command and what it started
-        if libc::setsid() < 0 {
-            fail(rep, 0);
-        }
         for procs in &t.cgroup_procs {
             let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
             // "0" is the writing process itself
@@ -357,6 +424,7 @@ unsafe fn intermediate(t: &Target, rep: RawFd, command: &dyn Fn()) -> ! {
             command();
             libc::_exit(126);
         }
+        report(rep, &[REPORT_PID, pid]);
         let mut status = 0;
         while libc::waitpid(pid, &mut status, 0) < 0 {
             if *libc::__errno_location() != libc::EINTR {
@@ -403,6 +471,10 @@ unsafe fn command(
 ) -> ! {
     // SAFETY: raw syscalls on prepared data; every path ends in exec or _exit.
     unsafe {
+        // its own session: a timeout kills it and what it started
+        if libc::setsid() < 0 {
+            fail(rep, 0);
+        }
         if libc::fchdir(t.root.as_raw_fd()) != 0 || libc::chroot(dot.as_ptr()) != 0 {
             fail(rep, 4);
         }
@@ -548,12 +620,6 @@ fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-/// SIGKILL to the intermediate child's process group (it and the command).
-fn kill_group(child: i32) {
-    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child), nix::sys::signal::Signal::SIGKILL);
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child), nix::sys::signal::Signal::SIGKILL);
-}
-
 fn reap(child: i32) {
     let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None);
 }
@@ -561,6 +627,17 @@ fn reap(child: i32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reports_are_read_in_any_order() {
+        let bytes: Vec<u8> = [REPORT_PID, 42, REPORT_SETUP, 11, 2, REPORT_WAIT, 256]
+            .iter()
+            .flat_map(|w: &i32| w.to_ne_bytes())
+            .collect();
+        assert_eq!(parse_reports(&bytes), Reports { setup: Some((11, 2)), pid: Some(42), wait: Some(256) });
+        assert_eq!(parse_reports(&bytes[..10]), Reports { pid: Some(42), ..Default::default() });
+        assert_eq!(parse_reports(&[]), Reports::default());
+    }
 
     #[test]
     fn status_fields_are_read_as_the_kernel_writes_them() {
