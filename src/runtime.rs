@@ -26,6 +26,9 @@ pub struct Runtime {
     /// One sd-bus connection per pod, made on first use (a cache: the pod's
     /// systemd is the source of truth, and a lost connection is remade).
     buses: Mutex<HashMap<Uuid, Arc<PodBus>>>,
+    /// Parsed pod manifests for the read paths (status, list); checked
+    /// against the file on every use.
+    pub manifests: crate::pod::cache::ManifestCache,
 }
 
 /// A readiness condition that does not hold: a CamelCase reason and a message.
@@ -55,6 +58,7 @@ impl Runtime {
             images,
             pod_cidr: RwLock::new(String::new()),
             buses: Mutex::new(HashMap::new()),
+            manifests: Default::default(),
         })
     }
 

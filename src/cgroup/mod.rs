@@ -67,6 +67,19 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// The layout read once per process, for request paths: cgroup
+    /// hierarchies are mounted at boot, and reading `/proc/self/mountinfo`
+    /// on every call grows with the mounts of every pod. A hierarchy mounted
+    /// later is seen after a daemon restart.
+    pub fn cached() -> io::Result<&'static Layout> {
+        static LAYOUT: std::sync::OnceLock<Layout> = std::sync::OnceLock::new();
+        if let Some(l) = LAYOUT.get() {
+            return Ok(l);
+        }
+        let layout = Self::read()?;
+        Ok(LAYOUT.get_or_init(|| layout))
+    }
+
     pub fn read() -> io::Result<Self> {
         let cgroup = fs::read_to_string("/proc/self/cgroup")?;
         let mountinfo = fs::read_to_string("/proc/self/mountinfo")?;

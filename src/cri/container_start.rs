@@ -32,7 +32,7 @@ pub(super) fn open(rt: &Runtime, id: &str) -> Result<Target, Status> {
         e => pod_status(e),
     })?;
     let running = pod.state().map_err(pod_status)? == PodState::Running;
-    let manifest = pod.read_manifest().map_err(pod_status)?;
+    let manifest = rt.manifests.read(&pod).map_err(pod_status)?;
     let app = manifest.app(name).cloned().ok_or_else(|| Status::not_found(format!("container {id} not found")))?;
     Ok(Target { pod, app, running })
 }
@@ -168,8 +168,8 @@ fn set_of(v: &serde_json::Value) -> Vec<String> {
 /// The app's cgroups on the host (below its pod's), if the pod has a cgroup.
 pub(super) fn app_cgroup(t: &Target) -> Option<crate::cgroup::app::AppCgroup> {
     let sub = t.pod.read_file(crate::pod::SUBCGROUP_FILE).ok().flatten()?;
-    let layout = crate::cgroup::Layout::read().ok()?;
-    Some(crate::cgroup::app::AppCgroup::new(&layout, &sub, &t.app.name))
+    let layout = crate::cgroup::Layout::cached().ok()?;
+    Some(crate::cgroup::app::AppCgroup::new(layout, &sub, &t.app.name))
 }
 
 /// Writes the limits and moves the app's processes under them.

@@ -20,8 +20,8 @@ pub fn app_info(pod: &Pod, app: &RuntimeApp, running: bool) -> AppInfo {
     let f = app::facts(&paths, running);
     let oom = || {
         let sub = pod.read_file(crate::pod::SUBCGROUP_FILE).ok().flatten();
-        let layout = crate::cgroup::Layout::read().ok();
-        sub.zip(layout).is_some_and(|(s, l)| crate::cgroup::app::AppCgroup::new(&l, &s, &app.name).oom_killed())
+        let layout = crate::cgroup::Layout::cached().ok();
+        sub.zip(layout).is_some_and(|(s, l)| crate::cgroup::app::AppCgroup::new(l, &s, &app.name).oom_killed())
     };
     let (exit_code, reason) = match f.state {
         AppState::Exited(Some(137)) if oom() => (137, "OOMKilled"),
@@ -159,7 +159,7 @@ pub async fn list_containers(
         }
         let mut pod = Pod::at(&rt.data, uuid, dir);
         let Ok(state) = pod.state() else { continue };
-        let Ok(manifest) = pod.read_manifest() else { continue };
+        let Ok(manifest) = rt.manifests.read(&pod) else { continue };
         for app in &manifest.apps {
             let s = status_of(&pod, app, state == PodState::Running);
             if matches(&s, &pod_id, &filter) {

@@ -1,13 +1,17 @@
 //! PodSandboxStatus and ListPodSandbox: read straight from pod directories
 //! (state = directory + lock probe, identity = the pod manifest); nothing is
-//! exec'd and nothing is cached.
+//! exec'd, and the only thing kept between calls is the parsed manifest,
+//! checked against its file every time (`pod::cache`).
 
 use super::{pod_meta, pod_status};
+use crate::pod::cache::ManifestCache;
 use crate::pod::manifest::PodManifest;
-use crate::pod::{self, DataDir, Pod, PodDir, PodError, PodState};
+use crate::pod::{self, Pod, PodDir, PodError, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::rootfs::Stage1Root;
+use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 use tonic::Status;
 
@@ -16,25 +20,25 @@ pub struct SandboxView {
     pub pod: Pod,
     pub state: PodState,
     pub ready: bool,
-    pub manifest: PodManifest,
+    pub manifest: Arc<PodManifest>,
     pub created_at: i64,
     pub ips: Vec<String>,
 }
 
 impl SandboxView {
     /// Everything, for PodSandboxStatus.
-    pub fn load(pod: Pod) -> Result<Self, PodError> {
-        Self::read(pod, true)
+    pub fn load(pod: Pod, manifests: &ManifestCache) -> Result<Self, PodError> {
+        Self::read(pod, manifests, true)
     }
 
     /// Without the network (ListPodSandbox shows no IPs): one file less per pod.
-    pub fn load_for_list(pod: Pod) -> Result<Self, PodError> {
-        Self::read(pod, false)
+    pub fn load_for_list(pod: Pod, manifests: &ManifestCache) -> Result<Self, PodError> {
+        Self::read(pod, manifests, false)
     }
 
-    fn read(mut pod: Pod, with_network: bool) -> Result<Self, PodError> {
+    fn read(mut pod: Pod, manifests: &ManifestCache, with_network: bool) -> Result<Self, PodError> {
         let state = pod.state()?;
-        let manifest = pod.read_manifest()?;
+        let manifest = manifests.read(&pod)?;
         let ready = state == PodState::Running && Stage1Root::new(pod.stage1_rootfs()).is_ready();
         let created_at = pod
             .created_at()?
@@ -84,7 +88,7 @@ pub async fn pod_sandbox_status(
         return Err(Status::invalid_argument("pod_sandbox_id is required"));
     }
     let pod = Pod::open(&rt.data, &req.pod_sandbox_id).map_err(pod_status)?;
-    let view = SandboxView::load(pod).map_err(pod_status)?;
+    let view = SandboxView::load(pod, &rt.manifests).map_err(pod_status)?;
     let network = if pod_meta::namespace_options(&view.manifest).network == cri::NamespaceMode::Node as i32 {
         None
     } else {
@@ -136,13 +140,15 @@ fn matches(view: &SandboxView, filter: &cri::PodSandboxFilter) -> bool {
 }
 
 /// Pods kubelet should see: CRI-made pods in `run/` (running or exited).
-pub fn list_views(data: &DataDir) -> Result<Vec<SandboxView>, PodError> {
+pub fn list_views(rt: &Runtime) -> Result<Vec<SandboxView>, PodError> {
     let mut out = Vec::new();
-    for (uuid, dir) in data.list_pods()? {
+    let pods = rt.data.list_pods()?;
+    rt.manifests.retain(&pods.iter().map(|(uuid, _)| *uuid).collect::<HashSet<_>>());
+    for (uuid, dir) in pods {
         if dir != PodDir::Run {
             continue;
         }
-        let view = match SandboxView::load_for_list(Pod::at(data, uuid, dir)) {
+        let view = match SandboxView::load_for_list(Pod::at(&rt.data, uuid, dir), &rt.manifests) {
             Ok(v) => v,
             // removed between the listing and the read
             Err(PodError::NotFound(_)) => continue,
@@ -163,7 +169,7 @@ pub async fn list_pod_sandbox(
     req: cri::ListPodSandboxRequest,
 ) -> Result<cri::ListPodSandboxResponse, Status> {
     let filter = req.filter.unwrap_or_default();
-    let items = list_views(&rt.data)
+    let items = list_views(rt)
         .map_err(pod_status)?
         .iter()
         .filter(|v| matches(v, &filter))

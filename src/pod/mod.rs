@@ -11,6 +11,7 @@
 //! directory is garbage whatever it says, and fsyncs would cost the pod start
 //! milliseconds each (rkt fsynced the parent on every state rename).
 
+pub mod cache;
 pub mod manifest;
 
 use crate::fsutil;

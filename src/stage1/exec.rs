@@ -175,7 +175,7 @@ impl Target {
         let cwd = std::fs::read_link(proc.join("cwd")).map_err(gone)?;
         let env = std::fs::read(proc.join("environ")).map_err(gone)?;
         let env = env.split(|b| *b == 0).filter(|e| !e.is_empty()).map(cstring).collect::<Result<_, _>>()?;
-        let layout = crate::cgroup::Layout::read()?;
+        let layout = crate::cgroup::Layout::cached()?;
         let cgroups = std::fs::read_to_string(proc.join("cgroup")).map_err(gone)?;
         let cgroup_procs = cgroups
             .lines()

@@ -1,0 +1,136 @@
+//! Parsed pod manifests kept by the daemon between calls. The file stays the
+//! truth: every read checks the file's identity (inode, size, mtime, ctime)
+//! with one `stat` and parses again when it changed.
+//!
+//! Why an unchanged identity means unchanged bytes: manifests are replaced by
+//! rename, so a new version is a new file whose mtime is the time it was
+//! written, at the kernel's timestamp granularity (a clock tick at worst). A
+//! cached copy is trusted only once it was read [`SETTLED`] after the file's
+//! mtime: any file written after that read then has a later mtime than the
+//! cached one, even if it reuses the inode number and has the same size.
+//! Until then (a manifest written moments ago) it is parsed on every read.
+//! (A wall clock set back by more than that window could defeat the check;
+//! the daemon also drops entries of pods it no longer lists.)
+
+use super::manifest::PodManifest;
+use super::{Pod, PodError, Result};
+use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::MetadataExt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use uuid::Uuid;
+
+/// How long after a file's mtime a read must be for the copy to be trusted
+/// (well above any timestamp granularity).
+pub const SETTLED: Duration = Duration::from_millis(50);
+
+/// What identifies one version of a manifest file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+#[derive(Debug)]
+struct Entry {
+    stamp: Stamp,
+    /// Taken before the file was read: a lower bound of the read's time.
+    read_at_ns: i128,
+    manifest: Arc<PodManifest>,
+}
+
+#[derive(Debug, Default)]
+pub struct ManifestCache {
+    entries: Mutex<HashMap<Uuid, Entry>>,
+}
+
+fn now_ns() -> i128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128)
+}
+
+impl ManifestCache {
+    /// The pod's manifest, parsed only if the file changed since last time.
+    pub fn read(&self, pod: &Pod) -> Result<Arc<PodManifest>> {
+        let read_at_ns = now_ns();
+        let path = pod.manifest_path();
+        let meta = std::fs::metadata(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => PodError::NotFound(pod.uuid().to_string()),
+            _ => PodError::Io { context: format!("reading {}", path.display()), source: e },
+        })?;
+        let ns = |secs: i64, nsec: i64| i128::from(secs) * 1_000_000_000 + i128::from(nsec);
+        let stamp = Stamp {
+            ino: meta.ino(),
+            size: meta.len(),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+        };
+        if let Ok(entries) = self.entries.lock()
+            && let Some(e) = entries.get(&pod.uuid())
+            && e.stamp == stamp
+            && e.read_at_ns - stamp.mtime_ns.max(stamp.ctime_ns) >= SETTLED.as_nanos() as i128
+        {
+            return Ok(e.manifest.clone());
+        }
+        let manifest = Arc::new(pod.read_manifest()?);
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.insert(pod.uuid(), Entry { stamp, read_at_ns, manifest: manifest.clone() });
+        }
+        Ok(manifest)
+    }
+
+    /// Drops the entries of pods that no longer exist (after a full listing).
+    pub fn retain(&self, present: &HashSet<Uuid>) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.retain(|uuid, _| present.contains(uuid));
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.lock().map(|e| e.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::DataDir;
+
+    #[test]
+    fn a_rewritten_manifest_is_read_again_and_an_unchanged_one_is_shared() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data = DataDir::new(tmp.path().join("data"));
+        let mut pod = Pod::create(&data).expect("create");
+        pod.to_preparing().expect("prepare");
+        pod.write_initial(&PodManifest::mutable()).expect("manifest");
+        let cache = ManifestCache::default();
+        // just written: not trusted yet, parsed on every read
+        let fresh = cache.read(&pod).expect("read");
+        assert!(!Arc::ptr_eq(&fresh, &cache.read(&pod).expect("read")), "a fresh file is parsed again");
+        std::thread::sleep(SETTLED * 2);
+        let first = cache.read(&pod).expect("read");
+        assert!(Arc::ptr_eq(&first, &cache.read(&pod).expect("read")), "unchanged: the parsed copy is reused");
+
+        let mut changed = (*first).clone();
+        changed.user_labels.insert("k".into(), "v".into());
+        pod.write_manifest(&changed).expect("write");
+        let second = cache.read(&pod).expect("read");
+        assert_eq!(second.user_labels.get("k").map(String::as_str), Some("v"));
+        std::thread::sleep(SETTLED * 2);
+        let second = cache.read(&pod).expect("read");
+
+        // the pod moves between state directories: same file, still cached
+        pod.to_run().expect("run");
+        assert!(Arc::ptr_eq(&second, &cache.read(&pod).expect("read")));
+
+        cache.retain(&HashSet::new());
+        assert!(cache.is_empty());
+        std::fs::remove_file(pod.manifest_path()).expect("rm");
+        assert!(matches!(cache.read(&pod), Err(PodError::NotFound(_))));
+    }
+}
