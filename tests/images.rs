@@ -443,3 +443,28 @@ mod cri {
         assert_eq!(c.list_images(cri::ListImagesRequest::default()).await.expect("list").into_inner().images.len(), 1);
     }
 }
+
+/// Trees are written without fsync: one marked rendered in another boot (its
+/// files may not have reached the disk before a crash) is rendered again from
+/// the stored blobs when it is next used.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tree_from_another_boot_is_rendered_again() {
+    let reg = registry();
+    let (_t, store) = store();
+    let image = store.pull(&format!("{}/cfg:latest", reg.main), Credentials::default(), None).await.expect("pull");
+    let id = image.id.clone();
+    let s = store.clone();
+    let tree = tokio::task::spawn_blocking(move || s.tree(&id)).await.expect("join").expect("tree");
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("boot id");
+    assert_eq!(fs::read_to_string(tree.path.join("rendered")).expect("rendered").trim(), boot.trim());
+
+    // as after a power loss: the marker of an earlier boot, a file that never reached the disk
+    fs::write(tree.path.join("rendered"), "00000000-0000-0000-0000-000000000000\n").expect("old marker");
+    fs::write(tree.rootfs().join("work/hello.txt"), "").expect("truncate");
+    let id = image.id.clone();
+    let s = store.clone();
+    let again = tokio::task::spawn_blocking(move || s.tree(&id)).await.expect("join").expect("re-render");
+    assert_eq!(again.path, tree.path);
+    assert_eq!(fs::read_to_string(again.rootfs().join("work/hello.txt")).expect("hello"), "hello from cfg image\n");
+    assert_eq!(fs::read_to_string(again.path.join("rendered")).expect("rendered").trim(), boot.trim());
+}

@@ -62,6 +62,19 @@ impl Cas {
         self.root.join("tree").join(tree_id)
     }
 
+    /// Whether tree `tree_id` was rendered completely in this boot. Trees
+    /// are written without fsync (they are derived from the durable blobs):
+    /// `rendered` holds the boot id, so after a crash and reboot, a tree whose
+    /// files may not all have reached the disk is rendered again.
+    pub fn tree_rendered(&self, tree_id: &str) -> bool {
+        fs::read_to_string(self.tree(tree_id).join("rendered")).is_ok_and(|id| id.trim() == boot_id())
+    }
+
+    /// Marks a complete tree directory as rendered in this boot.
+    pub fn mark_rendered(tree_dir: &Path) -> io::Result<()> {
+        fs::write(tree_dir.join("rendered"), boot_id())
+    }
+
     pub fn trees(&self) -> PathBuf {
         self.root.join("tree")
     }
@@ -103,6 +116,15 @@ impl Cas {
         fsutil::write_atomic(&self.index_path(), &bytes, 0o640)?;
         Ok(out)
     }
+}
+
+/// This boot's id (`/proc/sys/kernel/random/boot_id`); empty if unreadable,
+/// which still tells boots apart from each other as long as it stays readable.
+fn boot_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()
+    })
 }
 
 pub fn now_nanos() -> i64 {

@@ -290,7 +290,6 @@ impl<'a> Unpacker<'a> {
                 }
                 // after chown, which clears setuid/setgid bits
                 f.set_permissions(fs::Permissions::from_mode(mode)).map_err(io_ctx(ctx("chmod")))?;
-                start_writeback(&f);
                 self.out.files.push(rel.clone());
             }
             tar::EntryType::Symlink => {
@@ -476,32 +475,6 @@ pub fn apply_dir_meta(root: &Path, layers: &[&Unpacked]) -> Result<(), ExtractEr
         set_times(&path, m.mtime).map_err(io_ctx(format!("setting times of {}", path.display())))?;
     }
     Ok(())
-}
-
-/// fdatasyncs the files the layers wrote (those still in the tree), from a
-/// few threads so the device sees several requests at once.
-pub fn sync_files(root: &Path, layers: &[&Unpacked]) -> Result<(), ExtractError> {
-    let mut seen = HashSet::new();
-    let files: Vec<&PathBuf> = layers.iter().flat_map(|l| l.files.iter()).filter(|f| seen.insert(*f)).collect();
-    let sync_one = |rel: &PathBuf| -> Result<(), ExtractError> {
-        let Ok(path) = resolve_in_root(root, rel.parent().unwrap_or(Path::new("")), rel) else { return Ok(()) };
-        let path = path.join(rel.file_name().unwrap_or_default());
-        match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&path) {
-            Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => {
-                f.sync_data().map_err(io_ctx(format!("syncing {}", path.display())))
-            }
-            _ => Ok(()),
-        }
-    };
-    let threads = 4.min(files.len().max(1));
-    let chunk = files.len().div_ceil(threads).max(1);
-    std::thread::scope(|s| {
-        let handles: Vec<_> =
-            files.chunks(chunk).map(|c| s.spawn(move || c.iter().try_for_each(|f| sync_one(f)))).collect();
-        handles.into_iter().try_for_each(|h| {
-            h.join().unwrap_or_else(|_| Err(io_ctx("syncing the tree")(io::Error::other("sync thread panicked"))))
-        })
-    })
 }
 
 /// Disk usage of a tree: bytes (allocated blocks) and inodes.

@@ -12,9 +12,18 @@
 //! - the image is a small genuine ACI (`manifest` + empty `rootfs/`) whose
 //!   manifest carries the app and lists the layers as `dependencies`; its key
 //!   is the image ID shown to CRI.
-//! - the tree `cas/tree/<treeStoreID>/` is rendered at pull time; `rendered`
-//!   is created last, after every file is synced. Its `hash` holds the key of
-//!   the verified layer chain (rkt's per-file tree hash is not computed).
+//! - the tree `cas/tree/<treeStoreID>/` is rendered at pull time and moved
+//!   into place whole; `rendered` is created last and holds the boot id. Its
+//!   `hash` holds the key of the verified layer chain (rkt's per-file tree
+//!   hash is not computed).
+//!
+//! Durability: blobs, manifests and the index are fsynced; trees are not.
+//! A tree is derived data (its layers' blobs are kept), and syncing 50 MiB
+//! of extracted files made a pull wait for the disk. A crash that reboots the
+//! machine can lose tree files that were still in the page cache: such a tree
+//! carries the previous boot's id in `rendered` and is rendered again from the
+//! blobs when next used (`Store::tree`, `Cas::tree_rendered`). A daemon crash
+//! without a reboot loses nothing (the page cache survives it).
 //!
 //! A pull is visible only once the index says so: blobs are renamed into
 //! place after verification, the tree is renamed into place whole, and the
@@ -251,7 +260,7 @@ impl Store {
         let image = self.resolve(reference_or_id)?;
         let id = image.tree_id();
         let path = self.cas.tree(&id);
-        if !path.join("rendered").exists() {
+        if !self.cas.tree_rendered(&id) {
             pull::render_stored(self, &image)?;
         }
         let now = cas::now_nanos();

@@ -127,6 +127,7 @@ pub async fn pull(
     creds: Credentials,
     progress: Option<Progress>,
 ) -> Result<Image, ImageError> {
+    let began = std::time::Instant::now();
     let session = store.registry().session(reference, creds);
     let (bytes, content_type, top_digest) = session.manifest(&reference.object()).await?;
     let top: AnyManifest = parse_json(&bytes, "manifest")?;
@@ -155,6 +156,7 @@ pub async fn pull(
         config_desc.digest.parse().map_err(|e: super::verify::InvalidDigest| ImageError::Unsupported(e.to_string()))?;
     let config_bytes = session.small_blob(&config_digest, config_desc.size, oci::MAX_CONFIG_BYTES).await?;
     let config: ImageConfig = parse_json(&config_bytes, "image config")?;
+    tracing::debug!(image = %reference, micros = began.elapsed().as_micros() as u64, "manifest and config fetched");
     let mut layers = Vec::new();
     for l in &manifest.layers {
         let compression = Compression::from_media_type(&l.media_type).ok_or_else(|| {
@@ -203,7 +205,7 @@ pub async fn pull(
         let (image_key, _) = convert::empty_aci(&m).map_err(io_ctx("building the image ACI"))?;
         let layer_keys: Vec<String> = keys.iter().map(|(k, _)| k.clone()).collect();
         let tree_id = convert::tree_id(&image_key, &layer_keys);
-        if index.aci(&image_key).is_some() && cas.tree(&tree_id).join("rendered").exists() {
+        if index.aci(&image_key).is_some() && cas.tree_rendered(&tree_id) {
             let now = now_nanos();
             cas.update_index(|i| {
                 for url in &remotes {
@@ -216,6 +218,13 @@ pub async fn pull(
     }
 
     let work = WorkDir::new(&cas)?;
+    // every missing layer is asked for at once: a registry answers each
+    // request in 4-17 ms, which one after the other delayed the last layer
+    let mut streams = futures::future::try_join_all(
+        layers.iter().zip(&known).filter(|(_, k)| k.is_none()).map(|(l, _)| session.blob_stream(&l.digest)),
+    )
+    .await?
+    .into_iter();
     let mut forwarders = Vec::new();
     let mut handles = Vec::new();
     for (i, l) in layers.iter().enumerate() {
@@ -226,7 +235,9 @@ pub async fn pull(
         let job = match &known[i] {
             Some(key) => stored_job(&cas, i, key, dest)?,
             None => {
-                let stream = session.blob_stream(&l.digest).await?;
+                let Some(stream) = streams.next() else {
+                    return Err(ImageError::Task("a layer has no download".into()));
+                };
                 let (tx, rx) = tokio::sync::mpsc::channel(64);
                 let progress = progress.clone();
                 let size = l.size;
@@ -260,6 +271,7 @@ pub async fn pull(
         handles.push(tokio::task::spawn_blocking(move || layer::run(job)));
     }
     let started = std::time::Instant::now();
+    tracing::debug!(image = %reference, micros = began.elapsed().as_micros() as u64, "layer downloads started");
     let mut done: Vec<LayerDone> = Vec::new();
     let mut first_err = None;
     for h in handles {
@@ -299,6 +311,7 @@ pub async fn pull(
         plan.run()
     })
     .await?;
+    tracing::debug!(image = %reference, micros = began.elapsed().as_micros() as u64, "image committed");
     store.resolve(&image_key)
 }
 
@@ -313,16 +326,14 @@ fn remote_row(url: &str, key: &str, now: i64) -> Remote {
     }
 }
 
-/// Merges staged layers 1.. into the bottom layer's tree, fixes directory metadata, syncs.
+/// Merges staged layers 1.. into the bottom layer's tree and fixes directory
+/// metadata (no sync: see "Durability" in `image/mod.rs`).
 fn finish_tree(rootfs: &Path, work: &Path, done: &[LayerDone]) -> Result<(), ImageError> {
     for d in done.iter().filter(|d| d.index > 0) {
         extract::merge(rootfs, &work.join(format!("layer-{}", d.index)), &d.unpacked)?;
     }
     let all: Vec<&Unpacked> = done.iter().map(|d| &d.unpacked).collect();
     extract::apply_dir_meta(rootfs, &all)?;
-    let started = std::time::Instant::now();
-    extract::sync_files(rootfs, &all)?;
-    tracing::debug!(ms = started.elapsed().as_millis() as u64, "tree files synced");
     let skipped: usize = all.iter().map(|u| u.skipped_devices).sum();
     if skipped > 0 {
         tracing::info!(skipped, "device nodes skipped (no privilege to create them)");
@@ -343,7 +354,7 @@ fn commit_tree(
     let final_path = cas.tree(tree_id);
     let tmp_tree = work.join("tree");
     let (bytes, _) = extract::usage(&tmp_tree.join("rootfs"));
-    if final_path.join("rendered").exists() {
+    if cas.tree_rendered(tree_id) {
         return Ok(bytes as i64); // rendered meanwhile by another process
     }
     if final_path.exists() {
@@ -351,23 +362,14 @@ fn commit_tree(
     }
     let json = serde_json::to_vec(manifest).map_err(|e| io_ctx("encoding the manifest")(io::Error::other(e)))?;
     let hash = super::verify::cas_key_of(layer_keys.join(",").as_bytes());
-    // plain writes: the whole directory becomes visible by one rename below
+    // plain writes (see "Durability" in image/mod.rs): the whole directory
+    // becomes visible by one rename, and `rendered` comes last
     for (name, bytes) in [("manifest", &json[..]), ("image", image_key.as_bytes()), ("hash", hash.as_bytes())] {
         let path = tmp_tree.join(name);
-        let mut f = fs::File::create(&path).map_err(io_ctx(format!("creating {}", path.display())))?;
-        io::Write::write_all(&mut f, bytes)
-            .and_then(|_| f.sync_data())
-            .map_err(io_ctx(format!("writing {}", path.display())))?;
+        fs::write(&path, bytes).map_err(io_ctx(format!("writing {}", path.display())))?;
     }
-    fsutil::sync_dir(&tmp_tree.join("rootfs")).map_err(io_ctx("syncing the tree"))?;
-    fsutil::sync_dir(&tmp_tree).map_err(io_ctx("syncing the tree"))?;
     fs::rename(&tmp_tree, &final_path).map_err(io_ctx(format!("moving the tree to {}", final_path.display())))?;
-    fsutil::sync_dir(&cas.trees()).map_err(io_ctx("syncing cas/tree"))?;
-    let rendered = final_path.join("rendered");
-    fs::File::create(&rendered)
-        .and_then(|f| f.sync_all())
-        .map_err(io_ctx(format!("creating {}", rendered.display())))?;
-    fsutil::sync_dir(&final_path).map_err(io_ctx("syncing the tree"))?;
+    Cas::mark_rendered(&final_path).map_err(io_ctx(format!("marking {} rendered", final_path.display())))?;
     Ok(bytes as i64)
 }
 
