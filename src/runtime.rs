@@ -29,6 +29,8 @@ pub struct Runtime {
     /// Parsed pod manifests for the read paths (status, list); checked
     /// against the file on every use.
     pub manifests: crate::pod::cache::ManifestCache,
+    /// Previous CPU samples, for the usage rates in stats.
+    pub cpu_rates: crate::cgroup::stats::CpuRates,
 }
 
 /// A readiness condition that does not hold: a CamelCase reason and a message.
@@ -59,6 +61,7 @@ impl Runtime {
             pod_cidr: RwLock::new(String::new()),
             buses: Mutex::new(HashMap::new()),
             manifests: Default::default(),
+            cpu_rates: Default::default(),
         })
     }
 

@@ -92,6 +92,8 @@ struct Session<'a> {
     /// Operation names in the order first measured.
     order: Vec<String>,
     pods: Vec<String>,
+    /// False once the endpoint answered Unimplemented to a stats call.
+    stats: bool,
     /// What the report should say about this endpoint (e.g. an operation it does not offer).
     notes: Vec<String>,
 }
@@ -182,6 +184,7 @@ impl<'a> Session<'a> {
             samples: Samples::new(),
             order: Vec::new(),
             pods: Vec::new(),
+            stats: true,
             notes: Vec::new(),
         })
     }
@@ -475,8 +478,40 @@ impl<'a> Session<'a> {
                     self.fail("ListContainers", tonic::Status::internal(format!("{ours} containers listed, {n} run")))
                 );
             }
+            if self.stats {
+                self.pod_stats(n).await?;
+            }
         }
         Ok(())
+    }
+
+    /// ListPodSandboxStats (pods with their containers' stats, what kubelet's
+    /// summary API asks for); off once the endpoint answers Unimplemented.
+    async fn pod_stats(&mut self, n: usize) -> Result<(), BenchError> {
+        let op = format!("ListPodSandboxStats ({n} pods)");
+        let call = self.rt.list_pod_sandbox_stats(cri::ListPodSandboxStatsRequest { filter: None });
+        match timed(&mut self.samples, &mut self.order, &op, call).await {
+            Ok(got) => {
+                let ours = got
+                    .stats
+                    .iter()
+                    .filter(|s| s.attributes.as_ref().is_some_and(|a| self.pods.contains(&a.id)))
+                    .count();
+                if ours != n {
+                    return Err(self.fail(
+                        "ListPodSandboxStats",
+                        tonic::Status::internal(format!("stats of {ours} pods listed, {n} run")),
+                    ));
+                }
+                Ok(())
+            }
+            Err(e) if e.code() == tonic::Code::Unimplemented => {
+                self.stats = false;
+                self.notes.push("ListPodSandboxStats is not implemented".into());
+                Ok(())
+            }
+            Err(e) => Err(self.fail("ListPodSandboxStats", e)),
+        }
     }
 
     async fn remove_pod(&mut self, id: &str) -> Result<(), BenchError> {

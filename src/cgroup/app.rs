@@ -29,8 +29,9 @@ impl Limits {
     }
 }
 
-/// The controllers an app cgroup is made in.
-const CONTROLLERS: [&str; 3] = ["memory", "cpu", "pids"];
+/// The controllers an app cgroup is made in (cpuacct for its CPU usage;
+/// often co-mounted with cpu, then one directory serves both).
+const CONTROLLERS: [&str; 4] = ["memory", "cpu", "cpuacct", "pids"];
 
 /// An app's cgroup directories, one per controller that is mounted.
 #[derive(Debug, Clone)]
@@ -47,7 +48,10 @@ impl AppCgroup {
             if let Some(h) = layout.hierarchies.iter().find(|h| h.controllers.iter().any(|x| x == c))
                 && let Some(m) = &h.mount
             {
-                dirs.push((c, m.join(pod_subcgroup).join(format!("app-{app}"))));
+                let dir = m.join(pod_subcgroup).join(format!("app-{app}"));
+                if !dirs.iter().any(|(_, d)| *d == dir) {
+                    dirs.push((c, dir));
+                }
             }
         }
         let unit = layout

@@ -8,6 +8,7 @@
 
 pub mod app;
 pub mod pod;
+pub mod stats;
 
 use std::fmt;
 use std::fs;

@@ -152,11 +152,10 @@ pub async fn start_container(
         let _ = std::fs::remove_file(paths.status_file("-started"));
         return Err(e);
     }
+    // every app gets its own cgroups, limits or not: they are what its stats are read from
     let limits = meta::limits(&t.app);
-    if !limits.is_empty() {
-        tokio::task::block_in_place(|| apply_limits(&t, &limits))
-            .map_err(|e| Status::internal(format!("limits of {}: {e}", req.container_id)))?;
-    }
+    tokio::task::block_in_place(|| apply_limits(&t, &limits))
+        .map_err(|e| Status::internal(format!("cgroups of {}: {e}", req.container_id)))?;
     Ok(cri::StartContainerResponse {})
 }
 

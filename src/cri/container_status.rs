@@ -111,7 +111,7 @@ pub fn status_from_info(pod_id: &str, info: AppInfo) -> cri::ContainerStatus {
     }
 }
 
-fn status_of(pod: &Pod, app: &RuntimeApp, running: bool) -> cri::ContainerStatus {
+pub(super) fn status_of(pod: &Pod, app: &RuntimeApp, running: bool) -> cri::ContainerStatus {
     status_from_info(&pod.uuid().to_string(), app_info(pod, app, running))
 }
 

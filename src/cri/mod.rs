@@ -13,6 +13,7 @@ mod runtime_info;
 pub(crate) mod sandbox_run;
 mod sandbox_status;
 mod sandbox_stop;
+mod stats;
 
 use crate::exec_mode::{self, ExecMode};
 use crate::proto::v1 as cri;
@@ -167,16 +168,19 @@ cri_impl! {
                 => container_start::reopen_container_log;
             "ExecSync": exec_sync(ExecSyncRequest) -> cri::ExecSyncResponse
                 => container_exec::exec_sync | exec exec_mode::exec_sync;
+            "ContainerStats": container_stats(ContainerStatsRequest) -> cri::ContainerStatsResponse
+                => stats::container_stats;
+            "ListContainerStats": list_container_stats(ListContainerStatsRequest)
+                -> cri::ListContainerStatsResponse => stats::list_container_stats;
+            "PodSandboxStats": pod_sandbox_stats(PodSandboxStatsRequest) -> cri::PodSandboxStatsResponse
+                => stats::pod_sandbox_stats;
+            "ListPodSandboxStats": list_pod_sandbox_stats(ListPodSandboxStatsRequest)
+                -> cri::ListPodSandboxStatsResponse => stats::list_pod_sandbox_stats;
         }
         pending {
             "Exec": exec(ExecRequest) -> cri::ExecResponse;
             "Attach": attach(AttachRequest) -> cri::AttachResponse;
             "PortForward": port_forward(PortForwardRequest) -> cri::PortForwardResponse;
-            "ContainerStats": container_stats(ContainerStatsRequest) -> cri::ContainerStatsResponse;
-            "ListContainerStats": list_container_stats(ListContainerStatsRequest) -> cri::ListContainerStatsResponse;
-            "PodSandboxStats": pod_sandbox_stats(PodSandboxStatsRequest) -> cri::PodSandboxStatsResponse;
-            "ListPodSandboxStats": list_pod_sandbox_stats(ListPodSandboxStatsRequest)
-                -> cri::ListPodSandboxStatsResponse;
             "CheckpointContainer": checkpoint_container(CheckpointContainerRequest) -> cri::CheckpointContainerResponse;
             "GetContainerEvents": get_container_events(GetEventsRequest) -> EventStream;
             "ListMetricDescriptors": list_metric_descriptors(ListMetricDescriptorsRequest)

@@ -1,0 +1,243 @@
+//! Resource usage read from cgroup files (v1 and v2), for ContainerStats and
+//! PodSandboxStats. No process is started and nothing is written.
+
+use super::Layout;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Memory figures as CRI reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Memory {
+    pub usage_bytes: u64,
+    /// Usage minus inactive file pages (what the kubelet evicts on).
+    pub working_set_bytes: u64,
+    pub rss_bytes: u64,
+    pub page_faults: u64,
+    pub major_page_faults: u64,
+    /// Limit minus working set, when there is a limit.
+    pub available_bytes: Option<u64>,
+}
+
+/// One cgroup's usage; `None` where the controller is not mounted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub cpu_ns: Option<u64>,
+    pub memory: Option<Memory>,
+    pub processes: Option<u64>,
+}
+
+/// Where a cgroup's controller files are: per controller (v1), or one
+/// directory for all (v2).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatDirs {
+    pub cpu: Option<PathBuf>,
+    pub memory: Option<PathBuf>,
+    pub pids: Option<PathBuf>,
+    /// cgroup v2: the files are `cpu.stat`, `memory.current`, ...
+    pub v2: bool,
+}
+
+impl StatDirs {
+    /// The directories of cgroup `path` (relative to the hierarchies' roots):
+    /// v1 controller hierarchies where mounted, else the unified hierarchy
+    /// when it has the controllers (pure v2).
+    pub fn of(layout: &Layout, path: &str) -> StatDirs {
+        let v1 = |c: &str| {
+            layout
+                .hierarchies
+                .iter()
+                .find(|h| h.controllers.iter().any(|x| x == c))
+                .and_then(|h| h.mount.as_ref())
+                .map(|m| m.join(path))
+        };
+        if layout.is_pure_v2() {
+            let dir = layout.hierarchies[0].mount.as_ref().map(|m| m.join(path));
+            return StatDirs { cpu: dir.clone(), memory: dir.clone(), pids: dir, v2: true };
+        }
+        StatDirs { cpu: v1("cpuacct"), memory: v1("memory"), pids: v1("pids"), v2: false }
+    }
+
+    pub fn read(&self) -> Usage {
+        let file = |dir: &Option<PathBuf>, name: &str| dir.as_ref().and_then(|d| fs::read_to_string(d.join(name)).ok());
+        if self.v2 {
+            return Usage {
+                cpu_ns: file(&self.cpu, "cpu.stat").and_then(|s| field(&s, "usage_usec")).map(|us| us * 1000),
+                memory: memory_v2(
+                    file(&self.memory, "memory.current").as_deref(),
+                    file(&self.memory, "memory.stat").as_deref(),
+                    file(&self.memory, "memory.max").as_deref(),
+                ),
+                processes: file(&self.pids, "pids.current").and_then(|s| s.trim().parse().ok()),
+            };
+        }
+        Usage {
+            cpu_ns: file(&self.cpu, "cpuacct.usage").and_then(|s| s.trim().parse().ok()),
+            memory: memory_v1(
+                file(&self.memory, "memory.usage_in_bytes").as_deref(),
+                file(&self.memory, "memory.stat").as_deref(),
+                file(&self.memory, "memory.limit_in_bytes").as_deref(),
+            ),
+            processes: file(&self.pids, "pids.current").and_then(|s| s.trim().parse().ok()),
+        }
+    }
+}
+
+/// The previous CPU sample per container or pod, for `usage_nano_cores`.
+#[derive(Debug, Default)]
+pub struct CpuRates {
+    last: std::sync::Mutex<std::collections::HashMap<String, (i64, u64)>>,
+}
+
+impl CpuRates {
+    /// Nanoseconds of CPU per second since the previous sample of `key`
+    /// (none for the first sample, or when the counter went back: a new
+    /// cgroup under the same name). Keeps at most a few thousand keys.
+    pub fn rate(&self, key: &str, now_ns: i64, usage_ns: u64) -> Option<u64> {
+        let mut last = self.last.lock().ok()?;
+        if last.len() > 4096 {
+            last.clear();
+        }
+        let prev = last.insert(key.to_string(), (now_ns, usage_ns))?;
+        let (dt, du) = (now_ns.checked_sub(prev.0)?, usage_ns.checked_sub(prev.1)?);
+        (dt > 0).then(|| (du as u128 * 1_000_000_000 / dt as u128) as u64)
+    }
+}
+
+/// `key value` lines (memory.stat, cpu.stat).
+fn field(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// A v1 limit that is really "none" is a huge number rounded to a page.
+const NO_LIMIT_V1: u64 = 1 << 62;
+
+fn memory_v1(usage: Option<&str>, stat: Option<&str>, limit: Option<&str>) -> Option<Memory> {
+    let usage: u64 = usage?.trim().parse().ok()?;
+    let stat = stat.unwrap_or_default();
+    let inactive = field(stat, "total_inactive_file").unwrap_or(0);
+    let working_set = usage.saturating_sub(inactive);
+    let limit = limit.and_then(|l| l.trim().parse::<u64>().ok()).filter(|l| *l < NO_LIMIT_V1);
+    Some(Memory {
+        usage_bytes: usage,
+        working_set_bytes: working_set,
+        rss_bytes: field(stat, "total_rss").unwrap_or(0),
+        page_faults: field(stat, "total_pgfault").unwrap_or(0),
+        major_page_faults: field(stat, "total_pgmajfault").unwrap_or(0),
+        available_bytes: limit.map(|l| l.saturating_sub(working_set)),
+    })
+}
+
+fn memory_v2(usage: Option<&str>, stat: Option<&str>, max: Option<&str>) -> Option<Memory> {
+    let usage: u64 = usage?.trim().parse().ok()?;
+    let stat = stat.unwrap_or_default();
+    let working_set = usage.saturating_sub(field(stat, "inactive_file").unwrap_or(0));
+    let limit = max.and_then(|m| m.trim().parse::<u64>().ok());
+    Some(Memory {
+        usage_bytes: usage,
+        working_set_bytes: working_set,
+        rss_bytes: field(stat, "anon").unwrap_or(0),
+        page_faults: field(stat, "pgfault").unwrap_or(0),
+        major_page_faults: field(stat, "pgmajfault").unwrap_or(0),
+        available_bytes: limit.map(|l| l.saturating_sub(working_set)),
+    })
+}
+
+/// Per-interface counters of a network namespace, from `/proc/<pid>/net/dev`
+/// of a process inside it (no setns needed). Loopback is left out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interface {
+    pub name: String,
+    pub rx_bytes: u64,
+    pub rx_errors: u64,
+    pub tx_bytes: u64,
+    pub tx_errors: u64,
+}
+
+pub fn interfaces(pid: i32) -> Vec<Interface> {
+    fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("net/dev"))
+        .map(|t| parse_net_dev(&t))
+        .unwrap_or_default()
+}
+
+fn parse_net_dev(text: &str) -> Vec<Interface> {
+    text.lines()
+        .skip(2)
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let n: Vec<u64> = rest.split_whitespace().filter_map(|v| v.parse().ok()).collect();
+            let name = name.trim();
+            // receive: bytes packets errs ...(8 columns); transmit: bytes packets errs ...
+            (name != "lo" && n.len() >= 11).then(|| Interface {
+                name: name.to_string(),
+                rx_bytes: n[0],
+                rx_errors: n[2],
+                tx_bytes: n[8],
+                tx_errors: n[10],
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v1_memory_working_set_and_limit() {
+        let stat = "cache 100\nrss 5\ntotal_rss 4096\ntotal_inactive_file 1000\ntotal_pgfault 7\ntotal_pgmajfault 2\n";
+        let m = memory_v1(Some("5000\n"), Some(stat), Some("9223372036854771712\n")).expect("memory");
+        assert_eq!(
+            m,
+            Memory {
+                usage_bytes: 5000,
+                working_set_bytes: 4000,
+                rss_bytes: 4096,
+                page_faults: 7,
+                major_page_faults: 2,
+                available_bytes: None
+            }
+        );
+        let m = memory_v1(Some("5000"), Some(stat), Some("10000")).expect("memory");
+        assert_eq!(m.available_bytes, Some(6000));
+        assert!(memory_v1(None, Some(stat), None).is_none());
+    }
+
+    #[test]
+    fn v2_memory_and_cpu() {
+        let m = memory_v2(Some("8192"), Some("anon 4096\ninactive_file 192\npgfault 3\npgmajfault 1\n"), Some("max\n"))
+            .expect("memory");
+        assert_eq!((m.working_set_bytes, m.rss_bytes, m.page_faults, m.available_bytes), (8000, 4096, 3, None));
+        assert_eq!(field("usage_usec 1500\nuser_usec 1000\n", "usage_usec"), Some(1500));
+        assert_eq!(field("usage_usec_x 1\n", "usage_usec"), None);
+    }
+
+    #[test]
+    fn cpu_rate_between_samples() {
+        let r = CpuRates::default();
+        assert_eq!(r.rate("c", 1_000_000_000, 100), None, "first sample");
+        assert_eq!(r.rate("c", 2_000_000_000, 500_000_100), Some(500_000_000), "half a core");
+        assert_eq!(r.rate("c", 3_000_000_000, 10), None, "counter went back");
+    }
+
+    #[test]
+    fn net_dev_without_loopback() {
+        let text = "Inter-|   Receive                                                |  Transmit\n \
+                    face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
+                    lo:     100       1    0    0    0     0          0         0      100       1    0    0    0     0       0          0\n  \
+                    eth0:    2048      10    1    0    0     0          0         0     1024       8    2    0    0     0       0          0\n";
+        assert_eq!(
+            parse_net_dev(text),
+            [Interface { name: "eth0".into(), rx_bytes: 2048, rx_errors: 1, tx_bytes: 1024, tx_errors: 2 }]
+        );
+    }
+
+    #[test]
+    fn this_process_cgroup_is_readable() {
+        let layout = Layout::read().expect("layout");
+        let me = layout.hierarchies.iter().find(|h| h.controllers.iter().any(|c| c == "memory"));
+        if let Some(h) = me {
+            let usage = StatDirs::of(&layout, h.path.trim_start_matches('/')).read();
+            assert!(usage.memory.is_some_and(|m| m.usage_bytes > 0), "{usage:?}");
+        }
+    }
+}

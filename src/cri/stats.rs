@@ -1,0 +1,221 @@
+//! ContainerStats, ListContainerStats, PodSandboxStats, ListPodSandboxStats:
+//! read from the host without exec (cgroup files, the app's overlay upper
+//! directory, the pod network namespace's counters through its systemd's
+//! `/proc/<pid>/net/dev`). Only running containers and ready pods have stats.
+//! `usage_nano_cores` is the rate since the previous sample of the same
+//! container or pod taken by this daemon.
+
+use super::container_start;
+use super::container_status::status_of;
+use super::sandbox_status::{SandboxView, list_views};
+use super::{pod_meta, pod_status};
+use crate::cgroup::Layout;
+use crate::cgroup::stats::{self, StatDirs, Usage};
+use crate::pod::{self, Pod, PodState};
+use crate::proto::v1 as cri;
+use crate::runtime::Runtime;
+use crate::stage1::app::AppPaths;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tonic::Status;
+
+fn now_ns() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+fn value(v: u64) -> Option<cri::UInt64Value> {
+    Some(cri::UInt64Value { value: v })
+}
+
+/// CPU and memory of one cgroup as CRI reports them.
+fn cpu_memory(rt: &Runtime, key: &str, usage: &Usage, now: i64) -> (Option<cri::CpuUsage>, Option<cri::MemoryUsage>) {
+    let cpu = usage.cpu_ns.map(|ns| cri::CpuUsage {
+        timestamp: now,
+        usage_core_nano_seconds: value(ns),
+        usage_nano_cores: rt.cpu_rates.rate(key, now, ns).and_then(value),
+        psi: None,
+    });
+    let memory = usage.memory.map(|m| cri::MemoryUsage {
+        timestamp: now,
+        working_set_bytes: value(m.working_set_bytes),
+        available_bytes: m.available_bytes.and_then(value),
+        usage_bytes: value(m.usage_bytes),
+        rss_bytes: value(m.rss_bytes),
+        page_faults: value(m.page_faults),
+        major_page_faults: value(m.major_page_faults),
+        psi: None,
+    });
+    (cpu, memory)
+}
+
+/// Stats of one running app of `pod`.
+fn container_stats_of(
+    rt: &Runtime,
+    pod: &Pod,
+    app: &crate::pod::manifest::RuntimeApp,
+    sub: Option<&str>,
+) -> cri::ContainerStats {
+    let now = now_ns();
+    let status = status_of(pod, app, true);
+    let usage = match (sub, Layout::cached()) {
+        (Some(sub), Ok(layout)) => StatDirs::of(layout, &format!("{sub}/app-{}", app.name)).read(),
+        _ => Usage::default(),
+    };
+    let (cpu, memory) = cpu_memory(rt, &status.id, &usage, now);
+    let paths = AppPaths::new(pod, &app.name);
+    let writable_layer = std::fs::read_to_string(paths.appsinfo().join("treeStoreID")).ok().map(|tree| {
+        let (bytes, inodes) = crate::image::extract::usage(&paths.overlay_upper(tree.trim()));
+        cri::FilesystemUsage {
+            timestamp: now,
+            fs_id: Some(cri::FilesystemIdentifier { mountpoint: rt.data.root().display().to_string() }),
+            used_bytes: value(bytes),
+            inodes_used: value(inodes),
+        }
+    });
+    cri::ContainerStats {
+        attributes: Some(cri::ContainerAttributes {
+            id: status.id,
+            metadata: status.metadata,
+            labels: status.labels,
+            annotations: status.annotations,
+        }),
+        cpu,
+        memory,
+        writable_layer,
+        swap: None,
+        io: None,
+    }
+}
+
+/// The running apps of a running pod, with their stats.
+fn running_containers(
+    rt: &Runtime,
+    pod: &Pod,
+    manifest: &crate::pod::manifest::PodManifest,
+) -> Vec<cri::ContainerStats> {
+    let sub = pod.read_file(pod::SUBCGROUP_FILE).ok().flatten();
+    manifest
+        .apps
+        .iter()
+        .filter(|a| status_of(pod, a, true).state == cri::ContainerState::ContainerRunning as i32)
+        .map(|a| container_stats_of(rt, pod, a, sub.as_deref()))
+        .collect()
+}
+
+pub async fn container_stats(
+    rt: &Runtime,
+    req: cri::ContainerStatsRequest,
+) -> Result<cri::ContainerStatsResponse, Status> {
+    let t = container_start::open(rt, &req.container_id)?;
+    if !t.running {
+        return Err(Status::not_found(format!("container {} has no stats: its pod is not running", req.container_id)));
+    }
+    tokio::task::block_in_place(|| {
+        let sub = t.pod.read_file(pod::SUBCGROUP_FILE).ok().flatten();
+        Ok(cri::ContainerStatsResponse { stats: Some(container_stats_of(rt, &t.pod, &t.app, sub.as_deref())) })
+    })
+}
+
+pub async fn list_container_stats(
+    rt: &Runtime,
+    req: cri::ListContainerStatsRequest,
+) -> Result<cri::ListContainerStatsResponse, Status> {
+    let filter = req.filter.unwrap_or_default();
+    tokio::task::block_in_place(|| {
+        let mut out = Vec::new();
+        for view in list_views(rt).map_err(pod_status)? {
+            let pod_id = view.pod.uuid().to_string();
+            if view.state != PodState::Running || !pod_id.starts_with(&filter.pod_sandbox_id) {
+                continue;
+            }
+            out.extend(running_containers(rt, &view.pod, &view.manifest).into_iter().filter(|s| {
+                s.attributes.as_ref().is_some_and(|a| {
+                    a.id.starts_with(&filter.id)
+                        && filter.label_selector.iter().all(|(k, v)| a.labels.get(k) == Some(v))
+                })
+            }));
+        }
+        Ok(cri::ListContainerStatsResponse { stats: out })
+    })
+}
+
+fn pod_stats_of(rt: &Runtime, view: &SandboxView) -> cri::PodSandboxStats {
+    let now = now_ns();
+    let pod = &view.pod;
+    let id = pod.uuid().to_string();
+    let sub = pod.read_file(pod::SUBCGROUP_FILE).ok().flatten();
+    let usage = match (&sub, Layout::cached()) {
+        (Some(sub), Ok(layout)) => StatDirs::of(layout, sub).read(),
+        _ => Usage::default(),
+    };
+    let (cpu, memory) = cpu_memory(rt, &id, &usage, now);
+    let host_network = pod_meta::namespace_options(&view.manifest).network == cri::NamespaceMode::Node as i32;
+    let network = (!host_network)
+        .then(|| pod.sandbox_pid().ok().flatten().and_then(|p| crate::stage1::inject::pod_pid1(p).ok()))
+        .flatten()
+        .map(|pid1| {
+            let interfaces: Vec<cri::NetworkInterfaceUsage> = stats::interfaces(pid1)
+                .into_iter()
+                .map(|i| cri::NetworkInterfaceUsage {
+                    name: i.name,
+                    rx_bytes: value(i.rx_bytes),
+                    rx_errors: value(i.rx_errors),
+                    tx_bytes: value(i.tx_bytes),
+                    tx_errors: value(i.tx_errors),
+                })
+                .collect();
+            let default_interface =
+                interfaces.iter().find(|i| i.name == "eth0").or_else(|| interfaces.first()).cloned();
+            cri::NetworkUsage { timestamp: now, default_interface, interfaces }
+        });
+    cri::PodSandboxStats {
+        attributes: Some(cri::PodSandboxAttributes {
+            id,
+            metadata: Some(pod_meta::metadata(&view.manifest)),
+            labels: pod_meta::labels(&view.manifest),
+            annotations: pod_meta::annotations(&view.manifest),
+        }),
+        linux: Some(cri::LinuxPodSandboxStats {
+            cpu,
+            memory,
+            network,
+            process: usage.processes.map(|n| cri::ProcessUsage { timestamp: now, process_count: value(n) }),
+            containers: running_containers(rt, pod, &view.manifest),
+            io: None,
+        }),
+        windows: None,
+    }
+}
+
+pub async fn pod_sandbox_stats(
+    rt: &Runtime,
+    req: cri::PodSandboxStatsRequest,
+) -> Result<cri::PodSandboxStatsResponse, Status> {
+    if req.pod_sandbox_id.is_empty() {
+        return Err(Status::invalid_argument("pod_sandbox_id is required"));
+    }
+    let pod = Pod::open(&rt.data, &req.pod_sandbox_id).map_err(pod_status)?;
+    tokio::task::block_in_place(|| {
+        let view = SandboxView::load(pod, &rt.manifests).map_err(pod_status)?;
+        if !view.ready {
+            return Err(Status::not_found(format!("pod {} has no stats: it is not ready", req.pod_sandbox_id)));
+        }
+        Ok(cri::PodSandboxStatsResponse { stats: Some(pod_stats_of(rt, &view)) })
+    })
+}
+
+pub async fn list_pod_sandbox_stats(
+    rt: &Runtime,
+    req: cri::ListPodSandboxStatsRequest,
+) -> Result<cri::ListPodSandboxStatsResponse, Status> {
+    let filter = req.filter.unwrap_or_default();
+    tokio::task::block_in_place(|| {
+        let stats = list_views(rt)
+            .map_err(pod_status)?
+            .iter()
+            .filter(|v| v.ready && v.pod.uuid().to_string().starts_with(&filter.id))
+            .filter(|v| filter.label_selector.iter().all(|(k, val)| v.manifest.user_labels.get(k) == Some(val)))
+            .map(|v| pod_stats_of(rt, v))
+            .collect();
+        Ok(cri::ListPodSandboxStatsResponse { stats })
+    })
+}

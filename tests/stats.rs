@@ -1,0 +1,169 @@
+//! Container and pod stats through the daemon's socket, from real pods:
+//! CPU of a busy container (counter and rate), memory, the writable layer it
+//! filled, the pod's process count and its network counters after traffic.
+
+mod common;
+
+use common::{Daemon, TestNetwork, assert_no_leaks, pod_config};
+use rktlet::proto::v1 as cri;
+use std::time::{Duration, Instant};
+
+fn v(x: &Option<cri::UInt64Value>) -> u64 {
+    x.as_ref().map_or(0, |v| v.value)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stats_of_a_busy_container_and_its_pod() {
+    let scratch = tempfile::tempdir().expect("tmp");
+    let net = TestNetwork::new(scratch.path());
+    let conf = net.conf_dir.display().to_string();
+    let d = Daemon::start(&["--cni-conf-dir", &conf]);
+    let image = common::pull_busybox(&d).await;
+    let mut rt = d.runtime().await;
+    let mut config = pod_config("statspod", &[]);
+    config.log_directory = scratch.path().join("logs").display().to_string();
+    let pod = rt
+        .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config.clone()), runtime_handler: String::new() })
+        .await
+        .expect("RunPodSandbox")
+        .into_inner()
+        .pod_sandbox_id;
+    let mut ids = Vec::new();
+    for (name, script) in
+        [("burner", "head -c 20000000 /dev/zero > /tmp/blob; while true; do :; done"), ("idle", "exec sleep 100000")]
+    {
+        let c = cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 0 }),
+            image: Some(cri::ImageSpec { image: image.clone(), ..Default::default() }),
+            command: vec!["sh".into(), "-c".into(), script.into()],
+            labels: [("role".to_string(), name.to_string())].into(),
+            log_path: format!("{name}.log"),
+            ..Default::default()
+        };
+        let id = rt
+            .create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: pod.clone(),
+                config: Some(c),
+                sandbox_config: Some(config.clone()),
+            })
+            .await
+            .expect("CreateContainer")
+            .into_inner()
+            .container_id;
+        rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("start");
+        ids.push(id);
+    }
+    let burner = ids[0].clone();
+    let stats = |rt: &mut rktlet::proto::v1::runtime_service_client::RuntimeServiceClient<_>, id: String| {
+        let mut rt: rktlet::proto::v1::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel> =
+            rt.clone();
+        async move {
+            rt.container_stats(cri::ContainerStatsRequest { container_id: id })
+                .await
+                .expect("ContainerStats")
+                .into_inner()
+                .stats
+                .expect("stats")
+        }
+    };
+
+    // the writable layer fills with the 20 MB file
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let first = loop {
+        let s = stats(&mut rt, burner.clone()).await;
+        if s.writable_layer.as_ref().is_some_and(|w| v(&w.used_bytes) >= 20_000_000) || Instant::now() > deadline {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let layer = first.writable_layer.as_ref().expect("writable layer");
+    assert!(v(&layer.used_bytes) >= 20_000_000, "{layer:?}");
+    assert!(v(&layer.inodes_used) >= 2, "{layer:?}");
+    let attrs = first.attributes.as_ref().expect("attributes");
+    assert_eq!((attrs.id.as_str(), attrs.labels.get("role").map(String::as_str)), (burner.as_str(), Some("burner")));
+    let memory = first.memory.as_ref().expect("memory");
+    assert!(v(&memory.usage_bytes) > 0 && v(&memory.working_set_bytes) <= v(&memory.usage_bytes), "{memory:?}");
+    let cpu1 = v(&first.cpu.as_ref().expect("cpu").usage_core_nano_seconds);
+    assert!(cpu1 > 0);
+
+    // a busy loop: the counter grows and the rate between samples is a large share of a core
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let second = stats(&mut rt, burner.clone()).await;
+    let cpu = second.cpu.as_ref().expect("cpu");
+    assert!(v(&cpu.usage_core_nano_seconds) > cpu1);
+    assert!(v(&cpu.usage_nano_cores) > 100_000_000, "{cpu:?}");
+    let idle = stats(&mut rt, ids[1].clone()).await;
+    assert!(v(&idle.cpu.as_ref().expect("cpu").usage_core_nano_seconds) < v(&cpu.usage_core_nano_seconds));
+
+    // lists and filters
+    let lister = rt.clone();
+    let list = |filter: cri::ContainerStatsFilter| {
+        let mut rt = lister.clone();
+        async move {
+            let mut ids: Vec<String> = rt
+                .list_container_stats(cri::ListContainerStatsRequest { filter: Some(filter) })
+                .await
+                .expect("ListContainerStats")
+                .into_inner()
+                .stats
+                .into_iter()
+                .filter_map(|s| s.attributes.map(|a| a.id))
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    let mut all = ids.clone();
+    all.sort();
+    assert_eq!(list(cri::ContainerStatsFilter { pod_sandbox_id: pod.clone(), ..Default::default() }).await, all);
+    let by_label =
+        cri::ContainerStatsFilter { label_selector: [("role".into(), "idle".into())].into(), ..Default::default() };
+    assert_eq!(list(by_label).await, [ids[1].clone()]);
+
+    // the pod: its processes, its containers, and its interface after a ping from the host
+    let ip = rt
+        .pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: pod.clone(), verbose: false })
+        .await
+        .expect("status")
+        .into_inner()
+        .status
+        .and_then(|s| s.network)
+        .map(|n| n.ip)
+        .expect("pod ip");
+    let ping =
+        std::process::Command::new("/bin/busybox").args(["ping", "-c", "2", "-W", "2", &ip]).output().expect("ping");
+    assert!(ping.status.success(), "ping {ip}: {}", String::from_utf8_lossy(&ping.stdout));
+    let ps = rt
+        .pod_sandbox_stats(cri::PodSandboxStatsRequest { pod_sandbox_id: pod.clone() })
+        .await
+        .expect("PodSandboxStats")
+        .into_inner()
+        .stats
+        .and_then(|s| s.linux)
+        .expect("linux stats");
+    assert!(v(&ps.process.as_ref().expect("process").process_count) >= 3, "{:?}", ps.process);
+    assert_eq!(ps.containers.len(), 2);
+    assert!(v(&ps.cpu.as_ref().expect("cpu").usage_core_nano_seconds) >= v(&cpu.usage_core_nano_seconds));
+    let eth0 = ps.network.as_ref().and_then(|n| n.default_interface.clone()).expect("default interface");
+    assert_eq!(eth0.name, "eth0");
+    assert!(v(&eth0.rx_bytes) > 0 && v(&eth0.tx_bytes) > 0, "{eth0:?}");
+    let listed = rt
+        .list_pod_sandbox_stats(cri::ListPodSandboxStatsRequest { filter: None })
+        .await
+        .expect("ListPodSandboxStats")
+        .into_inner()
+        .stats;
+    assert_eq!(listed.len(), 1);
+
+    // a stopped container has no stats; an unknown one is NotFound
+    rt.stop_container(cri::StopContainerRequest { container_id: burner.clone(), timeout: 0 }).await.expect("stop");
+    assert_eq!(list(cri::ContainerStatsFilter::default()).await, [ids[1].clone()]);
+    let e = rt
+        .container_stats(cri::ContainerStatsRequest { container_id: format!("{pod}:0-nothing") })
+        .await
+        .expect_err("unknown");
+    assert_eq!(e.code(), tonic::Code::NotFound);
+
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove pod");
+    assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+}
