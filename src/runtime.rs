@@ -31,7 +31,42 @@ pub struct Runtime {
     pub manifests: crate::pod::cache::ManifestCache,
     /// Previous CPU samples, for the usage rates in stats.
     pub cpu_rates: crate::cgroup::stats::CpuRates,
+    /// Container lifecycle events for GetContainerEvents subscribers. A
+    /// broadcast channel: a subscriber that falls behind loses the oldest
+    /// events (and is told so), the daemon never waits for one.
+    pub events: tokio::sync::broadcast::Sender<ContainerEvent>,
 }
+
+/// What happened to a container, as CRI's ContainerEventType names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Created,
+    Started,
+    Stopped,
+    Deleted,
+}
+
+/// One container event; subscribers read the statuses when they send it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerEvent {
+    pub pod: Uuid,
+    pub app: String,
+    pub kind: EventKind,
+    /// Nanoseconds since the epoch.
+    pub at: i64,
+}
+
+impl ContainerEvent {
+    pub fn now(pod: Uuid, app: &str, kind: EventKind) -> Self {
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        ContainerEvent { pod, app: app.to_string(), kind, at }
+    }
+}
+
+/// Events kept for a subscriber that has not read them yet.
+const EVENT_BACKLOG: usize = 1024;
 
 /// A readiness condition that does not hold: a CamelCase reason and a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +97,7 @@ impl Runtime {
             buses: Mutex::new(HashMap::new()),
             manifests: Default::default(),
             cpu_rates: Default::default(),
+            events: tokio::sync::broadcast::channel(EVENT_BACKLOG).0,
         })
     }
 
@@ -104,7 +140,7 @@ impl Runtime {
         let sandbox = pod.sandbox_pid().map_err(|e| e.to_string())?.ok_or("pod has no sandbox process")?;
         let pid1 = crate::stage1::inject::pod_pid1(sandbox).map_err(|e| format!("finding the pod's systemd: {e}"))?;
         let bus = Arc::new(PodBus::connect(pid1).map_err(|e| format!("connecting to the pod's systemd: {e}"))?);
-        record_exits(&bus, pod);
+        record_exits(&bus, pod, self.events.clone());
         if let Ok(mut map) = self.buses.lock() {
             map.insert(uuid, bus.clone());
         }
@@ -157,6 +193,11 @@ impl Runtime {
         }
     }
 
+    /// Tells GetContainerEvents subscribers (none listening is fine).
+    pub fn emit(&self, pod: Uuid, app: &str, kind: EventKind) {
+        let _ = self.events.send(ContainerEvent::now(pod, app, kind));
+    }
+
     /// Forgets a pod's connection (after an error, or when the pod stops).
     pub fn drop_pod_bus(&self, uuid: Uuid) {
         if let Ok(mut map) = self.buses.lock() {
@@ -186,7 +227,7 @@ impl Runtime {
 /// Writes each app's exit code to its status file as soon as the pod's
 /// systemd reports the exit, so list and status stay file reads and the
 /// code outlives the unit, the daemon and the pod.
-fn record_exits(bus: &PodBus, pod: &crate::pod::Pod) {
+fn record_exits(bus: &PodBus, pod: &crate::pod::Pod, out: tokio::sync::broadcast::Sender<ContainerEvent>) {
     let Ok(events) = bus.subscribe() else { return };
     let (data, uuid) = (pod.data_dir().clone(), pod.uuid());
     let spawned = std::thread::Builder::new().name(format!("exits-{uuid}")).spawn(move || {
@@ -196,8 +237,10 @@ fn record_exits(bus: &PodBus, pod: &crate::pod::Pod) {
             // with RemainAfterExit an exited app stays "active (exited)": the exit code is what counts
             let Ok(pod) = crate::pod::Pod::open(&data, &uuid.to_string()) else { return };
             let paths = crate::stage1::app::AppPaths::new(&pod, app);
-            if paths.status_file("-started").exists() {
-                let _ = crate::stage1::app::record_exit(&paths, crate::stage1::bus::exit_code(&exit));
+            if paths.status_file("-started").exists()
+                && crate::stage1::app::record_exit(&paths, crate::stage1::bus::exit_code(&exit)).unwrap_or(false)
+            {
+                let _ = out.send(ContainerEvent::now(uuid, app, EventKind::Stopped));
             }
         }
     });

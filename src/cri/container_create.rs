@@ -329,6 +329,7 @@ pub async fn create_container(
         })
     })
     .map_err(app_status)?;
+    rt.emit(pod.uuid(), &name, crate::runtime::EventKind::Created);
     Ok(cri::CreateContainerResponse { container_id: meta::container_id(&pod.uuid().to_string(), &name) })
 }
 

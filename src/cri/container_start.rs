@@ -6,7 +6,7 @@ use super::{container_meta as meta, pod_status};
 use crate::pod::manifest::RuntimeApp;
 use crate::pod::{Pod, PodState};
 use crate::proto::v1 as cri;
-use crate::runtime::Runtime;
+use crate::runtime::{EventKind, Runtime};
 use crate::stage1::app::{self, AppPaths, AppState};
 use crate::stage1::bus::{BusError, ExecCommand, Output, PodBus, Property, ServiceSpec, Value};
 use crate::stream::log::{self as crilog, Stream};
@@ -152,6 +152,7 @@ pub async fn start_container(
         let _ = std::fs::remove_file(paths.status_file("-started"));
         return Err(e);
     }
+    rt.emit(t.pod.uuid(), &t.app.name, EventKind::Started);
     // every app gets its own cgroups, limits or not: they are what its stats are read from
     let limits = meta::limits(&t.app);
     tokio::task::block_in_place(|| apply_limits(&t, &limits))
@@ -213,8 +214,10 @@ fn stop_app(rt: &Runtime, t: &Target, timeout: Duration) -> Result<(), Status> {
             Err(e) if e.is_not_found() => Ok(()),
             other => other,
         }?;
-        if let Some(exit) = bus.unit_status(&name).ok().and_then(|s| s.main_exit()) {
-            let _ = app::record_exit(&paths, crate::stage1::bus::exit_code(&exit));
+        if let Some(exit) = bus.unit_status(&name).ok().and_then(|s| s.main_exit())
+            && app::record_exit(&paths, crate::stage1::bus::exit_code(&exit)).unwrap_or(false)
+        {
+            rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
         }
         Ok(())
     })
@@ -251,6 +254,7 @@ pub async fn remove_container(
         }
         app::remove(&mut t.pod, &t.app.name).map_err(app_status)
     })?;
+    rt.emit(t.pod.uuid(), &t.app.name, EventKind::Deleted);
     Ok(cri::RemoveContainerResponse {})
 }
 

@@ -7,6 +7,7 @@ pub(crate) mod container_exec;
 pub(crate) mod container_meta;
 pub(crate) mod container_start;
 pub(crate) mod container_status;
+mod events;
 pub(crate) mod image;
 pub(crate) mod pod_meta;
 mod runtime_info;
@@ -168,6 +169,8 @@ cri_impl! {
                 => container_start::reopen_container_log;
             "ExecSync": exec_sync(ExecSyncRequest) -> cri::ExecSyncResponse
                 => container_exec::exec_sync | exec exec_mode::exec_sync;
+            "GetContainerEvents": get_container_events(GetEventsRequest) -> EventStream
+                => events::get_container_events;
             "ContainerStats": container_stats(ContainerStatsRequest) -> cri::ContainerStatsResponse
                 => stats::container_stats;
             "ListContainerStats": list_container_stats(ListContainerStatsRequest)
@@ -182,7 +185,6 @@ cri_impl! {
             "Attach": attach(AttachRequest) -> cri::AttachResponse;
             "PortForward": port_forward(PortForwardRequest) -> cri::PortForwardResponse;
             "CheckpointContainer": checkpoint_container(CheckpointContainerRequest) -> cri::CheckpointContainerResponse;
-            "GetContainerEvents": get_container_events(GetEventsRequest) -> EventStream;
             "ListMetricDescriptors": list_metric_descriptors(ListMetricDescriptorsRequest)
                 -> cri::ListMetricDescriptorsResponse;
             "ListPodSandboxMetrics": list_pod_sandbox_metrics(ListPodSandboxMetricsRequest)

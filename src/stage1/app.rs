@@ -366,10 +366,11 @@ pub fn facts(paths: &AppPaths, pod_running: bool) -> AppFacts {
 
 /// Records an app's exit code (once: the first record wins) so it survives
 /// the unit being forgotten, a daemon restart and the pod's stop.
-pub fn record_exit(paths: &AppPaths, exit_code: i32) -> io::Result<()> {
+/// Returns whether this call recorded it (false: an earlier record stands).
+pub fn record_exit(paths: &AppPaths, exit_code: i32) -> io::Result<bool> {
     let file = paths.status_file("");
     if file.exists() {
-        return Ok(());
+        return Ok(false);
     }
     // complete before visible: written aside, then linked in (the link fails if
     // another recorder was first), so a reader never sees an empty file
@@ -378,8 +379,9 @@ pub fn record_exit(paths: &AppPaths, exit_code: i32) -> io::Result<()> {
     let linked = fs::hard_link(&tmp, &file);
     let _ = fs::remove_file(&tmp);
     match linked {
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-        other => other,
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

@@ -1,0 +1,81 @@
+//! GetContainerEvents over the daemon's socket: a subscriber sees a
+//! container created, started, stopped by itself (its exit reported from the
+//! pod's systemd, not by a StopContainer call) and deleted, in that order,
+//! each with the pod's status and its containers' statuses.
+
+mod common;
+
+use common::{Daemon, host_network, pod_config};
+use rktlet::proto::v1 as cri;
+use std::time::Duration;
+use tokio_stream::StreamExt;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscriber_sees_a_container_lifecycle() {
+    let d = Daemon::start(&[]);
+    let image = common::pull_busybox(&d).await;
+    let mut rt = d.runtime().await;
+    let logs = tempfile::tempdir().expect("logs");
+    let mut config = host_network(pod_config("events", &[]));
+    config.log_directory = logs.path().display().to_string();
+    let pod = rt
+        .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config.clone()), runtime_handler: String::new() })
+        .await
+        .expect("RunPodSandbox")
+        .into_inner()
+        .pod_sandbox_id;
+    let mut events = rt.get_container_events(cri::GetEventsRequest {}).await.expect("subscribe").into_inner();
+
+    let c = cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata { name: "short".into(), attempt: 0 }),
+        image: Some(cri::ImageSpec { image, ..Default::default() }),
+        command: vec!["sh".into(), "-c".into(), "sleep 0.3; exit 4".into()],
+        log_path: "short.log".into(),
+        ..Default::default()
+    };
+    let id = rt
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(c),
+            sandbox_config: Some(config),
+        })
+        .await
+        .expect("CreateContainer")
+        .into_inner()
+        .container_id;
+    rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("start");
+
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("an event within 10 s")
+            .expect("the stream goes on")
+            .expect("an event, not an error")
+    };
+    use cri::ContainerEventType as T;
+    let created = next().await;
+    assert_eq!(
+        (created.container_id.as_str(), created.container_event_type),
+        (id.as_str(), T::ContainerCreatedEvent as i32)
+    );
+    assert_eq!(created.pod_sandbox_status.as_ref().map(|p| p.id.as_str()), Some(pod.as_str()));
+    assert!(created.created_at > 0);
+    let started = next().await;
+    assert_eq!(started.container_event_type, T::ContainerStartedEvent as i32);
+    assert!(started.created_at >= created.created_at);
+    // nobody calls StopContainer: the exit comes from the pod's systemd
+    let stopped = next().await;
+    assert_eq!(stopped.container_event_type, T::ContainerStoppedEvent as i32);
+    let status = stopped.containers_statuses.iter().find(|s| s.id == id).expect("the container's status");
+    assert_eq!((status.state, status.exit_code), (cri::ContainerState::ContainerExited as i32, 4));
+
+    rt.remove_container(cri::RemoveContainerRequest { container_id: id.clone() }).await.expect("remove");
+    let deleted = next().await;
+    assert_eq!(
+        (deleted.container_id.as_str(), deleted.container_event_type),
+        (id.as_str(), T::ContainerDeletedEvent as i32)
+    );
+    assert!(deleted.containers_statuses.is_empty());
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove pod");
+    common::assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+}
