@@ -28,7 +28,7 @@ async fn a_subscriber_sees_a_container_lifecycle() {
 
     let c = cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata { name: "short".into(), attempt: 0 }),
-        image: Some(cri::ImageSpec { image, ..Default::default() }),
+        image: Some(cri::ImageSpec { image: image.clone(), ..Default::default() }),
         command: vec!["sh".into(), "-c".into(), "sleep 0.3; exit 4".into()],
         log_path: "short.log".into(),
         ..Default::default()
@@ -37,7 +37,7 @@ async fn a_subscriber_sees_a_container_lifecycle() {
         .create_container(cri::CreateContainerRequest {
             pod_sandbox_id: pod.clone(),
             config: Some(c),
-            sandbox_config: Some(config),
+            sandbox_config: Some(config.clone()),
         })
         .await
         .expect("CreateContainer")
@@ -68,6 +68,38 @@ async fn a_subscriber_sees_a_container_lifecycle() {
     assert_eq!(stopped.container_event_type, T::ContainerStoppedEvent as i32);
     let status = stopped.containers_statuses.iter().find(|s| s.id == id).expect("the container's status");
     assert_eq!((status.state, status.exit_code), (cri::ContainerState::ContainerExited as i32, 4));
+
+    // a StopContainer call is reported once, by the call
+    let c = cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata { name: "long".into(), attempt: 0 }),
+        image: Some(cri::ImageSpec { image: image.clone(), ..Default::default() }),
+        command: vec!["sleep".into(), "1000".into()],
+        log_path: "long.log".into(),
+        ..Default::default()
+    };
+    let long = rt
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(c),
+            sandbox_config: Some(config.clone()),
+        })
+        .await
+        .expect("CreateContainer")
+        .into_inner()
+        .container_id;
+    rt.start_container(cri::StartContainerRequest { container_id: long.clone() }).await.expect("start");
+    rt.stop_container(cri::StopContainerRequest { container_id: long.clone(), timeout: 5 }).await.expect("stop");
+    rt.remove_container(cri::RemoveContainerRequest { container_id: long.clone() }).await.expect("remove");
+    let kinds: Vec<i32> = [next().await, next().await, next().await, next().await]
+        .iter()
+        .inspect(|e| assert_eq!(e.container_id, long))
+        .map(|e| e.container_event_type)
+        .collect();
+    assert_eq!(
+        kinds,
+        [T::ContainerCreatedEvent, T::ContainerStartedEvent, T::ContainerStoppedEvent, T::ContainerDeletedEvent]
+            .map(|t| t as i32)
+    );
 
     rt.remove_container(cri::RemoveContainerRequest { container_id: id.clone() }).await.expect("remove");
     let deleted = next().await;

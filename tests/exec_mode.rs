@@ -339,4 +339,12 @@ async fn bench_harness_measures_both_designs_and_cleans_up() {
     let run_dir = d.dir.path().join("data/pods/run");
     assert_eq!(std::fs::read_dir(&run_dir).map(|d| d.count()).unwrap_or(0), 0, "pods left in {}", run_dir.display());
     assert!(net.allocated().is_empty(), "addresses left: {:?}", net.allocated());
+    // the pods' cgroup parents (as kubelet would give) are removed too
+    let left: Vec<_> = std::fs::read_dir("/sys/fs/cgroup")
+        .expect("cgroup mounts")
+        .flatten()
+        .map(|h| h.path().join("rktlet-bench"))
+        .filter(|p| p.exists())
+        .collect();
+    assert!(left.is_empty(), "cgroup parents left: {left:?}");
 }

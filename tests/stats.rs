@@ -29,9 +29,12 @@ async fn stats_of_a_busy_container_and_its_pod() {
         .into_inner()
         .pod_sandbox_id;
     let mut ids = Vec::new();
-    for (name, script) in
-        [("burner", "head -c 20000000 /dev/zero > /tmp/blob; while true; do :; done"), ("idle", "exec sleep 100000")]
-    {
+    for (name, script) in [
+        ("burner", "head -c 20000000 /dev/zero > /tmp/blob; while true; do :; done"),
+        ("idle", "exec sleep 100000"),
+        // 50 MB held in a shell variable: anonymous memory in the working set
+        ("hog", "x=$(head -c 50000000 /dev/zero | tr '\\0' a); while true; do sleep 1; done"),
+    ] {
         let c = cri::ContainerConfig {
             metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 0 }),
             image: Some(cri::ImageSpec { image: image.clone(), ..Default::default() }),
@@ -54,6 +57,7 @@ async fn stats_of_a_busy_container_and_its_pod() {
         ids.push(id);
     }
     let burner = ids[0].clone();
+    let hog = ids[2].clone();
     let stats = |rt: &mut rktlet::proto::v1::runtime_service_client::RuntimeServiceClient<_>, id: String| {
         let mut rt: rktlet::proto::v1::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel> =
             rt.clone();
@@ -94,6 +98,18 @@ async fn stats_of_a_busy_container_and_its_pod() {
     assert!(v(&cpu.usage_nano_cores) > 100_000_000, "{cpu:?}");
     let idle = stats(&mut rt, ids[1].clone()).await;
     assert!(v(&idle.cpu.as_ref().expect("cpu").usage_core_nano_seconds) < v(&cpu.usage_core_nano_seconds));
+
+    // 50 MB held by a shell variable are in the hog's working set
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let held = loop {
+        let s = stats(&mut rt, hog.clone()).await;
+        let ws = v(&s.memory.as_ref().expect("memory").working_set_bytes);
+        if ws >= 50_000_000 || Instant::now() > deadline {
+            break ws;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(held >= 50_000_000, "working set {held}");
 
     // lists and filters
     let lister = rt.clone();
@@ -142,7 +158,7 @@ async fn stats_of_a_busy_container_and_its_pod() {
         .and_then(|s| s.linux)
         .expect("linux stats");
     assert!(v(&ps.process.as_ref().expect("process").process_count) >= 3, "{:?}", ps.process);
-    assert_eq!(ps.containers.len(), 2);
+    assert_eq!(ps.containers.len(), 3);
     assert!(v(&ps.cpu.as_ref().expect("cpu").usage_core_nano_seconds) >= v(&cpu.usage_core_nano_seconds));
     let eth0 = ps.network.as_ref().and_then(|n| n.default_interface.clone()).expect("default interface");
     assert_eq!(eth0.name, "eth0");
@@ -157,7 +173,9 @@ async fn stats_of_a_busy_container_and_its_pod() {
 
     // a stopped container has no stats; an unknown one is NotFound
     rt.stop_container(cri::StopContainerRequest { container_id: burner.clone(), timeout: 0 }).await.expect("stop");
-    assert_eq!(list(cri::ContainerStatsFilter::default()).await, [ids[1].clone()]);
+    let mut left = vec![ids[1].clone(), hog.clone()];
+    left.sort();
+    assert_eq!(list(cri::ContainerStatsFilter::default()).await, left);
     let e = rt
         .container_stats(cri::ContainerStatsRequest { container_id: format!("{pod}:0-nothing") })
         .await

@@ -75,6 +75,9 @@ pub enum BenchError {
     LogDir { path: String, source: std::io::Error },
 }
 
+/// The cgroupfs parent of the pods' cgroup parents (removed after each endpoint).
+const CGROUP_ROOT: &str = "rktlet-bench";
+
 /// Suffix of the operations that only set up a measurement.
 const SETUP: &str = " (setup)";
 
@@ -94,6 +97,8 @@ struct Session<'a> {
     pods: Vec<String>,
     /// False once the endpoint answered Unimplemented to a stats call.
     stats: bool,
+    /// The endpoint's RuntimeConfig says its cgroup driver is systemd.
+    systemd_cgroups: bool,
     /// What the report should say about this endpoint (e.g. an operation it does not offer).
     notes: Vec<String>,
 }
@@ -175,11 +180,18 @@ impl<'a> Session<'a> {
             socket: endpoint.socket.display().to_string(),
             message: e.to_string(),
         })?;
+        let mut rt = RuntimeServiceClient::new(channel.clone());
+        // runtimes without RuntimeConfig (containerd 1.6) use cgroupfs unless configured otherwise
+        let systemd_cgroups = rt
+            .runtime_config(cri::RuntimeConfigRequest {})
+            .await
+            .is_ok_and(|r| r.into_inner().linux.is_some_and(|l| l.cgroup_driver == cri::CgroupDriver::Systemd as i32));
         Ok(Session {
+            systemd_cgroups,
             name: endpoint.name.clone(),
             socket: endpoint.socket.clone(),
             opts,
-            rt: RuntimeServiceClient::new(channel.clone()),
+            rt,
             img: ImageServiceClient::new(channel),
             samples: Samples::new(),
             order: Vec::new(),
@@ -300,18 +312,22 @@ impl<'a> Session<'a> {
             labels: [("rktlet-bench".to_string(), self.name.clone())].into(),
             ..Default::default()
         };
-        if self.opts.host_network {
-            config.linux = Some(cri::LinuxPodSandboxConfig {
-                security_context: Some(cri::LinuxSandboxSecurityContext {
-                    namespace_options: Some(cri::NamespaceOption {
-                        network: cri::NamespaceMode::Node as i32,
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }),
+        // a cgroup parent per pod, as kubelet gives (containerd's pod stats need one)
+        let uid = config.metadata.as_ref().map(|m| m.uid.replace('-', "")).unwrap_or_default();
+        let cgroup_parent = if self.systemd_cgroups {
+            format!("rktletbench-pod{uid}.slice")
+        } else {
+            format!("/{CGROUP_ROOT}/pod{uid}")
+        };
+        let network = if self.opts.host_network { cri::NamespaceMode::Node } else { cri::NamespaceMode::Pod };
+        config.linux = Some(cri::LinuxPodSandboxConfig {
+            cgroup_parent,
+            security_context: Some(cri::LinuxSandboxSecurityContext {
+                namespace_options: Some(cri::NamespaceOption { network: network as i32, ..Default::default() }),
                 ..Default::default()
-            });
-        }
+            }),
+            ..Default::default()
+        });
         Ok(config)
     }
 
@@ -536,7 +552,23 @@ impl<'a> Session<'a> {
                 first.get_or_insert(e);
             }
         }
+        remove_cgroup_parents();
         first.map_or(Ok(()), Err)
+    }
+}
+
+/// Removes the (empty) cgroupfs parents the pods were given, as kubelet
+/// removes its pod cgroups; busy or missing ones are left.
+fn remove_cgroup_parents() {
+    let Ok(layout) = crate::cgroup::Layout::read() else { return };
+    for mount in layout.hierarchies.iter().filter_map(|h| h.mount.as_ref()) {
+        let root = mount.join(CGROUP_ROOT);
+        if let Ok(entries) = std::fs::read_dir(&root) {
+            for e in entries.flatten().filter(|e| e.path().is_dir()) {
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
+        let _ = std::fs::remove_dir(&root);
     }
 }
 
