@@ -83,6 +83,10 @@ async fn stats_of_a_busy_container_and_its_pod() {
     let layer = first.writable_layer.as_ref().expect("writable layer");
     assert!(v(&layer.used_bytes) >= 20_000_000, "{layer:?}");
     assert!(v(&layer.inodes_used) >= 2, "{layer:?}");
+    // the same bytes in the container filesystem figure of ImageFsInfo
+    let fs_info = d.images().await.image_fs_info(cri::ImageFsInfoRequest {}).await.expect("fsinfo").into_inner();
+    let containers_fs = fs_info.container_filesystems.first().expect("container filesystem");
+    assert!(v(&containers_fs.used_bytes) >= 20_000_000, "{containers_fs:?}");
     let attrs = first.attributes.as_ref().expect("attributes");
     assert_eq!((attrs.id.as_str(), attrs.labels.get("role").map(String::as_str)), (burner.as_str(), Some("burner")));
     let memory = first.memory.as_ref().expect("memory");

@@ -118,5 +118,19 @@ pub async fn image_fs_info(rt: &Runtime, _req: cri::ImageFsInfoRequest) -> Resul
         used_bytes: Some(cri::UInt64Value { value: bytes }),
         inodes_used: Some(cri::UInt64Value { value: inodes }),
     };
-    Ok(cri::ImageFsInfoResponse { image_filesystems: vec![usage], container_filesystems: vec![] })
+    // the containers' writable layers live in the pod directories, beside the store
+    let containers = tokio::task::block_in_place(|| {
+        let pods = rt.data.list_pods().unwrap_or_default();
+        pods.into_iter().fold((0, 0), |(b, i), (uuid, dir)| {
+            let (pb, pi) = crate::stage1::app::pod_writable_usage(&crate::pod::Pod::at(&rt.data, uuid, dir));
+            (b + pb, i + pi)
+        })
+    });
+    let container_usage = cri::FilesystemUsage {
+        timestamp,
+        fs_id: Some(cri::FilesystemIdentifier { mountpoint: rt.data.root().join("pods").display().to_string() }),
+        used_bytes: Some(cri::UInt64Value { value: containers.0 }),
+        inodes_used: Some(cri::UInt64Value { value: containers.1 }),
+    };
+    Ok(cri::ImageFsInfoResponse { image_filesystems: vec![usage], container_filesystems: vec![container_usage] })
 }

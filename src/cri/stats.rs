@@ -62,14 +62,11 @@ fn container_stats_of(
     };
     let (cpu, memory) = cpu_memory(rt, &status.id, &usage, now);
     let paths = AppPaths::new(pod, &app.name);
-    let writable_layer = std::fs::read_to_string(paths.appsinfo().join("treeStoreID")).ok().map(|tree| {
-        let (bytes, inodes) = crate::image::extract::usage(&paths.overlay_upper(tree.trim()));
-        cri::FilesystemUsage {
-            timestamp: now,
-            fs_id: Some(cri::FilesystemIdentifier { mountpoint: rt.data.root().display().to_string() }),
-            used_bytes: value(bytes),
-            inodes_used: value(inodes),
-        }
+    let writable_layer = paths.writable_usage().map(|(bytes, inodes)| cri::FilesystemUsage {
+        timestamp: now,
+        fs_id: Some(cri::FilesystemIdentifier { mountpoint: rt.data.root().display().to_string() }),
+        used_bytes: value(bytes),
+        inodes_used: value(inodes),
     });
     cri::ContainerStats {
         attributes: Some(cri::ContainerAttributes {

@@ -86,6 +86,13 @@ impl AppPaths {
         self.pod_path.join("appsinfo").join(&self.name)
     }
 
+    /// Bytes and inodes of the app's writable layer (its overlay upper
+    /// directory); `None` before the app was added.
+    pub fn writable_usage(&self) -> Option<(u64, u64)> {
+        let tree = fs::read_to_string(self.appsinfo().join("treeStoreID")).ok()?;
+        Some(crate::image::extract::usage(&self.overlay_upper(tree.trim())))
+    }
+
     pub fn overlay_upper(&self, tree_id: &str) -> PathBuf {
         self.pod_path.join("overlay").join(tree_id).join("upper").join(&self.name)
     }
@@ -383,6 +390,11 @@ pub fn record_exit(paths: &AppPaths, exit_code: i32) -> io::Result<bool> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// Bytes and inodes of all writable layers of a pod (its overlay directory).
+pub fn pod_writable_usage(pod: &Pod) -> (u64, u64) {
+    crate::image::extract::usage(&pod.path().join("overlay"))
 }
 
 /// Marks an app started (`<app>-started`, its mtime is StartedAt).
