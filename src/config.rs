@@ -20,6 +20,8 @@ pub enum ConfigError {
     Parse { path: PathBuf, source: toml::de::Error },
     #[error("invalid log level {0:?}: use error, warn, info, debug or trace")]
     LogLevel(String),
+    #[error("metrics address {0} is not a loopback address: the metrics listener is for the node itself")]
+    MetricsAddress(std::net::SocketAddr),
 }
 
 /// The config file: every key optional; unknown keys are an error so typos show.
@@ -35,6 +37,8 @@ pub struct FileConfig {
     pub registry_config: Option<PathBuf>,
     /// Serve CRI the original rktlet's way, by exec'ing the CLI per call (for benchmarks).
     pub exec_mode: Option<bool>,
+    /// Loopback address of the Prometheus metrics listener (none: off).
+    pub metrics_address: Option<std::net::SocketAddr>,
 }
 
 impl FileConfig {
@@ -56,6 +60,7 @@ pub struct Config {
     pub cni_bin_dirs: Vec<PathBuf>,
     pub registry_config: PathBuf,
     pub exec_mode: bool,
+    pub metrics_address: Option<std::net::SocketAddr>,
 }
 
 impl Default for Config {
@@ -69,6 +74,7 @@ impl Default for Config {
             cni_bin_dirs: DEFAULT_CNI_BIN_DIRS.iter().map(PathBuf::from).collect(),
             registry_config: DEFAULT_REGISTRY_CONFIG.into(),
             exec_mode: false,
+            metrics_address: None,
         }
     }
 }
@@ -102,9 +108,17 @@ impl Config {
             if let Some(v) = layer.exec_mode {
                 c.exec_mode = v;
             }
+            if let Some(v) = layer.metrics_address {
+                c.metrics_address = Some(v);
+            }
         }
         if !["error", "warn", "info", "debug", "trace"].contains(&c.log_level.as_str()) {
             return Err(ConfigError::LogLevel(c.log_level));
+        }
+        if let Some(a) = c.metrics_address
+            && !a.ip().is_loopback()
+        {
+            return Err(ConfigError::MetricsAddress(a));
         }
         Ok(c)
     }

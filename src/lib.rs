@@ -18,6 +18,7 @@ pub mod exec_mode;
 pub mod fsutil;
 pub mod image;
 pub mod lock;
+pub mod metrics;
 pub mod net;
 pub mod pod;
 pub mod proto;

@@ -259,6 +259,9 @@ struct ServeArgs {
     /// CLI instead (`app add`, `app start`, `status`, ...): the exec design, for benchmarks.
     #[arg(long)]
     exec_mode: bool,
+    /// Serve Prometheus metrics on this loopback address, e.g. 127.0.0.1:9095 [default: off].
+    #[arg(long)]
+    metrics_address: Option<std::net::SocketAddr>,
 }
 
 impl ServeArgs {
@@ -276,6 +279,7 @@ impl ServeArgs {
             cni_bin_dirs: (!self.cni_bin_dirs.is_empty()).then_some(self.cni_bin_dirs),
             registry_config: self.registry_config,
             exec_mode: self.exec_mode.then_some(true),
+            metrics_address: self.metrics_address,
         };
         Config::resolve(file, flags)
     }

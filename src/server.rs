@@ -24,6 +24,8 @@ pub enum ServeError {
     Io { context: String, source: io::Error },
     #[error("gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
+    #[error("cannot listen for metrics on {addr}: {source}")]
+    Metrics { addr: std::net::SocketAddr, source: io::Error },
 }
 
 fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> ServeError {
@@ -133,7 +135,19 @@ pub async fn run(runtime: Arc<Runtime>) -> Result<(), ServeError> {
     );
     let rt = runtime.clone();
     tokio::task::spawn_blocking(move || rt.reconcile());
+    let metrics = match runtime.config.metrics_address {
+        Some(addr) => {
+            let listener =
+                tokio::net::TcpListener::bind(addr).await.map_err(|e| ServeError::Metrics { addr, source: e })?;
+            tracing::info!(%addr, "serving Prometheus metrics at /metrics");
+            Some(tokio::spawn(crate::metrics::serve(listener, runtime.clone())))
+        }
+        None => None,
+    };
     let result = serve(runtime, listener, signals).await;
+    if let Some(m) = metrics {
+        m.abort();
+    }
     drop(guard);
     tracing::info!(socket = %socket.display(), "socket removed, bye");
     result

@@ -51,6 +51,7 @@ pub async fn pull_image(rt: &Runtime, req: cri::PullImageRequest) -> Result<cri:
         .pull(&name, creds, None)
         .await
         .map_err(|e| Status::new(e.code(), format!("pulling image {name:?}: {e}")))?;
+    crate::metrics::global().record_pull(image.size);
     Ok(cri::PullImageResponse { image_ref: image.id })
 }
 

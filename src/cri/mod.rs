@@ -61,13 +61,26 @@ async fn observe<T>(
 ) -> Result<Response<T>, Status> {
     let start = Instant::now();
     let result = handler.await;
-    let micros = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let took = start.elapsed();
+    let code = result.as_ref().map_or_else(|s| s.code(), |_| tonic::Code::Ok);
+    crate::metrics::global().record_call(method, took, code);
+    let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
     match &result {
         Ok(_) if is_frequent(method) => tracing::debug!(method, micros, code = "Ok", "cri"),
         Ok(_) => tracing::info!(method, micros, code = "Ok", "cri"),
         Err(s) => tracing::warn!(method, micros, code = ?s.code(), message = s.message(), "cri"),
     }
     result.map(Response::new)
+}
+
+/// Every pod sandbox as ListPodSandbox shows it (for the metrics page).
+pub(crate) async fn list_pods_for_metrics(rt: &Runtime) -> Result<Vec<cri::PodSandbox>, Status> {
+    Ok(sandbox_status::list_pod_sandbox(rt, cri::ListPodSandboxRequest::default()).await?.items)
+}
+
+/// Every container as ListContainers shows it (for the metrics page).
+pub(crate) async fn list_containers_for_metrics(rt: &Runtime) -> Result<Vec<cri::Container>, Status> {
+    Ok(container_status::list_containers(rt, cri::ListContainersRequest::default()).await?.containers)
 }
 
 /// Maps pod-directory errors to the codes CRI clients expect.
