@@ -62,6 +62,11 @@ enum Command {
     /// Measure CRI endpoints side by side: p50/p90/p99 per operation, ratios to
     /// the first endpoint, memory (Markdown on stdout; JSON and SVG with --out).
     Bench(BenchArgs),
+    /// Resource usage of ready pods and their running containers.
+    Stats {
+        #[arg(long, default_value = "table")]
+        format: String,
+    },
     /// Work with the image store.
     Image {
         #[command(subcommand)]
@@ -564,6 +569,9 @@ fn main() -> ExitCode {
         Command::Fetch { image } => fetch(cli.rkt, image),
         Command::Image { command } => image_cmd(cli.rkt, command),
         Command::Bench(args) => bench(args),
+        Command::Stats { format } => json_format(&format)
+            .and_then(|json| rktlet::cli_app::stats(data_dir(dir.clone()).root().to_path_buf(), json))
+            .map(|out| print!("{}", if out.ends_with('\n') { out } else { format!("{out}\n") })),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -175,6 +175,20 @@ async fn stats_of_a_busy_container_and_its_pod() {
         .stats;
     assert_eq!(listed.len(), 1);
 
+    // the CLI reads the same figures without the daemon
+    let cli = std::process::Command::new(common::BIN)
+        .arg("--dir")
+        .arg(d.dir.path().join("data"))
+        .args(["stats", "--format=json"])
+        .output()
+        .expect("rktlet stats");
+    assert!(cli.status.success(), "{}", String::from_utf8_lossy(&cli.stderr));
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&cli.stdout).expect("json");
+    assert_eq!(rows.len(), 4, "the pod and its three containers: {rows:?}");
+    let row = rows.iter().find(|r| r["name"] == "burner").expect("burner row");
+    assert!(row["cpu_nano_cores"].as_u64().is_some_and(|n| n > 100_000_000), "{row}");
+    assert!(row["writable_layer_bytes"].as_u64().is_some_and(|n| n >= 20_000_000), "{row}");
+
     // a stopped container has no stats; an unknown one is NotFound
     rt.stop_container(cri::StopContainerRequest { container_id: burner.clone(), timeout: 0 }).await.expect("stop");
     let mut left = vec![ids[1].clone(), hog.clone()];

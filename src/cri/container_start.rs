@@ -153,10 +153,16 @@ pub async fn start_container(
         return Err(e);
     }
     rt.emit(t.pod.uuid(), &t.app.name, EventKind::Started);
-    // every app gets its own cgroups, limits or not: they are what its stats are read from
+    // every app gets its own cgroups, limits or not: they are what its stats
+    // are read from; without limits asked for, a failure only costs the stats
     let limits = meta::limits(&t.app);
-    tokio::task::block_in_place(|| apply_limits(&t, &limits))
-        .map_err(|e| Status::internal(format!("cgroups of {}: {e}", req.container_id)))?;
+    match tokio::task::block_in_place(|| apply_limits(&t, &limits)) {
+        Err(e) if limits.is_empty() => {
+            tracing::warn!(container = req.container_id, error = %e, "no cgroups of its own: no stats for it")
+        }
+        Err(e) => return Err(Status::internal(format!("limits of {}: {e}", req.container_id))),
+        Ok(()) => {}
+    }
     Ok(cri::StartContainerResponse {})
 }
 

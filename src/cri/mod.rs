@@ -14,7 +14,7 @@ mod runtime_info;
 pub(crate) mod sandbox_run;
 mod sandbox_status;
 mod sandbox_stop;
-mod stats;
+pub(crate) mod stats;
 
 use crate::exec_mode::{self, ExecMode};
 use crate::proto::v1 as cri;
