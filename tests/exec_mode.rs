@@ -308,6 +308,7 @@ async fn bench_harness_measures_both_designs_and_cleans_up() {
         "ListPodSandbox (2 pods)",
         "ListContainers (2 pods)",
         "ListPodSandboxStats (2 pods)",
+        "ListContainerStats (2 containers)",
     ] {
         for endpoint in ["in-process", "exec-mode"] {
             let p50 = &json["results"][op][endpoint]["p50"];

@@ -339,6 +339,7 @@ impl<'a> Session<'a> {
             image: Self::image_spec(&self.opts.image),
             command: vec!["sh".into(), "-c".into(), "trap 'exit 0' TERM; sleep 100000 & wait".into()],
             log_path: format!("{name}.log"),
+            labels: [("rktlet-bench".to_string(), self.name.clone())].into(),
             ..Default::default()
         }
     }
@@ -519,15 +520,31 @@ impl<'a> Session<'a> {
                         tonic::Status::internal(format!("stats of {ours} pods listed, {n} run")),
                     ));
                 }
-                Ok(())
             }
             Err(e) if e.code() == tonic::Code::Unimplemented => {
                 self.stats = false;
                 self.notes.push("ListPodSandboxStats is not implemented".into());
-                Ok(())
+                return Ok(());
             }
-            Err(e) => Err(self.fail("ListPodSandboxStats", e)),
+            Err(e) => return Err(self.fail("ListPodSandboxStats", e)),
         }
+        let op = format!("ListContainerStats ({n} containers)");
+        let call = self.rt.list_container_stats(cri::ListContainerStatsRequest { filter: None });
+        let got = timed(&mut self.samples, &mut self.order, &op, call)
+            .await
+            .map_err(|e| self.fail("ListContainerStats", e))?;
+        let ours = got
+            .stats
+            .iter()
+            .filter(|s| s.attributes.as_ref().is_some_and(|a| a.labels.get("rktlet-bench") == Some(&self.name)))
+            .count();
+        if ours < n {
+            return Err(self.fail(
+                "ListContainerStats",
+                tonic::Status::internal(format!("stats of {ours} containers listed, {n} run")),
+            ));
+        }
+        Ok(())
     }
 
     async fn remove_pod(&mut self, id: &str) -> Result<(), BenchError> {
