@@ -8,9 +8,10 @@
 //! endpoint runs, in order: the gRPC floor (Version), the image lifecycle
 //! (pull/status/list/remove), the pod lifecycle (run/status/stop/remove), the
 //! container lifecycle in one pod (create/start/status/exec/stop/remove), then
-//! list calls with 10/50/100 pods each running one container, with the
-//! daemon's RSS at 0, 50 and 100 pods. Everything it made is removed at the
-//! end, also after a failed call.
+//! list calls (ListPodSandbox, ListContainers, ListPodSandboxStats,
+//! ListContainerStats) with 10/50/100 pods each running one container, with
+//! the daemon's RSS at each count. Everything it made is removed at the end,
+//! also after a failed call.
 
 pub mod memory;
 pub mod report;
