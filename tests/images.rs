@@ -468,3 +468,52 @@ async fn a_tree_from_another_boot_is_rendered_again() {
     assert_eq!(fs::read_to_string(again.rootfs().join("work/hello.txt")).expect("hello"), "hello from cfg image\n");
     assert_eq!(fs::read_to_string(again.path.join("rendered")).expect("rendered").trim(), boot.trim());
 }
+
+/// Mirrors from `registries.toml` against live registries: an upstream that
+/// cannot be reached is served by its mirror and the image keeps the name it
+/// was asked by; a dead mirror is skipped for the next endpoint; with
+/// `skip_upstream` and only dead mirrors the pull fails instead of going out.
+#[tokio::test(flavor = "multi_thread")]
+async fn mirrors_serve_an_unreachable_upstream_and_dead_ones_are_skipped() {
+    let reg = registry();
+    let main = &reg.main;
+    // a port nothing listens on
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        format!("127.0.0.1:{}", l.local_addr().expect("addr").port())
+    };
+    let config: RegistryConfig = toml::from_str(&format!(
+        r#"
+[hosts."upstream.invalid"]
+mirrors = [{{ endpoint = "http://{dead}" }}, {{ endpoint = "http://{main}" }}]
+[hosts."{main}"]
+mirrors = [{{ endpoint = "http://{dead}" }}]
+[hosts."closed.invalid"]
+mirrors = [{{ endpoint = "http://{dead}" }}]
+skip_upstream = true
+"#
+    ))
+    .expect("registries.toml");
+    let t = tempfile::tempdir().expect("tmp");
+    let store = Store::open(&DataDir::new(t.path().join("data")), config).expect("open store");
+
+    let image =
+        store.pull("upstream.invalid/busybox:latest", Credentials::default(), None).await.expect("pull via the mirror");
+    assert_eq!(image.tags, ["upstream.invalid/busybox:latest"], "the name asked for, not the mirror's");
+    let s = store.clone();
+    let id = image.id.clone();
+    let tree = tokio::task::spawn_blocking(move || s.tree(&id)).await.expect("join").expect("tree");
+    assert_eq!(mode(&tree.rootfs().join("bin/busybox")), 0o755);
+
+    let image = store
+        .pull(&format!("{main}/cfg:latest"), Credentials::default(), None)
+        .await
+        .expect("the upstream after its dead mirror");
+    assert_eq!(image.tags, [format!("{main}/cfg:latest")]);
+
+    let e = store
+        .pull("closed.invalid/busybox:latest", Credentials::default(), None)
+        .await
+        .expect_err("only a dead mirror and no upstream");
+    assert!(e.to_string().contains(&dead), "the error names the endpoint tried: {e}");
+}
