@@ -47,17 +47,20 @@ fn cpu_memory(rt: &Runtime, key: &str, usage: &Usage, now: i64) -> (Option<cri::
     (cpu, memory)
 }
 
-/// Stats of one running app of `pod`.
+/// Stats of one running app of `pod`, whose status was just read.
 fn container_stats_of(
     rt: &Runtime,
     pod: &Pod,
     app: &crate::pod::manifest::RuntimeApp,
+    status: cri::ContainerStatus,
     sub: Option<&str>,
 ) -> cri::ContainerStats {
     let now = now_ns();
-    let status = status_of(pod, app, true);
     let usage = match (sub, Layout::cached()) {
-        (Some(sub), Ok(layout)) => StatDirs::of(layout, &format!("{sub}/app-{}", app.name)).read(),
+        // CRI has no process count per container: pids.current is not read
+        (Some(sub), Ok(layout)) => {
+            StatDirs { pids: None, ..StatDirs::of(layout, &format!("{sub}/app-{}", app.name)) }.read()
+        }
         _ => Usage::default(),
     };
     let (cpu, memory) = cpu_memory(rt, &status.id, &usage, now);
@@ -93,8 +96,9 @@ fn running_containers(
     manifest
         .apps
         .iter()
-        .filter(|a| status_of(pod, a, true).state == cri::ContainerState::ContainerRunning as i32)
-        .map(|a| container_stats_of(rt, pod, a, sub.as_deref()))
+        .map(|a| (a, status_of(pod, a, true)))
+        .filter(|(_, s)| s.state == cri::ContainerState::ContainerRunning as i32)
+        .map(|(a, status)| container_stats_of(rt, pod, a, status, sub.as_deref()))
         .collect()
 }
 
@@ -108,7 +112,8 @@ pub async fn container_stats(
     }
     tokio::task::block_in_place(|| {
         let sub = t.pod.read_file(pod::SUBCGROUP_FILE).ok().flatten();
-        Ok(cri::ContainerStatsResponse { stats: Some(container_stats_of(rt, &t.pod, &t.app, sub.as_deref())) })
+        let status = status_of(&t.pod, &t.app, true);
+        Ok(cri::ContainerStatsResponse { stats: Some(container_stats_of(rt, &t.pod, &t.app, status, sub.as_deref())) })
     })
 }
 
