@@ -255,6 +255,10 @@ pub fn run(pid: i32, argv: &[String], timeout: Option<Duration>, cap: usize) -> 
     let raw = |f: &OwnedFd| f.as_raw_fd();
     let (out_w_fd, err_w_fd, rep_w_fd, null_fd) = (raw(&out_w), raw(&err_w), raw(&rep_w), devnull.as_raw_fd());
 
+    // the descriptors the children use, sorted: all others are closed in them
+    let mut keep: Vec<RawFd> = target.ns.iter().map(|(_, fd)| fd.as_raw_fd()).collect();
+    keep.extend([target.root.as_raw_fd(), out_w_fd, err_w_fd, rep_w_fd, null_fd]);
+    keep.sort_unstable();
     // SAFETY: both children below make only raw syscalls on data prepared above.
     let child = unsafe { libc::fork() };
     if child < 0 {
@@ -263,7 +267,7 @@ pub fn run(pid: i32, argv: &[String], timeout: Option<Duration>, cap: usize) -> 
     if child == 0 {
         // SAFETY: raw syscalls only, then _exit; never returns into Rust code.
         unsafe {
-            intermediate(&target, rep_w_fd, &|| {
+            intermediate(&target, rep_w_fd, &keep, &|| {
                 command(
                     &target,
                     &candidates,
@@ -400,9 +404,20 @@ unsafe fn fail(fd: RawFd, step: usize) -> ! {
 ///
 /// # Safety
 /// Only in a forked child of a multi-threaded process: raw syscalls only.
-unsafe fn intermediate(t: &Target, rep: RawFd, command: &dyn Fn()) -> ! {
+unsafe fn intermediate(t: &Target, rep: RawFd, keep: &[RawFd], command: &dyn Fn()) -> ! {
     // SAFETY: raw syscalls on prepared data; every path ends in _exit.
     unsafe {
+        // every other descriptor of the daemon goes first: this process lives
+        // as long as the command, and a copy of a lock file's descriptor would
+        // keep that flock held after the daemon released it
+        let mut from: libc::c_uint = 3;
+        for fd in keep.iter().map(|fd| *fd as libc::c_uint).filter(|fd| *fd >= 3) {
+            if fd > from {
+                libc::syscall(libc::SYS_close_range, from, fd - 1, 0);
+            }
+            from = from.max(fd + 1);
+        }
+        libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0);
         for procs in &t.cgroup_procs {
             let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
             // "0" is the writing process itself
@@ -680,6 +695,22 @@ mod tests {
         let e = run(pid, &argv, Some(Duration::from_millis(200)), 1 << 20).expect_err("timeout");
         assert!(matches!(e, ExecError::Timeout { .. }), "{e}");
         assert!(t.elapsed() < Duration::from_secs(10));
+        // a lock the daemon held while the command started is free once the
+        // daemon closes it (the exec's processes keep no copy of the descriptor)
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lock_path = dir.path().join("lock");
+        // flock(2) directly: a lock held by an open file description, released when every copy is closed
+        let held = std::fs::File::create(&lock_path).expect("lock file");
+        // SAFETY: flock(2) on a descriptor we own.
+        assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+        let long = std::thread::spawn(move || run(pid, &["sleep".to_string(), "1".into()], None, 1 << 10));
+        std::thread::sleep(Duration::from_millis(200));
+        drop(held);
+        let again = std::fs::File::open(&lock_path).expect("open");
+        // SAFETY: flock(2) on a descriptor we own.
+        let taken = unsafe { libc::flock(again.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        assert_eq!(taken, 0, "the lock is still held by a copy in the exec's processes");
+        assert!(long.join().expect("join").is_ok());
         // a missing program is an error, not an exit code
         let e = run(pid, &["no-such-program".to_string()], None, 1 << 20).expect_err("missing");
         assert!(e.to_string().contains("No such file"), "{e}");
