@@ -3,7 +3,7 @@
 
 use super::Layout;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Memory figures as CRI reports them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -142,42 +142,6 @@ fn memory_v2(usage: Option<&str>, stat: Option<&str>, max: Option<&str>) -> Opti
     })
 }
 
-/// Per-interface counters of a network namespace, from `/proc/<pid>/net/dev`
-/// of a process inside it (no setns needed). Loopback is left out.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Interface {
-    pub name: String,
-    pub rx_bytes: u64,
-    pub rx_errors: u64,
-    pub tx_bytes: u64,
-    pub tx_errors: u64,
-}
-
-pub fn interfaces(pid: i32) -> Vec<Interface> {
-    fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("net/dev"))
-        .map(|t| parse_net_dev(&t))
-        .unwrap_or_default()
-}
-
-fn parse_net_dev(text: &str) -> Vec<Interface> {
-    text.lines()
-        .skip(2)
-        .filter_map(|l| {
-            let (name, rest) = l.split_once(':')?;
-            let n: Vec<u64> = rest.split_whitespace().filter_map(|v| v.parse().ok()).collect();
-            let name = name.trim();
-            // receive: bytes packets errs ...(8 columns); transmit: bytes packets errs ...
-            (name != "lo" && n.len() >= 11).then(|| Interface {
-                name: name.to_string(),
-                rx_bytes: n[0],
-                rx_errors: n[2],
-                tx_bytes: n[8],
-                tx_errors: n[10],
-            })
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,18 +181,6 @@ mod tests {
         assert_eq!(r.rate("c", 1_000_000_000, 100), None, "first sample");
         assert_eq!(r.rate("c", 2_000_000_000, 500_000_100), Some(500_000_000), "half a core");
         assert_eq!(r.rate("c", 3_000_000_000, 10), None, "counter went back");
-    }
-
-    #[test]
-    fn net_dev_without_loopback() {
-        let text = "Inter-|   Receive                                                |  Transmit\n \
-                    face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
-                    lo:     100       1    0    0    0     0          0         0      100       1    0    0    0     0       0          0\n  \
-                    eth0:    2048      10    1    0    0     0          0         0     1024       8    2    0    0     0       0          0\n";
-        assert_eq!(
-            parse_net_dev(text),
-            [Interface { name: "eth0".into(), rx_bytes: 2048, rx_errors: 1, tx_bytes: 1024, tx_errors: 2 }]
-        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use super::container_status::status_of;
 use super::sandbox_status::{SandboxView, list_views};
 use super::{pod_meta, pod_status};
 use crate::cgroup::Layout;
-use crate::cgroup::stats::{self, StatDirs, Usage};
+use crate::cgroup::stats::{StatDirs, Usage};
 use crate::pod::{self, Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
@@ -155,7 +155,8 @@ fn pod_stats_of(rt: &Runtime, view: &SandboxView) -> cri::PodSandboxStats {
         .then(|| pod.sandbox_pid().ok().flatten().and_then(|p| crate::stage1::inject::pod_pid1(p).ok()))
         .flatten()
         .map(|pid1| {
-            let interfaces: Vec<cri::NetworkInterfaceUsage> = stats::interfaces(pid1)
+            let interfaces: Vec<cri::NetworkInterfaceUsage> = crate::net::netns::counters_of(pid1)
+                .unwrap_or_default()
                 .into_iter()
                 .map(|i| cri::NetworkInterfaceUsage {
                     name: i.name,
