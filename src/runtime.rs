@@ -58,10 +58,7 @@ pub struct ContainerEvent {
 
 impl ContainerEvent {
     pub fn now(pod: Uuid, app: &str, kind: EventKind) -> Self {
-        let at = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
-        ContainerEvent { pod, app: app.to_string(), kind, at }
+        ContainerEvent { pod, app: app.to_string(), kind, at: crate::image::cas::now_nanos() }
     }
 }
 
@@ -188,7 +185,9 @@ impl Runtime {
             let Ok(status) = bus.unit_status(&format!("{name}.service")) else { continue };
             if let Some(exit) = status.main_exit() {
                 let paths = crate::stage1::app::AppPaths::new(pod, &name);
-                let _ = crate::stage1::app::record_exit(&paths, crate::stage1::bus::exit_code(&exit));
+                if crate::stage1::app::record_exit(&paths, crate::stage1::bus::exit_code(&exit)).unwrap_or(false) {
+                    self.emit(pod.uuid(), &name, EventKind::Stopped);
+                }
             }
         }
     }

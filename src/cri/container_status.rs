@@ -115,6 +115,14 @@ pub(super) fn status_of(pod: &Pod, app: &RuntimeApp, running: bool) -> cri::Cont
     status_from_info(&pod.uuid().to_string(), app_info(pod, app, running))
 }
 
+/// The statuses of every container of one pod (none if the pod is gone).
+pub(super) fn pod_container_statuses(rt: &Runtime, pod_id: &str) -> Vec<cri::ContainerStatus> {
+    let Ok(mut pod) = Pod::open(&rt.data, pod_id) else { return Vec::new() };
+    let running = pod.state().is_ok_and(|s| s == PodState::Running);
+    let Ok(manifest) = rt.manifests.read(&pod) else { return Vec::new() };
+    manifest.apps.iter().map(|a| status_of(&pod, a, running)).collect()
+}
+
 pub async fn container_status(
     rt: &Runtime,
     req: cri::ContainerStatusRequest,

@@ -36,23 +36,7 @@ async fn to_cri(rt: &Runtime, e: ContainerEvent) -> cri::ContainerEventResponse 
     .await
     .ok()
     .and_then(|r| r.status);
-    let filter = cri::ContainerFilter { pod_sandbox_id: pod_id.clone(), ..Default::default() };
-    let containers_statuses =
-        match container_status::list_containers(rt, cri::ListContainersRequest { filter: Some(filter) }).await {
-            Ok(list) => {
-                let mut out = Vec::new();
-                for c in list.containers {
-                    let req = cri::ContainerStatusRequest { container_id: c.id, verbose: false };
-                    if let Ok(s) = container_status::container_status(rt, req).await
-                        && let Some(status) = s.status
-                    {
-                        out.push(status);
-                    }
-                }
-                out
-            }
-            Err(_) => Vec::new(),
-        };
+    let containers_statuses = tokio::task::block_in_place(|| container_status::pod_container_statuses(rt, &pod_id));
     cri::ContainerEventResponse {
         container_id: crate::cri::container_meta::container_id(&pod_id, &e.app),
         container_event_type: event_type(e.kind) as i32,

@@ -11,16 +11,12 @@ use super::sandbox_status::{SandboxView, list_views};
 use super::{pod_meta, pod_status};
 use crate::cgroup::Layout;
 use crate::cgroup::stats::{StatDirs, Usage};
+use crate::image::cas::now_nanos as now_ns;
 use crate::pod::{self, Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::app::AppPaths;
-use std::time::{SystemTime, UNIX_EPOCH};
 use tonic::Status;
-
-fn now_ns() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-}
 
 fn value(v: u64) -> Option<cri::UInt64Value> {
     Some(cri::UInt64Value { value: v })
