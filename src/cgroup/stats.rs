@@ -59,23 +59,19 @@ impl StatDirs {
 
     pub fn read(&self) -> Usage {
         let file = |dir: &Option<PathBuf>, name: &str| dir.as_ref().and_then(|d| fs::read_to_string(d.join(name)).ok());
-        if self.v2 {
-            return Usage {
-                cpu_ns: file(&self.cpu, "cpu.stat").and_then(|s| field(&s, "usage_usec")).map(|us| us * 1000),
-                memory: memory_v2(
-                    file(&self.memory, "memory.current").as_deref(),
-                    file(&self.memory, "memory.stat").as_deref(),
-                    file(&self.memory, "memory.max").as_deref(),
-                ),
-                processes: file(&self.pids, "pids.current").and_then(|s| s.trim().parse().ok()),
-            };
-        }
+        let cpu_ns = if self.v2 {
+            file(&self.cpu, "cpu.stat").and_then(|s| field(&s, "usage_usec")).map(|us| us * 1000)
+        } else {
+            file(&self.cpu, "cpuacct.usage").and_then(|s| s.trim().parse().ok())
+        };
+        let k = if self.v2 { &MEMORY_V2 } else { &MEMORY_V1 };
         Usage {
-            cpu_ns: file(&self.cpu, "cpuacct.usage").and_then(|s| s.trim().parse().ok()),
-            memory: memory_v1(
-                file(&self.memory, "memory.usage_in_bytes").as_deref(),
+            cpu_ns,
+            memory: memory(
+                k,
+                file(&self.memory, k.usage).as_deref(),
                 file(&self.memory, "memory.stat").as_deref(),
-                file(&self.memory, "memory.limit_in_bytes").as_deref(),
+                file(&self.memory, k.limit).as_deref(),
             ),
             processes: file(&self.pids, "pids.current").and_then(|s| s.trim().parse().ok()),
         }
@@ -108,36 +104,50 @@ fn field(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-/// A v1 limit that is really "none" is a huge number rounded to a page.
+/// The file and `memory.stat` key names of one cgroup version.
+struct MemoryFiles {
+    usage: &'static str,
+    limit: &'static str,
+    inactive_file: &'static str,
+    rss: &'static str,
+    pgfault: &'static str,
+    pgmajfault: &'static str,
+}
+
+const MEMORY_V1: MemoryFiles = MemoryFiles {
+    usage: "memory.usage_in_bytes",
+    limit: "memory.limit_in_bytes",
+    inactive_file: "total_inactive_file",
+    rss: "total_rss",
+    pgfault: "total_pgfault",
+    pgmajfault: "total_pgmajfault",
+};
+
+const MEMORY_V2: MemoryFiles = MemoryFiles {
+    usage: "memory.current",
+    limit: "memory.max",
+    inactive_file: "inactive_file",
+    rss: "anon",
+    pgfault: "pgfault",
+    pgmajfault: "pgmajfault",
+};
+
+/// A v1 limit that is really "none" is a huge number rounded to a page
+/// (v2 writes `max`, which does not parse).
 const NO_LIMIT_V1: u64 = 1 << 62;
 
-fn memory_v1(usage: Option<&str>, stat: Option<&str>, limit: Option<&str>) -> Option<Memory> {
+/// Memory figures from the texts of the usage, `memory.stat` and limit files.
+fn memory(k: &MemoryFiles, usage: Option<&str>, stat: Option<&str>, limit: Option<&str>) -> Option<Memory> {
     let usage: u64 = usage?.trim().parse().ok()?;
     let stat = stat.unwrap_or_default();
-    let inactive = field(stat, "total_inactive_file").unwrap_or(0);
-    let working_set = usage.saturating_sub(inactive);
+    let working_set = usage.saturating_sub(field(stat, k.inactive_file).unwrap_or(0));
     let limit = limit.and_then(|l| l.trim().parse::<u64>().ok()).filter(|l| *l < NO_LIMIT_V1);
     Some(Memory {
         usage_bytes: usage,
         working_set_bytes: working_set,
-        rss_bytes: field(stat, "total_rss").unwrap_or(0),
-        page_faults: field(stat, "total_pgfault").unwrap_or(0),
-        major_page_faults: field(stat, "total_pgmajfault").unwrap_or(0),
-        available_bytes: limit.map(|l| l.saturating_sub(working_set)),
-    })
-}
-
-fn memory_v2(usage: Option<&str>, stat: Option<&str>, max: Option<&str>) -> Option<Memory> {
-    let usage: u64 = usage?.trim().parse().ok()?;
-    let stat = stat.unwrap_or_default();
-    let working_set = usage.saturating_sub(field(stat, "inactive_file").unwrap_or(0));
-    let limit = max.and_then(|m| m.trim().parse::<u64>().ok());
-    Some(Memory {
-        usage_bytes: usage,
-        working_set_bytes: working_set,
-        rss_bytes: field(stat, "anon").unwrap_or(0),
-        page_faults: field(stat, "pgfault").unwrap_or(0),
-        major_page_faults: field(stat, "pgmajfault").unwrap_or(0),
+        rss_bytes: field(stat, k.rss).unwrap_or(0),
+        page_faults: field(stat, k.pgfault).unwrap_or(0),
+        major_page_faults: field(stat, k.pgmajfault).unwrap_or(0),
         available_bytes: limit.map(|l| l.saturating_sub(working_set)),
     })
 }
@@ -149,7 +159,7 @@ mod tests {
     #[test]
     fn v1_memory_working_set_and_limit() {
         let stat = "cache 100\nrss 5\ntotal_rss 4096\ntotal_inactive_file 1000\ntotal_pgfault 7\ntotal_pgmajfault 2\n";
-        let m = memory_v1(Some("5000\n"), Some(stat), Some("9223372036854771712\n")).expect("memory");
+        let m = memory(&MEMORY_V1, Some("5000\n"), Some(stat), Some("9223372036854771712\n")).expect("memory");
         assert_eq!(
             m,
             Memory {
@@ -161,15 +171,20 @@ mod tests {
                 available_bytes: None
             }
         );
-        let m = memory_v1(Some("5000"), Some(stat), Some("10000")).expect("memory");
+        let m = memory(&MEMORY_V1, Some("5000"), Some(stat), Some("10000")).expect("memory");
         assert_eq!(m.available_bytes, Some(6000));
-        assert!(memory_v1(None, Some(stat), None).is_none());
+        assert!(memory(&MEMORY_V1, None, Some(stat), None).is_none());
     }
 
     #[test]
     fn v2_memory_and_cpu() {
-        let m = memory_v2(Some("8192"), Some("anon 4096\ninactive_file 192\npgfault 3\npgmajfault 1\n"), Some("max\n"))
-            .expect("memory");
+        let m = memory(
+            &MEMORY_V2,
+            Some("8192"),
+            Some("anon 4096\ninactive_file 192\npgfault 3\npgmajfault 1\n"),
+            Some("max\n"),
+        )
+        .expect("memory");
         assert_eq!((m.working_set_bytes, m.rss_bytes, m.page_faults, m.available_bytes), (8000, 4096, 3, None));
         assert_eq!(field("usage_usec 1500\nuser_usec 1000\n", "usage_usec"), Some(1500));
         assert_eq!(field("usage_usec_x 1\n", "usage_usec"), None);
