@@ -18,31 +18,11 @@ async fn a_subscriber_sees_a_container_lifecycle() {
     let logs = tempfile::tempdir().expect("logs");
     let mut config = host_network(pod_config("events", &[]));
     config.log_directory = logs.path().display().to_string();
-    let pod = rt
-        .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config.clone()), runtime_handler: String::new() })
-        .await
-        .expect("RunPodSandbox")
-        .into_inner()
-        .pod_sandbox_id;
+    let pod = common::run_pod(&mut rt, &config).await;
     let mut events = rt.get_container_events(cri::GetEventsRequest {}).await.expect("subscribe").into_inner();
 
-    let c = cri::ContainerConfig {
-        metadata: Some(cri::ContainerMetadata { name: "short".into(), attempt: 0 }),
-        image: Some(cri::ImageSpec { image: image.clone(), ..Default::default() }),
-        command: vec!["sh".into(), "-c".into(), "sleep 0.3; exit 4".into()],
-        log_path: "short.log".into(),
-        ..Default::default()
-    };
-    let id = rt
-        .create_container(cri::CreateContainerRequest {
-            pod_sandbox_id: pod.clone(),
-            config: Some(c),
-            sandbox_config: Some(config.clone()),
-        })
-        .await
-        .expect("CreateContainer")
-        .into_inner()
-        .container_id;
+    let c = common::container_config("short", &image, &["sh", "-c", "sleep 0.3; exit 4"]);
+    let id = common::create_container(&mut rt, &pod, &config, c).await;
     rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("start");
 
     let mut next = async || {
@@ -70,23 +50,8 @@ async fn a_subscriber_sees_a_container_lifecycle() {
     assert_eq!((status.state, status.exit_code), (cri::ContainerState::ContainerExited as i32, 4));
 
     // a StopContainer call is reported once, by the call
-    let c = cri::ContainerConfig {
-        metadata: Some(cri::ContainerMetadata { name: "long".into(), attempt: 0 }),
-        image: Some(cri::ImageSpec { image: image.clone(), ..Default::default() }),
-        command: vec!["sleep".into(), "1000".into()],
-        log_path: "long.log".into(),
-        ..Default::default()
-    };
-    let long = rt
-        .create_container(cri::CreateContainerRequest {
-            pod_sandbox_id: pod.clone(),
-            config: Some(c),
-            sandbox_config: Some(config.clone()),
-        })
-        .await
-        .expect("CreateContainer")
-        .into_inner()
-        .container_id;
+    let c = common::container_config("long", &image, &["sleep", "1000"]);
+    let long = common::create_container(&mut rt, &pod, &config, c).await;
     rt.start_container(cri::StartContainerRequest { container_id: long.clone() }).await.expect("start");
     rt.stop_container(cri::StopContainerRequest { container_id: long.clone(), timeout: 5 }).await.expect("stop");
     rt.remove_container(cri::RemoveContainerRequest { container_id: long.clone() }).await.expect("remove");

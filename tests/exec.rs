@@ -53,19 +53,10 @@ async fn exec_sync_runs_inside_the_container() {
     let logs = tempfile::tempdir().expect("logs");
     let mut pod_config = host_network(pod_config("execpod", &[]));
     pod_config.log_directory = logs.path().display().to_string();
-    let pod = rt
-        .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(pod_config.clone()), runtime_handler: String::new() })
-        .await
-        .expect("RunPodSandbox")
-        .into_inner()
-        .pod_sandbox_id;
+    let pod = common::run_pod(&mut rt, &pod_config).await;
     let config = cri::ContainerConfig {
-        metadata: Some(cri::ContainerMetadata { name: "web".into(), attempt: 0 }),
-        image: Some(cri::ImageSpec { image: image.clone(), ..Default::default() }),
-        command: vec!["sh".into(), "-c".into(), "echo started > /tmp/marker; exec sleep 100000".into()],
         envs: vec![cri::KeyValue { key: "FOO".into(), value: "bar baz".into() }],
         working_dir: "/tmp".into(),
-        log_path: "web.log".into(),
         linux: Some(cri::LinuxContainerConfig {
             security_context: Some(cri::LinuxContainerSecurityContext {
                 run_as_user: Some(cri::Int64Value { value: 1000 }),
@@ -75,18 +66,9 @@ async fn exec_sync_runs_inside_the_container() {
             }),
             ..Default::default()
         }),
-        ..Default::default()
+        ..common::container_config("web", &image, &["sh", "-c", "echo started > /tmp/marker; exec sleep 100000"])
     };
-    let id = rt
-        .create_container(cri::CreateContainerRequest {
-            pod_sandbox_id: pod.clone(),
-            config: Some(config),
-            sandbox_config: Some(pod_config.clone()),
-        })
-        .await
-        .expect("CreateContainer")
-        .into_inner()
-        .container_id;
+    let id = common::create_container(&mut rt, &pod, &pod_config, config).await;
     let e = exec(&mut rt, &id, &["true"], 5).await.expect_err("created, not started");
     assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
     rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("StartContainer");

@@ -22,12 +22,7 @@ async fn stats_of_a_busy_container_and_its_pod() {
     let mut rt = d.runtime().await;
     let mut config = pod_config("statspod", &[]);
     config.log_directory = scratch.path().join("logs").display().to_string();
-    let pod = rt
-        .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config.clone()), runtime_handler: String::new() })
-        .await
-        .expect("RunPodSandbox")
-        .into_inner()
-        .pod_sandbox_id;
+    let pod = common::run_pod(&mut rt, &config).await;
     let mut ids = Vec::new();
     for (name, script) in [
         ("burner", "head -c 20000000 /dev/zero > /tmp/blob; while true; do :; done"),
@@ -36,23 +31,10 @@ async fn stats_of_a_busy_container_and_its_pod() {
         ("hog", "x=$(head -c 50000000 /dev/zero | tr '\\0' a); while true; do sleep 1; done"),
     ] {
         let c = cri::ContainerConfig {
-            metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 0 }),
-            image: Some(cri::ImageSpec { image: image.clone(), ..Default::default() }),
-            command: vec!["sh".into(), "-c".into(), script.into()],
             labels: [("role".to_string(), name.to_string())].into(),
-            log_path: format!("{name}.log"),
-            ..Default::default()
+            ..common::container_config(name, &image, &["sh", "-c", script])
         };
-        let id = rt
-            .create_container(cri::CreateContainerRequest {
-                pod_sandbox_id: pod.clone(),
-                config: Some(c),
-                sandbox_config: Some(config.clone()),
-            })
-            .await
-            .expect("CreateContainer")
-            .into_inner()
-            .container_id;
+        let id = common::create_container(&mut rt, &pod, &config, c).await;
         rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("start");
         ids.push(id);
     }

@@ -288,3 +288,44 @@ pub async fn pull_busybox(d: &Daemon) -> String {
     image
 }
 pub mod test_pod;
+
+/// A container running `command` in `image`, logging to `<name>.log`.
+pub fn container_config(name: &str, image: &str, command: &[&str]) -> rktlet::proto::v1::ContainerConfig {
+    use rktlet::proto::v1 as cri;
+    cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 0 }),
+        image: Some(cri::ImageSpec { image: image.into(), ..Default::default() }),
+        command: command.iter().map(|s| s.to_string()).collect(),
+        log_path: format!("{name}.log"),
+        ..Default::default()
+    }
+}
+
+/// RunPodSandbox; the pod's id.
+pub async fn run_pod(rt: &mut RuntimeServiceClient<Channel>, config: &rktlet::proto::v1::PodSandboxConfig) -> String {
+    use rktlet::proto::v1 as cri;
+    rt.run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config.clone()), runtime_handler: String::new() })
+        .await
+        .expect("RunPodSandbox")
+        .into_inner()
+        .pod_sandbox_id
+}
+
+/// CreateContainer in `pod`; the container's id.
+pub async fn create_container(
+    rt: &mut RuntimeServiceClient<Channel>,
+    pod: &str,
+    pod_config: &rktlet::proto::v1::PodSandboxConfig,
+    config: rktlet::proto::v1::ContainerConfig,
+) -> String {
+    use rktlet::proto::v1 as cri;
+    rt.create_container(cri::CreateContainerRequest {
+        pod_sandbox_id: pod.to_string(),
+        config: Some(config),
+        sandbox_config: Some(pod_config.clone()),
+    })
+    .await
+    .expect("CreateContainer")
+    .into_inner()
+    .container_id
+}
