@@ -349,6 +349,30 @@ pub struct StatsRow {
     pub writable_layer_bytes: Option<u64>,
 }
 
+impl StatsRow {
+    fn new(
+        pod: &str,
+        pod_name: &str,
+        container: String,
+        name: String,
+        cpu: &Option<cri::CpuUsage>,
+        memory: &Option<cri::MemoryUsage>,
+        writable: Option<&cri::FilesystemUsage>,
+    ) -> Self {
+        let v = |x: &Option<cri::UInt64Value>| x.as_ref().map(|v| v.value);
+        StatsRow {
+            pod: pod.to_string(),
+            pod_name: pod_name.to_string(),
+            container,
+            name,
+            cpu_nano_cores: cpu.as_ref().and_then(|c| v(&c.usage_nano_cores)),
+            cpu_total_ns: cpu.as_ref().and_then(|c| v(&c.usage_core_nano_seconds)),
+            memory_working_set_bytes: memory.as_ref().and_then(|m| v(&m.working_set_bytes)),
+            writable_layer_bytes: writable.and_then(|w| v(&w.used_bytes)),
+        }
+    }
+}
+
 /// `rktlet stats`: every ready pod and its running containers, with CPU as a
 /// rate over 200 ms, memory working set and writable layer, as a table or JSON.
 pub fn stats(data_dir: PathBuf, json: bool) -> Result<String, String> {
@@ -360,35 +384,16 @@ pub fn stats(data_dir: PathBuf, json: bool) -> Result<String, String> {
     };
     sample()?;
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let v = |x: &Option<cri::UInt64Value>| x.as_ref().map(|v| v.value);
     let mut rows = Vec::new();
     for pod in sample()?.stats {
         let (id, pod_name) =
             pod.attributes.map(|a| (a.id, a.metadata.map(|m| m.name).unwrap_or_default())).unwrap_or_default();
         let Some(linux) = pod.linux else { continue };
-        rows.push(StatsRow {
-            pod: id.clone(),
-            pod_name: pod_name.clone(),
-            container: String::new(),
-            name: String::new(),
-            cpu_nano_cores: linux.cpu.as_ref().and_then(|c| v(&c.usage_nano_cores)),
-            cpu_total_ns: linux.cpu.as_ref().and_then(|c| v(&c.usage_core_nano_seconds)),
-            memory_working_set_bytes: linux.memory.as_ref().and_then(|m| v(&m.working_set_bytes)),
-            writable_layer_bytes: None,
-        });
+        rows.push(StatsRow::new(&id, &pod_name, String::new(), String::new(), &linux.cpu, &linux.memory, None));
         for c in linux.containers {
             let (cid, name) =
                 c.attributes.map(|a| (a.id, a.metadata.map(|m| m.name).unwrap_or_default())).unwrap_or_default();
-            rows.push(StatsRow {
-                pod: id.clone(),
-                pod_name: pod_name.clone(),
-                container: cid,
-                name,
-                cpu_nano_cores: c.cpu.as_ref().and_then(|c| v(&c.usage_nano_cores)),
-                cpu_total_ns: c.cpu.as_ref().and_then(|c| v(&c.usage_core_nano_seconds)),
-                memory_working_set_bytes: c.memory.as_ref().and_then(|m| v(&m.working_set_bytes)),
-                writable_layer_bytes: c.writable_layer.as_ref().and_then(|w| v(&w.used_bytes)),
-            });
+            rows.push(StatsRow::new(&id, &pod_name, cid, name, &c.cpu, &c.memory, c.writable_layer.as_ref()));
         }
     }
     if json {
