@@ -246,8 +246,6 @@ pub fn run(pid: i32, argv: &[String], timeout: Option<Duration>, cap: usize) -> 
     arg_ptrs.push(std::ptr::null());
     let mut env_ptrs: Vec<*const libc::c_char> = target.env.iter().map(|e| e.as_ptr()).collect();
     env_ptrs.push(std::ptr::null());
-    let root_dir = c"/";
-    let dot = c".";
     let devnull = std::fs::File::open("/dev/null")?;
     let (out_r, out_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
     let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
@@ -268,25 +266,15 @@ pub fn run(pid: i32, argv: &[String], timeout: Option<Duration>, cap: usize) -> 
         // SAFETY: raw syscalls only, then _exit; never returns into Rust code.
         unsafe {
             intermediate(&target, rep_w_fd, &keep, &|| {
-                command(
-                    &target,
-                    &candidates,
-                    &arg_ptrs,
-                    &env_ptrs,
-                    [null_fd, out_w_fd, err_w_fd],
-                    rep_w_fd,
-                    root_dir,
-                    dot,
-                )
+                command(&target, &candidates, &arg_ptrs, &env_ptrs, [null_fd, out_w_fd, err_w_fd], rep_w_fd)
             })
         }
     }
     drop((out_w, err_w, rep_w));
     let mut reports = std::fs::File::from(rep_r);
     let started = Instant::now();
-    let collected = collect(child, [out_r, err_r], timeout, cap);
-    let (stdout, stderr, truncated, timed_out) = match collected {
-        Ok(c) if !c.3 => c,
+    let (stdout, stderr, truncated) = match collect(child, [out_r, err_r], timeout, cap) {
+        Ok(Collected::Output { stdout, stderr, truncated }) => (stdout, stderr, truncated),
         other => {
             stop(child, &reports);
             return Err(match other {
@@ -295,7 +283,6 @@ pub fn run(pid: i32, argv: &[String], timeout: Option<Duration>, cap: usize) -> 
             });
         }
     };
-    debug_assert!(!timed_out);
     reap(child);
     let mut bytes = Vec::new();
     reports.read_to_end(&mut bytes)?;
@@ -473,7 +460,6 @@ const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 ///
 /// # Safety
 /// Only in a forked child of a multi-threaded process: raw syscalls only.
-#[allow(clippy::too_many_arguments)]
 unsafe fn command(
     t: &Target,
     candidates: &[CString],
@@ -481,8 +467,6 @@ unsafe fn command(
     envp: &[*const libc::c_char],
     stdio: [RawFd; 3],
     rep: RawFd,
-    root_dir: &std::ffi::CStr,
-    dot: &std::ffi::CStr,
 ) -> ! {
     // SAFETY: raw syscalls on prepared data; every path ends in exec or _exit.
     unsafe {
@@ -490,10 +474,10 @@ unsafe fn command(
         if libc::setsid() < 0 {
             fail(rep, 0);
         }
-        if libc::fchdir(t.root.as_raw_fd()) != 0 || libc::chroot(dot.as_ptr()) != 0 {
+        if libc::fchdir(t.root.as_raw_fd()) != 0 || libc::chroot(c".".as_ptr()) != 0 {
             fail(rep, 4);
         }
-        if libc::chdir(t.cwd.as_ptr()) != 0 && libc::chdir(root_dir.as_ptr()) != 0 {
+        if libc::chdir(t.cwd.as_ptr()) != 0 && libc::chdir(c"/".as_ptr()) != 0 {
             fail(rep, 4);
         }
         for (i, fd) in stdio.iter().enumerate() {
@@ -551,15 +535,15 @@ unsafe fn command(
     }
 }
 
+/// What the command wrote, or that its time ran out.
+enum Collected {
+    Output { stdout: Vec<u8>, stderr: Vec<u8>, truncated: bool },
+    TimedOut,
+}
+
 /// Reads stdout and stderr until both end, or until the intermediate child
 /// exits (background processes may hold them open), or the deadline.
-/// Returns (stdout, stderr, truncated, timed out).
-fn collect(
-    child: i32,
-    pipes: [OwnedFd; 2],
-    timeout: Option<Duration>,
-    cap: usize,
-) -> io::Result<(Vec<u8>, Vec<u8>, bool, bool)> {
+fn collect(child: i32, pipes: [OwnedFd; 2], timeout: Option<Duration>, cap: usize) -> io::Result<Collected> {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let deadline = timeout.map(|t| Instant::now() + t);
     let pidfd = pidfd_open(child)?;
@@ -570,13 +554,14 @@ fn collect(
     let mut exited = false;
     loop {
         if !open.iter().any(|o| *o) {
-            return Ok((std::mem::take(&mut bufs[0]), std::mem::take(&mut bufs[1]), truncated, false));
+            let [stdout, stderr] = bufs;
+            return Ok(Collected::Output { stdout, stderr, truncated });
         }
         let wait = match deadline {
             Some(d) => {
                 let left = d.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return Ok((Vec::new(), Vec::new(), truncated, true));
+                    return Ok(Collected::TimedOut);
                 }
                 PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1).unwrap_or(PollTimeout::MAX)
             }
@@ -601,7 +586,8 @@ fn collect(
             Err(e) => return Err(e.into()),
         };
         if n == 0 && exited {
-            return Ok((std::mem::take(&mut bufs[0]), std::mem::take(&mut bufs[1]), truncated, false));
+            let [stdout, stderr] = bufs;
+            return Ok(Collected::Output { stdout, stderr, truncated });
         }
         let ready: Vec<bool> = fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect();
         if !exited && ready.last().copied().unwrap_or(false) {
