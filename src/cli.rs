@@ -39,11 +39,13 @@ fn to_json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
 
-/// `rktlet list`: every pod, as a table or JSON.
+/// `rktlet list`: every pod (but idle pool pods), as a table or JSON.
 pub fn list(data: &DataDir, json: bool) -> Result<String, PodError> {
     let mut rows = Vec::new();
     for (uuid, _) in data.list_pods()? {
         match Pod::open(data, &uuid.to_string()).and_then(|mut p| pod_info(&mut p)) {
+            // waiting in the daemon's pod pool: nobody's pod yet
+            Ok(v) if v.annotations.contains_key(crate::pool::POOL_ANNOTATION) => continue,
             Ok(v) => rows.push(v),
             Err(PodError::NotFound(_)) => continue,
             Err(e) => return Err(e),

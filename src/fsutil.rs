@@ -54,3 +54,8 @@ pub fn create_empty(path: &Path, mode: u32) -> io::Result<()> {
         Err(e) => Err(e),
     }
 }
+
+/// A `kB` field (`"Pss:"`, `"VmRSS:"`) of a /proc file's text, in KiB.
+pub fn kib_field(text: &str, field: &str) -> Option<u64> {
+    text.lines().find_map(|l| l.strip_prefix(field)?.trim().strip_suffix("kB")?.trim().parse().ok())
+}

@@ -21,6 +21,7 @@ pub mod lock;
 pub mod metrics;
 pub mod net;
 pub mod pod;
+pub mod pool;
 pub mod proto;
 pub mod runtime;
 pub mod server;

@@ -267,6 +267,10 @@ struct ServeArgs {
     /// Serve Prometheus metrics on this loopback address, e.g. 127.0.0.1:9095 [default: off].
     #[arg(long)]
     metrics_address: Option<std::net::SocketAddr>,
+    /// Pre-booted pods kept ready so RunPodSandbox adapts one instead of
+    /// booting (0 disables) [default: 2].
+    #[arg(long)]
+    pod_pool_size: Option<usize>,
 }
 
 impl ServeArgs {
@@ -285,6 +289,7 @@ impl ServeArgs {
             registry_config: self.registry_config,
             exec_mode: self.exec_mode.then_some(true),
             metrics_address: self.metrics_address,
+            pod_pool_size: self.pod_pool_size,
         };
         Config::resolve(file, flags)
     }

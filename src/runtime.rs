@@ -35,6 +35,8 @@ pub struct Runtime {
     /// broadcast channel: a subscriber that falls behind loses the oldest
     /// events (and is told so), the daemon never waits for one.
     pub events: tokio::sync::broadcast::Sender<ContainerEvent>,
+    /// Pods booted ahead for RunPodSandbox (filled by `pool::refill`).
+    pub pool: crate::pool::Pool,
 }
 
 /// What happened to a container, as CRI's ContainerEventType names it.
@@ -84,7 +86,9 @@ impl Runtime {
             |e: String| PodError::Io { context: "opening the image store".into(), source: std::io::Error::other(e) };
         let registries = RegistryConfig::load(&config.registry_config).map_err(image_err)?;
         let images = Store::open(&data, registries).map_err(|e| image_err(e.to_string()))?;
+        let pool = crate::pool::Pool::new(config.pod_pool_size, &config, &host);
         Ok(Runtime {
+            pool,
             config,
             data,
             host,

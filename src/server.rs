@@ -144,10 +144,12 @@ pub async fn run(runtime: Arc<Runtime>) -> Result<(), ServeError> {
         }
         None => None,
     };
-    let result = serve(runtime, listener, signals).await;
+    let refill = tokio::spawn(crate::pool::refill(runtime.clone()));
+    let result = serve(runtime.clone(), listener, signals).await;
     if let Some(m) = metrics {
         m.abort();
     }
+    crate::pool::drain(&runtime, refill).await;
     drop(guard);
     tracing::info!(socket = %socket.display(), "socket removed, bye");
     result

@@ -109,7 +109,8 @@ async fn stale_socket_is_replaced_and_other_files_are_not() {
     // a socket file nobody listens on, as left by a crashed daemon
     drop(std::os::unix::net::UnixListener::bind(&socket).expect("bind"));
     assert!(std::fs::symlink_metadata(&socket).expect("stat").file_type().is_socket());
-    let mut d = Daemon { child: Daemon::spawn(&socket, dir.path(), &[]), socket: socket.clone(), dir };
+    let cni_conf_dir = Daemon::cni_conf_dir(dir.path(), &[]);
+    let mut d = Daemon { child: Daemon::spawn(&socket, dir.path(), &[]), socket: socket.clone(), dir, cni_conf_dir };
     d.wait_ready();
     let mut rt = d.runtime().await;
     rt.version(cri::VersionRequest::default()).await.expect("serves on the reclaimed socket");

@@ -16,8 +16,7 @@ pub fn server_pid(socket: &Path) -> std::io::Result<i32> {
 
 /// A `kB` field of a /proc file, in KiB.
 fn kib_field(path: &Path, field: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(path).ok()?;
-    text.lines().find_map(|l| l.strip_prefix(field)?.trim().strip_suffix("kB")?.trim().parse().ok())
+    crate::fsutil::kib_field(&std::fs::read_to_string(path).ok()?, field)
 }
 
 /// Resident set size of `pid`, MiB.

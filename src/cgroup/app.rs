@@ -42,13 +42,13 @@ pub struct AppCgroup {
 }
 
 impl AppCgroup {
-    pub fn new(layout: &Layout, pod_subcgroup: &str, app: &str) -> Self {
+    pub fn new(layout: &Layout, pod: &super::pod::Subcgroups, app: &str) -> Self {
         let mut dirs = Vec::new();
         for c in CONTROLLERS {
             if let Some(h) = layout.hierarchies.iter().find(|h| h.controllers.iter().any(|x| x == c))
                 && let Some(m) = &h.mount
             {
-                let dir = m.join(pod_subcgroup).join(format!("app-{app}"));
+                let dir = m.join(&pod.controllers).join(format!("app-{app}"));
                 if !dirs.iter().any(|(_, d)| *d == dir) {
                     dirs.push((c, dir));
                 }
@@ -59,7 +59,7 @@ impl AppCgroup {
             .iter()
             .find(|h| h.is_unified())
             .and_then(|h| h.mount.as_ref())
-            .map(|m| m.join(pod_subcgroup).join("payload/system.slice").join(format!("{app}.service")));
+            .map(|m| m.join(&pod.tracking).join("payload/system.slice").join(format!("{app}.service")));
         AppCgroup { dirs, unit }
     }
 
@@ -161,12 +161,17 @@ mod tests {
              39 31 0:36 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids\n\
              41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n",
         );
-        let a = AppCgroup::new(&layout, "kubepods/pod1/rktlet-u", "0-web");
+        let subs = super::super::pod::Subcgroups {
+            controllers: "kubepods/pod1/rktlet-u".into(),
+            tracking: "rktlet-pool/rktlet-u".into(),
+        };
+        let a = AppCgroup::new(&layout, &subs, "0-web");
         assert_eq!(a.dir("memory"), Some(&PathBuf::from("/sys/fs/cgroup/memory/kubepods/pod1/rktlet-u/app-0-web")));
         assert_eq!(a.dir("cpu"), None, "cpu is not mounted in this layout");
+        // the unit is found where the pod's systemd is: its tracking cgroup
         assert_eq!(
             a.unit,
-            Some(PathBuf::from("/sys/fs/cgroup/unified/kubepods/pod1/rktlet-u/payload/system.slice/0-web.service"))
+            Some(PathBuf::from("/sys/fs/cgroup/unified/rktlet-pool/rktlet-u/payload/system.slice/0-web.service"))
         );
         assert!(Limits::default().is_empty());
     }

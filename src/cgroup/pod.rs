@@ -68,6 +68,15 @@ fn join_rel(a: &str, b: &str) -> String {
     if a.is_empty() { b.to_string() } else { format!("{a}/{b}") }
 }
 
+/// Where a pod is, relative to each hierarchy root: its v1 controller
+/// cgroups and its process-tracking ones (unified, `name=systemd`). They
+/// differ only for a pod taken from the pod pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subcgroups {
+    pub controllers: String,
+    pub tracking: String,
+}
+
 /// The pod's cgroup directories, one per mounted hierarchy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodCgroup {
@@ -81,6 +90,13 @@ impl PodCgroup {
         let dirs =
             layout.hierarchies.iter().filter_map(|h: &Hierarchy| h.mount.as_ref().map(|m| m.join(subcgroup))).collect();
         PodCgroup { subcgroup: subcgroup.to_string(), dirs }
+    }
+
+    /// Every hierarchy, each at the pod's path for its kind.
+    pub fn of_pod(layout: &Layout, subs: &Subcgroups) -> Self {
+        let mut cg = Self::select(layout, &subs.controllers, false);
+        cg.dirs.extend(Self::select(layout, &subs.tracking, true).dirs);
+        cg
     }
 
     /// Only the hierarchies that track processes without controllers (the

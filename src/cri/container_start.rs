@@ -173,9 +173,9 @@ fn set_of(v: &serde_json::Value) -> Vec<String> {
 
 /// The app's cgroups on the host (below its pod's), if the pod has a cgroup.
 pub(super) fn app_cgroup(t: &Target) -> Option<crate::cgroup::app::AppCgroup> {
-    let sub = t.pod.read_file(crate::pod::SUBCGROUP_FILE).ok().flatten()?;
+    let subs = t.pod.subcgroups().ok().flatten()?;
     let layout = crate::cgroup::Layout::cached().ok()?;
-    Some(crate::cgroup::app::AppCgroup::new(layout, &sub, &t.app.name))
+    Some(crate::cgroup::app::AppCgroup::new(layout, &subs, &t.app.name))
 }
 
 /// Writes the limits and moves the app's processes under them.

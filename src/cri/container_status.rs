@@ -19,9 +19,9 @@ pub fn app_info(pod: &Pod, app: &RuntimeApp, running: bool) -> AppInfo {
     let paths = AppPaths::new(pod, &app.name);
     let f = app::facts(&paths, running);
     let oom = || {
-        let sub = pod.read_file(crate::pod::SUBCGROUP_FILE).ok().flatten();
+        let subs = pod.subcgroups().ok().flatten();
         let layout = crate::cgroup::Layout::cached().ok();
-        sub.zip(layout).is_some_and(|(s, l)| crate::cgroup::app::AppCgroup::new(l, &s, &app.name).oom_killed())
+        subs.zip(layout).is_some_and(|(s, l)| crate::cgroup::app::AppCgroup::new(l, &s, &app.name).oom_killed())
     };
     let (exit_code, reason) = match f.state {
         AppState::Exited(Some(137)) if oom() => (137, "OOMKilled"),

@@ -11,6 +11,7 @@ mod events;
 pub(crate) mod image;
 pub(crate) mod pod_meta;
 mod runtime_info;
+pub(crate) mod sandbox_pool;
 pub(crate) mod sandbox_run;
 mod sandbox_status;
 mod sandbox_stop;

@@ -44,8 +44,11 @@ pub async fn status(rt: &Runtime, req: cri::StatusRequest) -> Result<cri::Status
             "pid1IsSystemd": rt.host.pid1_is_systemd,
             "nspawn": rt.host.nspawn,
             "podCIDR": rt.pod_cidr(),
+            "podPoolSize": c.pod_pool_size,
         });
         info.insert("config".to_string(), config.to_string());
+        let pool = serde_json::json!({ "pool": rt.pool.info(), "idleMemory": rt.pool.idle_memory() });
+        info.insert("podPool".to_string(), pool.to_string());
     }
     Ok(cri::StatusResponse { status: Some(cri::RuntimeStatus { conditions }), info, ..Default::default() })
 }

@@ -19,14 +19,15 @@ use uuid::Uuid;
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Checked request: what the sandbox needs.
-struct Request {
-    config: cri::PodSandboxConfig,
-    host_network: bool,
-    host_ipc: bool,
-    hostname: String,
+pub(super) struct Request {
+    pub config: cri::PodSandboxConfig,
+    pub host_network: bool,
+    pub host_ipc: bool,
+    pub hostname: String,
+    pub cgroup_parent: String,
 }
 
-fn validate(req: cri::RunPodSandboxRequest) -> Result<Request, Status> {
+fn validate(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Result<Request, Status> {
     let config = req.config.ok_or_else(|| Status::invalid_argument("config is required"))?;
     let meta = config.metadata.as_ref().ok_or_else(|| Status::invalid_argument("config.metadata is required"))?;
     for (field, value) in [("name", &meta.name), ("namespace", &meta.namespace), ("uid", &meta.uid)] {
@@ -63,10 +64,13 @@ fn validate(req: cri::RunPodSandboxRequest) -> Result<Request, Status> {
     } else {
         meta.name.clone()
     };
-    Ok(Request { config, host_network, host_ipc, hostname })
+    let cgroup_parent = config.linux.as_ref().map(|l| l.cgroup_parent.clone()).unwrap_or_default();
+    crate::cgroup::pod::subcgroup(&cgroup_parent, "check", systemd_driver)
+        .map_err(|e| Status::invalid_argument(format!("config.linux.cgroup_parent: {e}")))?;
+    Ok(Request { config, host_network, host_ipc, hostname, cgroup_parent })
 }
 
-fn internal(uuid: Uuid, what: &str, e: impl std::fmt::Display) -> Status {
+pub(super) fn internal(uuid: Uuid, what: &str, e: impl std::fmt::Display) -> Status {
     Status::internal(format!("pod {uuid}: {what}: {e}"))
 }
 
@@ -74,7 +78,10 @@ pub async fn run_pod_sandbox(
     rt: &Runtime,
     req: cri::RunPodSandboxRequest,
 ) -> Result<cri::RunPodSandboxResponse, Status> {
-    let req = validate(req)?;
+    let req = validate(req, rt.host.pid1_is_systemd)?;
+    if let Some(uuid) = super::sandbox_pool::serve(rt, &req).await {
+        return Ok(cri::RunPodSandboxResponse { pod_sandbox_id: uuid.to_string() });
+    }
     let uuid = Uuid::new_v4();
     let manifest = pod_meta::manifest_from_config(&req.config, req.host_network, req.host_ipc, &req.hostname);
     let manifest_file = rt.data.tmp().join(format!("{uuid}.pod-manifest"));
@@ -98,12 +105,8 @@ pub async fn run_pod_sandbox(
 
 async fn start(rt: &Runtime, req: &Request, uuid: Uuid, manifest_file: PathBuf) -> Result<(), Status> {
     let config = &req.config;
-    if !config.log_directory.is_empty() {
-        std::fs::create_dir_all(&config.log_directory)
-            .map_err(|e| internal(uuid, &format!("creating log directory {}", config.log_directory), e))?;
-    }
+    make_log_directory(uuid, config)?;
     let dns = config.dns_config.clone().unwrap_or_default();
-    let cgroup_parent = config.linux.as_ref().map(|l| l.cgroup_parent.clone()).unwrap_or_default();
     let mut args = SandboxArgs {
         uuid: Some(uuid),
         pod_manifest: Some(manifest_file),
@@ -113,20 +116,51 @@ async fn start(rt: &Runtime, req: &Request, uuid: Uuid, manifest_file: PathBuf) 
         dns_opt: dns.options,
         net: if req.host_network { "host".into() } else { "none".into() },
         ipc: req.host_ipc.then(|| "parent".into()),
-        cgroup_parent: Some(cgroup_parent.clone()),
+        cgroup_parent: Some(req.cgroup_parent.clone()),
         ..Default::default()
     };
     // the pod network: config checked and netns made before the boot; CNI ADD runs during it
     let network = if req.host_network {
         None
     } else {
-        let net = Network::load_default(&rt.config.cni_conf_dir, &rt.config.cni_bin_dirs)
-            .map_err(|e| Status::failed_precondition(format!("pod network is not ready: {e}")))?;
+        let net = pod_network(rt)?;
         let netns = podnet::create_netns(uuid).map_err(|e| internal(uuid, "creating network namespace", e))?;
         args.net = "default".into();
         args.netns = Some(netns.path().to_path_buf());
         Some((net, netns.path().to_path_buf()))
     };
+    let cni = network.as_ref().map(|(net, netns)| (net, cni_request(rt, uuid, netns, config)));
+    if let (Some(result), Some((net, _))) = (boot(rt, uuid, args, cni).await?, &network) {
+        record_network(rt, uuid, net, &result, &req.hostname)?;
+    }
+    Ok(())
+}
+
+/// The default CNI network, or FailedPrecondition while there is none.
+pub(super) fn pod_network(rt: &Runtime) -> Result<Network, Status> {
+    Network::load_default(&rt.config.cni_conf_dir, &rt.config.cni_bin_dirs)
+        .map_err(|e| Status::failed_precondition(format!("pod network is not ready: {e}")))
+}
+
+/// Creates kubelet's pod log directory.
+pub(super) fn make_log_directory(uuid: Uuid, config: &cri::PodSandboxConfig) -> Result<(), Status> {
+    if !config.log_directory.is_empty() {
+        std::fs::create_dir_all(&config.log_directory)
+            .map_err(|e| internal(uuid, &format!("creating log directory {}", config.log_directory), e))?;
+    }
+    Ok(())
+}
+
+/// Boots a pod: `<rkt> app sandbox` with `args`, then waits until it is
+/// ready while the daemon moves it into its controller cgroups and `cni`
+/// (a network and its request) is ADDed. Returns the CNI result.
+pub(super) async fn boot(
+    rt: &Runtime,
+    uuid: Uuid,
+    mut args: SandboxArgs,
+    cni: Option<(&Network, crate::net::cni::CniRequest)>,
+) -> Result<Option<CniResult>, Status> {
+    let cgroup_parent = args.cgroup_parent.clone().unwrap_or_default();
     let program = rt.sandbox_program().map_err(|e| internal(uuid, "locating the sandbox program", e))?;
     let supervisor = if rt.host.pid1_is_systemd { Supervisor::SystemdRun } else { Supervisor::Detached };
     // the first cgroup migration waits for an RCU grace period per batch: the
@@ -135,7 +169,7 @@ async fn start(rt: &Runtime, req: &Request, uuid: Uuid, manifest_file: PathBuf) 
     args.defer_cgroup_controllers = supervisor == Supervisor::Detached;
     let t0 = std::time::Instant::now();
     let micros = move || u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
-    // the sandbox boots while CNI ADD runs in the netns made above
+    // the sandbox boots while CNI ADD runs in the netns made before
     let boot = async {
         let started = launch::start(&program, rt.data.root(), &args, supervisor, Some(&cgroup_parent))
             .await
@@ -155,7 +189,7 @@ async fn start(rt: &Runtime, req: &Request, uuid: Uuid, manifest_file: PathBuf) 
                 return Ok(());
             }
             let parent = cgroup_parent.clone();
-            tokio::task::spawn_blocking(move || adopt_controllers(&parent, uuid))
+            tokio::task::spawn_blocking(move || crate::pool::adapt::adopt_controllers(&parent, uuid))
                 .await
                 .map_err(|e| internal(uuid, "cgroup worker", e))?
                 .map_err(|e| internal(uuid, "moving the pod into its controller cgroups", e))
@@ -164,11 +198,8 @@ async fn start(rt: &Runtime, req: &Request, uuid: Uuid, manifest_file: PathBuf) 
         ready.and(controllers)
     };
     let added = async {
-        let r = match &network {
-            Some((net, netns)) => {
-                let cni = cni_request(rt, uuid, netns, config);
-                net.add(&cni).await.map(Some).map_err(|e| internal(uuid, "CNI ADD", e))
-            }
+        let r = match cni {
+            Some((net, request)) => net.add(&request).await.map(Some).map_err(|e| internal(uuid, "CNI ADD", e)),
             None => Ok(None),
         };
         tracing::debug!(pod = %uuid, micros = micros(), "CNI ADD done");
@@ -176,36 +207,11 @@ async fn start(rt: &Runtime, req: &Request, uuid: Uuid, manifest_file: PathBuf) 
     };
     let (boot, added) = tokio::join!(boot, added);
     boot?;
-    if let (Some(result), Some((net, _))) = (added?, &network) {
-        record_network(rt, uuid, net, &result, &req.hostname)?;
-    }
-    Ok(())
-}
-
-/// Moves every process of a booting pod (found in its tracking cgroup) into
-/// its v1 controller cgroups, repeating until no newcomer is left behind
-/// (processes forked later inherit the controllers of their parent).
-fn adopt_controllers(parent: &str, uuid: Uuid) -> std::io::Result<()> {
-    use crate::cgroup::{Layout, pod::PodCgroup};
-    let layout = Layout::read()?;
-    let sub = crate::cgroup::pod::subcgroup(parent, &uuid.to_string(), false).map_err(std::io::Error::other)?;
-    let tracking = PodCgroup::tracking(&layout, &sub);
-    let controllers = PodCgroup::controllers(&layout, &sub);
-    controllers.create()?;
-    let mut moved: Vec<i32> = Vec::new();
-    for _ in 0..20 {
-        let pids: Vec<i32> = tracking.pids().into_iter().filter(|p| !moved.contains(p)).collect();
-        if pids.is_empty() {
-            break;
-        }
-        controllers.adopt(&pids)?;
-        moved.extend(pids);
-    }
-    Ok(())
+    added
 }
 
 /// The CNI request for a new pod: its identity, port mappings and DNS.
-fn cni_request(
+pub(super) fn cni_request(
     rt: &Runtime,
     uuid: Uuid,
     netns: &std::path::Path,
@@ -224,7 +230,13 @@ fn cni_request(
 
 /// Records the CNI outcome in the pod (`net-info.json`) and puts the pod's IP
 /// into its `/etc/hosts`.
-fn record_network(rt: &Runtime, uuid: Uuid, net: &Network, result: &CniResult, hostname: &str) -> Result<(), Status> {
+pub(super) fn record_network(
+    rt: &Runtime,
+    uuid: Uuid,
+    net: &Network,
+    result: &CniResult,
+    hostname: &str,
+) -> Result<(), Status> {
     let pod = Pod::open(&rt.data, &uuid.to_string()).map_err(|e| internal(uuid, "reopening pod", e))?;
     podnet::record(&pod, net, result).map_err(|e| internal(uuid, "writing net-info.json", e))?;
     let hosts = crate::net::dns::hosts(hostname, &result.pod_ips());
@@ -242,7 +254,7 @@ fn sandbox_log_tail(rt: &Runtime, uuid: Uuid) -> String {
 
 /// Takes down whatever a failed start left: processes, cgroup, mounts,
 /// network, pod dir.
-async fn cleanup(rt: &Runtime, uuid: Uuid) {
+pub(super) async fn cleanup(rt: &Runtime, uuid: Uuid) {
     if let Err(e) = crate::stage1::teardown::abort_start(&rt.data, uuid, &rt.net_dirs()).await {
         tracing::error!(pod = %uuid, error = %e, "cleanup after a failed start");
     }

@@ -33,8 +33,14 @@ pub const MANIFEST_LOCK_FILE: &str = "pod.lck";
 pub const CREATED_FILE: &str = "pod-created";
 /// PID of the sandbox process (systemd-nspawn), decimal + newline.
 pub const PPID_FILE: &str = "ppid";
-/// The pod's cgroup path relative to each hierarchy root.
+/// The pod's cgroup path relative to each hierarchy root: in the v1
+/// controller hierarchies, where limits and accounting live, always.
 pub const SUBCGROUP_FILE: &str = "subcgroup";
+/// rktlet's addition: the pod's path in the process-tracking hierarchies
+/// (unified, `name=systemd`), where its systemd's own tree is. The same as
+/// `subcgroup` unless the pod was booted ahead in the pod pool, whose pods
+/// cannot leave their tracking cgroup (see `crate::pool`).
+pub const TRACKING_SUBCGROUP_FILE: &str = "subcgroup-tracking";
 /// Path of the pod's bind-mounted network namespace.
 pub const NETNS_FILE: &str = "netns";
 /// CNI results: rkt's JSON array of `{netName, netConf, pluginPath, ifName, ip, args, mask}`.
@@ -547,6 +553,16 @@ impl Pod {
     pub fn write_file(&self, name: &str, content: &[u8]) -> Result<()> {
         let path = self.path().join(name);
         fsutil::write_volatile(&path, content, 0o640).map_err(io_err(format!("writing {}", path.display())))
+    }
+
+    /// The pod's cgroup paths, from `subcgroup` (and `subcgroup-tracking`
+    /// when it differs); `None` for a pod without a cgroup or with an
+    /// unusable path.
+    pub fn subcgroups(&self) -> Result<Option<crate::cgroup::pod::Subcgroups>> {
+        let valid = |s: &String| !s.is_empty() && !s.split('/').any(|c| c == "..");
+        let Some(controllers) = self.read_file(SUBCGROUP_FILE)?.filter(valid) else { return Ok(None) };
+        let tracking = self.read_file(TRACKING_SUBCGROUP_FILE)?.filter(valid).unwrap_or_else(|| controllers.clone());
+        Ok(Some(crate::cgroup::pod::Subcgroups { controllers, tracking }))
     }
 
     /// PID of the sandbox process from `ppid`.

@@ -57,6 +57,8 @@ pub struct SandboxOptions {
     /// Join only the unified and name=systemd hierarchies; the caller moves
     /// the pod into the v1 controllers while it boots.
     pub defer_controllers: bool,
+    /// Nice value for the pod's processes (pool pods boot at a low priority).
+    pub nice: Option<i32>,
     pub uuid_file_save: Option<PathBuf>,
 }
 
@@ -100,15 +102,7 @@ fn prepare(opts: &SandboxOptions, pod: &mut Pod, cgroup_out: &mut Option<PodCgro
     if let PodNet::Netns(path) = &opts.net {
         pod.write_file(pod::NETNS_FILE, path.as_os_str().as_encoded_bytes())?;
     }
-    let runtime_config = serde_json::json!({
-        "Hostname": hostname,
-        "Mutable": true,
-        "NetList": match &opts.net { PodNet::Host => vec!["host"], PodNet::None => vec!["none"], PodNet::Netns(_) => vec!["default"] },
-        "IPCMode": if opts.host_ipc { "parent" } else { "" },
-        "ResolvConfMode": "stage0",
-        "EtcHostsMode": "stage0",
-    });
-    pod.write_file(pod::RUNTIME_CONFIG_FILE, runtime_config.to_string().as_bytes())?;
+    pod.write_file(pod::RUNTIME_CONFIG_FILE, runtime_config(&hostname, &opts.net, opts.host_ipc).as_bytes())?;
 
     let layout = Layout::read().map_err(io_err("reading the host's cgroup layout"))?;
     let sub = crate::cgroup::pod::subcgroup(&opts.cgroup_parent, &uuid.to_string(), opts.systemd_unit)
@@ -121,7 +115,11 @@ fn prepare(opts: &SandboxOptions, pod: &mut Pod, cgroup_out: &mut Option<PodCgro
         cg.join_self().map_err(io_err(format!("joining cgroup {sub}")))?;
     }
     pod.write_file(pod::SUBCGROUP_FILE, sub.as_bytes())?;
+    pod.write_file(pod::TRACKING_SUBCGROUP_FILE, sub.as_bytes())?;
     lower_oom_score();
+    if let Some(n) = opts.nice {
+        set_nice(n).map_err(io_err(format!("setting nice {n}")))?;
+    }
 
     pod.to_run()?;
     pod.write_file(pod::PPID_FILE, format!("{}\n", std::process::id()).as_bytes())?;
@@ -131,6 +129,19 @@ fn prepare(opts: &SandboxOptions, pod: &mut Pod, cgroup_out: &mut Option<PodCgro
     }
     // the rootfs moved with the pod directory from prepare/ to run/
     Ok(pod.stage1_rootfs())
+}
+
+/// The pod's `runtime-config`: rkt's record of the options it ran with.
+pub fn runtime_config(hostname: &str, net: &PodNet, host_ipc: bool) -> String {
+    serde_json::json!({
+        "Hostname": hostname,
+        "Mutable": true,
+        "NetList": match net { PodNet::Host => vec!["host"], PodNet::None => vec!["none"], PodNet::Netns(_) => vec!["default"] },
+        "IPCMode": if host_ipc { "parent" } else { "" },
+        "ResolvConfMode": "stage0",
+        "EtcHostsMode": "stage0",
+    })
+    .to_string()
 }
 
 /// Forks the pod's CRI log writer (see `crate::stream::log`): a grandchild,
@@ -169,6 +180,17 @@ fn spawn_log_writer(pod: &Pod) -> io::Result<()> {
             unsafe { libc::_exit(i32::from(code.is_err())) }
         }
     }
+}
+
+/// Lowers the priority of this process and so of nspawn and the pod's
+/// systemd (a pool pod booting in the background); the daemon resets it
+/// when the pod is taken.
+fn set_nice(n: i32) -> io::Result<()> {
+    // SAFETY: setpriority(2) on this process only; no memory is passed.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, n) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Pods should outlive their apps under memory pressure, like containerd's
@@ -289,6 +311,10 @@ pub struct SandboxArgs {
     /// moves the pod into the v1 controller cgroups while it boots.
     #[arg(long)]
     pub defer_cgroup_controllers: bool,
+    /// Run nspawn and the pod's systemd at this nice value (rktlet's pod
+    /// pool boots its pods at a low priority and resets it when one is taken).
+    #[arg(long, allow_hyphen_values = true)]
+    pub nice: Option<i32>,
     /// Pod annotation `NAME=VALUE` (repeatable; without --pod-manifest).
     #[arg(long)]
     pub annotation: Vec<String>,
@@ -353,6 +379,9 @@ impl SandboxArgs {
         }
         if let Some(p) = &self.uuid_file_save {
             push("uuid-file-save", p);
+        }
+        if let Some(n) = self.nice {
+            push("nice", &n.to_string());
         }
         if self.in_systemd_unit {
             a.push("--in-systemd-unit".into());
@@ -432,6 +461,7 @@ impl SandboxArgs {
             cgroup_parent: self.cgroup_parent.unwrap_or_default(),
             systemd_unit: self.in_systemd_unit,
             defer_controllers: self.defer_cgroup_controllers,
+            nice: self.nice,
             uuid_file_save: self.uuid_file_save,
         })
     }
@@ -464,6 +494,7 @@ mod tests {
             cgroup_parent: Some("/kubepods/pod1".into()),
             in_systemd_unit: true,
             defer_cgroup_controllers: true,
+            nice: Some(10),
             annotation: vec!["a=b=c".into()],
             user_annotation: vec!["k=v".into()],
             user_label: vec!["app=web".into()],

@@ -7,7 +7,7 @@
 
 use super::launch::pidfd_open;
 use crate::cgroup::{Layout, pod::PodCgroup};
-use crate::pod::{self, Pod, PodError, PodState};
+use crate::pod::{Pod, PodError, PodState};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -43,18 +43,15 @@ fn wait_exit(pidfd: &OwnedFd, timeout: Duration) -> bool {
     }
 }
 
-/// The pod's cgroup directories, from its `subcgroup` file.
+/// The pod's cgroup directories, from its `subcgroup` files.
 pub fn pod_cgroup(pod: &Pod) -> Result<Option<PodCgroup>, StopError> {
-    let Some(sub) = pod.read_file(pod::SUBCGROUP_FILE)? else { return Ok(None) };
-    if sub.is_empty() || sub.split('/').any(|c| c == "..") {
-        return Ok(None);
-    }
+    let Some(subs) = pod.subcgroups()? else { return Ok(None) };
     let layout = Layout::read().map_err(|source| StopError::Io {
         uuid: pod.uuid().to_string(),
         context: "reading cgroup layout".into(),
         source,
     })?;
-    Ok(Some(PodCgroup::new(&layout, &sub)))
+    Ok(Some(PodCgroup::of_pod(&layout, &subs)))
 }
 
 /// Stops a pod: SIGTERM to its nspawn (the pod's systemd powers off at once),

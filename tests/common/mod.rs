@@ -16,6 +16,8 @@ pub struct Daemon {
     pub child: Child,
     pub socket: PathBuf,
     pub dir: tempfile::TempDir,
+    /// The CNI configs the daemon uses (the cleanup on drop needs them for DEL).
+    pub cni_conf_dir: PathBuf,
 }
 
 impl Daemon {
@@ -25,9 +27,20 @@ impl Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("run/rktlet.sock");
         let child = Self::spawn(&socket, dir.path(), extra);
-        let mut d = Daemon { child, socket, dir };
+        let cni_conf_dir = Self::cni_conf_dir(dir.path(), extra);
+        let mut d = Daemon { child, socket, dir, cni_conf_dir };
         d.wait_ready();
         d
+    }
+
+    /// The `--cni-conf-dir` among `extra`, or the default of [`Daemon::spawn`].
+    pub fn cni_conf_dir(dir: &Path, extra: &[&str]) -> PathBuf {
+        extra
+            .iter()
+            .position(|a| *a == "--cni-conf-dir")
+            .and_then(|i| extra.get(i + 1))
+            .map(PathBuf::from)
+            .unwrap_or_else(|| dir.join("net.d"))
     }
 
     /// Spawns `rktlet serve`; the CNI conf dir defaults to an empty `<dir>/net.d`.
@@ -36,6 +49,10 @@ impl Daemon {
         cmd.arg("serve").arg("--socket").arg(socket).arg("--data-dir").arg(dir.join("data"));
         if !extra.contains(&"--cni-conf-dir") {
             cmd.arg("--cni-conf-dir").arg(dir.join("net.d"));
+        }
+        // tests that are not about the pod pool see every pod cold-started
+        if !extra.contains(&"--pod-pool-size") {
+            cmd.arg("--pod-pool-size").arg("0");
         }
         // a file, not a pipe: nobody reads the log while the daemon runs, and a full pipe would block it
         let log =
@@ -96,7 +113,14 @@ impl Drop for Daemon {
         for state in ["run", "prepare", "embryo"] {
             let Ok(entries) = std::fs::read_dir(data.join("pods").join(state)) else { continue };
             for e in entries.flatten() {
-                let _ = Command::new(BIN).arg("--dir").arg(&data).arg("rm").arg(e.file_name()).status();
+                let _ = Command::new(BIN)
+                    .arg("--dir")
+                    .arg(&data)
+                    .arg("--cni-conf-dir")
+                    .arg(&self.cni_conf_dir)
+                    .arg("rm")
+                    .arg(e.file_name())
+                    .status();
             }
         }
     }

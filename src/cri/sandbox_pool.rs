@@ -1,0 +1,174 @@
+//! RunPodSandbox served from the pod pool (see `crate::pool`): booting pool
+//! pods, and adapting a taken one to the request so that it is the pod a
+//! cold start would have made: same files, same manifest, requested
+//! hostname, DNS, network, cgroup parent, and created at the time of the
+//! request. CNI ADD (the slow step: two Go plugin execs) starts first; the
+//! local steps run meanwhile on a blocking thread.
+
+use super::pod_meta;
+use super::sandbox_run::{
+    Request, boot, cleanup, cni_request, internal, make_log_directory, pod_network, record_network,
+};
+use crate::net::pod as podnet;
+use crate::pod::manifest::PodManifest;
+use crate::pod::{self, Pod, PodState};
+use crate::pool::{self, Member, adapt};
+use crate::runtime::Runtime;
+use crate::stage1::nspawn::PodNet;
+use crate::stage1::rootfs::{Identity, Stage1Root};
+use crate::stage1::sandbox::SandboxArgs;
+use std::time::SystemTime;
+use tonic::Status;
+use uuid::Uuid;
+
+/// Boots one pool pod: pre-made netns, no CNI, pool cgroup parent, low
+/// priority, marked with the pool annotation. Returns it with the CPU time
+/// its boot used (µs).
+pub(crate) async fn boot_member(rt: &Runtime) -> Result<(Member, u64), Status> {
+    let uuid = Uuid::new_v4();
+    let mut manifest = PodManifest::mutable();
+    manifest.set_annotation(pool::POOL_ANNOTATION, pool::fingerprint(rt));
+    let manifest_file = rt.data.tmp().join(format!("{uuid}.pod-manifest"));
+    let bytes = serde_json::to_vec(&manifest).map_err(|e| internal(uuid, "encoding manifest", e))?;
+    crate::fsutil::write_volatile(&manifest_file, &bytes, 0o600).map_err(|e| internal(uuid, "writing manifest", e))?;
+    let booted = async {
+        let netns = podnet::create_netns(uuid).map_err(|e| internal(uuid, "creating network namespace", e))?;
+        let args = SandboxArgs {
+            uuid: Some(uuid),
+            pod_manifest: Some(manifest_file.clone()),
+            net: "default".into(),
+            netns: Some(netns.path().to_path_buf()),
+            cgroup_parent: Some(pool::POOL_PARENT.into()),
+            nice: Some(pool::POOL_NICE),
+            ..Default::default()
+        };
+        boot(rt, uuid, args, None).await?;
+        Ok::<_, Status>(netns.path().to_path_buf())
+    }
+    .await;
+    let _ = std::fs::remove_file(&manifest_file);
+    match booted {
+        Ok(netns) => {
+            let cpu = pool_subcgroup(uuid)
+                .ok()
+                .zip(crate::cgroup::Layout::cached().ok())
+                .and_then(|(sub, layout)| adapt::cpu_micros(layout, &sub))
+                .unwrap_or(0);
+            Ok((Member { uuid, netns }, cpu))
+        }
+        Err(e) => {
+            cleanup(rt, uuid).await;
+            Err(e)
+        }
+    }
+}
+
+fn pool_subcgroup(uuid: Uuid) -> Result<String, String> {
+    crate::cgroup::pod::subcgroup(pool::POOL_PARENT, &uuid.to_string(), false)
+}
+
+/// Why a taken pod was not used.
+enum Unusable {
+    /// It died while waiting: try the next one.
+    Dead(String),
+    /// Adapting it failed: the request cold-starts.
+    Failed(Status),
+}
+
+impl From<Status> for Unusable {
+    fn from(s: Status) -> Self {
+        Unusable::Failed(s)
+    }
+}
+
+/// Serves the request from the pool when it can: a pod network and no
+/// node namespaces (what pool pods are booted with). `None` means cold-start
+/// (pool empty or off, request not eligible, or adaptation failed: the
+/// pool pod is then removed with whatever the attempt made).
+pub(super) async fn serve(rt: &Runtime, req: &Request) -> Option<Uuid> {
+    if req.host_network || req.host_ipc || !rt.pool.enabled() {
+        return None;
+    }
+    loop {
+        let member = rt.pool.take()?;
+        let result = adapt(rt, req, &member).await;
+        let Err(why) = result else { return Some(member.uuid) };
+        rt.pool.discarded();
+        pool::discard(rt, member.uuid).await;
+        match why {
+            Unusable::Dead(e) => tracing::info!(pod = %member.uuid, reason = %e, "pool pod died; taking the next"),
+            Unusable::Failed(e) => {
+                tracing::warn!(pod = %member.uuid, error = %e.message(), "adapting a pool pod failed; cold start");
+                return None;
+            }
+        }
+    }
+}
+
+/// Turns a ready pool pod into the requested one. The manifest rewrite comes
+/// last: until then the pod is still a pool pod to everyone.
+async fn adapt(rt: &Runtime, req: &Request, member: &Member) -> Result<(), Unusable> {
+    let served_at = SystemTime::now();
+    let uuid = member.uuid;
+    let mut pod = Pod::open(&rt.data, &uuid.to_string()).map_err(|e| Unusable::Dead(e.to_string()))?;
+    if pod.state().ok() != Some(PodState::Running) {
+        return Err(Unusable::Dead("not running".into()));
+    }
+    let sandbox = pod.sandbox_pid().ok().flatten().ok_or_else(|| Unusable::Dead("no sandbox pid".into()))?;
+    let pid1 = crate::stage1::inject::pod_pid1(sandbox).map_err(|e| Unusable::Dead(format!("no pod systemd: {e}")))?;
+    let config = &req.config;
+    let net = pod_network(rt)?;
+    make_log_directory(uuid, config)?;
+    let cni = cni_request(rt, uuid, &member.netns, config);
+    let local = {
+        let (pod, req_hostname, parent) =
+            (Pod::at(&rt.data, uuid, pod.dir()), req.hostname.clone(), req.cgroup_parent.clone());
+        let dns = config.dns_config.as_ref().map(crate::net::dns::DnsConfig::from);
+        let netns = member.netns.clone();
+        tokio::task::spawn_blocking(move || adapt_locally(&pod, pid1, &req_hostname, dns.as_ref(), &parent, netns))
+    };
+    let (added, local) = tokio::join!(net.add(&cni), local);
+    local.map_err(|e| internal(uuid, "adapt worker", e))??;
+    let result = added.map_err(|e| internal(uuid, "CNI ADD", e))?;
+    record_network(rt, uuid, &net, &result, &req.hostname)?;
+    adapt::set_created(&pod.path(), served_at).map_err(|e| internal(uuid, "setting the creation time", e))?;
+    let manifest = pod_meta::manifest_from_config(config, false, false, &req.hostname);
+    let _lock = pod.lock_manifest().map_err(|e| internal(uuid, "locking the manifest", e))?;
+    pod.write_manifest(&manifest).map_err(|e| internal(uuid, "writing the manifest", e))?;
+    Ok(())
+}
+
+/// The steps that need no network: hostname, DNS files, runtime-config,
+/// cgroups, priority.
+fn adapt_locally(
+    pod: &Pod,
+    pid1: i32,
+    hostname: &str,
+    dns: Option<&crate::net::dns::DnsConfig>,
+    cgroup_parent: &str,
+    netns: std::path::PathBuf,
+) -> Result<(), Status> {
+    let uuid = pod.uuid();
+    adapt::set_hostname(pid1, hostname).map_err(|e| internal(uuid, "setting the hostname", e))?;
+    let host_resolv = std::fs::read_to_string(crate::net::dns::HOST_RESOLV_CONF).unwrap_or_default();
+    let identity = Identity {
+        machine_id: String::new(),
+        hostname: hostname.to_string(),
+        resolv_conf: crate::net::dns::resolv_conf(dns, &host_resolv),
+        hosts: crate::net::dns::hosts(hostname, &[]),
+    };
+    Stage1Root::new(pod.stage1_rootfs())
+        .write_network_identity(&identity)
+        .map_err(|e| internal(uuid, "writing hostname, hosts and resolv.conf", e))?;
+    let runtime_config = crate::stage1::sandbox::runtime_config(hostname, &PodNet::Netns(netns), false);
+    pod.write_file(pod::RUNTIME_CONFIG_FILE, runtime_config.as_bytes())
+        .map_err(|e| internal(uuid, "writing runtime-config", e))?;
+    let layout = crate::cgroup::Layout::cached().map_err(|e| internal(uuid, "reading the cgroup layout", e))?;
+    let from = pool_subcgroup(uuid).map_err(|e| internal(uuid, "pool cgroup", e))?;
+    let to = crate::cgroup::pod::subcgroup(cgroup_parent, &uuid.to_string(), false)
+        .map_err(|e| internal(uuid, "cgroup parent", e))?;
+    adapt::move_pod(layout, &from, &to).map_err(|e| internal(uuid, "moving the pod to its cgroup parent", e))?;
+    pod.write_file(pod::SUBCGROUP_FILE, to.as_bytes()).map_err(|e| internal(uuid, "writing subcgroup", e))?;
+    let pids = crate::cgroup::pod::PodCgroup::tracking(layout, &from).pids();
+    adapt::renice(&pids).map_err(|e| internal(uuid, "resetting the pod's priority", e))
+}

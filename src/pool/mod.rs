@@ -1,0 +1,445 @@
+//! The pod pool: pods booted ahead of any request, so that RunPodSandbox
+//! adapts one (hostname, DNS files, cgroup move, CNI ADD: about 10 ms)
+//! instead of booting one (about 50 ms). Reference: pod-boot-fast.md §3-5.
+//!
+//! A pool pod is an ordinary rkt pod in `run/` booted with the cold
+//! configuration and a pre-made network namespace, but without CNI, under
+//! the cgroup parent [`POOL_PARENT`], at a low CPU priority, and with the pod
+//! annotation [`POOL_ANNOTATION`] (its value: what it was booted with, see
+//! [`fingerprint`]). That annotation is what keeps it out of ListPodSandbox,
+//! `rktlet list` and gc, and what a restarted daemon finds it by. Taking a
+//! pod rewrites its manifest without the annotation, as the last step, so a
+//! crash in the middle of an adaptation leaves a pool pod that is discarded
+//! on restart (CNI DEL included), never a half-made CRI pod.
+//!
+//! Runs in: the daemon. One refill task boots one pod at a time after a
+//! short pause (requests go first; the boot runs at nice 10); takes are a
+//! mutex pop. The pool only works where the daemon places pods in cgroups
+//! itself and the host has v1 controller hierarchies: a pool pod's systemd
+//! cannot leave its tracking cgroup (unified, `name=systemd`), so it keeps
+//! that one and only its v1 controller cgroups move to the requested parent.
+
+pub mod adapt;
+
+use crate::pod::{Pod, PodDir, PodState};
+use crate::runtime::Runtime;
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use uuid::Uuid;
+
+/// Pod annotation of a pool pod not taken yet; its value is the
+/// [`fingerprint`] of the daemon that booted it.
+pub const POOL_ANNOTATION: &str = "rktlet.io/pool";
+/// cgroup parent of pool pods while they wait.
+pub const POOL_PARENT: &str = "rktlet-pool";
+/// Nice value of a pool pod while it boots and waits.
+pub const POOL_NICE: i32 = 10;
+/// After a take, the refill waits this long, so a burst of requests is
+/// served (from the pool or cold) before a background boot competes.
+const REFILL_PAUSE: Duration = Duration::from_millis(50);
+/// First and longest wait after a failed pool boot.
+const RETRY_MIN: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// A booted pool pod, ready to be taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub uuid: Uuid,
+    /// Its network namespace (made before boot, no interface but `lo`).
+    pub netns: PathBuf,
+}
+
+#[derive(Debug, Default)]
+struct Members {
+    ready: VecDeque<Member>,
+    booting: usize,
+    closed: bool,
+}
+
+/// Counters of what the pool did, since the daemon started.
+#[derive(Debug, Default)]
+struct Counters {
+    takes: AtomicU64,
+    misses: AtomicU64,
+    discarded: AtomicU64,
+    boots: AtomicU64,
+    boot_failures: AtomicU64,
+    boot_micros: AtomicU64,
+    boot_cpu_micros: AtomicU64,
+}
+
+/// The pool's state; the refill task and RunPodSandbox share it.
+#[derive(Debug)]
+pub struct Pool {
+    size: usize,
+    /// Why the pool is off although a size was configured.
+    disabled: Option<String>,
+    members: Mutex<Members>,
+    wake: tokio::sync::Notify,
+    counters: Counters,
+}
+
+/// Memory of the idle pool pods, summed over their processes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IdleMemory {
+    pub pods: usize,
+    pub processes: usize,
+    pub rss_kib: u64,
+    pub pss_kib: u64,
+    /// Pages no other process shares: what removing the pods would free.
+    pub private_kib: u64,
+}
+
+/// What `Status` (verbose) and the metrics report about the pool.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolInfo {
+    pub size: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disabled: Option<String>,
+    pub ready: usize,
+    pub booting: usize,
+    pub takes: u64,
+    /// Requests that found the pool empty and cold-started.
+    pub misses: u64,
+    /// Pool pods found dead or failing to adapt, thrown away.
+    pub discarded: u64,
+    pub boots: u64,
+    pub boot_failures: u64,
+    /// Mean boot time of a pool pod (launch to ready), ms.
+    pub boot_ms_mean: f64,
+    /// Mean CPU time one pool boot used (nspawn and the pod's systemd), ms.
+    pub boot_cpu_ms_mean: f64,
+}
+
+impl Pool {
+    /// A pool of `size` pods, or an empty one with the reason when this
+    /// host or mode cannot use one.
+    pub fn new(size: usize, rt_config: &crate::config::Config, host: &crate::stage1::host::Host) -> Self {
+        let disabled = if size == 0 {
+            None
+        } else if rt_config.exec_mode {
+            Some("exec mode starts every pod through the CLI".to_string())
+        } else if host.pid1_is_systemd {
+            Some("pods are placed by systemd-run on this host; a pool pod cannot change units".to_string())
+        } else {
+            match crate::cgroup::Layout::cached() {
+                Ok(l) if !crate::cgroup::pod::PodCgroup::controllers(l, "").dirs.is_empty() => None,
+                Ok(_) => Some("no cgroup v1 controller hierarchy: a pool pod could not be moved".to_string()),
+                Err(e) => Some(format!("cannot read the cgroup layout: {e}")),
+            }
+        };
+        Pool {
+            size: if disabled.is_some() { 0 } else { size },
+            disabled,
+            members: Mutex::new(Members::default()),
+            wake: tokio::sync::Notify::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.size > 0
+    }
+
+    /// Takes the oldest ready pod (and wakes the refill), or counts a miss.
+    pub fn take(&self) -> Option<Member> {
+        if !self.enabled() {
+            return None;
+        }
+        let taken = self.members.lock().ok().and_then(|mut m| if m.closed { None } else { m.ready.pop_front() });
+        let counter = if taken.is_some() { &self.counters.takes } else { &self.counters.misses };
+        counter.fetch_add(1, Ordering::Relaxed);
+        self.wake.notify_one();
+        taken
+    }
+
+    /// Counts a taken pod that could not be used (dead, or its adaptation failed).
+    pub fn discarded(&self) {
+        self.counters.discarded.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn info(&self) -> PoolInfo {
+        let (ready, booting) = self.members.lock().map(|m| (m.ready.len(), m.booting)).unwrap_or_default();
+        let c = &self.counters;
+        let boots = c.boots.load(Ordering::Relaxed);
+        let mean = |total: &AtomicU64| {
+            if boots == 0 { 0.0 } else { total.load(Ordering::Relaxed) as f64 / boots as f64 / 1000.0 }
+        };
+        PoolInfo {
+            size: self.size,
+            disabled: self.disabled.clone(),
+            ready,
+            booting,
+            takes: c.takes.load(Ordering::Relaxed),
+            misses: c.misses.load(Ordering::Relaxed),
+            discarded: c.discarded.load(Ordering::Relaxed),
+            boots,
+            boot_failures: c.boot_failures.load(Ordering::Relaxed),
+            boot_ms_mean: mean(&c.boot_micros),
+            boot_cpu_ms_mean: mean(&c.boot_cpu_micros),
+        }
+    }
+
+    /// What the idle pool pods hold in memory now (their processes'
+    /// `smaps_rollup`: nspawn, the pod's systemd, the log writer).
+    pub fn idle_memory(&self) -> IdleMemory {
+        let uuids: Vec<Uuid> =
+            self.members.lock().map(|m| m.ready.iter().map(|x| x.uuid).collect()).unwrap_or_default();
+        let mut mem = IdleMemory { pods: uuids.len(), ..Default::default() };
+        let Ok(layout) = crate::cgroup::Layout::cached() else { return mem };
+        for uuid in uuids {
+            let Ok(sub) = crate::cgroup::pod::subcgroup(POOL_PARENT, &uuid.to_string(), false) else { continue };
+            for pid in crate::cgroup::pod::PodCgroup::tracking(layout, &sub).pids() {
+                let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")) else { continue };
+                let kib = |f: &str| crate::fsutil::kib_field(&text, f).unwrap_or(0);
+                mem.processes += 1;
+                mem.rss_kib += kib("Rss:");
+                mem.pss_kib += kib("Pss:");
+                mem.private_kib += kib("Private_Clean:") + kib("Private_Dirty:");
+            }
+        }
+        mem
+    }
+
+    /// Room for one more boot: reserves it.
+    fn reserve_boot(&self) -> Option<bool> {
+        let mut m = self.members.lock().ok()?;
+        if m.closed {
+            return None;
+        }
+        if m.ready.len() + m.booting >= self.size {
+            return Some(false);
+        }
+        m.booting += 1;
+        Some(true)
+    }
+
+    /// Ends a reserved boot; returns the member back if the pool closed meanwhile.
+    fn boot_done(&self, member: Option<Member>) -> Option<Member> {
+        let Ok(mut m) = self.members.lock() else { return member };
+        m.booting = m.booting.saturating_sub(1);
+        match member {
+            Some(x) if !m.closed && m.ready.len() < self.size => {
+                m.ready.push_back(x);
+                None
+            }
+            other => other,
+        }
+    }
+
+    /// Stops refilling and hands out every ready member (for draining).
+    fn close(&self) -> Vec<Member> {
+        let drained = self.members.lock().map(|mut m| {
+            m.closed = true;
+            m.ready.drain(..).collect()
+        });
+        self.wake.notify_one();
+        drained.unwrap_or_default()
+    }
+}
+
+/// What a pool pod must have been booted with to be usable by this daemon:
+/// the program that built its stage1 and its version.
+pub fn fingerprint(rt: &Runtime) -> String {
+    let program = rt.sandbox_program().map(|p| p.display().to_string()).unwrap_or_default();
+    format!("{}@{program}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The refill task: first re-adopts (or discards) the pool pods a previous
+/// daemon left, then keeps the pool full until [`drain`] closes it.
+pub async fn refill(rt: Arc<Runtime>) {
+    if let Some(why) = &rt.pool.disabled {
+        tracing::warn!(size = rt.config.pod_pool_size, reason = %why, "pod pool disabled");
+    }
+    if let Err(e) = readopt(&rt).await {
+        tracing::warn!(error = %e, "cannot look for pool pods of a previous run");
+    }
+    let pool = &rt.pool;
+    if !pool.enabled() {
+        return;
+    }
+    let mut retry = RETRY_MIN;
+    loop {
+        match pool.reserve_boot() {
+            None => return,
+            Some(false) => {
+                pool.wake.notified().await;
+                tokio::time::sleep(REFILL_PAUSE).await;
+                continue;
+            }
+            Some(true) => {}
+        }
+        let started = std::time::Instant::now();
+        let booted = crate::cri::sandbox_pool::boot_member(&rt).await;
+        let member = match booted {
+            Ok((member, cpu_micros)) => {
+                let c = &pool.counters;
+                c.boots.fetch_add(1, Ordering::Relaxed);
+                c.boot_micros.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                c.boot_cpu_micros.fetch_add(cpu_micros, Ordering::Relaxed);
+                retry = RETRY_MIN;
+                tracing::debug!(pod = %member.uuid, ms = started.elapsed().as_millis(), "pool pod ready");
+                Some(member)
+            }
+            Err(e) => {
+                pool.counters.boot_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, retry_in = ?retry, "pool pod failed to boot");
+                None
+            }
+        };
+        let failed = member.is_none();
+        if let Some(extra) = pool.boot_done(member) {
+            discard(&rt, extra.uuid).await;
+        }
+        if failed {
+            tokio::time::sleep(retry).await;
+            retry = (retry * 2).min(RETRY_MAX);
+        }
+    }
+}
+
+/// Closes the pool, waits for the refill task, and removes every pool pod.
+pub async fn drain(rt: &Runtime, refill: tokio::task::JoinHandle<()>) {
+    let members = rt.pool.close();
+    let _ = refill.await;
+    let members: Vec<Member> = members.into_iter().chain(rt.pool.close()).collect();
+    if members.is_empty() {
+        return;
+    }
+    tracing::info!(pods = members.len(), "draining the pod pool");
+    futures::future::join_all(members.iter().map(|m| discard(rt, m.uuid))).await;
+    // the pool's parent cgroups go too, unless another daemon's pool pods are in them
+    if let Ok(layout) = crate::cgroup::Layout::cached() {
+        for dir in crate::cgroup::pod::PodCgroup::new(layout, POOL_PARENT).dirs {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// Stops and removes a pool pod with its network namespace.
+pub async fn discard(rt: &Runtime, uuid: Uuid) {
+    let id = uuid.to_string();
+    if let Err(e) = crate::stage1::teardown::remove_pod(&rt.data, &id, Duration::from_secs(5), &rt.net_dirs()).await
+        && !matches!(e.pod_error(), Ok(crate::pod::PodError::NotFound(_)))
+    {
+        tracing::warn!(pod = %uuid, "cannot remove pool pod");
+    }
+}
+
+/// After a restart: pool pods that are alive, were booted by this build and
+/// fit the configured size join the pool; every other one is removed.
+async fn readopt(rt: &Runtime) -> Result<(), crate::pod::PodError> {
+    let wanted = fingerprint(rt);
+    let mut stale = Vec::new();
+    for (uuid, dir) in rt.data.list_pods()? {
+        if dir != PodDir::Run {
+            continue;
+        }
+        let mut pod = Pod::at(&rt.data, uuid, dir);
+        let Ok(manifest) = pod.read_manifest() else { continue };
+        let Some(booted_by) = manifest.annotation(POOL_ANNOTATION) else { continue };
+        let alive = pod.state().ok() == Some(PodState::Running)
+            && crate::stage1::rootfs::Stage1Root::new(pod.stage1_rootfs()).is_ready();
+        let netns = pod.read_file(crate::pod::NETNS_FILE).ok().flatten().map(PathBuf::from);
+        let keep = alive && booted_by == wanted && rt.pool.enabled();
+        let adopted = match netns {
+            Some(netns) if keep => {
+                // a daemon killed mid-boot may not have moved it into its controller cgroups
+                let moved = tokio::task::spawn_blocking(move || adapt::adopt_controllers(POOL_PARENT, uuid)).await;
+                matches!(moved, Ok(Ok(()))) && rt.pool.boot_reserved_or_full(Member { uuid, netns }).is_none()
+            }
+            _ => false,
+        };
+        if adopted {
+            tracing::info!(pod = %uuid, "pool pod of a previous run adopted");
+        } else {
+            stale.push(uuid);
+        }
+    }
+    for uuid in stale {
+        tracing::info!(pod = %uuid, "removing a pool pod of a previous run");
+        discard(rt, uuid).await;
+    }
+    Ok(())
+}
+
+impl Pool {
+    /// Adds an already-booted member if there is room; hands it back otherwise.
+    fn boot_reserved_or_full(&self, member: Member) -> Option<Member> {
+        match self.reserve_boot() {
+            Some(true) => self.boot_done(Some(member)),
+            _ => Some(member),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(size: usize) -> Pool {
+        Pool {
+            size,
+            disabled: None,
+            members: Mutex::new(Members::default()),
+            wake: tokio::sync::Notify::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    fn member() -> Member {
+        Member { uuid: Uuid::new_v4(), netns: "/var/run/netns/x".into() }
+    }
+
+    #[test]
+    fn boots_up_to_the_size_and_takes_in_order() {
+        let p = pool(2);
+        assert_eq!(p.reserve_boot(), Some(true));
+        assert_eq!(p.reserve_boot(), Some(true));
+        assert_eq!(p.reserve_boot(), Some(false), "two boots fill a pool of two");
+        let (a, b) = (member(), member());
+        assert_eq!(p.boot_done(Some(a.clone())), None);
+        assert_eq!(p.boot_done(Some(b.clone())), None);
+        assert_eq!(p.info().ready, 2);
+        assert_eq!(p.take(), Some(a));
+        assert_eq!(p.take(), Some(b));
+        assert_eq!(p.take(), None);
+        let info = p.info();
+        assert_eq!((info.takes, info.misses, info.ready), (2, 1, 0));
+    }
+
+    #[test]
+    fn a_closed_pool_hands_back_what_finishes_booting() {
+        let p = pool(1);
+        assert_eq!(p.reserve_boot(), Some(true));
+        assert!(p.close().is_empty());
+        let m = member();
+        assert_eq!(p.boot_done(Some(m.clone())), Some(m), "the caller must remove it");
+        assert_eq!(p.reserve_boot(), None, "no boots after close");
+        assert_eq!(p.take(), None);
+    }
+
+    #[test]
+    fn readopted_members_do_not_overfill() {
+        let p = pool(1);
+        assert_eq!(p.boot_reserved_or_full(member()), None);
+        let extra = member();
+        assert_eq!(p.boot_reserved_or_full(extra.clone()), Some(extra));
+        assert_eq!(p.info().ready, 1);
+    }
+
+    #[test]
+    fn a_pool_of_zero_never_hands_out_pods() {
+        let p = pool(0);
+        assert!(!p.enabled());
+        assert_eq!(p.take(), None);
+        assert_eq!(p.info().misses, 0, "a disabled pool counts no misses");
+    }
+}

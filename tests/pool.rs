@@ -1,0 +1,361 @@
+//! The pod pool against real pods: a request served from a pre-booted pod
+//! gets what it asked for and behaves like a cold pod; requests the pool
+//! cannot serve cold-start; the pool survives (or is cleaned up after) a
+//! daemon SIGKILL and is drained on shutdown, leaving nothing behind.
+
+mod common;
+
+use common::{BIN, Daemon, TestNetwork, assert_no_leaks, host_network, pod_config, pod_pid1};
+use rktlet::proto::v1 as cri;
+use rktlet::proto::v1::runtime_service_client::RuntimeServiceClient;
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime};
+use tonic::transport::Channel;
+
+type Client = RuntimeServiceClient<Channel>;
+
+/// The pool figures from Status (verbose).
+async fn pool_info(rt: &mut Client) -> serde_json::Value {
+    let st = rt.status(cri::StatusRequest { verbose: true }).await.expect("Status").into_inner();
+    let text = st.info.get("podPool").expect("podPool in verbose info");
+    serde_json::from_str::<serde_json::Value>(text).expect("podPool json")["pool"].clone()
+}
+
+/// Waits until the pool has `n` ready pods.
+async fn wait_pool(rt: &mut Client, n: u64) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let info = pool_info(rt).await;
+        if info["ready"].as_u64() == Some(n) {
+            return info;
+        }
+        assert!(Instant::now() < deadline, "pool did not reach {n} ready pods: {info}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Pods on disk that carry the pool annotation (not taken yet).
+fn pool_pods(data: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(data.join("pods/run"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| std::fs::read_to_string(e.path().join("pod")).is_ok_and(|m| m.contains("rktlet.io/pool")))
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn run(rt: &mut Client, config: &cri::PodSandboxConfig) -> String {
+    common::run_pod(rt, config).await
+}
+
+async fn remove(rt: &mut Client, id: &str) {
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.into() }).await.expect("remove");
+}
+
+fn files_of(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir).expect("pod dir").flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()
+}
+
+fn nice_of(pid: i32) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(16)).unwrap_or("").to_string()
+}
+
+fn in_pod(pid1: i32, script: &str) -> String {
+    let out = std::process::Command::new("nsenter")
+        .args(["-t", &pid1.to_string(), "-u", "-m", "-n", "sh", "-c", script])
+        .output()
+        .expect("nsenter");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Stops the daemon with SIGTERM (which drains the pool) and checks that
+/// nothing of `pods` is left.
+fn stop_and_check(d: &mut Daemon, pods: impl IntoIterator<Item = String>) {
+    let status = d.signal_and_wait(nix::sys::signal::Signal::SIGTERM);
+    assert!(status.success(), "daemon exit: {status}; log: {}", d.log());
+    let data = d.dir.path().join("data");
+    assert!(pool_pods(&data).is_empty(), "pool pods left after shutdown");
+    let pods: Vec<String> = pods.into_iter().collect();
+    assert_no_leaks(&data, &pods);
+}
+
+/// Removes a test's own cgroup parent (deepest first) from every hierarchy.
+fn remove_cgroup_parent(parent: &str) {
+    let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else { return };
+    for h in hierarchies.flatten() {
+        let mut p = parent.to_string();
+        loop {
+            let _ = std::fs::remove_dir(h.path().join(&p));
+            match p.rsplit_once('/') {
+                Some((up, _)) => p = up.to_string(),
+                None => break,
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_pod_gets_what_was_asked_and_runs_containers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let net = TestNetwork::new(dir.path());
+    let conf = net.conf_dir.to_string_lossy().to_string();
+    let mut d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni", "--pod-pool-size", "1"]);
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    wait_pool(&mut rt, 1).await;
+    let waiting = pool_pods(&data);
+    assert_eq!(waiting.len(), 1);
+    let pooled_uuid = waiting.iter().next().cloned().expect("one");
+    // a waiting pool pod is nobody's pod: not listed to kubelet nor by the CLI
+    let listed = rt.list_pod_sandbox(cri::ListPodSandboxRequest::default()).await.expect("list").into_inner();
+    assert!(listed.items.is_empty(), "pool pods must not be listed: {:?}", listed.items);
+    let cli = std::process::Command::new(BIN).arg("--dir").arg(&data).arg("list").output().expect("rktlet list");
+    assert!(!String::from_utf8_lossy(&cli.stdout).contains(&pooled_uuid), "rktlet list shows a pool pod");
+    let idle_pid1 = pod_pid1(&data, &pooled_uuid);
+    assert_eq!(nice_of(idle_pid1), "10", "a waiting pool pod runs at low priority");
+
+    let parent = format!("rktlet-test-{}/pod-pooled", &net.name);
+    let mut config = pod_config("pooled", &[("tier", "web")]);
+    config.dns_config = Some(cri::DnsConfig {
+        servers: vec!["10.96.0.10".into()],
+        searches: vec!["default.svc.cluster.local".into()],
+        options: vec!["ndots:5".into()],
+    });
+    config.linux = Some(cri::LinuxPodSandboxConfig { cgroup_parent: format!("/{parent}"), ..Default::default() });
+    config.log_directory = dir.path().join("logs/pooled").to_string_lossy().into_owned();
+    let asked_at = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).expect("now").as_nanos() as i64;
+    let id = run(&mut rt, &config).await;
+    assert_eq!(id, pooled_uuid, "the request was served by the waiting pool pod");
+    // the next request finds the pool empty: a cold pod, to compare with
+    let mut cold_config = pod_config("cold", &[("tier", "web")]);
+    cold_config.linux = config.linux.clone();
+    cold_config.log_directory = dir.path().join("logs/cold").to_string_lossy().into_owned();
+    let cold = run(&mut rt, &cold_config).await;
+    assert!(!waiting.contains(&cold));
+
+    let st = rt
+        .pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: id.clone(), verbose: true })
+        .await
+        .expect("status")
+        .into_inner();
+    let s = st.status.expect("status");
+    assert_eq!(s.state, cri::PodSandboxState::SandboxReady as i32);
+    assert_eq!(s.metadata.as_ref().map(|m| m.name.as_str()), Some("pooled"));
+    assert_eq!(s.labels.get("tier").map(String::as_str), Some("web"));
+    assert_eq!(s.annotations.get("team").map(String::as_str), Some("rktlet"));
+    assert!(!s.annotations.contains_key("rktlet.io/pool"), "{:?}", s.annotations);
+    assert!(s.created_at >= asked_at, "created at the request ({}), not at the pool boot ({})", asked_at, s.created_at);
+    let ip = s.network.expect("network").ip;
+    assert!(ip.starts_with(&format!("{}.", net.subnet_prefix)), "pod IP {ip} not in {}.0/24", net.subnet_prefix);
+    assert!(Path::new(&config.log_directory).is_dir(), "log directory made");
+
+    // inside: hostname, DNS, hosts with its IP, eth0
+    let pid1 = pod_pid1(&data, &id);
+    let inside = in_pod(pid1, "hostname; cat /etc/resolv.conf /etc/hosts /etc/hostname");
+    assert!(inside.starts_with("pooled\n"), "{inside}");
+    assert!(inside.contains("nameserver 10.96.0.10"), "{inside}");
+    assert!(inside.contains("search default.svc.cluster.local"), "{inside}");
+    assert!(inside.contains(&format!("{ip}\tpooled")), "{inside}");
+    let links = std::fs::read_to_string(format!("/proc/{pid1}/net/dev")).expect("pod net/dev");
+    assert!(links.contains("eth0:"), "{links}");
+    // the requested cgroup parent holds the pod in the controller hierarchies, at normal priority
+    for h in ["memory", "cpu", "pids"] {
+        let procs = std::fs::read_to_string(
+            Path::new("/sys/fs/cgroup").join(h).join(&parent).join(format!("rktlet-{id}")).join("cgroup.procs"),
+        )
+        .unwrap_or_default();
+        assert!(procs.lines().any(|p| p == pid1.to_string()), "pod systemd not in {h}:{parent}: {procs:?}");
+    }
+    assert_eq!(nice_of(pid1), "0");
+
+    // the same files and manifest fields as the cold pod
+    let run_dir = data.join("pods/run");
+    assert_eq!(files_of(&run_dir.join(&id)), files_of(&run_dir.join(&cold)));
+    let manifest = |p: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(run_dir.join(p).join("pod")).expect("manifest")).expect("json")
+    };
+    let names = |m: &serde_json::Value| -> Vec<String> {
+        m["annotations"].as_array().map(|a| a.iter().map(|x| x["name"].to_string()).collect()).unwrap_or_default()
+    };
+    assert_eq!(names(&manifest(&id)), names(&manifest(&cold)));
+
+    // a container with a memory limit runs in it like in a cold pod
+    let image = common::pull_busybox(&d).await;
+    let mut c = common::container_config("web", &image, &["sh", "-c", "echo started; sleep 1000"]);
+    c.linux = Some(cri::LinuxContainerConfig {
+        resources: Some(cri::LinuxContainerResources { memory_limit_in_bytes: 64 << 20, ..Default::default() }),
+        ..Default::default()
+    });
+    let cid = common::create_container(&mut rt, &id, &config, c).await;
+    rt.start_container(cri::StartContainerRequest { container_id: cid.clone() }).await.expect("start");
+    let out = rt
+        .exec_sync(cri::ExecSyncRequest { container_id: cid.clone(), cmd: vec!["hostname".into()], timeout: 10 })
+        .await
+        .expect("ExecSync")
+        .into_inner();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "pooled");
+    let limit = std::fs::read_to_string(
+        Path::new("/sys/fs/cgroup/memory").join(&parent).join(format!("rktlet-{id}/app-0-web/memory.limit_in_bytes")),
+    )
+    .expect("app memory cgroup below the requested parent");
+    assert_eq!(limit.trim(), (64u64 << 20).to_string());
+    let cs = rt
+        .container_status(cri::ContainerStatusRequest { container_id: cid.clone(), verbose: false })
+        .await
+        .expect("container status")
+        .into_inner()
+        .status
+        .expect("status");
+    assert_eq!(cs.state, cri::ContainerState::ContainerRunning as i32);
+
+    remove(&mut rt, &id).await;
+    remove(&mut rt, &cold).await;
+    assert_no_leaks(&data, &[id.clone(), cold.clone()]);
+    assert!(net.allocated().is_empty(), "IPs released");
+    let refilled = wait_pool(&mut rt, 1).await;
+    assert_eq!(refilled["takes"].as_u64(), Some(1), "{refilled}");
+    let all: Vec<String> = pool_pods(&data).into_iter().chain([id, cold]).collect();
+    stop_and_check(&mut d, all);
+    remove_cgroup_parent(&parent);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn requests_beyond_the_pool_cold_start_and_host_network_never_uses_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let net = TestNetwork::new(dir.path());
+    let conf = net.conf_dir.to_string_lossy().to_string();
+    let mut d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni", "--pod-pool-size", "1"]);
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    wait_pool(&mut rt, 1).await;
+    let waiting = pool_pods(&data);
+
+    // a host-network pod first: it must not take the pool pod
+    let host = run(&mut rt, &host_network(pod_config("on-node", &[]))).await;
+    assert!(!waiting.contains(&host));
+    assert_eq!(pool_pods(&data), waiting, "the pool pod is still waiting");
+
+    // three at once: one from the pool, two cold, all in parallel
+    let configs: Vec<cri::PodSandboxConfig> = (0..3).map(|i| pod_config(&format!("burst-{i}"), &[])).collect();
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(d.runtime().await);
+    }
+    let ids: Vec<String> = futures::future::join_all(
+        clients.iter_mut().zip(&configs).map(|(c, config)| async move { run(c, config).await }),
+    )
+    .await;
+    let from_pool = ids.iter().filter(|id| waiting.contains(*id)).count();
+    assert_eq!(from_pool, 1, "exactly one request was served by the pool: {ids:?} / {waiting:?}");
+    let mut ips = BTreeSet::new();
+    for id in &ids {
+        let st = rt
+            .pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: id.clone(), verbose: false })
+            .await
+            .expect("status")
+            .into_inner()
+            .status
+            .expect("status");
+        assert_eq!(st.state, cri::PodSandboxState::SandboxReady as i32);
+        ips.insert(st.network.expect("network").ip);
+    }
+    assert_eq!(ips.len(), 3, "every pod has its own IP: {ips:?}");
+    let listed = rt.list_pod_sandbox(cri::ListPodSandboxRequest::default()).await.expect("list").into_inner();
+    assert_eq!(listed.items.len(), 4, "three pod-network pods and the host-network one");
+
+    for id in ids.iter().chain([&host]) {
+        remove(&mut rt, id).await;
+    }
+    let all: Vec<String> = ids.into_iter().chain([host]).chain(pool_pods(&data)).collect();
+    stop_and_check(&mut d, all);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkill_with_a_full_pool_then_restart_readopts_and_leaks_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let net = TestNetwork::new(dir.path());
+    let conf = net.conf_dir.to_string_lossy().to_string();
+    let flags =
+        |size: &'static str| ["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni", "--pod-pool-size", size];
+    let mut d = Daemon::start(&flags("2"));
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    wait_pool(&mut rt, 2).await;
+    let before = pool_pods(&data);
+    d.signal_and_wait(nix::sys::signal::Signal::SIGKILL);
+    assert_eq!(pool_pods(&data), before, "pool pods outlive the daemon");
+
+    // restarted with room for one: one is adopted, the other removed
+    d.child = Daemon::spawn(&d.socket, d.dir.path(), &flags("1"));
+    d.wait_ready();
+    let mut rt = d.runtime().await;
+    let info = wait_pool(&mut rt, 1).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while pool_pods(&data).len() != 1 {
+        assert!(Instant::now() < deadline, "the extra pool pod was not removed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let after = pool_pods(&data);
+    assert!(after.is_subset(&before), "the kept pod is one of the old ones: {after:?} / {before:?}");
+    assert_eq!(info["boots"].as_u64(), Some(0), "adopted, not booted again: {info}");
+    let removed: Vec<String> = before.difference(&after).cloned().collect();
+    assert_no_leaks(&data, &removed);
+
+    // the adopted pod serves a request
+    let id = run(&mut rt, &pod_config("adopted", &[])).await;
+    assert!(after.contains(&id));
+    remove(&mut rt, &id).await;
+    let all: Vec<String> = before.into_iter().chain(pool_pods(&data)).collect();
+    stop_and_check(&mut d, all);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_pool_pod_is_discarded_and_the_request_cold_starts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let net = TestNetwork::new(dir.path());
+    let conf = net.conf_dir.to_string_lossy().to_string();
+    let mut d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni", "--pod-pool-size", "1"]);
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    wait_pool(&mut rt, 1).await;
+    let dead = pool_pods(&data).into_iter().next().expect("pool pod");
+    let ppid: i32 = std::fs::read_to_string(data.join("pods/run").join(&dead).join("ppid"))
+        .expect("ppid")
+        .trim()
+        .parse()
+        .expect("pid");
+    // nspawn killed: the pod's systemd is orphaned, the pod reads as exited
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(ppid), nix::sys::signal::Signal::SIGKILL).expect("kill");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let id = run(&mut rt, &pod_config("after-death", &[])).await;
+    assert_ne!(id, dead);
+    let info = pool_info(&mut rt).await;
+    assert_eq!(info["discarded"].as_u64(), Some(1), "{info}");
+    assert_no_leaks(&data, std::slice::from_ref(&dead));
+    remove(&mut rt, &id).await;
+    let all: Vec<String> = [id, dead].into_iter().chain(pool_pods(&data)).collect();
+    stop_and_check(&mut d, all);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_of_zero_boots_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let net = TestNetwork::new(dir.path());
+    let conf = net.conf_dir.to_string_lossy().to_string();
+    let mut d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni", "--pod-pool-size", "0"]);
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    let id = run(&mut rt, &pod_config("plain", &[])).await;
+    let info = pool_info(&mut rt).await;
+    assert_eq!((info["size"].as_u64(), info["ready"].as_u64(), info["boots"].as_u64()), (Some(0), Some(0), Some(0)));
+    assert!(pool_pods(&data).is_empty());
+    let pods: Vec<_> = std::fs::read_dir(data.join("pods/run")).expect("run").flatten().collect();
+    assert_eq!(pods.len(), 1, "only the requested pod exists");
+    remove(&mut rt, &id).await;
+    stop_and_check(&mut d, [id]);
+}
