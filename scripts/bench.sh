@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The side-by-side benchmark on a fresh machine (as root): installs what it
-# needs, starts the local test registry, builds rktlet (release), starts two
-# daemons on data dirs of their own (in-process, and --exec-mode: the original
-# rktlet's exec design) and a private containerd (Debian's containerd + runc,
+# needs, starts the local test registry, builds rktlet (release), starts three
+# daemons on data dirs of their own (in-process with cold pod starts; `pool`,
+# the same with a pod pool of 2, measured on pod starts only; and
+# --exec-mode: the original rktlet's exec design) and a private containerd (Debian's containerd + runc,
 # scripts/containerd-baseline.sh; CONTAINERD=0 leaves it out) as a third
 # endpoint; then runs `rktlet bench` against them, one endpoint at a
 # time, and writes docs/bench.{md,json,svg}. Extra arguments go to
@@ -28,7 +29,7 @@ cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   # pods a failed run left behind: the CLI removes them without a daemon
-  for mode in in-process exec-mode; do
+  for mode in in-process pool exec-mode; do
     for state in run prepare embryo; do
       for pod in "$work/$mode/data/pods/$state"/*; do
         [ -e "$pod" ] && "$bin" --dir "$work/$mode/data" rm "$(basename "$pod")" >/dev/null 2>&1 || true
@@ -41,8 +42,10 @@ cleanup() {
 trap cleanup EXIT
 
 endpoints=()
-for mode in in-process exec-mode; do
-  flag=(); [ "$mode" = exec-mode ] && flag=(--exec-mode)
+for mode in in-process pool exec-mode; do
+  flag=(--pod-pool-size 0)
+  [ "$mode" = pool ] && flag=(--pod-pool-size "${POOL_SIZE:-2}")
+  [ "$mode" = exec-mode ] && flag=(--exec-mode)
   rm -f "$work/$mode.sock"
   "$bin" serve --socket "$work/$mode.sock" --data-dir "$work/$mode/data" "${flag[@]}" \
     --log-level warn 2>"$work/$mode.log" &
@@ -53,10 +56,10 @@ if [ "$containerd" = 1 ]; then
   sock=$(./scripts/containerd-baseline.sh start "$work/containerd" "$port" | tail -1)
   endpoints+=(--endpoint "containerd=$sock")
 fi
-for mode in in-process exec-mode; do
+for mode in in-process pool exec-mode; do
   for _ in $(seq 200); do [ -S "$work/$mode.sock" ] && break; sleep 0.05; done
 done
 
-"$bin" bench "${endpoints[@]}" --image "127.0.0.1:$port/busybox:latest" \
+"$bin" bench "${endpoints[@]}" --pods-only pool --image "127.0.0.1:$port/busybox:latest" \
   --pull-image "127.0.0.1:$port/big:latest" --log-dir "$work/logs" --out "$out" "$@"
 echo "wrote $out/bench.md, $out/bench.json, $out/bench.svg"

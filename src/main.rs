@@ -124,6 +124,9 @@ struct BenchArgs {
     /// Write bench.md, bench.json and bench.svg into this directory.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Measure only the pod lifecycle on this endpoint (by NAME; repeatable).
+    #[arg(long)]
+    pods_only: Vec<String>,
 }
 
 fn bench(args: BenchArgs) -> Result<(), String> {
@@ -136,6 +139,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         list_pods: args.list_pods,
         host_network: args.host_network,
         log_dir: args.log_dir,
+        pods_only: args.pods_only,
     };
     let report = runtime()?.block_on(rktlet::bench::run(&opts)).map_err(|e| e.to_string())?;
     let markdown = report.to_markdown();

@@ -269,13 +269,16 @@ async fn bench_harness_measures_both_designs_and_cleans_up() {
     let conf = net.conf_dir.display().to_string();
     let d = Daemon::start(&["--cni-conf-dir", &conf]);
     let x = ExecDaemon::start(&d, &net.conf_dir);
+    // a third daemon with a pod pool, measured on pod starts only
+    let pool = Daemon::start(&["--cni-conf-dir", &conf, "--pod-pool-size", "1"]);
     let registry = &common::registry::registry().main;
     let out = scratch.path().join("out");
     let run = Command::new(BIN)
         .arg("bench")
         .arg(format!("--endpoint=in-process={}", d.socket.display()))
         .arg(format!("--endpoint=exec-mode=unix://{}", x.socket.display()))
-        .args(["--rounds", "1", "--list-pods", "2"])
+        .arg(format!("--endpoint=pool={}", pool.socket.display()))
+        .args(["--pods-only", "pool", "--rounds", "2", "--list-pods", "2"])
         .arg(format!("--image={registry}/busybox:latest"))
         .arg(format!("--pull-image={registry}/cfg:latest"))
         .arg("--log-dir")
@@ -325,6 +328,12 @@ async fn bench_harness_measures_both_designs_and_cleans_up() {
         assert!(mem["pod_processes"].as_f64().is_some_and(|v| v >= 2.0), "{endpoint}: {mem}");
     }
     assert!(stdout.contains("exec-mode / in-process (p50)"), "{stdout}");
+    // the pool endpoint: pod starts only, each one a take (the bench spaces them), and what the pool costs
+    assert_eq!(json["results"]["RunPodSandbox"]["pool"]["n"].as_u64(), Some(2), "{json}");
+    assert!(json["results"]["CreateContainer"]["pool"].is_null(), "pods only: {json}");
+    let note = json["context"]["pool note"].as_str().unwrap_or_default();
+    assert!(note.starts_with("pod pool of 1: 2 takes, 0 misses"), "{note}");
+    assert!(note.contains("MiB private"), "{note}");
     assert_eq!(std::fs::read_to_string(out.join("bench.md")).expect("bench.md"), stdout);
     let svg = std::fs::read_to_string(out.join("bench.svg")).expect("bench.svg");
     assert!(svg.starts_with("<svg") && svg.contains("ListContainers (2 pods)"), "{svg}");
