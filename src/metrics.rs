@@ -102,6 +102,28 @@ impl Metrics {
         out.push_str("# HELP rktlet_image_store_bytes Bytes used by the image store.\n");
         out.push_str("# TYPE rktlet_image_store_bytes gauge\n");
         let _ = writeln!(out, "rktlet_image_store_bytes {}", live.store_bytes);
+        let p = &live.pool;
+        for (name, kind, help, value) in [
+            ("rktlet_pod_pool_size", "gauge", "Configured pod pool size (0: off).", p.size as f64),
+            ("rktlet_pod_pool_ready", "gauge", "Pool pods booted and waiting.", p.ready as f64),
+            ("rktlet_pod_pool_takes_total", "counter", "Pod starts served from the pool.", p.takes as f64),
+            ("rktlet_pod_pool_misses_total", "counter", "Pod starts that found the pool empty.", p.misses as f64),
+            (
+                "rktlet_pod_pool_discarded_total",
+                "counter",
+                "Pool pods found dead or failing to adapt.",
+                p.discarded as f64,
+            ),
+            ("rktlet_pod_pool_boots_total", "counter", "Pool pods booted.", p.boots as f64),
+            (
+                "rktlet_pod_pool_boot_cpu_seconds_total",
+                "counter",
+                "CPU time the pool's boots used.",
+                p.boot_cpu_ms_mean * p.boots as f64 / 1e3,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        }
         out
     }
 }
@@ -112,6 +134,7 @@ struct Live {
     pods: BTreeMap<String, u64>,
     containers: BTreeMap<String, u64>,
     store_bytes: u64,
+    pool: crate::pool::PoolInfo,
 }
 
 async fn live(rt: &Runtime) -> Live {
@@ -131,6 +154,7 @@ async fn live(rt: &Runtime) -> Live {
         }
     }
     l.store_bytes = tokio::task::block_in_place(|| rt.images.usage().0);
+    l.pool = rt.pool.info();
     l
 }
 

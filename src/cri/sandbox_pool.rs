@@ -2,8 +2,12 @@
 //! pods, and adapting a taken one to the request so that it is the pod a
 //! cold start would have made: same files, same manifest, requested
 //! hostname, DNS, network, cgroup parent, and created at the time of the
-//! request. CNI ADD (the slow step: two Go plugin execs) starts first; the
-//! local steps run meanwhile on a blocking thread.
+//! request. The network's identity-free plugins (bridge with host-local:
+//! the slow part, two Go execs and iptables for masquerading) run while the
+//! pool pod boots, with the pod's uuid as the container id it keeps; a take
+//! runs the rest of the chain (portmap with the pod's port mappings) with
+//! the pod's identity, started first, and the local steps meanwhile on a
+//! blocking thread.
 
 use super::pod_meta;
 use super::sandbox_run::{
@@ -42,8 +46,10 @@ pub(crate) async fn boot_member(rt: &Runtime) -> Result<(Member, u64), Status> {
             nice: Some(pool::POOL_NICE),
             ..Default::default()
         };
-        boot(rt, uuid, args, None).await?;
-        Ok::<_, Status>(netns.path().to_path_buf())
+        let netns = netns.path().to_path_buf();
+        let (booted, ()) = tokio::join!(boot(rt, uuid, args, None), prewire(rt, uuid, &netns));
+        booted?;
+        Ok::<_, Status>(netns)
     }
     .await;
     let _ = std::fs::remove_file(&manifest_file);
@@ -60,6 +66,21 @@ pub(crate) async fn boot_member(rt: &Runtime) -> Result<(Member, u64), Status> {
             cleanup(rt, uuid).await;
             Err(e)
         }
+    }
+}
+
+/// Runs the identity-free head of the pod network's plugin chain (e.g.
+/// bridge + host-local, not portmap) while the pool pod boots, so a take
+/// only runs the rest with the pod's identity and port mappings. Without a
+/// network config yet, or with nothing identity-free, the take runs all.
+async fn prewire(rt: &Runtime, uuid: Uuid, netns: &std::path::Path) {
+    let Ok(net) = pod_network(rt) else { return };
+    let n = net.identity_free_prefix();
+    if n == 0 {
+        return;
+    }
+    if let Err(e) = net.add_prefix(&podnet::request(&rt.data, uuid, netns), n).await {
+        tracing::warn!(pod = %uuid, error = %e, "cannot wire the pool pod's network ahead; its take will");
     }
 }
 
@@ -127,7 +148,22 @@ async fn adapt(rt: &Runtime, req: &Request, member: &Member) -> Result<(), Unusa
         let netns = member.netns.clone();
         tokio::task::spawn_blocking(move || adapt_locally(&pod, pid1, &req_hostname, dns.as_ref(), &parent, netns))
     };
-    let (added, local) = tokio::join!(net.add(&cni), local);
+    let t0 = std::time::Instant::now();
+    let micros = move || u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let added = async {
+        let r = match net.prefix_done(&cni) {
+            Some((from, prev)) => net.add_from(&cni, from, Some(prev)).await,
+            None => net.add(&cni).await,
+        };
+        tracing::debug!(pod = %uuid, micros = micros(), "pool pod: CNI ADD done");
+        r
+    };
+    let local = async {
+        let r = local.await;
+        tracing::debug!(pod = %uuid, micros = micros(), "pool pod: local steps done");
+        r
+    };
+    let (added, local) = tokio::join!(added, local);
     local.map_err(|e| internal(uuid, "adapt worker", e))??;
     let result = added.map_err(|e| internal(uuid, "CNI ADD", e))?;
     record_network(rt, uuid, &net, &result, &req.hostname)?;
@@ -135,6 +171,7 @@ async fn adapt(rt: &Runtime, req: &Request, member: &Member) -> Result<(), Unusa
     let manifest = pod_meta::manifest_from_config(config, false, false, &req.hostname);
     let _lock = pod.lock_manifest().map_err(|e| internal(uuid, "locking the manifest", e))?;
     pod.write_manifest(&manifest).map_err(|e| internal(uuid, "writing the manifest", e))?;
+    tracing::debug!(pod = %uuid, micros = micros(), "pool pod adapted");
     Ok(())
 }
 

@@ -427,3 +427,49 @@ async fn shipped_default_conflist_works() {
     pod.del().await;
     assert!(!iptables_mentions(&pod.req.container_id));
 }
+
+#[test]
+fn identity_free_prefix_stops_at_the_first_plugin_that_needs_the_pod() {
+    let tn = TestNet::new();
+    let portmap = r#",{"type":"portmap","capabilities":{"portMappings":true},"snat":true}"#;
+    assert_eq!(tn.network(&tn.conflist(portmap), vec![CNI_BIN.into()]).identity_free_prefix(), 1);
+    assert_eq!(tn.network(&tn.conflist(""), vec![CNI_BIN.into()]).identity_free_prefix(), 1);
+    // an IPAM that records the pod's name, or a declared capability, stops the prefix at once
+    let whereabouts = tn.conflist("").replace("host-local", "whereabouts");
+    assert_eq!(tn.network(&whereabouts, vec![CNI_BIN.into()]).identity_free_prefix(), 0);
+    let with_caps = tn.conflist("").replace(r#""type":"bridge","#, r#""type":"bridge","capabilities":{"mac":true},"#);
+    assert_eq!(tn.network(&with_caps, vec![CNI_BIN.into()]).identity_free_prefix(), 0);
+}
+
+#[tokio::test]
+async fn a_prefix_added_ahead_is_completed_with_the_pods_port_mappings() {
+    let tn = TestNet::new();
+    let portmap = r#",{"type":"portmap","capabilities":{"portMappings":true},"snat":true}"#;
+    let net = tn.network(&tn.conflist(portmap), vec![CNI_BIN.into()]);
+    let cache = tn.dir.path().join("cache");
+    let mut pod = TestPod::new(&net, &cache);
+    // ahead: no identity, no port mappings
+    let mut ahead = pod.req.clone();
+    (ahead.pod_name, ahead.pod_namespace, ahead.pod_uid) = (String::new(), String::new(), String::new());
+    pod.added = true;
+    net.add_prefix(&ahead, 1).await.expect("prefix ADD");
+    assert_eq!(tn.allocated().len(), 1, "the bridge's IPAM ran ahead");
+    let (from, prev) = net.prefix_done(&pod.req).expect("prefix recorded");
+    assert_eq!(from, 1);
+    // another config (same name) must not continue it
+    let other = tn.network(&tn.conflist_masq(portmap, false), vec![CNI_BIN.into()]);
+    assert!(other.prefix_done(&pod.req).is_none(), "a changed config does not reuse the prefix");
+
+    let host_port = 21000 + (std::process::id() % 20000) as u16;
+    pod.req.port_mappings =
+        vec![PortMapping { host_port, container_port: 8080, protocol: Protocol::Tcp, host_ip: String::new() }];
+    let result = net.add_from(&pod.req, from, Some(prev)).await.expect("rest of the chain");
+    let ip = result.pod_ip().expect("pod IP");
+    assert!(ip.to_string().starts_with(&tn.net24), "{ip}");
+    assert!(net.prefix_done(&pod.req).is_none(), "the cache now holds the whole chain");
+    let _server = PodServer::start(&pod.netns, SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 8080));
+    assert_eq!(fetch(SocketAddr::new(IpAddr::V4(host_ipv4()), host_port)).expect("hostPort"), "pod");
+    pod.del().await;
+    assert!(tn.allocated().is_empty());
+    assert!(!iptables_mentions(&pod.req.container_id));
+}

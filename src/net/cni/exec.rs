@@ -132,9 +132,30 @@ struct CacheEntry {
     network_name: String,
     capability_args: Map<String, Value>,
     result: Value,
+    /// Set while only the first plugins ran (a pool pod wired ahead of its
+    /// request, see [`Network::add_prefix`]): how many, and the digest of
+    /// the config they ran with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    prefix: Option<Prefix>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Prefix {
+    plugins: usize,
+    config_sha256: String,
 }
 
 const CACHE_KIND: &str = "cniCacheV1";
+
+/// Plugin types that read neither the pod's identity (`K8S_POD_*` in
+/// CNI_ARGS) nor runtime config they did not declare a capability for, so
+/// they may run before a pod is known. IPAM is checked separately.
+const IDENTITY_FREE_PLUGINS: [&str; 10] =
+    ["bridge", "ptp", "macvlan", "ipvlan", "vlan", "host-device", "loopback", "tuning", "sbr", "vrf"];
+/// IPAM types that allocate by container id only (whereabouts, for one,
+/// records the pod's name).
+const IDENTITY_FREE_IPAM: [&str; 2] = ["host-local", "static"];
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Command {
@@ -186,9 +207,77 @@ impl Network {
     /// Runs ADD through the chain and caches the result in `req.cache_dir`.
     /// On failure, DEL runs for the whole chain so nothing is left behind.
     pub async fn add(&self, req: &CniRequest) -> Result<CniResult, CniError> {
-        let caps = req.capability_args();
+        self.add_from(req, 0, None).await
+    }
+
+    /// How many leading plugins may run before the pod's identity and
+    /// capability arguments are known: identity-free types with an
+    /// identity-free IPAM (or none) that declare no capability.
+    pub fn identity_free_prefix(&self) -> usize {
+        self.config
+            .plugin_json
+            .iter()
+            .take_while(|p| {
+                let kind = p.get("type").and_then(Value::as_str).unwrap_or_default();
+                let ipam = p.get("ipam").and_then(|i| i.get("type")).and_then(Value::as_str);
+                let caps = p.get("capabilities").and_then(Value::as_object);
+                IDENTITY_FREE_PLUGINS.contains(&kind)
+                    && ipam.is_none_or(|t| IDENTITY_FREE_IPAM.contains(&t))
+                    && caps.is_none_or(|c| c.values().all(|v| v == &Value::Bool(false)))
+            })
+            .count()
+    }
+
+    fn config_sha256(&self) -> String {
+        use sha2::Digest;
+        sha2::Sha256::digest(&self.config.bytes).iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Runs ADD for the first `n` plugins (see [`Self::identity_free_prefix`])
+    /// and caches their result, marked as a prefix, so DEL works from here on
+    /// and [`Self::prefix_done`] finds it. On failure they are undone.
+    pub async fn add_prefix(&self, req: &CniRequest, n: usize) -> Result<(), CniError> {
+        let caps = Map::new();
         let mut prev: Option<Value> = None;
-        for i in 0..self.config.plugin_json.len() {
+        for i in 0..n.min(self.config.plugin_json.len()) {
+            match self.run_plugin(i, Command::Add, req, prev.as_ref(), &caps).await {
+                Ok(result) => prev = Some(result),
+                Err(e) => {
+                    if let Err(undo) = self.del_chain(req, prev.as_ref(), &caps).await {
+                        tracing::warn!(network = self.name(), error = %undo, "CNI DEL after a failed ADD failed too");
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let entry = CacheEntry {
+            kind: CACHE_KIND.into(),
+            container_id: req.container_id.clone(),
+            if_name: req.ifname.clone(),
+            network_name: self.name().into(),
+            capability_args: caps,
+            result: prev.unwrap_or(Value::Null),
+            prefix: Some(Prefix { plugins: n, config_sha256: self.config_sha256() }),
+        };
+        self.write_cache(req, &entry)
+    }
+
+    /// A prefix [`Self::add_prefix`] ran for `req`'s container with this very
+    /// config: how many plugins and their result, to go on from.
+    pub fn prefix_done(&self, req: &CniRequest) -> Option<(usize, Value)> {
+        let entry = self.read_cache(req).ok()??;
+        let prefix = entry.prefix?;
+        (entry.network_name == self.name() && prefix.config_sha256 == self.config_sha256())
+            .then_some((prefix.plugins, entry.result))
+    }
+
+    /// Runs ADD from plugin `from` on, with `prev` as the result so far, and
+    /// caches the whole chain's result. On failure, DEL runs for the whole
+    /// chain.
+    pub async fn add_from(&self, req: &CniRequest, from: usize, prev: Option<Value>) -> Result<CniResult, CniError> {
+        let caps = req.capability_args();
+        let mut prev = prev;
+        for i in from..self.config.plugin_json.len() {
             match self.run_plugin(i, Command::Add, req, prev.as_ref(), &caps).await {
                 Ok(result) => prev = Some(result),
                 Err(e) => {
@@ -214,6 +303,7 @@ impl Network {
             network_name: self.name().into(),
             capability_args: caps,
             result: raw,
+            prefix: None,
         };
         self.write_cache(req, &entry)?;
         tracing::debug!(network = self.name(), container = %req.container_id, ip = ?result.pod_ip(), "CNI ADD done");
