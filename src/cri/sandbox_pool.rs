@@ -141,15 +141,17 @@ async fn adapt(rt: &Runtime, req: &Request, member: &Member) -> Result<(), Unusa
     let net = pod_network(rt)?;
     make_log_directory(uuid, config)?;
     let cni = cni_request(rt, uuid, &member.netns, config);
-    let local = {
-        let (pod, req_hostname, parent) =
-            (Pod::at(&rt.data, uuid, pod.dir()), req.hostname.clone(), req.cgroup_parent.clone());
-        let dns = config.dns_config.as_ref().map(crate::net::dns::DnsConfig::from);
-        let netns = member.netns.clone();
-        tokio::task::spawn_blocking(move || adapt_locally(&pod, pid1, &req_hostname, dns.as_ref(), &parent, netns))
-    };
     let t0 = std::time::Instant::now();
     let micros = move || u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let cgroups = {
+        let (pod, parent) = (Pod::at(&rt.data, uuid, pod.dir()), req.cgroup_parent.clone());
+        tokio::task::spawn_blocking(move || adapt_cgroups(&pod, &parent))
+    };
+    let identity = {
+        let (pod, hostname, netns) = (Pod::at(&rt.data, uuid, pod.dir()), req.hostname.clone(), member.netns.clone());
+        let dns = config.dns_config.as_ref().map(crate::net::dns::DnsConfig::from);
+        tokio::task::spawn_blocking(move || adapt_identity(&pod, pid1, &hostname, dns.as_ref(), netns))
+    };
     let added = async {
         let r = match net.prefix_done(&cni) {
             Some((from, prev)) => net.add_from(&cni, from, Some(prev)).await,
@@ -159,9 +161,12 @@ async fn adapt(rt: &Runtime, req: &Request, member: &Member) -> Result<(), Unusa
         r
     };
     let local = async {
-        let r = local.await;
+        let (c, i) = tokio::join!(cgroups, identity);
         tracing::debug!(pod = %uuid, micros = micros(), "pool pod: local steps done");
-        r
+        match (c, i) {
+            (Ok(c), Ok(i)) => Ok(c.and(i)),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        }
     };
     let (added, local) = tokio::join!(added, local);
     local.map_err(|e| internal(uuid, "adapt worker", e))??;
@@ -175,14 +180,12 @@ async fn adapt(rt: &Runtime, req: &Request, member: &Member) -> Result<(), Unusa
     Ok(())
 }
 
-/// The steps that need no network: hostname, DNS files, runtime-config,
-/// cgroups, priority.
-fn adapt_locally(
+/// Hostname, DNS files and runtime-config.
+fn adapt_identity(
     pod: &Pod,
     pid1: i32,
     hostname: &str,
     dns: Option<&crate::net::dns::DnsConfig>,
-    cgroup_parent: &str,
     netns: std::path::PathBuf,
 ) -> Result<(), Status> {
     let uuid = pod.uuid();
@@ -199,7 +202,15 @@ fn adapt_locally(
         .map_err(|e| internal(uuid, "writing hostname, hosts and resolv.conf", e))?;
     let runtime_config = crate::stage1::sandbox::runtime_config(hostname, &PodNet::Netns(netns), false);
     pod.write_file(pod::RUNTIME_CONFIG_FILE, runtime_config.as_bytes())
-        .map_err(|e| internal(uuid, "writing runtime-config", e))?;
+        .map_err(|e| internal(uuid, "writing runtime-config", e))
+}
+
+/// The pod's v1 controller cgroups under the requested parent, and its
+/// normal priority. The first cgroup migration after a quiet spell waits
+/// for an RCU grace period (pod-boot-fast.md §2.5): the slowest local step,
+/// so it runs on a thread of its own.
+fn adapt_cgroups(pod: &Pod, cgroup_parent: &str) -> Result<(), Status> {
+    let uuid = pod.uuid();
     let layout = crate::cgroup::Layout::cached().map_err(|e| internal(uuid, "reading the cgroup layout", e))?;
     let from = pool_subcgroup(uuid).map_err(|e| internal(uuid, "pool cgroup", e))?;
     let to = crate::cgroup::pod::subcgroup(cgroup_parent, &uuid.to_string(), false)
