@@ -270,7 +270,7 @@ async fn bench_harness_measures_both_designs_and_cleans_up() {
     let d = Daemon::start(&["--cni-conf-dir", &conf]);
     let x = ExecDaemon::start(&d, &net.conf_dir);
     // a third daemon with a pod pool, measured on pod starts only
-    let pool = Daemon::start(&["--cni-conf-dir", &conf, "--pod-pool-size", "1"]);
+    let mut pool = Daemon::start(&["--cni-conf-dir", &conf, "--pod-pool-size", "1"]);
     let registry = &common::registry::registry().main;
     let out = scratch.path().join("out");
     let run = Command::new(BIN)
@@ -348,6 +348,8 @@ async fn bench_harness_measures_both_designs_and_cleans_up() {
     assert_no_leaks(&d.dir.path().join("data"), &[]);
     let run_dir = d.dir.path().join("data/pods/run");
     assert_eq!(std::fs::read_dir(&run_dir).map(|d| d.count()).unwrap_or(0), 0, "pods left in {}", run_dir.display());
+    // the pool daemon's idle pod holds an address (wired ahead) until it drains on SIGTERM
+    assert!(pool.signal_and_wait(nix::sys::signal::Signal::SIGTERM).success(), "{}", pool.log());
     assert!(net.allocated().is_empty(), "addresses left: {:?}", net.allocated());
     // the pods' cgroup parents (as kubelet would give) are removed too
     let left: Vec<_> = std::fs::read_dir("/sys/fs/cgroup")
