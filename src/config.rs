@@ -20,6 +20,8 @@ pub enum ConfigError {
     Parse { path: PathBuf, source: toml::de::Error },
     #[error("invalid log level {0:?}: use error, warn, info, debug or trace")]
     LogLevel(String),
+    #[error("invalid log format {0:?}: use text or json")]
+    LogFormat(String),
     #[error("metrics address {0} is not a loopback address: the metrics listener is for the node itself")]
     MetricsAddress(std::net::SocketAddr),
     #[error("pod pool size {0} is above the maximum of {MAX_POD_POOL_SIZE}")]
@@ -34,6 +36,8 @@ pub struct FileConfig {
     pub data_dir: Option<PathBuf>,
     pub rkt_path: Option<PathBuf>,
     pub log_level: Option<String>,
+    /// `text` (human-readable) or `json` (one object per line).
+    pub log_format: Option<String>,
     pub cni_conf_dir: Option<PathBuf>,
     pub cni_bin_dirs: Option<Vec<PathBuf>>,
     pub registry_config: Option<PathBuf>,
@@ -60,6 +64,7 @@ pub struct Config {
     /// The program run as `<rkt> app sandbox`; `None` means this binary itself.
     pub rkt_path: Option<PathBuf>,
     pub log_level: String,
+    pub log_format: String,
     pub cni_conf_dir: PathBuf,
     pub cni_bin_dirs: Vec<PathBuf>,
     pub registry_config: PathBuf,
@@ -82,6 +87,7 @@ impl Default for Config {
             data_dir: DEFAULT_DATA_DIR.into(),
             rkt_path: None,
             log_level: "info".into(),
+            log_format: "text".into(),
             cni_conf_dir: DEFAULT_CNI_CONF_DIR.into(),
             cni_bin_dirs: DEFAULT_CNI_BIN_DIRS.iter().map(PathBuf::from).collect(),
             registry_config: DEFAULT_REGISTRY_CONFIG.into(),
@@ -109,6 +115,9 @@ impl Config {
             if let Some(v) = layer.log_level {
                 c.log_level = v;
             }
+            if let Some(v) = layer.log_format {
+                c.log_format = v;
+            }
             if let Some(v) = layer.cni_conf_dir {
                 c.cni_conf_dir = v;
             }
@@ -131,6 +140,9 @@ impl Config {
         if !["error", "warn", "info", "debug", "trace"].contains(&c.log_level.as_str()) {
             return Err(ConfigError::LogLevel(c.log_level));
         }
+        if !["text", "json"].contains(&c.log_format.as_str()) {
+            return Err(ConfigError::LogFormat(c.log_format));
+        }
         if let Some(a) = c.metrics_address
             && !a.ip().is_loopback()
         {
@@ -141,6 +153,65 @@ impl Config {
         }
         Ok(c)
     }
+}
+
+/// `rktlet config default`: every key of the config file with its default
+/// and what it does (`/etc/rktlet/config.toml`; flags override it).
+pub fn default_toml() -> String {
+    let d = Config::default();
+    let bins: Vec<String> = d.cni_bin_dirs.iter().map(|p| format!("{:?}", p.display().to_string())).collect();
+    format!(
+        r#"# rktlet daemon configuration (rktlet serve --config FILE). Every key is
+# optional; a command-line flag of the same name (dashes for underscores)
+# overrides it. Unknown keys are an error.
+
+# Unix socket kubelet and crictl connect to (--container-runtime-endpoint=unix://...).
+socket = "{socket}"
+
+# rkt data directory: pods/, cas/ (images), locks, CNI result caches.
+# Must be on a filesystem overlayfs can use as upper layer (ext4, xfs, tmpfs).
+data_dir = "{data}"
+
+# Program run as `<rkt> app sandbox` for each pod start. Default: this binary.
+# rkt_path = "/usr/local/bin/rktlet"
+
+# error, warn, info, debug or trace (RUST_LOG overrides).
+log_level = "{log}"
+# text (for people; colours on a terminal) or json (one object per line).
+log_format = "{log_format}"
+
+# CNI: the first valid config (by file name) in cni_conf_dir is the pod
+# network; plugins are looked up in cni_bin_dirs in order.
+cni_conf_dir = "{cni}"
+cni_bin_dirs = [{bins}]
+
+# Registry mirrors and insecure registries (see README); missing file = none.
+registry_config = "{registries}"
+
+# Serve Prometheus metrics at http://ADDRESS/metrics (loopback only). Default: off.
+# metrics_address = "127.0.0.1:9095"
+
+# Pods booted ahead for RunPodSandbox (0 turns the pool off, at most {max_pool}).
+# Each idle pool pod holds about 3-5 MiB of private memory.
+pod_pool_size = {pool}
+
+# Serve every CRI call by exec'ing this binary's rkt-style CLI, as the
+# original rktlet did (for benchmarks only).
+exec_mode = false
+
+# Not settable: the cgroup driver (systemd when the host's PID 1 is systemd,
+# cgroupfs otherwise; kubelet must use the same, RuntimeConfig reports it).
+"#,
+        socket = d.socket.display(),
+        data = d.data_dir.display(),
+        log = d.log_level,
+        log_format = d.log_format,
+        cni = d.cni_conf_dir.display(),
+        bins = bins.join(", "),
+        registries = d.registry_config.display(),
+        max_pool = MAX_POD_POOL_SIZE,
+        pool = d.pod_pool_size,
+    )
 }
 
 #[cfg(test)]
@@ -163,6 +234,19 @@ mod tests {
         assert_eq!(c.pod_pool_size, DEFAULT_POD_POOL_SIZE);
         let flags = FileConfig { pod_pool_size: Some(0), ..Default::default() };
         assert_eq!(Config::resolve(FileConfig::default(), flags).expect("resolve").pod_pool_size, 0);
+    }
+
+    #[test]
+    fn the_default_file_is_the_defaults() {
+        let file: FileConfig = toml::from_str(&default_toml()).expect("the printed default parses");
+        assert_eq!(Config::resolve(file, FileConfig::default()).expect("resolve"), Config::default());
+        // every key the file takes is named in it (commented out or set)
+        for key in ["socket", "data_dir", "rkt_path", "log_level", "cni_conf_dir", "cni_bin_dirs"] {
+            assert!(default_toml().contains(&format!("{key} =")), "{key}");
+        }
+        for key in ["registry_config", "metrics_address", "pod_pool_size", "exec_mode", "log_format"] {
+            assert!(default_toml().contains(&format!("{key} =")), "{key}");
+        }
     }
 
     #[test]

@@ -72,6 +72,24 @@ enum Command {
         #[command(subcommand)]
         command: ImageCommand,
     },
+    /// Check this host for what rktlet needs; every problem found comes with a fix.
+    /// Takes the daemon's flags (or --config) to check the same paths.
+    Doctor {
+        #[command(flatten)]
+        daemon: ServeArgs,
+        /// text or json.
+        #[arg(long, default_value = "text")]
+        format: String,
+    },
+    /// The daemon's configuration file.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print a commented config file with every key at its default.
+    Default,
 }
 
 /// rkt's global flags.
@@ -255,6 +273,9 @@ struct ServeArgs {
     /// Log level: error, warn, info, debug, trace [default: info]. RUST_LOG overrides.
     #[arg(long)]
     log_level: Option<String>,
+    /// Log format: text or json (one object per line) [default: text].
+    #[arg(long)]
+    log_format: Option<String>,
     /// Directory with CNI network configs [default: /etc/cni/net.d].
     #[arg(long)]
     cni_conf_dir: Option<PathBuf>,
@@ -288,6 +309,7 @@ impl ServeArgs {
             data_dir: self.data_dir,
             rkt_path: self.rkt_path,
             log_level: self.log_level,
+            log_format: self.log_format,
             cni_conf_dir: self.cni_conf_dir,
             cni_bin_dirs: (!self.cni_bin_dirs.is_empty()).then_some(self.cni_bin_dirs),
             registry_config: self.registry_config,
@@ -299,17 +321,39 @@ impl ServeArgs {
     }
 }
 
+/// `rktlet doctor`: fails (exit 1) when a check fails.
+fn doctor(args: ServeArgs, format: &str) -> Result<(), String> {
+    let config = args.config().map_err(|e| e.to_string())?;
+    let checks = rktlet::doctor::run(&config);
+    match format {
+        "json" => println!("{}", serde_json::to_string_pretty(&checks).map_err(|e| e.to_string())?),
+        "text" => print!("{}", rktlet::doctor::to_text(&checks)),
+        other => return Err(format!("unknown --format={other}: use text or json")),
+    }
+    let failed = checks.iter().filter(|c| c.outcome == rktlet::doctor::Outcome::Fail).count();
+    if failed > 0 { Err(format!("{failed} check(s) failed; see the fixes above")) } else { Ok(()) }
+}
+
 fn init_logging(level: &str) {
+    init_logging_as(level, "text");
+}
+
+/// Logs to stderr: text (ANSI colours only on a terminal) or JSON lines.
+fn init_logging_as(level: &str, format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("rktlet={level},warn")));
     use std::io::IsTerminal;
-    let ansi = std::io::stderr().is_terminal();
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if format == "json" {
+        builder.json().try_init()
+    } else {
+        builder.with_ansi(std::io::stderr().is_terminal()).try_init()
+    };
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
     let config = args.config().map_err(|e| e.to_string())?;
-    init_logging(&config.log_level);
+    init_logging_as(&config.log_level, &config.log_format);
     let runtime = Runtime::new(config).map_err(|e| e.to_string())?;
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -534,6 +578,14 @@ fn main() -> ExitCode {
             serve(args)
         }
         Command::Info { socket } => info(socket),
+        Command::Doctor { mut daemon, format } => {
+            daemon.data_dir = daemon.data_dir.or(dir);
+            doctor(daemon, &format)
+        }
+        Command::Config(ConfigCommand::Default) => {
+            print!("{}", rktlet::config::default_toml());
+            Ok(())
+        }
         Command::App(AppCommand::Add(args)) => {
             rktlet::cli_app::add(data_dir(dir.clone()).root().to_path_buf(), args).map(|id| println!("{id}"))
         }

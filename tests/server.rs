@@ -142,3 +142,19 @@ fn bad_config_is_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("invalid config file"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_logs_are_one_object_per_line() {
+    let mut d = Daemon::start(&["--log-format", "json"]);
+    let mut rt = d.runtime().await;
+    rt.version(cri::VersionRequest::default()).await.expect("Version");
+    d.signal_and_wait(nix::sys::signal::Signal::SIGTERM);
+    let log = d.log();
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty(), "nothing logged");
+    for line in &lines {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(v["level"].is_string() && v["fields"].is_object(), "{line}");
+    }
+    assert!(lines.iter().any(|l| l.contains("rktlet serving CRI")), "{log}");
+}

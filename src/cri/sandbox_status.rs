@@ -119,6 +119,8 @@ pub async fn pod_sandbox_status(
             "podDir": p.path(),
             "pid": p.sandbox_pid().ok().flatten(),
             "subcgroup": p.read_file(pod::SUBCGROUP_FILE).ok().flatten(),
+            "subcgroupTracking": p.read_file(pod::TRACKING_SUBCGROUP_FILE).ok().flatten(),
+            "sandboxLog": p.path().join(pod::SANDBOX_LOG_FILE),
             "netns": p.read_file(pod::NETNS_FILE).ok().flatten(),
             "hostname": view.manifest.annotation(pod_meta::HOSTNAME),
         });

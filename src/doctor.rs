@@ -1,0 +1,354 @@
+//! `rktlet doctor`: checks a host for what rktlet needs and says how to fix
+//! what is missing. Every check reads the host as the daemon would (same
+//! cgroup layout parser, same CNI loader, same nspawn lookup) and a few try
+//! the real thing (an overlay mount in the data dir).
+
+use crate::config::Config;
+use serde::Serialize;
+use std::fs;
+use std::path::Path;
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Ok,
+    /// Works, with a limit the operator should know about.
+    Warn,
+    /// rktlet cannot run pods (or a part of them) until fixed.
+    Fail,
+}
+
+/// One check: what was looked at, what was found, and the fix if any.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub outcome: Outcome,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn ok(name: &'static str, detail: impl Into<String>) -> Self {
+        Check { name, outcome: Outcome::Ok, detail: detail.into(), fix: None }
+    }
+    fn warn(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Self {
+        Check { name, outcome: Outcome::Warn, detail: detail.into(), fix: Some(fix.into()) }
+    }
+    fn fail(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Self {
+        Check { name, outcome: Outcome::Fail, detail: detail.into(), fix: Some(fix.into()) }
+    }
+}
+
+/// Below this much free space in the data dir a pull of a common image fails.
+const MIN_FREE_BYTES: u64 = 1 << 30;
+
+/// Runs every check against `config` (the daemon's effective configuration).
+pub fn run(config: &Config) -> Vec<Check> {
+    let mut out = vec![kernel_overlay(), namespaces()];
+    out.extend(cgroups());
+    out.push(nspawn());
+    out.push(init_system());
+    out.push(cni(config));
+    out.extend(data_dir(&config.data_dir));
+    out.push(socket(&config.socket));
+    out.push(privileges());
+    out
+}
+
+fn kernel_overlay() -> Check {
+    let fs = fs::read_to_string("/proc/filesystems").unwrap_or_default();
+    if fs.lines().any(|l| l.split_whitespace().last() == Some("overlay")) {
+        Check::ok("kernel: overlayfs", "overlay is a known filesystem")
+    } else {
+        Check::fail(
+            "kernel: overlayfs",
+            "overlay is not in /proc/filesystems: containers' root filesystems are overlay mounts",
+            "modprobe overlay (and add it to /etc/modules-load.d/), or use a kernel with CONFIG_OVERLAY_FS",
+        )
+    }
+}
+
+fn namespaces() -> Check {
+    let missing: Vec<&str> = ["mnt", "uts", "ipc", "net", "pid", "cgroup"]
+        .into_iter()
+        .filter(|ns| !Path::new("/proc/self/ns").join(ns).exists())
+        .collect();
+    if missing.is_empty() {
+        Check::ok("kernel: namespaces", "mnt, uts, ipc, net, pid and cgroup namespaces are available")
+    } else {
+        Check::fail(
+            "kernel: namespaces",
+            format!("missing namespace types: {}", missing.join(", ")),
+            "use a kernel built with CONFIG_NAMESPACES and the missing CONFIG_*_NS options",
+        )
+    }
+}
+
+fn cgroups() -> Vec<Check> {
+    let layout = match crate::cgroup::Layout::read() {
+        Ok(l) => l,
+        Err(e) => return vec![Check::fail("cgroups", format!("cannot read the cgroup layout: {e}"), "mount /proc")],
+    };
+    let mut out = Vec::new();
+    let unified = layout.hierarchies.iter().find(|h| h.is_unified());
+    let v1: Vec<&crate::cgroup::Hierarchy> = layout.hierarchies.iter().filter(|h| !h.is_unified()).collect();
+    let mounted_controllers: Vec<String> =
+        v1.iter().filter(|h| h.mount.is_some()).flat_map(|h| h.controllers.iter().cloned()).collect();
+    let v2_controllers = unified
+        .and_then(|h| h.mount.as_ref())
+        .and_then(|m| fs::read_to_string(m.join("cgroup.controllers")).ok())
+        .unwrap_or_default();
+    let v2 = if v2_controllers.trim().is_empty() { "none".to_string() } else { v2_controllers.trim().to_string() };
+    let kind = if v1.is_empty() {
+        format!("cgroup v2 only (controllers: {v2})")
+    } else {
+        format!("v1 controllers mounted: {}; cgroup2 controllers: {v2}", mounted_controllers.join(","))
+    };
+    let needed = ["cpu", "cpuacct", "memory", "pids"];
+    let missing: Vec<&str> = needed
+        .into_iter()
+        .filter(|c| !mounted_controllers.iter().any(|m| m == c) && !v2_controllers.split_whitespace().any(|v| v == *c))
+        .filter(|c| !(*c == "cpuacct" && v2_controllers.split_whitespace().any(|v| v == "cpu")))
+        .collect();
+    if missing.is_empty() {
+        out.push(Check::ok("cgroups: controllers", format!("{kind}; cpu, memory and pids are usable")));
+    } else {
+        out.push(Check::fail(
+            "cgroups: controllers",
+            format!("{kind}; not mounted: {}: limits and stats need them", missing.join(", ")),
+            "mount the v1 controllers under /sys/fs/cgroup, or enable them in cgroup2's subtree_control",
+        ));
+    }
+    let unmounted: Vec<String> = v1.iter().filter(|h| h.mount.is_none()).map(|h| h.controllers.join(",")).collect();
+    if !unmounted.is_empty() {
+        out.push(Check::warn(
+            "cgroups: unmounted hierarchies",
+            format!("listed in /proc/self/cgroup but mounted nowhere: {}; rktlet skips them", unmounted.join("; ")),
+            "nothing needed; mount them under /sys/fs/cgroup if pods should be placed in them too",
+        ));
+    }
+    if !v1.is_empty() && v1.iter().all(|h| h.mount.is_none()) && unified.is_none() {
+        out.push(Check::fail("cgroups: mounts", "no cgroup hierarchy is mounted", "mount cgroup2 on /sys/fs/cgroup"));
+    }
+    out
+}
+
+fn nspawn() -> Check {
+    let Some(path) = crate::stage1::host::find_in_path("systemd-nspawn") else {
+        return Check::fail(
+            "systemd-nspawn",
+            "not found: every pod is a systemd-nspawn container",
+            "apt-get install systemd-container",
+        );
+    };
+    let version = std::process::Command::new(&path)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.lines().next().map(str::to_string))
+        .unwrap_or_default();
+    let number: Option<u32> = version.split_whitespace().nth(1).and_then(|v| v.trim_start_matches('(').parse().ok());
+    match number {
+        Some(n) if n < 245 => Check::warn(
+            "systemd-nspawn",
+            format!("{} is {version}: rktlet is tested with 252", path.display()),
+            "upgrade systemd-container to 245 or later (--network-namespace-path, --console=pipe)",
+        ),
+        _ => Check::ok("systemd-nspawn", format!("{}: {version}", path.display())),
+    }
+}
+
+fn init_system() -> Check {
+    if crate::stage1::host::pid1_is_systemd(Path::new("/")) {
+        Check::ok(
+            "init system",
+            "PID 1 is systemd: pods run under `systemd-run` units, the cgroup driver is systemd \
+             (tell kubelet --cgroup-driver=systemd); the pod pool is off (a booted pod cannot change units)",
+        )
+    } else {
+        Check::warn(
+            "init system",
+            "PID 1 is not systemd: pods are started detached in their own session and placed in \
+             cgroups by rktlet; the cgroup driver is cgroupfs",
+            "tell kubelet --cgroup-driver=cgroupfs; nothing else is needed",
+        )
+    }
+}
+
+fn cni(config: &Config) -> Check {
+    let dir = &config.cni_conf_dir;
+    let net = match crate::net::cni::default_network(dir) {
+        Ok(n) => n,
+        Err(e) => {
+            return Check::fail(
+                "CNI network",
+                format!("{e}: pods on the pod network cannot start (host-network pods can)"),
+                format!(
+                    "write a conflist into {} (scripts/install.sh installs contrib/cni/10-rktlet.conflist)",
+                    dir.display()
+                ),
+            );
+        }
+    };
+    match net.check_plugins(&config.cni_bin_dirs) {
+        Ok(()) => {
+            Check::ok("CNI network", format!("{} from {}; its plugins are installed", net.name, net.path.display()))
+        }
+        Err(e) => Check::fail(
+            "CNI network",
+            e.to_string(),
+            "apt-get install containernetworking-plugins, or put the plugins into a --cni-bin-dir",
+        ),
+    }
+}
+
+fn data_dir(dir: &Path) -> Vec<Check> {
+    let mut out = Vec::new();
+    if let Err(e) = fs::create_dir_all(dir) {
+        out.push(Check::fail("data dir", format!("cannot create {}: {e}", dir.display()), "run as root"));
+        return out;
+    }
+    out.push(match overlay_works(dir) {
+        Ok(()) => Check::ok("data dir: overlay", format!("an overlay mounts in {}", dir.display())),
+        Err(e) => Check::fail(
+            "data dir: overlay",
+            format!("an overlay mount in {} failed: {e}", dir.display()),
+            "put the data dir (--data-dir) on ext4, xfs or tmpfs; overlay cannot stack on overlay or NFS",
+        ),
+    });
+    match nix::sys::statvfs::statvfs(dir) {
+        Ok(st) => {
+            let free = st.blocks_available() * st.fragment_size();
+            let text = format!("{:.1} GiB free in {}", free as f64 / (1u64 << 30) as f64, dir.display());
+            out.push(if free < MIN_FREE_BYTES {
+                Check::warn("data dir: free space", text, "free space or move --data-dir: image pulls need room")
+            } else {
+                Check::ok("data dir: free space", text)
+            });
+        }
+        Err(e) => out.push(Check::warn("data dir: free space", format!("statvfs: {e}"), "check the filesystem")),
+    }
+    out
+}
+
+/// Mounts a one-layer overlay in a scratch dir under `dir`, then removes it.
+fn overlay_works(dir: &Path) -> std::io::Result<()> {
+    let p = dir.join(format!(".doctor-{}", uuid::Uuid::new_v4().simple()));
+    let result = overlay_in(&p);
+    let _ = fs::remove_dir_all(&p);
+    result
+}
+
+fn overlay_in(p: &Path) -> std::io::Result<()> {
+    for d in ["", "lower", "upper", "work", "merged"] {
+        fs::create_dir(p.join(d))?;
+    }
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        p.join("lower").display(),
+        p.join("upper").display(),
+        p.join("work").display()
+    );
+    let merged = p.join("merged");
+    nix::mount::mount(Some("overlay"), &merged, Some("overlay"), nix::mount::MsFlags::empty(), Some(opts.as_str()))
+        .map_err(std::io::Error::from)?;
+    let written = fs::write(merged.join("probe"), b"x");
+    let _ = nix::mount::umount2(&merged, nix::mount::MntFlags::MNT_DETACH);
+    written
+}
+
+fn socket(path: &Path) -> Check {
+    if !path.exists() {
+        return Check::warn(
+            "CRI socket",
+            format!("{} does not exist: no daemon is serving", path.display()),
+            "start it: rktlet serve (or systemctl start rktlet)",
+        );
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => Check::ok("CRI socket", format!("a daemon accepts connections on {}", path.display())),
+        Err(e) => Check::warn(
+            "CRI socket",
+            format!("{} exists but refuses connections ({e}): a stale socket", path.display()),
+            "start the daemon; it replaces a stale socket",
+        ),
+    }
+}
+
+fn privileges() -> Check {
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    const CAP_SYS_ADMIN: u32 = 21;
+    const CAP_SYS_RESOURCE: u32 = 24;
+    if eff & (1 << CAP_SYS_ADMIN) == 0 {
+        return Check::fail(
+            "privileges",
+            "no CAP_SYS_ADMIN: mounts, namespaces and cgroups need root",
+            "run rktlet as root",
+        );
+    }
+    if eff & (1 << CAP_SYS_RESOURCE) == 0 {
+        return Check::warn(
+            "privileges",
+            "no CAP_SYS_RESOURCE: pods keep the inherited OOM score (a negative oom_score_adj is refused)",
+            "run with CAP_SYS_RESOURCE to let pods outlive their apps under memory pressure",
+        );
+    }
+    Check::ok("privileges", "root with the capabilities rktlet uses")
+}
+
+/// The checks as text, one per line with its fix below.
+pub fn to_text(checks: &[Check]) -> String {
+    let mut out = String::new();
+    for c in checks {
+        let mark = match c.outcome {
+            Outcome::Ok => "ok  ",
+            Outcome::Warn => "warn",
+            Outcome::Fail => "FAIL",
+        };
+        out.push_str(&format!("[{mark}] {}: {}\n", c.name, c.detail));
+        if let Some(fix) = &c.fix {
+            out.push_str(&format!("       fix: {fix}\n"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_host_passes_what_the_tests_need() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let config = Config {
+            data_dir: t.path().join("data"),
+            socket: t.path().join("none.sock"),
+            cni_conf_dir: t.path().join("net.d"),
+            ..Config::default()
+        };
+        let checks = run(&config);
+        let by = |name: &str| checks.iter().find(|c| c.name == name).cloned().expect(name);
+        for ok in ["kernel: overlayfs", "kernel: namespaces", "systemd-nspawn", "data dir: overlay"] {
+            assert_eq!(by(ok).outcome, Outcome::Ok, "{:?}", by(ok));
+        }
+        // an empty CNI dir and no daemon are reported with their fixes
+        let cni = by("CNI network");
+        assert_eq!(cni.outcome, Outcome::Fail);
+        assert!(cni.fix.as_deref().is_some_and(|f| f.contains("conflist")), "{cni:?}");
+        assert_eq!(by("CRI socket").outcome, Outcome::Warn);
+        // the overlay probe left nothing
+        assert_eq!(fs::read_dir(&config.data_dir).expect("data").count(), 0);
+        let text = to_text(&checks);
+        assert!(text.contains("[FAIL] CNI network") && text.contains("fix: write a conflist"), "{text}");
+        let json = serde_json::to_value(&checks).expect("json");
+        assert_eq!(json[0]["outcome"], "ok");
+    }
+}
