@@ -48,7 +48,8 @@ pub async fn info(socket: &Path) -> Result<serde_json::Value, String> {
         .into_iter()
         .map(|c| serde_json::json!({"type": c.r#type, "status": c.status, "reason": c.reason, "message": c.message}))
         .collect();
-    let config = s.info.get("config").and_then(|c| serde_json::from_str::<serde_json::Value>(c).ok());
+    let entry = |k: &str| s.info.get(k).and_then(|c| serde_json::from_str::<serde_json::Value>(c).ok());
+    let (config, pod_pool) = (entry("config"), entry("podPool"));
     Ok(serde_json::json!({
         "version": {
             "version": v.version,
@@ -58,5 +59,6 @@ pub async fn info(socket: &Path) -> Result<serde_json::Value, String> {
         },
         "conditions": conditions,
         "config": config,
+        "podPool": pod_pool,
     }))
 }

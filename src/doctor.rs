@@ -121,6 +121,14 @@ fn cgroups() -> Vec<Check> {
             "mount the v1 controllers under /sys/fs/cgroup, or enable them in cgroup2's subtree_control",
         ));
     }
+    if v1.is_empty() {
+        out.push(Check::warn(
+            "cgroups: limits",
+            "cgroup v2 only: rktlet applies container limits in v1 controller cgroups, so memory, \
+             cpu and pids limits are not enforced on this host yet (stats work)",
+            "boot with systemd.unified_cgroup_hierarchy=0 for a hybrid layout, or accept unenforced limits",
+        ));
+    }
     let unmounted: Vec<String> = v1.iter().filter(|h| h.mount.is_none()).map(|h| h.controllers.join(",")).collect();
     if !unmounted.is_empty() {
         out.push(Check::warn(
@@ -171,7 +179,7 @@ fn init_system() -> Check {
     } else {
         Check::warn(
             "init system",
-            "PID 1 is not systemd: pods are started detached in their own session and placed in \
+            "PID 1 is not systemd: pods are started detached (own process group) and placed in \
              cgroups by rktlet; the cgroup driver is cgroupfs",
             "tell kubelet --cgroup-driver=cgroupfs; nothing else is needed",
         )

@@ -14,6 +14,7 @@ pub mod cli_app;
 pub mod client;
 pub mod config;
 pub mod cri;
+pub mod demo;
 pub mod doctor;
 pub mod exec_mode;
 pub mod fsutil;

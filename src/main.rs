@@ -84,6 +84,19 @@ enum Command {
     /// The daemon's configuration file.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Run the crictl walk-through of docs/crictl.md against a running
+    /// daemon: pull, pod, container, exec, logs, stats, stop, remove.
+    Demo {
+        /// The daemon's socket.
+        #[arg(long, default_value = rktlet::config::DEFAULT_SOCKET)]
+        socket: PathBuf,
+        /// The container's image (needs `sh`).
+        #[arg(long, default_value = "docker.io/library/busybox:latest")]
+        image: String,
+        /// The pod's log directory.
+        #[arg(long, default_value = "/tmp/rktlet-demo")]
+        log_dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -319,6 +332,14 @@ impl ServeArgs {
         };
         Config::resolve(file, flags)
     }
+}
+
+fn demo(socket: &std::path::Path, image: &str, log_dir: &std::path::Path) -> Result<(), String> {
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    tokio.block_on(rktlet::demo::run(socket, image, log_dir, &mut std::io::stdout()))
 }
 
 /// `rktlet doctor`: fails (exit 1) when a check fails.
@@ -582,6 +603,7 @@ fn main() -> ExitCode {
             daemon.data_dir = daemon.data_dir.or(dir);
             doctor(daemon, &format)
         }
+        Command::Demo { socket, image, log_dir } => demo(&socket, &image, &log_dir),
         Command::Config(ConfigCommand::Default) => {
             print!("{}", rktlet::config::default_toml());
             Ok(())

@@ -7,53 +7,11 @@ mod common;
 
 use common::{Daemon, TestNetwork, assert_no_leaks};
 use rktlet::proto::v1 as cri;
-use serde_json::Value;
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-fn doc_json(name: &str) -> Value {
+fn doc(name: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/crictl").join(name);
-    serde_json::from_str(&std::fs::read_to_string(&path).expect("doc file")).expect("doc json")
-}
-
-fn map(v: &Value) -> HashMap<String, String> {
-    v.as_object()
-        .map(|o| o.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect())
-        .unwrap_or_default()
-}
-
-fn text(v: &Value) -> String {
-    v.as_str().unwrap_or_default().to_string()
-}
-
-/// pod.json as crictl reads it (snake_case fields of PodSandboxConfig).
-fn pod_config(v: &Value, log_dir: &str) -> cri::PodSandboxConfig {
-    let m = &v["metadata"];
-    cri::PodSandboxConfig {
-        metadata: Some(cri::PodSandboxMetadata {
-            name: text(&m["name"]),
-            namespace: text(&m["namespace"]),
-            uid: text(&m["uid"]),
-            attempt: m["attempt"].as_u64().unwrap_or(0) as u32,
-        }),
-        hostname: text(&v["hostname"]),
-        log_directory: log_dir.to_string(),
-        labels: map(&v["labels"]),
-        linux: Some(cri::LinuxPodSandboxConfig::default()),
-        ..Default::default()
-    }
-}
-
-/// container.json as crictl reads it.
-fn container_config(v: &Value, image: &str) -> cri::ContainerConfig {
-    cri::ContainerConfig {
-        metadata: Some(cri::ContainerMetadata { name: text(&v["metadata"]["name"]), attempt: 0 }),
-        image: Some(cri::ImageSpec { image: image.to_string(), ..Default::default() }),
-        command: v["command"].as_array().map(|a| a.iter().map(text).collect()).unwrap_or_default(),
-        log_path: text(&v["log_path"]),
-        labels: map(&v["labels"]),
-        ..Default::default()
-    }
+    std::fs::read_to_string(&path).expect("doc file")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -63,9 +21,10 @@ async fn the_crictl_walkthrough_works_step_by_step() {
     let conf = net.conf_dir.to_string_lossy().to_string();
     let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni"]);
     let (mut rt, mut img) = (d.runtime().await, d.images().await);
-    let pod_doc = doc_json("pod.json");
-    let ctr_doc = doc_json("container.json");
-    assert_eq!(text(&ctr_doc["image"]["image"]), "docker.io/library/busybox:latest");
+    let (pod_doc, ctr_doc) = (doc("pod.json"), doc("container.json"));
+    assert_eq!((pod_doc.as_str(), ctr_doc.as_str()), (rktlet::demo::POD_JSON, rktlet::demo::CONTAINER_JSON));
+    let mut ctr_cfg = rktlet::demo::container_config(&ctr_doc).expect("container.json");
+    assert_eq!(ctr_cfg.image.as_ref().map(|i| i.image.as_str()), Some("docker.io/library/busybox:latest"));
     let image = format!("{}/busybox:latest", common::registry::registry().main);
     let log_dir = dir.path().join("logs").to_string_lossy().into_owned();
 
@@ -83,7 +42,9 @@ async fn the_crictl_walkthrough_works_step_by_step() {
     .expect("crictl pull");
 
     // crictl runp pod.json
-    let pod_cfg = pod_config(&pod_doc, &log_dir);
+    let mut pod_cfg = rktlet::demo::pod_config(&pod_doc).expect("pod.json");
+    assert_eq!(pod_cfg.log_directory, "/tmp/rktlet-demo");
+    pod_cfg.log_directory = log_dir.clone();
     let pod = common::run_pod(&mut rt, &pod_cfg).await;
 
     // crictl inspectp POD
@@ -96,7 +57,9 @@ async fn the_crictl_walkthrough_works_step_by_step() {
     assert!(inspect.info.get("info").is_some_and(|i| i.contains("sandbox.log")), "{:?}", inspect.info);
 
     // crictl create POD container.json pod.json; crictl start
-    let ctr = common::create_container(&mut rt, &pod, &pod_cfg, container_config(&ctr_doc, &image)).await;
+    ctr_cfg.image = Some(cri::ImageSpec { image: image.clone(), ..Default::default() });
+    let log_name = ctr_cfg.log_path.clone();
+    let ctr = common::create_container(&mut rt, &pod, &pod_cfg, ctr_cfg).await;
     rt.start_container(cri::StartContainerRequest { container_id: ctr.clone() }).await.expect("crictl start");
 
     // crictl exec -s CTR echo hi (ExecSync)
@@ -112,7 +75,7 @@ async fn the_crictl_walkthrough_works_step_by_step() {
     assert_eq!((out.exit_code, String::from_utf8_lossy(&out.stdout).as_ref()), (0, "hi\n"));
 
     // crictl logs CTR: the CRI log file in the pod's log directory
-    let log_file = std::path::Path::new(&log_dir).join(text(&ctr_doc["log_path"]));
+    let log_file = std::path::Path::new(&log_dir).join(log_name);
     let deadline = Instant::now() + Duration::from_secs(10);
     let log = loop {
         let log = std::fs::read_to_string(&log_file).unwrap_or_default();
@@ -138,4 +101,36 @@ async fn the_crictl_walkthrough_works_step_by_step() {
     rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("crictl stopp");
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("crictl rmp");
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+}
+
+/// `rktlet demo` (what README's quick start runs) does the same and cleans up.
+#[tokio::test(flavor = "multi_thread")]
+async fn rktlet_demo_runs_the_walkthrough() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let net = TestNetwork::new(dir.path());
+    let conf = net.conf_dir.to_string_lossy().to_string();
+    let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni"]);
+    let image = format!("{}/busybox:latest", common::registry::registry().main);
+    let out = std::process::Command::new(common::BIN)
+        .arg("demo")
+        .arg("--socket")
+        .arg(&d.socket)
+        .arg("--image")
+        .arg(&image)
+        .arg("--log-dir")
+        .arg(dir.path().join("logs"))
+        .output()
+        .expect("rktlet demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    let after = |cmd: &str| lines.iter().position(|l| l.starts_with(cmd)).and_then(|i| lines.get(i + 1)).copied();
+    assert_eq!(after("$ crictl exec"), Some("demo"), "{stdout}");
+    assert_eq!(after("$ crictl logs"), Some("hello"), "{stdout}");
+    assert!(stdout.contains("Removed sandbox"), "{stdout}");
+    let mut rt = d.runtime().await;
+    assert!(
+        rt.list_pod_sandbox(cri::ListPodSandboxRequest::default()).await.expect("list").into_inner().items.is_empty()
+    );
+    assert_no_leaks(&d.dir.path().join("data"), &[]);
 }
