@@ -47,6 +47,8 @@ pub struct FileConfig {
     pub metrics_address: Option<std::net::SocketAddr>,
     /// Pre-booted pods kept ready for RunPodSandbox (0: none).
     pub pod_pool_size: Option<usize>,
+    /// Address of the streaming server (Exec URLs); port 0 picks a free one.
+    pub streaming_address: Option<std::net::SocketAddr>,
 }
 
 impl FileConfig {
@@ -72,7 +74,13 @@ pub struct Config {
     pub metrics_address: Option<std::net::SocketAddr>,
     /// Pre-booted pods kept ready for RunPodSandbox (see `crate::pool`).
     pub pod_pool_size: usize,
+    pub streaming_address: std::net::SocketAddr,
 }
+
+/// The streaming server listens on loopback, on a free port, by default
+/// (kubelet runs on the node and proxies streams to it).
+pub const DEFAULT_STREAMING_ADDRESS: std::net::SocketAddr =
+    std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
 
 /// Pool pods by default: two idle pods cost about 11 MB of private memory
 /// (pod-boot-fast.md §4) and serve a burst of two pod starts in ~10 ms each.
@@ -94,6 +102,7 @@ impl Default for Config {
             exec_mode: false,
             metrics_address: None,
             pod_pool_size: DEFAULT_POD_POOL_SIZE,
+            streaming_address: DEFAULT_STREAMING_ADDRESS,
         }
     }
 }
@@ -135,6 +144,9 @@ impl Config {
             }
             if let Some(v) = layer.pod_pool_size {
                 c.pod_pool_size = v;
+            }
+            if let Some(v) = layer.streaming_address {
+                c.streaming_address = v;
             }
         }
         if !["error", "warn", "info", "debug", "trace"].contains(&c.log_level.as_str()) {
@@ -188,6 +200,10 @@ cni_bin_dirs = [{bins}]
 # Registry mirrors and insecure registries (see README); missing file = none.
 registry_config = "{registries}"
 
+# The streaming server (the URLs Exec answers with; kubelet proxies them).
+# Port 0 picks a free port. Plain HTTP: keep it on loopback.
+streaming_address = "{streaming}"
+
 # Serve Prometheus metrics at http://ADDRESS/metrics (loopback only). Default: off.
 # metrics_address = "127.0.0.1:9095"
 
@@ -211,6 +227,7 @@ exec_mode = false
         registries = d.registry_config.display(),
         max_pool = MAX_POD_POOL_SIZE,
         pool = d.pod_pool_size,
+        streaming = d.streaming_address,
     )
 }
 
@@ -244,7 +261,9 @@ mod tests {
         for key in ["socket", "data_dir", "rkt_path", "log_level", "cni_conf_dir", "cni_bin_dirs"] {
             assert!(default_toml().contains(&format!("{key} =")), "{key}");
         }
-        for key in ["registry_config", "metrics_address", "pod_pool_size", "exec_mode", "log_format"] {
+        for key in
+            ["registry_config", "metrics_address", "pod_pool_size", "exec_mode", "log_format", "streaming_address"]
+        {
             assert!(default_toml().contains(&format!("{key} =")), "{key}");
         }
     }

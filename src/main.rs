@@ -309,6 +309,9 @@ struct ServeArgs {
     /// booting (0 disables) [default: 2].
     #[arg(long)]
     pod_pool_size: Option<usize>,
+    /// Address of the streaming server for Exec (port 0: a free one) [default: 127.0.0.1:0].
+    #[arg(long)]
+    streaming_address: Option<std::net::SocketAddr>,
 }
 
 impl ServeArgs {
@@ -329,6 +332,7 @@ impl ServeArgs {
             exec_mode: self.exec_mode.then_some(true),
             metrics_address: self.metrics_address,
             pod_pool_size: self.pod_pool_size,
+            streaming_address: self.streaming_address,
         };
         Config::resolve(file, flags)
     }

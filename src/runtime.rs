@@ -37,6 +37,8 @@ pub struct Runtime {
     pub events: tokio::sync::broadcast::Sender<ContainerEvent>,
     /// Pods booted ahead for RunPodSandbox (filled by `pool::refill`).
     pub pool: crate::pool::Pool,
+    /// The streaming server's tokens and address (Exec URLs).
+    pub streams: crate::stream::server::StreamServer,
 }
 
 /// What happened to a container, as CRI's ContainerEventType names it.
@@ -89,6 +91,7 @@ impl Runtime {
         let pool = crate::pool::Pool::new(config.pod_pool_size, &config, &host);
         Ok(Runtime {
             pool,
+            streams: Default::default(),
             config,
             data,
             host,

@@ -26,6 +26,8 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
     #[error("cannot listen for metrics on {addr}: {source}")]
     Metrics { addr: std::net::SocketAddr, source: io::Error },
+    #[error("cannot listen for streams on {addr}: {source}")]
+    Streaming { addr: std::net::SocketAddr, source: io::Error },
 }
 
 fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> ServeError {
@@ -144,11 +146,15 @@ pub async fn run(runtime: Arc<Runtime>) -> Result<(), ServeError> {
         }
         None => None,
     };
+    let addr = runtime.config.streaming_address;
+    let listener_s = crate::stream::server::bind(addr).await.map_err(|e| ServeError::Streaming { addr, source: e })?;
+    let streaming = tokio::spawn(crate::stream::server::serve(listener_s, runtime.clone()));
     let refill = tokio::spawn(crate::pool::refill(runtime.clone()));
     let result = serve(runtime.clone(), listener, signals).await;
     if let Some(m) = metrics {
         m.abort();
     }
+    streaming.abort();
     crate::pool::drain(&runtime, refill).await;
     drop(guard);
     tracing::info!(socket = %socket.display(), "socket removed, bye");

@@ -1,6 +1,7 @@
-//! ExecSync: a command run inside a running container, in-process. The
-//! command is the only program started (`stage1::exec`); Exec, Attach and
-//! PortForward (streaming) are not built yet.
+//! ExecSync and Exec: a command run inside a running container, in-process.
+//! The command is the only program started (`stage1::exec`). Exec answers
+//! with a single-use URL of the streaming server (`crate::stream`), which
+//! runs the command when the client connects.
 
 use super::container_start::{self, Target};
 use crate::proto::v1 as cri;
@@ -18,6 +19,41 @@ fn main_pid(t: &Target) -> Option<i32> {
     let sandbox = t.pod.sandbox_pid().ok()??;
     let pid1 = crate::stage1::inject::pod_pid1(sandbox).ok()?;
     exec::main_pid(pid1, &cgroup.unit_processes())
+}
+
+/// The main pid of a running container (for a streaming exec). Blocking.
+pub(crate) fn running_main_pid(rt: &Runtime, id: &str) -> Result<i32, Status> {
+    let t = container_start::open(rt, id)?;
+    if !t.running {
+        return Err(Status::failed_precondition(format!("pod of container {id} is not running")));
+    }
+    main_pid(&t).ok_or_else(|| Status::failed_precondition(format!("container {id} is not running")))
+}
+
+/// Exec: checks the request and the container, then hands out a URL.
+pub async fn exec(rt: &Runtime, req: cri::ExecRequest) -> Result<cri::ExecResponse, Status> {
+    if req.cmd.is_empty() {
+        return Err(Status::invalid_argument("cmd is required"));
+    }
+    if !(req.stdin || req.stdout || req.stderr) {
+        return Err(Status::invalid_argument("one of stdin, stdout and stderr must be set"));
+    }
+    if req.tty && req.stderr {
+        return Err(Status::invalid_argument("tty and stderr cannot both be set: a terminal has one output"));
+    }
+    tokio::task::block_in_place(|| running_main_pid(rt, &req.container_id))?;
+    let url = rt
+        .streams
+        .url(crate::stream::token::StreamRequest::Exec {
+            container_id: req.container_id,
+            cmd: req.cmd,
+            tty: req.tty,
+            stdin: req.stdin,
+            stdout: req.stdout,
+            stderr: req.stderr,
+        })
+        .map_err(Status::unavailable)?;
+    Ok(cri::ExecResponse { url })
 }
 
 fn exec_status(id: &str, e: ExecError) -> Status {

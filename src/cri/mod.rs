@@ -183,6 +183,7 @@ cri_impl! {
                 => container_start::reopen_container_log;
             "ExecSync": exec_sync(ExecSyncRequest) -> cri::ExecSyncResponse
                 => container_exec::exec_sync | exec exec_mode::exec_sync;
+            "Exec": exec(ExecRequest) -> cri::ExecResponse => container_exec::exec;
             "GetContainerEvents": get_container_events(GetEventsRequest) -> EventStream
                 => events::get_container_events;
             "ContainerStats": container_stats(ContainerStatsRequest) -> cri::ContainerStatsResponse
@@ -195,7 +196,6 @@ cri_impl! {
                 -> cri::ListPodSandboxStatsResponse => stats::list_pod_sandbox_stats;
         }
         pending {
-            "Exec": exec(ExecRequest) -> cri::ExecResponse;
             "Attach": attach(AttachRequest) -> cri::AttachResponse;
             "PortForward": port_forward(PortForwardRequest) -> cri::PortForwardResponse;
             "CheckpointContainer": checkpoint_container(CheckpointContainerRequest) -> cri::CheckpointContainerResponse;

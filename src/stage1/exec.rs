@@ -238,6 +238,45 @@ pub fn main_pid(pod_pid1: i32, unit_processes: &[i32]) -> Option<i32> {
 /// whatever it started in its process group); output beyond `cap` bytes per
 /// stream is read and dropped. Blocking.
 pub fn run(pid: i32, argv: &[String], timeout: Option<Duration>, cap: usize) -> Result<ExecOutput, ExecError> {
+    let devnull = std::fs::File::open("/dev/null")?;
+    let (out_r, out_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    let running = spawn(pid, argv, [devnull.as_fd(), out_w.as_fd(), err_w.as_fd()], false)?;
+    drop((out_w, err_w, devnull));
+    let (stdout, stderr, truncated) = match collect(running.child, [out_r, err_r], timeout, cap) {
+        Ok(Collected::Output { stdout, stderr, truncated }) => (stdout, stderr, truncated),
+        other => {
+            running.kill();
+            return Err(match other {
+                Err(e) => e.into(),
+                Ok(_) => ExecError::Timeout { program: running.program, timeout: timeout.unwrap_or_default() },
+            });
+        }
+    };
+    let exit_code = running.wait()?;
+    Ok(ExecOutput { stdout, stderr, exit_code, truncated })
+}
+
+/// A command started in an app by [`spawn`].
+#[derive(Debug)]
+pub struct Running {
+    /// The intermediate child (our child; it reaps the command).
+    child: i32,
+    reports: std::fs::File,
+    program: String,
+    started: Instant,
+}
+
+/// Starts `argv` as a copy of the app process `pid` with `stdio` as its
+/// standard streams; with `tty`, stdin is a terminal that becomes its
+/// controlling terminal. Returns once it is forked; [`Running::wait`] for
+/// its exit code. Blocking (briefly).
+pub fn spawn(
+    pid: i32,
+    argv: &[String],
+    stdio: [std::os::fd::BorrowedFd<'_>; 3],
+    tty: bool,
+) -> Result<Running, ExecError> {
     let program = argv.first().filter(|p| !p.is_empty()).ok_or(ExecError::EmptyCommand)?.clone();
     let target = Target::read(pid)?;
     let candidates = target.candidates(&program)?;
@@ -246,17 +285,16 @@ pub fn run(pid: i32, argv: &[String], timeout: Option<Duration>, cap: usize) -> 
     arg_ptrs.push(std::ptr::null());
     let mut env_ptrs: Vec<*const libc::c_char> = target.env.iter().map(|e| e.as_ptr()).collect();
     env_ptrs.push(std::ptr::null());
-    let devnull = std::fs::File::open("/dev/null")?;
-    let (out_r, out_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-    let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
     let (rep_r, rep_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-    let raw = |f: &OwnedFd| f.as_raw_fd();
-    let (out_w_fd, err_w_fd, rep_w_fd, null_fd) = (raw(&out_w), raw(&err_w), raw(&rep_w), devnull.as_raw_fd());
+    let rep_w_fd = rep_w.as_raw_fd();
+    let stdio_fds = stdio.map(|f| f.as_raw_fd());
 
     // the descriptors the children use, sorted: all others are closed in them
     let mut keep: Vec<RawFd> = target.ns.iter().map(|(_, fd)| fd.as_raw_fd()).collect();
-    keep.extend([target.root.as_raw_fd(), out_w_fd, err_w_fd, rep_w_fd, null_fd]);
+    keep.extend([target.root.as_raw_fd(), rep_w_fd]);
+    keep.extend(stdio_fds);
     keep.sort_unstable();
+    keep.dedup();
     // SAFETY: both children below make only raw syscalls on data prepared above.
     let child = unsafe { libc::fork() };
     if child < 0 {
@@ -266,44 +304,72 @@ pub fn run(pid: i32, argv: &[String], timeout: Option<Duration>, cap: usize) -> 
         // SAFETY: raw syscalls only, then _exit; never returns into Rust code.
         unsafe {
             intermediate(&target, rep_w_fd, &keep, &|| {
-                command(&target, &candidates, &arg_ptrs, &env_ptrs, [null_fd, out_w_fd, err_w_fd], rep_w_fd)
+                command(&target, &candidates, &arg_ptrs, &env_ptrs, stdio_fds, tty, rep_w_fd)
             })
         }
     }
-    drop((out_w, err_w, rep_w));
-    let mut reports = std::fs::File::from(rep_r);
-    let started = Instant::now();
-    let (stdout, stderr, truncated) = match collect(child, [out_r, err_r], timeout, cap) {
-        Ok(Collected::Output { stdout, stderr, truncated }) => (stdout, stderr, truncated),
-        other => {
-            stop(child, &reports);
-            return Err(match other {
-                Err(e) => e.into(),
-                Ok(_) => ExecError::Timeout { program, timeout: timeout.unwrap_or_default() },
-            });
+    drop(rep_w);
+    Ok(Running { child, reports: std::fs::File::from(rep_r), program, started: Instant::now() })
+}
+
+/// Kills a [`Running`] command from elsewhere (see [`Running::killer`]).
+#[derive(Debug)]
+pub struct Killer {
+    child: i32,
+    reports: Option<std::fs::File>,
+}
+
+impl Killer {
+    /// Kills the command's session (its pid read from the report pipe), or
+    /// the intermediate child when that is not known.
+    pub fn kill(&self) {
+        match &self.reports {
+            Some(r) => stop(self.child, r),
+            None => {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child), nix::sys::signal::SIGKILL);
+            }
         }
-    };
-    reap(child);
-    let mut bytes = Vec::new();
-    reports.read_to_end(&mut bytes)?;
-    let r = parse_reports(&bytes);
-    tracing::debug!(program, micros = started.elapsed().as_micros() as u64, "exec in app");
-    match (r.setup, r.wait) {
-        (Some((step, errno)), _) => Err(ExecError::Setup {
-            program,
-            step: STEPS.get(step as usize).copied().unwrap_or("setup"),
-            source: io::Error::from_raw_os_error(errno),
-        }),
-        (None, Some(status)) => {
-            let exit_code =
-                if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) };
-            Ok(ExecOutput { stdout, stderr, exit_code, truncated })
+    }
+}
+
+impl Running {
+    /// Waits for the command; its exit code (128 + signal when killed by one).
+    pub fn wait(mut self) -> Result<i32, ExecError> {
+        reap(self.child);
+        let mut bytes = Vec::new();
+        self.reports.read_to_end(&mut bytes)?;
+        let r = parse_reports(&bytes);
+        let program = self.program;
+        tracing::debug!(program, micros = self.started.elapsed().as_micros() as u64, "exec in app");
+        match (r.setup, r.wait) {
+            (Some((step, errno)), _) => Err(ExecError::Setup {
+                program,
+                step: STEPS.get(step as usize).copied().unwrap_or("setup"),
+                source: io::Error::from_raw_os_error(errno),
+            }),
+            (None, Some(status)) => {
+                Ok(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) })
+            }
+            (None, None) => Err(ExecError::Setup {
+                program,
+                step: "start",
+                source: io::Error::other("the exec process ended without a report"),
+            }),
         }
-        (None, None) => Err(ExecError::Setup {
-            program,
-            step: "start",
-            source: io::Error::other("the exec process ended without a report"),
-        }),
+    }
+
+    /// Kills the command's session and reaps what it leaves.
+    pub fn kill(&self) {
+        stop(self.child, &self.reports);
+    }
+
+    /// A handle that can kill the command while another thread waits for it.
+    pub fn killer(&self) -> Killer {
+        Killer { child: self.child, reports: self.reports.try_clone().ok() }
+    }
+
+    pub fn program(&self) -> &str {
+        &self.program
     }
 }
 
@@ -466,6 +532,7 @@ unsafe fn command(
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
     stdio: [RawFd; 3],
+    tty: bool,
     rep: RawFd,
 ) -> ! {
     // SAFETY: raw syscalls on prepared data; every path ends in exec or _exit.
@@ -473,6 +540,10 @@ unsafe fn command(
         // its own session: a timeout kills it and what it started
         if libc::setsid() < 0 {
             fail(rep, 0);
+        }
+        // a terminal on stdin becomes the session's controlling terminal
+        if tty && libc::ioctl(stdio[0], libc::TIOCSCTTY, 0) != 0 {
+            fail(rep, 5);
         }
         if libc::fchdir(t.root.as_raw_fd()) != 0 || libc::chroot(c".".as_ptr()) != 0 {
             fail(rep, 4);

@@ -1,0 +1,364 @@
+//! Kubernetes' remote-command protocol over a WebSocket, for Exec: streams
+//! multiplexed by a leading channel byte (0 stdin, 1 stdout, 2 stderr,
+//! 3 error: the final `metav1.Status` JSON, 4 resize: `{"Width","Height"}`),
+//! binary frames, or text frames with base64 data in the `base64` variants;
+//! v5 adds channel 255 (the client closes one of its streams).
+//!
+//! The command is started like ExecSync's (`stage1::exec::spawn`), with
+//! pipes or a pty as its stdio. Blocking descriptor I/O runs on threads of
+//! its own; one task writes frames, one reads them.
+
+use super::ws::{self, Message};
+use crate::stage1::exec::{self, Running};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::mpsc;
+
+pub const STDIN: u8 = 0;
+pub const STDOUT: u8 = 1;
+pub const STDERR: u8 = 2;
+pub const ERROR: u8 = 3;
+pub const RESIZE: u8 = 4;
+/// v5: the client closes the stream named in the payload.
+pub const CLOSE: u8 = 255;
+
+/// The channel sub-protocols served, preferred first.
+pub const PROTOCOLS: [&str; 4] =
+    ["v5.channel.k8s.io", "v5.base64.channel.k8s.io", "v4.channel.k8s.io", "v4.base64.channel.k8s.io"];
+
+/// After the command exits, output still buffered is sent for this long
+/// (a background process may keep the pipes open forever).
+const DRAIN: Duration = Duration::from_secs(1);
+
+/// The negotiated framing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Framing {
+    pub base64: bool,
+    pub v5: bool,
+}
+
+impl Framing {
+    pub fn of(protocol: &str) -> Framing {
+        Framing { base64: protocol.contains("base64"), v5: protocol.starts_with("v5.") }
+    }
+
+    /// One channel message as a frame (opcode, payload).
+    pub fn encode(self, channel: u8, data: &[u8]) -> (u8, Vec<u8>) {
+        use base64::Engine;
+        if self.base64 {
+            let mut p = vec![b'0' + channel];
+            p.extend_from_slice(base64::engine::general_purpose::STANDARD.encode(data).as_bytes());
+            (ws::OP_TEXT, p)
+        } else {
+            let mut p = Vec::with_capacity(data.len() + 1);
+            p.push(channel);
+            p.extend_from_slice(data);
+            (ws::OP_BINARY, p)
+        }
+    }
+
+    /// A client message as (channel, data).
+    pub fn decode(self, m: &Message) -> Option<(u8, Vec<u8>)> {
+        use base64::Engine;
+        let (&first, rest) = m.payload.split_first()?;
+        if self.base64 {
+            let data = base64::engine::general_purpose::STANDARD.decode(rest).ok()?;
+            Some((first.checked_sub(b'0')?, data))
+        } else {
+            Some((first, rest.to_vec()))
+        }
+    }
+}
+
+/// The `metav1.Status` the error channel carries at the end.
+pub fn status_json(exit: &Result<i32, String>) -> String {
+    match exit {
+        Ok(0) => r#"{"metadata":{},"status":"Success"}"#.to_string(),
+        Ok(code) => serde_json::json!({
+            "metadata": {},
+            "status": "Failure",
+            "message": format!("command terminated with non-zero exit code: exit status {code}"),
+            "reason": "NonZeroExitCode",
+            "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]},
+        })
+        .to_string(),
+        Err(message) => {
+            serde_json::json!({"metadata": {}, "status": "Failure", "message": message, "reason": "InternalError"})
+                .to_string()
+        }
+    }
+}
+
+/// What the exec wants connected.
+#[derive(Debug, Clone, Copy)]
+pub struct Streams {
+    pub tty: bool,
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+}
+
+/// Events from the threads that watch the command.
+enum Event {
+    Output(u8, Vec<u8>),
+    Eof,
+    Exit(Result<i32, String>),
+}
+
+/// The command's stdio, and our ends of it.
+struct Stdio {
+    child: [OwnedFd; 3],
+    ours: Ours,
+}
+
+/// Our ends of the command's stdio.
+struct Ours {
+    /// Where stdin data goes.
+    input: Option<OwnedFd>,
+    /// (channel, fd) to read output from.
+    outputs: Vec<(u8, OwnedFd)>,
+    /// The pty master, for resize events.
+    pty: Option<OwnedFd>,
+}
+
+fn devnull() -> std::io::Result<OwnedFd> {
+    Ok(std::fs::OpenOptions::new().read(true).write(true).open("/dev/null")?.into())
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from)
+}
+
+fn stdio(s: Streams) -> std::io::Result<Stdio> {
+    if s.tty {
+        let pty = nix::pty::openpty(None, None).map_err(std::io::Error::from)?;
+        let master = pty.master;
+        let slave = pty.slave;
+        let input = if s.stdin { Some(master.try_clone()?) } else { None };
+        let outputs = if s.stdout { vec![(STDOUT, master.try_clone()?)] } else { Vec::new() };
+        let child = [slave.try_clone()?, slave.try_clone()?, slave];
+        return Ok(Stdio { child, ours: Ours { input, outputs, pty: Some(master) } });
+    }
+    let (stdin_child, input) = if s.stdin {
+        let (r, w) = pipe()?;
+        (r, Some(w))
+    } else {
+        (devnull()?, None)
+    };
+    let mut outputs = Vec::new();
+    let mut out_end = |wanted: bool, channel: u8| -> std::io::Result<OwnedFd> {
+        if !wanted {
+            return devnull();
+        }
+        let (r, w) = pipe()?;
+        outputs.push((channel, r));
+        Ok(w)
+    };
+    let stdout_child = out_end(s.stdout, STDOUT)?;
+    let stderr_child = out_end(s.stderr, STDERR)?;
+    Ok(Stdio { child: [stdin_child, stdout_child, stderr_child], ours: Ours { input, outputs, pty: None } })
+}
+
+/// Applies a resize message (`{"Width":80,"Height":24}`) to the pty.
+fn resize(pty: &OwnedFd, data: &[u8]) {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Size {
+        width: u16,
+        height: u16,
+    }
+    let Ok(size) = serde_json::from_slice::<Size>(data) else { return };
+    let ws = libc::winsize { ws_row: size.height, ws_col: size.width, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: TIOCSWINSZ on our pty master with a valid winsize.
+    unsafe { libc::ioctl(pty.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
+}
+
+/// Serves one exec over an upgraded connection: runs `cmd` as a copy of
+/// the app process `main_pid` and relays its streams until it exits (or
+/// the client goes away, which kills it).
+pub async fn exec<S>(conn: S, framing: Framing, main_pid: i32, cmd: Vec<String>, streams: Streams)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut rd, mut wr) = tokio::io::split(conn);
+    let result = start(main_pid, cmd, streams).await;
+    let (running, io) = match result {
+        Ok(x) => x,
+        Err(e) => {
+            let (op, p) = framing.encode(ERROR, status_json(&Err(e)).as_bytes());
+            let _ = ws::write_frame(&mut wr, op, &p).await;
+            let _ = ws::write_frame(&mut wr, ws::OP_CLOSE, &1000u16.to_be_bytes()).await;
+            return;
+        }
+    };
+    let Ours { input, outputs, pty } = io;
+    let (tx, mut events) = mpsc::unbounded_channel::<Event>();
+    let readers = outputs.len();
+    for (channel, fd) in outputs {
+        let tx = tx.clone();
+        std::thread::spawn(move || relay_output(channel, fd, tx));
+    }
+    let killer = running.killer();
+    {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let exit = running.wait().map_err(|e| e.to_string());
+            let _ = tx.send(Event::Exit(exit));
+        });
+    }
+    drop(tx);
+    // stdin: a thread writes what the client sends; dropping the sender closes it
+    let stdin_tx = input.map(|fd| {
+        let (stx, srx) = std::sync::mpsc::channel::<Vec<u8>>();
+        std::thread::spawn(move || {
+            let mut f = std::fs::File::from(fd);
+            for chunk in srx {
+                if f.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+        });
+        stx
+    });
+    let (client_tx, mut client) = mpsc::channel::<Message>(64);
+    let reader = tokio::spawn(async move {
+        while let Ok(Some(m)) = ws::read_message(&mut rd).await {
+            if client_tx.send(m).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut stdin_tx = stdin_tx;
+    let (mut eofs, mut exit) = (0, None);
+    let mut drain_until = None;
+    loop {
+        let drain = async {
+            match drain_until {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            m = client.recv() => match m {
+                None => {
+                    // the client is gone: so is the command
+                    if exit.is_none() {
+                        killer.kill();
+                    }
+                    break;
+                }
+                Some(m) if m.opcode == ws::OP_CLOSE => {
+                    if exit.is_none() {
+                        killer.kill();
+                    }
+                    break;
+                }
+                Some(m) if m.opcode == ws::OP_PING => {
+                    let _ = ws::write_frame(&mut wr, ws::OP_PONG, &m.payload).await;
+                }
+                Some(m) => match framing.decode(&m) {
+                    Some((STDIN, data)) => {
+                        if let Some(s) = &stdin_tx {
+                            let _ = s.send(data);
+                        }
+                    }
+                    Some((RESIZE, data)) => {
+                        if let Some(p) = &pty {
+                            resize(p, &data);
+                        }
+                    }
+                    Some((CLOSE, data)) if framing.v5 && data.first() == Some(&STDIN) => stdin_tx = None,
+                    _ => {}
+                },
+            },
+            e = events.recv() => match e {
+                Some(Event::Output(channel, data)) => {
+                    let (op, p) = framing.encode(channel, &data);
+                    if ws::write_frame(&mut wr, op, &p).await.is_err() {
+                        killer.kill();
+                        break;
+                    }
+                }
+                Some(Event::Eof) => eofs += 1,
+                Some(Event::Exit(x)) => {
+                    exit = Some(x);
+                    drain_until = Some(tokio::time::Instant::now() + DRAIN);
+                }
+                None => {}
+            },
+            () = drain => break,
+        }
+        if exit.is_some() && eofs >= readers {
+            break;
+        }
+    }
+    drop(stdin_tx);
+    if let Some(x) = exit {
+        let (op, p) = framing.encode(ERROR, status_json(&x).as_bytes());
+        let _ = ws::write_frame(&mut wr, op, &p).await;
+    }
+    let _ = ws::write_frame(&mut wr, ws::OP_CLOSE, &1000u16.to_be_bytes()).await;
+    reader.abort();
+}
+
+/// Makes the stdio and starts the command (blocking parts on a worker).
+async fn start(main_pid: i32, cmd: Vec<String>, streams: Streams) -> Result<(Running, Ours), String> {
+    tokio::task::spawn_blocking(move || {
+        let io = stdio(streams).map_err(|e| format!("making the exec's stdio: {e}"))?;
+        let [a, b, c] = &io.child;
+        let running =
+            exec::spawn(main_pid, &cmd, [a.as_fd(), b.as_fd(), c.as_fd()], streams.tty).map_err(|e| e.to_string())?;
+        // the command holds its ends now; ours of them close here, so EOF
+        // (or EIO on a pty) reaches the readers when the command is done
+        Ok((running, io.ours))
+    })
+    .await
+    .map_err(|e| format!("exec worker: {e}"))?
+}
+
+/// Reads one output until EOF (a pty master reads EIO once the command's
+/// side is closed) and forwards it.
+fn relay_output(channel: u8, fd: OwnedFd, tx: mpsc::UnboundedSender<Event>) {
+    let mut f = std::fs::File::from(fd);
+    let mut buf = vec![0u8; 32 * 1024];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if tx.send(Event::Output(channel, buf[..n].to_vec())).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = tx.send(Event::Eof);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_in_both_framings() {
+        for proto in PROTOCOLS {
+            let f = Framing::of(proto);
+            let (op, payload) = f.encode(STDOUT, b"hi\n");
+            let m = Message { opcode: op, payload };
+            assert_eq!(f.decode(&m), Some((STDOUT, b"hi\n".to_vec())), "{proto}");
+        }
+        assert_eq!(Framing::of("v4.base64.channel.k8s.io").encode(ERROR, b"x").1, b"3eA==".to_vec());
+        assert!(Framing::of("v5.channel.k8s.io").v5);
+    }
+
+    #[test]
+    fn statuses_are_what_kubectl_reads() {
+        assert_eq!(status_json(&Ok(0)), r#"{"metadata":{},"status":"Success"}"#);
+        let v: serde_json::Value = serde_json::from_str(&status_json(&Ok(3))).expect("json");
+        assert_eq!(v["reason"], "NonZeroExitCode");
+        assert_eq!(v["details"]["causes"][0]["message"], "3");
+        let v: serde_json::Value = serde_json::from_str(&status_json(&Err("boom".into()))).expect("json");
+        assert_eq!((v["status"].as_str(), v["message"].as_str()), (Some("Failure"), Some("boom")));
+    }
+}

@@ -1,0 +1,200 @@
+//! The streaming server: HTTP/1.1 on the streaming address (loopback by
+//! default, an ephemeral port unless configured), serving the URLs that
+//! Exec (and later Attach and PortForward) hand out. A URL's token is taken
+//! on first use; the connection is then upgraded to a WebSocket with one of
+//! Kubernetes' channel sub-protocols. SPDY/3.1 upgrades are refused with
+//! 501 for now (issue 7 continues).
+
+use super::remotecommand::{self, Framing, Streams};
+use super::token::{StreamRequest, Tokens};
+use super::ws;
+use crate::runtime::Runtime;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Largest request head accepted.
+const MAX_HEAD: usize = 16 << 10;
+/// A client has this long to send its request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The server's shared state: pending tokens and its base URL once bound.
+#[derive(Debug, Default)]
+pub struct StreamServer {
+    pub tokens: Tokens,
+    base: OnceLock<String>,
+}
+
+impl StreamServer {
+    /// The URL for `req`, or why there is none.
+    pub fn url(&self, req: StreamRequest) -> Result<String, String> {
+        let base = self.base.get().ok_or("the streaming server is not running")?;
+        let kind = req.kind();
+        Ok(format!("{base}/{kind}/{}", self.tokens.insert(req)))
+    }
+
+    fn set_base(&self, addr: SocketAddr) {
+        let _ = self.base.set(format!("http://{addr}"));
+    }
+}
+
+/// Binds the streaming address; a non-loopback address gets a warning (no TLS).
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    if !addr.ip().is_loopback() {
+        tracing::warn!(%addr, "the streaming server is plain HTTP: tokens can be sniffed off the network");
+    }
+    TcpListener::bind(addr).await
+}
+
+/// Serves connections on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener, rt: Arc<Runtime>) {
+    if let Ok(addr) = listener.local_addr() {
+        rt.streams.set_base(addr);
+        tracing::info!(%addr, "streaming server for exec");
+    }
+    loop {
+        let Ok((conn, _)) = listener.accept().await else { continue };
+        let rt = rt.clone();
+        tokio::spawn(async move {
+            if let Err(e) = handle(conn, rt).await {
+                tracing::debug!(error = %e, "streaming connection");
+            }
+        });
+    }
+}
+
+/// A parsed request head.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Head {
+    method: String,
+    path: String,
+    /// Header names lowercased; repeated headers joined with ", ".
+    headers: HashMap<String, String>,
+}
+
+impl Head {
+    fn parse(text: &str) -> Option<Head> {
+        let mut lines = text.split("\r\n");
+        let mut first = lines.next()?.split(' ');
+        let (method, path) = (first.next()?.to_string(), first.next()?.to_string());
+        let mut headers: HashMap<String, String> = HashMap::new();
+        for l in lines.take_while(|l| !l.is_empty()) {
+            let (k, v) = l.split_once(':')?;
+            let e = headers.entry(k.trim().to_ascii_lowercase()).or_default();
+            if !e.is_empty() {
+                e.push_str(", ");
+            }
+            e.push_str(v.trim());
+        }
+        Some(Head { method, path, headers })
+    }
+
+    fn header(&self, name: &str) -> &str {
+        self.headers.get(name).map(String::as_str).unwrap_or("")
+    }
+
+    fn has_token(&self, name: &str, token: &str) -> bool {
+        self.header(name).split(',').any(|t| t.trim().eq_ignore_ascii_case(token))
+    }
+}
+
+async fn read_head(conn: &mut TcpStream) -> std::io::Result<Option<Head>> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut byte = [0u8; 1];
+    // byte by byte: nothing after the head may be consumed (it is the client's first frame)
+    while !buf.ends_with(b"\r\n\r\n") {
+        if buf.len() >= MAX_HEAD || conn.read(&mut byte).await? == 0 {
+            return Ok(None);
+        }
+        buf.push(byte[0]);
+    }
+    Ok(Head::parse(&String::from_utf8_lossy(&buf)))
+}
+
+async fn reply(conn: &mut TcpStream, status: &str, body: &str) -> std::io::Result<()> {
+    let text = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(text.as_bytes()).await
+}
+
+async fn handle(mut conn: TcpStream, rt: Arc<Runtime>) -> std::io::Result<()> {
+    let _ = conn.set_nodelay(true);
+    let head = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut conn)).await {
+        Ok(Ok(Some(h))) => h,
+        Ok(Err(e)) => return Err(e),
+        _ => return reply(&mut conn, "400 Bad Request", "malformed request\n").await,
+    };
+    if head.method != "GET" && head.method != "POST" {
+        return reply(&mut conn, "405 Method Not Allowed", "use GET or POST\n").await;
+    }
+    let path = head.path.split('?').next().unwrap_or_default();
+    let mut parts = path.trim_start_matches('/').splitn(2, '/');
+    let (kind, token) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+    if !["exec", "attach", "portforward"].contains(&kind) || token.is_empty() {
+        return reply(&mut conn, "404 Not Found", "no such streaming endpoint\n").await;
+    }
+    // the token is used up by any attempt, as a single-use URL must be
+    let Some(req) = rt.streams.tokens.take(token, kind) else {
+        return reply(&mut conn, "404 Not Found", "unknown or expired streaming token\n").await;
+    };
+    if head.has_token("upgrade", "SPDY/3.1") {
+        return reply(&mut conn, "501 Not Implemented", "SPDY streaming is not implemented yet; use a WebSocket\n")
+            .await;
+    }
+    if !head.has_token("upgrade", "websocket") || !head.has_token("connection", "upgrade") {
+        return reply(&mut conn, "400 Bad Request", "a WebSocket upgrade is required\n").await;
+    }
+    if head.header("sec-websocket-version") != "13" || head.header("sec-websocket-key").is_empty() {
+        return reply(&mut conn, "400 Bad Request", "WebSocket version 13 with a key is required\n").await;
+    }
+    let offered: Vec<&str> = head.header("sec-websocket-protocol").split(',').map(str::trim).collect();
+    match req {
+        StreamRequest::Exec { container_id, cmd, tty, stdin, stdout, stderr } => {
+            let Some(protocol) = remotecommand::PROTOCOLS.iter().find(|p| offered.contains(p)) else {
+                let body = format!("no supported sub-protocol offered; rktlet speaks {:?}\n", remotecommand::PROTOCOLS);
+                return reply(&mut conn, "400 Bad Request", &body).await;
+            };
+            let pid = tokio::task::spawn_blocking({
+                let rt = rt.clone();
+                move || crate::cri::container_exec::running_main_pid(&rt, &container_id)
+            })
+            .await
+            .map_err(std::io::Error::other)?;
+            let pid = match pid {
+                Ok(p) => p,
+                Err(status) => return reply(&mut conn, "404 Not Found", &format!("{}\n", status.message())).await,
+            };
+            let key = head.header("sec-websocket-key").to_string();
+            conn.write_all(ws::handshake_response(&key, protocol).as_bytes()).await?;
+            remotecommand::exec(conn, Framing::of(protocol), pid, cmd, Streams { tty, stdin, stdout, stderr }).await;
+            Ok(())
+        }
+        StreamRequest::Attach { .. } | StreamRequest::PortForward { .. } => {
+            reply(&mut conn, "501 Not Implemented", "attach and port-forward streaming are not implemented yet\n").await
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_parse_with_repeated_and_odd_headers() {
+        let h = Head::parse(
+            "GET /exec/abc?x=1 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\n\
+             Sec-WebSocket-Protocol: v4.channel.k8s.io\r\nsec-websocket-protocol: v5.channel.k8s.io\r\n\r\n",
+        )
+        .expect("parse");
+        assert_eq!((h.method.as_str(), h.path.as_str()), ("GET", "/exec/abc?x=1"));
+        assert!(h.has_token("connection", "upgrade"));
+        assert!(h.has_token("upgrade", "WebSocket"));
+        assert_eq!(h.header("sec-websocket-protocol"), "v4.channel.k8s.io, v5.channel.k8s.io");
+        assert_eq!(Head::parse("garbage"), None);
+    }
+}

@@ -1,0 +1,170 @@
+//! Exec through the streaming server, with an independent WebSocket client
+//! (tokio-tungstenite) speaking Kubernetes' channel protocols against real
+//! containers: output on its channels and the exit status on the error
+//! channel, stdin and its v5 close, a TTY with resize, base64 framing,
+//! single-use URLs, request checks, and a dropped client killing the command.
+
+mod common;
+
+use common::{Daemon, assert_no_leaks, host_network, pod_config};
+use futures::{SinkExt, StreamExt};
+use rktlet::proto::v1 as cri;
+use rktlet::proto::v1::runtime_service_client::RuntimeServiceClient;
+use std::time::{Duration, Instant};
+use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
+use tonic::transport::Channel;
+
+type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn exec_url(rt: &mut RuntimeServiceClient<Channel>, id: &str, cmd: &[&str], flags: [bool; 4]) -> String {
+    let [tty, stdin, stdout, stderr] = flags;
+    rt.exec(cri::ExecRequest {
+        container_id: id.into(),
+        cmd: cmd.iter().map(|s| s.to_string()).collect(),
+        tty,
+        stdin,
+        stdout,
+        stderr,
+        ..Default::default()
+    })
+    .await
+    .expect("Exec")
+    .into_inner()
+    .url
+}
+
+async fn connect(url: &str, protocol: &str) -> Result<Ws, tokio_tungstenite::tungstenite::Error> {
+    let mut req = url.into_client_request().expect("request");
+    req.headers_mut().insert("Sec-WebSocket-Protocol", protocol.parse().expect("header"));
+    let (ws, resp) = tokio_tungstenite::connect_async(req).await?;
+    let chosen = resp.headers().get("Sec-WebSocket-Protocol").and_then(|v| v.to_str().ok()).unwrap_or("");
+    assert_eq!(chosen, protocol);
+    Ok(ws)
+}
+
+/// Everything the server sends until it closes: (channel, bytes) in order,
+/// decoding base64 text frames.
+async fn collect(ws: &mut Ws) -> Vec<(u8, Vec<u8>)> {
+    use base64::Engine;
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Ok(Some(m)) = tokio::time::timeout_at(deadline.into(), ws.next()).await {
+        match m.expect("frame") {
+            Message::Binary(b) if !b.is_empty() => out.push((b[0], b[1..].to_vec())),
+            Message::Text(t) if !t.is_empty() => {
+                let b = t.as_bytes();
+                let data = base64::engine::general_purpose::STANDARD.decode(&b[1..]).expect("base64");
+                out.push((b[0] - b'0', data));
+            }
+            Message::Close(_) => break,
+            _ => {}
+        }
+    }
+    out
+}
+
+fn channel(out: &[(u8, Vec<u8>)], ch: u8) -> String {
+    out.iter().filter(|(c, _)| *c == ch).map(|(_, d)| String::from_utf8_lossy(d).into_owned()).collect()
+}
+
+fn status(out: &[(u8, Vec<u8>)]) -> serde_json::Value {
+    serde_json::from_str(&channel(out, 3)).expect("a status on the error channel")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_streams_over_websocket() {
+    let d = Daemon::start(&[]);
+    let mut rt = d.runtime().await;
+    let image = common::pull_busybox(&d).await;
+    let pod_cfg = host_network(pod_config("streams", &[]));
+    let pod = common::run_pod(&mut rt, &pod_cfg).await;
+    let ctr =
+        common::create_container(&mut rt, &pod, &pod_cfg, common::container_config("box", &image, &["sleep", "1000"]))
+            .await;
+    rt.start_container(cri::StartContainerRequest { container_id: ctr.clone() }).await.expect("start");
+
+    // stdout, stderr and a non-zero exit
+    let url =
+        exec_url(&mut rt, &ctr, &["sh", "-c", "echo out; echo err >&2; exit 3"], [false, false, true, true]).await;
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let mut ws = connect(&url.replace("http://", "ws://"), "v4.channel.k8s.io").await.expect("connect");
+    let out = collect(&mut ws).await;
+    assert_eq!((channel(&out, 1), channel(&out, 2)), ("out\n".to_string(), "err\n".to_string()), "{out:?}");
+    let st = status(&out);
+    assert_eq!((st["status"].as_str(), st["reason"].as_str()), (Some("Failure"), Some("NonZeroExitCode")));
+    assert_eq!(st["details"]["causes"][0]["message"], "3");
+    // the URL was single-use
+    let again = connect(&url.replace("http://", "ws://"), "v4.channel.k8s.io").await;
+    assert!(matches!(again, Err(tokio_tungstenite::tungstenite::Error::Http(ref r)) if r.status() == 404), "{again:?}");
+
+    // stdin, closed with v5's close signal
+    let url = exec_url(&mut rt, &ctr, &["cat"], [false, true, true, false]).await;
+    let mut ws = connect(&url.replace("http://", "ws://"), "v5.channel.k8s.io").await.expect("connect");
+    ws.send(Message::Binary([&[0u8][..], b"hello stdin\n"].concat().into())).await.expect("stdin");
+    ws.send(Message::Binary(vec![255u8, 0].into())).await.expect("close stdin");
+    let out = collect(&mut ws).await;
+    assert_eq!(channel(&out, 1), "hello stdin\n");
+    assert_eq!(status(&out)["status"], "Success");
+
+    // a TTY sized by a resize message, in base64 framing
+    let url =
+        exec_url(&mut rt, &ctr, &["sh", "-c", "read x; stty size; [ -t 0 ] && echo tty"], [true, true, true, false])
+            .await;
+    let mut ws = connect(&url.replace("http://", "ws://"), "v4.base64.channel.k8s.io").await.expect("connect");
+    use base64::Engine;
+    let b64 = |ch: u8, data: &[u8]| {
+        Message::Text(format!("{}{}", ch, base64::engine::general_purpose::STANDARD.encode(data)).into())
+    };
+    ws.send(b64(4, br#"{"Width":100,"Height":40}"#)).await.expect("resize");
+    ws.send(b64(0, b"go\r")).await.expect("stdin");
+    let out = collect(&mut ws).await;
+    let text = channel(&out, 1);
+    assert!(text.contains("40 100"), "{text:?}");
+    assert!(text.contains("tty"), "{text:?}");
+    assert_eq!(status(&out)["status"], "Success");
+
+    // requests a stream cannot serve are refused before any URL is made
+    for (flags, code) in
+        [([true, false, true, true], tonic::Code::InvalidArgument), ([false; 4], tonic::Code::InvalidArgument)]
+    {
+        let r = rt
+            .exec(cri::ExecRequest {
+                container_id: ctr.clone(),
+                cmd: vec!["true".into()],
+                tty: flags[0],
+                stdin: flags[1],
+                stdout: flags[2],
+                stderr: flags[3],
+                ..Default::default()
+            })
+            .await;
+        assert_eq!(r.map(|_| ()).map_err(|e| e.code()), Err(code));
+    }
+    let gone = rt
+        .exec(cri::ExecRequest {
+            container_id: format!("{pod}:0-nope"),
+            cmd: vec!["true".into()],
+            stdout: true,
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(gone.map(|_| ()).map_err(|e| e.code()), Err(tonic::Code::NotFound));
+
+    // a client that goes away takes its command with it
+    let url = exec_url(&mut rt, &ctr, &["sleep", "4242"], [false, false, true, false]).await;
+    let ws = connect(&url.replace("http://", "ws://"), "v4.channel.k8s.io").await.expect("connect");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while common::processes_mentioning("sleep 4242").is_empty() {
+        assert!(Instant::now() < deadline, "the exec'd command never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(ws);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !common::processes_mentioning("sleep 4242").is_empty() {
+        assert!(Instant::now() < deadline, "the command outlived its client");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
+    assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+}
