@@ -175,25 +175,44 @@ fn resize(pty: &OwnedFd, data: &[u8]) {
     unsafe { libc::ioctl(pty.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
 }
 
-/// Serves one exec over an upgraded connection: runs `cmd` as a copy of
-/// the app process `main_pid` and relays its streams until it exits (or
-/// the client goes away, which kills it).
-pub async fn exec<S>(conn: S, framing: Framing, main_pid: i32, cmd: Vec<String>, streams: Streams)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let (mut rd, mut wr) = tokio::io::split(conn);
-    let result = start(main_pid, cmd, streams).await;
-    let (running, io) = match result {
+/// What a client sends, whatever its transport.
+#[derive(Debug)]
+pub enum Input {
+    Stdin(Vec<u8>),
+    /// The client closed its stdin.
+    StdinClosed,
+    /// A resize event (`{"Width":..,"Height":..}`).
+    Resize(Vec<u8>),
+}
+
+/// What the session sends the client, whatever its transport.
+#[derive(Debug)]
+pub enum Output {
+    /// Output on stdout or stderr.
+    Data(u8, Vec<u8>),
+    /// The end: the `metav1.Status` JSON for the error stream.
+    Status(String),
+}
+
+/// Runs `cmd` as a copy of the app process `main_pid` and relays its
+/// streams: `input` from the client (it ends when the client is gone, which
+/// kills the command), `output` to it, ending with the status. Transports
+/// (WebSocket, SPDY) adapt their framing to these two channels.
+pub async fn session(
+    main_pid: i32,
+    cmd: Vec<String>,
+    streams: Streams,
+    mut input: mpsc::Receiver<Input>,
+    output: mpsc::Sender<Output>,
+) {
+    let (running, io) = match start(main_pid, cmd, streams).await {
         Ok(x) => x,
         Err(e) => {
-            let (op, p) = framing.encode(ERROR, status_json(&Err(e)).as_bytes());
-            let _ = ws::write_frame(&mut wr, op, &p).await;
-            let _ = ws::write_frame(&mut wr, ws::OP_CLOSE, &1000u16.to_be_bytes()).await;
+            let _ = output.send(Output::Status(status_json(&Err(e)))).await;
             return;
         }
     };
-    let Ours { input, outputs, pty } = io;
+    let Ours { input: stdin, outputs, pty } = io;
     let (tx, mut events) = mpsc::unbounded_channel::<Event>();
     let readers = outputs.len();
     for (channel, fd) in outputs {
@@ -210,7 +229,7 @@ where
     }
     drop(tx);
     // stdin: a thread writes what the client sends; dropping the sender closes it
-    let stdin_tx = input.map(|fd| {
+    let mut stdin_tx = stdin.map(|fd| {
         let (stx, srx) = std::sync::mpsc::channel::<Vec<u8>>();
         std::thread::spawn(move || {
             let mut f = std::fs::File::from(fd);
@@ -222,17 +241,9 @@ where
         });
         stx
     });
-    let (client_tx, mut client) = mpsc::channel::<Message>(64);
-    let reader = tokio::spawn(async move {
-        while let Ok(Some(m)) = ws::read_message(&mut rd).await {
-            if client_tx.send(m).await.is_err() {
-                break;
-            }
-        }
-    });
-    let mut stdin_tx = stdin_tx;
     let (mut eofs, mut exit) = (0, None);
     let mut drain_until = None;
+    let mut client_open = true;
     loop {
         let drain = async {
             match drain_until {
@@ -241,44 +252,30 @@ where
             }
         };
         tokio::select! {
-            m = client.recv() => match m {
+            m = input.recv(), if client_open => match m {
                 None => {
                     // the client is gone: so is the command
+                    client_open = false;
                     if exit.is_none() {
                         killer.kill();
                     }
-                    break;
                 }
-                Some(m) if m.opcode == ws::OP_CLOSE => {
-                    if exit.is_none() {
-                        killer.kill();
+                Some(Input::Stdin(data)) => {
+                    if let Some(s) = &stdin_tx {
+                        let _ = s.send(data);
                     }
-                    break;
                 }
-                Some(m) if m.opcode == ws::OP_PING => {
-                    let _ = ws::write_frame(&mut wr, ws::OP_PONG, &m.payload).await;
+                Some(Input::StdinClosed) => stdin_tx = None,
+                Some(Input::Resize(data)) => {
+                    if let Some(p) = &pty {
+                        resize(p, &data);
+                    }
                 }
-                Some(m) => match framing.decode(&m) {
-                    Some((STDIN, data)) => {
-                        if let Some(s) = &stdin_tx {
-                            let _ = s.send(data);
-                        }
-                    }
-                    Some((RESIZE, data)) => {
-                        if let Some(p) = &pty {
-                            resize(p, &data);
-                        }
-                    }
-                    Some((CLOSE, data)) if framing.v5 && data.first() == Some(&STDIN) => stdin_tx = None,
-                    _ => {}
-                },
             },
             e = events.recv() => match e {
                 Some(Event::Output(channel, data)) => {
-                    let (op, p) = framing.encode(channel, &data);
-                    if ws::write_frame(&mut wr, op, &p).await.is_err() {
+                    if output.send(Output::Data(channel, data)).await.is_err() {
                         killer.kill();
-                        break;
                     }
                 }
                 Some(Event::Eof) => eofs += 1,
@@ -286,7 +283,7 @@ where
                     exit = Some(x);
                     drain_until = Some(tokio::time::Instant::now() + DRAIN);
                 }
-                None => {}
+                None => break,
             },
             () = drain => break,
         }
@@ -296,11 +293,63 @@ where
     }
     drop(stdin_tx);
     if let Some(x) = exit {
-        let (op, p) = framing.encode(ERROR, status_json(&x).as_bytes());
-        let _ = ws::write_frame(&mut wr, op, &p).await;
+        let _ = output.send(Output::Status(status_json(&x))).await;
+    }
+}
+
+/// Serves one exec over a connection upgraded to a WebSocket.
+pub async fn exec_ws<S>(conn: S, framing: Framing, main_pid: i32, cmd: Vec<String>, streams: Streams)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut rd, mut wr) = tokio::io::split(conn);
+    let (in_tx, in_rx) = mpsc::channel::<Input>(64);
+    let (out_tx, mut out_rx) = mpsc::channel::<Output>(64);
+    let (pong_tx, mut pongs) = mpsc::channel::<Vec<u8>>(4);
+    let reader = tokio::spawn(async move {
+        while let Ok(Some(m)) = ws::read_message(&mut rd).await {
+            let input = match m.opcode {
+                ws::OP_CLOSE => break,
+                ws::OP_PING => {
+                    let _ = pong_tx.send(m.payload).await;
+                    continue;
+                }
+                _ => match framing.decode(&m) {
+                    Some((STDIN, data)) => Input::Stdin(data),
+                    Some((RESIZE, data)) => Input::Resize(data),
+                    Some((CLOSE, data)) if framing.v5 && data.first() == Some(&STDIN) => Input::StdinClosed,
+                    _ => continue,
+                },
+            };
+            if in_tx.send(input).await.is_err() {
+                break;
+            }
+        }
+    });
+    let session = tokio::spawn(session(main_pid, cmd, streams, in_rx, out_tx));
+    loop {
+        tokio::select! {
+            o = out_rx.recv() => match o {
+                Some(Output::Data(channel, data)) => {
+                    let (op, p) = framing.encode(channel, &data);
+                    if ws::write_frame(&mut wr, op, &p).await.is_err() {
+                        break;
+                    }
+                }
+                Some(Output::Status(json)) => {
+                    let (op, p) = framing.encode(ERROR, json.as_bytes());
+                    let _ = ws::write_frame(&mut wr, op, &p).await;
+                }
+                None => break,
+            },
+            Some(p) = pongs.recv() => {
+                let _ = ws::write_frame(&mut wr, ws::OP_PONG, &p).await;
+            }
+        }
     }
     let _ = ws::write_frame(&mut wr, ws::OP_CLOSE, &1000u16.to_be_bytes()).await;
     reader.abort();
+    let _ = session.await;
 }
 
 /// Makes the stdio and starts the command (blocking parts on a worker).

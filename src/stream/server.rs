@@ -171,7 +171,7 @@ async fn handle(mut conn: TcpStream, rt: Arc<Runtime>) -> std::io::Result<()> {
             };
             let key = head.header("sec-websocket-key").to_string();
             conn.write_all(ws::handshake_response(&key, protocol).as_bytes()).await?;
-            remotecommand::exec(conn, Framing::of(protocol), pid, cmd, Streams { tty, stdin, stdout, stderr }).await;
+            remotecommand::exec_ws(conn, Framing::of(protocol), pid, cmd, Streams { tty, stdin, stdout, stderr }).await;
             Ok(())
         }
         StreamRequest::Attach { .. } | StreamRequest::PortForward { .. } => {
