@@ -12,6 +12,8 @@ packages=(
   containernetworking-plugins
   # images and test fixtures: a real registry, image tools, a static busybox
   docker-registry skopeo umoci busybox-static apache2-utils jq curl ca-certificates
+  # streaming tests: a SPDY client built on spdystream, Kubernetes' own SPDY library
+  golang-go golang-github-docker-spdystream-dev
 )
 
 root="$(cd "$(dirname "$0")/.." && pwd)"

@@ -168,3 +168,97 @@ async fn exec_streams_over_websocket() {
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);
 }
+
+/// Builds the SPDY client (tests/spdy-client, Go + Debian's spdystream) once.
+fn spdy_client() -> std::path::PathBuf {
+    static CLIENT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+            let out = root.join("target/spdy-client");
+            let status = std::process::Command::new("go")
+                .args(["build", "-o"])
+                .arg(&out)
+                .arg(root.join("tests/spdy-client/main.go"))
+                .env("GOPATH", "/usr/share/gocode")
+                .env("GO111MODULE", "off")
+                .env("GOCACHE", root.join("target/go-cache"))
+                .status()
+                .expect("go (golang-go) is installed by scripts/install-deps.sh");
+            assert!(status.success(), "building the SPDY test client failed");
+            out
+        })
+        .clone()
+}
+
+/// Runs the SPDY client against `url`: (stdout, stderr, status JSON).
+fn spdy(url: &str, flags: &[&str], stdin: &[u8]) -> (String, String, serde_json::Value) {
+    use std::io::Write;
+    let status_file = tempfile::NamedTempFile::new().expect("tmp");
+    let mut child = std::process::Command::new(spdy_client())
+        .args(flags)
+        .arg("-status")
+        .arg(status_file.path())
+        .arg(url)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spdy client");
+    child.stdin.take().expect("stdin").write_all(stdin).expect("write stdin");
+    let out = child.wait_with_output().expect("spdy client output");
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(out.status.success(), "spdy client failed: {stderr}");
+    let status = std::fs::read_to_string(status_file.path()).expect("status");
+    (stdout, stderr, serde_json::from_str(&status).unwrap_or_else(|e| panic!("{e}: {status:?}")))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_streams_over_spdy_to_kubernetes_own_client_library() {
+    let client = tokio::task::spawn_blocking(spdy_client);
+    let d = Daemon::start(&[]);
+    let mut rt = d.runtime().await;
+    let image = common::pull_busybox(&d).await;
+    let pod_cfg = host_network(pod_config("spdy", &[]));
+    let pod = common::run_pod(&mut rt, &pod_cfg).await;
+    let ctr =
+        common::create_container(&mut rt, &pod, &pod_cfg, common::container_config("box", &image, &["sleep", "1000"]))
+            .await;
+    rt.start_container(cri::StartContainerRequest { container_id: ctr.clone() }).await.expect("start");
+    client.await.expect("go build");
+
+    let url =
+        exec_url(&mut rt, &ctr, &["sh", "-c", "echo out; echo err >&2; exit 5"], [false, false, true, true]).await;
+    let (stdout, stderr, status) =
+        tokio::task::spawn_blocking(move || spdy(&url, &["-stdout", "-stderr"], b"")).await.expect("client");
+    assert_eq!((stdout.as_str(), stderr.as_str()), ("out\n", "err\n"));
+    assert_eq!(status["reason"], "NonZeroExitCode");
+    assert_eq!(status["details"]["causes"][0]["message"], "5");
+
+    // stdin until EOF, a large output (beyond SPDY's 64 KiB initial window)
+    let url = exec_url(
+        &mut rt,
+        &ctr,
+        &["sh", "-c", "cat; head -c 300000 /dev/zero | tr '\\0' x"],
+        [false, true, true, false],
+    )
+    .await;
+    let (stdout, _, status) =
+        tokio::task::spawn_blocking(move || spdy(&url, &["-stdin", "-stdout"], b"from stdin\n")).await.expect("client");
+    assert!(stdout.starts_with("from stdin\n"), "{}", &stdout[..stdout.len().min(40)]);
+    assert_eq!(stdout.len(), "from stdin\n".len() + 300_000);
+    assert_eq!(status["status"], "Success");
+
+    // a TTY sized through the resize stream
+    let url = exec_url(&mut rt, &ctr, &["sh", "-c", "sleep 0.3; stty size"], [true, false, true, false]).await;
+    let (stdout, _, status) =
+        tokio::task::spawn_blocking(move || spdy(&url, &["-stdout", "-tty", "-resize", "120x33"], b""))
+            .await
+            .expect("client");
+    assert!(stdout.contains("33 120"), "{stdout:?}");
+    assert_eq!(status["status"], "Success");
+
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
+    assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+}

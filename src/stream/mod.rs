@@ -7,5 +7,6 @@
 pub mod log;
 pub mod remotecommand;
 pub mod server;
+pub mod spdy;
 pub mod token;
 pub mod ws;

@@ -352,6 +352,154 @@ where
     let _ = session.await;
 }
 
+/// The sub-protocol served over SPDY (the error stream carries a v4 status).
+pub const SPDY_PROTOCOL: &str = "v4.channel.k8s.io";
+/// How long a SPDY client has to open the streams it asked for.
+const STREAM_SETUP: Duration = Duration::from_secs(30);
+
+/// Serves one exec over a connection upgraded to SPDY/3.1: the client
+/// opens one stream per channel (`streamtype` error, stdin, stdout, stderr,
+/// resize), each accepted with a SYN_REPLY; output goes out on them, the
+/// status on the error stream, then every stream is closed.
+pub async fn exec_spdy<S>(conn: S, main_pid: i32, cmd: Vec<String>, streams: Streams)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    use super::spdy::{self, Frame};
+    let (mut rd, mut wr) = tokio::io::split(conn);
+    let (Ok(mut rcodec), Ok(mut wcodec)) = (spdy::Codec::new(), spdy::Codec::new()) else { return };
+    let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(64);
+    let writer = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        while let Some(bytes) = out_rx.recv().await {
+            if wr.write_all(&bytes).await.is_err() || wr.flush().await.is_err() {
+                break;
+            }
+        }
+        let _ = wr.shutdown().await;
+    });
+    // the streams the client must open before the command starts
+    let mut wanted = vec!["error"];
+    for (on, kind) in [(streams.stdin, "stdin"), (streams.stdout, "stdout"), (streams.stderr && !streams.tty, "stderr")]
+    {
+        if on {
+            wanted.push(kind);
+        }
+    }
+    if streams.tty {
+        wanted.push("resize");
+    }
+    let mut ids: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+    let setup = async {
+        while !wanted.iter().all(|k| ids.contains_key(*k)) {
+            match spdy::read_frame(&mut rd, &mut rcodec).await {
+                Ok(Some(Frame::SynStream { stream, headers, .. })) => {
+                    let kind = headers.iter().find(|(k, _)| k == "streamtype").map(|(_, v)| v.clone());
+                    let reply = spdy::syn_reply(&mut wcodec, stream, &[]).map_err(|e| e.to_string())?;
+                    let _ = out_tx.send(reply).await;
+                    if let Some(kind) = kind {
+                        ids.insert(kind, stream);
+                    }
+                }
+                Ok(Some(Frame::Ping { id })) => {
+                    let _ = out_tx.send(spdy::ping(id)).await;
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => return Err("the client left before opening its streams".to_string()),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(STREAM_SETUP, setup).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "spdy exec setup");
+            drop(out_tx);
+            let _ = writer.await;
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("spdy exec: streams not opened in time");
+            drop(out_tx);
+            let _ = writer.await;
+            return;
+        }
+    }
+    let id = |k: &str| ids.get(k).copied();
+    let (stdin_id, resize_id, error_id) = (id("stdin"), id("resize"), id("error"));
+    let (in_tx, in_rx) = mpsc::channel::<Input>(64);
+    let pings = out_tx.clone();
+    let reader = tokio::spawn(async move {
+        let mut resize_buf = Vec::new();
+        while let Ok(Some(frame)) = spdy::read_frame(&mut rd, &mut rcodec).await {
+            let input = match frame {
+                Frame::Data { stream, fin, data } => {
+                    if !data.is_empty() {
+                        // keep a strict SPDY/3.1 peer's windows open
+                        let n = data.len() as u32;
+                        let _ = pings.send([spdy::window_update(stream, n), spdy::window_update(0, n)].concat()).await;
+                    }
+                    if Some(stream) == stdin_id {
+                        if !data.is_empty() && in_tx.send(Input::Stdin(data)).await.is_err() {
+                            break;
+                        }
+                        if fin { Input::StdinClosed } else { continue }
+                    } else if Some(stream) == resize_id {
+                        resize_buf.extend_from_slice(&data);
+                        while let Some(nl) = resize_buf.iter().position(|b| *b == b'\n') {
+                            let line: Vec<u8> = resize_buf.drain(..=nl).collect();
+                            let _ = in_tx.send(Input::Resize(line)).await;
+                        }
+                        continue;
+                    } else {
+                        continue;
+                    }
+                }
+                Frame::RstStream { stream, .. } if Some(stream) == stdin_id => Input::StdinClosed,
+                Frame::Ping { id } => {
+                    let _ = pings.send(spdy::ping(id)).await;
+                    continue;
+                }
+                Frame::SynStream { stream, .. } => {
+                    let _ = pings.send(spdy::rst_stream(stream, spdy::REFUSED_STREAM)).await;
+                    continue;
+                }
+                Frame::GoAway { .. } => break,
+                _ => continue,
+            };
+            if in_tx.send(input).await.is_err() {
+                break;
+            }
+        }
+    });
+    let (sess_tx, mut sess_rx) = mpsc::channel::<Output>(64);
+    let session = tokio::spawn(session(main_pid, cmd, streams, in_rx, sess_tx));
+    while let Some(o) = sess_rx.recv().await {
+        let bytes = match o {
+            Output::Data(STDOUT, d) => id("stdout").map(|s| spdy::data(s, false, &d)),
+            Output::Data(_, d) => id("stderr").map(|s| spdy::data(s, false, &d)),
+            Output::Status(json) => error_id.map(|s| spdy::data(s, true, json.as_bytes())),
+        };
+        if let Some(b) = bytes
+            && out_tx.send(b).await.is_err()
+        {
+            break;
+        }
+    }
+    for kind in ["stdout", "stderr"] {
+        if let Some(s) = id(kind) {
+            let _ = out_tx.send(spdy::data(s, true, &[])).await;
+        }
+    }
+    let last = ids.values().copied().max().unwrap_or(0);
+    let _ = out_tx.send(spdy::goaway(last)).await;
+    drop(out_tx);
+    reader.abort();
+    let _ = session.await;
+    let _ = writer.await;
+}
+
 /// Makes the stdio and starts the command (blocking parts on a worker).
 async fn start(main_pid: i32, cmd: Vec<String>, streams: Streams) -> Result<(Running, Ours), String> {
     tokio::task::spawn_blocking(move || {

@@ -2,8 +2,8 @@
 //! default, an ephemeral port unless configured), serving the URLs that
 //! Exec (and later Attach and PortForward) hand out. A URL's token is taken
 //! on first use; the connection is then upgraded to a WebSocket with one of
-//! Kubernetes' channel sub-protocols. SPDY/3.1 upgrades are refused with
-//! 501 for now (issue 7 continues).
+//! Kubernetes' channel sub-protocols, or to SPDY/3.1 with the v4 stream
+//! protocol (what kubelet's clients speak).
 
 use super::remotecommand::{self, Framing, Streams};
 use super::token::{StreamRequest, Tokens};
@@ -143,8 +143,7 @@ async fn handle(mut conn: TcpStream, rt: Arc<Runtime>) -> std::io::Result<()> {
         return reply(&mut conn, "404 Not Found", "unknown or expired streaming token\n").await;
     };
     if head.has_token("upgrade", "SPDY/3.1") {
-        return reply(&mut conn, "501 Not Implemented", "SPDY streaming is not implemented yet; use a WebSocket\n")
-            .await;
+        return spdy_upgrade(conn, &head, req, rt).await;
     }
     if !head.has_token("upgrade", "websocket") || !head.has_token("connection", "upgrade") {
         return reply(&mut conn, "400 Bad Request", "a WebSocket upgrade is required\n").await;
@@ -159,22 +158,51 @@ async fn handle(mut conn: TcpStream, rt: Arc<Runtime>) -> std::io::Result<()> {
                 let body = format!("no supported sub-protocol offered; rktlet speaks {:?}\n", remotecommand::PROTOCOLS);
                 return reply(&mut conn, "400 Bad Request", &body).await;
             };
-            let pid = tokio::task::spawn_blocking({
-                let rt = rt.clone();
-                move || crate::cri::container_exec::running_main_pid(&rt, &container_id)
-            })
-            .await
-            .map_err(std::io::Error::other)?;
-            let pid = match pid {
-                Ok(p) => p,
-                Err(status) => return reply(&mut conn, "404 Not Found", &format!("{}\n", status.message())).await,
-            };
+            let Some(pid) = main_pid(&mut conn, &rt, container_id).await? else { return Ok(()) };
             let key = head.header("sec-websocket-key").to_string();
             conn.write_all(ws::handshake_response(&key, protocol).as_bytes()).await?;
             remotecommand::exec_ws(conn, Framing::of(protocol), pid, cmd, Streams { tty, stdin, stdout, stderr }).await;
             Ok(())
         }
         StreamRequest::Attach { .. } | StreamRequest::PortForward { .. } => {
+            reply(&mut conn, "501 Not Implemented", "attach and port-forward streaming are not implemented yet\n").await
+        }
+    }
+}
+
+/// The main pid of a running container, or a 404 already sent.
+async fn main_pid(conn: &mut TcpStream, rt: &Arc<Runtime>, container_id: String) -> std::io::Result<Option<i32>> {
+    let rt = rt.clone();
+    let pid = tokio::task::spawn_blocking(move || crate::cri::container_exec::running_main_pid(&rt, &container_id))
+        .await
+        .map_err(std::io::Error::other)?;
+    match pid {
+        Ok(p) => Ok(Some(p)),
+        Err(status) => reply(conn, "404 Not Found", &format!("{}\n", status.message())).await.map(|()| None),
+    }
+}
+
+/// Completes a `Upgrade: SPDY/3.1` request: the stream protocol is chosen
+/// from `X-Stream-Protocol-Version` (kubelet answers 403 without a match).
+async fn spdy_upgrade(mut conn: TcpStream, head: &Head, req: StreamRequest, rt: Arc<Runtime>) -> std::io::Result<()> {
+    let offered: Vec<&str> = head.header("x-stream-protocol-version").split(',').map(str::trim).collect();
+    match req {
+        StreamRequest::Exec { container_id, cmd, tty, stdin, stdout, stderr } => {
+            let protocol = remotecommand::SPDY_PROTOCOL;
+            if !offered.contains(&protocol) {
+                let body = format!("no supported stream protocol offered; rktlet speaks {protocol} over SPDY\n");
+                return reply(&mut conn, "403 Forbidden", &body).await;
+            }
+            let Some(pid) = main_pid(&mut conn, &rt, container_id).await? else { return Ok(()) };
+            let response = format!(
+                "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
+                 X-Stream-Protocol-Version: {protocol}\r\n\r\n"
+            );
+            conn.write_all(response.as_bytes()).await?;
+            remotecommand::exec_spdy(conn, pid, cmd, Streams { tty, stdin, stdout, stderr }).await;
+            Ok(())
+        }
+        _ => {
             reply(&mut conn, "501 Not Implemented", "attach and port-forward streaming are not implemented yet\n").await
         }
     }
