@@ -262,3 +262,97 @@ async fn exec_streams_over_spdy_to_kubernetes_own_client_library() {
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);
 }
+
+/// A line echo server in a pod's network namespace: answers each
+/// connection's first line with `pong:<line>` and closes.
+fn echo_in_pod(pod: &str, port: u16) -> std::thread::JoinHandle<()> {
+    let netns = rktlet::net::netns::Netns::open(format!("/var/run/netns/rktlet-{pod}")).expect("pod netns");
+    let listener = netns.run(move || std::net::TcpListener::bind(("127.0.0.1", port))).expect("enter").expect("bind");
+    std::thread::spawn(move || {
+        use std::io::{BufRead, Write};
+        for _ in 0..2 {
+            let Ok((conn, _)) = listener.accept() else { return };
+            let mut line = String::new();
+            let mut r = std::io::BufReader::new(conn.try_clone().expect("clone"));
+            let _ = r.read_line(&mut line);
+            let _ = (&conn).write_all(format!("pong:{line}").as_bytes());
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn port_forward_over_spdy_and_websocket_into_the_pod_network() {
+    let client = tokio::task::spawn_blocking(spdy_client);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let net = common::TestNetwork::new(dir.path());
+    let conf = net.conf_dir.to_string_lossy().to_string();
+    let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni"]);
+    let mut rt = d.runtime().await;
+    let pod = common::run_pod(&mut rt, &pod_config("forwarded", &[])).await;
+    let server = echo_in_pod(&pod, 8080);
+    client.await.expect("go build");
+    let url = |rt: &mut RuntimeServiceClient<Channel>, ports: Vec<i32>| {
+        let mut rt = rt.clone();
+        let pod = pod.clone();
+        async move {
+            rt.port_forward(cri::PortForwardRequest { pod_sandbox_id: pod, port: ports })
+                .await
+                .expect("PortForward")
+                .into_inner()
+                .url
+        }
+    };
+
+    // SPDY, as kubectl port-forward through kubelet
+    let u = url(&mut rt, vec![8080]).await;
+    let (out, err) = tokio::task::spawn_blocking(move || {
+        let o = std::process::Command::new(spdy_client())
+            .args(["-portforward", "8080", "-send", "spdy\n", &u])
+            .output()
+            .expect("client");
+        (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    })
+    .await
+    .expect("client");
+    assert_eq!(out, "pong:spdy\n", "stderr: {err}");
+    assert_eq!(err, "");
+
+    // a port nothing listens on: the error stream says so
+    let u = url(&mut rt, vec![]).await;
+    let (out, err) = tokio::task::spawn_blocking(move || {
+        let o = std::process::Command::new(spdy_client())
+            .args(["-portforward", "9", "-send", "x\n", &u])
+            .output()
+            .expect("client");
+        (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    })
+    .await
+    .expect("client");
+    assert_eq!(out, "");
+    assert!(err.contains("error forwarding port 9") && err.contains("refused"), "{err}");
+
+    // WebSocket: each channel opens with its port, little-endian
+    let u = url(&mut rt, vec![8080]).await;
+    let mut ws =
+        connect(&format!("{}?port=8080", u.replace("http://", "ws://")), "v4.channel.k8s.io").await.expect("ws");
+    let first: Vec<Message> = vec![ws.next().await.expect("f").expect("f"), ws.next().await.expect("f").expect("f")];
+    assert_eq!(first, vec![Message::Binary(vec![0, 0x90, 0x1f].into()), Message::Binary(vec![1, 0x90, 0x1f].into())]);
+    ws.send(Message::Binary([&[0u8][..], b"ws\n"].concat().into())).await.expect("send");
+    let mut got = Vec::new();
+    while let Some(Ok(m)) = ws.next().await {
+        match m {
+            Message::Binary(b) if b.first() == Some(&0) => got.extend_from_slice(&b[1..]),
+            Message::Close(_) => break,
+            _ => {}
+        }
+        if got.ends_with(b"\n") {
+            break;
+        }
+    }
+    assert_eq!(String::from_utf8_lossy(&got), "pong:ws\n");
+    drop(ws);
+    server.join().expect("echo server");
+
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
+    assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+}

@@ -13,7 +13,7 @@ pub(crate) mod pod_meta;
 mod runtime_info;
 pub(crate) mod sandbox_pool;
 pub(crate) mod sandbox_run;
-mod sandbox_status;
+pub(crate) mod sandbox_status;
 mod sandbox_stop;
 pub(crate) mod stats;
 
@@ -184,6 +184,8 @@ cri_impl! {
             "ExecSync": exec_sync(ExecSyncRequest) -> cri::ExecSyncResponse
                 => container_exec::exec_sync | exec exec_mode::exec_sync;
             "Exec": exec(ExecRequest) -> cri::ExecResponse => container_exec::exec;
+            "PortForward": port_forward(PortForwardRequest) -> cri::PortForwardResponse
+                => sandbox_status::port_forward;
             "GetContainerEvents": get_container_events(GetEventsRequest) -> EventStream
                 => events::get_container_events;
             "ContainerStats": container_stats(ContainerStatsRequest) -> cri::ContainerStatsResponse
@@ -197,7 +199,6 @@ cri_impl! {
         }
         pending {
             "Attach": attach(AttachRequest) -> cri::AttachResponse;
-            "PortForward": port_forward(PortForwardRequest) -> cri::PortForwardResponse;
             "CheckpointContainer": checkpoint_container(CheckpointContainerRequest) -> cri::CheckpointContainerResponse;
             "ListMetricDescriptors": list_metric_descriptors(ListMetricDescriptorsRequest)
                 -> cri::ListMetricDescriptorsResponse;

@@ -129,6 +129,37 @@ pub async fn pod_sandbox_status(
     Ok(cri::PodSandboxStatusResponse { status: Some(status), info, ..Default::default() })
 }
 
+/// The network namespace of a ready pod (`None`: it uses the node's). Blocking.
+pub(crate) fn running_netns(rt: &Runtime, id: &str) -> Result<Option<std::path::PathBuf>, Status> {
+    let mut p = Pod::open(&rt.data, id).map_err(pod_status)?;
+    if p.state().map_err(pod_status)? != crate::pod::PodState::Running {
+        return Err(Status::failed_precondition(format!("pod {id} is not running")));
+    }
+    let manifest = rt.manifests.read(&p).map_err(pod_status)?;
+    if pod_meta::namespace_options(&manifest).network == cri::NamespaceMode::Node as i32 {
+        return Ok(None);
+    }
+    let netns = p.read_file(pod::NETNS_FILE).map_err(pod_status)?;
+    netns
+        .map(|n| Some(std::path::PathBuf::from(n)))
+        .ok_or_else(|| Status::failed_precondition(format!("pod {id} has no network namespace")))
+}
+
+/// PortForward: checks the pod, then hands out a URL of the streaming server.
+pub async fn port_forward(rt: &Runtime, req: cri::PortForwardRequest) -> Result<cri::PortForwardResponse, Status> {
+    let mut ports = Vec::new();
+    for p in &req.port {
+        let port = u16::try_from(*p).ok().filter(|p| *p != 0);
+        ports.push(port.ok_or_else(|| Status::invalid_argument(format!("port {p} is not a TCP port")))?);
+    }
+    tokio::task::block_in_place(|| running_netns(rt, &req.pod_sandbox_id))?;
+    let url = rt
+        .streams
+        .url(crate::stream::token::StreamRequest::PortForward { pod_id: req.pod_sandbox_id, ports })
+        .map_err(Status::unavailable)?;
+    Ok(cri::PortForwardResponse { url })
+}
+
 fn matches(view: &SandboxView, filter: &cri::PodSandboxFilter) -> bool {
     if !filter.id.is_empty() && !view.pod.uuid().to_string().starts_with(&filter.id) {
         return false;

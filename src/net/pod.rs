@@ -77,7 +77,14 @@ pub async fn teardown(
     Ok(())
 }
 
-/// Creates a pod's network namespace (before the sandbox boots in it).
+/// Creates a pod's network namespace (before the sandbox boots in it), with
+/// `lo` up: the pod's systemd does not bring it up inside nspawn, and apps
+/// and port-forwarding expect 127.0.0.1 to work.
 pub fn create_netns(uuid: Uuid) -> Result<Netns, PodNetError> {
-    Ok(Netns::create(&netns_name(uuid))?)
+    let netns = Netns::create(&netns_name(uuid))?;
+    if let Err(e) = netns.set_link_up("lo") {
+        let _ = netns.remove();
+        return Err(e.into());
+    }
+    Ok(netns)
 }

@@ -101,6 +101,11 @@ fn prepare(opts: &SandboxOptions, pod: &mut Pod, cgroup_out: &mut Option<PodCgro
 
     if let PodNet::Netns(path) = &opts.net {
         pod.write_file(pod::NETNS_FILE, path.as_os_str().as_encoded_bytes())?;
+        // the pod's systemd does not bring `lo` up under nspawn; a namespace
+        // made by someone else (the CLI's user) may not have it up either
+        crate::net::netns::Netns::open(path)
+            .and_then(|ns| ns.set_link_up("lo"))
+            .map_err(|e| SandboxError::Invalid(format!("network namespace {}: {e}", path.display())))?;
     }
     pod.write_file(pod::RUNTIME_CONFIG_FILE, runtime_config(&hostname, &opts.net, opts.host_ipc).as_bytes())?;
 

@@ -1,10 +1,11 @@
-//! The streaming server for Exec (Attach and PortForward to come: they
-//! answer UNIMPLEMENTED meanwhile): `server` (HTTP, routing), `token`
-//! (single-use expiring URLs), `ws` (WebSocket), `remotecommand` (the
-//! Kubernetes channel protocol for exec). `log` is the per-pod CRI log
-//! writer containers use.
+//! The streaming server for Exec and PortForward (Attach to come: it
+//! answers UNIMPLEMENTED meanwhile): `server` (HTTP, routing), `token`
+//! (single-use expiring URLs), `ws` (WebSocket), `spdy` (SPDY/3.1),
+//! `remotecommand` (the Kubernetes stream protocol for exec),
+//! `portforward`. `log` is the per-pod CRI log writer containers use.
 
 pub mod log;
+pub mod portforward;
 pub mod remotecommand;
 pub mod server;
 pub mod spdy;

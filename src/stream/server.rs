@@ -5,6 +5,7 @@
 //! Kubernetes' channel sub-protocols, or to SPDY/3.1 with the v4 stream
 //! protocol (what kubelet's clients speak).
 
+use super::portforward;
 use super::remotecommand::{self, Framing, Streams};
 use super::token::{StreamRequest, Tokens};
 use super::ws;
@@ -164,9 +165,49 @@ async fn handle(mut conn: TcpStream, rt: Arc<Runtime>) -> std::io::Result<()> {
             remotecommand::exec_ws(conn, Framing::of(protocol), pid, cmd, Streams { tty, stdin, stdout, stderr }).await;
             Ok(())
         }
-        StreamRequest::Attach { .. } | StreamRequest::PortForward { .. } => {
-            reply(&mut conn, "501 Not Implemented", "attach and port-forward streaming are not implemented yet\n").await
+        StreamRequest::PortForward { pod_id, ports } => {
+            let Some(protocol) = portforward::WS_PROTOCOLS.iter().find(|p| offered.contains(p)) else {
+                let body =
+                    format!("no supported sub-protocol offered; rktlet speaks {:?}\n", portforward::WS_PROTOCOLS);
+                return reply(&mut conn, "400 Bad Request", &body).await;
+            };
+            // the ports to forward come from the URL (`?port=80&port=443`)
+            let query = head.path.split_once('?').map(|(_, q)| q).unwrap_or_default();
+            let url_ports: Vec<u16> = query
+                .split('&')
+                .filter_map(|kv| kv.strip_prefix("port="))
+                .flat_map(|v| v.split(','))
+                .filter_map(|p| p.parse().ok())
+                .collect();
+            if url_ports.is_empty() {
+                return reply(&mut conn, "400 Bad Request", "name the ports to forward: ?port=N\n").await;
+            }
+            let Some(target) = pod_target(&mut conn, &rt, pod_id, ports).await? else { return Ok(()) };
+            let key = head.header("sec-websocket-key").to_string();
+            conn.write_all(ws::handshake_response(&key, protocol).as_bytes()).await?;
+            portforward::websocket(conn, Framing::of(protocol), target, url_ports).await;
+            Ok(())
         }
+        StreamRequest::Attach { .. } => {
+            reply(&mut conn, "501 Not Implemented", "attach streaming is not implemented yet\n").await
+        }
+    }
+}
+
+/// Where a pod's forwarded ports are, or a 404 already sent.
+async fn pod_target(
+    conn: &mut TcpStream,
+    rt: &Arc<Runtime>,
+    pod_id: String,
+    ports: Vec<u16>,
+) -> std::io::Result<Option<portforward::Target>> {
+    let rt = rt.clone();
+    let netns = tokio::task::spawn_blocking(move || crate::cri::sandbox_status::running_netns(&rt, &pod_id))
+        .await
+        .map_err(std::io::Error::other)?;
+    match netns {
+        Ok(netns) => Ok(Some(portforward::Target { netns, ports })),
+        Err(status) => reply(conn, "404 Not Found", &format!("{}\n", status.message())).await.map(|()| None),
     }
 }
 
@@ -202,8 +243,24 @@ async fn spdy_upgrade(mut conn: TcpStream, head: &Head, req: StreamRequest, rt: 
             remotecommand::exec_spdy(conn, pid, cmd, Streams { tty, stdin, stdout, stderr }).await;
             Ok(())
         }
-        _ => {
-            reply(&mut conn, "501 Not Implemented", "attach and port-forward streaming are not implemented yet\n").await
+        StreamRequest::PortForward { pod_id, ports } => {
+            if !offered.contains(&portforward::SPDY_PROTOCOL) {
+                let body =
+                    format!("no supported stream protocol offered; rktlet speaks {}\n", portforward::SPDY_PROTOCOL);
+                return reply(&mut conn, "403 Forbidden", &body).await;
+            }
+            let Some(target) = pod_target(&mut conn, &rt, pod_id, ports).await? else { return Ok(()) };
+            let response = format!(
+                "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
+                 X-Stream-Protocol-Version: {}\r\n\r\n",
+                portforward::SPDY_PROTOCOL
+            );
+            conn.write_all(response.as_bytes()).await?;
+            portforward::spdy(conn, target).await;
+            Ok(())
+        }
+        StreamRequest::Attach { .. } => {
+            reply(&mut conn, "501 Not Implemented", "attach streaming is not implemented yet\n").await
         }
     }
 }

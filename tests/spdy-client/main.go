@@ -6,6 +6,7 @@
 // one stream per requested channel, copy them, print the status.
 //
 // usage: spdy-client [-stdin] [-stdout] [-stderr] [-tty] [-resize WxH] [-status FILE] URL
+//        spdy-client -portforward PORT -send TEXT URL   (prints the reply; an error stream's text on stderr)
 package main
 
 import (
@@ -37,7 +38,15 @@ func main() {
 	tty := flag.Bool("tty", false, "a terminal (opens a resize stream)")
 	resize := flag.String("resize", "", "WxH sent on the resize stream")
 	statusFile := flag.String("status", "", "write the error stream's status here")
+	forward := flag.Int("portforward", 0, "forward this port (portforward.k8s.io) instead of exec")
+	send := flag.String("send", "", "with -portforward: what to send before reading the reply")
 	flag.Parse()
+	protocols := "X-Stream-Protocol-Version: v4.channel.k8s.io\r\nX-Stream-Protocol-Version: v3.channel.k8s.io\r\n"
+	want := "v4.channel.k8s.io"
+	if *forward != 0 {
+		protocols = "X-Stream-Protocol-Version: portforward.k8s.io\r\n"
+		want = "portforward.k8s.io"
+	}
 	u, err := url.Parse(flag.Arg(0))
 	if err != nil {
 		fail("url: %v", err)
@@ -46,9 +55,8 @@ func main() {
 	if err != nil {
 		fail("dial: %v", err)
 	}
-	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"+
-		"X-Stream-Protocol-Version: v4.channel.k8s.io\r\nX-Stream-Protocol-Version: v3.channel.k8s.io\r\n\r\n",
-		u.RequestURI(), u.Host)
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n%s\r\n",
+		u.RequestURI(), u.Host, protocols)
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
@@ -59,7 +67,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "HTTP %d: %s", resp.StatusCode, body)
 		os.Exit(2)
 	}
-	if got := resp.Header.Get("X-Stream-Protocol-Version"); got != "v4.channel.k8s.io" {
+	if got := resp.Header.Get("X-Stream-Protocol-Version"); got != want {
 		fail("negotiated %q", got)
 	}
 	sc, err := spdystream.NewConnection(bufConn{conn, br}, false)
@@ -67,6 +75,10 @@ func main() {
 		fail("spdy: %v", err)
 	}
 	go sc.Serve(spdystream.NoOpStreamHandler)
+	if *forward != 0 {
+		portForward(sc, *forward, *send)
+		return
+	}
 	open := func(kind string) *spdystream.Stream {
 		h := http.Header{}
 		h.Set("streamType", kind)
@@ -108,6 +120,34 @@ func main() {
 	if *statusFile != "" {
 		os.WriteFile(*statusFile, status, 0o644)
 	}
+	sc.Close()
+}
+
+// portForward does what kubectl port-forward does per connection: an error
+// stream (closed at once on our side), a data stream, then the copy.
+func portForward(sc *spdystream.Connection, port int, send string) {
+	open := func(kind string) *spdystream.Stream {
+		h := http.Header{}
+		h.Set("streamType", kind)
+		h.Set("port", fmt.Sprint(port))
+		h.Set("requestID", "0")
+		s, err := sc.CreateStream(h, nil, false)
+		if err != nil {
+			fail("create %s: %v", kind, err)
+		}
+		if err := s.Wait(); err != nil {
+			fail("reply for %s: %v", kind, err)
+		}
+		return s
+	}
+	errStream := open("error")
+	errStream.Close()
+	data := open("data")
+	io.WriteString(data, send)
+	reply, _ := io.ReadAll(data)
+	os.Stdout.Write(reply)
+	msg, _ := io.ReadAll(errStream)
+	os.Stderr.Write(msg)
 	sc.Close()
 }
 
