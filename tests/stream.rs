@@ -356,3 +356,62 @@ async fn port_forward_over_spdy_and_websocket_into_the_pod_network() {
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn attach_follows_output_for_several_clients_until_the_container_exits() {
+    let client = tokio::task::spawn_blocking(spdy_client);
+    let d = Daemon::start(&[]);
+    let mut rt = d.runtime().await;
+    let image = common::pull_busybox(&d).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut pod_cfg = host_network(pod_config("attached", &[]));
+    pod_cfg.log_directory = dir.path().to_string_lossy().into_owned();
+    let pod = common::run_pod(&mut rt, &pod_cfg).await;
+    let script = "sleep 0.5; for i in 1 2 3 4 5 6; do echo tick $i; echo err $i >&2; sleep 0.1; done";
+    let ctr = common::create_container(
+        &mut rt,
+        &pod,
+        &pod_cfg,
+        common::container_config("talker", &image, &["sh", "-c", script]),
+    )
+    .await;
+    rt.start_container(cri::StartContainerRequest { container_id: ctr.clone() }).await.expect("start");
+    client.await.expect("go build");
+
+    let attach_url = |rt: &mut RuntimeServiceClient<Channel>| {
+        let (mut rt, ctr) = (rt.clone(), ctr.clone());
+        async move {
+            rt.attach(cri::AttachRequest { container_id: ctr, stdout: true, stderr: true, ..Default::default() })
+                .await
+                .expect("Attach")
+                .into_inner()
+                .url
+        }
+    };
+    // two readers at once: a WebSocket client and the SPDY one
+    let (ws_url, spdy_url) = (attach_url(&mut rt).await, attach_url(&mut rt).await);
+    let mut ws = connect(&ws_url.replace("http://", "ws://"), "v4.channel.k8s.io").await.expect("connect");
+    let spdy_run = tokio::task::spawn_blocking(move || spdy(&spdy_url, &["-stdout", "-stderr"], b""));
+    let out = collect(&mut ws).await;
+    let (spdy_out, spdy_err, spdy_status) = spdy_run.await.expect("spdy attach");
+    let expected_out: String = (1..=6).map(|i| format!("tick {i}\n")).collect();
+    let expected_err: String = (1..=6).map(|i| format!("err {i}\n")).collect();
+    assert_eq!((channel(&out, 1), channel(&out, 2)), (expected_out.clone(), expected_err.clone()));
+    assert_eq!(status(&out)["status"], "Success");
+    assert_eq!((spdy_out, spdy_err), (expected_out, expected_err));
+    assert_eq!(spdy_status["status"], "Success");
+    // the log kept it all too
+    let log = std::fs::read_to_string(dir.path().join("talker.log")).expect("log");
+    assert_eq!(log.lines().filter(|l| l.contains(" stdout F tick ")).count(), 6, "{log}");
+
+    // stdin cannot be attached; an exited container cannot be attached to
+    let with_stdin = rt
+        .attach(cri::AttachRequest { container_id: ctr.clone(), stdin: true, stdout: true, ..Default::default() })
+        .await;
+    assert_eq!(with_stdin.map(|_| ()).map_err(|e| e.code()), Err(tonic::Code::Unimplemented));
+    let exited = rt.attach(cri::AttachRequest { container_id: ctr.clone(), stdout: true, ..Default::default() }).await;
+    assert_eq!(exited.map(|_| ()).map_err(|e| e.code()), Err(tonic::Code::FailedPrecondition));
+
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
+    assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+}

@@ -1,4 +1,5 @@
-//! ExecSync and Exec: a command run inside a running container, in-process.
+//! ExecSync, Exec and Attach: a command run inside a running container,
+//! in-process, or the container's own output.
 //! The command is the only program started (`stage1::exec`). Exec answers
 //! with a single-use URL of the streaming server (`crate::stream`), which
 //! runs the command when the client connects.
@@ -54,6 +55,48 @@ pub async fn exec(rt: &Runtime, req: cri::ExecRequest) -> Result<cri::ExecRespon
         })
         .map_err(Status::unavailable)?;
     Ok(cri::ExecResponse { url })
+}
+
+/// Where a running container's output and exit are (for Attach). Blocking.
+pub(crate) fn attach_source(rt: &Runtime, id: &str) -> Result<crate::stream::attach::Source, Status> {
+    let t = container_start::open(rt, id)?;
+    let paths = crate::stage1::app::AppPaths::new(&t.pod, &t.app.name);
+    let facts = crate::stage1::app::facts(&paths, t.running);
+    if !t.running || facts.state != crate::stage1::app::AppState::Running {
+        return Err(Status::failed_precondition(format!("container {id} is not running")));
+    }
+    let log = super::container_meta::log_path(&t.app);
+    if log.is_empty() {
+        return Err(Status::failed_precondition(format!("container {id} has no log path: its output goes nowhere")));
+    }
+    Ok(crate::stream::attach::Source { log: log.into(), exit_file: paths.status_file("") })
+}
+
+/// Attach: checks the request and the container, then hands out a URL.
+pub async fn attach(rt: &Runtime, req: cri::AttachRequest) -> Result<cri::AttachResponse, Status> {
+    if req.stdin {
+        return Err(Status::unimplemented(
+            "attaching stdin is not supported: rktlet starts containers without a stdin pipe",
+        ));
+    }
+    if !(req.stdout || req.stderr) {
+        return Err(Status::invalid_argument("one of stdout and stderr must be set"));
+    }
+    if req.tty && req.stderr {
+        return Err(Status::invalid_argument("tty and stderr cannot both be set: a terminal has one output"));
+    }
+    tokio::task::block_in_place(|| attach_source(rt, &req.container_id))?;
+    let url = rt
+        .streams
+        .url(crate::stream::token::StreamRequest::Attach {
+            container_id: req.container_id,
+            tty: req.tty,
+            stdin: false,
+            stdout: req.stdout,
+            stderr: req.stderr,
+        })
+        .map_err(Status::unavailable)?;
+    Ok(cri::AttachResponse { url })
 }
 
 fn exec_status(id: &str, e: ExecError) -> Status {

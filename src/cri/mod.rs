@@ -184,6 +184,7 @@ cri_impl! {
             "ExecSync": exec_sync(ExecSyncRequest) -> cri::ExecSyncResponse
                 => container_exec::exec_sync | exec exec_mode::exec_sync;
             "Exec": exec(ExecRequest) -> cri::ExecResponse => container_exec::exec;
+            "Attach": attach(AttachRequest) -> cri::AttachResponse => container_exec::attach;
             "PortForward": port_forward(PortForwardRequest) -> cri::PortForwardResponse
                 => sandbox_status::port_forward;
             "GetContainerEvents": get_container_events(GetEventsRequest) -> EventStream
@@ -198,7 +199,6 @@ cri_impl! {
                 -> cri::ListPodSandboxStatsResponse => stats::list_pod_sandbox_stats;
         }
         pending {
-            "Attach": attach(AttachRequest) -> cri::AttachResponse;
             "CheckpointContainer": checkpoint_container(CheckpointContainerRequest) -> cri::CheckpointContainerResponse;
             "ListMetricDescriptors": list_metric_descriptors(ListMetricDescriptorsRequest)
                 -> cri::ListMetricDescriptorsResponse;

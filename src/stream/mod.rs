@@ -1,9 +1,10 @@
-//! The streaming server for Exec and PortForward (Attach to come: it
-//! answers UNIMPLEMENTED meanwhile): `server` (HTTP, routing), `token`
-//! (single-use expiring URLs), `ws` (WebSocket), `spdy` (SPDY/3.1),
-//! `remotecommand` (the Kubernetes stream protocol for exec),
-//! `portforward`. `log` is the per-pod CRI log writer containers use.
+//! The streaming server for Exec, Attach and PortForward: `server` (HTTP,
+//! routing), `token` (single-use expiring URLs), `ws` (WebSocket), `spdy`
+//! (SPDY/3.1), `remotecommand` (the Kubernetes stream protocol; exec),
+//! `attach` (a container's output followed from its log), `portforward`.
+//! `log` is the per-pod CRI log writer containers use.
 
+pub mod attach;
 pub mod log;
 pub mod portforward;
 pub mod remotecommand;

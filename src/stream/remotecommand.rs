@@ -297,8 +297,26 @@ pub async fn session(
     }
 }
 
-/// Serves one exec over a connection upgraded to a WebSocket.
-pub async fn exec_ws<S>(conn: S, framing: Framing, main_pid: i32, cmd: Vec<String>, streams: Streams)
+/// A stream session (exec or attach) given its two channels.
+pub trait Run: FnOnce(mpsc::Receiver<Input>, mpsc::Sender<Output>) -> Self::Fut + Send + 'static {
+    type Fut: std::future::Future<Output = ()> + Send + 'static;
+}
+
+impl<F, Fut> Run for F
+where
+    F: FnOnce(mpsc::Receiver<Input>, mpsc::Sender<Output>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    type Fut = Fut;
+}
+
+/// The exec session of `cmd` in the app process `main_pid`, for a transport.
+pub fn exec(main_pid: i32, cmd: Vec<String>, streams: Streams) -> impl Run {
+    move |input, output| session(main_pid, cmd, streams, input, output)
+}
+
+/// Serves one session over a connection upgraded to a WebSocket.
+pub async fn serve_ws<S>(conn: S, framing: Framing, run: impl Run)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -326,7 +344,7 @@ where
             }
         }
     });
-    let session = tokio::spawn(session(main_pid, cmd, streams, in_rx, out_tx));
+    let session = tokio::spawn(run(in_rx, out_tx));
     loop {
         tokio::select! {
             o = out_rx.recv() => match o {
@@ -357,11 +375,11 @@ pub const SPDY_PROTOCOL: &str = "v4.channel.k8s.io";
 /// How long a SPDY client has to open the streams it asked for.
 const STREAM_SETUP: Duration = Duration::from_secs(30);
 
-/// Serves one exec over a connection upgraded to SPDY/3.1: the client
+/// Serves one session over a connection upgraded to SPDY/3.1: the client
 /// opens one stream per channel (`streamtype` error, stdin, stdout, stderr,
 /// resize), each accepted with a SYN_REPLY; output goes out on them, the
 /// status on the error stream, then every stream is closed.
-pub async fn exec_spdy<S>(conn: S, main_pid: i32, cmd: Vec<String>, streams: Streams)
+pub async fn serve_spdy<S>(conn: S, streams: Streams, run: impl Run)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -474,7 +492,7 @@ where
         }
     });
     let (sess_tx, mut sess_rx) = mpsc::channel::<Output>(64);
-    let session = tokio::spawn(session(main_pid, cmd, streams, in_rx, sess_tx));
+    let session = tokio::spawn(run(in_rx, sess_tx));
     while let Some(o) = sess_rx.recv().await {
         let bytes = match o {
             Output::Data(STDOUT, d) => id("stdout").map(|s| spdy::data(s, false, &d)),

@@ -1,10 +1,11 @@
 //! The streaming server: HTTP/1.1 on the streaming address (loopback by
 //! default, an ephemeral port unless configured), serving the URLs that
-//! Exec (and later Attach and PortForward) hand out. A URL's token is taken
+//! Exec, Attach and PortForward hand out. A URL's token is taken
 //! on first use; the connection is then upgraded to a WebSocket with one of
 //! Kubernetes' channel sub-protocols, or to SPDY/3.1 with the v4 stream
 //! protocol (what kubelet's clients speak).
 
+use super::attach;
 use super::portforward;
 use super::remotecommand::{self, Framing, Streams};
 use super::token::{StreamRequest, Tokens};
@@ -162,7 +163,8 @@ async fn handle(mut conn: TcpStream, rt: Arc<Runtime>) -> std::io::Result<()> {
             let Some(pid) = main_pid(&mut conn, &rt, container_id).await? else { return Ok(()) };
             let key = head.header("sec-websocket-key").to_string();
             conn.write_all(ws::handshake_response(&key, protocol).as_bytes()).await?;
-            remotecommand::exec_ws(conn, Framing::of(protocol), pid, cmd, Streams { tty, stdin, stdout, stderr }).await;
+            let streams = Streams { tty, stdin, stdout, stderr };
+            remotecommand::serve_ws(conn, Framing::of(protocol), remotecommand::exec(pid, cmd, streams)).await;
             Ok(())
         }
         StreamRequest::PortForward { pod_id, ports } => {
@@ -188,9 +190,34 @@ async fn handle(mut conn: TcpStream, rt: Arc<Runtime>) -> std::io::Result<()> {
             portforward::websocket(conn, Framing::of(protocol), target, url_ports).await;
             Ok(())
         }
-        StreamRequest::Attach { .. } => {
-            reply(&mut conn, "501 Not Implemented", "attach streaming is not implemented yet\n").await
+        StreamRequest::Attach { container_id, tty, stdin, stdout, stderr } => {
+            let Some(protocol) = remotecommand::PROTOCOLS.iter().find(|p| offered.contains(p)) else {
+                let body = format!("no supported sub-protocol offered; rktlet speaks {:?}\n", remotecommand::PROTOCOLS);
+                return reply(&mut conn, "400 Bad Request", &body).await;
+            };
+            let Some(source) = attach_source(&mut conn, &rt, container_id).await? else { return Ok(()) };
+            let key = head.header("sec-websocket-key").to_string();
+            conn.write_all(ws::handshake_response(&key, protocol).as_bytes()).await?;
+            let streams = Streams { tty, stdin, stdout, stderr };
+            remotecommand::serve_ws(conn, Framing::of(protocol), attach::attach(source, streams)).await;
+            Ok(())
         }
+    }
+}
+
+/// Where a running container's output and exit are, or a 404 already sent.
+async fn attach_source(
+    conn: &mut TcpStream,
+    rt: &Arc<Runtime>,
+    container_id: String,
+) -> std::io::Result<Option<attach::Source>> {
+    let rt = rt.clone();
+    let source = tokio::task::spawn_blocking(move || crate::cri::container_exec::attach_source(&rt, &container_id))
+        .await
+        .map_err(std::io::Error::other)?;
+    match source {
+        Ok(s) => Ok(Some(s)),
+        Err(status) => reply(conn, "404 Not Found", &format!("{}\n", status.message())).await.map(|()| None),
     }
 }
 
@@ -240,7 +267,8 @@ async fn spdy_upgrade(mut conn: TcpStream, head: &Head, req: StreamRequest, rt: 
                  X-Stream-Protocol-Version: {protocol}\r\n\r\n"
             );
             conn.write_all(response.as_bytes()).await?;
-            remotecommand::exec_spdy(conn, pid, cmd, Streams { tty, stdin, stdout, stderr }).await;
+            let streams = Streams { tty, stdin, stdout, stderr };
+            remotecommand::serve_spdy(conn, streams, remotecommand::exec(pid, cmd, streams)).await;
             Ok(())
         }
         StreamRequest::PortForward { pod_id, ports } => {
@@ -259,8 +287,21 @@ async fn spdy_upgrade(mut conn: TcpStream, head: &Head, req: StreamRequest, rt: 
             portforward::spdy(conn, target).await;
             Ok(())
         }
-        StreamRequest::Attach { .. } => {
-            reply(&mut conn, "501 Not Implemented", "attach streaming is not implemented yet\n").await
+        StreamRequest::Attach { container_id, tty, stdin, stdout, stderr } => {
+            let protocol = remotecommand::SPDY_PROTOCOL;
+            if !offered.contains(&protocol) {
+                let body = format!("no supported stream protocol offered; rktlet speaks {protocol} over SPDY\n");
+                return reply(&mut conn, "403 Forbidden", &body).await;
+            }
+            let Some(source) = attach_source(&mut conn, &rt, container_id).await? else { return Ok(()) };
+            let response = format!(
+                "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
+                 X-Stream-Protocol-Version: {protocol}\r\n\r\n"
+            );
+            conn.write_all(response.as_bytes()).await?;
+            let streams = Streams { tty, stdin, stdout, stderr };
+            remotecommand::serve_spdy(conn, streams, attach::attach(source, streams)).await;
+            Ok(())
         }
     }
 }
