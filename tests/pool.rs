@@ -326,6 +326,15 @@ async fn sigkill_with_a_full_pool_then_restart_readopts_and_leaks_nothing() {
     assert!(after.is_subset(&before), "the kept pod is one of the old ones: {after:?} / {before:?}");
     assert_eq!(info["boots"].as_u64(), Some(0), "adopted, not booted again: {info}");
     let removed: Vec<String> = before.difference(&after).cloned().collect();
+    // its removal runs in the background after the restart: wait until its directory is gone
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let any_dir = |uuid: &str| {
+        std::fs::read_dir(data.join("pods")).expect("pods").flatten().any(|s| s.path().join(uuid).exists())
+    };
+    while removed.iter().any(|u| any_dir(u)) {
+        assert!(Instant::now() < deadline, "the extra pool pod was not removed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_no_leaks(&data, &removed);
 
     // the adopted pod serves a request
