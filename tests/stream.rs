@@ -404,13 +404,54 @@ async fn attach_follows_output_for_several_clients_until_the_container_exits() {
     let log = std::fs::read_to_string(dir.path().join("talker.log")).expect("log");
     assert_eq!(log.lines().filter(|l| l.contains(" stdout F tick ")).count(), 6, "{log}");
 
-    // stdin cannot be attached; an exited container cannot be attached to
-    let with_stdin = rt
-        .attach(cri::AttachRequest { container_id: ctr.clone(), stdin: true, stdout: true, ..Default::default() })
-        .await;
-    assert_eq!(with_stdin.map(|_| ()).map_err(|e| e.code()), Err(tonic::Code::Unimplemented));
+    // an exited container cannot be attached to
     let exited = rt.attach(cri::AttachRequest { container_id: ctr.clone(), stdout: true, ..Default::default() }).await;
     assert_eq!(exited.map(|_| ()).map_err(|e| e.code()), Err(tonic::Code::FailedPrecondition));
+
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
+    assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn attach_writes_the_stdin_of_a_container_that_reads_it() {
+    let d = Daemon::start(&[]);
+    let mut rt = d.runtime().await;
+    let image = common::pull_busybox(&d).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut pod_cfg = host_network(pod_config("reader", &[]));
+    pod_cfg.log_directory = dir.path().to_string_lossy().into_owned();
+    let pod = common::run_pod(&mut rt, &pod_cfg).await;
+    let script = "while read l; do echo \"got $l\"; done; echo bye";
+    let mut config = common::container_config("reader", &image, &["sh", "-c", script]);
+    (config.stdin, config.stdin_once) = (true, true);
+    let ctr = common::create_container(&mut rt, &pod, &pod_cfg, config).await;
+    rt.start_container(cri::StartContainerRequest { container_id: ctr.clone() }).await.expect("start");
+    // a container without stdin refuses an attach with stdin
+    let quiet =
+        common::create_container(&mut rt, &pod, &pod_cfg, common::container_config("quiet", &image, &["sleep", "100"]))
+            .await;
+    rt.start_container(cri::StartContainerRequest { container_id: quiet.clone() }).await.expect("start");
+    let refused =
+        rt.attach(cri::AttachRequest { container_id: quiet, stdin: true, stdout: true, ..Default::default() }).await;
+    assert_eq!(refused.map(|_| ()).map_err(|e| e.code()), Err(tonic::Code::FailedPrecondition));
+
+    let url = rt
+        .attach(cri::AttachRequest { container_id: ctr.clone(), stdin: true, stdout: true, ..Default::default() })
+        .await
+        .expect("Attach")
+        .into_inner()
+        .url;
+    let mut ws = connect(&url.replace("http://", "ws://"), "v5.channel.k8s.io").await.expect("connect");
+    for line in ["one\n", "two\n"] {
+        ws.send(Message::Binary([&[0u8][..], line.as_bytes()].concat().into())).await.expect("stdin");
+    }
+    // give the lines time to come back before closing stdin (output is followed from now on)
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ws.send(Message::Binary(vec![255u8, 0].into())).await.expect("close stdin");
+    let out = collect(&mut ws).await;
+    // stdin_once: closing it ended the container's input, so it said bye and exited
+    assert_eq!(channel(&out, 1), "got one\ngot two\nbye\n", "{out:?}");
+    assert_eq!(status(&out)["status"], "Success");
 
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);

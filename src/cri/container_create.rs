@@ -265,6 +265,9 @@ pub async fn create_container(
     user_annotations.insert(meta::ATTEMPT.into(), meta_.attempt.to_string());
     user_annotations.insert(meta::IMAGE.into(), image_ref.clone());
     user_annotations.insert(meta::LOG_PATH.into(), log_path);
+    if config.stdin {
+        user_annotations.insert(meta::STDIN.into(), if config.stdin_once { "once" } else { "true" }.into());
+    }
     if let Some(res) = config.linux.as_ref().and_then(|l| l.resources.as_ref()) {
         let limits = meta::limits_from_cri(res);
         if !limits.is_empty() {

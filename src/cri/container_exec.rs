@@ -57,8 +57,9 @@ pub async fn exec(rt: &Runtime, req: cri::ExecRequest) -> Result<cri::ExecRespon
     Ok(cri::ExecResponse { url })
 }
 
-/// Where a running container's output and exit are (for Attach). Blocking.
-pub(crate) fn attach_source(rt: &Runtime, id: &str) -> Result<crate::stream::attach::Source, Status> {
+/// Where a running container's output and exit are, and with `stdin` a
+/// copy of its stdin pipe (for Attach). Blocking.
+pub(crate) fn attach_source(rt: &Runtime, id: &str, stdin: bool) -> Result<crate::stream::attach::Source, Status> {
     let t = container_start::open(rt, id)?;
     let paths = crate::stage1::app::AppPaths::new(&t.pod, &t.app.name);
     let facts = crate::stage1::app::facts(&paths, t.running);
@@ -69,29 +70,37 @@ pub(crate) fn attach_source(rt: &Runtime, id: &str) -> Result<crate::stream::att
     if log.is_empty() {
         return Err(Status::failed_precondition(format!("container {id} has no log path: its output goes nowhere")));
     }
-    Ok(crate::stream::attach::Source { log: log.into(), exit_file: paths.status_file("") })
+    let stdin = match (stdin, super::container_meta::stdin(&t.app)) {
+        (false, _) => None,
+        (true, None) => {
+            return Err(Status::failed_precondition(format!("container {id} was not created with stdin")));
+        }
+        (true, Some(mode)) => {
+            let log_socket = t.pod.path().join(crate::stream::log::SOCKET_FILE);
+            let pipe = crate::stream::log::stdin_of(&log_socket, &t.app.name)
+                .map_err(|e| Status::failed_precondition(format!("stdin of container {id}: {e}")))?;
+            let once = mode == super::container_meta::StdinMode::Once;
+            Some(crate::stream::attach::Stdin { pipe, once, log_socket, app: t.app.name.clone() })
+        }
+    };
+    Ok(crate::stream::attach::Source { log: log.into(), exit_file: paths.status_file(""), stdin })
 }
 
 /// Attach: checks the request and the container, then hands out a URL.
 pub async fn attach(rt: &Runtime, req: cri::AttachRequest) -> Result<cri::AttachResponse, Status> {
-    if req.stdin {
-        return Err(Status::unimplemented(
-            "attaching stdin is not supported: rktlet starts containers without a stdin pipe",
-        ));
-    }
-    if !(req.stdout || req.stderr) {
-        return Err(Status::invalid_argument("one of stdout and stderr must be set"));
+    if !(req.stdin || req.stdout || req.stderr) {
+        return Err(Status::invalid_argument("one of stdin, stdout and stderr must be set"));
     }
     if req.tty && req.stderr {
         return Err(Status::invalid_argument("tty and stderr cannot both be set: a terminal has one output"));
     }
-    tokio::task::block_in_place(|| attach_source(rt, &req.container_id))?;
+    tokio::task::block_in_place(|| attach_source(rt, &req.container_id, req.stdin))?;
     let url = rt
         .streams
         .url(crate::stream::token::StreamRequest::Attach {
             container_id: req.container_id,
             tty: req.tty,
-            stdin: false,
+            stdin: req.stdin,
             stdout: req.stdout,
             stderr: req.stderr,
         })

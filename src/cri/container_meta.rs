@@ -10,6 +10,8 @@ pub const NAME: &str = "k8s.io/reserved/container-name";
 pub const ATTEMPT: &str = "k8s.io/reserved/container-attempt";
 pub const IMAGE: &str = "k8s.io/reserved/image-name";
 pub const LOG_PATH: &str = "k8s.io/reserved/log-path";
+/// `true` or `once` when the container has a stdin (CRI `stdin`, `stdin_once`).
+pub const STDIN: &str = "k8s.io/reserved/stdin";
 /// The app's cgroup limits (JSON of `cgroup::app::Limits`).
 pub const RESOURCES: &str = "k8s.io/reserved/resources";
 const RESERVED_PREFIX: &str = "k8s.io/reserved/";
@@ -48,6 +50,24 @@ pub fn image(app: &RuntimeApp) -> String {
 
 pub fn log_path(app: &RuntimeApp) -> String {
     user_annotations(app).get(LOG_PATH).cloned().unwrap_or_default()
+}
+
+/// Whether the container has a stdin, and whether it closes after the first attach.
+pub fn stdin(app: &RuntimeApp) -> Option<StdinMode> {
+    match user_annotations(app).get(STDIN).map(String::as_str) {
+        Some("true") => Some(StdinMode::Open),
+        Some("once") => Some(StdinMode::Once),
+        _ => None,
+    }
+}
+
+/// How a container's stdin behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StdinMode {
+    /// Open until the container exits; attach sessions come and go.
+    Open,
+    /// Closed when the first attach session that wrote to it ends.
+    Once,
 }
 
 pub fn limits(app: &RuntimeApp) -> crate::cgroup::app::Limits {

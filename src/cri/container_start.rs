@@ -128,6 +128,16 @@ pub async fn start_container(
     if t.app.read_only_root_fs {
         spec.read_only_paths.push("/".into());
     }
+    // a container with a stdin reads a pipe whose write end the pod's log
+    // writer keeps (it outlives the daemon); attach sessions write to it
+    if meta::stdin(&t.app).is_some() {
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Status::internal(e.to_string()))?;
+        crilog::keep_stdin(&t.pod.path().join(crilog::SOCKET_FILE), &t.app.name, w.as_raw_fd())
+            .map_err(|e| Status::internal(format!("keeping the stdin of {}: {e}", req.container_id)))?;
+        let stdin = crate::stage1::bus::Property::fd("StandardInputFileDescriptor", std::os::fd::AsFd::as_fd(&r))
+            .map_err(|e| Status::internal(e.to_string()))?;
+        spec.extra.push(stdin);
+    }
     let log_path = meta::log_path(&t.app);
     if log_path.is_empty() {
         spec.stdout = Output::Null;

@@ -4,8 +4,9 @@
 //! all of it). Lines come back without the CRI framing: `F` lines with their
 //! newline, `P` pieces without. The session ends, with a success status,
 //! when the container has exited and its last output was sent, or when the
-//! client goes away. Containers are started without a stdin pipe, so attach
-//! carries no stdin.
+//! client goes away. A container created with `stdin` reads a pipe whose
+//! write end the pod's log writer keeps; an attach with stdin writes to a
+//! copy of it, and with `stdin_once` the first such session closes it.
 
 use super::remotecommand::{Input, Output, STDERR, STDOUT, Streams, status_json};
 use std::fs::File;
@@ -18,13 +19,24 @@ use tokio::sync::mpsc;
 /// How often the log file is checked for new output.
 const POLL: Duration = Duration::from_millis(25);
 
-/// Where a container's output and exit are found.
-#[derive(Debug, Clone)]
+/// Where a container's output and exit are found, and its stdin.
+#[derive(Debug)]
 pub struct Source {
     /// The CRI log file.
     pub log: PathBuf,
     /// rkt's exit status file of the app (exists once it exited).
     pub exit_file: PathBuf,
+    pub stdin: Option<Stdin>,
+}
+
+/// A copy of a container's stdin pipe, and how to close it for good.
+#[derive(Debug)]
+pub struct Stdin {
+    pub pipe: std::os::fd::OwnedFd,
+    /// `stdin_once`: the pod's log writer drops its copy when this session ends.
+    pub once: bool,
+    pub log_socket: PathBuf,
+    pub app: String,
 }
 
 /// The attach session of `source`, for a transport.
@@ -89,6 +101,30 @@ async fn session(source: Source, streams: Streams, mut input: mpsc::Receiver<Inp
             return;
         }
     };
+    // stdin: a thread writes what the client sends (a full pipe blocks it, not us)
+    let (once, socket_app) = match &source.stdin {
+        Some(s) => (s.once, Some((s.log_socket.clone(), s.app.clone()))),
+        None => (false, None),
+    };
+    let mut stdin_tx = source.stdin.map(|s| {
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        std::thread::spawn(move || {
+            let mut f = File::from(s.pipe);
+            for chunk in rx {
+                if std::io::Write::write_all(&mut f, &chunk).is_err() {
+                    break;
+                }
+            }
+        });
+        tx
+    });
+    let close_for_good = move || {
+        if let (true, Some((socket, app))) = (once, &socket_app)
+            && let Err(e) = crate::stream::log::close_stdin(socket, app)
+        {
+            tracing::warn!(app, error = %e, "cannot close stdin after the attach");
+        }
+    };
     let mut partial: Vec<u8> = Vec::new();
     loop {
         let exited = source.exit_file.exists();
@@ -107,13 +143,27 @@ async fn session(source: Source, streams: Streams, mut input: mpsc::Receiver<Inp
         // the exit was seen before this read: everything it wrote is out
         if exited && new.is_empty() {
             let _ = output.send(Output::Status(status_json(&Ok(0)))).await;
-            return;
+            break;
         }
         tokio::select! {
-            m = input.recv() => if m.is_none() { return },
+            m = input.recv() => match m {
+                None => break,
+                Some(Input::Stdin(data)) => {
+                    if let Some(tx) = &stdin_tx {
+                        let _ = tx.send(data);
+                    }
+                }
+                Some(Input::StdinClosed) => {
+                    stdin_tx = None;
+                    close_for_good();
+                }
+                Some(Input::Resize(_)) => {}
+            },
             () = tokio::time::sleep(POLL) => {}
         }
     }
+    drop(stdin_tx);
+    close_for_good();
 }
 
 #[cfg(test)]

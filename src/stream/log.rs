@@ -148,6 +148,7 @@ impl Source {
 pub fn serve(listener: UnixListener, pidfd: Option<OwnedFd>) -> io::Result<()> {
     listener.set_nonblocking(true)?;
     let mut sources: HashMap<RawFd, Source> = HashMap::new();
+    let mut stdins: HashMap<String, OwnedFd> = HashMap::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let keys: Vec<RawFd> = sources.keys().copied().collect();
@@ -188,7 +189,7 @@ pub fn serve(listener: UnixListener, pidfd: Option<OwnedFd>) -> io::Result<()> {
         }
         if incoming {
             while let Ok((conn, _)) = listener.accept() {
-                handle(conn, &mut sources);
+                handle(conn, &mut sources, &mut stdins);
             }
         }
         if pod_gone && sources.is_empty() {
@@ -197,14 +198,21 @@ pub fn serve(listener: UnixListener, pidfd: Option<OwnedFd>) -> io::Result<()> {
     }
 }
 
-fn handle(conn: UnixStream, sources: &mut HashMap<RawFd, Source>) {
+fn handle(conn: UnixStream, sources: &mut HashMap<RawFd, Source>, stdins: &mut HashMap<String, OwnedFd>) {
     let reply = match receive(&conn) {
-        Ok((cmd, fd)) => apply(&cmd, fd, sources),
+        Ok((cmd, fd)) => apply(&cmd, fd, sources, stdins),
         Err(e) => Err(e.to_string()),
     };
     let mut conn = conn;
     let _ = match reply {
-        Ok(()) => conn.write_all(b"ok\n"),
+        Ok(None) => conn.write_all(b"ok\n"),
+        Ok(Some(fd)) => {
+            let fds = [fd.as_raw_fd()];
+            let iov = [IoSlice::new(b"ok\n")];
+            sendmsg::<()>(conn.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
+                .map(|_| ())
+                .map_err(io::Error::from)
+        }
         Err(e) => conn.write_all(format!("error: {e}\n").as_bytes()),
     };
 }
@@ -229,9 +237,28 @@ fn receive(conn: &UnixStream) -> io::Result<(String, Option<OwnedFd>)> {
     Ok((String::from_utf8_lossy(&data[..n]).trim_end().to_string(), fd))
 }
 
-fn apply(cmd: &str, fd: Option<OwnedFd>, sources: &mut HashMap<RawFd, Source>) -> Result<(), String> {
+/// Carries out one request; a descriptor to hand back, if it asked for one.
+fn apply(
+    cmd: &str,
+    fd: Option<OwnedFd>,
+    sources: &mut HashMap<RawFd, Source>,
+    stdins: &mut HashMap<String, OwnedFd>,
+) -> Result<Option<OwnedFd>, String> {
     let parts: Vec<&str> = cmd.split('\t').collect();
     match parts.as_slice() {
+        // the write end of an app's stdin pipe: kept here, where it outlives the daemon
+        ["stdin", app] => {
+            stdins.insert(app.to_string(), fd.ok_or("stdin without a pipe")?);
+            Ok(None)
+        }
+        ["getstdin", app] => {
+            let fd = stdins.get(*app).ok_or_else(|| format!("{app} has no stdin (closed, or never had one)"))?;
+            fd.try_clone().map(Some).map_err(|e| e.to_string())
+        }
+        ["closestdin", app] => {
+            stdins.remove(*app);
+            Ok(None)
+        }
         ["attach", app, stream, path] => {
             let stream = Stream::parse(stream).ok_or_else(|| format!("unknown stream {stream}"))?;
             let pipe = File::from(fd.ok_or("attach without a pipe")?);
@@ -240,43 +267,60 @@ fn apply(cmd: &str, fd: Option<OwnedFd>, sources: &mut HashMap<RawFd, Source>) -
             let key = pipe.as_raw_fd();
             sources
                 .insert(key, Source { app: app.to_string(), stream, pipe, split: LineSplitter::default(), log, path });
-            Ok(())
+            Ok(None)
         }
         ["reopen", app] => {
             for src in sources.values_mut().filter(|s| s.app == *app) {
                 src.log = open_log(&src.path).map_err(|e| format!("reopening {}: {e}", src.path.display()))?;
             }
-            Ok(())
+            Ok(None)
         }
         _ => Err(format!("unknown command {cmd:?}")),
     }
 }
 
-/// Asks the pod's log writer at `socket`, optionally passing a descriptor.
-fn request(socket: &Path, cmd: &str, fd: Option<RawFd>) -> io::Result<()> {
-    let mut conn = UnixStream::connect(socket)?;
+/// Asks the pod's log writer at `socket`, optionally passing a descriptor;
+/// the descriptor it answers with, if any.
+fn request(socket: &Path, cmd: &str, fd: Option<RawFd>) -> io::Result<Option<OwnedFd>> {
+    let conn = UnixStream::connect(socket)?;
     let iov = [IoSlice::new(cmd.as_bytes())];
     let fds: Vec<RawFd> = fd.into_iter().collect();
     let cmsgs: Vec<ControlMessage> = if fds.is_empty() { Vec::new() } else { vec![ControlMessage::ScmRights(&fds)] };
     sendmsg::<()>(conn.as_raw_fd(), &iov, &cmsgs, MsgFlags::empty(), None)?;
-    let mut reply = String::new();
-    conn.read_to_string(&mut reply)?;
-    match reply.trim_end().strip_prefix("error: ") {
+    let (reply, fd) = receive(&conn)?;
+    match reply.strip_prefix("error: ") {
         Some(e) => Err(io::Error::other(e.to_string())),
-        None if reply.starts_with("ok") => Ok(()),
+        None if reply.starts_with("ok") => Ok(fd),
         None => Err(io::Error::other(format!("log writer answered {reply:?}"))),
     }
+}
+
+/// Gives the pod's log writer the write end of an app's stdin pipe to keep.
+pub fn keep_stdin(socket: &Path, app: &str, pipe: impl AsRawFd) -> io::Result<()> {
+    request(socket, &format!("stdin\t{app}"), Some(pipe.as_raw_fd())).map(|_| ())
+}
+
+/// A copy of the write end of an app's stdin (for an attach session).
+pub fn stdin_of(socket: &Path, app: &str) -> io::Result<OwnedFd> {
+    request(socket, &format!("getstdin\t{app}"), None)?
+        .ok_or_else(|| io::Error::other("the log writer sent no descriptor"))
+}
+
+/// Closes the log writer's copy of an app's stdin (`stdin_once`): the app
+/// reads EOF once the last attach session's copy is closed too.
+pub fn close_stdin(socket: &Path, app: &str) -> io::Result<()> {
+    request(socket, &format!("closestdin\t{app}"), None).map(|_| ())
 }
 
 /// Hands the read end of an app's stream to the pod's log writer.
 pub fn attach(socket: &Path, app: &str, stream: Stream, log_path: &Path, pipe: impl AsRawFd) -> io::Result<()> {
     let cmd = format!("attach\t{app}\t{}\t{}", stream.as_str(), log_path.display());
-    request(socket, &cmd, Some(pipe.as_raw_fd()))
+    request(socket, &cmd, Some(pipe.as_raw_fd())).map(|_| ())
 }
 
 /// Reopens an app's log files (after kubelet rotated them).
 pub fn reopen(socket: &Path, app: &str) -> io::Result<()> {
-    request(socket, &format!("reopen\t{app}"), None)
+    request(socket, &format!("reopen\t{app}"), None).map(|_| ())
 }
 
 #[cfg(test)]

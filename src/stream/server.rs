@@ -195,7 +195,7 @@ async fn handle(mut conn: TcpStream, rt: Arc<Runtime>) -> std::io::Result<()> {
                 let body = format!("no supported sub-protocol offered; rktlet speaks {:?}\n", remotecommand::PROTOCOLS);
                 return reply(&mut conn, "400 Bad Request", &body).await;
             };
-            let Some(source) = attach_source(&mut conn, &rt, container_id).await? else { return Ok(()) };
+            let Some(source) = attach_source(&mut conn, &rt, container_id, stdin).await? else { return Ok(()) };
             let key = head.header("sec-websocket-key").to_string();
             conn.write_all(ws::handshake_response(&key, protocol).as_bytes()).await?;
             let streams = Streams { tty, stdin, stdout, stderr };
@@ -210,11 +210,13 @@ async fn attach_source(
     conn: &mut TcpStream,
     rt: &Arc<Runtime>,
     container_id: String,
+    stdin: bool,
 ) -> std::io::Result<Option<attach::Source>> {
     let rt = rt.clone();
-    let source = tokio::task::spawn_blocking(move || crate::cri::container_exec::attach_source(&rt, &container_id))
-        .await
-        .map_err(std::io::Error::other)?;
+    let source =
+        tokio::task::spawn_blocking(move || crate::cri::container_exec::attach_source(&rt, &container_id, stdin))
+            .await
+            .map_err(std::io::Error::other)?;
     match source {
         Ok(s) => Ok(Some(s)),
         Err(status) => reply(conn, "404 Not Found", &format!("{}\n", status.message())).await.map(|()| None),
@@ -293,7 +295,7 @@ async fn spdy_upgrade(mut conn: TcpStream, head: &Head, req: StreamRequest, rt: 
                 let body = format!("no supported stream protocol offered; rktlet speaks {protocol} over SPDY\n");
                 return reply(&mut conn, "403 Forbidden", &body).await;
             }
-            let Some(source) = attach_source(&mut conn, &rt, container_id).await? else { return Ok(()) };
+            let Some(source) = attach_source(&mut conn, &rt, container_id, stdin).await? else { return Ok(()) };
             let response = format!(
                 "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
                  X-Stream-Protocol-Version: {protocol}\r\n\r\n"
