@@ -306,6 +306,81 @@ pub fn exec(
     tokio.block_on(crate::cri::container_exec::exec_sync(&rt, req)).map_err(|s| s.message().to_string())
 }
 
+/// `app exec` on a terminal: the command gets a terminal of its own, sized
+/// like ours and resized with it (SIGWINCH), our terminal in raw mode
+/// meanwhile; stdin and output relayed as the streaming Exec does (the same
+/// session code). Returns the command's exit code.
+pub fn exec_tty(data_dir: PathBuf, uuid: &str, app: &str, cmd: Vec<String>) -> Result<i32, String> {
+    use crate::stream::remotecommand::{self, Input, Output, Streams};
+    use nix::sys::termios::{SetArg, cfmakeraw, tcgetattr, tcsetattr};
+    use std::io::{Read, Write};
+    let (tokio, rt) = runtime(data_dir)?;
+    let id = id(uuid, app);
+    let pid = crate::cri::container_exec::running_main_pid(&rt, &id).map_err(|s| s.message().to_string())?;
+    let stdin = std::io::stdin();
+    let saved = tcgetattr(&stdin).map_err(|e| format!("reading the terminal's mode: {e}"))?;
+    let mut raw = saved.clone();
+    cfmakeraw(&mut raw);
+    tcsetattr(&stdin, SetArg::TCSANOW, &raw).map_err(|e| format!("setting the terminal to raw mode: {e}"))?;
+    let size = || {
+        let mut ws = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
+        // SAFETY: TIOCGWINSZ on our stdin with a valid winsize to fill.
+        unsafe { libc::ioctl(libc::STDIN_FILENO, libc::TIOCGWINSZ, &mut ws) };
+        format!("{{\"Width\":{},\"Height\":{}}}", ws.ws_col, ws.ws_row).into_bytes()
+    };
+    let result = tokio.block_on(async {
+        let (in_tx, in_rx) = tokio::sync::mpsc::channel::<Input>(64);
+        let (out_tx, mut out_rx) = tokio::sync::mpsc::channel::<Output>(64);
+        let _ = in_tx.send(Input::Resize(size())).await;
+        let keys = in_tx.clone();
+        // our stdin, read on a thread of its own (it blocks until a key)
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = std::io::stdin().read(&mut buf) {
+                if n == 0 || keys.blocking_send(Input::Stdin(buf[..n].to_vec())).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut winch = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
+            .map_err(|e| format!("watching the terminal's size: {e}"))?;
+        let streams = Streams { tty: true, stdin: true, stdout: true, stderr: false };
+        let session = tokio::spawn(remotecommand::session(pid, cmd, streams, in_rx, out_tx));
+        let mut status = String::new();
+        loop {
+            tokio::select! {
+                o = out_rx.recv() => match o {
+                    Some(Output::Data(_, data)) => {
+                        let mut out = std::io::stdout();
+                        let _ = out.write_all(&data).and_then(|()| out.flush());
+                    }
+                    Some(Output::Status(json)) => status = json,
+                    None => break,
+                },
+                _ = winch.recv() => {
+                    let _ = in_tx.send(Input::Resize(size())).await;
+                }
+            }
+        }
+        let _ = session.await;
+        Ok::<String, String>(status)
+    });
+    let _ = tcsetattr(&stdin, SetArg::TCSANOW, &saved);
+    exit_code_of(&result?)
+}
+
+/// The exit code a remote-command status stands for.
+fn exit_code_of(status: &str) -> Result<i32, String> {
+    let v: serde_json::Value = serde_json::from_str(status).map_err(|e| format!("no exit status ({e})"))?;
+    match v["status"].as_str() {
+        Some("Success") => Ok(0),
+        _ => match v["details"]["causes"][0]["message"].as_str().and_then(|c| c.parse().ok()) {
+            Some(code) => Ok(code),
+            None => Err(v["message"].as_str().unwrap_or("exec failed").to_string()),
+        },
+    }
+}
+
 /// `app list UUID` / `app status UUID --app=NAME`, as JSON or a table.
 pub fn show(data_dir: PathBuf, uuid: &str, app: Option<&str>, json: bool) -> Result<String, String> {
     let (_tokio, rt) = runtime(data_dir)?;

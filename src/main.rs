@@ -576,7 +576,17 @@ fn image_cmd(rkt: RktFlags, command: ImageCommand) -> Result<(), String> {
 
 /// `app exec`: the command's output and exit code are the CLI's own.
 fn app_exec(dir: Option<PathBuf>, uuid: &str, app: &str, timeout: i64, cmd: Vec<String>) -> ExitCode {
-    use std::io::Write;
+    use std::io::{IsTerminal, Write};
+    // on a terminal (and without a deadline) the command gets a terminal too
+    if timeout == 0 && std::io::stdin().is_terminal() && std::io::stdout().is_terminal() {
+        return match rktlet::cli_app::exec_tty(data_dir(dir).root().to_path_buf(), uuid, app, cmd) {
+            Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX)),
+            Err(e) => {
+                eprintln!("rktlet: {e}");
+                ExitCode::from(rktlet::cli_app::EXEC_FAILED as u8)
+            }
+        };
+    }
     match rktlet::cli_app::exec(data_dir(dir).root().to_path_buf(), uuid, app, timeout, cmd) {
         Ok(out) => {
             let _ = std::io::stdout().write_all(&out.stdout);

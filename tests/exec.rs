@@ -123,6 +123,21 @@ async fn exec_sync_runs_inside_the_container() {
         .output()
         .expect("rktlet app exec");
     assert_eq!((cli.status.code(), text(&cli.stdout)), (Some(4), "bar baz\n".to_string()), "{}", text(&cli.stderr));
+    // on a terminal (util-linux `script` provides one) the command gets a terminal of its own
+    let line = format!(
+        "{BIN} --dir {} app exec {uuid} --app={app} -- sh -c '[ -t 0 ] && echo on-a-tty; stty size; exit 3'",
+        d.dir.path().join("data").display()
+    );
+    let tty = std::process::Command::new("script")
+        .args(["-qefc", &line, "/dev/null"])
+        .env("COLUMNS", "91")
+        .env("LINES", "27")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("script");
+    let shown = text(&tty.stdout);
+    assert!(shown.contains("on-a-tty"), "{shown:?} {}", text(&tty.stderr));
+    assert_eq!(tty.status.code(), Some(3), "{shown:?}");
 
     rt.stop_container(cri::StopContainerRequest { container_id: id.clone(), timeout: 5 }).await.expect("stop");
     let e = exec(&mut rt, &id, &["true"], 5).await.expect_err("stopped");

@@ -263,23 +263,6 @@ async fn exec_streams_over_spdy_to_kubernetes_own_client_library() {
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);
 }
 
-/// A line echo server in a pod's network namespace: answers each
-/// connection's first line with `pong:<line>` and closes.
-fn echo_in_pod(pod: &str, port: u16) -> std::thread::JoinHandle<()> {
-    let netns = rktlet::net::netns::Netns::open(format!("/var/run/netns/rktlet-{pod}")).expect("pod netns");
-    let listener = netns.run(move || std::net::TcpListener::bind(("127.0.0.1", port))).expect("enter").expect("bind");
-    std::thread::spawn(move || {
-        use std::io::{BufRead, Write};
-        for _ in 0..2 {
-            let Ok((conn, _)) = listener.accept() else { return };
-            let mut line = String::new();
-            let mut r = std::io::BufReader::new(conn.try_clone().expect("clone"));
-            let _ = r.read_line(&mut line);
-            let _ = (&conn).write_all(format!("pong:{line}").as_bytes());
-        }
-    })
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn port_forward_over_spdy_and_websocket_into_the_pod_network() {
     let client = tokio::task::spawn_blocking(spdy_client);
@@ -288,9 +271,23 @@ async fn port_forward_over_spdy_and_websocket_into_the_pod_network() {
     let conf = net.conf_dir.to_string_lossy().to_string();
     let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni"]);
     let mut rt = d.runtime().await;
-    let pod = common::run_pod(&mut rt, &pod_config("forwarded", &[])).await;
-    let server = echo_in_pod(&pod, 8080);
+    let pod_cfg = pod_config("forwarded", &[]);
+    let pod = common::run_pod(&mut rt, &pod_cfg).await;
+    // busybox httpd in a container of the pod, on the pod network
+    let image = common::pull_busybox(&d).await;
+    let httpd = "mkdir -p /tmp/www && echo hello from httpd > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www";
+    let web = common::create_container(
+        &mut rt,
+        &pod,
+        &pod_cfg,
+        common::container_config("web", &image, &["sh", "-c", httpd]),
+    )
+    .await;
+    rt.start_container(cri::StartContainerRequest { container_id: web }).await.expect("start httpd");
     client.await.expect("go build");
+    let get = "GET /index.html HTTP/1.0\r\n\r\n";
+    // httpd may need a moment to listen
+    let deadline = Instant::now() + Duration::from_secs(10);
     let url = |rt: &mut RuntimeServiceClient<Channel>, ports: Vec<i32>| {
         let mut rt = rt.clone();
         let pod = pod.clone();
@@ -304,17 +301,23 @@ async fn port_forward_over_spdy_and_websocket_into_the_pod_network() {
     };
 
     // SPDY, as kubectl port-forward through kubelet
-    let u = url(&mut rt, vec![8080]).await;
-    let (out, err) = tokio::task::spawn_blocking(move || {
-        let o = std::process::Command::new(spdy_client())
-            .args(["-portforward", "8080", "-send", "spdy\n", &u])
-            .output()
-            .expect("client");
-        (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
-    })
-    .await
-    .expect("client");
-    assert_eq!(out, "pong:spdy\n", "stderr: {err}");
+    let (out, err) = loop {
+        let u = url(&mut rt, vec![8080]).await;
+        let (out, err) = tokio::task::spawn_blocking(move || {
+            let o = std::process::Command::new(spdy_client())
+                .args(["-portforward", "8080", "-send", get, &u])
+                .output()
+                .expect("client");
+            (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+        })
+        .await
+        .expect("client");
+        if !err.contains("refused") || Instant::now() > deadline {
+            break (out, err);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(out.starts_with("HTTP/1.") && out.ends_with("hello from httpd\n"), "{out:?} / {err}");
     assert_eq!(err, "");
 
     // a port nothing listens on: the error stream says so
@@ -337,21 +340,22 @@ async fn port_forward_over_spdy_and_websocket_into_the_pod_network() {
         connect(&format!("{}?port=8080", u.replace("http://", "ws://")), "v4.channel.k8s.io").await.expect("ws");
     let first: Vec<Message> = vec![ws.next().await.expect("f").expect("f"), ws.next().await.expect("f").expect("f")];
     assert_eq!(first, vec![Message::Binary(vec![0, 0x90, 0x1f].into()), Message::Binary(vec![1, 0x90, 0x1f].into())]);
-    ws.send(Message::Binary([&[0u8][..], b"ws\n"].concat().into())).await.expect("send");
+    ws.send(Message::Binary([&[0u8][..], get.as_bytes()].concat().into())).await.expect("send");
     let mut got = Vec::new();
-    while let Some(Ok(m)) = ws.next().await {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Ok(Some(Ok(m))) = tokio::time::timeout_at(deadline.into(), ws.next()).await {
         match m {
             Message::Binary(b) if b.first() == Some(&0) => got.extend_from_slice(&b[1..]),
             Message::Close(_) => break,
             _ => {}
         }
-        if got.ends_with(b"\n") {
+        if got.ends_with(b"hello from httpd\n") {
             break;
         }
     }
-    assert_eq!(String::from_utf8_lossy(&got), "pong:ws\n");
+    let got = String::from_utf8_lossy(&got);
+    assert!(got.starts_with("HTTP/1.") && got.ends_with("hello from httpd\n"), "{got:?}");
     drop(ws);
-    server.join().expect("echo server");
 
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);
