@@ -164,7 +164,33 @@ pub fn assert_no_leaks(data_dir: &Path, uuids: &[String]) {
         }
         let procs = processes_mentioning(uuid);
         assert!(procs.is_empty(), "processes left: {procs:?}");
+        // CNI leftovers: iptables rules (bridge masquerading, portmap) name the
+        // container id in a comment; host-local leases hold it in their file
+        for table in ["nat", "filter"] {
+            let rules =
+                Command::new("iptables-save").args(["-t", table]).output().map(|o| o.stdout).unwrap_or_default();
+            let rules = String::from_utf8_lossy(&rules);
+            let named: Vec<&str> = rules.lines().filter(|l| l.contains(uuid.as_str())).collect();
+            assert!(named.is_empty(), "iptables {table} rules left: {named:?}");
+        }
+        let leases = leases_naming(uuid);
+        assert!(leases.is_empty(), "IP leases left: {leases:?}");
     }
+}
+
+/// host-local lease files (in the default data dir) whose content is `uuid`.
+fn leases_naming(uuid: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(nets) = std::fs::read_dir("/var/lib/cni/networks") else { return out };
+    for net in nets.flatten() {
+        let Ok(files) = std::fs::read_dir(net.path()) else { continue };
+        for f in files.flatten() {
+            if std::fs::read_to_string(f.path()).is_ok_and(|c| c.lines().next() == Some(uuid)) {
+                out.push(f.path());
+            }
+        }
+    }
+    out
 }
 
 fn find_dirs_named(dir: &Path, name: &str, depth: usize) -> Vec<PathBuf> {
