@@ -210,6 +210,7 @@ pub async fn create_container(
     if image_ref.is_empty() {
         return Err(Status::invalid_argument("config.image.image is required"));
     }
+    super::check_metadata_size("container", &config.labels, &config.annotations)?;
     let mut pod = Pod::open(&rt.data, &req.pod_sandbox_id).map_err(pod_status)?;
     let state = pod.state().map_err(pod_status)?;
     if state != PodState::Running {
@@ -254,6 +255,12 @@ pub async fn create_container(
     };
     let log_path = match (pod_manifest.annotation(pod_meta::LOG_DIR), config.log_path.as_str()) {
         (_, "") => String::new(),
+        // the log writer runs as root: a log path must not leave the pod's log directory
+        (Some(_), rel) if Path::new(rel).components().any(|c| !matches!(c, std::path::Component::Normal(_))) => {
+            return Err(Status::invalid_argument(format!(
+                "config.log_path {rel:?} must be relative to the pod's log directory, without \"..\""
+            )));
+        }
         (Some(dir), rel) => PathBuf::from(dir).join(rel).display().to_string(),
         // a pod made outside CRI has no log directory: only an absolute path means something
         (None, abs) if Path::new(abs).is_absolute() => abs.to_string(),

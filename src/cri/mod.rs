@@ -97,6 +97,26 @@ fn pod_status(e: crate::pod::PodError) -> Status {
 }
 
 /// The answer of an RPC rktlet does not implement yet.
+/// Labels and annotations of one object, together, at most (Kubernetes'
+/// own limit for annotations): they are stored in manifests that every
+/// status and list call reads.
+pub(crate) const MAX_METADATA_BYTES: usize = 256 << 10;
+
+/// Refuses labels and annotations over [`MAX_METADATA_BYTES`].
+pub(crate) fn check_metadata_size(
+    what: &str,
+    labels: &std::collections::HashMap<String, String>,
+    annotations: &std::collections::HashMap<String, String>,
+) -> Result<(), Status> {
+    let size: usize = labels.iter().chain(annotations).map(|(k, v)| k.len() + v.len()).sum();
+    if size > MAX_METADATA_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "{what} labels and annotations take {size} bytes; at most {MAX_METADATA_BYTES} are accepted"
+        )));
+    }
+    Ok(())
+}
+
 fn unimplemented(method: &str) -> Status {
     Status::unimplemented(format!("{method} is not implemented by rktlet yet"))
 }

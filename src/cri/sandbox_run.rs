@@ -35,6 +35,7 @@ fn validate(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Result<Requ
             return Err(Status::invalid_argument(format!("config.metadata.{field} is required")));
         }
     }
+    super::check_metadata_size("pod", &config.labels, &config.annotations)?;
     if !req.runtime_handler.is_empty() {
         return Err(Status::invalid_argument(format!(
             "runtime handler {:?} is not configured; rktlet has only the default handler",

@@ -1,0 +1,99 @@
+//! Hostile CRI requests (issue 10): each gets a precise gRPC code and leaves
+//! nothing behind — ids that do not exist or try to walk the data dir, log
+//! paths that leave the pod's log directory, oversized annotations, missing
+//! names.
+
+mod common;
+
+use common::{Daemon, assert_no_leaks, host_network, pod_config};
+use rktlet::proto::v1 as cri;
+use tonic::Code;
+
+fn code<T>(r: Result<tonic::Response<T>, tonic::Status>) -> Code {
+    r.map(|_| Code::Ok).unwrap_or_else(|e| e.code())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_requests_get_precise_errors_and_leave_nothing() {
+    let d = Daemon::start(&[]);
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    let image = common::pull_busybox(&d).await;
+    let logs = tempfile::tempdir().expect("tempdir");
+    let mut pod_cfg = host_network(pod_config("target", &[]));
+    pod_cfg.log_directory = logs.path().join("pod").to_string_lossy().into_owned();
+    let pod = common::run_pod(&mut rt, &pod_cfg).await;
+
+    // ids that do not exist, are malformed, or try to walk out of the data dir
+    for id in ["00000000-0000-4000-8000-000000000000", "../../etc", "zz", "", &format!("{pod}/../x")] {
+        let st = rt.pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: id.into(), verbose: true }).await;
+        assert!(matches!(code(st), Code::NotFound | Code::InvalidArgument), "pod status {id:?}");
+        let stop = rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: id.into() }).await;
+        assert!(matches!(code(stop), Code::NotFound | Code::InvalidArgument), "stop {id:?}");
+    }
+    for id in [format!("{pod}:0-nope"), format!("{pod}:../../x"), "nocolon".to_string(), ":".to_string()] {
+        let st = rt.container_status(cri::ContainerStatusRequest { container_id: id.clone(), verbose: false }).await;
+        assert!(matches!(code(st), Code::NotFound | Code::InvalidArgument), "container status {id:?}");
+        let start = rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await;
+        assert!(matches!(code(start), Code::NotFound | Code::InvalidArgument), "start {id:?}");
+        let rm = rt.remove_container(cri::RemoveContainerRequest { container_id: id.clone() }).await;
+        assert!(matches!(code(rm), Code::Ok | Code::NotFound | Code::InvalidArgument), "remove {id:?}");
+    }
+
+    // log paths must stay inside the pod's log directory
+    for bad in ["../escape.log", "a/../../escape.log", "/etc/escape.log"] {
+        let mut c = common::container_config("logger", &image, &["true"]);
+        c.log_path = bad.into();
+        let r = rt
+            .create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: pod.clone(),
+                config: Some(c),
+                sandbox_config: Some(pod_cfg.clone()),
+            })
+            .await;
+        assert_eq!(code(r), Code::InvalidArgument, "log path {bad:?}");
+    }
+    assert!(!logs.path().join("escape.log").exists() && !std::path::Path::new("/etc/escape.log").exists());
+
+    // annotations and labels beyond Kubernetes' own limit (256 KiB) are refused
+    let big = "x".repeat(300 << 10);
+    let mut c = common::container_config("bloated", &image, &["true"]);
+    c.annotations.insert("big".into(), big.clone());
+    let r = rt
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(c),
+            sandbox_config: Some(pod_cfg.clone()),
+        })
+        .await;
+    assert_eq!(code(r), Code::InvalidArgument);
+    let mut fat_pod = pod_config("fat", &[]);
+    fat_pod.annotations.insert("big".into(), big);
+    let r = rt.run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(fat_pod), ..Default::default() }).await;
+    assert_eq!(code(r), Code::InvalidArgument);
+
+    // a container needs a name; a pod needs its metadata
+    let r = rt
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(common::container_config("", &image, &["true"])),
+            sandbox_config: Some(pod_cfg.clone()),
+        })
+        .await;
+    assert_eq!(code(r), Code::InvalidArgument);
+    let r = rt
+        .run_pod_sandbox(cri::RunPodSandboxRequest {
+            config: Some(cri::PodSandboxConfig::default()),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(code(r), Code::InvalidArgument);
+
+    // the pod is untouched: no app was added to it
+    let listed = rt.list_containers(cri::ListContainersRequest::default()).await.expect("list").into_inner().containers;
+    assert!(listed.is_empty(), "{listed:?}");
+    let pods: Vec<_> = std::fs::read_dir(data.join("pods/run")).expect("run").flatten().collect();
+    assert_eq!(pods.len(), 1, "only the target pod exists");
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
+    assert_no_leaks(&data, &[pod]);
+}
