@@ -119,20 +119,44 @@ pub async fn list_container_stats(
 ) -> Result<cri::ListContainerStatsResponse, Status> {
     let filter = req.filter.unwrap_or_default();
     tokio::task::block_in_place(|| {
-        let mut out = Vec::new();
-        for view in list_views(rt).map_err(pod_status)? {
-            let pod_id = view.pod.uuid().to_string();
-            if view.state != PodState::Running || !pod_id.starts_with(&filter.pod_sandbox_id) {
-                continue;
-            }
-            out.extend(running_containers(rt, &view.pod, &view.manifest).into_iter().filter(|s| {
-                s.attributes.as_ref().is_some_and(|a| {
-                    a.id.starts_with(&filter.id)
-                        && filter.label_selector.iter().all(|(k, v)| a.labels.get(k) == Some(v))
+        let views: Vec<SandboxView> = list_views(rt)
+            .map_err(pod_status)?
+            .into_iter()
+            .filter(|v| v.state == PodState::Running && v.pod.uuid().to_string().starts_with(&filter.pod_sandbox_id))
+            .collect();
+        let stats = par_flat_map(&views, |view| {
+            running_containers(rt, &view.pod, &view.manifest)
+                .into_iter()
+                .filter(|s| {
+                    s.attributes.as_ref().is_some_and(|a| {
+                        a.id.starts_with(&filter.id)
+                            && filter.label_selector.iter().all(|(k, v)| a.labels.get(k) == Some(v))
+                    })
                 })
-            }));
-        }
-        Ok(cri::ListContainerStatsResponse { stats: out })
+                .collect()
+        });
+        Ok(cri::ListContainerStatsResponse { stats })
+    })
+}
+
+/// Pods per thread below which a list of stats is read on one thread.
+const PAR_MIN: usize = 8;
+
+/// `f` over `items` on up to one thread per CPU (at most 4), results in
+/// order: every pod's stats are a few dozen independent file reads, and the
+/// lists are what kubelet polls.
+fn par_flat_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> Vec<R> + Sync) -> Vec<R> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
+    let workers = cpus.min(items.len() / PAR_MIN).max(1);
+    if workers == 1 {
+        return items.iter().flat_map(&f).collect();
+    }
+    let chunk = items.len().div_ceil(workers);
+    std::thread::scope(|s| {
+        let handles: Vec<_> =
+            items.chunks(chunk).map(|c| s.spawn(|| c.iter().flat_map(&f).collect::<Vec<R>>())).collect();
+        // a worker that panicked loses its pods' stats, not the call
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
     })
 }
 
@@ -208,13 +232,13 @@ pub async fn list_pod_sandbox_stats(
 ) -> Result<cri::ListPodSandboxStatsResponse, Status> {
     let filter = req.filter.unwrap_or_default();
     tokio::task::block_in_place(|| {
-        let stats = list_views(rt)
+        let views: Vec<SandboxView> = list_views(rt)
             .map_err(pod_status)?
-            .iter()
+            .into_iter()
             .filter(|v| v.ready && v.pod.uuid().to_string().starts_with(&filter.id))
             .filter(|v| filter.label_selector.iter().all(|(k, val)| v.manifest.user_labels.get(k) == Some(val)))
-            .map(|v| pod_stats_of(rt, v))
             .collect();
+        let stats = par_flat_map(&views, |v| vec![pod_stats_of(rt, v)]);
         Ok(cri::ListPodSandboxStatsResponse { stats })
     })
 }
