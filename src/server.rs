@@ -137,6 +137,10 @@ pub async fn run(runtime: Arc<Runtime>) -> Result<(), ServeError> {
     );
     let rt = runtime.clone();
     tokio::task::spawn_blocking(move || rt.reconcile());
+    // listed before the first request can start a pod of its own
+    let interrupted = crate::cri::sandbox_run::interrupted_starts(&runtime);
+    let rt = runtime.clone();
+    tokio::spawn(async move { crate::cri::sandbox_run::recover_interrupted(&rt, interrupted).await });
     let metrics = match runtime.config.metrics_address {
         Some(addr) => {
             let listener =

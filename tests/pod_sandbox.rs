@@ -319,3 +319,26 @@ async fn broken_cni_config_fails_clearly_and_leaves_nothing() {
         }
     }
 }
+
+/// A start a crash interrupted before the sandbox made the pod directory
+/// left its manifest in tmp/ and the netns: the next daemon removes both.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_start_interrupted_before_its_pod_existed_is_cleaned_up_at_restart() {
+    let mut d = Daemon::start(&[]);
+    d.signal_and_wait(nix::sys::signal::Signal::SIGKILL);
+    let data = d.dir.path().join("data");
+    let uuid = uuid::Uuid::new_v4();
+    std::fs::write(data.join("tmp").join(format!("{uuid}.pod-manifest")), b"{}").expect("manifest");
+    let netns = rktlet::net::pod::create_netns(uuid).expect("netns");
+    let path = netns.path().to_path_buf();
+    assert!(path.exists());
+
+    d.child = Daemon::spawn(&d.socket, d.dir.path(), &[]);
+    d.wait_ready();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while path.exists() || data.join("tmp").join(format!("{uuid}.pod-manifest")).exists() {
+        assert!(std::time::Instant::now() < deadline, "the interrupted start was not cleaned up");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_no_leaks(&data, &[uuid.to_string()]);
+}

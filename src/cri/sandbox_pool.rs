@@ -32,7 +32,7 @@ pub(crate) async fn boot_member(rt: &Runtime) -> Result<(Member, u64), Status> {
     let uuid = Uuid::new_v4();
     let mut manifest = PodManifest::mutable();
     manifest.set_annotation(pool::POOL_ANNOTATION, pool::fingerprint(rt));
-    let manifest_file = rt.data.tmp().join(format!("{uuid}.pod-manifest"));
+    let manifest_file = rt.data.tmp().join(format!("{uuid}.pod-manifest")); // see sandbox_run::interrupted_starts
     let bytes = serde_json::to_vec(&manifest).map_err(|e| internal(uuid, "encoding manifest", e))?;
     crate::fsutil::write_volatile(&manifest_file, &bytes, 0o600).map_err(|e| internal(uuid, "writing manifest", e))?;
     let booted = async {
