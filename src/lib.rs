@@ -17,6 +17,7 @@ pub mod cri;
 pub mod demo;
 pub mod doctor;
 pub mod exec_mode;
+pub mod fault;
 pub mod fsutil;
 pub mod image;
 pub mod lock;

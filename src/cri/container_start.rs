@@ -162,6 +162,7 @@ pub async fn start_container(
         let _ = std::fs::remove_file(paths.status_file("-started"));
         return Err(e);
     }
+    crate::fault::point("start-after-unit");
     rt.emit(t.pod.uuid(), &t.app.name, EventKind::Started);
     // every app gets its own cgroups, limits or not: they are what its stats
     // are read from; without limits asked for, a failure only costs the stats

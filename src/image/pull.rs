@@ -291,6 +291,8 @@ pub async fn pull(
     }
     done.sort_by_key(|d| d.index);
     tracing::debug!(image = %reference, ms = started.elapsed().as_millis() as u64, "layers downloaded, verified and unpacked");
+    // a crash here leaves only the work dir (temporary, removed by gc); the pull is simply repeated
+    crate::fault::point("pull-before-commit");
 
     let keys: Vec<(String, u64)> = done
         .iter()

@@ -146,6 +146,14 @@ impl AppSpec {
             return Err(AppError::Exists { pod: uuid, app: self.name.clone() });
         }
         let paths = AppPaths::new(pod, &self.name);
+        // Recovery rule: the manifest is written last, so files or mounts of
+        // an app the manifest does not name are what an add interrupted by a
+        // crash left; they go before this add starts over.
+        if paths.appsinfo().exists() || paths.rootfs().exists() {
+            let tree = fs::read_to_string(paths.appsinfo().join("treeStoreID")).ok();
+            tracing::info!(pod = %uuid, app = %self.name, "removing what an interrupted add left");
+            remove_files(pod, &paths, tree.as_deref().map(str::trim));
+        }
         let result = self.materialize(pod, &paths, &mut manifest);
         if result.is_err() {
             remove_files(pod, &paths, Some(&self.tree_id));
@@ -253,6 +261,7 @@ impl AppSpec {
                 .collect(),
             annotations: self.annotations.clone(),
         });
+        crate::fault::point("create-before-manifest");
         pod.write_manifest(manifest)?;
         Ok(())
     }

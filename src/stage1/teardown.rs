@@ -67,6 +67,7 @@ pub async fn stop_pod(data: &DataDir, id: &str, grace: Duration, net: &NetDirs) 
 /// Stops (if needed) and deletes a pod with its network.
 pub async fn remove_pod(data: &DataDir, id: &str, grace: Duration, net: &NetDirs) -> Result<(), TeardownError> {
     stop_pod(data, id, grace, net).await?;
+    crate::fault::point("remove-after-stop");
     let (data2, id2) = (data.clone(), id.to_string());
     blocking(move || Ok(stop::delete(Pod::open(&data2, &id2)?)?)).await
 }

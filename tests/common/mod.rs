@@ -45,7 +45,13 @@ impl Daemon {
 
     /// Spawns `rktlet serve`; the CNI conf dir defaults to an empty `<dir>/net.d`.
     pub fn spawn(socket: &Path, dir: &Path, extra: &[&str]) -> Child {
+        Self::spawn_env(socket, dir, extra, &[])
+    }
+
+    /// [`Daemon::spawn`] with extra environment variables.
+    pub fn spawn_env(socket: &Path, dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Child {
         let mut cmd = Command::new(BIN);
+        cmd.envs(env.iter().copied());
         cmd.arg("serve").arg("--socket").arg(socket).arg("--data-dir").arg(dir.join("data"));
         if !extra.contains(&"--cni-conf-dir") {
             cmd.arg("--cni-conf-dir").arg(dir.join("net.d"));
