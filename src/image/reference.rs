@@ -94,7 +94,9 @@ impl FromStr for Reference {
     type Err = ReferenceError;
 
     fn from_str(input: &str) -> Result<Self, ReferenceError> {
-        let s = input.strip_prefix("docker://").or_else(|| input.strip_prefix("docker:")).unwrap_or(input);
+        // only `docker://`: a bare `docker:` prefix is also a registry host named
+        // docker with a port (`docker:5000/x`), so it cannot be told apart (fuzzing found it)
+        let s = input.strip_prefix("docker://").unwrap_or(input);
         if s.is_empty() {
             return Err(ReferenceError::Empty);
         }
@@ -209,6 +211,12 @@ mod tests {
         assert_eq!(norm(&format!("busybox@{d}")), format!("docker.io/library/busybox@{d}"));
         assert_eq!(norm(&format!("busybox:1@{d}")), format!("docker.io/library/busybox:1@{d}"));
         assert_eq!(norm("my_repo/a__b/c-d/e.f"), "docker.io/my_repo/a__b/c-d/e.f:latest");
+        // a registry host named docker, with a port (found by fuzzing: it once read as a scheme)
+        assert_eq!(norm("docker:5/5"), "docker:5/5:latest");
+        for s in ["docker:5/5", "docker://docker:5/5", "busybox"] {
+            let r: Reference = s.parse().expect(s);
+            assert_eq!(r.to_string().parse::<Reference>().as_ref(), Ok(&r), "{s} prints back to itself");
+        }
     }
 
     #[test]
