@@ -74,6 +74,16 @@ async fn the_crictl_walkthrough_works_step_by_step() {
         .into_inner();
     assert_eq!((out.exit_code, String::from_utf8_lossy(&out.stdout).as_ref()), (0, "hi\n"));
 
+    // crictl ps shows 13 characters of the id; they name the pod's only container
+    let short = rt
+        .container_status(cri::ContainerStatusRequest { container_id: ctr[..13].to_string(), verbose: false })
+        .await
+        .expect("status by the id crictl ps shows")
+        .into_inner()
+        .status
+        .expect("status");
+    assert_eq!(short.id, ctr);
+
     // crictl logs CTR: the CRI log file in the pod's log directory
     let log_file = std::path::Path::new(&log_dir).join(log_name);
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -23,17 +23,34 @@ pub(super) struct Target {
     pub running: bool,
 }
 
-/// Finds a container by `<pod>:<app>` (pod id may be a prefix).
+/// Finds a container by `<pod>:<app>` (the pod id may be a prefix). An id
+/// without `:` is a prefix of one (crictl shows 13 characters): it names
+/// the only container of the pod it is a prefix of.
 pub(super) fn open(rt: &Runtime, id: &str) -> Result<Target, Status> {
-    let (pod_id, name) = meta::split_id(id)
-        .ok_or_else(|| Status::invalid_argument(format!("container id {id:?} is not <pod>:<app>")))?;
+    let (pod_id, name) = match meta::split_id(id) {
+        Some((p, a)) => (p, Some(a)),
+        None if !id.is_empty() && !id.contains(':') => (id, None),
+        None => return Err(Status::invalid_argument(format!("container id {id:?} is not <pod>:<app>"))),
+    };
     let mut pod = Pod::open(&rt.data, pod_id).map_err(|e| match e {
-        crate::pod::PodError::NotFound(_) => Status::not_found(format!("container {id} not found")),
+        crate::pod::PodError::NotFound(_) | crate::pod::PodError::InvalidId(_) => {
+            Status::not_found(format!("container {id} not found"))
+        }
         e => pod_status(e),
     })?;
     let running = pod.state().map_err(pod_status)? == PodState::Running;
     let manifest = rt.manifests.read(&pod).map_err(pod_status)?;
-    let app = manifest.app(name).cloned().ok_or_else(|| Status::not_found(format!("container {id} not found")))?;
+    let app = match name {
+        Some(name) => manifest.app(name).cloned(),
+        None if manifest.apps.len() == 1 => manifest.apps.first().cloned(),
+        None if manifest.apps.is_empty() => None,
+        None => {
+            let ids: Vec<String> =
+                manifest.apps.iter().map(|a| meta::container_id(&pod.uuid().to_string(), &a.name)).collect();
+            return Err(Status::invalid_argument(format!("container id {id:?} is ambiguous: {}", ids.join(", "))));
+        }
+    };
+    let app = app.ok_or_else(|| Status::not_found(format!("container {id} not found")))?;
     Ok(Target { pod, app, running })
 }
 
