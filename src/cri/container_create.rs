@@ -262,8 +262,9 @@ pub async fn create_container(
             )));
         }
         (Some(dir), rel) => PathBuf::from(dir).join(rel).display().to_string(),
-        // a pod made outside CRI has no log directory: only an absolute path means something
-        (None, abs) if Path::new(abs).is_absolute() => abs.to_string(),
+        // a pod made outside CRI (the CLI) has no log directory: only an absolute
+        // path means something; a CRI pod without one gets no log file at all
+        (None, abs) if Path::new(abs).is_absolute() && !pod_meta::is_kubernetes_pod(&pod_manifest) => abs.to_string(),
         (None, _) => String::new(),
     };
     let mut user_annotations: std::collections::BTreeMap<String, String> =

@@ -66,7 +66,8 @@ pub fn stdin(app: &RuntimeApp) -> Option<StdinMode> {
 pub enum StdinMode {
     /// Open until the container exits; attach sessions come and go.
     Open,
-    /// Closed when the first attach session that wrote to it ends.
+    /// Closed when the first attach session with stdin ends (Kubernetes'
+    /// `stdinOnce`).
     Once,
 }
 

@@ -137,6 +137,9 @@ async fn adapt(rt: &Runtime, req: &Request, member: &Member) -> Result<(), Unusa
     }
     let sandbox = pod.sandbox_pid().ok().flatten().ok_or_else(|| Unusable::Dead("no sandbox pid".into()))?;
     let pid1 = crate::stage1::inject::pod_pid1(sandbox).map_err(|e| Unusable::Dead(format!("no pod systemd: {e}")))?;
+    // from here on a crash leaves a half-taken pod: the marker makes a
+    // restarted daemon discard it instead of putting it back in the pool
+    pod.write_file(pool::TAKING_FILE, b"").map_err(|e| internal(uuid, "marking the pool pod taken", e))?;
     let config = &req.config;
     let net = pod_network(rt)?;
     make_log_directory(uuid, config)?;
@@ -176,6 +179,7 @@ async fn adapt(rt: &Runtime, req: &Request, member: &Member) -> Result<(), Unusa
     let manifest = pod_meta::manifest_from_config(config, false, false, &req.hostname);
     let _lock = pod.lock_manifest().map_err(|e| internal(uuid, "locking the manifest", e))?;
     pod.write_manifest(&manifest).map_err(|e| internal(uuid, "writing the manifest", e))?;
+    let _ = std::fs::remove_file(pod.path().join(pool::TAKING_FILE));
     tracing::debug!(pod = %uuid, micros = micros(), "pool pod adapted");
     Ok(())
 }
@@ -215,8 +219,9 @@ fn adapt_cgroups(pod: &Pod, cgroup_parent: &str) -> Result<(), Status> {
     let from = pool_subcgroup(uuid).map_err(|e| internal(uuid, "pool cgroup", e))?;
     let to = crate::cgroup::pod::subcgroup(cgroup_parent, &uuid.to_string(), false)
         .map_err(|e| internal(uuid, "cgroup parent", e))?;
-    adapt::move_pod(layout, &from, &to).map_err(|e| internal(uuid, "moving the pod to its cgroup parent", e))?;
+    // recorded first, so that a failed move is undone by the pod's teardown
     pod.write_file(pod::SUBCGROUP_FILE, to.as_bytes()).map_err(|e| internal(uuid, "writing subcgroup", e))?;
+    adapt::move_pod(layout, &from, &to).map_err(|e| internal(uuid, "moving the pod to its cgroup parent", e))?;
     let pids = crate::cgroup::pod::PodCgroup::tracking(layout, &from).pids();
     adapt::renice(&pids).map_err(|e| internal(uuid, "resetting the pod's priority", e))
 }

@@ -256,11 +256,15 @@ pub fn interrupted_starts(rt: &Runtime) -> Vec<Uuid> {
     let Ok(entries) = std::fs::read_dir(rt.data.tmp()) else { return Vec::new() };
     let known: std::collections::HashSet<Uuid> =
         rt.data.list_pods().unwrap_or_default().into_iter().map(|(u, _)| u).collect();
-    entries
+    let marks: Vec<Uuid> = entries
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.strip_suffix(START_MARK)?.parse::<Uuid>().ok())
-        .filter(|u| !known.contains(u))
-        .collect()
+        .collect();
+    // a start that got as far as its pod directory is the pod's business now
+    for u in marks.iter().filter(|u| known.contains(u)) {
+        let _ = std::fs::remove_file(rt.data.tmp().join(format!("{u}{START_MARK}")));
+    }
+    marks.into_iter().filter(|u| !known.contains(u)).collect()
 }
 
 /// Recovery rule for a start interrupted before its sandbox made the pod

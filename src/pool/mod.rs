@@ -35,6 +35,9 @@ use uuid::Uuid;
 /// Pod annotation of a pool pod not taken yet; its value is the
 /// [`fingerprint`] of the daemon that booted it.
 pub const POOL_ANNOTATION: &str = "rktlet.io/pool";
+/// File in a pool pod's directory while a take adapts it (a crash then
+/// leaves a pod that is neither a pool pod nor the requested one).
+pub const TAKING_FILE: &str = "pool-taking";
 /// cgroup parent of pool pods while they wait.
 pub const POOL_PARENT: &str = "rktlet-pool";
 /// Nice value of a pool pod while it boots and waits.
@@ -323,13 +326,19 @@ pub async fn drain(rt: &Runtime, refill: tokio::task::JoinHandle<()>) {
     }
 }
 
-/// Stops and removes a pool pod with its network namespace.
+/// Stops and removes a pool pod with its network namespace (and the pool's
+/// controller cgroups, left behind by a take that failed while moving it).
 pub async fn discard(rt: &Runtime, uuid: Uuid) {
     let id = uuid.to_string();
     if let Err(e) = crate::stage1::teardown::remove_pod(&rt.data, &id, Duration::from_secs(5), &rt.net_dirs()).await
         && !matches!(e.pod_error(), Ok(crate::pod::PodError::NotFound(_)))
     {
         tracing::warn!(pod = %uuid, "cannot remove pool pod");
+    }
+    if let (Ok(layout), Ok(sub)) =
+        (crate::cgroup::Layout::cached(), crate::cgroup::pod::subcgroup(POOL_PARENT, &id, false))
+    {
+        let _ = crate::cgroup::pod::PodCgroup::controllers(layout, &sub).remove();
     }
 }
 
@@ -348,7 +357,8 @@ async fn readopt(rt: &Runtime) -> Result<(), crate::pod::PodError> {
         let alive = pod.state().ok() == Some(PodState::Running)
             && crate::stage1::rootfs::Stage1Root::new(pod.stage1_rootfs()).is_ready();
         let netns = pod.read_file(crate::pod::NETNS_FILE).ok().flatten().map(PathBuf::from);
-        let keep = alive && booted_by == wanted && rt.pool.enabled();
+        let half_taken = pod.path().join(TAKING_FILE).exists();
+        let keep = alive && booted_by == wanted && rt.pool.enabled() && !half_taken;
         let adopted = match netns {
             Some(netns) if keep => {
                 // a daemon killed mid-boot may not have moved it into its controller cgroups

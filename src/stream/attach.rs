@@ -18,6 +18,9 @@ use tokio::sync::mpsc;
 
 /// How often the log file is checked for new output.
 const POLL: Duration = Duration::from_millis(25);
+/// Empty polls after the exit before the session ends: the log writer may
+/// still be draining the app's pipes when its exit is recorded.
+const QUIET_POLLS: u32 = 4;
 
 /// Where a container's output and exit are found, and its stdin.
 #[derive(Debug)]
@@ -106,26 +109,20 @@ async fn session(source: Source, streams: Streams, mut input: mpsc::Receiver<Inp
         Some(s) => (s.once, Some((s.log_socket.clone(), s.app.clone()))),
         None => (false, None),
     };
-    let mut stdin_tx = source.stdin.map(|s| {
-        let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
-        std::thread::spawn(move || {
-            let mut f = File::from(s.pipe);
-            for chunk in rx {
-                if std::io::Write::write_all(&mut f, &chunk).is_err() {
-                    break;
-                }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut stdin_tx = source.stdin.map(|s| super::remotecommand::stdin_writer(s.pipe, stop.clone()));
+    // stdin_once: the first session attached with stdin closes it when it ends
+    let mut closed = false;
+    let mut close_for_good = move || {
+        if let (true, false, Some((socket, app))) = (once, closed, &socket_app) {
+            closed = true;
+            if let Err(e) = crate::stream::log::close_stdin(socket, app) {
+                tracing::warn!(app, error = %e, "cannot close stdin after the attach");
             }
-        });
-        tx
-    });
-    let close_for_good = move || {
-        if let (true, Some((socket, app))) = (once, &socket_app)
-            && let Err(e) = crate::stream::log::close_stdin(socket, app)
-        {
-            tracing::warn!(app, error = %e, "cannot close stdin after the attach");
         }
     };
     let mut partial: Vec<u8> = Vec::new();
+    let mut quiet = 0;
     loop {
         let exited = source.exit_file.exists();
         let new = follow.read_new(&source.log).unwrap_or_default();
@@ -140,8 +137,10 @@ async fn session(source: Source, streams: Streams, mut input: mpsc::Receiver<Inp
                 return;
             }
         }
-        // the exit was seen before this read: everything it wrote is out
-        if exited && new.is_empty() {
+        // the exit was seen before these reads and the log writer wrote
+        // nothing for a few polls: everything the app wrote is out
+        quiet = if exited && new.is_empty() { quiet + 1 } else { 0 };
+        if quiet >= QUIET_POLLS {
             let _ = output.send(Output::Status(status_json(&Ok(0)))).await;
             break;
         }
@@ -150,7 +149,7 @@ async fn session(source: Source, streams: Streams, mut input: mpsc::Receiver<Inp
                 None => break,
                 Some(Input::Stdin(data)) => {
                     if let Some(tx) = &stdin_tx {
-                        let _ = tx.send(data);
+                        super::remotecommand::send_stdin(tx, data);
                     }
                 }
                 Some(Input::StdinClosed) => {
@@ -163,6 +162,7 @@ async fn session(source: Source, streams: Streams, mut input: mpsc::Receiver<Inp
         }
     }
     drop(stdin_tx);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
     close_for_good();
 }
 

@@ -121,7 +121,8 @@ fn open_log(path: &Path) -> io::Result<File> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    OpenOptions::new().create(true).append(true).mode(0o640).open(path)
+    // a symlink put where the log goes must not redirect root's writes
+    OpenOptions::new().create(true).append(true).mode(0o640).custom_flags(libc::O_NOFOLLOW).open(path)
 }
 
 struct Source {

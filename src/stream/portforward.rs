@@ -13,6 +13,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 pub const SPDY_PROTOCOL: &str = "portforward.k8s.io";
+/// Connections half-opened (one of their two streams) at most per session.
+const MAX_PENDING_PAIRS: usize = 1024;
+/// Ports one WebSocket session may forward (two channels each, one byte per channel id).
+pub const MAX_WS_PORTS: usize = 64;
 pub const WS_PROTOCOLS: [&str; 2] = ["v4.channel.k8s.io", "v4.base64.channel.k8s.io"];
 
 /// Where to connect: the pod's netns (none: the node's, for host-network pods).
@@ -78,6 +82,7 @@ where
     let mut pairs: HashMap<String, Pair> = HashMap::new();
     // data frames for a forwarded connection go to its task
     let mut inbound: HashMap<u32, mpsc::Sender<Vec<u8>>> = HashMap::new();
+    let mut tasks = tokio::task::JoinSet::new();
     while let Ok(Some(frame)) = spdy::read_frame(&mut rd, &mut rcodec).await {
         match frame {
             Frame::SynStream { stream, headers, .. } => {
@@ -89,6 +94,10 @@ where
                     let _ = out_tx.send(spdy::rst_stream(stream, spdy::PROTOCOL_ERROR)).await;
                     continue;
                 };
+                if !pairs.contains_key(&request) && pairs.len() >= MAX_PENDING_PAIRS {
+                    let _ = out_tx.send(spdy::rst_stream(stream, spdy::REFUSED_STREAM)).await;
+                    continue;
+                }
                 let pair = pairs.entry(request.clone()).or_default();
                 pair.port = port;
                 match kind.as_str() {
@@ -103,15 +112,19 @@ where
                     pairs.remove(&request);
                     let (tx, rx) = mpsc::channel::<Vec<u8>>(64);
                     inbound.insert(d, tx);
-                    tokio::spawn(forward_spdy(target.clone(), port, e, d, rx, out_tx.clone()));
+                    tasks.spawn(forward_spdy(target.clone(), port, e, d, rx, out_tx.clone()));
                 }
             }
             Frame::Data { stream, fin, data } => {
                 if !data.is_empty() {
                     let n = data.len() as u32;
                     let _ = out_tx.send([spdy::window_update(stream, n), spdy::window_update(0, n)].concat()).await;
-                    if let Some(tx) = inbound.get(&stream) {
-                        let _ = tx.send(data).await;
+                    // one slow pod connection must not stall the session: it is reset
+                    if let Some(tx) = inbound.get(&stream)
+                        && tx.try_send(data).is_err()
+                    {
+                        inbound.remove(&stream);
+                        let _ = out_tx.send(spdy::rst_stream(stream, spdy::REFUSED_STREAM)).await;
                     }
                 }
                 if fin {
@@ -128,7 +141,10 @@ where
             _ => {}
         }
     }
+    // the client is gone: so are its connections into the pod
     drop(inbound);
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
     drop(out_tx);
     let _ = writer.await;
 }
@@ -189,6 +205,7 @@ where
     let (mut rd, mut wr) = tokio::io::split(conn);
     let (out_tx, mut out_rx) = mpsc::channel::<(u8, Vec<u8>)>(64);
     let mut to_pods = Vec::new();
+    let mut tasks = tokio::task::JoinSet::new();
     for (i, port) in ports.iter().enumerate() {
         let (data_ch, err_ch) = ((2 * i) as u8, (2 * i + 1) as u8);
         for ch in [data_ch, err_ch] {
@@ -199,10 +216,10 @@ where
         }
         let (tx, rx) = mpsc::channel::<Vec<u8>>(64);
         to_pods.push(tx);
-        tokio::spawn(forward_ws(target.clone(), *port, data_ch, err_ch, rx, out_tx.clone()));
+        tasks.spawn(forward_ws(target.clone(), *port, data_ch, err_ch, rx, out_tx.clone()));
     }
     drop(out_tx);
-    let reader = tokio::spawn(async move {
+    let mut reader = tokio::spawn(async move {
         while let Ok(Some(m)) = ws::read_message(&mut rd).await {
             if m.opcode == ws::OP_CLOSE {
                 break;
@@ -216,12 +233,20 @@ where
             }
         }
     });
-    while let Some((ch, data)) = out_rx.recv().await {
-        let (op, p) = framing.encode(ch, &data);
-        if ws::write_frame(&mut wr, op, &p).await.is_err() {
-            break;
+    loop {
+        tokio::select! {
+            m = out_rx.recv() => {
+                let Some((ch, data)) = m else { break };
+                let (op, p) = framing.encode(ch, &data);
+                if ws::write_frame(&mut wr, op, &p).await.is_err() {
+                    break;
+                }
+            }
+            // the client is gone: so are its connections into the pod
+            _ = &mut reader => break,
         }
     }
+    tasks.abort_all();
     let _ = ws::write_frame(&mut wr, ws::OP_CLOSE, &1000u16.to_be_bytes()).await;
     reader.abort();
 }

@@ -10,8 +10,10 @@
 
 use super::ws::{self, Message};
 use crate::stage1::exec::{self, Running};
-use std::io::{Read, Write};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
@@ -213,34 +215,25 @@ pub async fn session(
         }
     };
     let Ours { input: stdin, outputs, pty } = io;
-    let (tx, mut events) = mpsc::unbounded_channel::<Event>();
+    // the I/O threads end when this is set, whoever still holds the pipes
+    let stop = Arc::new(AtomicBool::new(false));
+    // bounded: a client that does not read stops the readers, not our memory
+    let (tx, mut events) = mpsc::channel::<Event>(64);
     let readers = outputs.len();
     for (channel, fd) in outputs {
-        let tx = tx.clone();
-        std::thread::spawn(move || relay_output(channel, fd, tx));
+        let (tx, stop) = (tx.clone(), stop.clone());
+        std::thread::spawn(move || relay_output(channel, fd, tx, &stop));
     }
     let killer = running.killer();
     {
         let tx = tx.clone();
         std::thread::spawn(move || {
             let exit = running.wait().map_err(|e| e.to_string());
-            let _ = tx.send(Event::Exit(exit));
+            let _ = tx.blocking_send(Event::Exit(exit));
         });
     }
     drop(tx);
-    // stdin: a thread writes what the client sends; dropping the sender closes it
-    let mut stdin_tx = stdin.map(|fd| {
-        let (stx, srx) = std::sync::mpsc::channel::<Vec<u8>>();
-        std::thread::spawn(move || {
-            let mut f = std::fs::File::from(fd);
-            for chunk in srx {
-                if f.write_all(&chunk).is_err() {
-                    break;
-                }
-            }
-        });
-        stx
-    });
+    let mut stdin_tx = stdin.map(|fd| stdin_writer(fd, stop.clone()));
     let (mut eofs, mut exit) = (0, None);
     let mut drain_until = None;
     let mut client_open = true;
@@ -262,7 +255,7 @@ pub async fn session(
                 }
                 Some(Input::Stdin(data)) => {
                     if let Some(s) = &stdin_tx {
-                        let _ = s.send(data);
+                        send_stdin(s, data);
                     }
                 }
                 Some(Input::StdinClosed) => stdin_tx = None,
@@ -292,8 +285,49 @@ pub async fn session(
         }
     }
     drop(stdin_tx);
+    stop.store(true, Ordering::Relaxed);
     if let Some(x) = exit {
         let _ = output.send(Output::Status(status_json(&x))).await;
+    }
+}
+
+/// Chunks of stdin waiting for the command at most; beyond, a client that
+/// types into a command that does not read loses input (rather than the
+/// session blocking its output).
+const STDIN_BACKLOG: usize = 256;
+
+/// A thread that writes what it receives to `fd` (the command's stdin);
+/// dropping the sender closes it. Non-blocking writes with a bounded wait,
+/// so the thread ends once `stop` is set even if nobody reads the pipe.
+pub(super) fn stdin_writer(fd: OwnedFd, stop: Arc<AtomicBool>) -> mpsc::Sender<Vec<u8>> {
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(STDIN_BACKLOG);
+    std::thread::spawn(move || {
+        let _ = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK));
+        while let Some(chunk) = rx.blocking_recv() {
+            let mut rest = chunk.as_slice();
+            while !rest.is_empty() {
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                match nix::unistd::write(&fd, rest) {
+                    Ok(n) => rest = &rest[n..],
+                    Err(nix::Error::EAGAIN) => {
+                        let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLOUT)];
+                        let _ = poll(&mut fds, PollTimeout::from(100u16));
+                    }
+                    Err(nix::Error::EINTR) => {}
+                    Err(_) => return,
+                }
+            }
+        }
+    });
+    tx
+}
+
+/// Queues stdin for the writer thread without waiting.
+pub(super) fn send_stdin(tx: &mpsc::Sender<Vec<u8>>, data: Vec<u8>) {
+    if tx.try_send(data).is_err() {
+        tracing::debug!("stdin backlog full: the command is not reading; input dropped");
     }
 }
 
@@ -465,6 +499,10 @@ where
                         if fin { Input::StdinClosed } else { continue }
                     } else if Some(stream) == resize_id {
                         resize_buf.extend_from_slice(&data);
+                        // resize events are tiny JSON lines: anything else is dropped
+                        if resize_buf.len() > 64 << 10 {
+                            resize_buf.clear();
+                        }
                         while let Some(nl) = resize_buf.iter().position(|b| *b == b'\n') {
                             let line: Vec<u8> = resize_buf.drain(..=nl).collect();
                             let _ = in_tx.send(Input::Resize(line)).await;
@@ -534,21 +572,29 @@ async fn start(main_pid: i32, cmd: Vec<String>, streams: Streams) -> Result<(Run
 }
 
 /// Reads one output until EOF (a pty master reads EIO once the command's
-/// side is closed) and forwards it.
-fn relay_output(channel: u8, fd: OwnedFd, tx: mpsc::UnboundedSender<Event>) {
-    let mut f = std::fs::File::from(fd);
+/// side is closed) and forwards it; gives up when `stop` is set (a
+/// background process may hold the pipe open for good).
+fn relay_output(channel: u8, fd: OwnedFd, tx: mpsc::Sender<Event>, stop: &AtomicBool) {
     let mut buf = vec![0u8; 32 * 1024];
-    loop {
-        match f.read(&mut buf) {
-            Ok(0) | Err(_) => break,
+    while !stop.load(Ordering::Relaxed) {
+        let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(100u16)) {
+            Ok(0) | Err(nix::Error::EINTR) => continue,
+            Ok(_) => {}
+            Err(_) => break,
+        }
+        match nix::unistd::read(&fd, &mut buf) {
+            Ok(0) | Err(nix::Error::EIO) => break,
             Ok(n) => {
-                if tx.send(Event::Output(channel, buf[..n].to_vec())).is_err() {
+                if tx.blocking_send(Event::Output(channel, buf[..n].to_vec())).is_err() {
                     return;
                 }
             }
+            Err(nix::Error::EINTR | nix::Error::EAGAIN) => {}
+            Err(_) => break,
         }
     }
-    let _ = tx.send(Event::Eof);
+    let _ = tx.blocking_send(Event::Eof);
 }
 
 #[cfg(test)]

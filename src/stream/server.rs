@@ -58,7 +58,15 @@ pub async fn serve(listener: TcpListener, rt: Arc<Runtime>) {
         tracing::info!(%addr, "streaming server for exec");
     }
     loop {
-        let Ok((conn, _)) = listener.accept().await else { continue };
+        let conn = match listener.accept().await {
+            Ok((conn, _)) => conn,
+            Err(e) => {
+                // out of descriptors, say: do not spin on it
+                tracing::warn!(error = %e, "streaming server cannot accept");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
         let rt = rt.clone();
         tokio::spawn(async move {
             if let Err(e) = handle(conn, rt).await {
@@ -181,8 +189,9 @@ async fn handle(mut conn: TcpStream, rt: Arc<Runtime>) -> std::io::Result<()> {
                 .flat_map(|v| v.split(','))
                 .filter_map(|p| p.parse().ok())
                 .collect();
-            if url_ports.is_empty() {
-                return reply(&mut conn, "400 Bad Request", "name the ports to forward: ?port=N\n").await;
+            if url_ports.is_empty() || url_ports.len() > portforward::MAX_WS_PORTS {
+                let body = format!("name 1 to {} ports to forward: ?port=N\n", portforward::MAX_WS_PORTS);
+                return reply(&mut conn, "400 Bad Request", &body).await;
             }
             let Some(target) = pod_target(&mut conn, &rt, pod_id, ports).await? else { return Ok(()) };
             let key = head.header("sec-websocket-key").to_string();

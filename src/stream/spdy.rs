@@ -229,12 +229,13 @@ impl Codec {
 
     /// Inflates and parses a header block.
     pub fn decode_headers(&mut self, compressed: &[u8]) -> Result<Headers, SpdyError> {
-        let mut out = Vec::with_capacity(compressed.len() * 4 + 256);
+        let mut out = Vec::with_capacity((compressed.len() * 4 + 256).min(MAX_HEADERS));
         let mut consumed = 0;
         loop {
-            let before = self.inflate.total_in();
+            let (before_in, before_out) = (self.inflate.total_in(), self.inflate.total_out());
             let r = self.inflate.decompress_vec(&compressed[consumed..], &mut out, FlushDecompress::Sync);
-            consumed += (self.inflate.total_in() - before) as usize;
+            consumed += (self.inflate.total_in() - before_in) as usize;
+            let progress = self.inflate.total_in() != before_in || self.inflate.total_out() != before_out;
             match r {
                 Err(e) if e.needs_dictionary().is_some() => {
                     self.inflate
@@ -242,12 +243,16 @@ impl Codec {
                         .map_err(|e| protocol(format!("inflate dictionary: {e}")))?;
                 }
                 Err(e) => return Err(protocol(format!("inflate: {e}"))),
+                // a session's header blocks are one endless zlib stream
+                Ok(flate2::Status::StreamEnd) => return Err(protocol("header block ends the zlib stream")),
                 Ok(_) if consumed == compressed.len() && out.len() < out.capacity() => break,
+                // bytes zlib does not take: refuse rather than loop
+                Ok(_) if !progress && out.len() < out.capacity() => return Err(protocol("undecodable header block")),
                 Ok(_) => {
                     if out.len() >= MAX_HEADERS {
                         return Err(protocol("header block over the limit"));
                     }
-                    out.reserve(out.capacity());
+                    out.reserve(out.capacity().min(MAX_HEADERS - out.len()).max(1));
                 }
             }
         }
@@ -288,8 +293,12 @@ pub async fn read_frame(r: &mut (impl AsyncRead + Unpin), codec: &mut Codec) -> 
     if len > MAX_FRAME {
         return Err(protocol("frame too long"));
     }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).await?;
+    // read what arrives (not a buffer of the declared size up front)
+    let mut body = Vec::with_capacity(len.min(64 << 10));
+    (&mut *r).take(len as u64).read_to_end(&mut body).await?;
+    if body.len() < len {
+        return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+    }
     let word = |i: usize| -> Result<u32, SpdyError> {
         body.get(i..i + 4).map(|s| u32::from_be_bytes([s[0], s[1], s[2], s[3]])).ok_or_else(|| protocol("short frame"))
     };
@@ -438,6 +447,18 @@ mod tests {
         assert_eq!(next().await, Frame::RstStream { stream: 5, status: REFUSED_STREAM });
         assert_eq!(next().await, Frame::GoAway { last: 3 });
         assert_eq!(read_frame(&mut r, &mut theirs).await.expect("eof"), None);
+    }
+
+    #[test]
+    fn a_header_block_that_ends_the_zlib_stream_is_refused_not_looped_on() {
+        // a complete zlib stream (final block) with the dictionary, then one more byte
+        let mut c = Compress::new(Compression::default(), true);
+        c.set_dictionary(dictionary()).expect("dict");
+        let mut z = Vec::with_capacity(256);
+        c.compress_vec(&[0, 0, 0, 0], &mut z, FlushCompress::Finish).expect("deflate");
+        z.push(0);
+        let mut codec = Codec::new().expect("codec");
+        assert!(codec.decode_headers(&z).is_err());
     }
 
     #[tokio::test]

@@ -72,8 +72,12 @@ async fn read_frame(r: &mut (impl AsyncRead + Unpin)) -> Result<(bool, u8, Vec<u
     }
     let mut mask = [0u8; 4];
     r.read_exact(&mut mask).await?;
-    let mut payload = vec![0u8; len as usize];
-    r.read_exact(&mut payload).await?;
+    // read what arrives (not a buffer of the declared size up front)
+    let mut payload = Vec::with_capacity((len as usize).min(64 << 10));
+    (&mut *r).take(len).read_to_end(&mut payload).await?;
+    if payload.len() as u64 != len {
+        return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+    }
     for (i, b) in payload.iter_mut().enumerate() {
         *b ^= mask[i % 4];
     }
