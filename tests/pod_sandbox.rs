@@ -256,19 +256,7 @@ async fn pod_network_ip_dns_hostname_and_host_port() {
     assert!(links.contains("eth0:"), "{links}");
 
     // a listener in the pod's netns answers on the node's hostPort
-    let netns = rktlet::net::netns::Netns::open(format!("/var/run/netns/rktlet-{id}")).expect("pod netns");
-    let listener =
-        netns.run(|| std::net::TcpListener::bind("0.0.0.0:8080")).expect("enter netns").expect("bind in pod");
-    let server = std::thread::spawn(move || {
-        use std::io::Write;
-        let (mut conn, _) = listener.accept().expect("accept");
-        conn.write_all(b"hello from the pod").expect("write");
-    });
-    let mut conn = std::net::TcpStream::connect(("127.0.0.1", host_port as u16)).expect("connect to hostPort");
-    let mut got = String::new();
-    std::io::Read::read_to_string(&mut conn, &mut got).expect("read");
-    assert_eq!(got, "hello from the pod");
-    server.join().expect("server");
+    assert_eq!(common::via_host_port(&id, 8080, host_port as u16, "hello from the pod"), "hello from the pod");
 
     rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("stop");
     assert!(net.allocated().is_empty(), "IP released on stop");

@@ -15,6 +15,14 @@ use tonic::transport::Channel;
 
 type Client = RuntimeServiceClient<Channel>;
 
+/// A daemon with a pool of `size` on a test network of its own.
+fn pool_daemon(dir: &Path, size: &str) -> (TestNetwork, Daemon) {
+    let net = TestNetwork::new(dir);
+    let conf = net.conf_dir.to_string_lossy().to_string();
+    let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni", "--pod-pool-size", size]);
+    (net, d)
+}
+
 /// The pool figures from Status (verbose).
 async fn pool_info(rt: &mut Client) -> serde_json::Value {
     let st = rt.status(cri::StatusRequest { verbose: true }).await.expect("Status").into_inner();
@@ -101,9 +109,7 @@ fn remove_cgroup_parent(parent: &str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pool_pod_gets_what_was_asked_and_runs_containers() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let net = TestNetwork::new(dir.path());
-    let conf = net.conf_dir.to_string_lossy().to_string();
-    let mut d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni", "--pod-pool-size", "1"]);
+    let (net, mut d) = pool_daemon(dir.path(), "1");
     let data = d.dir.path().join("data");
     let mut rt = d.runtime().await;
     wait_pool(&mut rt, 1).await;
@@ -170,19 +176,7 @@ async fn a_pool_pod_gets_what_was_asked_and_runs_containers() {
     let links = std::fs::read_to_string(format!("/proc/{pid1}/net/dev")).expect("pod net/dev");
     assert!(links.contains("eth0:"), "{links}");
     // the port mapping asked for at the take answers on the node
-    let netns = rktlet::net::netns::Netns::open(format!("/var/run/netns/rktlet-{id}")).expect("pod netns");
-    let listener =
-        netns.run(|| std::net::TcpListener::bind("0.0.0.0:8080")).expect("enter netns").expect("bind in pod");
-    let server = std::thread::spawn(move || {
-        use std::io::Write;
-        let (mut conn, _) = listener.accept().expect("accept");
-        conn.write_all(b"hello from the pool").expect("write");
-    });
-    let mut conn = std::net::TcpStream::connect(("127.0.0.1", host_port as u16)).expect("connect to hostPort");
-    let mut got = String::new();
-    std::io::Read::read_to_string(&mut conn, &mut got).expect("read");
-    assert_eq!(got, "hello from the pool");
-    server.join().expect("server");
+    assert_eq!(common::via_host_port(&id, 8080, host_port as u16, "hello from the pool"), "hello from the pool");
     // the requested cgroup parent holds the pod in the controller hierarchies, at normal priority
     for h in ["memory", "cpu", "pids"] {
         let procs = std::fs::read_to_string(
@@ -249,9 +243,7 @@ async fn a_pool_pod_gets_what_was_asked_and_runs_containers() {
 #[tokio::test(flavor = "multi_thread")]
 async fn requests_beyond_the_pool_cold_start_and_host_network_never_uses_it() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let net = TestNetwork::new(dir.path());
-    let conf = net.conf_dir.to_string_lossy().to_string();
-    let mut d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni", "--pod-pool-size", "1"]);
+    let (_net, mut d) = pool_daemon(dir.path(), "1");
     let data = d.dir.path().join("data");
     let mut rt = d.runtime().await;
     wait_pool(&mut rt, 1).await;
@@ -348,9 +340,7 @@ async fn sigkill_with_a_full_pool_then_restart_readopts_and_leaks_nothing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dead_pool_pod_is_discarded_and_the_request_cold_starts() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let net = TestNetwork::new(dir.path());
-    let conf = net.conf_dir.to_string_lossy().to_string();
-    let mut d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni", "--pod-pool-size", "1"]);
+    let (_net, mut d) = pool_daemon(dir.path(), "1");
     let data = d.dir.path().join("data");
     let mut rt = d.runtime().await;
     wait_pool(&mut rt, 1).await;
@@ -377,9 +367,7 @@ async fn a_dead_pool_pod_is_discarded_and_the_request_cold_starts() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pool_of_zero_boots_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let net = TestNetwork::new(dir.path());
-    let conf = net.conf_dir.to_string_lossy().to_string();
-    let mut d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni", "--pod-pool-size", "0"]);
+    let (_net, mut d) = pool_daemon(dir.path(), "0");
     let data = d.dir.path().join("data");
     let mut rt = d.runtime().await;
     let id = run(&mut rt, &pod_config("plain", &[])).await;

@@ -31,17 +31,23 @@ pub(crate) fn running_main_pid(rt: &Runtime, id: &str) -> Result<i32, Status> {
     main_pid(&t).ok_or_else(|| Status::failed_precondition(format!("container {id} is not running")))
 }
 
+/// The streams a streaming call asks for must make sense together.
+fn check_streams(stdin: bool, stdout: bool, stderr: bool, tty: bool) -> Result<(), Status> {
+    if !(stdin || stdout || stderr) {
+        return Err(Status::invalid_argument("one of stdin, stdout and stderr must be set"));
+    }
+    if tty && stderr {
+        return Err(Status::invalid_argument("tty and stderr cannot both be set: a terminal has one output"));
+    }
+    Ok(())
+}
+
 /// Exec: checks the request and the container, then hands out a URL.
 pub async fn exec(rt: &Runtime, req: cri::ExecRequest) -> Result<cri::ExecResponse, Status> {
     if req.cmd.is_empty() {
         return Err(Status::invalid_argument("cmd is required"));
     }
-    if !(req.stdin || req.stdout || req.stderr) {
-        return Err(Status::invalid_argument("one of stdin, stdout and stderr must be set"));
-    }
-    if req.tty && req.stderr {
-        return Err(Status::invalid_argument("tty and stderr cannot both be set: a terminal has one output"));
-    }
+    check_streams(req.stdin, req.stdout, req.stderr, req.tty)?;
     tokio::task::block_in_place(|| running_main_pid(rt, &req.container_id))?;
     let url = rt
         .streams
@@ -57,25 +63,38 @@ pub async fn exec(rt: &Runtime, req: cri::ExecRequest) -> Result<cri::ExecRespon
     Ok(cri::ExecResponse { url })
 }
 
-/// Where a running container's output and exit are, and with `stdin` a
-/// copy of its stdin pipe (for Attach). Blocking.
-pub(crate) fn attach_source(rt: &Runtime, id: &str, stdin: bool) -> Result<crate::stream::attach::Source, Status> {
+/// A running container that can be attached to (it has a log, and a stdin
+/// if `stdin` is asked for), with its log path and stdin mode. Blocking.
+fn attachable(
+    rt: &Runtime,
+    id: &str,
+    stdin: bool,
+) -> Result<(Target, String, Option<super::container_meta::StdinMode>), Status> {
     let t = container_start::open(rt, id)?;
     let paths = crate::stage1::app::AppPaths::new(&t.pod, &t.app.name);
-    let facts = crate::stage1::app::facts(&paths, t.running);
-    if !t.running || facts.state != crate::stage1::app::AppState::Running {
+    if !t.running || crate::stage1::app::facts(&paths, t.running).state != crate::stage1::app::AppState::Running {
         return Err(Status::failed_precondition(format!("container {id} is not running")));
     }
     let log = super::container_meta::log_path(&t.app);
     if log.is_empty() {
         return Err(Status::failed_precondition(format!("container {id} has no log path: its output goes nowhere")));
     }
-    let stdin = match (stdin, super::container_meta::stdin(&t.app)) {
-        (false, _) => None,
-        (true, None) => {
-            return Err(Status::failed_precondition(format!("container {id} was not created with stdin")));
-        }
-        (true, Some(mode)) => {
+    let mode = super::container_meta::stdin(&t.app);
+    if stdin && mode.is_none() {
+        return Err(Status::failed_precondition(format!("container {id} was not created with stdin")));
+    }
+    Ok((t, log, mode.filter(|_| stdin)))
+}
+
+/// Where a running container's output and exit are, and with `stdin` a
+/// copy of its stdin pipe from the pod's log writer (for an attach
+/// session). Blocking.
+pub(crate) fn attach_source(rt: &Runtime, id: &str, stdin: bool) -> Result<crate::stream::attach::Source, Status> {
+    let (t, log, mode) = attachable(rt, id, stdin)?;
+    let paths = crate::stage1::app::AppPaths::new(&t.pod, &t.app.name);
+    let stdin = match mode {
+        None => None,
+        Some(mode) => {
             let log_socket = t.pod.path().join(crate::stream::log::SOCKET_FILE);
             let pipe = crate::stream::log::stdin_of(&log_socket, &t.app.name)
                 .map_err(|e| Status::failed_precondition(format!("stdin of container {id}: {e}")))?;
@@ -88,13 +107,9 @@ pub(crate) fn attach_source(rt: &Runtime, id: &str, stdin: bool) -> Result<crate
 
 /// Attach: checks the request and the container, then hands out a URL.
 pub async fn attach(rt: &Runtime, req: cri::AttachRequest) -> Result<cri::AttachResponse, Status> {
-    if !(req.stdin || req.stdout || req.stderr) {
-        return Err(Status::invalid_argument("one of stdin, stdout and stderr must be set"));
-    }
-    if req.tty && req.stderr {
-        return Err(Status::invalid_argument("tty and stderr cannot both be set: a terminal has one output"));
-    }
-    tokio::task::block_in_place(|| attach_source(rt, &req.container_id, req.stdin))?;
+    check_streams(req.stdin, req.stdout, req.stderr, req.tty)?;
+    // checked now; the stdin pipe is fetched when the client connects
+    tokio::task::block_in_place(|| attachable(rt, &req.container_id, req.stdin))?;
     let url = rt
         .streams
         .url(crate::stream::token::StreamRequest::Attach {

@@ -77,14 +77,8 @@ pub async fn teardown(
     Ok(())
 }
 
-/// Creates a pod's network namespace (before the sandbox boots in it), with
-/// `lo` up: the pod's systemd does not bring it up inside nspawn, and apps
-/// and port-forwarding expect 127.0.0.1 to work.
+/// Creates a pod's network namespace (before the sandbox boots in it; the
+/// sandbox brings its `lo` up, see `stage1::sandbox`).
 pub fn create_netns(uuid: Uuid) -> Result<Netns, PodNetError> {
-    let netns = Netns::create(&netns_name(uuid))?;
-    if let Err(e) = netns.set_link_up("lo") {
-        let _ = netns.remove();
-        return Err(e.into());
-    }
-    Ok(netns)
+    Ok(Netns::create(&netns_name(uuid))?)
 }

@@ -101,8 +101,9 @@ fn prepare(opts: &SandboxOptions, pod: &mut Pod, cgroup_out: &mut Option<PodCgro
 
     if let PodNet::Netns(path) = &opts.net {
         pod.write_file(pod::NETNS_FILE, path.as_os_str().as_encoded_bytes())?;
-        // the pod's systemd does not bring `lo` up under nspawn; a namespace
-        // made by someone else (the CLI's user) may not have it up either
+        // the pod's systemd does not bring `lo` up under nspawn, and apps and
+        // port-forwarding expect 127.0.0.1 to work: done here, for every pod
+        // on a pre-made namespace (the daemon's or a CLI user's)
         crate::net::netns::Netns::open(path)
             .and_then(|ns| ns.set_link_up("lo"))
             .map_err(|e| SandboxError::Invalid(format!("network namespace {}: {e}", path.display())))?;

@@ -68,17 +68,9 @@ pub async fn spdy<S>(conn: S, target: Target)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut rd, mut wr) = tokio::io::split(conn);
-    let (Ok(mut rcodec), Ok(mut wcodec)) = (spdy::Codec::new(), spdy::Codec::new()) else { return };
-    let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(64);
-    let writer = tokio::spawn(async move {
-        while let Some(bytes) = out_rx.recv().await {
-            if wr.write_all(&bytes).await.is_err() || wr.flush().await.is_err() {
-                break;
-            }
-        }
-        let _ = wr.shutdown().await;
-    });
+    let Ok(spdy::Session { mut rd, mut rcodec, mut wcodec, out: out_tx, writer }) = spdy::Session::start(conn) else {
+        return;
+    };
     let mut pairs: HashMap<String, Pair> = HashMap::new();
     // data frames for a forwarded connection go to its task
     let mut inbound: HashMap<u32, mpsc::Sender<Vec<u8>>> = HashMap::new();

@@ -418,18 +418,9 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     use super::spdy::{self, Frame};
-    let (mut rd, mut wr) = tokio::io::split(conn);
-    let (Ok(mut rcodec), Ok(mut wcodec)) = (spdy::Codec::new(), spdy::Codec::new()) else { return };
-    let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(64);
-    let writer = tokio::spawn(async move {
-        use tokio::io::AsyncWriteExt;
-        while let Some(bytes) = out_rx.recv().await {
-            if wr.write_all(&bytes).await.is_err() || wr.flush().await.is_err() {
-                break;
-            }
-        }
-        let _ = wr.shutdown().await;
-    });
+    let Ok(spdy::Session { mut rd, mut rcodec, mut wcodec, out: out_tx, writer }) = spdy::Session::start(conn) else {
+        return;
+    };
     // the streams the client must open before the command starts
     let mut wanted = vec!["error"];
     for (on, kind) in [(streams.stdin, "stdin"), (streams.stdout, "stdout"), (streams.stderr && !streams.tty, "stderr")]

@@ -214,51 +214,41 @@ async fn handle(mut conn: TcpStream, rt: Arc<Runtime>) -> std::io::Result<()> {
     }
 }
 
-/// Where a running container's output and exit are, or a 404 already sent.
-async fn attach_source(
+/// Looks the target of a request up (a blocking read of the pod's files),
+/// or answers 404 with why and returns `None`.
+async fn lookup<T: Send + 'static>(
     conn: &mut TcpStream,
     rt: &Arc<Runtime>,
-    container_id: String,
-    stdin: bool,
-) -> std::io::Result<Option<attach::Source>> {
+    find: impl FnOnce(&Runtime) -> Result<T, tonic::Status> + Send + 'static,
+) -> std::io::Result<Option<T>> {
     let rt = rt.clone();
-    let source =
-        tokio::task::spawn_blocking(move || crate::cri::container_exec::attach_source(&rt, &container_id, stdin))
-            .await
-            .map_err(std::io::Error::other)?;
-    match source {
-        Ok(s) => Ok(Some(s)),
+    match tokio::task::spawn_blocking(move || find(&rt)).await.map_err(std::io::Error::other)? {
+        Ok(found) => Ok(Some(found)),
         Err(status) => reply(conn, "404 Not Found", &format!("{}\n", status.message())).await.map(|()| None),
     }
 }
 
-/// Where a pod's forwarded ports are, or a 404 already sent.
+async fn main_pid(conn: &mut TcpStream, rt: &Arc<Runtime>, id: String) -> std::io::Result<Option<i32>> {
+    lookup(conn, rt, move |rt| crate::cri::container_exec::running_main_pid(rt, &id)).await
+}
+
+async fn attach_source(
+    conn: &mut TcpStream,
+    rt: &Arc<Runtime>,
+    id: String,
+    stdin: bool,
+) -> std::io::Result<Option<attach::Source>> {
+    lookup(conn, rt, move |rt| crate::cri::container_exec::attach_source(rt, &id, stdin)).await
+}
+
 async fn pod_target(
     conn: &mut TcpStream,
     rt: &Arc<Runtime>,
     pod_id: String,
     ports: Vec<u16>,
 ) -> std::io::Result<Option<portforward::Target>> {
-    let rt = rt.clone();
-    let netns = tokio::task::spawn_blocking(move || crate::cri::sandbox_status::running_netns(&rt, &pod_id))
-        .await
-        .map_err(std::io::Error::other)?;
-    match netns {
-        Ok(netns) => Ok(Some(portforward::Target { netns, ports })),
-        Err(status) => reply(conn, "404 Not Found", &format!("{}\n", status.message())).await.map(|()| None),
-    }
-}
-
-/// The main pid of a running container, or a 404 already sent.
-async fn main_pid(conn: &mut TcpStream, rt: &Arc<Runtime>, container_id: String) -> std::io::Result<Option<i32>> {
-    let rt = rt.clone();
-    let pid = tokio::task::spawn_blocking(move || crate::cri::container_exec::running_main_pid(&rt, &container_id))
-        .await
-        .map_err(std::io::Error::other)?;
-    match pid {
-        Ok(p) => Ok(Some(p)),
-        Err(status) => reply(conn, "404 Not Found", &format!("{}\n", status.message())).await.map(|()| None),
-    }
+    let netns = lookup(conn, rt, move |rt| crate::cri::sandbox_status::running_netns(rt, &pod_id)).await?;
+    Ok(netns.map(|netns| portforward::Target { netns, ports }))
 }
 
 /// Completes a `Upgrade: SPDY/3.1` request: the stream protocol is chosen

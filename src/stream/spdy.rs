@@ -334,6 +334,36 @@ pub async fn read_frame(r: &mut (impl AsyncRead + Unpin), codec: &mut Codec) -> 
     }))
 }
 
+/// A server's SPDY session over an upgraded connection: the read half with
+/// its inflate context, the deflate context for what we send, and a writer
+/// task that sends the frames queued on `out` in order (it shuts the
+/// connection down once every sender is gone).
+pub struct Session<S> {
+    pub rd: tokio::io::ReadHalf<S>,
+    pub rcodec: Codec,
+    pub wcodec: Codec,
+    pub out: tokio::sync::mpsc::Sender<Vec<u8>>,
+    pub writer: tokio::task::JoinHandle<()>,
+}
+
+impl<S: AsyncRead + tokio::io::AsyncWrite + Send + 'static> Session<S> {
+    pub fn start(conn: S) -> Result<Self, SpdyError> {
+        use tokio::io::AsyncWriteExt;
+        let (rd, mut wr) = tokio::io::split(conn);
+        let (rcodec, wcodec) = (Codec::new()?, Codec::new()?);
+        let (out, mut queued) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
+        let writer = tokio::spawn(async move {
+            while let Some(bytes) = queued.recv().await {
+                if wr.write_all(&bytes).await.is_err() || wr.flush().await.is_err() {
+                    break;
+                }
+            }
+            let _ = wr.shutdown().await;
+        });
+        Ok(Session { rd, rcodec, wcodec, out, writer })
+    }
+}
+
 fn control(kind: u16, flags: u8, body: &[u8]) -> Vec<u8> {
     let mut f = Vec::with_capacity(8 + body.len());
     f.extend_from_slice(&(0x8000 | VERSION).to_be_bytes());

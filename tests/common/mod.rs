@@ -385,3 +385,22 @@ pub async fn create_container(
     .into_inner()
     .container_id
 }
+
+/// Listens on `port` in the pod's network namespace, sends `reply` to the
+/// first connection, and returns what a connection to the node's
+/// `host_port` received (a CNI port mapping at work).
+pub fn via_host_port(pod: &str, port: u16, host_port: u16, reply: &'static str) -> String {
+    let netns = rktlet::net::netns::Netns::open(format!("/var/run/netns/rktlet-{pod}")).expect("pod netns");
+    let listener =
+        netns.run(move || std::net::TcpListener::bind(("0.0.0.0", port))).expect("enter netns").expect("bind in pod");
+    let server = std::thread::spawn(move || {
+        use std::io::Write;
+        let (mut conn, _) = listener.accept().expect("accept");
+        conn.write_all(reply.as_bytes()).expect("write");
+    });
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", host_port)).expect("connect to hostPort");
+    let mut got = String::new();
+    std::io::Read::read_to_string(&mut conn, &mut got).expect("read");
+    server.join().expect("server");
+    got
+}

@@ -6,7 +6,8 @@
 // one stream per requested channel, copy them, print the status.
 //
 // usage: spdy-client [-stdin] [-stdout] [-stderr] [-tty] [-resize WxH] [-status FILE] URL
-//        spdy-client -portforward PORT -send TEXT URL   (prints the reply; an error stream's text on stderr)
+//
+//	spdy-client -portforward PORT -send TEXT URL   (prints the reply; an error stream's text on stderr)
 package main
 
 import (
@@ -79,18 +80,7 @@ func main() {
 		portForward(sc, *forward, *send)
 		return
 	}
-	open := func(kind string) *spdystream.Stream {
-		h := http.Header{}
-		h.Set("streamType", kind)
-		s, err := sc.CreateStream(h, nil, false)
-		if err != nil {
-			fail("create %s: %v", kind, err)
-		}
-		if err := s.Wait(); err != nil {
-			fail("reply for %s: %v", kind, err)
-		}
-		return s
-	}
+	open := func(kind string) *spdystream.Stream { return openStream(sc, http.Header{}, kind) }
 	errStream := open("error")
 	var wg sync.WaitGroup
 	if *stdin {
@@ -128,17 +118,9 @@ func main() {
 func portForward(sc *spdystream.Connection, port int, send string) {
 	open := func(kind string) *spdystream.Stream {
 		h := http.Header{}
-		h.Set("streamType", kind)
 		h.Set("port", fmt.Sprint(port))
 		h.Set("requestID", "0")
-		s, err := sc.CreateStream(h, nil, false)
-		if err != nil {
-			fail("create %s: %v", kind, err)
-		}
-		if err := s.Wait(); err != nil {
-			fail("reply for %s: %v", kind, err)
-		}
-		return s
+		return openStream(sc, h, kind)
 	}
 	errStream := open("error")
 	errStream.Close()
@@ -149,6 +131,20 @@ func portForward(sc *spdystream.Connection, port int, send string) {
 	msg, _ := io.ReadAll(errStream)
 	os.Stderr.Write(msg)
 	sc.Close()
+}
+
+// openStream opens a stream of `kind` with the extra headers `h` and waits
+// for the server's reply, as client-go does.
+func openStream(sc *spdystream.Connection, h http.Header, kind string) *spdystream.Stream {
+	h.Set("streamType", kind)
+	s, err := sc.CreateStream(h, nil, false)
+	if err != nil {
+		fail("create %s: %v", kind, err)
+	}
+	if err := s.Wait(); err != nil {
+		fail("reply for %s: %v", kind, err)
+	}
+	return s
 }
 
 func fail(format string, args ...interface{}) {

@@ -238,28 +238,9 @@ impl Network {
     /// and [`Self::prefix_done`] finds it. On failure they are undone.
     pub async fn add_prefix(&self, req: &CniRequest, n: usize) -> Result<(), CniError> {
         let caps = Map::new();
-        let mut prev: Option<Value> = None;
-        for i in 0..n.min(self.config.plugin_json.len()) {
-            match self.run_plugin(i, Command::Add, req, prev.as_ref(), &caps).await {
-                Ok(result) => prev = Some(result),
-                Err(e) => {
-                    if let Err(undo) = self.del_chain(req, prev.as_ref(), &caps).await {
-                        tracing::warn!(network = self.name(), error = %undo, "CNI DEL after a failed ADD failed too");
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        let entry = CacheEntry {
-            kind: CACHE_KIND.into(),
-            container_id: req.container_id.clone(),
-            if_name: req.ifname.clone(),
-            network_name: self.name().into(),
-            capability_args: caps,
-            result: prev.unwrap_or(Value::Null),
-            prefix: Some(Prefix { plugins: n, config_sha256: self.config_sha256() }),
-        };
-        self.write_cache(req, &entry)
+        let prev = self.add_range(req, 0..n.min(self.config.plugin_json.len()), None, &caps).await?;
+        let prefix = Some(Prefix { plugins: n, config_sha256: self.config_sha256() });
+        self.write_cache(req, &self.cache_entry(req, caps, prev.unwrap_or(Value::Null), prefix))
     }
 
     /// A prefix [`Self::add_prefix`] ran for `req`'s container with this very
@@ -276,19 +257,7 @@ impl Network {
     /// chain.
     pub async fn add_from(&self, req: &CniRequest, from: usize, prev: Option<Value>) -> Result<CniResult, CniError> {
         let caps = req.capability_args();
-        let mut prev = prev;
-        for i in from..self.config.plugin_json.len() {
-            match self.run_plugin(i, Command::Add, req, prev.as_ref(), &caps).await {
-                Ok(result) => prev = Some(result),
-                Err(e) => {
-                    tracing::warn!(network = self.name(), container = %req.container_id, error = %e, "CNI ADD failed, undoing");
-                    if let Err(undo) = self.del_chain(req, prev.as_ref(), &caps).await {
-                        tracing::warn!(network = self.name(), error = %undo, "CNI DEL after a failed ADD failed too");
-                    }
-                    return Err(e);
-                }
-            }
-        }
+        let prev = self.add_range(req, from..self.config.plugin_json.len(), prev, &caps).await?;
         let raw = prev.unwrap_or(Value::Null);
         let result = CniResult::parse(raw.clone()).map_err(|reason| CniError::BadResult {
             network: self.name().into(),
@@ -296,18 +265,51 @@ impl Network {
             command: "ADD",
             reason,
         })?;
-        let entry = CacheEntry {
+        self.write_cache(req, &self.cache_entry(req, caps, raw, None))?;
+        tracing::debug!(network = self.name(), container = %req.container_id, ip = ?result.pod_ip(), "CNI ADD done");
+        Ok(result)
+    }
+
+    /// Runs ADD for the plugins of `range` with `prev` as the result so far;
+    /// on a failure, DEL runs for the whole chain so nothing is left behind.
+    async fn add_range(
+        &self,
+        req: &CniRequest,
+        range: std::ops::Range<usize>,
+        mut prev: Option<Value>,
+        caps: &Map<String, Value>,
+    ) -> Result<Option<Value>, CniError> {
+        for i in range {
+            match self.run_plugin(i, Command::Add, req, prev.as_ref(), caps).await {
+                Ok(result) => prev = Some(result),
+                Err(e) => {
+                    tracing::warn!(network = self.name(), container = %req.container_id, error = %e, "CNI ADD failed, undoing");
+                    if let Err(undo) = self.del_chain(req, prev.as_ref(), caps).await {
+                        tracing::warn!(network = self.name(), error = %undo, "CNI DEL after a failed ADD failed too");
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(prev)
+    }
+
+    fn cache_entry(
+        &self,
+        req: &CniRequest,
+        caps: Map<String, Value>,
+        result: Value,
+        prefix: Option<Prefix>,
+    ) -> CacheEntry {
+        CacheEntry {
             kind: CACHE_KIND.into(),
             container_id: req.container_id.clone(),
             if_name: req.ifname.clone(),
             network_name: self.name().into(),
             capability_args: caps,
-            result: raw,
-            prefix: None,
-        };
-        self.write_cache(req, &entry)?;
-        tracing::debug!(network = self.name(), container = %req.container_id, ip = ?result.pod_ip(), "CNI ADD done");
-        Ok(result)
+            result,
+            prefix,
+        }
     }
 
     /// Runs DEL through the chain in reverse. Idempotent: works without a
