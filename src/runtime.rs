@@ -29,6 +29,8 @@ pub struct Runtime {
     /// Parsed pod manifests for the read paths (status, list); checked
     /// against the file on every use.
     pub manifests: crate::pod::cache::ManifestCache,
+    /// What the read verbs last read about each pod, kept until it changes.
+    pub pods: crate::cri::pod_table::PodTable,
     /// Previous CPU samples, for the usage rates in stats.
     pub cpu_rates: crate::cgroup::stats::CpuRates,
     /// Container lifecycle events for GetContainerEvents subscribers. A
@@ -93,15 +95,16 @@ impl Runtime {
             pool,
             streams: Default::default(),
             config,
-            data,
             host,
             cgroup_driver,
             images,
             pod_cidr: RwLock::new(String::new()),
             buses: Mutex::new(HashMap::new()),
             manifests: Default::default(),
+            pods: crate::cri::pod_table::PodTable::new(data.clone()),
             cpu_rates: Default::default(),
             events: tokio::sync::broadcast::channel(EVENT_BACKLOG).0,
+            data,
         })
     }
 

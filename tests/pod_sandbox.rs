@@ -330,3 +330,76 @@ async fn a_start_interrupted_before_its_pod_existed_is_cleaned_up_at_restart() {
     }
     assert_no_leaks(&data, &[uuid.to_string()]);
 }
+
+/// The daemon keeps what it read about a pod until the pod changes (the pod
+/// table): changes made outside the daemon must show in the very next call,
+/// with no waiting in between.
+#[tokio::test(flavor = "multi_thread")]
+async fn reads_follow_changes_made_outside_the_daemon() {
+    let d = Daemon::start(&[]);
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    let image = common::pull_busybox(&d).await;
+    let config = host_network(pod_config("watched", &[]));
+    let (a, b) = (run(&mut rt, config.clone()).await, run(&mut rt, config.clone()).await);
+    let c =
+        common::create_container(&mut rt, &a, &config, common::container_config("c", &image, &["sleep", "100"])).await;
+    rt.start_container(cri::StartContainerRequest { container_id: c.clone() }).await.expect("start");
+    let state = |s: Result<cri::PodSandboxStatusResponse, tonic::Status>| s.expect("status").status.expect("s").state;
+    let container_state = |rt: &mut rktlet::proto::v1::runtime_service_client::RuntimeServiceClient<_>| {
+        let mut rt = rt.clone();
+        let c = c.clone();
+        async move {
+            rt.container_status(cri::ContainerStatusRequest { container_id: c, verbose: false })
+                .await
+                .expect("container status")
+                .into_inner()
+                .status
+                .expect("status")
+                .state
+        }
+    };
+    for _ in 0..3 {
+        assert_eq!(state(status(&mut rt, &a).await), cri::PodSandboxState::SandboxReady as i32);
+        assert_eq!(container_state(&mut rt).await, cri::ContainerState::ContainerRunning as i32);
+    }
+    let listed = |rt: &mut rktlet::proto::v1::runtime_service_client::RuntimeServiceClient<_>| {
+        let mut rt = rt.clone();
+        async move {
+            let l = rt.list_pod_sandbox(cri::ListPodSandboxRequest { filter: None }).await.expect("list");
+            l.into_inner().items.into_iter().map(|p| (p.id, p.state)).collect::<std::collections::BTreeMap<_, _>>()
+        }
+    };
+    assert_eq!(listed(&mut rt).await.len(), 2);
+
+    // the sandbox process dies (no daemon call involved): the lock is free once it is gone
+    let pod_dir = data.join("pods/run").join(&a);
+    let ppid: i32 = std::fs::read_to_string(pod_dir.join("ppid")).expect("ppid").trim().parse().expect("pid");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(ppid), nix::sys::signal::Signal::SIGKILL).expect("kill");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while rktlet::lock::is_held(&pod_dir).expect("probe") {
+        assert!(std::time::Instant::now() < deadline, "pod lock still held");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(state(status(&mut rt, &a).await), cri::PodSandboxState::SandboxNotready as i32);
+    assert_eq!(listed(&mut rt).await[&a], cri::PodSandboxState::SandboxNotready as i32);
+    assert_ne!(container_state(&mut rt).await, cri::ContainerState::ContainerRunning as i32);
+
+    // another process (the CLI) removes pod b: gone from the very next list and status
+    assert_eq!(listed(&mut rt).await[&b], cri::PodSandboxState::SandboxReady as i32);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rktlet"))
+        .arg("--dir")
+        .arg(&data)
+        .arg("--cni-conf-dir")
+        .arg(&d.cni_conf_dir)
+        .args(["rm", &b])
+        .output()
+        .expect("rktlet rm");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!listed(&mut rt).await.contains_key(&b));
+    assert_eq!(status(&mut rt, &b).await.expect_err("gone").code(), Code::NotFound);
+
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: a.clone() }).await.expect("remove");
+    assert!(listed(&mut rt).await.is_empty());
+    assert_no_leaks(&data, &[a, b]);
+}

@@ -27,31 +27,50 @@ pub(super) struct Target {
 /// without `:` is a prefix of one (crictl shows 13 characters): it names
 /// the only container of the pod it is a prefix of.
 pub(super) fn open(rt: &Runtime, id: &str) -> Result<Target, Status> {
-    let (pod_id, name) = match meta::split_id(id) {
-        Some((p, a)) => (p, Some(a)),
-        None if !id.is_empty() && !id.contains(':') => (id, None),
-        None => return Err(Status::invalid_argument(format!("container id {id:?} is not <pod>:<app>"))),
-    };
-    let mut pod = Pod::open(&rt.data, pod_id).map_err(|e| match e {
+    let (pod_id, name) = split_container_id(id)?;
+    let mut pod = Pod::open(&rt.data, pod_id).map_err(|e| container_not_found(id, e))?;
+    let running = pod.state().map_err(pod_status)? == PodState::Running;
+    let manifest = rt.manifests.read(&pod).map_err(pod_status)?;
+    let app = manifest.apps[app_index(&manifest, &pod.uuid().to_string(), id, name)?].clone();
+    Ok(Target { pod, app, running })
+}
+
+/// The pod id (or prefix) and app name of a container id (no name: the pod's only app).
+pub(super) fn split_container_id(id: &str) -> Result<(&str, Option<&str>), Status> {
+    match meta::split_id(id) {
+        Some((p, a)) => Ok((p, Some(a))),
+        None if !id.is_empty() && !id.contains(':') => Ok((id, None)),
+        None => Err(Status::invalid_argument(format!("container id {id:?} is not <pod>:<app>"))),
+    }
+}
+
+/// A pod that cannot be found means its container cannot be.
+pub(super) fn container_not_found(id: &str, e: crate::pod::PodError) -> Status {
+    match e {
         crate::pod::PodError::NotFound(_) | crate::pod::PodError::InvalidId(_) => {
             Status::not_found(format!("container {id} not found"))
         }
         e => pod_status(e),
-    })?;
-    let running = pod.state().map_err(pod_status)? == PodState::Running;
-    let manifest = rt.manifests.read(&pod).map_err(pod_status)?;
-    let app = match name {
-        Some(name) => manifest.app(name).cloned(),
-        None if manifest.apps.len() == 1 => manifest.apps.first().cloned(),
+    }
+}
+
+/// The index of container `id`'s app in its pod's manifest.
+pub(super) fn app_index(
+    manifest: &crate::pod::manifest::PodManifest,
+    pod_id: &str,
+    id: &str,
+    name: Option<&str>,
+) -> Result<usize, Status> {
+    let found = match name {
+        Some(name) => manifest.apps.iter().position(|a| a.name == name),
+        None if manifest.apps.len() == 1 => Some(0),
         None if manifest.apps.is_empty() => None,
         None => {
-            let ids: Vec<String> =
-                manifest.apps.iter().map(|a| meta::container_id(&pod.uuid().to_string(), &a.name)).collect();
+            let ids: Vec<String> = manifest.apps.iter().map(|a| meta::container_id(pod_id, &a.name)).collect();
             return Err(Status::invalid_argument(format!("container id {id:?} is ambiguous: {}", ids.join(", "))));
         }
     };
-    let app = app.ok_or_else(|| Status::not_found(format!("container {id} not found")))?;
-    Ok(Target { pod, app, running })
+    found.ok_or_else(|| Status::not_found(format!("container {id} not found")))
 }
 
 fn bus_status(e: BusError) -> Status {

@@ -3,11 +3,11 @@
 //! no exec, and no bus round trip: exits are recorded by the pod's exit
 //! recorder as systemd reports them.
 
-use super::container_start::open;
+use super::container_start::{app_index, container_not_found, split_container_id};
 use super::{container_meta as meta, pod_status};
 use crate::api_v1::{AppInfo, MountInfo};
 use crate::pod::manifest::{App, RuntimeApp, RuntimeImage};
-use crate::pod::{Pod, PodDir, PodState};
+use crate::pod::{Pod, PodDir};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::app::{self, AppPaths, AppState};
@@ -117,31 +117,34 @@ pub(super) fn status_of(pod: &Pod, app: &RuntimeApp, running: bool) -> cri::Cont
 
 /// The statuses of every container of one pod (none if the pod is gone).
 pub(super) fn pod_container_statuses(rt: &Runtime, pod_id: &str) -> Vec<cri::ContainerStatus> {
-    let Ok(mut pod) = Pod::open(&rt.data, pod_id) else { return Vec::new() };
-    let running = pod.state().is_ok_and(|s| s == PodState::Running);
-    let Ok(manifest) = rt.manifests.read(&pod) else { return Vec::new() };
-    manifest.apps.iter().map(|a| status_of(&pod, a, running)).collect()
+    rt.pods.view_of(&rt.manifests, pod_id).map(|v| v.containers.clone()).unwrap_or_default()
 }
 
 pub async fn container_status(
     rt: &Runtime,
     req: cri::ContainerStatusRequest,
 ) -> Result<cri::ContainerStatusResponse, Status> {
-    let t = open(rt, &req.container_id)?;
-    let status = status_of(&t.pod, &t.app, t.running);
+    let id = &req.container_id;
+    let (pod_id, name) = split_container_id(id)?;
+    let view = rt.pods.view_of(&rt.manifests, pod_id).map_err(|e| container_not_found(id, e))?;
+    let pod = &view.sandbox.pod;
+    let i = app_index(&view.sandbox.manifest, &pod.uuid().to_string(), id, name)?;
+    let (Some(status), Some(app)) = (view.containers.get(i), view.sandbox.manifest.apps.get(i)) else {
+        return Err(Status::not_found(format!("container {id} not found")));
+    };
     let mut info = std::collections::HashMap::new();
     if req.verbose {
-        let paths = AppPaths::new(&t.pod, &t.app.name);
+        let paths = AppPaths::new(pod, &app.name);
         let detail = serde_json::json!({
-            "pod": t.pod.uuid().to_string(),
-            "app": t.app.name,
+            "pod": pod.uuid().to_string(),
+            "app": app.name,
             "rootfs": paths.rootfs(),
-            "exec": t.app.app.as_ref().and_then(|a| a.exec.clone()),
-            "user": t.app.app.as_ref().map(|a| (a.user.clone(), a.group.clone())),
+            "exec": app.app.as_ref().and_then(|a| a.exec.clone()),
+            "user": app.app.as_ref().map(|a| (a.user.clone(), a.group.clone())),
         });
         info.insert("info".to_string(), detail.to_string());
     }
-    Ok(cri::ContainerStatusResponse { status: Some(status), info })
+    Ok(cri::ContainerStatusResponse { status: Some(status.clone()), info })
 }
 
 pub fn matches(s: &cri::ContainerStatus, pod_id: &str, f: &cri::ContainerFilter) -> bool {
@@ -156,22 +159,26 @@ pub async fn list_containers(
     req: cri::ListContainersRequest,
 ) -> Result<cri::ListContainersResponse, Status> {
     let filter = req.filter.unwrap_or_default();
+    let views = rt
+        .pods
+        .views(&rt.manifests, |pods| {
+            Ok(pods
+                .iter()
+                .filter(|(uuid, dir)| {
+                    *dir == PodDir::Run
+                        && (filter.pod_sandbox_id.is_empty() || uuid.to_string().starts_with(&filter.pod_sandbox_id))
+                })
+                .copied()
+                .collect())
+        })
+        .map_err(pod_status)?;
     let mut containers = Vec::new();
-    for (uuid, dir) in rt.data.list_pods().map_err(pod_status)? {
-        if dir != PodDir::Run {
-            continue;
-        }
+    for (uuid, view) in views {
+        let Ok(view) = view else { continue };
         let pod_id = uuid.to_string();
-        if !filter.pod_sandbox_id.is_empty() && !pod_id.starts_with(&filter.pod_sandbox_id) {
-            continue;
-        }
-        let mut pod = Pod::at(&rt.data, uuid, dir);
-        let Ok(state) = pod.state() else { continue };
-        let Ok(manifest) = rt.manifests.read(&pod) else { continue };
-        for app in &manifest.apps {
-            let s = status_of(&pod, app, state == PodState::Running);
-            if matches(&s, &pod_id, &filter) {
-                containers.push(container_from_status(&pod_id, s));
+        for s in &view.containers {
+            if matches(s, &pod_id, &filter) {
+                containers.push(container_from_status(&pod_id, s.clone()));
             }
         }
     }

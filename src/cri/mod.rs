@@ -10,6 +10,7 @@ pub(crate) mod container_status;
 mod events;
 pub(crate) mod image;
 pub(crate) mod pod_meta;
+pub(crate) mod pod_table;
 mod runtime_info;
 pub(crate) mod sandbox_pool;
 pub(crate) mod sandbox_run;

@@ -3,6 +3,7 @@
 //! exec'd, and the only thing kept between calls is the parsed manifest,
 //! checked against its file every time (`pod::cache`).
 
+use super::pod_table::PodView;
 use super::{pod_meta, pod_status};
 use crate::pod::cache::ManifestCache;
 use crate::pod::manifest::PodManifest;
@@ -26,17 +27,8 @@ pub struct SandboxView {
 }
 
 impl SandboxView {
-    /// Everything, for PodSandboxStatus.
-    pub fn load(pod: Pod, manifests: &ManifestCache) -> Result<Self, PodError> {
-        Self::read(pod, manifests, true)
-    }
-
-    /// Without the network (ListPodSandbox shows no IPs): one file less per pod.
-    pub fn load_for_list(pod: Pod, manifests: &ManifestCache) -> Result<Self, PodError> {
-        Self::read(pod, manifests, false)
-    }
-
-    fn read(mut pod: Pod, manifests: &ManifestCache, with_network: bool) -> Result<Self, PodError> {
+    /// Everything, read from the pod directory (the pod table keeps it).
+    pub fn load(mut pod: Pod, manifests: &ManifestCache) -> Result<Self, PodError> {
         let state = pod.state()?;
         let manifest = manifests.read(&pod)?;
         let ready = state == PodState::Running && Stage1Root::new(pod.stage1_rootfs()).is_ready();
@@ -45,11 +37,7 @@ impl SandboxView {
             .duration_since(UNIX_EPOCH)
             .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
             .unwrap_or(0);
-        let ips = if with_network {
-            pod.read_file(pod::NET_INFO_FILE)?.map(|s| ips_from_net_info(&s)).unwrap_or_default()
-        } else {
-            Vec::new()
-        };
+        let ips = pod.read_file(pod::NET_INFO_FILE)?.map(|s| ips_from_net_info(&s)).unwrap_or_default();
         Ok(SandboxView { pod, state, ready, manifest, created_at, ips })
     }
 
@@ -87,8 +75,8 @@ pub async fn pod_sandbox_status(
     if req.pod_sandbox_id.is_empty() {
         return Err(Status::invalid_argument("pod_sandbox_id is required"));
     }
-    let pod = Pod::open(&rt.data, &req.pod_sandbox_id).map_err(pod_status)?;
-    let view = SandboxView::load(pod, &rt.manifests).map_err(pod_status)?;
+    let view = rt.pods.view_of(&rt.manifests, &req.pod_sandbox_id).map_err(pod_status)?;
+    let view = &view.sandbox;
     let network = if pod_meta::namespace_options(&view.manifest).network == cri::NamespaceMode::Node as i32 {
         None
     } else {
@@ -173,25 +161,19 @@ fn matches(view: &SandboxView, filter: &cri::PodSandboxFilter) -> bool {
 }
 
 /// Pods kubelet should see: CRI-made pods in `run/` (running or exited).
-pub fn list_views(rt: &Runtime) -> Result<Vec<SandboxView>, PodError> {
-    let mut out = Vec::new();
-    let pods = rt.data.list_pods()?;
-    rt.manifests.retain(&pods.iter().map(|(uuid, _)| *uuid).collect::<HashSet<_>>());
-    for (uuid, dir) in pods {
-        if dir != PodDir::Run {
-            continue;
-        }
-        let view = match SandboxView::load_for_list(Pod::at(&rt.data, uuid, dir), &rt.manifests) {
-            Ok(v) => v,
+pub fn list_views(rt: &Runtime) -> Result<Vec<Arc<PodView>>, PodError> {
+    let views = rt.pods.views(&rt.manifests, |pods| {
+        rt.manifests.retain(&pods.iter().map(|(uuid, _)| *uuid).collect::<HashSet<_>>());
+        Ok(pods.iter().filter(|(_, dir)| *dir == PodDir::Run).copied().collect())
+    })?;
+    let mut out = Vec::with_capacity(views.len());
+    for (uuid, view) in views {
+        match view {
+            Ok(v) if pod_meta::is_kubernetes_pod(&v.sandbox.manifest) => out.push(v),
+            Ok(_) => {}
             // removed between the listing and the read
-            Err(PodError::NotFound(_)) => continue,
-            Err(e) => {
-                tracing::warn!(pod = %uuid, error = %e, "skipping unreadable pod");
-                continue;
-            }
-        };
-        if pod_meta::is_kubernetes_pod(&view.manifest) {
-            out.push(view);
+            Err(PodError::NotFound(_)) => {}
+            Err(e) => tracing::warn!(pod = %uuid, error = %e, "skipping unreadable pod"),
         }
     }
     Ok(out)
@@ -205,8 +187,8 @@ pub async fn list_pod_sandbox(
     let items = list_views(rt)
         .map_err(pod_status)?
         .iter()
-        .filter(|v| matches(v, &filter))
-        .map(SandboxView::to_sandbox)
+        .filter(|v| matches(&v.sandbox, &filter))
+        .map(|v| v.sandbox.to_sandbox())
         .collect();
     Ok(cri::ListPodSandboxResponse { items })
 }

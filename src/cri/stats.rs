@@ -7,7 +7,8 @@
 
 use super::container_start;
 use super::container_status::status_of;
-use super::sandbox_status::{SandboxView, list_views};
+use super::pod_table::PodView;
+use super::sandbox_status::list_views;
 use super::{pod_meta, pod_status};
 use crate::cgroup::Layout;
 use crate::cgroup::stats::{StatDirs, Usage};
@@ -16,6 +17,7 @@ use crate::pod::{self, Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::app::AppPaths;
+use std::sync::Arc;
 use tonic::Status;
 
 fn value(v: u64) -> Option<cri::UInt64Value> {
@@ -83,18 +85,15 @@ fn container_stats_of(
 }
 
 /// The running apps of a running pod, with their stats.
-fn running_containers(
-    rt: &Runtime,
-    pod: &Pod,
-    manifest: &crate::pod::manifest::PodManifest,
-) -> Vec<cri::ContainerStats> {
-    let sub = pod.read_file(pod::SUBCGROUP_FILE).ok().flatten();
-    manifest
+fn running_containers(rt: &Runtime, view: &PodView) -> Vec<cri::ContainerStats> {
+    let pod = &view.sandbox.pod;
+    view.sandbox
+        .manifest
         .apps
         .iter()
-        .map(|a| (a, status_of(pod, a, true)))
+        .zip(&view.containers)
         .filter(|(_, s)| s.state == cri::ContainerState::ContainerRunning as i32)
-        .map(|(a, status)| container_stats_of(rt, pod, a, status, sub.as_deref()))
+        .map(|(a, status)| container_stats_of(rt, pod, a, status.clone(), view.subcgroup.as_deref()))
         .collect()
 }
 
@@ -119,13 +118,16 @@ pub async fn list_container_stats(
 ) -> Result<cri::ListContainerStatsResponse, Status> {
     let filter = req.filter.unwrap_or_default();
     tokio::task::block_in_place(|| {
-        let views: Vec<SandboxView> = list_views(rt)
+        let views: Vec<Arc<PodView>> = list_views(rt)
             .map_err(pod_status)?
             .into_iter()
-            .filter(|v| v.state == PodState::Running && v.pod.uuid().to_string().starts_with(&filter.pod_sandbox_id))
+            .filter(|v| {
+                v.sandbox.state == PodState::Running
+                    && v.sandbox.pod.uuid().to_string().starts_with(&filter.pod_sandbox_id)
+            })
             .collect();
         let stats = par_flat_map(&views, |view| {
-            running_containers(rt, &view.pod, &view.manifest)
+            running_containers(rt, view)
                 .into_iter()
                 .filter(|s| {
                     s.attributes.as_ref().is_some_and(|a| {
@@ -160,19 +162,18 @@ fn par_flat_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> Vec<R> + Sync) 
     })
 }
 
-fn pod_stats_of(rt: &Runtime, view: &SandboxView) -> cri::PodSandboxStats {
+fn pod_stats_of(rt: &Runtime, pod_view: &PodView) -> cri::PodSandboxStats {
     let now = now_ns();
-    let pod = &view.pod;
-    let id = pod.uuid().to_string();
-    let sub = pod.read_file(pod::SUBCGROUP_FILE).ok().flatten();
-    let usage = match (&sub, Layout::cached()) {
+    let view = &pod_view.sandbox;
+    let id = view.pod.uuid().to_string();
+    let usage = match (&pod_view.subcgroup, Layout::cached()) {
         (Some(sub), Ok(layout)) => StatDirs::of(layout, sub).read(),
         _ => Usage::default(),
     };
     let (cpu, memory) = cpu_memory(rt, &id, &usage, now);
     let host_network = pod_meta::namespace_options(&view.manifest).network == cri::NamespaceMode::Node as i32;
     let network = (!host_network)
-        .then(|| pod.sandbox_pid().ok().flatten().and_then(|p| crate::stage1::inject::pod_pid1(p).ok()))
+        .then(|| pod_view.sandbox_pid.and_then(|p| crate::stage1::inject::pod_pid1(p).ok()))
         .flatten()
         .map(|pid1| {
             let interfaces: Vec<cri::NetworkInterfaceUsage> = crate::net::netns::counters_of(pid1)
@@ -202,7 +203,7 @@ fn pod_stats_of(rt: &Runtime, view: &SandboxView) -> cri::PodSandboxStats {
             memory,
             network,
             process: usage.processes.map(|n| cri::ProcessUsage { timestamp: now, process_count: value(n) }),
-            containers: running_containers(rt, pod, &view.manifest),
+            containers: running_containers(rt, pod_view),
             io: None,
         }),
         windows: None,
@@ -216,10 +217,9 @@ pub async fn pod_sandbox_stats(
     if req.pod_sandbox_id.is_empty() {
         return Err(Status::invalid_argument("pod_sandbox_id is required"));
     }
-    let pod = Pod::open(&rt.data, &req.pod_sandbox_id).map_err(pod_status)?;
     tokio::task::block_in_place(|| {
-        let view = SandboxView::load(pod, &rt.manifests).map_err(pod_status)?;
-        if !view.ready {
+        let view = rt.pods.view_of(&rt.manifests, &req.pod_sandbox_id).map_err(pod_status)?;
+        if !view.sandbox.ready {
             return Err(Status::not_found(format!("pod {} has no stats: it is not ready", req.pod_sandbox_id)));
         }
         Ok(cri::PodSandboxStatsResponse { stats: Some(pod_stats_of(rt, &view)) })
@@ -232,11 +232,11 @@ pub async fn list_pod_sandbox_stats(
 ) -> Result<cri::ListPodSandboxStatsResponse, Status> {
     let filter = req.filter.unwrap_or_default();
     tokio::task::block_in_place(|| {
-        let views: Vec<SandboxView> = list_views(rt)
+        let views: Vec<Arc<PodView>> = list_views(rt)
             .map_err(pod_status)?
             .into_iter()
-            .filter(|v| v.ready && v.pod.uuid().to_string().starts_with(&filter.id))
-            .filter(|v| filter.label_selector.iter().all(|(k, val)| v.manifest.user_labels.get(k) == Some(val)))
+            .filter(|v| v.sandbox.ready && v.sandbox.pod.uuid().to_string().starts_with(&filter.id))
+            .filter(|v| filter.label_selector.iter().all(|(k, val)| v.sandbox.manifest.user_labels.get(k) == Some(val)))
             .collect();
         let stats = par_flat_map(&views, |v| vec![pod_stats_of(rt, v)]);
         Ok(cri::ListPodSandboxStatsResponse { stats })

@@ -13,6 +13,7 @@
 
 pub mod cache;
 pub mod manifest;
+pub mod watch;
 
 use crate::fsutil;
 use crate::lock::{self, HeldLock};
@@ -240,12 +241,17 @@ impl DataDir {
         if let Ok(uuid) = Uuid::parse_str(id) {
             return Ok(uuid);
         }
+        self.resolve_in(id, self.list_pods()?.into_iter().map(|(uuid, _)| uuid))
+    }
+
+    /// Resolves a pod id prefix among `uuids` (a listing already made).
+    pub fn resolve_in(&self, id: &str, uuids: impl Iterator<Item = Uuid>) -> Result<Uuid> {
         let want: String = id.chars().filter(|c| *c != '-').collect::<String>().to_ascii_lowercase();
         if want.is_empty() || !want.chars().all(|c| c.is_ascii_hexdigit()) {
             return Err(PodError::InvalidId(id.to_string()));
         }
         let mut found = None;
-        for (uuid, _) in self.list_pods()? {
+        for uuid in uuids {
             if uuid.simple().to_string().starts_with(&want) {
                 if found.is_some() {
                     return Err(PodError::Ambiguous(id.to_string()));

@@ -1,0 +1,275 @@
+//! The daemon's table of pods for the read verbs kubelet calls all the time
+//! (PodSandboxStatus, ContainerStatus, ListPodSandbox, ListContainers): what
+//! was read from a pod directory is kept until the pod changes, so a read of
+//! an unchanged pod makes no file system call at all.
+//!
+//! The pod directories stay the truth; the table only remembers. Rules:
+//! - Every use starts with [`PodWatch::drain`]: changes completed before the
+//!   request are seen (the kernel queues the event inside the changing call).
+//! - A pod's watches (and, if it runs, a pidfd of its sandbox process) are in
+//!   place before its files are read, so a change during the read is
+//!   reported too; a view is stored only if no change to that pod was
+//!   reported between the start of its read and the store (epochs).
+//! - Only views of a pod that can change only in watched ways are stored: a
+//!   running pod whose sandbox exit is watched, or an exited one. Pods being
+//!   prepared, or whose watches could not be set, are read from disk on
+//!   every request, as before the table existed.
+//! - Without inotify (or if the pod state directories cannot be watched) the
+//!   table is off and every request reads from disk.
+
+use super::container_status::status_of;
+use super::sandbox_status::SandboxView;
+use crate::pod::cache::ManifestCache;
+use crate::pod::watch::{Change, PodWatch};
+use crate::pod::{DataDir, Pod, PodDir, PodError, PodState};
+use crate::proto::v1 as cri;
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, MutexGuard};
+use uuid::Uuid;
+
+/// A pod as the read verbs show it.
+pub struct PodView {
+    pub sandbox: SandboxView,
+    /// The statuses of its containers, in manifest order.
+    pub containers: Vec<cri::ContainerStatus>,
+    /// Its cgroup below the hierarchies' roots (`subcgroup`).
+    pub subcgroup: Option<String>,
+    /// Its sandbox process (`ppid`).
+    pub sandbox_pid: Option<i32>,
+}
+
+/// A pod's view, or why it could not be read.
+pub type ViewResult = Result<Arc<PodView>, PodError>;
+
+struct Slot {
+    /// Changes whenever something about the pod was reported changed.
+    epoch: u64,
+    view: Option<Arc<PodView>>,
+}
+
+struct Inner {
+    watch: PodWatch,
+    listing: Option<Arc<Vec<(Uuid, PodDir)>>>,
+    listing_epoch: u64,
+    slots: HashMap<Uuid, Slot>,
+    /// Source of epochs: never repeats, so a slot made again after its pod
+    /// was gone cannot be mistaken for the one a read started with.
+    next_epoch: u64,
+}
+
+impl Inner {
+    /// Stores a view read from disk if nothing was reported about its pod
+    /// since the read started and its state can only change in watched ways:
+    /// running with its sandbox's exit watched, or exited.
+    fn keep(&mut self, uuid: Uuid, epoch: u64, view: Arc<PodView>, pidfd: Option<OwnedFd>) {
+        let keepable = match (view.sandbox.state, pidfd) {
+            (PodState::Running, Some(fd)) => {
+                self.watch.watch_exit(uuid, fd);
+                self.watch.watches_exit(uuid)
+            }
+            (PodState::Exited, _) => true,
+            _ => false,
+        };
+        if let Some(slot) = self.slots.get_mut(&uuid)
+            && keepable
+            && slot.epoch == epoch
+        {
+            slot.view = Some(view);
+        }
+    }
+
+    fn epoch(&mut self) -> u64 {
+        self.next_epoch += 1;
+        self.next_epoch
+    }
+
+    fn sync(&mut self) {
+        for change in self.watch.drain() {
+            match change {
+                Change::All => {
+                    self.listing = None;
+                    self.listing_epoch = self.epoch();
+                    let epoch = self.epoch();
+                    for slot in self.slots.values_mut() {
+                        slot.epoch = epoch;
+                        slot.view = None;
+                    }
+                }
+                Change::Listing => {
+                    self.listing = None;
+                    self.listing_epoch = self.epoch();
+                }
+                Change::Pod(uuid) => {
+                    let epoch = self.epoch();
+                    if let Some(slot) = self.slots.get_mut(&uuid) {
+                        slot.epoch = epoch;
+                        slot.view = None;
+                    }
+                }
+                Change::Gone(uuid) => {
+                    self.slots.remove(&uuid);
+                }
+            }
+        }
+    }
+}
+
+pub struct PodTable {
+    data: DataDir,
+    inner: Option<Mutex<Inner>>,
+}
+
+impl std::fmt::Debug for PodTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodTable").field("enabled", &self.inner.is_some()).finish()
+    }
+}
+
+impl PodTable {
+    /// A table over `data`'s pods; off (every read from disk) if the state
+    /// directories cannot be watched.
+    pub fn new(data: DataDir) -> Self {
+        let inner = match PodWatch::new(&data) {
+            Ok(watch) => {
+                Some(Mutex::new(Inner { watch, listing: None, listing_epoch: 0, slots: HashMap::new(), next_epoch: 0 }))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "pod table off: cannot watch the pod directories; reads go to disk");
+                None
+            }
+        };
+        Self { data, inner }
+    }
+
+    fn lock(&self) -> Option<MutexGuard<'_, Inner>> {
+        let mut inner = self.inner.as_ref()?.lock().ok()?;
+        inner.sync();
+        Some(inner)
+    }
+
+    /// Every pod directory and the state directory it is in: kept in
+    /// `inner` (already synced), or read from disk.
+    fn listing_in(&self, inner: Option<MutexGuard<'_, Inner>>) -> Result<Arc<Vec<(Uuid, PodDir)>>, PodError> {
+        let epoch = match &inner {
+            None => return Ok(Arc::new(self.data.list_pods()?)),
+            Some(inner) => match &inner.listing {
+                Some(l) => return Ok(l.clone()),
+                None => inner.listing_epoch,
+            },
+        };
+        drop(inner);
+        let listing = Arc::new(self.data.list_pods()?);
+        if let Some(mut inner) = self.lock() {
+            if inner.listing_epoch == epoch {
+                inner.listing = Some(listing.clone());
+            }
+            let present: std::collections::HashSet<Uuid> = listing.iter().map(|(u, _)| *u).collect();
+            inner.slots.retain(|u, _| present.contains(u));
+        }
+        Ok(listing)
+    }
+
+    /// The views of the pods `select` picks from the listing, in its order,
+    /// kept from earlier reads where the pods did not change since. One
+    /// request, one drain of the change queue (more only to store new reads).
+    pub fn views(
+        &self,
+        manifests: &ManifestCache,
+        select: impl FnOnce(&[(Uuid, PodDir)]) -> Result<Vec<(Uuid, PodDir)>, PodError>,
+    ) -> Result<Vec<(Uuid, ViewResult)>, PodError> {
+        let mut inner = self.lock();
+        let listing = match inner.as_ref().and_then(|i| i.listing.clone()) {
+            Some(l) => l,
+            None => {
+                let l = self.listing_in(inner.take())?;
+                inner = self.lock();
+                l
+            }
+        };
+        let wanted = select(&listing)?;
+        // what is kept, and for the rest the epoch their read starts at
+        let mut out: Vec<(Uuid, Option<Arc<PodView>>, u64, bool)> = Vec::with_capacity(wanted.len());
+        for &(uuid, dir) in &wanted {
+            let Some(inner) = inner.as_mut() else {
+                out.push((uuid, None, 0, false));
+                continue;
+            };
+            if let Some(view) = inner.slots.get(&uuid).and_then(|s| s.view.clone()) {
+                out.push((uuid, Some(view), 0, true));
+                continue;
+            }
+            let epoch = match inner.slots.get(&uuid) {
+                Some(slot) => slot.epoch,
+                None => {
+                    let epoch = inner.epoch();
+                    inner.slots.insert(uuid, Slot { epoch, view: None });
+                    epoch
+                }
+            };
+            let watched = inner.watch.watch_pod(uuid, &self.data.pod_parent(dir).join(uuid.to_string()));
+            out.push((uuid, None, epoch, watched));
+        }
+        drop(inner);
+        let mut loaded = Vec::new();
+        let mut result = Vec::with_capacity(out.len());
+        for ((uuid, kept, epoch, watched), &(_, dir)) in out.into_iter().zip(&wanted) {
+            match kept {
+                Some(view) => result.push((uuid, Ok(view))),
+                None => match self.load(manifests, uuid, dir) {
+                    Ok((view, pidfd)) => {
+                        if watched {
+                            loaded.push((uuid, epoch, view.clone(), pidfd));
+                        }
+                        result.push((uuid, Ok(view)));
+                    }
+                    Err(e) => result.push((uuid, Err(e))),
+                },
+            }
+        }
+        if !loaded.is_empty()
+            && let Some(mut inner) = self.lock()
+        {
+            for (uuid, epoch, view, pidfd) in loaded {
+                inner.keep(uuid, epoch, view, pidfd);
+            }
+        }
+        Ok(result)
+    }
+
+    /// Reads a pod's view from disk; a pidfd of its sandbox if it runs.
+    fn load(
+        &self,
+        manifests: &ManifestCache,
+        uuid: Uuid,
+        dir: PodDir,
+    ) -> Result<(Arc<PodView>, Option<OwnedFd>), PodError> {
+        let pod = Pod::at(&self.data, uuid, dir);
+        // the exit watch exists before the lock is probed: an exit after the probe is reported
+        let sandbox_pid = pod.sandbox_pid().ok().flatten();
+        let pidfd = sandbox_pid.and_then(|pid| crate::stage1::launch::pidfd_open(pid).ok());
+        let subcgroup = pod.read_file(crate::pod::SUBCGROUP_FILE).ok().flatten();
+        let sandbox = SandboxView::load(pod, manifests)?;
+        let running = sandbox.state == PodState::Running;
+        let containers = sandbox.manifest.apps.iter().map(|a| status_of(&sandbox.pod, a, running)).collect();
+        let view = Arc::new(PodView { sandbox, containers, subcgroup, sandbox_pid });
+        Ok((view, pidfd.filter(|_| running)))
+    }
+
+    /// The view of a pod named by id (UUID or unique prefix).
+    pub fn view_of(&self, manifests: &ManifestCache, id: &str) -> Result<Arc<PodView>, PodError> {
+        let data = &self.data;
+        let mut views = self.views(manifests, |listing| {
+            let uuid = match Uuid::parse_str(id) {
+                Ok(uuid) => uuid,
+                Err(_) => data.resolve_in(id, listing.iter().map(|(u, _)| *u))?,
+            };
+            let found = listing.iter().find(|(u, _)| *u == uuid).copied();
+            Ok(vec![found.ok_or_else(|| PodError::NotFound(id.to_string()))?])
+        })?;
+        match views.pop() {
+            Some((_, view)) => view,
+            None => Err(PodError::NotFound(id.to_string())),
+        }
+    }
+}
