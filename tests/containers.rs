@@ -390,6 +390,9 @@ async fn memory_limit_oom_kill_and_resource_updates() {
         (128u64 << 20).to_string()
     );
     assert_eq!(app_cgroup_file(&data, &pod.0, "0-steady", "cpu", "cpu.cfs_quota_us"), "25000");
+    // ContainerStatus reports what the container runs with now (kubelet checks resizes there)
+    let linux = e.status(&steady).await.resources.and_then(|r| r.linux).expect("resources in status");
+    assert_eq!((linux.memory_limit_in_bytes, linux.cpu_quota, linux.cpu_shares), (128 << 20, 25_000, 512));
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&data, &[pod.0]);
 }
@@ -470,6 +473,121 @@ async fn seccomp_and_masked_paths() {
         .await
         .expect_err("localhost profile");
     assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_signal_oom_score_and_identity_in_status() {
+    let mut e = env().await;
+    let pod = e.pod("signals").await;
+    let data = e.d.dir.path().join("data");
+    // ignores SIGTERM: only its stop signal (SIGUSR1) ends it before the 10 s timeout
+    let script =
+        "trap 'exit 7' USR1; trap '' TERM; echo $(cat /proc/self/oom_score_adj); while true; do sleep 0.1; done";
+    let quits = e
+        .create(&pod, "quits", &["sh", "-c", script], |c| {
+            c.stop_signal = cri::Signal::Sigusr1 as i32;
+            c.linux = Some(cri::LinuxContainerConfig {
+                resources: Some(cri::LinuxContainerResources { oom_score_adj: 500, ..Default::default() }),
+                security_context: Some(cri::LinuxContainerSecurityContext {
+                    run_as_user: Some(cri::Int64Value { value: 1234 }),
+                    run_as_group: Some(cri::Int64Value { value: 2345 }),
+                    supplemental_groups: vec![3456],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        })
+        .await;
+    // kubelet's Guaranteed value: lower than the pod's, which needs CAP_SYS_RESOURCE
+    let guaranteed = e
+        .create(&pod, "guaranteed", &["sh", "-c", "echo $(cat /proc/self/oom_score_adj); sleep 1000"], |c| {
+            c.linux = Some(cri::LinuxContainerConfig {
+                resources: Some(cri::LinuxContainerResources { oom_score_adj: -997, ..Default::default() }),
+                ..Default::default()
+            });
+        })
+        .await;
+    e.start(&quits).await;
+    e.start(&guaranteed).await;
+    let s = e.wait_state(&quits, cri::ContainerState::ContainerRunning).await;
+    assert_eq!(s.stop_signal, cri::Signal::Sigusr1 as i32);
+    let user = s.user.and_then(|u| u.linux).expect("user in status");
+    assert_eq!((user.uid, user.gid), (1234, 2345));
+    assert!(user.supplemental_groups.contains(&3456), "{:?}", user.supplemental_groups);
+    assert!(!s.image_id.is_empty() && s.image_id == s.image_ref, "{} vs {}", s.image_id, s.image_ref);
+    assert_eq!(s.resources.and_then(|r| r.linux).map(|l| l.oom_score_adj), Some(500));
+    assert_eq!(e.status(&guaranteed).await.stop_signal, cri::Signal::Sigterm as i32);
+
+    let log = e.wait_log("signals", "quits", 1).await;
+    assert!(log.ends_with(" stdout F 500\n"), "{log}");
+    // the pod's own value, and whether it may go lower
+    let pid1 = common::pod_pid1(&data, &pod.0);
+    let pod_adj = std::fs::read_to_string(format!("/proc/{pid1}/oom_score_adj")).expect("adj").trim().to_string();
+    let status = std::fs::read_to_string(format!("/proc/{pid1}/status")).expect("status");
+    let cap_eff = status.lines().find_map(|l| l.strip_prefix("CapEff:")).expect("CapEff");
+    let can_lower = u64::from_str_radix(cap_eff.trim(), 16).expect("hex") & (1 << 24) != 0;
+    let want = if can_lower { "-997".to_string() } else { pod_adj };
+    let log = e.wait_log("signals", "guaranteed", 1).await;
+    assert!(log.ends_with(&format!(" stdout F {want}\n")), "{log}");
+
+    // exit 7 is the USR1 trap; SIGTERM would have been ignored and SIGKILL given 137
+    e.rt.stop_container(cri::StopContainerRequest { container_id: quits.clone(), timeout: 10 }).await.expect("stop");
+    assert_eq!(e.status(&quits).await.exit_code, 7);
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&data, &[pod.0]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn devices_appear_where_asked() {
+    let mut e = env().await;
+    let pod = e.pod("devices").await;
+    let device = |host: &str, path: &str, perms: &str| cri::Device {
+        container_path: path.into(),
+        host_path: host.into(),
+        permissions: perms.into(),
+    };
+    let script = "head -c 3 /dev/myzero | od -An -tx1; stat -c '%F %t:%T %A' /dev/myzero; \
+                  echo x > /opt/mynull && echo wrote; ls /dev/myzero /dev/mynull 2>&1 | sort";
+    let id = e
+        .create(&pod, "dev", &["sh", "-c", script], |c| {
+            c.devices = vec![device("/dev/zero", "/dev/myzero", "r"), device("/dev/null", "/opt/mynull", "rw")];
+        })
+        .await;
+    e.start(&id).await;
+    e.wait_state(&id, cri::ContainerState::ContainerExited).await;
+    let log = e.wait_log("devices", "dev", 5).await;
+    let out: Vec<String> = log.lines().filter_map(|l| l.splitn(4, ' ').nth(3).map(|s| s.trim().to_string())).collect();
+    assert_eq!(out[0], "00 00 00", "{log}");
+    assert_eq!(out[1], "character special file 1:5 cr--r--r--", "{log}");
+    assert_eq!(out[2], "wrote", "{log}");
+    // a device at /dev/mynull was not asked for
+    assert!(out[3..].iter().any(|l| l == "ls: /dev/mynull: No such file or directory"), "{log}");
+
+    for (bad, why) in [
+        (device("/etc/passwd", "/dev/x", "rw"), "not a device"),
+        (device("/dev/null", "dev/x", "rw"), "absolute"),
+        (device("/dev/null", "/dev/x", "rwx"), "permissions"),
+        (device("/nonexistent", "/dev/x", "r"), "nonexistent"),
+    ] {
+        let err =
+            e.rt.create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: pod.0.clone(),
+                config: Some(cri::ContainerConfig {
+                    metadata: Some(cri::ContainerMetadata { name: "baddev".into(), attempt: 0 }),
+                    image: Some(cri::ImageSpec { image: e.image.clone(), ..Default::default() }),
+                    command: vec!["true".into()],
+                    devices: vec![bad],
+                    ..Default::default()
+                }),
+                sandbox_config: Some(pod.1.clone()),
+            })
+            .await
+            .expect_err("bad device");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+        assert!(err.message().contains(why), "{why}: {}", err.message());
+    }
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }

@@ -21,6 +21,9 @@ pub struct Limits {
     pub cpu_quota_us: Option<i64>,
     pub cpu_period_us: Option<u64>,
     pub pids: Option<i64>,
+    /// Not a cgroup file: the OOM score adjustment the app's unit starts with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_score_adj: Option<i64>,
 }
 
 impl Limits {

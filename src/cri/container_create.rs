@@ -3,7 +3,7 @@
 //! are merged as kubelet expects; the app is added to the running pod.
 
 use super::{container_meta as meta, pod_meta, pod_status};
-use crate::image::convert::{ANN_CMD, ANN_ENTRYPOINT};
+use crate::image::convert::{ANN_CMD, ANN_ENTRYPOINT, ANN_STOP_SIGNAL};
 use crate::pod::manifest::{self, App as AppSection, NameValue};
 use crate::pod::{Pod, PodState};
 use crate::proto::v1 as cri;
@@ -40,6 +40,28 @@ pub fn merge_exec(image: &manifest::ImageManifest, command: &[String], args: &[S
         (true, false) => args.to_vec(),
         (true, true) if !entrypoint.is_empty() || !cmd.is_empty() => entrypoint.into_iter().chain(cmd).collect(),
         (true, true) => image_exec,
+    }
+}
+
+/// The container's stop signal when it is not SIGTERM: CRI's, else the
+/// image's `StopSignal` (one the node does not know is ignored, with a warning).
+fn stop_signal(config: &cri::ContainerConfig, image: &manifest::ImageManifest) -> Result<Option<String>, Status> {
+    let asked = match cri::Signal::try_from(config.stop_signal) {
+        Ok(cri::Signal::RuntimeDefault) => None,
+        Ok(sig) => Some(sig.as_str_name().to_string()),
+        Err(_) => return Err(Status::invalid_argument(format!("unknown stop_signal {}", config.stop_signal))),
+    };
+    let name = match asked.or_else(|| image.annotation(ANN_STOP_SIGNAL).map(str::to_string)) {
+        Some(name) => name,
+        None => return Ok(None),
+    };
+    match meta::parse_signal(&name) {
+        Some((libc::SIGTERM, _)) => Ok(None),
+        Some((_, sig)) => Ok(Some(sig.as_str_name().to_string())),
+        None => {
+            tracing::warn!(signal = name, "stop signal unknown here; stopping with SIGTERM");
+            Ok(None)
+        }
     }
 }
 
@@ -276,7 +298,26 @@ pub async fn create_container(
     if config.stdin {
         user_annotations.insert(meta::STDIN.into(), if config.stdin_once { "once" } else { "true" }.into());
     }
+    if !config.devices.is_empty() {
+        let devices = config
+            .devices
+            .iter()
+            .map(meta::Device::from_cri)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(Status::invalid_argument)?;
+        let json = serde_json::to_string(&devices).map_err(|e| Status::internal(e.to_string()))?;
+        user_annotations.insert(meta::DEVICES.into(), json);
+    }
+    if let Some(sig) = stop_signal(&config, &image)? {
+        user_annotations.insert(meta::STOP_SIGNAL.into(), sig);
+    }
     if let Some(res) = config.linux.as_ref().and_then(|l| l.resources.as_ref()) {
+        if !(-1000..=1000).contains(&res.oom_score_adj) {
+            return Err(Status::invalid_argument(format!(
+                "oom_score_adj {} is outside -1000..1000",
+                res.oom_score_adj
+            )));
+        }
         let limits = meta::limits_from_cri(res);
         if !limits.is_empty() {
             let json = serde_json::to_string(&limits).map_err(|e| Status::internal(e.to_string()))?;

@@ -14,6 +14,10 @@ pub const LOG_PATH: &str = "k8s.io/reserved/log-path";
 pub const STDIN: &str = "k8s.io/reserved/stdin";
 /// The app's cgroup limits (JSON of `cgroup::app::Limits`).
 pub const RESOURCES: &str = "k8s.io/reserved/resources";
+/// The container's devices (JSON list of [`Device`]).
+pub const DEVICES: &str = "k8s.io/reserved/devices";
+/// The signal that stops the container (a name such as `SIGQUIT`), when not SIGTERM.
+pub const STOP_SIGNAL: &str = "k8s.io/reserved/stop-signal";
 const RESERVED_PREFIX: &str = "k8s.io/reserved/";
 
 pub fn app_name(meta: &cri::ContainerMetadata) -> String {
@@ -71,6 +75,73 @@ pub enum StdinMode {
     Once,
 }
 
+/// A signal as CRI, the image config (`SIGQUIT`, `QUIT` or `3`) or a unit
+/// file writes it: its number and its CRI name.
+pub fn parse_signal(s: &str) -> Option<(i32, cri::Signal)> {
+    let s = s.trim();
+    let sig = match s.parse::<i32>() {
+        Ok(n) => nix::sys::signal::Signal::try_from(n).ok()?,
+        Err(_) => {
+            let upper = s.to_ascii_uppercase();
+            let name = if upper.starts_with("SIG") { upper } else { format!("SIG{upper}") };
+            name.parse::<nix::sys::signal::Signal>().ok()?
+        }
+    };
+    Some((sig as i32, cri::Signal::from_str_name(sig.as_str()).unwrap_or(cri::Signal::RuntimeDefault)))
+}
+
+/// The signal that stops the container: its number and CRI name (SIGTERM unless asked otherwise).
+pub fn stop_signal(app: &RuntimeApp) -> (i32, cri::Signal) {
+    user_annotations(app)
+        .get(STOP_SIGNAL)
+        .and_then(|s| parse_signal(s))
+        .unwrap_or((libc::SIGTERM, cri::Signal::Sigterm))
+}
+
+/// A host device given to a container, as found at CreateContainer.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Device {
+    /// Where the container sees it.
+    pub path: String,
+    /// `c` or `b`.
+    pub kind: char,
+    pub major: u64,
+    pub minor: u64,
+    /// CRI's `rwm` letters.
+    pub permissions: String,
+}
+
+impl Device {
+    /// The CRI device: `host_path` must be a character or block device.
+    pub fn from_cri(d: &cri::Device) -> Result<Device, String> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        if !d.container_path.starts_with('/') || d.container_path.split('/').any(|c| c == "..") {
+            return Err(format!("device container_path {:?} must be absolute, without \"..\"", d.container_path));
+        }
+        if let Some(bad) = d.permissions.chars().find(|c| !"rwm".contains(*c)) {
+            return Err(format!("device permissions {:?}: {bad:?} is not one of r, w, m", d.permissions));
+        }
+        let meta = std::fs::metadata(&d.host_path).map_err(|e| format!("device {}: {e}", d.host_path))?;
+        let kind = match meta.file_type() {
+            t if t.is_char_device() => 'c',
+            t if t.is_block_device() => 'b',
+            _ => return Err(format!("{} is not a device", d.host_path)),
+        };
+        let rdev = meta.rdev();
+        Ok(Device {
+            path: d.container_path.clone(),
+            kind,
+            major: nix::sys::stat::major(rdev),
+            minor: nix::sys::stat::minor(rdev),
+            permissions: if d.permissions.is_empty() { "rwm".into() } else { d.permissions.clone() },
+        })
+    }
+}
+
+pub fn devices(app: &RuntimeApp) -> Vec<Device> {
+    user_annotations(app).get(DEVICES).and_then(|j| serde_json::from_str(j).ok()).unwrap_or_default()
+}
+
 pub fn limits(app: &RuntimeApp) -> crate::cgroup::app::Limits {
     user_annotations(app).get(RESOURCES).and_then(|j| serde_json::from_str(j).ok()).unwrap_or_default()
 }
@@ -84,7 +155,27 @@ pub fn limits_from_cri(r: &cri::LinuxContainerResources) -> crate::cgroup::app::
         cpu_quota_us: pos(r.cpu_quota),
         cpu_period_us: u64::try_from(r.cpu_period).ok().filter(|p| *p > 0),
         pids: None,
+        oom_score_adj: (r.oom_score_adj != 0).then_some(r.oom_score_adj),
     }
+}
+
+/// The resources a container runs with, as ContainerStatus reports them.
+pub fn resources(app: &RuntimeApp) -> Option<cri::ContainerResources> {
+    let l = limits(app);
+    if l.is_empty() {
+        return None;
+    }
+    Some(cri::ContainerResources {
+        linux: Some(cri::LinuxContainerResources {
+            cpu_period: l.cpu_period_us.and_then(|v| i64::try_from(v).ok()).unwrap_or(0),
+            cpu_quota: l.cpu_quota_us.unwrap_or(0),
+            cpu_shares: l.cpu_shares.and_then(|v| i64::try_from(v).ok()).unwrap_or(0),
+            memory_limit_in_bytes: l.memory_bytes.unwrap_or(0),
+            oom_score_adj: l.oom_score_adj.unwrap_or(0),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
 }
 
 pub fn labels(app: &RuntimeApp) -> HashMap<String, String> {
@@ -105,5 +196,16 @@ mod tests {
         assert_eq!(split_id("u-1:0-web"), Some(("u-1", "0-web")));
         assert_eq!(split_id("nocolon"), None);
         assert_eq!(split_id(":x"), None);
+    }
+
+    #[test]
+    fn signals_in_every_spelling() {
+        for s in ["SIGQUIT", "QUIT", "quit", "3", " SIGQUIT\n"] {
+            assert_eq!(parse_signal(s), Some((libc::SIGQUIT, cri::Signal::Sigquit)), "{s:?}");
+        }
+        assert_eq!(parse_signal("SIGRTMIN+3"), None);
+        assert_eq!(parse_signal("NOPE"), None);
+        assert_eq!(parse_signal("99"), None);
+        assert_eq!(parse_signal(cri::Signal::Sigwinch.as_str_name()), Some((libc::SIGWINCH, cri::Signal::Sigwinch)));
     }
 }

@@ -164,6 +164,15 @@ pub async fn start_container(
     if t.app.read_only_root_fs {
         spec.read_only_paths.push("/".into());
     }
+    spec.bind_paths.extend(device_nodes(&paths, &meta::devices(&t.app))?);
+    let (stop_signal, _) = meta::stop_signal(&t.app);
+    if stop_signal != libc::SIGTERM {
+        spec.extra.push(Property::new("KillSignal", Value::I32(stop_signal)));
+    }
+    let limits = meta::limits(&t.app);
+    if let Some(adj) = limits.oom_score_adj.and_then(|adj| oom_score_adj_allowed(&t.pod, adj)) {
+        spec.extra.push(Property::new("OOMScoreAdjust", Value::I32(adj)));
+    }
     // a container with a stdin reads a pipe whose write end the pod's log
     // writer keeps (it outlives the daemon); attach sessions write to it
     if meta::stdin(&t.app).is_some() {
@@ -202,7 +211,6 @@ pub async fn start_container(
     rt.emit(t.pod.uuid(), &t.app.name, EventKind::Started);
     // every app gets its own cgroups, limits or not: they are what its stats
     // are read from; without limits asked for, a failure only costs the stats
-    let limits = meta::limits(&t.app);
     match tokio::task::block_in_place(|| apply_limits(&t, &limits)) {
         Err(e) if limits.is_empty() => {
             tracing::warn!(container = req.container_id, error = %e, "no cgroups of its own: no stats for it")
@@ -211,6 +219,76 @@ pub async fn start_container(
         Ok(()) => {}
     }
     Ok(cri::StartContainerResponse {})
+}
+
+/// Makes the app's device nodes in the pod (`/rkt/devices/<app>/<n>`, out
+/// of every app's root) and returns the binds that put them at the paths
+/// the container asked for. The node's mode carries the CRI permissions
+/// (r, w) for non-root processes; root in the container is not held back by
+/// it, and no per-app device cgroup is made.
+fn device_nodes(paths: &AppPaths, devices: &[meta::Device]) -> Result<Vec<crate::stage1::bus::BindPath>, Status> {
+    use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+    if devices.is_empty() {
+        return Ok(Vec::new());
+    }
+    let dir = paths.devices();
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| Status::internal(format!("creating {}: {e}", dir.display())))?;
+    let mut binds = Vec::new();
+    for (i, d) in devices.iter().enumerate() {
+        let kind = if d.kind == 'b' { SFlag::S_IFBLK } else { SFlag::S_IFCHR };
+        let mut mode = Mode::empty();
+        if d.permissions.contains('r') {
+            mode |= Mode::S_IRUSR | Mode::S_IRGRP | Mode::S_IROTH;
+        }
+        if d.permissions.contains('w') {
+            mode |= Mode::S_IWUSR | Mode::S_IWGRP | Mode::S_IWOTH;
+        }
+        let node = dir.join(i.to_string());
+        mknod(&node, kind, Mode::empty(), makedev(d.major, d.minor))
+            .and_then(|()| {
+                nix::sys::stat::fchmodat(
+                    nix::fcntl::AT_FDCWD,
+                    &node,
+                    mode,
+                    nix::sys::stat::FchmodatFlags::FollowSymlink,
+                )
+            })
+            .map_err(|e| Status::internal(format!("making device {} for {}: {e}", node.display(), d.path)))?;
+        binds.push(crate::stage1::bus::BindPath {
+            source: paths.devices_in_pod().join(i.to_string()).display().to_string(),
+            destination: d.path.clone(),
+            ignore_missing: false,
+            recursive: false,
+        });
+    }
+    Ok(binds)
+}
+
+/// The OOM score adjustment an app may start with: `adj` unless it is lower
+/// than the pod's and the pod cannot lower it (no CAP_SYS_RESOURCE, as on
+/// nodes that do not grant it to root); then the app keeps the pod's, as
+/// containerd does with `restrict_oom_score_adj`, and says so in the log.
+fn oom_score_adj_allowed(pod: &Pod, adj: i64) -> Option<i32> {
+    let adj = i32::try_from(adj.clamp(-1000, 1000)).ok()?;
+    let pid1 = pod.sandbox_pid().ok().flatten().and_then(|p| crate::stage1::inject::pod_pid1(p).ok())?;
+    let current: i32 = std::fs::read_to_string(format!("/proc/{pid1}/oom_score_adj")).ok()?.trim().parse().ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid1}/status")).ok()?;
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    if adj >= current || cap_eff & crate::stage1::caps::bits("SYS_RESOURCE").unwrap_or(0) != 0 {
+        return Some(adj);
+    }
+    tracing::info!(
+        pod = %pod.uuid(),
+        asked = adj,
+        kept = current,
+        "oom_score_adj not lowered: the pod has no CAP_SYS_RESOURCE (the node does not grant it)"
+    );
+    None
 }
 
 /// The `set` list of an rkt-style isolator value.
@@ -241,14 +319,38 @@ pub async fn update_container_resources(
     if !t.running || app::facts(&AppPaths::new(&t.pod, &t.app.name), true).state == AppState::Created {
         return Err(Status::failed_precondition(format!("container {} is not running", req.container_id)));
     }
-    let limits = meta::limits_from_cri(&res);
-    tokio::task::block_in_place(|| apply_limits(&t, &limits))
-        .map_err(|e| Status::internal(format!("limits of {}: {e}", req.container_id)))?;
+    let update = meta::limits_from_cri(&res);
+    tokio::task::block_in_place(|| {
+        apply_limits(&t, &update).map_err(|e| Status::internal(format!("limits of {}: {e}", req.container_id)))?;
+        store_limits(&t, &update).map_err(pod_status)
+    })?;
     Ok(cri::UpdateContainerResourcesResponse {})
 }
 
-/// Stops an app's unit: SIGTERM, SIGKILL once `timeout` passed (at once for
-/// 0); records the exit code. A created, exited or pod-less app is a no-op.
+/// Records limits applied by an update in the pod manifest (what
+/// ContainerStatus reports): the values given replace the stored ones.
+fn store_limits(t: &Target, update: &crate::cgroup::app::Limits) -> Result<(), crate::pod::PodError> {
+    let _lock = t.pod.lock_manifest()?;
+    let mut manifest = t.pod.read_manifest()?;
+    let Some(section) = manifest.apps.iter_mut().find(|a| a.name == t.app.name).and_then(|a| a.app.as_mut()) else {
+        return Ok(());
+    };
+    let mut stored: crate::cgroup::app::Limits =
+        section.user_annotations.get(meta::RESOURCES).and_then(|j| serde_json::from_str(j).ok()).unwrap_or_default();
+    stored.memory_bytes = update.memory_bytes.or(stored.memory_bytes);
+    stored.cpu_shares = update.cpu_shares.or(stored.cpu_shares);
+    stored.cpu_quota_us = update.cpu_quota_us.or(stored.cpu_quota_us);
+    stored.cpu_period_us = update.cpu_period_us.or(stored.cpu_period_us);
+    stored.pids = update.pids.or(stored.pids);
+    let json = serde_json::to_string(&stored)
+        .map_err(|source| crate::pod::PodError::Manifest { uuid: t.pod.uuid(), source })?;
+    section.user_annotations.insert(meta::RESOURCES.into(), json);
+    t.pod.write_manifest(&manifest)
+}
+
+/// Stops an app's unit: its stop signal (SIGTERM unless the container or its
+/// image named another; the unit's KillSignal), SIGKILL once `timeout`
+/// passed (at once for 0); records the exit code. A created, exited or pod-less app is a no-op.
 fn stop_app(rt: &Runtime, t: &Target, timeout: Duration) -> Result<(), Status> {
     let paths = AppPaths::new(&t.pod, &t.app.name);
     if !t.running || app::facts(&paths, true).state != AppState::Running {

@@ -112,7 +112,20 @@ pub fn status_from_info(pod_id: &str, info: AppInfo) -> cri::ContainerStatus {
 }
 
 pub(super) fn status_of(pod: &Pod, app: &RuntimeApp, running: bool) -> cri::ContainerStatus {
-    status_from_info(&pod.uuid().to_string(), app_info(pod, app, running))
+    let mut s = status_from_info(&pod.uuid().to_string(), app_info(pod, app, running));
+    s.resources = meta::resources(app);
+    s.stop_signal = meta::stop_signal(app).1 as i32;
+    s.image_id = app.image.id.clone();
+    s.user = app.app.as_ref().and_then(|a| {
+        Some(cri::ContainerUser {
+            linux: Some(cri::LinuxContainerUser {
+                uid: a.user.parse().ok()?,
+                gid: a.group.parse().ok()?,
+                supplemental_groups: a.supplementary_gids.iter().map(|g| i64::from(*g)).collect(),
+            }),
+        })
+    });
+    s
 }
 
 /// The statuses of every container of one pod (none if the pod is gone).

@@ -23,6 +23,8 @@ pub const ANN_LAYER_DIGEST: &str = "appc.io/docker/layerdigest";
 pub const ANN_MEDIA_TYPE: &str = "appc.io/docker/mediatype";
 /// rktlet: the image's user as the config says it (name or uid), for CRI.
 pub const ANN_USER: &str = "appc.io/docker/user";
+/// The image config's `StopSignal`, when it has one.
+pub const ANN_STOP_SIGNAL: &str = "appc.io/docker/stopsignal";
 
 /// An appc ACIdentifier from any string: lower-case, other characters `_`,
 /// edges trimmed (appc's `SanitizeACIdentifier`).
@@ -143,6 +145,9 @@ pub fn image_manifest(
     ann.push(NameValue::new(ANN_ENTRYPOINT, json(&entrypoint)));
     ann.push(NameValue::new(ANN_CMD, json(&cmd)));
     ann.push(NameValue::new(ANN_USER, user_field));
+    if let Some(sig) = c.stop_signal.as_ref().filter(|s| !s.is_empty()) {
+        ann.push(NameValue::new(ANN_STOP_SIGNAL, sig.as_str()));
+    }
     m.annotations = ann;
     m.dependencies = layers
         .iter()
@@ -195,7 +200,7 @@ mod tests {
             r#"{"architecture":"amd64","os":"linux","created":"2024-01-01T00:00:00Z",
                "config":{"User":"1000:1000","Env":["PATH=/bin","FOO=a=b"],"Entrypoint":["/bin/sh","-c"],
                "Cmd":["echo hi"],"WorkingDir":"/work","ExposedPorts":{"8080/tcp":{},"9090/udp":{}},
-               "Volumes":{"/data":{}},"Labels":{"a":"b"}}}"#,
+               "Volumes":{"/data":{}},"Labels":{"a":"b"},"StopSignal":"SIGQUIT"}}"#,
         )
         .expect("config");
         let r: Reference = "127.0.0.1:5000/cfg:latest".parse().expect("ref");
@@ -209,6 +214,7 @@ mod tests {
         assert_eq!(app.mount_points[0].name, "volume-data");
         assert_eq!(app.ports.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["8080-tcp", "9090-udp"]);
         assert_eq!(m.annotation(ANN_CMD), Some(r#"["echo hi"]"#));
+        assert_eq!(m.annotation(ANN_STOP_SIGNAL), Some("SIGQUIT"));
         assert_eq!(m.label("arch"), Some("amd64"));
         assert_eq!(m.dependencies[0].image_id.as_deref(), Some("sha512-aa"));
         let (k1, _) = empty_aci(&m).expect("aci");

@@ -105,6 +105,16 @@ impl AppPaths {
         self.stage1.join("rkt/env").join(&self.name)
     }
 
+    /// Device nodes made for the app (bound into its root by its unit).
+    pub fn devices(&self) -> PathBuf {
+        self.stage1.join("rkt/devices").join(&self.name)
+    }
+
+    /// [`AppPaths::devices`] as the pod sees it.
+    pub fn devices_in_pod(&self) -> PathBuf {
+        Path::new("/rkt/devices").join(&self.name)
+    }
+
     pub fn status_file(&self, suffix: &str) -> PathBuf {
         self.stage1.join("rkt/status").join(format!("{}{suffix}", self.name))
     }
@@ -296,6 +306,7 @@ fn remove_files(pod: &Pod, paths: &AppPaths, tree_id: Option<&str>) {
     let _ = fs::remove_dir_all(paths.rootfs().parent().unwrap_or(&paths.rootfs()));
     let _ = fs::remove_dir_all(paths.appsinfo());
     let _ = fs::remove_file(paths.env_file());
+    let _ = fs::remove_dir_all(paths.devices());
     for suffix in ["", "-created", "-started"] {
         let _ = fs::remove_file(paths.status_file(suffix));
     }
