@@ -496,7 +496,6 @@ async fn stop_signal_oom_score_and_identity_in_status() {
                     supplemental_groups: vec![3456],
                     ..Default::default()
                 }),
-                ..Default::default()
             });
         })
         .await;
