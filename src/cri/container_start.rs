@@ -8,7 +8,7 @@ use crate::pod::{Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::{EventKind, Runtime};
 use crate::stage1::app::{self, AppPaths, AppState};
-use crate::stage1::bus::{BusError, ExecCommand, Output, PodBus, Property, ServiceSpec, Value};
+use crate::stage1::bus::{BindPath, BusError, ExecCommand, Output, PodBus, Property, ServiceSpec, Value};
 use crate::stream::log::{self as crilog, Stream};
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -149,14 +149,19 @@ pub async fn start_container(
                 spec.extra.push(Property::new("SystemCallFilter", Value::FilterList(true, set_of(&iso.value))));
                 spec.extra.push(Property::new("SystemCallErrorNumber", Value::I32(libc::EPERM)));
             }
-            // `-`: a path missing from the image is not an error
+            // InaccessiblePaths=/ReadOnlyPaths= do not reach below the /proc
+            // and /sys that MountAPIVFS mounts; binds do (applied after them)
             super::container_create::ISOLATOR_MASKED => {
-                let paths: Vec<String> = set_of(&iso.value).iter().map(|p| format!("-{p}")).collect();
-                spec.extra.push(Property::strs("InaccessiblePaths", &paths));
+                spec.bind_read_only_paths.extend(masks(&t.pod, &set_of(&iso.value))?);
             }
             super::container_create::ISOLATOR_READONLY => {
-                // requested, but not yet effective on the /proc that MountAPIVFS mounts (see the issue note)
-                spec.read_only_paths.extend(set_of(&iso.value).iter().map(|p| format!("-{p}")));
+                // the app shares the pod's PID namespace: the pod's /proc is the app's
+                spec.bind_read_only_paths.extend(set_of(&iso.value).into_iter().map(|p| BindPath {
+                    source: p.clone(),
+                    destination: p,
+                    ignore_missing: true,
+                    recursive: true,
+                }));
             }
             _ => {}
         }
@@ -226,7 +231,7 @@ pub async fn start_container(
 /// the container asked for. The node's mode carries the CRI permissions
 /// (r, w) for non-root processes; root in the container is not held back by
 /// it, and no per-app device cgroup is made.
-fn device_nodes(paths: &AppPaths, devices: &[meta::Device]) -> Result<Vec<crate::stage1::bus::BindPath>, Status> {
+fn device_nodes(paths: &AppPaths, devices: &[meta::Device]) -> Result<Vec<BindPath>, Status> {
     use nix::sys::stat::{Mode, SFlag, makedev, mknod};
     if devices.is_empty() {
         return Ok(Vec::new());
@@ -255,12 +260,34 @@ fn device_nodes(paths: &AppPaths, devices: &[meta::Device]) -> Result<Vec<crate:
                 )
             })
             .map_err(|e| Status::internal(format!("making device {} for {}: {e}", node.display(), d.path)))?;
-        binds.push(crate::stage1::bus::BindPath {
+        binds.push(BindPath {
             source: paths.devices_in_pod().join(i.to_string()).display().to_string(),
             destination: d.path.clone(),
             ignore_missing: false,
             recursive: false,
         });
+    }
+    Ok(binds)
+}
+
+/// Read-only binds that hide masked paths as the pod sees them: /dev/null
+/// over files, an empty directory (`/rkt/empty`) over directories; paths the
+/// pod does not have are skipped.
+fn masks(pod: &Pod, paths: &[String]) -> Result<Vec<BindPath>, Status> {
+    let stage1 = pod.stage1_rootfs();
+    let empty = stage1.join("rkt/empty");
+    std::fs::create_dir_all(&empty).map_err(|e| Status::internal(format!("creating {}: {e}", empty.display())))?;
+    // the pod's view of a path: through its PID 1's root (its /proc and /sys)
+    let pid1 = pod.sandbox_pid().ok().flatten().and_then(|p| crate::stage1::inject::pod_pid1(p).ok());
+    let mut binds = Vec::new();
+    for p in paths {
+        let seen = match pid1 {
+            Some(pid1) => std::fs::metadata(format!("/proc/{pid1}/root{p}")),
+            None => std::fs::metadata(p),
+        };
+        let Ok(meta) = seen else { continue };
+        let source = if meta.is_dir() { "/rkt/empty" } else { "/dev/null" };
+        binds.push(BindPath { source: source.into(), destination: p.clone(), ignore_missing: true, recursive: false });
     }
     Ok(binds)
 }
