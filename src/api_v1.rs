@@ -89,6 +89,13 @@ pub struct AppInfo {
     pub user_annotations: BTreeMap<String, String>,
     #[serde(default)]
     pub user_labels: BTreeMap<String, String>,
+    /// The numeric user, group and supplementary groups it runs as.
+    #[serde(default)]
+    pub user: String,
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub supplementary_gids: Vec<u32>,
 }
 
 /// One image of the store (a row of `rkt image list --format=json`).

@@ -43,8 +43,7 @@ pub fn app_info(pod: &Pod, app: &RuntimeApp, running: bool) -> AppInfo {
             })
         })
         .collect();
-    let (user_annotations, user_labels) =
-        app.app.as_ref().map(|a| (a.user_annotations.clone(), a.user_labels.clone())).unwrap_or_default();
+    let section = app.app.clone().unwrap_or_default();
     AppInfo {
         name: app.name.clone(),
         state: match f.state {
@@ -61,8 +60,11 @@ pub fn app_info(pod: &Pod, app: &RuntimeApp, running: bool) -> AppInfo {
         image_id: app.image.id.clone(),
         image_name: app.image.name.clone(),
         mounts,
-        user_annotations,
-        user_labels,
+        user_annotations: section.user_annotations,
+        user_labels: section.user_labels,
+        user: section.user,
+        group: section.group,
+        supplementary_gids: section.supplementary_gids,
     }
 }
 
@@ -87,7 +89,14 @@ pub fn status_from_info(pod_id: &str, info: AppInfo) -> cri::ContainerStatus {
     let app = RuntimeApp {
         name: info.name,
         image: RuntimeImage { name: info.image_name, id: info.image_id, labels: Vec::new() },
-        app: Some(App { user_annotations: info.user_annotations, user_labels: info.user_labels, ..Default::default() }),
+        app: Some(App {
+            user_annotations: info.user_annotations,
+            user_labels: info.user_labels,
+            user: info.user,
+            group: info.group,
+            supplementary_gids: info.supplementary_gids,
+            ..Default::default()
+        }),
         read_only_root_fs: false,
         mounts: Vec::new(),
         annotations: Vec::new(),
@@ -107,25 +116,24 @@ pub fn status_from_info(pod_id: &str, info: AppInfo) -> cri::ContainerStatus {
         annotations: meta::annotations(&app),
         mounts,
         log_path: meta::log_path(&app),
+        resources: meta::resources(&app),
+        stop_signal: meta::stop_signal(&app).1 as i32,
+        image_id: app.image.id.clone(),
+        user: app.app.as_ref().and_then(|a| {
+            Some(cri::ContainerUser {
+                linux: Some(cri::LinuxContainerUser {
+                    uid: a.user.parse().ok()?,
+                    gid: a.group.parse().ok()?,
+                    supplemental_groups: a.supplementary_gids.iter().map(|g| i64::from(*g)).collect(),
+                }),
+            })
+        }),
         ..Default::default()
     }
 }
 
 pub(super) fn status_of(pod: &Pod, app: &RuntimeApp, running: bool) -> cri::ContainerStatus {
-    let mut s = status_from_info(&pod.uuid().to_string(), app_info(pod, app, running));
-    s.resources = meta::resources(app);
-    s.stop_signal = meta::stop_signal(app).1 as i32;
-    s.image_id = app.image.id.clone();
-    s.user = app.app.as_ref().and_then(|a| {
-        Some(cri::ContainerUser {
-            linux: Some(cri::LinuxContainerUser {
-                uid: a.user.parse().ok()?,
-                gid: a.group.parse().ok()?,
-                supplemental_groups: a.supplementary_gids.iter().map(|g| i64::from(*g)).collect(),
-            }),
-        })
-    });
-    s
+    status_from_info(&pod.uuid().to_string(), app_info(pod, app, running))
 }
 
 /// The statuses of every container of one pod (none if the pod is gone).
