@@ -8,6 +8,12 @@ use common::{Daemon, TestNetwork, assert_no_leaks, pod_config};
 use rktlet::proto::v1 as cri;
 use std::time::{Duration, Instant};
 
+fn all_ids(ids: &[String]) -> Vec<String> {
+    let mut all = ids.to_vec();
+    all.sort();
+    all
+}
+
 fn v(x: &Option<cri::UInt64Value>) -> u64 {
     x.as_ref().map_or(0, |v| v.value)
 }
@@ -156,6 +162,71 @@ async fn stats_of_a_busy_container_and_its_pod() {
         .into_inner()
         .stats;
     assert_eq!(listed.len(), 1);
+
+    // the same figures under cAdvisor's names, as kubelet serves /metrics/cadvisor from CRI
+    let descriptors = rt
+        .list_metric_descriptors(cri::ListMetricDescriptorsRequest {})
+        .await
+        .expect("ListMetricDescriptors")
+        .into_inner()
+        .descriptors;
+    let keys: std::collections::HashMap<String, Vec<String>> =
+        descriptors.into_iter().map(|d| (d.name, d.label_keys)).collect();
+    let pods = rt
+        .list_pod_sandbox_metrics(cri::ListPodSandboxMetricsRequest {})
+        .await
+        .expect("ListPodSandboxMetrics")
+        .into_inner()
+        .pod_metrics;
+    assert_eq!(pods.iter().map(|p| p.pod_sandbox_id.as_str()).collect::<Vec<_>>(), [pod.as_str()]);
+    let all: Vec<&cri::Metric> =
+        pods[0].metrics.iter().chain(pods[0].container_metrics.iter().flat_map(|c| &c.metrics)).collect();
+    for m in &all {
+        let k = keys.get(&m.name).unwrap_or_else(|| panic!("{} has no descriptor", m.name));
+        assert_eq!(k.len(), m.label_values.len(), "{m:?}");
+    }
+    let sample = |metrics: &[cri::Metric], name: &str, label: (&str, &str)| -> u64 {
+        let k = &keys[name];
+        let i = k.iter().position(|k| k == label.0).expect("label key");
+        metrics
+            .iter()
+            .find(|m| m.name == name && m.label_values[i] == label.1)
+            .and_then(|m| m.value.as_ref())
+            .map_or(0, |v| v.value)
+    };
+    let of = |id: &str| &pods[0].container_metrics.iter().find(|c| c.container_id == id).expect("container").metrics;
+    assert!(sample(of(&hog), "container_memory_working_set_bytes", ("container", "hog")) >= 50_000_000);
+    assert!(sample(of(&hog), "container_memory_working_set_bytes", ("pod", "statspod")) >= 50_000_000);
+    assert!(sample(of(&burner), "container_fs_usage_bytes", ("name", &burner)) >= 20_000_000);
+    assert!(sample(of(&burner), "container_start_time_seconds", ("image", &image)) > 1_600_000_000);
+    assert!(sample(&pods[0].metrics, "container_network_receive_bytes_total", ("interface", "eth0")) > 0);
+    assert!(sample(&pods[0].metrics, "container_processes", ("container", "")) >= 3);
+
+    // the streaming forms of the lists answer what the lists answer
+    use tokio_stream::StreamExt;
+    let streamed: Vec<String> = rt
+        .stream_containers(cri::StreamContainersRequest { filter: None })
+        .await
+        .expect("StreamContainers")
+        .into_inner()
+        .map(|chunk| chunk.expect("chunk").containers)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .flatten()
+        .map(|c| c.id)
+        .collect();
+    let mut streamed = streamed;
+    streamed.sort();
+    assert_eq!(streamed, all_ids(&ids));
+    let metric_chunks: Vec<_> = rt
+        .stream_pod_sandbox_metrics(cri::StreamPodSandboxMetricsRequest {})
+        .await
+        .expect("StreamPodSandboxMetrics")
+        .into_inner()
+        .collect()
+        .await;
+    assert_eq!(metric_chunks.into_iter().map(|c| c.expect("chunk").pod_sandbox_metrics.len()).sum::<usize>(), 1);
 
     // the CLI reads the same figures without the daemon
     let cli = std::process::Command::new(common::BIN)

@@ -9,7 +9,9 @@ pub(crate) mod container_start;
 pub(crate) mod container_status;
 mod events;
 pub(crate) mod image;
+mod list_streams;
 pub(crate) mod pod_meta;
+mod pod_metrics;
 pub(crate) mod pod_table;
 mod runtime_info;
 pub(crate) mod sandbox_pool;
@@ -218,24 +220,25 @@ cri_impl! {
                 => stats::pod_sandbox_stats;
             "ListPodSandboxStats": list_pod_sandbox_stats(ListPodSandboxStatsRequest)
                 -> cri::ListPodSandboxStatsResponse => stats::list_pod_sandbox_stats;
+            "ListMetricDescriptors": list_metric_descriptors(ListMetricDescriptorsRequest)
+                -> cri::ListMetricDescriptorsResponse => pod_metrics::list_metric_descriptors;
+            "ListPodSandboxMetrics": list_pod_sandbox_metrics(ListPodSandboxMetricsRequest)
+                -> cri::ListPodSandboxMetricsResponse => pod_metrics::list_pod_sandbox_metrics;
+            "StreamPodSandboxes": stream_pod_sandboxes(StreamPodSandboxesRequest)
+                -> BoxStream<cri::StreamPodSandboxesResponse> => list_streams::stream_pod_sandboxes;
+            "StreamContainers": stream_containers(StreamContainersRequest) -> BoxStream<cri::StreamContainersResponse>
+                => list_streams::stream_containers;
+            "StreamContainerStats": stream_container_stats(StreamContainerStatsRequest)
+                -> BoxStream<cri::StreamContainerStatsResponse> => list_streams::stream_container_stats;
+            "StreamPodSandboxStats": stream_pod_sandbox_stats(StreamPodSandboxStatsRequest)
+                -> BoxStream<cri::StreamPodSandboxStatsResponse> => list_streams::stream_pod_sandbox_stats;
+            "StreamPodSandboxMetrics": stream_pod_sandbox_metrics(StreamPodSandboxMetricsRequest)
+                -> BoxStream<cri::StreamPodSandboxMetricsResponse> => list_streams::stream_pod_sandbox_metrics;
         }
         pending {
             "CheckpointContainer": checkpoint_container(CheckpointContainerRequest) -> cri::CheckpointContainerResponse;
-            "ListMetricDescriptors": list_metric_descriptors(ListMetricDescriptorsRequest)
-                -> cri::ListMetricDescriptorsResponse;
-            "ListPodSandboxMetrics": list_pod_sandbox_metrics(ListPodSandboxMetricsRequest)
-                -> cri::ListPodSandboxMetricsResponse;
             "UpdatePodSandboxResources": update_pod_sandbox_resources(UpdatePodSandboxResourcesRequest)
                 -> cri::UpdatePodSandboxResourcesResponse;
-            "StreamPodSandboxes": stream_pod_sandboxes(StreamPodSandboxesRequest)
-                -> BoxStream<cri::StreamPodSandboxesResponse>;
-            "StreamContainers": stream_containers(StreamContainersRequest) -> BoxStream<cri::StreamContainersResponse>;
-            "StreamContainerStats": stream_container_stats(StreamContainerStatsRequest)
-                -> BoxStream<cri::StreamContainerStatsResponse>;
-            "StreamPodSandboxStats": stream_pod_sandbox_stats(StreamPodSandboxStatsRequest)
-                -> BoxStream<cri::StreamPodSandboxStatsResponse>;
-            "StreamPodSandboxMetrics": stream_pod_sandbox_metrics(StreamPodSandboxMetricsRequest)
-                -> BoxStream<cri::StreamPodSandboxMetricsResponse>;
         }
     }
 }
@@ -249,9 +252,9 @@ cri_impl! {
             "PullImage": pull_image(PullImageRequest) -> cri::PullImageResponse => image::pull_image | exec exec_mode::pull_image;
             "RemoveImage": remove_image(RemoveImageRequest) -> cri::RemoveImageResponse => image::remove_image | exec exec_mode::remove_image;
             "ImageFsInfo": image_fs_info(ImageFsInfoRequest) -> cri::ImageFsInfoResponse => image::image_fs_info;
+            "StreamImages": stream_images(StreamImagesRequest) -> BoxStream<cri::StreamImagesResponse>
+                => list_streams::stream_images;
         }
-        pending {
-            "StreamImages": stream_images(StreamImagesRequest) -> BoxStream<cri::StreamImagesResponse>;
-        }
+        pending {}
     }
 }

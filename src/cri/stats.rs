@@ -147,7 +147,7 @@ const PAR_MIN: usize = 8;
 /// `f` over `items` on up to one thread per CPU (at most 4), results in
 /// order: every pod's stats are a few dozen independent file reads, and the
 /// lists are what kubelet polls.
-fn par_flat_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> Vec<R> + Sync) -> Vec<R> {
+pub(super) fn par_flat_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> Vec<R> + Sync) -> Vec<R> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
     let workers = cpus.min(items.len() / PAR_MIN).max(1);
     if workers == 1 {
@@ -162,7 +162,7 @@ fn par_flat_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> Vec<R> + Sync) 
     })
 }
 
-fn pod_stats_of(rt: &Runtime, pod_view: &PodView) -> cri::PodSandboxStats {
+pub(super) fn pod_stats_of(rt: &Runtime, pod_view: &PodView) -> cri::PodSandboxStats {
     let now = now_ns();
     let view = &pod_view.sandbox;
     let id = view.pod.uuid().to_string();
