@@ -1,7 +1,8 @@
 //! The read verbs kubelet calls all the time, through the real daemon and CRI
 //! socket, next to the gRPC round-trip floor (Version): PodSandboxStatus,
-//! ContainerStatus, ListPodSandbox, ListContainers with N pods (default 50),
-//! each running one container. Medians and quartiles.
+//! ContainerStatus, ListPodSandbox, ListContainers, and the stats and metrics
+//! lists, with N pods (default 50), each running one container. Medians and
+//! quartiles.
 //!
 //! Run: `cargo bench --bench read_paths` (root; boots real pods on the host
 //! network). `N=...` sets the pod count, `ROUNDS=...` the calls per verb.
@@ -116,6 +117,40 @@ async fn main() {
             async move {
                 let l = rt.list_containers(cri::ListContainersRequest { filter: None }).await.expect("list");
                 assert_eq!(l.into_inner().containers.len(), n);
+            }
+        })
+        .await,
+    );
+    summary(
+        &format!("ListContainerStats ({n} containers)"),
+        time(rounds / 5, || {
+            let mut rt = rt2.clone();
+            async move {
+                let l = rt.list_container_stats(cri::ListContainerStatsRequest { filter: None }).await.expect("stats");
+                assert_eq!(l.into_inner().stats.len(), n);
+            }
+        })
+        .await,
+    );
+    summary(
+        &format!("ListPodSandboxStats ({n} pods)"),
+        time(rounds / 5, || {
+            let mut rt = rt2.clone();
+            async move {
+                let l =
+                    rt.list_pod_sandbox_stats(cri::ListPodSandboxStatsRequest { filter: None }).await.expect("stats");
+                assert_eq!(l.into_inner().stats.len(), n);
+            }
+        })
+        .await,
+    );
+    summary(
+        &format!("ListPodSandboxMetrics ({n} pods)"),
+        time(rounds / 5, || {
+            let mut rt = rt2.clone();
+            async move {
+                let l = rt.list_pod_sandbox_metrics(cri::ListPodSandboxMetricsRequest {}).await.expect("metrics");
+                assert_eq!(l.into_inner().pod_metrics.len(), n);
             }
         })
         .await,
