@@ -96,6 +96,20 @@ pub struct AppInfo {
     pub group: String,
     #[serde(default)]
     pub supplementary_gids: Vec<u32>,
+    /// What a running app uses now (`app status --app=NAME` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<AppUsage>,
+}
+
+/// An app's resource use, read from its cgroups and writable layer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AppUsage {
+    pub cpu_total_ns: Option<u64>,
+    pub memory_usage_bytes: Option<u64>,
+    pub memory_working_set_bytes: Option<u64>,
+    pub memory_rss_bytes: Option<u64>,
+    pub writable_layer_bytes: Option<u64>,
+    pub writable_layer_inodes: Option<u64>,
 }
 
 /// One image of the store (a row of `rkt image list --format=json`).

@@ -383,18 +383,38 @@ fn exit_code_of(status: &str) -> Result<i32, String> {
 
 /// `app list UUID` / `app status UUID --app=NAME`, as JSON or a table.
 pub fn show(data_dir: PathBuf, uuid: &str, app: Option<&str>, json: bool) -> Result<String, String> {
-    let (_tokio, rt) = runtime(data_dir)?;
+    let (tokio, rt) = runtime(data_dir)?;
     let mut pod = Pod::open(&rt.data, uuid).map_err(|e| e.to_string())?;
     // no daemon may be listening to the pod: read its apps' exits from its systemd first
     rt.reconcile_pod(&mut pod);
     let running = pod.state().map_err(|e| e.to_string())? == PodState::Running;
     let manifest = pod.read_manifest().map_err(|e| e.to_string())?;
-    let rows: Vec<AppInfo> = manifest
+    let mut rows: Vec<AppInfo> = manifest
         .apps
         .iter()
         .filter(|a| app.is_none_or(|name| a.name == name))
         .map(|a| container_status::app_info(&pod, a, running))
         .collect();
+    if let (Some(name), Some(one)) = (app, rows.first_mut())
+        && one.state == "running"
+    {
+        let id = crate::cri::container_meta::container_id(&pod.uuid().to_string(), name);
+        let stats = tokio
+            .block_on(crate::cri::stats::container_stats(&rt, cri::ContainerStatsRequest { container_id: id }))
+            .ok()
+            .and_then(|r| r.stats);
+        one.usage = stats.map(|s| {
+            let v = |x: &Option<cri::UInt64Value>| x.as_ref().map(|v| v.value);
+            crate::api_v1::AppUsage {
+                cpu_total_ns: s.cpu.as_ref().and_then(|c| v(&c.usage_core_nano_seconds)),
+                memory_usage_bytes: s.memory.as_ref().and_then(|m| v(&m.usage_bytes)),
+                memory_working_set_bytes: s.memory.as_ref().and_then(|m| v(&m.working_set_bytes)),
+                memory_rss_bytes: s.memory.as_ref().and_then(|m| v(&m.rss_bytes)),
+                writable_layer_bytes: s.writable_layer.as_ref().and_then(|w| v(&w.used_bytes)),
+                writable_layer_inodes: s.writable_layer.as_ref().and_then(|w| v(&w.inodes_used)),
+            }
+        });
+    }
     let encoded = |r: serde_json::Result<String>| r.map_err(|e| e.to_string());
     match (app, rows.first()) {
         (Some(name), None) => Err(format!("app {name} not found in pod {uuid}")),
@@ -402,8 +422,20 @@ pub fn show(data_dir: PathBuf, uuid: &str, app: Option<&str>, json: bool) -> Res
         _ if json => encoded(serde_json::to_string(&rows)),
         _ => {
             let mut out = String::from("NAME\tSTATE\tEXIT\tIMAGE\n");
-            for r in rows {
+            for r in &rows {
                 out.push_str(&format!("{}\t{}\t{}\t{}\n", r.name, r.state, r.exit_code, r.image_id));
+            }
+            if let Some(u) = rows.first().and_then(|r| r.usage.as_ref()) {
+                let opt = |x: Option<u64>| x.map_or("-".to_string(), |n| n.to_string());
+                out.push_str(&format!(
+                    "cpu: {} ns\nmemory: {} bytes (working set {}, rss {})\nwritable layer: {} bytes, {} inodes\n",
+                    opt(u.cpu_total_ns),
+                    opt(u.memory_usage_bytes),
+                    opt(u.memory_working_set_bytes),
+                    opt(u.memory_rss_bytes),
+                    opt(u.writable_layer_bytes),
+                    opt(u.writable_layer_inodes)
+                ));
             }
             Ok(out)
         }

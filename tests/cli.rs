@@ -82,6 +82,22 @@ fn cli_runs_a_pod_and_an_app_without_the_daemon() {
     rktlet(&dir, &["app", "rm", &uuid, "--app=0-hello"]);
     assert_eq!(json(&dir, &["app", "list", &uuid, "--format=json"]).as_array().map(Vec::len), Some(0));
 
+    // a running app's status shows what it uses: a 1 MB file in its writable layer, CPU, memory
+    let script = "head -c 1000000 /dev/zero > /tmp/f; exec sleep 100";
+    rktlet(&dir, &["app", "add", &uuid, &id, "--name=user", "--exec=/bin/sh", "--", "-c", script]);
+    rktlet(&dir, &["app", "start", &uuid, "--app=0-user"]);
+    let usage =
+        |d: &std::path::Path| json(d, &["app", "status", &uuid, "--app=0-user", "--format=json"])["usage"].clone();
+    wait("usage", || usage(&dir)["writable_layer_bytes"].as_u64().is_some_and(|b| b >= 1_000_000));
+    let u = usage(&dir);
+    assert!(u["cpu_total_ns"].as_u64().is_some_and(|n| n > 0), "{u}");
+    assert!(u["memory_usage_bytes"].as_u64().is_some_and(|n| n > 0), "{u}");
+    let table = rktlet(&dir, &["app", "status", &uuid, "--app=0-user"]);
+    assert!(table.contains("writable layer: ") && table.contains("cpu: "), "{table}");
+    rktlet(&dir, &["app", "stop", &uuid, "--app=0-user"]);
+    assert!(json(&dir, &["app", "status", &uuid, "--app=0-user", "--format=json"]).get("usage").is_none());
+    rktlet(&dir, &["app", "rm", &uuid, "--app=0-user"]);
+
     rktlet(&dir, &["stop", &uuid]);
     assert_eq!(json(&dir, &["status", &uuid, "--format=json"])["state"], "exited");
     let _ = sandbox.wait();

@@ -65,6 +65,7 @@ pub fn app_info(pod: &Pod, app: &RuntimeApp, running: bool) -> AppInfo {
         user: section.user,
         group: section.group,
         supplementary_gids: section.supplementary_gids,
+        usage: None,
     }
 }
 
