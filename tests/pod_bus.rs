@@ -6,7 +6,7 @@
 mod common;
 
 use common::test_pod::{TestPod, sh};
-use rktlet::stage1::bus::{BusError, ExecCommand, MainExit, Output, PodBus, ServiceSpec};
+use rktlet::stage1::bus::{BusError, ExecCommand, MainExit, Output, PodBus, Property, ServiceSpec};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -143,6 +143,11 @@ fn long_running_app_stop_kill_reset_and_reuse() {
     let cmdline = std::fs::read_to_string(format!("/proc/{host_pid}/cmdline")).expect("cmdline");
     assert_eq!(cmdline.split('\0').take(2).collect::<Vec<_>>(), ["/bin/sleep", "1000"], "{cmdline:?}");
 
+    // a running unit's limits change (how UpdateContainerResources reaches cgroup v2 hosts)
+    let limits =
+        vec![Property::u64("CPUWeight", 50), Property::u64("TasksMax", 64), Property::u64("MemoryMax", 64 << 20)];
+    bus.set_unit_properties("app1.service", limits).expect("SetUnitProperties");
+
     // a second start of the same name is refused while it exists
     let e = bus.start_transient_service(&sh("app1.service", "true")).expect_err("exists");
     assert!(matches!(e, BusError::UnitExists(_)), "{e}");
@@ -183,6 +188,8 @@ fn errors_are_clear() {
     let e = bus.stop_unit("nope.service", Duration::from_secs(5)).expect_err("unknown");
     assert!(e.is_not_found(), "{e}");
     assert!(bus.kill_unit("nope.service", libc::SIGTERM).expect_err("unknown").is_not_found());
+    let e = bus.set_unit_properties("nope.service", vec![Property::u64("TasksMax", 1)]).expect_err("unknown");
+    assert!(e.is_not_found(), "{e}");
     bus.reset_unit("nope.service").expect("nothing to reset is fine");
 
     let mut spec = ServiceSpec::new("bad.service", ExecCommand::new("/bin/does-not-exist", ["x"]));

@@ -115,6 +115,21 @@ impl Layout {
     }
 
     /// v1 controller hierarchies (not `name=` ones) that are mounted.
+    /// Whether container limits are the business of the pods' systemd (unit
+    /// properties): a host whose memory controller is on the unified
+    /// hierarchy (pure cgroup v2), where nspawn delegates the pod's subtree.
+    /// On v1 and hybrid hosts the controllers inside a pod are read-only and
+    /// the daemon writes the limits itself (`app::AppCgroup`).
+    pub fn limits_through_systemd(&self) -> bool {
+        if self.v1_controllers().any(|h| h.controllers.iter().any(|c| c == "memory")) {
+            return false;
+        }
+        self.hierarchies.iter().filter(|h| h.is_unified()).filter_map(|h| h.mount.as_ref()).any(|m| {
+            std::fs::read_to_string(m.join("cgroup.controllers"))
+                .is_ok_and(|c| c.split_whitespace().any(|c| c == "memory"))
+        })
+    }
+
     pub fn v1_controllers(&self) -> impl Iterator<Item = &Hierarchy> {
         self.hierarchies.iter().filter(|h| h.mount.is_some() && h.controllers.iter().any(|c| !c.starts_with("name=")))
     }

@@ -175,6 +175,9 @@ pub async fn start_container(
         spec.extra.push(Property::new("KillSignal", Value::I32(stop_signal)));
     }
     let limits = meta::limits(&t.app);
+    if crate::cgroup::Layout::cached().is_ok_and(|l| l.limits_through_systemd()) {
+        spec.extra.extend(systemd_limits(&limits));
+    }
     if let Some(adj) = limits.oom_score_adj.and_then(|adj| oom_score_adj_allowed(&t.pod, adj)) {
         spec.extra.push(Property::new("OOMScoreAdjust", Value::I32(adj)));
     }
@@ -348,10 +351,37 @@ pub async fn update_container_resources(
     }
     let update = meta::limits_from_cri(&res);
     tokio::task::block_in_place(|| {
-        apply_limits(&t, &update).map_err(|e| Status::internal(format!("limits of {}: {e}", req.container_id)))?;
+        if crate::cgroup::Layout::cached().is_ok_and(|l| l.limits_through_systemd()) {
+            with_bus(rt, &t.pod, |bus| bus.set_unit_properties(&unit(&t.app.name), systemd_limits(&update)))?;
+        } else {
+            apply_limits(&t, &update).map_err(|e| Status::internal(format!("limits of {}: {e}", req.container_id)))?;
+        }
         store_limits(&t, &update).map_err(pod_status)
     })?;
     Ok(cri::UpdateContainerResourcesResponse {})
+}
+
+/// Limits as the pod's systemd takes them on a cgroup v2 host: MemoryMax,
+/// CPUWeight (from CPU shares as Kubernetes converts them), CPUQuotaPerSecUSec
+/// and CPUQuotaPeriodUSec, TasksMax.
+pub(super) fn systemd_limits(l: &crate::cgroup::app::Limits) -> Vec<Property> {
+    let mut p = Vec::new();
+    if let Some(m) = l.memory_bytes.and_then(|m| u64::try_from(m).ok()) {
+        p.push(Property::u64("MemoryMax", m));
+    }
+    if let Some(shares) = l.cpu_shares {
+        let shares = shares.clamp(2, 262_144);
+        p.push(Property::u64("CPUWeight", 1 + ((shares - 2) * 9999) / 262_142));
+    }
+    let period = l.cpu_period_us.unwrap_or(100_000).max(1_000);
+    if let Some(quota) = l.cpu_quota_us.and_then(|q| u64::try_from(q).ok()).filter(|q| *q > 0) {
+        p.push(Property::u64("CPUQuotaPerSecUSec", quota.saturating_mul(1_000_000) / period));
+        p.push(Property::u64("CPUQuotaPeriodUSec", period));
+    }
+    if let Some(pids) = l.pids.and_then(|n| u64::try_from(n).ok()) {
+        p.push(Property::u64("TasksMax", pids));
+    }
+    p
 }
 
 /// Records limits applied by an update in the pod manifest (what
@@ -451,4 +481,49 @@ pub async fn reopen_container_log(
     crilog::reopen(&t.pod.path().join(crilog::SOCKET_FILE), &t.app.name)
         .map_err(|e| Status::internal(format!("reopening the log of {}: {e}", req.container_id)))?;
     Ok(cri::ReopenContainerLogResponse {})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::app::Limits;
+
+    fn values(p: &[Property]) -> Vec<(String, u64)> {
+        p.iter()
+            .map(|p| match p.value {
+                Value::U64(v) => (p.name.clone(), v),
+                ref v => panic!("{} is {v:?}", p.name),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn limits_as_systemd_properties() {
+        let l = Limits {
+            memory_bytes: Some(64 << 20),
+            cpu_shares: Some(1024),
+            cpu_quota_us: Some(50_000),
+            cpu_period_us: Some(100_000),
+            pids: Some(100),
+            oom_score_adj: Some(-997),
+        };
+        let got = values(&systemd_limits(&l));
+        let want: Vec<(String, u64)> = [
+            ("MemoryMax", 64 << 20),
+            ("CPUWeight", 39),
+            ("CPUQuotaPerSecUSec", 500_000),
+            ("CPUQuotaPeriodUSec", 100_000),
+            ("TasksMax", 100),
+        ]
+        .iter()
+        .map(|(n, v)| (n.to_string(), *v))
+        .collect();
+        assert_eq!(got, want);
+        // kubelet's minimum shares (2) is the minimum weight; no limits, no properties
+        assert_eq!(
+            values(&systemd_limits(&Limits { cpu_shares: Some(2), ..Default::default() })),
+            [("CPUWeight".to_string(), 1)]
+        );
+        assert!(systemd_limits(&Limits::default()).is_empty());
+    }
 }

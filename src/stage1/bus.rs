@@ -144,6 +144,24 @@ impl PodBus {
         })
     }
 
+    /// `SetUnitProperties(name, runtime=true, props)`: changes a running
+    /// unit (its resource limits) until it stops.
+    pub fn set_unit_properties(&self, name: &str, props: Vec<Property>) -> Result<(), BusError> {
+        let unit = name.to_string();
+        self.request(move |w, reply| {
+            let r = (|| {
+                let bus = w.bus()?;
+                let call = |e| BusError::from_call("SetUnitProperties", &unit, e);
+                let mut m = bus.method_call(MANAGER_PATH, MANAGER_IFACE, "SetUnitProperties").map_err(call)?;
+                m.append(Basic::Str(&unit)).map_err(call)?;
+                m.append(Basic::Bool(true)).map_err(call)?;
+                spec::append_properties(&mut m, &props).map_err(call)?;
+                bus.call(&m, us(CALL_TIMEOUT)).map(drop).map_err(call)
+            })();
+            send(reply, r)
+        })
+    }
+
     /// `StopUnit(name, "replace")` and waits up to `timeout` for the job.
     /// The time between SIGTERM and SIGKILL is the unit's TimeoutStopUSec.
     pub fn stop_unit(&self, name: &str, timeout: Duration) -> Result<(), BusError> {
