@@ -198,6 +198,7 @@ fn layer_pipeline(c: &mut Criterion) {
                     blob_out: None,
                     dest: dest.path().to_path_buf(),
                     staged: false,
+                    max_bytes: u64::MAX,
                 })
                 .expect("layer");
                 black_box(done.key);

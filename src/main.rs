@@ -206,6 +206,17 @@ enum ImageCommand {
         #[arg(long, default_value = "24h")]
         grace_period: String,
     },
+    /// Check the store: blobs against their keys, the index against the
+    /// blobs, rendered trees against their layers, no pull leftovers. Exits
+    /// 1 when something is wrong.
+    Verify {
+        /// Also compare every rendered tree, file by file, with a fresh rendering of its layers.
+        #[arg(long)]
+        deep: bool,
+        /// Output format: tabbed (default) or json.
+        #[arg(long, default_value = "tabbed")]
+        format: String,
+    },
     /// Print an image's manifest.
     CatManifest {
         image: String,
@@ -560,6 +571,28 @@ fn image_cmd(rkt: RktFlags, command: ImageCommand) -> Result<(), String> {
                 println!("removed image {i}");
             }
             println!("removed {} layers, {} interrupted pulls", report.layers.len(), report.tmp);
+        }
+        ImageCommand::Verify { deep, format } => {
+            let report = rktlet::image::fsck::verify(&store, deep).map_err(|e| e.to_string())?;
+            match format.as_str() {
+                "json" => println!("{}", serde_json::to_string(&report).map_err(|e| e.to_string())?),
+                "tabbed" => {
+                    println!(
+                        "{} images, {} blobs, {} trees ({} compared with their layers)",
+                        report.images, report.blobs, report.trees, report.trees_compared
+                    );
+                    for n in &report.notes {
+                        println!("note: {n}");
+                    }
+                    for p in &report.problems {
+                        println!("problem: {p}");
+                    }
+                }
+                other => return Err(format!("unknown --format {other:?}: use tabbed or json")),
+            }
+            if !report.ok() {
+                return Err(format!("the image store has {} problem(s)", report.problems.len()));
+            }
         }
         ImageCommand::CatManifest { image, pretty_print } => {
             let image = store.resolve(&image).map_err(|e| e.to_string())?;

@@ -192,12 +192,22 @@ impl Runtime {
             }
         };
         for name in started {
-            let Ok(status) = bus.unit_status(&format!("{name}.service")) else { continue };
-            if let Some(exit) = status.main_exit() {
-                let paths = crate::stage1::app::AppPaths::new(pod, &name);
-                if crate::stage1::app::record_exit(&paths, crate::stage1::bus::exit_code(&exit)).unwrap_or(false) {
-                    self.emit(pod.uuid(), &name, EventKind::Stopped);
+            let paths = crate::stage1::app::AppPaths::new(pod, &name);
+            let code = match bus.unit_status(&format!("{name}.service")) {
+                Ok(status) => status.main_exit().map(|exit| crate::stage1::bus::exit_code(&exit)),
+                Err(e) if e.is_not_found() => {
+                    let code = crate::stage1::app::vanished_exit(&paths);
+                    if let Some(code) = code {
+                        tracing::warn!(pod = %pod.uuid(), app = name, code, "the pod's systemd forgot the app's unit: exit taken as {code}");
+                    }
+                    code
                 }
+                Err(_) => None,
+            };
+            if let Some(code) = code
+                && crate::stage1::app::record_exit(&paths, code).unwrap_or(false)
+            {
+                self.emit(pod.uuid(), &name, EventKind::Stopped);
             }
         }
     }

@@ -24,6 +24,21 @@ async fn restart(d: &mut Daemon, point: Option<&str>) -> (RuntimeServiceClient<C
     (d.runtime().await, d.images().await)
 }
 
+/// `rktlet image verify` (deep: trees compared with their layers) passes;
+/// its JSON report.
+fn store_verifies(data: &std::path::Path) -> serde_json::Value {
+    let out = std::process::Command::new(common::BIN)
+        .arg("--dir")
+        .arg(data)
+        .args(["image", "verify", "--deep", "--format=json"])
+        .output()
+        .expect("rktlet image verify");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("verify report");
+    assert!(out.status.success(), "the store does not verify: {report}");
+    assert_eq!(report["problems"], serde_json::json!([]), "{report}");
+    report
+}
+
 /// The daemon died at its crash point (SIGKILL).
 fn crashed(d: &mut Daemon) {
     let status = common::wait_timeout(&mut d.child, Duration::from_secs(20)).expect("the daemon did not die");
@@ -53,6 +68,7 @@ async fn interrupted_operations_recover_after_a_restart() {
     let (mut rt, _) = restart(&mut d, None).await;
     let listed = rt.list_containers(cri::ListContainersRequest::default()).await.expect("list").into_inner().containers;
     assert!(listed.is_empty(), "a half-made container is not reported: {listed:?}");
+    store_verifies(&data);
     let first = rt.create_container(create("first")).await.expect("the retried create").into_inner().container_id;
     assert!(d.log().contains("removing what an interrupted add left"), "the leftovers were cleared first");
     rt.start_container(cri::StartContainerRequest { container_id: first.clone() }).await.expect("start");
@@ -93,9 +109,49 @@ async fn interrupted_operations_recover_after_a_restart() {
     let (_, mut img) = restart(&mut d, None).await;
     let st = img.image_status(cri::ImageStatusRequest { image: spec(), verbose: false }).await.expect("status");
     assert!(st.into_inner().image.is_none(), "an image whose pull was cut short is not reported");
+    store_verifies(&data);
     img.pull_image(cri::PullImageRequest { image: spec(), ..Default::default() }).await.expect("the retried pull");
     let st = img.image_status(cri::ImageStatusRequest { image: spec(), verbose: false }).await.expect("status");
     assert!(st.into_inner().image.is_some());
+
+    // a pull of three layers dies after the first is unpacked, and another while
+    // it commits (its blobs stored, the index not written yet)
+    for (point, name) in [("pull-between-layers", "big"), ("pull-mid-commit", "edge")] {
+        let reference = format!("{reg}/{name}:latest");
+        let spec = || Some(cri::ImageSpec { image: reference.clone(), ..Default::default() });
+        let (_, mut img) = restart(&mut d, Some(point)).await;
+        assert!(img.pull_image(cri::PullImageRequest { image: spec(), ..Default::default() }).await.is_err());
+        crashed(&mut d);
+        let (_, mut img) = restart(&mut d, None).await;
+        let st = img.image_status(cri::ImageStatusRequest { image: spec(), verbose: false }).await.expect("status");
+        assert!(st.into_inner().image.is_none(), "{point}: a cut pull is not reported");
+        let report = store_verifies(&data);
+        if point == "pull-mid-commit" {
+            let notes = report["notes"].to_string();
+            assert!(notes.contains("is not in the index"), "{point}: stored blobs are noted: {report}");
+        }
+        img.pull_image(cri::PullImageRequest { image: spec(), ..Default::default() }).await.expect("retried pull");
+        let st = img.image_status(cri::ImageStatusRequest { image: spec(), verbose: false }).await.expect("status");
+        assert!(st.into_inner().image.is_some(), "{point}: the retried pull is reported");
+        store_verifies(&data);
+    }
+
+    // StopContainer dies after the app exited, before its exit was recorded
+    let (mut rt, _) = restart(&mut d, Some("stop-before-record")).await;
+    assert!(rt.stop_container(cri::StopContainerRequest { container_id: first.clone(), timeout: 5 }).await.is_err());
+    crashed(&mut d);
+    let (mut rt, _) = restart(&mut d, None).await;
+    let st = rt
+        .container_status(cri::ContainerStatusRequest { container_id: first.clone(), verbose: false })
+        .await
+        .expect("status")
+        .into_inner()
+        .status
+        .expect("status");
+    assert_eq!((st.state, st.exit_code), (cri::ContainerState::ContainerExited as i32, 143), "{st:?}");
+    rt.stop_container(cri::StopContainerRequest { container_id: first.clone(), timeout: 5 })
+        .await
+        .expect("the retried stop");
 
     // RemovePodSandbox dies after the pod stopped, before its directory went
     let (mut rt, _) = restart(&mut d, Some("remove-after-stop")).await;
@@ -114,4 +170,6 @@ async fn interrupted_operations_recover_after_a_restart() {
         .await
         .expect("the retried remove");
     assert_no_leaks(&data, &[pod]);
+    let report = store_verifies(&data);
+    assert!(report["trees_compared"].as_u64().is_some_and(|n| n >= 4), "every tree compared: {report}");
 }

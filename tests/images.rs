@@ -351,6 +351,67 @@ fn cli_list_cat_manifest_gc_rerender_and_rm() {
     assert_eq!(run(&["image", "gc", "--grace-period=0s"]).lines().count(), 1);
 }
 
+#[test]
+fn verify_finds_a_corrupted_blob_a_tampered_tree_and_pull_leftovers() {
+    let reg = registry();
+    let dir = tempfile::tempdir().expect("tmp");
+    let verify = |deep: bool| {
+        let mut cmd = Command::new(common::BIN);
+        cmd.args(["image", "verify", "--format=json", "--dir"]).arg(dir.path());
+        if deep {
+            cmd.arg("--deep");
+        }
+        let out = cmd.output().expect("verify");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json report");
+        (out.status.success(), report)
+    };
+    let fetched = Command::new(common::BIN)
+        .args(["fetch", &format!("docker://{}/cfg:latest", reg.main), "--dir"])
+        .arg(dir.path())
+        .output()
+        .expect("fetch");
+    assert!(fetched.status.success(), "{}", String::from_utf8_lossy(&fetched.stderr));
+    let (ok, report) = verify(true);
+    assert!(ok, "a fresh store verifies: {report}");
+    assert_eq!((report["images"].as_u64(), report["trees_compared"].as_u64()), (Some(1), Some(1)), "{report}");
+
+    // a file of the rendered tree changed behind the store's back: only the deep check sees it
+    let store = Store::open(&DataDir::new(dir.path()), RegistryConfig::default()).expect("open");
+    let id = store.list().expect("list")[0].id.clone();
+    let hello = store.tree(&id).expect("tree").rootfs().join("work/hello.txt");
+    fs::write(&hello, "tampered\n").expect("tamper");
+    assert!(verify(false).0, "the shallow check trusts rendered trees");
+    let (ok, report) = verify(true);
+    assert!(!ok);
+    assert!(report["problems"].to_string().contains("work/hello.txt"), "{report}");
+
+    // a stored layer blob whose bytes changed no longer has its key
+    let layer = store.read_manifest(&id).expect("manifest").dependencies[0].image_id.clone().expect("layer key");
+    let blob = dir.path().join("cas/blob/sha512").join(&layer[7..9]).join(&layer);
+    let mut bytes = fs::read(&blob).expect("blob");
+    let last = bytes.len() - 9; // inside the gzip stream's data, before its trailer
+    bytes[last] ^= 0xff;
+    fs::write(&blob, &bytes).expect("corrupt");
+    let (ok, report) = verify(false);
+    assert!(!ok);
+    assert!(report["problems"].to_string().contains(&format!("blob {layer}")), "{report}");
+
+    // a pull killed mid-way left its work directory: a problem until gc removes it
+    fs::write(&blob, {
+        bytes[last] ^= 0xff;
+        &bytes
+    })
+    .expect("restore");
+    fs::write(&hello, "hello from cfg image\n").expect("restore file");
+    fs::create_dir_all(dir.path().join("cas/tmp/pull-killed/tree")).expect("leftover");
+    let (ok, report) = verify(false);
+    assert!(!ok && report["problems"].to_string().contains("pull-killed"), "{report}");
+    let gc = Command::new(common::BIN).args(["image", "gc", "--dir"]).arg(dir.path()).output().expect("gc");
+    assert!(gc.status.success());
+    let (ok, report) = verify(false);
+    assert!(ok, "after gc: {report}");
+}
+
 mod cri {
     use super::*;
     use rktlet::proto::v1 as cri;

@@ -382,6 +382,7 @@ pub async fn create_container(
     })
     .map_err(app_status)?;
     rt.emit(pod.uuid(), &name, crate::runtime::EventKind::Created);
+    rt.pods.warm(&rt.manifests, &pod.uuid().to_string());
     Ok(cri::CreateContainerResponse { container_id: meta::container_id(&pod.uuid().to_string(), &name) })
 }
 

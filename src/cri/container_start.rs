@@ -226,6 +226,7 @@ pub async fn start_container(
         Err(e) => return Err(Status::internal(format!("limits of {}: {e}", req.container_id))),
         Ok(()) => {}
     }
+    rt.pods.warm(&rt.manifests, &t.pod.uuid().to_string());
     Ok(cri::StartContainerResponse {})
 }
 
@@ -414,6 +415,8 @@ fn stop_app(rt: &Runtime, t: &Target, timeout: Duration) -> Result<(), Status> {
         return Ok(());
     }
     let name = unit(&t.app.name);
+    let first_signal = if timeout.is_zero() { libc::SIGKILL } else { meta::stop_signal(&t.app).0 };
+    app::mark_stopping(&paths, first_signal).map_err(|e| Status::internal(e.to_string()))?;
     with_bus(rt, &t.pod, |bus| {
         if timeout.is_zero() {
             bus.kill_unit(&name, libc::SIGKILL)?;
@@ -426,6 +429,9 @@ fn stop_app(rt: &Runtime, t: &Target, timeout: Duration) -> Result<(), Status> {
             Err(e) if e.is_not_found() => Ok(()),
             other => other,
         }?;
+        // a crash here leaves the exit unrecorded: the restarted daemon reads
+        // it from the pod's systemd (reconcile), a repeated stop is a no-op
+        crate::fault::point("stop-before-record");
         if let Some(exit) = bus.unit_status(&name).ok().and_then(|s| s.main_exit())
             && app::record_exit(&paths, crate::stage1::bus::exit_code(&exit)).unwrap_or(false)
         {
@@ -442,6 +448,7 @@ pub async fn stop_container(
     let t = open(rt, &req.container_id)?;
     let timeout = Duration::from_secs(u64::try_from(req.timeout).unwrap_or(0));
     tokio::task::block_in_place(|| stop_app(rt, &t, timeout))?;
+    rt.pods.warm(&rt.manifests, &t.pod.uuid().to_string());
     Ok(cri::StopContainerResponse {})
 }
 
@@ -467,6 +474,7 @@ pub async fn remove_container(
         app::remove(&mut t.pod, &t.app.name).map_err(app_status)
     })?;
     rt.emit(t.pod.uuid(), &t.app.name, EventKind::Deleted);
+    rt.pods.warm(&rt.manifests, &t.pod.uuid().to_string());
     Ok(cri::RemoveContainerResponse {})
 }
 

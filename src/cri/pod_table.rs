@@ -256,6 +256,22 @@ impl PodTable {
         Ok((view, pidfd.filter(|_| running)))
     }
 
+    /// Reads a pod's view after the daemon changed the pod, before it
+    /// answers: kubelet asks for the status right after every change it
+    /// makes, and finds it kept (the next change of the pod drops it again).
+    pub fn warm(&self, manifests: &ManifestCache, id: &str) {
+        if self.inner.is_none() {
+            return;
+        }
+        let on_workers = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if on_workers {
+            let _ = tokio::task::block_in_place(|| self.view_of(manifests, id));
+        } else {
+            let _ = self.view_of(manifests, id);
+        }
+    }
+
     /// The view of a pod named by id (UUID or unique prefix).
     pub fn view_of(&self, manifests: &ManifestCache, id: &str) -> Result<Arc<PodView>, PodError> {
         let data = &self.data;

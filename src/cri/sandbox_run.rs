@@ -81,6 +81,7 @@ pub async fn run_pod_sandbox(
 ) -> Result<cri::RunPodSandboxResponse, Status> {
     let req = validate(req, rt.host.pid1_is_systemd)?;
     if let Some(uuid) = super::sandbox_pool::serve(rt, &req).await {
+        rt.pods.warm(&rt.manifests, &uuid.to_string());
         return Ok(cri::RunPodSandboxResponse { pod_sandbox_id: uuid.to_string() });
     }
     let uuid = Uuid::new_v4();
@@ -91,7 +92,10 @@ pub async fn run_pod_sandbox(
     let result = start(rt, &req, uuid, manifest_file.clone()).await;
     let _ = std::fs::remove_file(&manifest_file);
     match result {
-        Ok(()) => Ok(cri::RunPodSandboxResponse { pod_sandbox_id: uuid.to_string() }),
+        Ok(()) => {
+            rt.pods.warm(&rt.manifests, &uuid.to_string());
+            Ok(cri::RunPodSandboxResponse { pod_sandbox_id: uuid.to_string() })
+        }
         Err(status) => {
             let log = sandbox_log_tail(rt, uuid);
             cleanup(rt, uuid).await;

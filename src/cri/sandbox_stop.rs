@@ -35,6 +35,7 @@ pub async fn stop_pod_sandbox(
     }
     teardown::stop_pod(&rt.data, &req.pod_sandbox_id, STOP_GRACE, &rt.net_dirs()).await.map_err(teardown_status)?;
     forget_bus(rt, &req.pod_sandbox_id);
+    rt.pods.warm(&rt.manifests, &req.pod_sandbox_id);
     Ok(cri::StopPodSandboxResponse {})
 }
 

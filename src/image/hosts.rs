@@ -30,6 +30,14 @@ pub struct RegistryConfig {
     /// Per upstream host: its mirrors.
     #[serde(default)]
     pub hosts: BTreeMap<String, HostConfig>,
+    /// Seconds a registry may send nothing, mid-response, before the pull
+    /// fails (default [`DEFAULT_STALL_SECS`]).
+    #[serde(default)]
+    pub stall_timeout_secs: Option<u64>,
+    /// The largest layer accepted, uncompressed, in bytes (default
+    /// [`DEFAULT_MAX_LAYER_BYTES`]): a decompression bomb stops there.
+    #[serde(default)]
+    pub max_layer_bytes: Option<u64>,
     /// Every registry over plain HTTP (`--insecure-options=http`).
     #[serde(skip)]
     pub all_http: bool,
@@ -67,7 +75,20 @@ pub struct Endpoint {
     pub mirror: bool,
 }
 
+/// Five minutes without a byte, as containerd's `image_pull_progress_timeout`.
+pub const DEFAULT_STALL_SECS: u64 = 300;
+/// 64 GiB: above any real layer, below filling a node's disk with zeros.
+pub const DEFAULT_MAX_LAYER_BYTES: u64 = 64 << 30;
+
 impl RegistryConfig {
+    pub fn stall_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.stall_timeout_secs.unwrap_or(DEFAULT_STALL_SECS).max(1))
+    }
+
+    pub fn max_layer_bytes(&self) -> u64 {
+        self.max_layer_bytes.unwrap_or(DEFAULT_MAX_LAYER_BYTES)
+    }
+
     /// Reads `path`; a missing file means no mirrors and no extra insecure hosts.
     pub fn load(path: &Path) -> Result<Self, String> {
         match std::fs::read_to_string(path) {

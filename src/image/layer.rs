@@ -49,6 +49,8 @@ pub struct LayerJob {
     /// The tree's rootfs (bottom layer) or this layer's staging directory.
     pub dest: PathBuf,
     pub staged: bool,
+    /// The most uncompressed bytes accepted (`max_layer_bytes`).
+    pub max_bytes: u64,
 }
 
 pub struct LayerDone {
@@ -150,8 +152,16 @@ pub fn run(job: LayerJob) -> Result<LayerDone, ImageError> {
             ),
             _ => Box::new(buffered),
         };
-        let mut plain = HashingReader::new(decoder, Algorithm::Sha512, None);
-        let unpacked = Unpacker::new(&job.dest, job.staged).unpack(&mut plain)?;
+        let mut plain = HashingReader::new(decoder, Algorithm::Sha512, Some(job.max_bytes));
+        let unpacked = match Unpacker::new(&job.dest, job.staged).unpack(&mut plain) {
+            Err(_) if plain.count() > job.max_bytes => {
+                return Err(ImageError::Unsupported(format!(
+                    "{what} is larger than {} bytes uncompressed (max_layer_bytes in the registry config)",
+                    job.max_bytes
+                )));
+            }
+            r => r?,
+        };
         let (sha512, _) = plain.finish().map_err(|e| super::io_ctx(format!("decompressing {what}"))(e))?;
         Ok((unpacked, sha512))
     })();

@@ -34,6 +34,7 @@ pub mod auth;
 pub mod cas;
 pub mod convert;
 pub mod extract;
+pub mod fsck;
 pub mod hosts;
 pub mod layer;
 pub mod oci;
@@ -76,6 +77,9 @@ pub enum ImageError {
     Io { context: String, source: io::Error },
     #[error("image store task failed: {0}")]
     Task(String),
+    /// The registry stopped sending or closed the connection mid-blob.
+    #[error("{0}")]
+    Network(String),
 }
 
 pub(crate) fn io_ctx(context: impl Into<String>) -> impl FnOnce(io::Error) -> ImageError {
@@ -99,6 +103,7 @@ impl ImageError {
                 RegistryError::Client(_) => Code::Internal,
             },
             ImageError::Verify { .. } => Code::DataLoss,
+            ImageError::Network(_) => Code::Unavailable,
             ImageError::Unsupported(_) => Code::FailedPrecondition,
             ImageError::Extract(extract::ExtractError::Unsafe { .. }) => Code::FailedPrecondition,
             ImageError::Extract(_) | ImageError::Io { .. } | ImageError::Task(_) => Code::Internal,

@@ -42,10 +42,13 @@ pub struct RegistryClient {
 
 impl RegistryClient {
     pub fn new(config: RegistryConfig) -> Result<Self, RegistryError> {
+        let stall = config.stall_timeout();
         let build = |skip_verify: bool| {
             reqwest::Client::builder()
                 .user_agent(concat!("rktlet/", env!("CARGO_PKG_VERSION")))
                 .connect_timeout(Duration::from_secs(30))
+                // per read: a registry that stops sending fails the pull, a slow one does not
+                .read_timeout(stall)
                 .pool_idle_timeout(Duration::from_secs(90))
                 .danger_accept_invalid_certs(skip_verify)
                 .build()

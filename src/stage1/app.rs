@@ -307,7 +307,7 @@ fn remove_files(pod: &Pod, paths: &AppPaths, tree_id: Option<&str>) {
     let _ = fs::remove_dir_all(paths.appsinfo());
     let _ = fs::remove_file(paths.env_file());
     let _ = fs::remove_dir_all(paths.devices());
-    for suffix in ["", "-created", "-started"] {
+    for suffix in ["", "-created", "-started", "-stopping"] {
         let _ = fs::remove_file(paths.status_file(suffix));
     }
     if let Some(id) = tree_id {
@@ -415,6 +415,29 @@ pub fn record_exit(paths: &AppPaths, exit_code: i32) -> io::Result<bool> {
 /// Bytes and inodes of all writable layers of a pod (its overlay directory).
 pub fn pod_writable_usage(pod: &Pod) -> (u64, u64) {
     crate::image::extract::usage(&pod.path().join("overlay"))
+}
+
+/// Marks an app being stopped with `signal` (`<app>-stopping`), before the
+/// stop is asked of the pod's systemd. systemd forgets a stopped unit, exit
+/// status included; a daemon that dies before recording the exit learns
+/// from this file, after its restart, how the app ended (see [`vanished_exit`]).
+pub fn mark_stopping(paths: &AppPaths, signal: i32) -> io::Result<()> {
+    fs::write(paths.status_file("-stopping"), signal.to_string())
+}
+
+/// The exit to record for a started app whose unit the pod's systemd no
+/// longer knows (a running unit is always loaded, so the app is gone):
+/// 128 + the stop signal if a stop was under way; else, if the start is
+/// not recent (a start marks `-started` just before creating the unit),
+/// 255, exit unknown. `None`: too early to tell.
+pub fn vanished_exit(paths: &AppPaths) -> Option<i32> {
+    if let Some(sig) =
+        fs::read_to_string(paths.status_file("-stopping")).ok().and_then(|s| s.trim().parse::<i32>().ok())
+    {
+        return Some(128 + sig);
+    }
+    let started = fs::metadata(paths.status_file("-started")).and_then(|m| m.modified()).ok()?;
+    (started.elapsed().ok()? > std::time::Duration::from_secs(10)).then_some(255)
 }
 
 /// Marks an app started (`<app>-started`, its mtime is StartedAt).
