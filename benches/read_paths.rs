@@ -1,4 +1,4 @@
-//! The read verbs kubelet calls all the time, through the real daemon and CRI
+//! The verbs kubelet calls all the time (reads, and ExecSync for probes), through the real daemon and CRI
 //! socket, next to the gRPC round-trip floor (Version): PodSandboxStatus,
 //! ContainerStatus, ListPodSandbox, ListContainers, and the stats and metrics
 //! lists, with N pods (default 50), each running one container. Medians and
@@ -117,6 +117,20 @@ async fn main() {
             async move {
                 let l = rt.list_containers(cri::ListContainersRequest { filter: None }).await.expect("list");
                 assert_eq!(l.into_inner().containers.len(), n);
+            }
+        })
+        .await,
+    );
+    summary(
+        "ExecSync /bin/true (a probe)",
+        time(rounds / 2, || {
+            let (mut rt, id) = (rt2.clone(), c.clone());
+            async move {
+                let r = rt
+                    .exec_sync(cri::ExecSyncRequest { container_id: id, cmd: vec!["/bin/true".into()], timeout: 5 })
+                    .await
+                    .expect("exec");
+                assert_eq!(r.into_inner().exit_code, 0);
             }
         })
         .await,

@@ -35,7 +35,9 @@ async fn exec_url(rt: &mut RuntimeServiceClient<Channel>, id: &str, cmd: &[&str]
 
 async fn connect(url: &str, protocol: &str) -> Result<Ws, tokio_tungstenite::tungstenite::Error> {
     let mut req = url.into_client_request().expect("request");
-    req.headers_mut().insert("Sec-WebSocket-Protocol", protocol.parse().expect("header"));
+    if !protocol.is_empty() {
+        req.headers_mut().insert("Sec-WebSocket-Protocol", protocol.parse().expect("header"));
+    }
     let (ws, resp) = tokio_tungstenite::connect_async(req).await?;
     let chosen = resp.headers().get("Sec-WebSocket-Protocol").and_then(|v| v.to_str().ok()).unwrap_or("");
     assert_eq!(chosen, protocol);
@@ -334,28 +336,35 @@ async fn port_forward_over_spdy_and_websocket_into_the_pod_network() {
     assert_eq!(out, "");
     assert!(err.contains("error forwarding port 9") && err.contains("refused"), "{err}");
 
-    // WebSocket: each channel opens with its port, little-endian
-    let u = url(&mut rt, vec![8080]).await;
-    let mut ws =
-        connect(&format!("{}?port=8080", u.replace("http://", "ws://")), "v4.channel.k8s.io").await.expect("ws");
-    let first: Vec<Message> = vec![ws.next().await.expect("f").expect("f"), ws.next().await.expect("f").expect("f")];
-    assert_eq!(first, vec![Message::Binary(vec![0, 0x90, 0x1f].into()), Message::Binary(vec![1, 0x90, 0x1f].into())]);
-    ws.send(Message::Binary([&[0u8][..], get.as_bytes()].concat().into())).await.expect("send");
-    let mut got = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while let Ok(Some(Ok(m))) = tokio::time::timeout_at(deadline.into(), ws.next()).await {
-        match m {
-            Message::Binary(b) if b.first() == Some(&0) => got.extend_from_slice(&b[1..]),
-            Message::Close(_) => break,
-            _ => {}
+    // WebSocket: each channel opens with its port, little-endian; the same
+    // channels under every sub-protocol kubelet's server takes (or none)
+    for protocol in ["v4.channel.k8s.io", "portforward.k8s.io", "channel.k8s.io", ""] {
+        let u = url(&mut rt, vec![8080]).await;
+        let mut ws = connect(&format!("{}?port=8080", u.replace("http://", "ws://")), protocol).await.expect("ws");
+        let first: Vec<Message> =
+            vec![ws.next().await.expect("f").expect("f"), ws.next().await.expect("f").expect("f")];
+        assert_eq!(
+            first,
+            vec![Message::Binary(vec![0, 0x90, 0x1f].into()), Message::Binary(vec![1, 0x90, 0x1f].into())],
+            "{protocol}"
+        );
+        ws.send(Message::Binary([&[0u8][..], get.as_bytes()].concat().into())).await.expect("send");
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while let Ok(Some(Ok(m))) = tokio::time::timeout_at(deadline.into(), ws.next()).await {
+            match m {
+                Message::Binary(b) if b.first() == Some(&0) => got.extend_from_slice(&b[1..]),
+                Message::Close(_) => break,
+                _ => {}
+            }
+            if got.ends_with(b"hello from httpd\n") {
+                break;
+            }
         }
-        if got.ends_with(b"hello from httpd\n") {
-            break;
-        }
+        let got = String::from_utf8_lossy(&got);
+        assert!(got.starts_with("HTTP/1.") && got.ends_with("hello from httpd\n"), "{protocol}: {got:?}");
+        drop(ws);
     }
-    let got = String::from_utf8_lossy(&got);
-    assert!(got.starts_with("HTTP/1.") && got.ends_with("hello from httpd\n"), "{got:?}");
-    drop(ws);
 
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);

@@ -1,7 +1,8 @@
 //! PortForward: TCP connections to a port inside a pod's network namespace,
 //! relayed over SPDY/3.1 (`portforward.k8s.io`: per connection the client
 //! opens an error stream and a data stream with `port` and `requestid`
-//! headers) or over a WebSocket (`v4.channel.k8s.io`: ports from the URL,
+//! headers) or over a WebSocket (`v4.channel.k8s.io`, `portforward.k8s.io`,
+//! `channel.k8s.io`, their base64 forms, or none: ports from the URL,
 //! channel 2i carries port i's data and 2i+1 its errors, each channel
 //! starting with the port number as two little-endian bytes).
 
@@ -17,7 +18,10 @@ pub const SPDY_PROTOCOL: &str = "portforward.k8s.io";
 const MAX_PENDING_PAIRS: usize = 1024;
 /// Ports one WebSocket session may forward (two channels each, one byte per channel id).
 pub const MAX_WS_PORTS: usize = 64;
-pub const WS_PROTOCOLS: [&str; 2] = ["v4.channel.k8s.io", "v4.base64.channel.k8s.io"];
+/// The WebSocket sub-protocols kubelet's own streaming server takes for
+/// port-forward, all the same channel framing (binary or base64).
+pub const WS_PROTOCOLS: [&str; 5] =
+    ["v4.channel.k8s.io", "v4.base64.channel.k8s.io", "portforward.k8s.io", "channel.k8s.io", "base64.channel.k8s.io"];
 
 /// Where to connect: the pod's netns (none: the node's, for host-network pods).
 #[derive(Debug, Clone)]

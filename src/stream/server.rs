@@ -161,7 +161,8 @@ async fn handle(mut conn: TcpStream, rt: Arc<Runtime>) -> std::io::Result<()> {
     if head.header("sec-websocket-version") != "13" || head.header("sec-websocket-key").is_empty() {
         return reply(&mut conn, "400 Bad Request", "WebSocket version 13 with a key is required\n").await;
     }
-    let offered: Vec<&str> = head.header("sec-websocket-protocol").split(',').map(str::trim).collect();
+    let offered: Vec<&str> =
+        head.header("sec-websocket-protocol").split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
     match req {
         StreamRequest::Exec { container_id, cmd, tty, stdin, stdout, stderr } => {
             let Some(protocol) = remotecommand::PROTOCOLS.iter().find(|p| offered.contains(p)) else {
@@ -176,7 +177,12 @@ async fn handle(mut conn: TcpStream, rt: Arc<Runtime>) -> std::io::Result<()> {
             Ok(())
         }
         StreamRequest::PortForward { pod_id, ports } => {
-            let Some(protocol) = portforward::WS_PROTOCOLS.iter().find(|p| offered.contains(p)) else {
+            // no sub-protocol at all: kubelet's server takes that as binary channels too
+            let protocol = match offered.is_empty() {
+                true => Some(""),
+                false => portforward::WS_PROTOCOLS.iter().copied().find(|p| offered.contains(p)),
+            };
+            let Some(protocol) = protocol else {
                 let body =
                     format!("no supported sub-protocol offered; rktlet speaks {:?}\n", portforward::WS_PROTOCOLS);
                 return reply(&mut conn, "400 Bad Request", &body).await;

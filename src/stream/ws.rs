@@ -37,9 +37,11 @@ pub fn accept_key(key: &str) -> String {
 
 /// The 101 response that completes the handshake with `protocol` chosen.
 pub fn handshake_response(key: &str, protocol: &str) -> String {
+    // a client that offered no sub-protocol must not be answered one
+    let chosen = if protocol.is_empty() { String::new() } else { format!("Sec-WebSocket-Protocol: {protocol}\r\n") };
     format!(
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Accept: {}\r\nSec-WebSocket-Protocol: {protocol}\r\n\r\n",
+         Sec-WebSocket-Accept: {}\r\n{chosen}\r\n",
         accept_key(key)
     )
 }
