@@ -95,6 +95,11 @@ async fn exec_sync_runs_inside_the_container() {
     // it ran in the app's cgroup: stopping the container ends it too
     let out = exec(&mut rt, &id, &["cat", "/proc/self/cgroup"], 5).await.expect("cgroup");
     assert!(text(&out.stdout).contains("web.service"), "{}", text(&out.stdout));
+    // with default signal dispositions and an empty mask, not the daemon's (which ignores SIGPIPE)
+    let out = exec(&mut rt, &id, &["grep", "-E", "^Sig(Ign|Blk):", "/proc/self/status"], 5).await.expect("signals");
+    let lines: Vec<String> =
+        text(&out.stdout).lines().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect();
+    assert_eq!(lines, ["SigBlk: 0000000000000000", "SigIgn: 0000000000000000"], "{}", text(&out.stdout));
 
     // errors a probe must tell apart
     let t = Instant::now();

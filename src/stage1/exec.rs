@@ -6,18 +6,25 @@
 //! working directory, environment, uid/gid/groups, capability sets,
 //! no_new_privs and cgroups, all read from `/proc/<main pid>` beforehand.
 //!
-//! Runs in three processes:
-//! - the daemon (or CLI): reads the target, prepares every C string and
-//!   descriptor, forks, collects output with a size cap and a deadline;
-//! - the intermediate child: joins the app's cgroups and namespaces, forks
-//!   (a pid namespace applies to children only), reports the command's host
-//!   pid, waits for it and reports its wait status;
-//! - the command child: its own session (so a timeout kills it and what it
-//!   started, while the intermediate child still reaps it: an orphan whose
-//!   parent was outside the pod would be nobody's to reap, and would keep the
-//!   pod's cgroup from emptying), chroot, credentials, capabilities, exec.
-//!
-//! Both children make raw syscalls only (the parent is multi-threaded).
+//! One child, made the way `posix_spawn` makes one, because copying the
+//! daemon's page tables for a fork was most of an exec's cost:
+//! - a short-lived thread of the daemon enters the app's PID namespace (for
+//!   the children it makes: nothing else of the daemon changes), blocks all
+//!   signals and clones with `CLONE_VM | CLONE_VFORK` onto a stack of its
+//!   own; it resumes once the child has exec'd (or failed);
+//! - the child shares the daemon's memory until its exec, so it touches
+//!   nothing but data prepared before the clone and makes raw syscalls only
+//!   (no glibc wrapper that keeps process-wide state: credentials are set
+//!   with `syscall(2)`, as glibc would otherwise signal the daemon's
+//!   threads); it resets every signal to its default disposition (handlers
+//!   of the daemon must never run in it; `SIGPIPE`, ignored by Rust
+//!   programs, would stay ignored across exec), joins the app's cgroups and
+//!   other namespaces, starts its own session (a timeout kills it and what
+//!   it started), enters the app's root, takes its credentials and
+//!   capabilities, and execs;
+//! - the daemon is the command's parent: it reaps it (through a pidfd for
+//!   kills, so a reused pid is never signalled); processes the command
+//!   leaves behind are the pod's, reaped by the pod's systemd.
 
 use std::ffi::CString;
 use std::io::{self, Read};
@@ -40,17 +47,14 @@ const NAMESPACES: [(&str, libc::c_int); 6] = [
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Reports on the status pipe, as i32 words: `SETUP step errno` (a setup
-/// step failed), `PID pid` (the command's host pid), `WAIT status`.
+/// step failed; the child then exits 126). A successful exec closes the pipe
+/// (close-on-exec) without a word.
 const REPORT_SETUP: i32 = 1;
-const REPORT_WAIT: i32 = 2;
-const REPORT_PID: i32 = 3;
 
-/// What the children reported.
+/// What the child reported.
 #[derive(Debug, Default, PartialEq)]
 struct Reports {
     setup: Option<(i32, i32)>,
-    pid: Option<i32>,
-    wait: Option<i32>,
 }
 
 fn parse_reports(bytes: &[u8]) -> Reports {
@@ -61,14 +65,6 @@ fn parse_reports(bytes: &[u8]) -> Reports {
         rest = match rest {
             [REPORT_SETUP, step, errno, tail @ ..] => {
                 r.setup.get_or_insert((*step, *errno));
-                tail
-            }
-            [REPORT_PID, pid, tail @ ..] => {
-                r.pid = Some(*pid);
-                tail
-            }
-            [REPORT_WAIT, status, tail @ ..] => {
-                r.wait = Some(*status);
                 tail
             }
             _ => return r,
@@ -257,20 +253,10 @@ pub fn run(pid: i32, argv: &[String], timeout: Option<Duration>, cap: usize) -> 
     Ok(ExecOutput { stdout, stderr, exit_code, truncated })
 }
 
-/// A command started in an app by [`spawn`].
-#[derive(Debug)]
-pub struct Running {
-    /// The intermediate child (our child; it reaps the command).
-    child: i32,
-    reports: std::fs::File,
-    program: String,
-    started: Instant,
-}
-
 /// Starts `argv` as a copy of the app process `pid` with `stdio` as its
 /// standard streams; with `tty`, stdin is a terminal that becomes its
-/// controlling terminal. Returns once it is forked; [`Running::wait`] for
-/// its exit code. Blocking (briefly).
+/// controlling terminal. Returns once it has exec'd (or failed to); then
+/// [`Running::wait`] for its exit code. Blocking (briefly).
 pub fn spawn(
     pid: i32,
     argv: &[String],
@@ -281,91 +267,208 @@ pub fn spawn(
     let target = Target::read(pid)?;
     let candidates = target.candidates(&program)?;
     let args: Vec<CString> = argv.iter().map(|a| cstring(a.as_bytes())).collect::<Result<_, _>>()?;
-    let mut arg_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-    arg_ptrs.push(std::ptr::null());
-    let mut env_ptrs: Vec<*const libc::c_char> = target.env.iter().map(|e| e.as_ptr()).collect();
-    env_ptrs.push(std::ptr::null());
     let (rep_r, rep_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-    let rep_w_fd = rep_w.as_raw_fd();
-    let stdio_fds = stdio.map(|f| f.as_raw_fd());
 
-    // the descriptors the children use, sorted: all others are closed in them
+    // the descriptors the child uses, sorted: all others are closed in it
     let mut keep: Vec<RawFd> = target.ns.iter().map(|(_, fd)| fd.as_raw_fd()).collect();
-    keep.extend([target.root.as_raw_fd(), rep_w_fd]);
-    keep.extend(stdio_fds);
+    keep.extend([target.root.as_raw_fd(), rep_w.as_raw_fd()]);
+    keep.extend(stdio.map(|f| f.as_raw_fd()));
     keep.sort_unstable();
     keep.dedup();
-    // SAFETY: both children below make only raw syscalls on data prepared above.
-    let child = unsafe { libc::fork() };
-    if child < 0 {
-        return Err(io::Error::last_os_error().into());
-    }
-    if child == 0 {
-        // SAFETY: raw syscalls only, then _exit; never returns into Rust code.
-        unsafe {
-            intermediate(&target, rep_w_fd, &keep, &|| {
-                command(&target, &candidates, &arg_ptrs, &env_ptrs, stdio_fds, tty, rep_w_fd)
-            })
-        }
-    }
+    let (stdio, rep) = (stdio.map(|f| f.as_raw_fd()), rep_w.as_raw_fd());
+    let pidns = target.ns.iter().find(|(flag, _)| *flag == libc::CLONE_NEWPID).map(|(_, fd)| fd.as_raw_fd());
+    // a thread of its own: entering the PID namespace changes where the
+    // calling thread's children go, and this thread is gone right after
+    let pid = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+            argv.push(std::ptr::null());
+            let mut envp: Vec<*const libc::c_char> = target.env.iter().map(|e| e.as_ptr()).collect();
+            envp.push(std::ptr::null());
+            let child = ChildArgs {
+                target: &target,
+                keep: &keep,
+                candidates: &candidates,
+                argv: &argv,
+                envp: &envp,
+                stdio,
+                tty,
+                rep,
+            };
+            clone_child(&child, pidns)
+        })
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("the spawning thread panicked")))
+    })?;
     drop(rep_w);
-    Ok(Running { child, reports: std::fs::File::from(rep_r), program, started: Instant::now() })
+    // our unreaped child: its pid cannot be reused while the pidfd is open
+    let pidfd = pidfd_open(pid).ok();
+    Ok(Running { child: pid, pidfd, reports: std::fs::File::from(rep_r), program, started: Instant::now() })
+}
+
+/// What the child works from, all prepared before the clone: it may not
+/// allocate (it shares the daemon's memory and allocator until its exec).
+struct ChildArgs<'a> {
+    target: &'a Target,
+    keep: &'a [RawFd],
+    candidates: &'a [CString],
+    argv: &'a [*const libc::c_char],
+    envp: &'a [*const libc::c_char],
+    stdio: [RawFd; 3],
+    tty: bool,
+    rep: RawFd,
+}
+
+/// Stack of the cloned child until its exec.
+const CHILD_STACK: usize = 256 * 1024;
+
+/// In the spawning thread: enters the PID namespace, clones the child
+/// (`CLONE_VM | CLONE_VFORK`: this thread waits until the child exec'd or
+/// exited) with every signal blocked, and returns its pid.
+fn clone_child(child: &ChildArgs<'_>, pidns: Option<RawFd>) -> io::Result<i32> {
+    let mut stack = vec![0u8; CHILD_STACK];
+    // SAFETY: setns(2) on a namespace descriptor we hold; it affects only this thread's future children.
+    if let Some(fd) = pidns
+        && unsafe { libc::setns(fd, libc::CLONE_NEWPID) } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: sigset operations on local values, and the thread's own mask.
+    let old = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        old
+    };
+    // the stack grows down from its end, 16-byte aligned
+    let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
+    // SAFETY: the child runs child_main on its own stack with `child`, which
+    // outlives it here: CLONE_VFORK suspends this thread until its exec or exit.
+    let pid = unsafe {
+        libc::clone(
+            child_main,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            child as *const ChildArgs<'_> as *mut libc::c_void,
+        )
+    };
+    let err = io::Error::last_os_error();
+    // SAFETY: restoring this thread's own signal mask.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    drop(stack);
+    if pid < 0 { Err(err) } else { Ok(pid) }
+}
+
+/// The cloned child: signals, descriptors, cgroups, namespaces, then the command.
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the ChildArgs the suspended spawning thread keeps alive;
+    // only raw syscalls on prepared data follow, and every path ends in exec or _exit.
+    unsafe {
+        let a = &*(arg as *const ChildArgs<'_>);
+        // the daemon's handlers must never run here: defaults (and no
+        // ignored SIGPIPE) before anything can arrive; then the empty mask
+        for sig in 1..=64 {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = libc::SIG_DFL;
+                libc::syscall(libc::SYS_rt_sigaction, sig, &sa, std::ptr::null_mut::<libc::sigaction>(), 8usize);
+            }
+        }
+        let empty: libc::sigset_t = std::mem::zeroed();
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &empty,
+            std::ptr::null_mut::<libc::sigset_t>(),
+            8usize,
+        );
+        // every other descriptor of the daemon goes first: a copy of a lock
+        // file's descriptor would keep that flock held after the daemon released it
+        let mut from: libc::c_uint = 3;
+        for fd in a.keep.iter().map(|fd| *fd as libc::c_uint).filter(|fd| *fd >= 3) {
+            if fd > from {
+                libc::syscall(libc::SYS_close_range, from, fd - 1, 0);
+            }
+            from = from.max(fd + 1);
+        }
+        libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0);
+        for procs in &a.target.cgroup_procs {
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            // "0" is the writing process itself
+            if fd < 0 || libc::write(fd, c"0".as_ptr().cast(), 1) != 1 {
+                fail(a.rep, 1);
+            }
+            libc::close(fd);
+        }
+        // the PID namespace was entered by the spawning thread: this process is in it already
+        for (flag, fd) in a.target.ns.iter().filter(|(flag, _)| *flag != libc::CLONE_NEWPID) {
+            if libc::setns(fd.as_raw_fd(), *flag) != 0 {
+                fail(a.rep, 2);
+            }
+        }
+        command(a.target, a.candidates, a.argv, a.envp, a.stdio, a.tty, a.rep)
+    }
 }
 
 /// Kills a [`Running`] command from elsewhere (see [`Running::killer`]).
 #[derive(Debug)]
 pub struct Killer {
     child: i32,
-    reports: Option<std::fs::File>,
+    pidfd: Option<OwnedFd>,
 }
 
 impl Killer {
-    /// Kills the command's session (its pid read from the report pipe), or
-    /// the intermediate child when that is not known.
+    /// Kills the command's session.
     pub fn kill(&self) {
-        match &self.reports {
-            Some(r) => stop(self.child, r),
-            None => {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child), nix::sys::signal::SIGKILL);
-            }
-        }
+        kill_session(self.child, self.pidfd.as_ref());
     }
+}
+
+/// A command started in an app by [`spawn`].
+#[derive(Debug)]
+pub struct Running {
+    /// The command (our child).
+    child: i32,
+    pidfd: Option<OwnedFd>,
+    reports: std::fs::File,
+    program: String,
+    started: Instant,
 }
 
 impl Running {
     /// Waits for the command; its exit code (128 + signal when killed by one).
     pub fn wait(mut self) -> Result<i32, ExecError> {
-        reap(self.child);
+        let status = reap(self.child);
         let mut bytes = Vec::new();
         self.reports.read_to_end(&mut bytes)?;
         let r = parse_reports(&bytes);
         let program = self.program;
         tracing::debug!(program, micros = self.started.elapsed().as_micros() as u64, "exec in app");
-        match (r.setup, r.wait) {
-            (Some((step, errno)), _) => Err(ExecError::Setup {
+        if let Some((step, errno)) = r.setup {
+            return Err(ExecError::Setup {
                 program,
                 step: STEPS.get(step as usize).copied().unwrap_or("setup"),
                 source: io::Error::from_raw_os_error(errno),
-            }),
-            (None, Some(status)) => {
-                Ok(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) })
-            }
-            (None, None) => Err(ExecError::Setup {
-                program,
-                step: "start",
-                source: io::Error::other("the exec process ended without a report"),
-            }),
+            });
         }
+        let status = status.ok_or_else(|| ExecError::Setup {
+            program,
+            step: "wait",
+            source: io::Error::other("the command could not be waited for"),
+        })?;
+        Ok(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) })
     }
 
-    /// Kills the command's session and reaps what it leaves.
+    /// Kills the command's session and reaps the command.
     pub fn kill(&self) {
-        stop(self.child, &self.reports);
+        kill_session(self.child, self.pidfd.as_ref());
+        reap(self.child);
     }
 
     /// A handle that can kill the command while another thread waits for it.
     pub fn killer(&self) -> Killer {
-        Killer { child: self.child, reports: self.reports.try_clone().ok() }
+        Killer { child: self.child, pidfd: self.pidfd.as_ref().and_then(|fd| fd.try_clone().ok()) }
     }
 
     pub fn program(&self) -> &str {
@@ -373,44 +476,25 @@ impl Running {
     }
 }
 
-/// Kills the command's session (it and what it started) and lets the
-/// intermediate child reap it; kills the intermediate child only if the
-/// command never got a pid.
-fn stop(child: i32, reports: &std::fs::File) {
-    use nix::sys::signal::{Signal, kill, killpg};
-    use nix::unistd::Pid;
-    let _ = nix::fcntl::fcntl(reports, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK));
-    let mut bytes = Vec::new();
-    let deadline = Instant::now() + Duration::from_millis(200);
-    let pid = loop {
-        let mut buf = [0u8; 64];
-        match nix::unistd::read(reports, &mut buf) {
-            Ok(n) if n > 0 => bytes.extend_from_slice(&buf[..n]),
-            Ok(_) => break parse_reports(&bytes).pid,
-            Err(_) => {}
-        }
-        if let Some(pid) = parse_reports(&bytes).pid {
-            break Some(pid);
-        }
-        if Instant::now() > deadline {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(1));
+/// Kills the command and its session (what it started). Through the pidfd:
+/// a command already reaped (its pid free for reuse) is not signalled, nor
+/// then its session.
+fn kill_session(child: i32, pidfd: Option<&OwnedFd>) {
+    use nix::sys::signal::{Signal, killpg};
+    let alive = match pidfd {
+        // SAFETY: pidfd_send_signal(2) on a pidfd we hold; no memory is passed but a null info.
+        Some(fd) => unsafe {
+            libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), libc::SIGKILL, std::ptr::null::<u8>(), 0) == 0
+        },
+        None => nix::sys::signal::kill(nix::unistd::Pid::from_raw(child), Signal::SIGKILL).is_ok(),
     };
-    match pid {
-        Some(pid) => {
-            // the session may not exist yet (setsid is the command child's first step): kill it too
-            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-        }
-        None => {
-            let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
-        }
+    if alive {
+        // the command made its own session, whose id is its pid
+        let _ = killpg(nix::unistd::Pid::from_raw(child), Signal::SIGKILL);
     }
-    reap(child);
 }
 
-/// Names of the setup steps, indexed by the number a child reports.
+/// Names of the setup steps, indexed by the number the child reports.
 const STEPS: [&str; 12] = [
     "setsid",
     "joining the app's cgroup",
@@ -442,65 +526,14 @@ unsafe fn report(fd: RawFd, words: &[i32]) {
 /// Reports a failed step with the current errno and exits.
 ///
 /// # Safety
-/// Only in a forked child: raw syscalls, then _exit.
+/// Only in the cloned child: raw syscalls, then _exit.
 unsafe fn fail(fd: RawFd, step: usize) -> ! {
-    // SAFETY: errno location is valid in this thread; write and _exit are async-signal-safe.
+    // SAFETY: the errno slot is the suspended spawning thread's; write and _exit are async-signal-safe.
     unsafe {
         let errno = *libc::__errno_location();
         report(fd, &[REPORT_SETUP, step as i32, errno]);
+        libc::syscall(libc::SYS_exit_group, 126);
         libc::_exit(126)
-    }
-}
-
-/// The intermediate child: session, cgroups, namespaces, then the command
-/// child, whose wait status it reports.
-///
-/// # Safety
-/// Only in a forked child of a multi-threaded process: raw syscalls only.
-unsafe fn intermediate(t: &Target, rep: RawFd, keep: &[RawFd], command: &dyn Fn()) -> ! {
-    // SAFETY: raw syscalls on prepared data; every path ends in _exit.
-    unsafe {
-        // every other descriptor of the daemon goes first: this process lives
-        // as long as the command, and a copy of a lock file's descriptor would
-        // keep that flock held after the daemon released it
-        let mut from: libc::c_uint = 3;
-        for fd in keep.iter().map(|fd| *fd as libc::c_uint).filter(|fd| *fd >= 3) {
-            if fd > from {
-                libc::syscall(libc::SYS_close_range, from, fd - 1, 0);
-            }
-            from = from.max(fd + 1);
-        }
-        libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0);
-        for procs in &t.cgroup_procs {
-            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-            // "0" is the writing process itself
-            if fd < 0 || libc::write(fd, c"0".as_ptr().cast(), 1) != 1 {
-                fail(rep, 1);
-            }
-            libc::close(fd);
-        }
-        for (flag, fd) in &t.ns {
-            if libc::setns(fd.as_raw_fd(), *flag) != 0 {
-                fail(rep, 2);
-            }
-        }
-        let pid = libc::fork();
-        if pid < 0 {
-            fail(rep, 3);
-        }
-        if pid == 0 {
-            command();
-            libc::_exit(126);
-        }
-        report(rep, &[REPORT_PID, pid]);
-        let mut status = 0;
-        while libc::waitpid(pid, &mut status, 0) < 0 {
-            if *libc::__errno_location() != libc::EINTR {
-                fail(rep, 3);
-            }
-        }
-        report(rep, &[REPORT_WAIT, status]);
-        libc::_exit(0)
     }
 }
 
@@ -522,10 +555,10 @@ struct CapData {
 
 const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
-/// The command child: root, stdio, credentials, capabilities, exec.
+/// The command: session, root, stdio, credentials, capabilities, exec.
 ///
 /// # Safety
-/// Only in a forked child of a multi-threaded process: raw syscalls only.
+/// Only in the cloned child (shared memory with the daemon): raw syscalls only.
 unsafe fn command(
     t: &Target,
     candidates: &[CString],
@@ -568,13 +601,15 @@ unsafe fn command(
         }
         // keep the permitted set across the uid change; it is set exactly below
         libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0);
-        if libc::setgroups(t.groups.len(), t.groups.as_ptr()) != 0 {
+        // raw syscalls: glibc's wrappers would apply the change to every
+        // thread of the (shared-memory) daemon
+        if libc::syscall(libc::SYS_setgroups, t.groups.len(), t.groups.as_ptr()) != 0 {
             fail(rep, 7);
         }
-        if libc::setresgid(t.gid, t.gid, t.gid) != 0 {
+        if libc::syscall(libc::SYS_setresgid, t.gid, t.gid, t.gid) != 0 {
             fail(rep, 8);
         }
-        if libc::setresuid(t.uid, t.uid, t.uid) != 0 {
+        if libc::syscall(libc::SYS_setresuid, t.uid, t.uid, t.uid) != 0 {
             fail(rep, 9);
         }
         let header = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
@@ -692,8 +727,20 @@ fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-fn reap(child: i32) {
-    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child), None);
+/// Reaps our child; its wait status (`None` if it could not be waited for).
+fn reap(child: i32) -> Option<i32> {
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid(2) on our own child with a local status word.
+        let r = unsafe { libc::waitpid(child, &mut status, 0) };
+        if r == child {
+            return Some(status);
+        }
+        if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        return None;
+    }
 }
 
 #[cfg(test)]
@@ -701,13 +748,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reports_are_read_in_any_order() {
-        let bytes: Vec<u8> = [REPORT_PID, 42, REPORT_SETUP, 11, 2, REPORT_WAIT, 256]
-            .iter()
-            .flat_map(|w: &i32| w.to_ne_bytes())
-            .collect();
-        assert_eq!(parse_reports(&bytes), Reports { setup: Some((11, 2)), pid: Some(42), wait: Some(256) });
-        assert_eq!(parse_reports(&bytes[..10]), Reports { pid: Some(42), ..Default::default() });
+    fn reports_name_the_first_failed_step() {
+        let bytes: Vec<u8> =
+            [REPORT_SETUP, 11, 2, REPORT_SETUP, 4, 1].iter().flat_map(|w: &i32| w.to_ne_bytes()).collect();
+        assert_eq!(parse_reports(&bytes), Reports { setup: Some((11, 2)) });
+        assert_eq!(parse_reports(&bytes[..10]), Reports::default());
         assert_eq!(parse_reports(&[]), Reports::default());
     }
 
