@@ -92,6 +92,38 @@ async fn hostile_requests_get_precise_errors_and_leave_nothing() {
     // the pod is untouched: no app was added to it
     let listed = rt.list_containers(cri::ListContainersRequest::default()).await.expect("list").into_inner().containers;
     assert!(listed.is_empty(), "{listed:?}");
+
+    // a mount source that is a symlink is resolved once, when the container is
+    // made: pointing the link elsewhere later changes nothing the container sees
+    let vols = tempfile::tempdir().expect("vols");
+    for (dir, text) in [("first", "first\n"), ("second", "second\n")] {
+        std::fs::create_dir(vols.path().join(dir)).expect("dir");
+        std::fs::write(vols.path().join(dir).join("f"), text).expect("file");
+    }
+    let link = vols.path().join("link");
+    std::os::unix::fs::symlink(vols.path().join("first"), &link).expect("symlink");
+    let mut c = common::container_config("linked", &image, &["sleep", "1000"]);
+    c.mounts = vec![cri::Mount {
+        container_path: "/data".into(),
+        host_path: link.display().to_string(),
+        readonly: true,
+        ..Default::default()
+    }];
+    let linked = common::create_container(&mut rt, &pod, &pod_cfg, c).await;
+    std::fs::remove_file(&link).expect("unlink");
+    std::os::unix::fs::symlink(vols.path().join("second"), &link).expect("relink");
+    rt.start_container(cri::StartContainerRequest { container_id: linked.clone() }).await.expect("start");
+    let out = rt
+        .exec_sync(cri::ExecSyncRequest {
+            container_id: linked.clone(),
+            cmd: vec!["cat".into(), "/data/f".into()],
+            timeout: 5,
+        })
+        .await
+        .expect("exec")
+        .into_inner();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "first\n");
+    rt.remove_container(cri::RemoveContainerRequest { container_id: linked }).await.expect("remove container");
     let pods: Vec<_> = std::fs::read_dir(data.join("pods/run")).expect("run").flatten().collect();
     assert_eq!(pods.len(), 1, "only the target pod exists");
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");

@@ -109,9 +109,13 @@ async fn exec_streams_over_websocket() {
     assert_eq!(status(&out)["status"], "Success");
 
     // a TTY sized by a resize message, in base64 framing
-    let url =
-        exec_url(&mut rt, &ctr, &["sh", "-c", "read x; stty size; [ -t 0 ] && echo tty"], [true, true, true, false])
-            .await;
+    let url = exec_url(
+        &mut rt,
+        &ctr,
+        &["sh", "-c", "read x; stty size; [ -t 0 ] && echo tty; ls -l $(tty)"],
+        [true, true, true, false],
+    )
+    .await;
     let mut ws = connect(&url.replace("http://", "ws://"), "v4.base64.channel.k8s.io").await.expect("connect");
     use base64::Engine;
     let b64 = |ch: u8, data: &[u8]| {
@@ -123,6 +127,8 @@ async fn exec_streams_over_websocket() {
     let text = channel(&out, 1);
     assert!(text.contains("40 100"), "{text:?}");
     assert!(text.contains("tty"), "{text:?}");
+    // the terminal is the pod's: its name exists inside the container
+    assert!(text.contains(" /dev/pts/") && !text.contains("No such file"), "{text:?}");
     assert_eq!(status(&out)["status"], "Success");
 
     // requests a stream cannot serve are refused before any URL is made
@@ -465,6 +471,85 @@ async fn attach_writes_the_stdin_of_a_container_that_reads_it() {
     // stdin_once: closing it ended the container's input, so it said bye and exited
     assert_eq!(channel(&out, 1), "got one\ngot two\nbye\n", "{out:?}");
     assert_eq!(status(&out)["status"], "Success");
+
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
+    assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tty_container_runs_on_a_terminal_that_attach_drives() {
+    let d = Daemon::start(&[]);
+    let mut rt = d.runtime().await;
+    let image = common::pull_busybox(&d).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut pod_cfg = host_network(pod_config("terminal", &[]));
+    pod_cfg.log_directory = dir.path().to_string_lossy().into_owned();
+    let pod = common::run_pod(&mut rt, &pod_cfg).await;
+    // what `kubectl run -it` makes: a shell reading a terminal
+    let script = "tty; while read l; do case $l in size) stty size;; *) echo \"got $l\";; esac; done";
+    let mut config = common::container_config("term", &image, &["sh", "-c", script]);
+    (config.stdin, config.tty) = (true, true);
+    let ctr = common::create_container(&mut rt, &pod, &pod_cfg, config).await;
+    rt.start_container(cri::StartContainerRequest { container_id: ctr.clone() }).await.expect("start");
+    // the terminal is the pod's own: its name exists inside the container
+    let log_has = |needle: &str| {
+        let (path, needle) = (dir.path().join("term.log"), needle.to_string());
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let log = std::fs::read_to_string(&path).unwrap_or_default();
+                if log.contains(&needle) || Instant::now() > deadline {
+                    return log;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    let log = log_has("/dev/pts/").await;
+    let tty = log.lines().find_map(|l| l.split(" stdout F ").nth(1)).expect("tty line").trim().to_string();
+    assert!(tty.starts_with("/dev/pts/"), "{log}");
+    let out = rt
+        .exec_sync(cri::ExecSyncRequest { container_id: ctr.clone(), cmd: vec!["ls".into(), tty.clone()], timeout: 5 })
+        .await
+        .expect("exec")
+        .into_inner();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), tty);
+
+    let url = rt
+        .attach(cri::AttachRequest {
+            container_id: ctr.clone(),
+            stdin: true,
+            stdout: true,
+            tty: true,
+            ..Default::default()
+        })
+        .await
+        .expect("Attach")
+        .into_inner()
+        .url;
+    let mut ws = connect(&url.replace("http://", "ws://"), "v5.channel.k8s.io").await.expect("connect");
+    ws.send(Message::Binary([&[4u8][..], br#"{"Width":100,"Height":40}"#].concat().into())).await.expect("resize");
+    for line in ["hello\r", "size\r"] {
+        ws.send(Message::Binary([&[0u8][..], line.as_bytes()].concat().into())).await.expect("stdin");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !seen.contains("40 100") {
+        match tokio::time::timeout_at(deadline.into(), ws.next()).await {
+            Ok(Some(Ok(Message::Binary(b)))) if b.first() == Some(&1) => {
+                seen.push_str(&String::from_utf8_lossy(&b[1..]))
+            }
+            Ok(Some(Ok(_))) => {}
+            _ => break,
+        }
+    }
+    // the terminal echoes what was typed and turns newlines into CRLF
+    assert!(seen.contains("hello\r\n") && seen.contains("got hello\r\n"), "{seen:?}");
+    assert!(seen.contains("40 100"), "stty size after the resize: {seen:?}");
+    drop(ws);
+    // the log has the terminal's output as stdout
+    assert!(log_has("got hello").await.contains(" stdout "), "the log keeps it");
 
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);

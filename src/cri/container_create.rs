@@ -295,6 +295,9 @@ pub async fn create_container(
     user_annotations.insert(meta::ATTEMPT.into(), meta_.attempt.to_string());
     user_annotations.insert(meta::IMAGE.into(), image_ref.clone());
     user_annotations.insert(meta::LOG_PATH.into(), log_path);
+    if config.tty {
+        user_annotations.insert(meta::TTY.into(), "true".into());
+    }
     if config.stdin {
         user_annotations.insert(meta::STDIN.into(), if config.stdin_once { "once" } else { "true" }.into());
     }

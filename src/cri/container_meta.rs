@@ -12,6 +12,8 @@ pub const IMAGE: &str = "k8s.io/reserved/image-name";
 pub const LOG_PATH: &str = "k8s.io/reserved/log-path";
 /// `true` or `once` when the container has a stdin (CRI `stdin`, `stdin_once`).
 pub const STDIN: &str = "k8s.io/reserved/stdin";
+/// `true` when the container runs on a terminal (CRI `tty`).
+pub const TTY: &str = "k8s.io/reserved/tty";
 /// The app's cgroup limits (JSON of `cgroup::app::Limits`).
 pub const RESOURCES: &str = "k8s.io/reserved/resources";
 /// The container's devices (JSON list of [`Device`]).
@@ -63,6 +65,11 @@ pub fn stdin(app: &RuntimeApp) -> Option<StdinMode> {
         Some("once") => Some(StdinMode::Once),
         _ => None,
     }
+}
+
+/// Whether the container runs on a terminal.
+pub fn tty(app: &RuntimeApp) -> bool {
+    user_annotations(app).get(TTY).is_some_and(|v| v == "true")
 }
 
 /// How a container's stdin behaves.

@@ -181,9 +181,29 @@ pub async fn start_container(
     if let Some(adj) = limits.oom_score_adj.and_then(|adj| oom_score_adj_allowed(&t.pod, adj)) {
         spec.extra.push(Property::new("OOMScoreAdjust", Value::I32(adj)));
     }
-    // a container with a stdin reads a pipe whose write end the pod's log
-    // writer keeps (it outlives the daemon); attach sessions write to it
-    if meta::stdin(&t.app).is_some() {
+    let log_path = meta::log_path(&t.app);
+    let socket = t.pod.path().join(crilog::SOCKET_FILE);
+    if meta::tty(&t.app) {
+        // a terminal of the pod's own devpts, so its name means something
+        // inside; the master goes to the pod's log writer (output to the CRI
+        // log as stdout, input from attach sessions, which also resize it)
+        let pty = crate::stage1::pty::PodPty::open(&t.pod)
+            .map_err(|e| Status::internal(format!("a terminal for {}: {e}", req.container_id)))?;
+        let input = if meta::stdin(&t.app).is_some() { "tty" } else { "null" };
+        spec.extra.push(Property::str("StandardInput", input));
+        spec.extra.push(Property::str("StandardOutput", "tty"));
+        spec.extra.push(Property::str("StandardError", "tty"));
+        spec.extra.push(Property::str("TTYPath", pty.path_in_pod.clone()));
+        if !log_path.is_empty() {
+            let master = pty.master.try_clone().map_err(|e| Status::internal(e.to_string()))?;
+            crilog::attach(&socket, &t.app.name, Stream::Stdout, Path::new(&log_path), master.as_raw_fd())
+                .map_err(|e| Status::internal(format!("attaching the terminal of {}: {e}", req.container_id)))?;
+        }
+        crilog::keep_stdin(&socket, &t.app.name, pty.master.as_raw_fd())
+            .map_err(|e| Status::internal(format!("keeping the terminal of {}: {e}", req.container_id)))?;
+    } else if meta::stdin(&t.app).is_some() {
+        // a container with a stdin reads a pipe whose write end the pod's log
+        // writer keeps (it outlives the daemon); attach sessions write to it
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Status::internal(e.to_string()))?;
         crilog::keep_stdin(&t.pod.path().join(crilog::SOCKET_FILE), &t.app.name, w.as_raw_fd())
             .map_err(|e| Status::internal(format!("keeping the stdin of {}: {e}", req.container_id)))?;
@@ -191,12 +211,12 @@ pub async fn start_container(
             .map_err(|e| Status::internal(e.to_string()))?;
         spec.extra.push(stdin);
     }
-    let log_path = meta::log_path(&t.app);
-    if log_path.is_empty() {
+    if meta::tty(&t.app) {
+        // the terminal is stdout and stderr (above)
+    } else if log_path.is_empty() {
         spec.stdout = Output::Null;
         spec.stderr = Output::Null;
     } else {
-        let socket = t.pod.path().join(crilog::SOCKET_FILE);
         for stream in [Stream::Stdout, Stream::Stderr] {
             let (r, w) =
                 nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Status::internal(e.to_string()))?;

@@ -13,6 +13,7 @@ pub mod host;
 pub mod inject;
 pub mod launch;
 pub mod nspawn;
+pub mod pty;
 pub mod rootfs;
 pub mod sandbox;
 pub mod stop;

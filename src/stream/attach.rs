@@ -6,7 +6,10 @@
 //! when the container has exited and its last output was sent, or when the
 //! client goes away. A container created with `stdin` reads a pipe whose
 //! write end the pod's log writer keeps; an attach with stdin writes to a
-//! copy of it, and with `stdin_once` the first such session closes it.
+//! copy of it, and with `stdin_once` the first such session closes it. A
+//! container created with `tty` runs on a terminal of its pod whose master
+//! the log writer keeps: its output is the log's stdout, an attach with
+//! stdin writes to the master and resizes it.
 
 use super::remotecommand::{Input, Output, STDERR, STDOUT, Streams, status_json};
 use std::fs::File;
@@ -109,6 +112,8 @@ async fn session(source: Source, streams: Streams, mut input: mpsc::Receiver<Inp
         Some(s) => (s.once, Some((s.log_socket.clone(), s.app.clone()))),
         None => (false, None),
     };
+    // a terminal's stdin is its master side: resizes go there
+    let terminal = if streams.tty { source.stdin.as_ref().and_then(|s| s.pipe.try_clone().ok()) } else { None };
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut stdin_tx = source.stdin.map(|s| super::remotecommand::stdin_writer(s.pipe, stop.clone()));
     // stdin_once: the first session attached with stdin closes it when it ends
@@ -156,7 +161,11 @@ async fn session(source: Source, streams: Streams, mut input: mpsc::Receiver<Inp
                     stdin_tx = None;
                     close_for_good();
                 }
-                Some(Input::Resize(_)) => {}
+                Some(Input::Resize(size)) => {
+                    if let Some(t) = &terminal {
+                        super::remotecommand::resize(t, &size);
+                    }
+                }
             },
             () = tokio::time::sleep(POLL) => {}
         }

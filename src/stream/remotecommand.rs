@@ -133,11 +133,13 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from)
 }
 
-fn stdio(s: Streams) -> std::io::Result<Stdio> {
+/// The command's stdio; a terminal comes from the devpts the app process
+/// `pid` sees (the pod's), so `tty` in the command names a real path.
+fn stdio(s: Streams, pid: i32) -> std::io::Result<Stdio> {
     if s.tty {
-        let pty = nix::pty::openpty(None, None).map_err(std::io::Error::from)?;
+        let pty = crate::stage1::pty::PodPty::open_as_seen_by(pid)?;
+        let slave = pty.open_slave(pid)?;
         let master = pty.master;
-        let slave = pty.slave;
         let input = if s.stdin { Some(master.try_clone()?) } else { None };
         let outputs = if s.stdout { vec![(STDOUT, master.try_clone()?)] } else { Vec::new() };
         let child = [slave.try_clone()?, slave.try_clone()?, slave];
@@ -164,7 +166,7 @@ fn stdio(s: Streams) -> std::io::Result<Stdio> {
 }
 
 /// Applies a resize message (`{"Width":80,"Height":24}`) to the pty.
-fn resize(pty: &OwnedFd, data: &[u8]) {
+pub(crate) fn resize(pty: &OwnedFd, data: &[u8]) {
     #[derive(serde::Deserialize)]
     #[serde(rename_all = "PascalCase")]
     struct Size {
@@ -550,7 +552,7 @@ where
 /// Makes the stdio and starts the command (blocking parts on a worker).
 async fn start(main_pid: i32, cmd: Vec<String>, streams: Streams) -> Result<(Running, Ours), String> {
     tokio::task::spawn_blocking(move || {
-        let io = stdio(streams).map_err(|e| format!("making the exec's stdio: {e}"))?;
+        let io = stdio(streams, main_pid).map_err(|e| format!("making the exec's stdio: {e}"))?;
         let [a, b, c] = &io.child;
         let running =
             exec::spawn(main_pid, &cmd, [a.as_fd(), b.as_fd(), c.as_fd()], streams.tty).map_err(|e| e.to_string())?;
