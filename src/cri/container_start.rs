@@ -231,6 +231,7 @@ pub async fn start_container(
     // marked before the start: the exit recorder only records started apps, and
     // a short-lived app can exit before StartTransientUnit's job is reported
     app::mark_started(&paths).map_err(|e| Status::internal(e.to_string()))?;
+    let began = std::time::Instant::now();
     if let Err(e) = tokio::task::block_in_place(|| with_bus(rt, &t.pod, |bus| bus.start_transient_service(&spec))) {
         let _ = std::fs::remove_file(paths.status_file("-started"));
         return Err(e);
@@ -239,7 +240,15 @@ pub async fn start_container(
     rt.emit(t.pod.uuid(), &t.app.name, EventKind::Started);
     // every app gets its own cgroups, limits or not: they are what its stats
     // are read from; without limits asked for, a failure only costs the stats
-    match tokio::task::block_in_place(|| apply_limits(&t, &limits)) {
+    let unit_started = began.elapsed();
+    let limits_result = tokio::task::block_in_place(|| apply_limits(&t, &limits));
+    tracing::debug!(
+        container = req.container_id,
+        unit_micros = unit_started.as_micros() as u64,
+        cgroups_micros = (began.elapsed() - unit_started).as_micros() as u64,
+        "started"
+    );
+    match limits_result {
         Err(e) if limits.is_empty() => {
             tracing::warn!(container = req.container_id, error = %e, "no cgroups of its own: no stats for it")
         }
