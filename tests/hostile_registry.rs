@@ -4,7 +4,9 @@
 //! store as it was. The bomb goes through the real test registry; the rest
 //! through a small HTTP server here that speaks just enough of the
 //! distribution API (a real registry cannot be made to stall or to cut a
-//! connection on purpose).
+//! connection on purpose). The same server checks CRI's `identity_token`:
+//! the OAuth2 refresh-token POST to the token realm (the fixture's token
+//! server is a static file server that cannot answer a POST).
 
 mod common;
 
@@ -62,8 +64,10 @@ async fn a_decompression_bomb_is_cut_at_the_layer_limit() {
 }
 
 /// How the fake registry serves the layer blob.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq)]
 enum Blob {
+    /// All of it.
+    Whole,
     /// Half of it, then nothing (the connection stays open).
     Stall,
     /// Half of it, then the connection closes.
@@ -73,6 +77,15 @@ enum Blob {
 /// A registry on loopback serving `repo:latest`: a manifest (padded to
 /// `manifest_pad` bytes when given), a config and one layer served as `blob`.
 async fn fake_registry(blob: Blob, manifest_pad: usize) -> String {
+    fake_registry_with(blob, manifest_pad, None).await
+}
+
+/// The access token the fake token realm hands out for the right refresh token.
+const ACCESS: &str = "access-for-refresh";
+
+/// [`fake_registry`]; with `refresh`, every `/v2/` request needs a bearer
+/// token that the realm `/token` gives for a POST of that refresh token.
+async fn fake_registry_with(blob: Blob, manifest_pad: usize, refresh: Option<&'static str>) -> String {
     let layer = common::registry::raw_tar(&[("f", T::Regular, &vec![7u8; 1 << 20], "")]);
     let config = serde_json::to_vec(&serde_json::json!({"architecture":"amd64","os":"linux",
         "rootfs":{"type":"layers","diff_ids":[sha256(&layer)]}}))
@@ -101,8 +114,52 @@ async fn fake_registry(blob: Blob, manifest_pad: usize) -> String {
                         Ok(n) => req.extend_from_slice(&buf[..n]),
                     }
                 }
-                let line = String::from_utf8_lossy(&req).lines().next().unwrap_or_default().to_string();
+                let text = String::from_utf8_lossy(&req).to_string();
+                let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+                let header = |name: &str| {
+                    head.lines()
+                        .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)))
+                        .map(|(_, v)| v.trim().to_string())
+                        .unwrap_or_default()
+                };
+                let mut body = body.as_bytes().to_vec();
+                let length: usize = header("content-length").parse().unwrap_or(0);
+                while body.len() < length {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => body.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let line = head.lines().next().unwrap_or_default().to_string();
                 let path = line.split_whitespace().nth(1).unwrap_or_default().to_string();
+                if let Some(refresh) = refresh {
+                    let form = String::from_utf8_lossy(&body).to_string();
+                    let out = if path.starts_with("/token") {
+                        let good = line.starts_with("POST")
+                            && form.split('&').any(|kv| kv == "grant_type=refresh_token")
+                            && form.split('&').any(|kv| kv == format!("refresh_token={refresh}"));
+                        if good {
+                            let token = format!(r#"{{"access_token":"{ACCESS}"}}"#);
+                            format!(
+                                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{token}",
+                                token.len()
+                            )
+                        } else {
+                            "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_string()
+                        }
+                    } else if header("authorization") != format!("Bearer {ACCESS}") {
+                        let addr = header("host");
+                        format!(
+                            "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"http://{addr}/token\",service=\"fake\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        )
+                    } else {
+                        String::new()
+                    };
+                    if !out.is_empty() {
+                        let _ = conn.write_all(out.as_bytes()).await;
+                        return;
+                    }
+                }
                 let reply = |ctype: &str, body: &[u8]| {
                     let mut r = format!(
                         "HTTP/1.1 200 OK\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nDocker-Content-Digest: {}\r\nConnection: close\r\n\r\n",
@@ -119,6 +176,8 @@ async fn fake_registry(blob: Blob, manifest_pad: usize) -> String {
                     reply("application/vnd.oci.image.manifest.v1+json", &manifest)
                 } else if path.ends_with(&config_digest) {
                     reply("application/octet-stream", &config)
+                } else if path.ends_with(&layer_digest) && blob == Blob::Whole {
+                    reply("application/octet-stream", &layer)
                 } else if path.ends_with(&layer_digest) {
                     let full = reply("application/octet-stream", &layer);
                     let half = full.len() - layer.len() / 2;
@@ -169,4 +228,19 @@ async fn a_stalled_or_cut_blob_fails_and_leaves_nothing() {
     let err = failing_pull(&s, &format!("{addr}/huge:latest")).await;
     assert!(err.to_string().contains("limit"), "{err}");
     assert_eq!(files(&s), before);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_identity_token_is_exchanged_at_the_token_realm() {
+    let t = tempfile::tempdir().expect("tmp");
+    let s = store(t.path(), RegistryConfig::default());
+    let addr = fake_registry_with(Blob::Whole, 0, Some("the-refresh-token")).await;
+    let reference = format!("{addr}/private:latest");
+    let wrong = Credentials::from_cri("", "", "", "not-it", "");
+    let err = s.pull(&reference, wrong, None).await.expect_err("a wrong refresh token");
+    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err}");
+    let right = Credentials::from_cri("", "", "", "the-refresh-token", "");
+    let image = s.pull(&reference, right, None).await.expect("pull with the identity token");
+    let tree = s.tree(&image.id).expect("tree");
+    assert_eq!(std::fs::metadata(tree.rootfs().join("f")).expect("layer file").len(), 1 << 20);
 }
