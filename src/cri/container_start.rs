@@ -183,6 +183,7 @@ pub async fn start_container(
     }
     let log_path = meta::log_path(&t.app);
     let socket = t.pod.path().join(crilog::SOCKET_FILE);
+    let mut tty_slave = None;
     if meta::tty(&t.app) {
         // a terminal of the pod's own devpts, so its name means something
         // inside; the master goes to the pod's log writer (output to the CRI
@@ -194,13 +195,13 @@ pub async fn start_container(
         spec.extra.push(Property::str("StandardOutput", "tty"));
         spec.extra.push(Property::str("StandardError", "tty"));
         spec.extra.push(Property::str("TTYPath", pty.path_in_pod.clone()));
-        if !log_path.is_empty() {
-            let master = pty.master.try_clone().map_err(|e| Status::internal(e.to_string()))?;
-            crilog::attach(&socket, &t.app.name, Stream::Stdout, Path::new(&log_path), master.as_raw_fd())
-                .map_err(|e| Status::internal(format!("attaching the terminal of {}: {e}", req.container_id)))?;
-        }
+        // someone must read the terminal, or the app blocks once its buffer fills
+        let sink = if log_path.is_empty() { "/dev/null" } else { log_path.as_str() };
+        crilog::attach(&socket, &t.app.name, Stream::Stdout, Path::new(sink), pty.master.as_raw_fd())
+            .map_err(|e| Status::internal(format!("attaching the terminal of {}: {e}", req.container_id)))?;
         crilog::keep_stdin(&socket, &t.app.name, pty.master.as_raw_fd())
             .map_err(|e| Status::internal(format!("keeping the terminal of {}: {e}", req.container_id)))?;
+        tty_slave = Some(pty);
     } else if meta::stdin(&t.app).is_some() {
         // a container with a stdin reads a pipe whose write end the pod's log
         // writer keeps (it outlives the daemon); attach sessions write to it
@@ -234,6 +235,15 @@ pub async fn start_container(
     let began = std::time::Instant::now();
     if let Err(e) = tokio::task::block_in_place(|| with_bus(rt, &t.pod, |bus| bus.start_transient_service(&spec))) {
         let _ = std::fs::remove_file(paths.status_file("-started"));
+        if let Some(pty) = tty_slave {
+            // the log writer lets go of a terminal once its slave side was
+            // open and closed again (the app never opened it)
+            let _ = crilog::close_stdin(&socket, &t.app.name);
+            let pid1 = t.pod.sandbox_pid().ok().flatten().and_then(|p| crate::stage1::inject::pod_pid1(p).ok());
+            if let Some(pid1) = pid1 {
+                drop(pty.open_slave(pid1));
+            }
+        }
         return Err(e);
     }
     crate::fault::point("start-after-unit");
@@ -379,14 +389,15 @@ pub async fn update_container_resources(
     if !t.running || app::facts(&AppPaths::new(&t.pod, &t.app.name), true).state == AppState::Created {
         return Err(Status::failed_precondition(format!("container {} is not running", req.container_id)));
     }
-    let update = meta::limits_from_cri(&res);
+    // what is not given stays as it was: the merged limits are applied and recorded
+    let limits = merged_limits(&meta::limits(&t.app), &meta::limits_from_cri(&res));
     tokio::task::block_in_place(|| {
         if crate::cgroup::Layout::cached().is_ok_and(|l| l.limits_through_systemd()) {
-            with_bus(rt, &t.pod, |bus| bus.set_unit_properties(&unit(&t.app.name), systemd_limits(&update)))?;
+            with_bus(rt, &t.pod, |bus| bus.set_unit_properties(&unit(&t.app.name), systemd_limits(&limits)))?;
         } else {
-            apply_limits(&t, &update).map_err(|e| Status::internal(format!("limits of {}: {e}", req.container_id)))?;
+            apply_limits(&t, &limits).map_err(|e| Status::internal(format!("limits of {}: {e}", req.container_id)))?;
         }
-        store_limits(&t, &update).map_err(pod_status)
+        store_limits(&t, &limits).map_err(pod_status)
     })?;
     Ok(cri::UpdateContainerResourcesResponse {})
 }
@@ -414,22 +425,30 @@ pub(super) fn systemd_limits(l: &crate::cgroup::app::Limits) -> Vec<Property> {
     p
 }
 
-/// Records limits applied by an update in the pod manifest (what
-/// ContainerStatus reports): the values given replace the stored ones.
-fn store_limits(t: &Target, update: &crate::cgroup::app::Limits) -> Result<(), crate::pod::PodError> {
+/// An update over the limits in force: the values given replace those, the
+/// others stay (the OOM score is the one the app started with).
+fn merged_limits(
+    current: &crate::cgroup::app::Limits,
+    update: &crate::cgroup::app::Limits,
+) -> crate::cgroup::app::Limits {
+    crate::cgroup::app::Limits {
+        memory_bytes: update.memory_bytes.or(current.memory_bytes),
+        cpu_shares: update.cpu_shares.or(current.cpu_shares),
+        cpu_quota_us: update.cpu_quota_us.or(current.cpu_quota_us),
+        cpu_period_us: update.cpu_period_us.or(current.cpu_period_us),
+        pids: update.pids.or(current.pids),
+        oom_score_adj: current.oom_score_adj,
+    }
+}
+
+/// Records the limits in force in the pod manifest (what ContainerStatus reports).
+fn store_limits(t: &Target, limits: &crate::cgroup::app::Limits) -> Result<(), crate::pod::PodError> {
     let _lock = t.pod.lock_manifest()?;
     let mut manifest = t.pod.read_manifest()?;
     let Some(section) = manifest.apps.iter_mut().find(|a| a.name == t.app.name).and_then(|a| a.app.as_mut()) else {
         return Ok(());
     };
-    let mut stored: crate::cgroup::app::Limits =
-        section.user_annotations.get(meta::RESOURCES).and_then(|j| serde_json::from_str(j).ok()).unwrap_or_default();
-    stored.memory_bytes = update.memory_bytes.or(stored.memory_bytes);
-    stored.cpu_shares = update.cpu_shares.or(stored.cpu_shares);
-    stored.cpu_quota_us = update.cpu_quota_us.or(stored.cpu_quota_us);
-    stored.cpu_period_us = update.cpu_period_us.or(stored.cpu_period_us);
-    stored.pids = update.pids.or(stored.pids);
-    let json = serde_json::to_string(&stored)
+    let json = serde_json::to_string(limits)
         .map_err(|source| crate::pod::PodError::Manifest { uuid: t.pod.uuid(), source })?;
     section.user_annotations.insert(meta::RESOURCES.into(), json);
     t.pod.write_manifest(&manifest)
@@ -562,5 +581,29 @@ mod tests {
             [("CPUWeight".to_string(), 1)]
         );
         assert!(systemd_limits(&Limits::default()).is_empty());
+    }
+
+    #[test]
+    fn an_update_keeps_what_it_does_not_name() {
+        let current = Limits {
+            memory_bytes: Some(64 << 20),
+            cpu_shares: Some(512),
+            pids: Some(10),
+            oom_score_adj: Some(500),
+            ..Default::default()
+        };
+        let update = Limits { memory_bytes: Some(128 << 20), cpu_quota_us: Some(25_000), ..Default::default() };
+        let merged = merged_limits(&current, &update);
+        assert_eq!(
+            merged,
+            Limits {
+                memory_bytes: Some(128 << 20),
+                cpu_shares: Some(512),
+                cpu_quota_us: Some(25_000),
+                cpu_period_us: None,
+                pids: Some(10),
+                oom_score_adj: Some(500),
+            }
+        );
     }
 }

@@ -63,6 +63,9 @@ impl Inner {
     /// since the read started and its state can only change in watched ways:
     /// running with its sandbox's exit watched, or exited.
     fn keep(&mut self, uuid: Uuid, epoch: u64, view: Arc<PodView>, pidfd: Option<OwnedFd>) {
+        if self.watch.is_broken() {
+            return;
+        }
         let keepable = match (view.sandbox.state, pidfd) {
             (PodState::Running, Some(fd)) => {
                 self.watch.watch_exit(uuid, fd);
@@ -161,7 +164,7 @@ impl PodTable {
         drop(inner);
         let listing = Arc::new(self.data.list_pods()?);
         if let Some(mut inner) = self.lock() {
-            if inner.listing_epoch == epoch {
+            if inner.listing_epoch == epoch && !inner.watch.is_broken() {
                 inner.listing = Some(listing.clone());
             }
             let present: std::collections::HashSet<Uuid> = listing.iter().map(|(u, _)| *u).collect();

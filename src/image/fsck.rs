@@ -77,6 +77,14 @@ pub fn verify(store: &Store, deep: bool) -> Result<Report, ImageError> {
             r.notes.push(format!("blob {key} is not in the index (an interrupted pull; reused by the next one)"));
         }
     }
+    // pull leftovers first: rendering for `deep` makes a work directory, and
+    // making one clears leftovers
+    for e in fs::read_dir(cas.tmp()).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with('.') && !name.ends_with(".lock") && !super::pull::tmp_in_use(cas, &name) {
+            r.problems.push(format!("leftover of an interrupted pull: {}", e.path().display()));
+        }
+    }
     for id in fs::read_dir(cas.trees()).into_iter().flatten().flatten() {
         let id = id.file_name().to_string_lossy().into_owned();
         r.trees += 1;
@@ -85,12 +93,6 @@ pub fn verify(store: &Store, deep: bool) -> Result<Report, ImageError> {
             continue;
         }
         check_tree(store, &id, deep, &mut r);
-    }
-    for e in fs::read_dir(cas.tmp()).into_iter().flatten().flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if !name.starts_with('.') && !name.ends_with(".lock") && !super::pull::tmp_in_use(cas, &name) {
-            r.problems.push(format!("leftover of an interrupted pull: {}", e.path().display()));
-        }
     }
     Ok(r)
 }

@@ -54,6 +54,7 @@ const POD_MASK: AddWatchFlags = AddWatchFlags::IN_CREATE
     .union(AddWatchFlags::IN_CLOSE_WRITE)
     .union(AddWatchFlags::IN_ATTRIB)
     .union(AddWatchFlags::IN_DELETE_SELF)
+    .union(AddWatchFlags::IN_MOVE_SELF)
     .union(AddWatchFlags::IN_ONLYDIR);
 
 /// The directories of a pod that are watched, relative to the pod directory
@@ -73,6 +74,9 @@ pub struct PodWatch {
     pods: HashMap<Uuid, Vec<WatchDescriptor>>,
     /// Pidfds of running pods' sandbox processes, and their epoll tokens.
     exits: HashMap<Uuid, (u64, OwnedFd)>,
+    /// A state directory's watch is gone (the directory was removed or its
+    /// file system unmounted): nothing may be kept any more.
+    broken: bool,
     tokens: HashMap<u64, Uuid>,
     next_token: u64,
 }
@@ -96,6 +100,7 @@ impl PodWatch {
             exits: HashMap::new(),
             tokens: HashMap::new(),
             next_token: 0,
+            broken: false,
         })
     }
 
@@ -145,6 +150,11 @@ impl PodWatch {
             self.tokens.remove(&token);
             let _ = self.epoll.delete(&fd);
         }
+    }
+
+    /// Whether the watch can still be trusted (see [`PodWatch::drain`]).
+    pub fn is_broken(&self) -> bool {
+        self.broken
     }
 
     /// Whether the exit of this pod's sandbox is being watched.
@@ -205,10 +215,21 @@ impl PodWatch {
             };
             for ev in events {
                 if ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+                    // events were lost, among them perhaps a watch's end:
+                    // every pod is watched again from scratch when next read
+                    let uuids: Vec<Uuid> = self.pods.keys().copied().collect();
+                    for uuid in uuids {
+                        self.forget(uuid);
+                    }
                     out.push(Change::All);
                     continue;
                 }
                 if self.parents.contains_key(&ev.wd) {
+                    if ev.mask.intersects(AddWatchFlags::IN_IGNORED | AddWatchFlags::IN_DELETE_SELF) {
+                        tracing::warn!("a pod state directory went away: the pod table stops keeping reads");
+                        self.broken = true;
+                        out.push(Change::All);
+                    }
                     out.push(Change::Listing);
                     if let Some(uuid) = ev.name.as_ref().and_then(|n| n.to_str()).and_then(|n| Uuid::parse_str(n).ok())
                     {
@@ -217,13 +238,19 @@ impl PodWatch {
                     continue;
                 }
                 let Some(&(uuid, is_pod_dir)) = self.wds.get(&ev.wd) else { continue };
-                let gone = ev.mask.intersects(AddWatchFlags::IN_IGNORED | AddWatchFlags::IN_DELETE_SELF);
+                // a pod directory moving between state directories stays watched;
+                // a subdirectory moved away no longer is what the pod's path names
+                let moved = !is_pod_dir && ev.mask.contains(AddWatchFlags::IN_MOVE_SELF);
+                let gone = moved || ev.mask.intersects(AddWatchFlags::IN_IGNORED | AddWatchFlags::IN_DELETE_SELF);
                 if gone && is_pod_dir {
                     self.forget(uuid);
                     out.push(Change::Gone(uuid));
                 } else {
                     if gone {
                         // a watched subdirectory was replaced: watch it again next time
+                        if moved {
+                            let _ = self.inotify.rm_watch(ev.wd);
+                        }
                         self.wds.remove(&ev.wd);
                         if let Some(w) = self.pods.get_mut(&uuid) {
                             w.retain(|wd| *wd != ev.wd);

@@ -116,6 +116,8 @@ struct Target {
     no_new_privs: bool,
     /// `cgroup.procs` files of the app's cgroups, on the host.
     cgroup_procs: Vec<CString>,
+    /// The app's `oom_score_adj` (empty if unreadable).
+    oom_score_adj: String,
 }
 
 fn cstring(bytes: &[u8]) -> Result<CString, ExecError> {
@@ -197,6 +199,7 @@ impl Target {
             caps: [cap("CapEff")?, cap("CapPrm")?, cap("CapInh")?, cap("CapBnd")?, cap("CapAmb")?],
             no_new_privs: status_field(&status, "NoNewPrivs") == Some("1"),
             cgroup_procs,
+            oom_score_adj: std::fs::read_to_string(proc.join("oom_score_adj")).unwrap_or_default().trim().to_string(),
         })
     }
 
@@ -237,7 +240,7 @@ pub fn run(pid: i32, argv: &[String], timeout: Option<Duration>, cap: usize) -> 
     let devnull = std::fs::File::open("/dev/null")?;
     let (out_r, out_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
     let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-    let running = spawn(pid, argv, [devnull.as_fd(), out_w.as_fd(), err_w.as_fd()], false)?;
+    let mut running = spawn(pid, argv, [devnull.as_fd(), out_w.as_fd(), err_w.as_fd()], false, timeout)?;
     drop((out_w, err_w, devnull));
     let (stdout, stderr, truncated) = match collect(running.child, [out_r, err_r], timeout, cap) {
         Ok(Collected::Output { stdout, stderr, truncated }) => (stdout, stderr, truncated),
@@ -245,7 +248,7 @@ pub fn run(pid: i32, argv: &[String], timeout: Option<Duration>, cap: usize) -> 
             running.kill();
             return Err(match other {
                 Err(e) => e.into(),
-                Ok(_) => ExecError::Timeout { program: running.program, timeout: timeout.unwrap_or_default() },
+                Ok(_) => ExecError::Timeout { program: running.program.clone(), timeout: timeout.unwrap_or_default() },
             });
         }
     };
@@ -255,13 +258,15 @@ pub fn run(pid: i32, argv: &[String], timeout: Option<Duration>, cap: usize) -> 
 
 /// Starts `argv` as a copy of the app process `pid` with `stdio` as its
 /// standard streams; with `tty`, stdin is a terminal that becomes its
-/// controlling terminal. Returns once it has exec'd (or failed to); then
-/// [`Running::wait`] for its exit code. Blocking (briefly).
+/// controlling terminal. Returns once it has exec'd (or failed to, or was
+/// killed for taking longer than `setup_timeout`); then [`Running::wait`]
+/// for its exit code. Blocking (briefly).
 pub fn spawn(
     pid: i32,
     argv: &[String],
     stdio: [std::os::fd::BorrowedFd<'_>; 3],
     tty: bool,
+    setup_timeout: Option<Duration>,
 ) -> Result<Running, ExecError> {
     let program = argv.first().filter(|p| !p.is_empty()).ok_or(ExecError::EmptyCommand)?.clone();
     let target = Target::read(pid)?;
@@ -277,10 +282,15 @@ pub fn spawn(
     keep.dedup();
     let (stdio, rep) = (stdio.map(|f| f.as_raw_fd()), rep_w.as_raw_fd());
     let pidns = target.ns.iter().find(|(flag, _)| *flag == libc::CLONE_NEWPID).map(|(_, fd)| fd.as_raw_fd());
+    // the kernel writes the child's pidfd here when it clones, before the
+    // spawning thread waits for the exec: a setup that hangs is killed through it
+    let pidfd_slot = std::sync::atomic::AtomicI32::new(-1);
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     // a thread of its own: entering the PID namespace changes where the
     // calling thread's children go, and this thread is gone right after
+    let mut fired = false;
     let pid = std::thread::scope(|s| {
-        s.spawn(|| {
+        let spawner = s.spawn(|| {
             let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
             argv.push(std::ptr::null());
             let mut envp: Vec<*const libc::c_char> = target.env.iter().map(|e| e.as_ptr()).collect();
@@ -295,16 +305,44 @@ pub fn spawn(
                 tty,
                 rep,
             };
-            clone_child(&child, pidns)
-        })
-        .join()
-        .unwrap_or_else(|_| Err(io::Error::other("the spawning thread panicked")))
-    })?;
+            let r = clone_child(&child, pidns, &pidfd_slot);
+            let _ = done_tx.send(());
+            r
+        });
+        if done_rx.recv_timeout(setup_timeout.unwrap_or(SETUP_TIMEOUT))
+            == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        {
+            fired = true;
+            let fd = pidfd_slot.load(std::sync::atomic::Ordering::Acquire);
+            if fd >= 0 {
+                // SAFETY: pidfd_send_signal(2) on the pidfd the kernel gave the spawning thread; a null info.
+                unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd, libc::SIGKILL, std::ptr::null::<u8>(), 0) };
+            }
+        }
+        spawner.join().unwrap_or_else(|_| Err(io::Error::other("the spawning thread panicked")))
+    });
+    let slot = pidfd_slot.load(std::sync::atomic::Ordering::Acquire);
+    // SAFETY: the kernel installed this descriptor for us (CLONE_PIDFD); nothing else owns it.
+    let pidfd = (slot >= 0).then(|| unsafe { OwnedFd::from_raw_fd(slot) });
+    let pid = pid?;
     drop(rep_w);
-    // our unreaped child: its pid cannot be reused while the pidfd is open
-    let pidfd = pidfd_open(pid).ok();
-    Ok(Running { child: pid, pidfd, reports: std::fs::File::from(rep_r), program, started: Instant::now() })
+    if fired {
+        reap(pid);
+        return Err(ExecError::Timeout { program, timeout: setup_timeout.unwrap_or(SETUP_TIMEOUT) });
+    }
+    Ok(Running {
+        child: pid,
+        pidfd,
+        reports: std::fs::File::from(rep_r),
+        program,
+        started: Instant::now(),
+        reaped: false,
+    })
 }
+
+/// How long the child may take to start the command when the caller gives
+/// no deadline (a hung setup, e.g. an app cgroup frozen, is killed then).
+const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the child works from, all prepared before the clone: it may not
 /// allocate (it shares the daemon's memory and allocator until its exec).
@@ -325,7 +363,11 @@ const CHILD_STACK: usize = 256 * 1024;
 /// In the spawning thread: enters the PID namespace, clones the child
 /// (`CLONE_VM | CLONE_VFORK`: this thread waits until the child exec'd or
 /// exited) with every signal blocked, and returns its pid.
-fn clone_child(child: &ChildArgs<'_>, pidns: Option<RawFd>) -> io::Result<i32> {
+fn clone_child(
+    child: &ChildArgs<'_>,
+    pidns: Option<RawFd>,
+    pidfd_slot: &std::sync::atomic::AtomicI32,
+) -> io::Result<i32> {
     let mut stack = vec![0u8; CHILD_STACK];
     // SAFETY: setns(2) on a namespace descriptor we hold; it affects only this thread's future children.
     if let Some(fd) = pidns
@@ -333,29 +375,34 @@ fn clone_child(child: &ChildArgs<'_>, pidns: Option<RawFd>) -> io::Result<i32> {
     {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: sigset operations on local values, and the thread's own mask.
+    // every signal, glibc's own (32, 33) included: the raw call, not pthread_sigmask
+    // SAFETY: rt_sigprocmask(2) on this thread's mask with local sets.
     let old = unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
+        std::ptr::write_bytes(&mut all as *mut libc::sigset_t as *mut u8, 0xff, std::mem::size_of::<libc::sigset_t>());
         let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &all, &mut old, 8usize);
         old
     };
     // the stack grows down from its end, 16-byte aligned
     let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
     // SAFETY: the child runs child_main on its own stack with `child`, which
-    // outlives it here: CLONE_VFORK suspends this thread until its exec or exit.
+    // outlives it here: CLONE_VFORK suspends this thread until its exec or exit;
+    // CLONE_PIDFD makes the kernel write the child's pidfd into the slot first.
     let pid = unsafe {
         libc::clone(
             child_main,
             top as *mut libc::c_void,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
             child as *const ChildArgs<'_> as *mut libc::c_void,
+            pidfd_slot.as_ptr(),
         )
     };
     let err = io::Error::last_os_error();
     // SAFETY: restoring this thread's own signal mask.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    unsafe {
+        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &old, std::ptr::null_mut::<libc::sigset_t>(), 8usize)
+    };
     drop(stack);
     if pid < 0 { Err(err) } else { Ok(pid) }
 }
@@ -393,6 +440,14 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             from = from.max(fd + 1);
         }
         libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0);
+        // the app's OOM score, not the daemon's (a protected daemon's would shield the command)
+        let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd >= 0 && !a.target.oom_score_adj.is_empty() {
+            libc::write(fd, a.target.oom_score_adj.as_ptr().cast(), a.target.oom_score_adj.len());
+        }
+        if fd >= 0 {
+            libc::close(fd);
+        }
         for procs in &a.target.cgroup_procs {
             let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
             // "0" is the writing process itself
@@ -434,16 +489,30 @@ pub struct Running {
     reports: std::fs::File,
     program: String,
     started: Instant,
+    /// Waited for: nothing left to clean up.
+    reaped: bool,
+}
+
+/// A command dropped without being waited for (a cancelled session) is
+/// killed and reaped, not left running or as a zombie.
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.reaped {
+            kill_session(self.child, self.pidfd.as_ref());
+            reap(self.child);
+        }
+    }
 }
 
 impl Running {
     /// Waits for the command; its exit code (128 + signal when killed by one).
     pub fn wait(mut self) -> Result<i32, ExecError> {
         let status = reap(self.child);
+        self.reaped = true;
         let mut bytes = Vec::new();
         self.reports.read_to_end(&mut bytes)?;
         let r = parse_reports(&bytes);
-        let program = self.program;
+        let program = std::mem::take(&mut self.program);
         tracing::debug!(program, micros = self.started.elapsed().as_micros() as u64, "exec in app");
         if let Some((step, errno)) = r.setup {
             return Err(ExecError::Setup {
@@ -461,9 +530,10 @@ impl Running {
     }
 
     /// Kills the command's session and reaps the command.
-    pub fn kill(&self) {
+    pub fn kill(&mut self) {
         kill_session(self.child, self.pidfd.as_ref());
         reap(self.child);
+        self.reaped = true;
     }
 
     /// A handle that can kill the command while another thread waits for it.

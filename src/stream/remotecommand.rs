@@ -554,8 +554,8 @@ async fn start(main_pid: i32, cmd: Vec<String>, streams: Streams) -> Result<(Run
     tokio::task::spawn_blocking(move || {
         let io = stdio(streams, main_pid).map_err(|e| format!("making the exec's stdio: {e}"))?;
         let [a, b, c] = &io.child;
-        let running =
-            exec::spawn(main_pid, &cmd, [a.as_fd(), b.as_fd(), c.as_fd()], streams.tty).map_err(|e| e.to_string())?;
+        let running = exec::spawn(main_pid, &cmd, [a.as_fd(), b.as_fd(), c.as_fd()], streams.tty, None)
+            .map_err(|e| e.to_string())?;
         // the command holds its ends now; ours of them close here, so EOF
         // (or EIO on a pty) reaches the readers when the command is done
         Ok((running, io.ours))
