@@ -137,6 +137,12 @@ pub async fn run(runtime: Arc<Runtime>) -> Result<(), ServeError> {
     );
     let rt = runtime.clone();
     tokio::task::spawn_blocking(move || rt.reconcile());
+    // what pulls cut short by a crash left in cas/tmp (before the first
+    // request: a pull of ours holds its lock, one by the CLI too)
+    let cleaned = runtime.images.clean_leftovers();
+    if cleaned > 0 {
+        tracing::info!(cleaned, "removed leftovers of interrupted pulls");
+    }
     // listed before the first request can start a pod of its own
     let interrupted = crate::cri::sandbox_run::interrupted_starts(&runtime);
     let rt = runtime.clone();

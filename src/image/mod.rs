@@ -406,6 +406,12 @@ impl Store {
         Ok(report)
     }
 
+    /// Removes the work directories of pulls that were cut short (their
+    /// locks are free); returns how many.
+    pub fn clean_leftovers(&self) -> usize {
+        pull::clean_tmp(&self.cas)
+    }
+
     /// Bytes and inodes the store uses on disk.
     pub fn usage(&self) -> (u64, u64) {
         extract::usage(self.cas.root())
