@@ -14,6 +14,8 @@ packages=(
   docker-registry skopeo umoci busybox-static apache2-utils jq curl ca-certificates
   # streaming tests: a SPDY client built on spdystream, Kubernetes' own SPDY library
   golang-go golang-github-docker-spdystream-dev
+  # trust tests: GnuPG makes the keys and signatures rktlet checks
+  gnupg
 )
 
 root="$(cd "$(dirname "$0")/.." && pwd)"

@@ -30,3 +30,4 @@ pub mod runtime;
 pub mod server;
 pub mod stage1;
 pub mod stream;
+pub mod trust;

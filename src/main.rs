@@ -24,6 +24,21 @@ enum Command {
     /// App-level commands on mutable pods.
     #[command(subcommand)]
     App(AppCommand),
+    /// Trust an OpenPGP key for image names under --prefix (or every name: --root);
+    /// `trust list` shows the trusted keys, `trust rm FINGERPRINT` removes one.
+    Trust {
+        /// The image name prefix the key is trusted for (e.g. example.com/app).
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Trust the key for every image name.
+        #[arg(long)]
+        root: bool,
+        /// Output format of `list`: tabbed (default) or json.
+        #[arg(long, default_value = "tabbed")]
+        format: String,
+        /// KEYFILE, or `list`, or `rm FINGERPRINT`.
+        args: Vec<String>,
+    },
     /// List pods.
     List {
         #[arg(long, default_value = "table")]
@@ -111,9 +126,10 @@ struct RktFlags {
     /// rkt data directory [default: /var/lib/rktlet/data].
     #[arg(long, global = true)]
     dir: Option<PathBuf>,
-    /// Local configuration directory (its `registries.toml` lists mirrors and insecure registries).
-    #[arg(long, global = true, default_value = "/etc/rktlet")]
-    local_config: PathBuf,
+    /// Local configuration directory: its `registries.toml` lists mirrors and insecure
+    /// registries (default /etc/rktlet), its `trustedkeys/` holds trusted keys (default /etc/rkt).
+    #[arg(long, global = true)]
+    local_config: Option<PathBuf>,
     /// Comma-separated: http (plain HTTP to every registry), tls (no certificate checks),
     /// image (accepted: docker images carry no signatures), all-fetch, all, none.
     #[arg(long, global = true, default_value = "none")]
@@ -439,7 +455,8 @@ impl RktFlags {
         if self.debug {
             init_logging("debug");
         }
-        let mut registries = rktlet::image::RegistryConfig::load(&self.local_config.join("registries.toml"))?;
+        let local = self.local_config.clone().unwrap_or_else(|| PathBuf::from("/etc/rktlet"));
+        let mut registries = rktlet::image::RegistryConfig::load(&local.join("registries.toml"))?;
         for opt in self.insecure_options.split(',').map(str::trim).filter(|o| !o.is_empty()) {
             match opt {
                 "none" | "image" | "ondisk" | "pubkey" | "capabilities" | "paths" | "seccomp" | "all-run" => {}
@@ -607,6 +624,42 @@ fn image_cmd(rkt: RktFlags, command: ImageCommand) -> Result<(), String> {
     Ok(())
 }
 
+/// `rktlet trust`: rkt's trust store under `--local-config` (default /etc/rkt).
+fn trust(rkt: &RktFlags, prefix: Option<String>, root: bool, format: &str, args: &[String]) -> Result<(), String> {
+    let local = rkt.local_config.clone().unwrap_or_else(|| PathBuf::from("/etc/rkt"));
+    let store = rktlet::trust::TrustStore::new(local, rktlet::trust::SYSTEM_CONFIG);
+    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["list"] => {
+            let keys = store.list();
+            match format {
+                "json" => println!("{}", serde_json::to_string(&keys).map_err(|e| e.to_string())?),
+                _ => {
+                    println!("PREFIX\tFINGERPRINT\tPATH");
+                    for k in keys {
+                        let prefix = k.prefix.unwrap_or_else(|| "(root)".into());
+                        println!("{prefix}\t{}\t{}", k.fingerprint, k.path.display());
+                    }
+                }
+            }
+        }
+        ["rm", fingerprint] => {
+            for k in store.remove(fingerprint).map_err(|e| e.to_string())? {
+                println!("removed {}", k.path.display());
+            }
+        }
+        [keyfile] => {
+            if root == prefix.is_some() {
+                return Err("give either --prefix=PREFIX or --root".into());
+            }
+            let bytes = std::fs::read(keyfile).map_err(|e| format!("cannot read {keyfile}: {e}"))?;
+            let added = store.add(prefix.as_deref(), &bytes).map_err(|e| e.to_string())?;
+            println!("trusted key {} at {}", added.fingerprint, added.path.display());
+        }
+        _ => return Err("usage: rktlet trust [--prefix=PREFIX | --root] KEYFILE | list | rm FINGERPRINT".into()),
+    }
+    Ok(())
+}
+
 /// `app exec`: the command's output and exit code are the CLI's own.
 fn app_exec(dir: Option<PathBuf>, uuid: &str, app: &str, timeout: i64, cmd: Vec<String>) -> ExitCode {
     use std::io::{IsTerminal, Write};
@@ -697,6 +750,7 @@ fn main() -> ExitCode {
             .map(|removed| removed.iter().for_each(|u| println!("removed {u}")))
             .map_err(|e| e.to_string()),
         Command::Fetch { image } => fetch(cli.rkt, image),
+        Command::Trust { prefix, root, format, args } => trust(&cli.rkt, prefix, root, &format, &args),
         Command::Image { command } => image_cmd(cli.rkt, command),
         Command::Bench(args) => bench(args),
         Command::Stats { format } => json_format(&format)

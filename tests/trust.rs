@@ -1,0 +1,132 @@
+//! rkt's trust store (issue 11, first part): keys made and signatures made
+//! by GnuPG (Debian's `gpg`, an independent OpenPGP implementation), trusted
+//! with `rktlet trust`, checked by the pure-Rust verifier.
+
+mod common;
+
+use rktlet::trust::{TrustError, TrustStore};
+use std::path::Path;
+use std::process::Command;
+
+/// A throw-away GnuPG home with one signing key per user id.
+struct Gpg {
+    home: tempfile::TempDir,
+}
+
+impl Gpg {
+    fn new(uids: &[&str]) -> Gpg {
+        let home = tempfile::tempdir().expect("gnupg home");
+        let g = Gpg { home };
+        for uid in uids {
+            g.run(&["--batch", "--passphrase", "", "--quick-gen-key", uid, "ed25519", "sign", "never"]);
+        }
+        g
+    }
+
+    fn run(&self, args: &[&str]) -> Vec<u8> {
+        let out = Command::new("gpg").env("GNUPGHOME", self.home.path()).args(args).output().expect("gpg");
+        assert!(out.status.success(), "gpg {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    }
+
+    fn fingerprint(&self, uid: &str) -> String {
+        let out = String::from_utf8(self.run(&["--with-colons", "--fingerprint", uid])).expect("utf8");
+        let fpr = out.lines().find_map(|l| l.strip_prefix("fpr:")).expect("fpr line");
+        fpr.trim_matches(':').to_ascii_lowercase()
+    }
+
+    fn export(&self, uid: &str, to: &Path) {
+        std::fs::write(to, self.run(&["--armor", "--export", uid])).expect("key file");
+    }
+
+    fn sign(&self, uid: &str, data: &Path, armor: bool) -> Vec<u8> {
+        let mut args = vec!["--batch", "--yes", "-u", uid, "--detach-sign", "-o", "-"];
+        if armor {
+            args.insert(0, "--armor");
+        }
+        args.push(data.to_str().expect("path"));
+        self.run(&args)
+    }
+}
+
+impl Drop for Gpg {
+    fn drop(&mut self) {
+        let _ = Command::new("gpgconf").env("GNUPGHOME", self.home.path()).args(["--kill", "gpg-agent"]).status();
+    }
+}
+
+fn rktlet(local: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(common::BIN).arg("--local-config").arg(local).args(args).output().expect("rktlet");
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn keys_are_trusted_by_prefix_and_check_gnupg_signatures() {
+    let gpg = Gpg::new(&["Signer <signer@example.com>", "Other <other@example.com>"]);
+    let t = tempfile::tempdir().expect("tmp");
+    let (local, system) = (t.path().join("etc-rkt"), t.path().join("usr-lib-rkt"));
+    let key = t.path().join("signer.asc");
+    gpg.export("signer@example.com", &key);
+    let fpr = gpg.fingerprint("signer@example.com");
+
+    // rkt's layout: prefix.d/<prefix>/<fingerprint>
+    let (ok, out) = rktlet(&local, &["trust", "--prefix", "example.com/app", key.to_str().expect("path")]);
+    assert!(ok, "{out}");
+    let stored = local.join("trustedkeys/prefix.d/example.com/app").join(&fpr);
+    assert!(stored.is_file(), "{out}");
+    let (ok, out) = rktlet(&local, &["trust", key.to_str().expect("path")]);
+    assert!(!ok && out.contains("--prefix"), "a key needs a prefix or --root: {out}");
+    let (ok, out) = rktlet(&local, &["trust", "--prefix", "../escape", key.to_str().expect("path")]);
+    assert!(!ok && out.contains("invalid name prefix"), "{out}");
+
+    let data = t.path().join("image.aci");
+    std::fs::write(&data, b"an image's bytes").expect("data");
+    let bytes = std::fs::read(&data).expect("read");
+    let store = TrustStore::new(&local, &system);
+    for armor in [true, false] {
+        let sig = gpg.sign("signer@example.com", &data, armor);
+        assert_eq!(store.verify("example.com/app", &bytes, &sig).expect("trusted"), fpr);
+        assert_eq!(store.verify("example.com/app/worker", &bytes, &sig).expect("below the prefix"), fpr);
+        let other_name = store.verify("example.com/apps", &bytes, &sig).expect_err("another prefix");
+        assert!(matches!(other_name, TrustError::Untrusted { keys: 0, .. }), "{other_name}");
+        let tampered = store.verify("example.com/app", b"other bytes", &sig).expect_err("tampered");
+        assert!(matches!(tampered, TrustError::Untrusted { keys: 1, .. }), "{tampered}");
+    }
+    // a signature by a key nobody trusted
+    let other_sig = gpg.sign("other@example.com", &data, true);
+    assert!(matches!(store.verify("example.com/app", &bytes, &other_sig), Err(TrustError::Untrusted { .. })));
+
+    // a root key covers every name; listing and removing
+    let other_key = t.path().join("other.asc");
+    gpg.export("other@example.com", &other_key);
+    let (ok, out) = rktlet(&local, &["trust", "--root", other_key.to_str().expect("path")]);
+    assert!(ok, "{out}");
+    let other_fpr = gpg.fingerprint("other@example.com");
+    assert_eq!(store.verify("anything.org/x", &bytes, &other_sig).expect("root key"), other_fpr);
+    let (ok, out) = rktlet(&local, &["trust", "list", "--format=json"]);
+    assert!(ok, "{out}");
+    let listed: Vec<serde_json::Value> = serde_json::from_str(&out).expect("json");
+    let mut pairs: Vec<(String, String)> = listed
+        .iter()
+        .map(|k| {
+            (k["prefix"].as_str().unwrap_or("(root)").to_string(), k["fingerprint"].as_str().unwrap_or("").to_string())
+        })
+        .collect();
+    pairs.sort();
+    let mut want = vec![("(root)".to_string(), other_fpr.clone()), ("example.com/app".to_string(), fpr.clone())];
+    want.sort();
+    assert_eq!(pairs, want);
+    let (ok, out) = rktlet(&local, &["trust", "rm", &other_fpr]);
+    assert!(ok, "{out}");
+    assert!(matches!(store.verify("anything.org/x", &bytes, &other_sig), Err(TrustError::Untrusted { keys: 0, .. })));
+
+    // a system key, masked by an empty local file of the same name
+    let sys_dir = system.join("trustedkeys/root.d");
+    std::fs::create_dir_all(&sys_dir).expect("system dir");
+    std::fs::copy(&other_key, sys_dir.join(&other_fpr)).expect("system key");
+    assert_eq!(store.verify("anything.org/x", &bytes, &other_sig).expect("system key"), other_fpr);
+    let mask_dir = local.join("trustedkeys/root.d");
+    std::fs::create_dir_all(&mask_dir).expect("mask dir");
+    std::fs::write(mask_dir.join(&other_fpr), b"").expect("mask");
+    assert!(matches!(store.verify("anything.org/x", &bytes, &other_sig), Err(TrustError::Untrusted { keys: 0, .. })));
+}
