@@ -71,7 +71,8 @@ enum Command {
     },
     /// Fetch an image into the store and render its tree (`docker://REF`); prints its id.
     Fetch {
-        /// Image reference, e.g. docker://busybox:latest.
+        /// Image reference, e.g. docker://busybox:latest, or an ACI file (./app.aci,
+        /// file:///path/app.aci), checked against `<file>.asc` and the trust store.
         image: String,
     },
     /// Measure CRI endpoints side by side: p50/p90/p99 per operation, ratios to
@@ -484,6 +485,17 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 fn fetch(rkt: RktFlags, image: String) -> Result<(), String> {
     use std::io::{IsTerminal, Write};
     let store = rkt.store()?;
+    // an ACI file (rkt's own image format), checked against the trust store
+    let file = image.strip_prefix("file://").unwrap_or(&image);
+    if image.starts_with("file://") || image.ends_with(".aci") || std::path::Path::new(file).is_file() {
+        let skip = rkt.insecure_options.split(',').any(|o| matches!(o.trim(), "image" | "all" | "all-fetch"));
+        let local = rkt.local_config.clone().unwrap_or_else(|| PathBuf::from("/etc/rkt"));
+        let trust = rktlet::trust::TrustStore::new(local, rktlet::trust::SYSTEM_CONFIG);
+        let imported = rktlet::image::aci::import_file(&store, (!skip).then_some(&trust), std::path::Path::new(file))
+            .map_err(|e| e.to_string())?;
+        println!("{}", imported.id);
+        return Ok(());
+    }
     let reference: rktlet::image::reference::Reference =
         image.parse().map_err(|e: rktlet::image::reference::ReferenceError| e.to_string())?;
     let creds = rktlet::image::auth::DockerConfig::default_path()

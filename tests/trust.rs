@@ -130,3 +130,103 @@ fn keys_are_trusted_by_prefix_and_check_gnupg_signatures() {
     std::fs::write(mask_dir.join(&other_fpr), b"").expect("mask");
     assert!(matches!(store.verify("anything.org/x", &bytes, &other_sig), Err(TrustError::Untrusted { keys: 0, .. })));
 }
+
+/// An ACI: `manifest` and `rootfs/hello.txt`, gzipped.
+fn aci(name: &str, hello: &str) -> Vec<u8> {
+    let manifest = serde_json::json!({
+        "acKind": "ImageManifest", "acVersion": "0.8.11", "name": name,
+        "labels": [{"name": "version", "value": "1.0"}, {"name": "os", "value": "linux"}],
+        "app": {"exec": ["/bin/hello"], "user": "0", "group": "0"}
+    });
+    let json = serde_json::to_vec(&manifest).expect("manifest");
+    let mut b = tar::Builder::new(Vec::new());
+    let mut add = |path: &str, kind: tar::EntryType, mode: u32, data: &[u8]| {
+        let mut h = tar::Header::new_ustar();
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_size(data.len() as u64);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        b.append_data(&mut h, path, data).expect("append");
+    };
+    add("manifest", tar::EntryType::Regular, 0o644, &json);
+    add("rootfs/", tar::EntryType::Directory, 0o755, b"");
+    add("rootfs/hello.txt", tar::EntryType::Regular, 0o644, hello.as_bytes());
+    let tar = b.into_inner().expect("tar");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &tar).expect("gzip");
+    gz.finish().expect("gzip")
+}
+
+#[test]
+fn fetch_imports_a_signed_aci_and_refuses_what_does_not_verify() {
+    let gpg = Gpg::new(&["Signer <signer@example.com>"]);
+    let t = tempfile::tempdir().expect("tmp");
+    let (local, data) = (t.path().join("etc-rkt"), t.path().join("data"));
+    let key = t.path().join("signer.asc");
+    gpg.export("signer@example.com", &key);
+    let (ok, out) = rktlet(&local, &["trust", "--prefix", "example.com/app", key.to_str().expect("path")]);
+    assert!(ok, "{out}");
+    let fetch = |file: &Path, extra: &[&str]| {
+        let out = Command::new(common::BIN)
+            .arg("--dir")
+            .arg(&data)
+            .arg("--local-config")
+            .arg(&local)
+            .args(extra)
+            .args(["fetch", file.to_str().expect("path")])
+            .output()
+            .expect("fetch");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    // signed by a key trusted for the name: imported under rkt's key, its tree rendered
+    let app = t.path().join("app.aci");
+    std::fs::write(&app, aci("example.com/app", "hello from an ACI\n")).expect("aci");
+    std::fs::write(t.path().join("app.aci.asc"), gpg.sign("signer@example.com", &app, true)).expect("sig");
+    let (ok, id, err) = fetch(&app, &[]);
+    assert!(ok, "{err}");
+    assert!(id.starts_with("sha512-") && id.len() == 71, "{id}");
+    let store = rktlet::image::Store::open(&rktlet::pod::DataDir::new(&data), Default::default()).expect("store");
+    let image = store.resolve(&id).expect("indexed");
+    assert_eq!(image.manifest.name, "example.com/app");
+    let tree = store.tree(&id).expect("tree");
+    assert_eq!(std::fs::read_to_string(tree.rootfs().join("hello.txt")).expect("file"), "hello from an ACI\n");
+
+    // the same bytes under another name, or changed after signing, or unsigned: refused, nothing stored
+    let before = store.list().expect("list").len();
+    let other = t.path().join("other.aci");
+    std::fs::write(&other, aci("example.org/other", "x")).expect("aci");
+    std::fs::write(t.path().join("other.aci.asc"), gpg.sign("signer@example.com", &other, true)).expect("sig");
+    let (ok, _, err) = fetch(&other, &[]);
+    assert!(!ok && err.contains("no trusted key for example.org/other"), "{err}");
+    let tampered = t.path().join("tampered.aci");
+    std::fs::write(&tampered, aci("example.com/app", "changed\n")).expect("aci");
+    std::fs::copy(t.path().join("app.aci.asc"), t.path().join("tampered.aci.asc")).expect("old sig");
+    let (ok, _, err) = fetch(&tampered, &[]);
+    assert!(!ok && err.contains("failed verification"), "{err}");
+    let unsigned = t.path().join("unsigned.aci");
+    std::fs::write(&unsigned, aci("example.com/app", "unsigned\n")).expect("aci");
+    let (ok, _, err) = fetch(&unsigned, &[]);
+    assert!(!ok && err.contains("no signature"), "{err}");
+    assert_eq!(store.list().expect("list").len(), before, "nothing refused was stored");
+
+    // --insecure-options=image is the one way around the check
+    let (ok, id2, err) = fetch(&unsigned, &["--insecure-options=image"]);
+    assert!(ok, "{err}");
+    assert_ne!(id2, id);
+
+    // a tree removed by gc comes back from the stored ACI
+    let gc = Command::new(common::BIN).arg("--dir").arg(&data).args(["image", "gc"]).output().expect("gc");
+    assert!(gc.status.success());
+    let tree = store.tree(&id).expect("rendered again");
+    assert_eq!(std::fs::read_to_string(tree.rootfs().join("hello.txt")).expect("file"), "hello from an ACI\n");
+    let verify =
+        Command::new(common::BIN).arg("--dir").arg(&data).args(["image", "verify", "--deep"]).output().expect("verify");
+    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
+}

@@ -30,6 +30,7 @@
 //! index transaction comes last. Work in progress lives in `cas/tmp/pull-*`
 //! (each with a held lock file), removed by the next pull or gc after a crash.
 
+pub mod aci;
 pub mod auth;
 pub mod cas;
 pub mod convert;

@@ -539,16 +539,40 @@ pub(super) fn render_scratch<T>(
     image: &Image,
     f: impl FnOnce(&Path) -> Result<T, ImageError>,
 ) -> Result<T, ImageError> {
-    let (work, _) = render_layers(store.cas(), &image.layer_keys())?;
+    let keys = image.layer_keys();
+    let work = if keys.is_empty() { unpack_aci(store.cas(), &image.id)? } else { render_layers(store.cas(), &keys)?.0 };
     f(&work.rootfs())
+}
+
+/// Renders the tree of an ACI without dependencies from its stored plain
+/// tar (`manifest` and `rootfs/`); returns the tree's size.
+pub(super) fn render_aci(cas: &Cas, key: &str, manifest: &ImageManifest) -> Result<i64, ImageError> {
+    let work = unpack_aci(cas, key)?;
+    commit_tree(cas, &work.path, &convert::tree_id(key, &[]), key, manifest, &[])
+}
+
+/// Unpacks a stored ACI (`manifest`, `rootfs/`) as a work directory's tree.
+fn unpack_aci(cas: &Cas, key: &str) -> Result<WorkDir, ImageError> {
+    let work = WorkDir::new(cas)?;
+    let tree = work.path.join("tree");
+    let blob = cas.blob(key);
+    let tar = fs::File::open(&blob).map_err(io_ctx(format!("opening {}", blob.display())))?;
+    let unpacked = extract::Unpacker::new(&tree, false).unpack(io::BufReader::new(tar))?;
+    extract::apply_dir_meta(&tree, &[&unpacked])?;
+    Ok(work)
 }
 
 /// Renders an image's tree from its stored layers (after gc removed it).
 pub fn render_stored(store: &Store, image: &Image) -> Result<(), ImageError> {
     let cas = store.cas();
     let keys = image.layer_keys();
-    let (work, _) = render_layers(cas, &keys)?;
-    let tree_size = commit_tree(cas, &work.path, &image.tree_id(), &image.id, &image.manifest, &keys)?;
+    let tree_size = if keys.is_empty() {
+        // an ACI of rkt's own: its rootfs is in its own blob
+        render_aci(cas, &image.id, &image.manifest)?
+    } else {
+        let (work, _) = render_layers(cas, &keys)?;
+        commit_tree(cas, &work.path, &image.tree_id(), &image.id, &image.manifest, &keys)?
+    };
     cas.update_index(|i| {
         if let Some(a) = i.aciinfo.iter_mut().find(|a| a.blobkey == image.id) {
             a.treestoresize = tree_size;
