@@ -485,15 +485,20 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 fn fetch(rkt: RktFlags, image: String) -> Result<(), String> {
     use std::io::{IsTerminal, Write};
     let store = rkt.store()?;
-    // an ACI file (rkt's own image format), checked against the trust store
+    // an ACI (rkt's own image format), checked against the trust store
     let file = image.strip_prefix("file://").unwrap_or(&image);
-    if image.starts_with("file://") || image.ends_with(".aci") || std::path::Path::new(file).is_file() {
+    let url = image.starts_with("https://") || image.starts_with("http://");
+    if url || image.starts_with("file://") || image.ends_with(".aci") || std::path::Path::new(file).is_file() {
         let skip = rkt.insecure_options.split(',').any(|o| matches!(o.trim(), "image" | "all" | "all-fetch"));
         let local = rkt.local_config.clone().unwrap_or_else(|| PathBuf::from("/etc/rkt"));
         let trust = rktlet::trust::TrustStore::new(local, rktlet::trust::SYSTEM_CONFIG);
-        let imported = rktlet::image::aci::import_file(&store, (!skip).then_some(&trust), std::path::Path::new(file))
-            .map_err(|e| e.to_string())?;
-        println!("{}", imported.id);
+        let trust = (!skip).then_some(&trust);
+        let imported = if url {
+            runtime()?.block_on(rktlet::image::aci::import_url(&store, trust, &image))
+        } else {
+            rktlet::image::aci::import_file(&store, trust, std::path::Path::new(file))
+        };
+        println!("{}", imported.map_err(|e| e.to_string())?.id);
         return Ok(());
     }
     let reference: rktlet::image::reference::Reference =

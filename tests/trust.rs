@@ -221,6 +221,45 @@ fn fetch_imports_a_signed_aci_and_refuses_what_does_not_verify() {
     assert!(ok, "{err}");
     assert_ne!(id2, id);
 
+    // over HTTP from loopback (https elsewhere), the signature from <url>.asc
+    let served = t.path().join("served");
+    std::fs::create_dir(&served).expect("dir");
+    let web = served.join("web.aci");
+    std::fs::write(&web, aci("example.com/app/web", "served\n")).expect("aci");
+    std::fs::write(served.join("web.aci.asc"), gpg.sign("signer@example.com", &web, false)).expect("sig");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let mut httpd = Command::new("/bin/busybox")
+        .args(["httpd", "-f", "-p", &format!("127.0.0.1:{port}"), "-h"])
+        .arg(&served)
+        .spawn()
+        .expect("busybox httpd");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "httpd did not listen");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let url = format!("http://127.0.0.1:{port}/web.aci");
+    let got = Command::new(common::BIN)
+        .arg("--dir")
+        .arg(&data)
+        .arg("--local-config")
+        .arg(&local)
+        .args(["fetch", &url])
+        .output()
+        .expect("fetch url");
+    let _ = httpd.kill();
+    let _ = httpd.wait();
+    assert!(got.status.success(), "{}", String::from_utf8_lossy(&got.stderr));
+    let web_id = String::from_utf8_lossy(&got.stdout).trim().to_string();
+    assert_eq!(store.resolve(&web_id).expect("indexed").manifest.name, "example.com/app/web");
+    let plain = Command::new(common::BIN)
+        .arg("--dir")
+        .arg(&data)
+        .args(["fetch", "http://example.com/x.aci"])
+        .output()
+        .expect("fetch");
+    assert!(!plain.status.success() && String::from_utf8_lossy(&plain.stderr).contains("over https"));
+
     // a tree removed by gc comes back from the stored ACI
     let gc = Command::new(common::BIN).arg("--dir").arg(&data).args(["image", "gc"]).output().expect("gc");
     assert!(gc.status.success());

@@ -1,4 +1,5 @@
-//! rkt's own images: ACIs fetched from a file (issue 11, first part). An
+//! rkt's own images: ACIs fetched from a file or an https URL (issue 11,
+//! first part). An
 //! ACI is a tar (gzip, zstd or plain here) of `manifest` (an appc image
 //! manifest) and `rootfs/`. Unless verification is skipped, its detached
 //! OpenPGP signature (`<file>.asc`) must verify with a key trusted for the
@@ -70,20 +71,58 @@ pub fn manifest_of(tar: &[u8]) -> Result<ImageManifest, ImageError> {
 /// signature by a key trusted for the image's name.
 pub fn import_file(store: &Store, trust: Option<&TrustStore>, path: &Path) -> Result<Image, ImageError> {
     let bytes = fs::read(path).map_err(io_ctx(format!("reading {}", path.display())))?;
-    let tar = plain_tar(&bytes)?;
+    let sig_path = path.with_file_name(format!(
+        "{}.asc",
+        path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    ));
+    let sig = trust.map(|_| fs::read(&sig_path).map_err(|e| format!("{} ({e})", sig_path.display())));
+    import(store, trust, &path.display().to_string(), &bytes, sig)
+}
+
+/// Imports the ACI at an `https://` URL (plain `http://` only from
+/// loopback hosts), its signature from `<url>.asc`.
+pub async fn import_url(store: &Store, trust: Option<&TrustStore>, url: &str) -> Result<Image, ImageError> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| ImageError::Unsupported(format!("invalid URL {url}: {e}")))?;
+    let loopback = matches!(parsed.host_str(), Some("localhost" | "127.0.0.1" | "[::1]" | "::1"));
+    if parsed.scheme() != "https" && !(parsed.scheme() == "http" && loopback) {
+        return Err(ImageError::Unsupported(format!("{url}: ACIs are fetched over https (http only from loopback)")));
+    }
+    let bytes = get(url).await.map_err(|e| io_ctx("fetching the ACI")(io::Error::other(e)))?;
+    let sig = match trust {
+        Some(_) => Some(get(&format!("{url}.asc")).await),
+        None => None,
+    };
+    import(store, trust, url, &bytes, sig)
+}
+
+async fn get(url: &str) -> Result<Vec<u8>, String> {
+    let resp = reqwest::get(url).await.map_err(|e| format!("{url}: {e}"))?;
+    if !resp.status().is_success() {
+        return Err(format!("{url}: {}", resp.status()));
+    }
+    resp.bytes().await.map(|b| b.to_vec()).map_err(|e| format!("{url}: {e}"))
+}
+
+/// Checks (with `trust`, `sig` must be a signature by a key trusted for the
+/// manifest's name) and stores one ACI.
+fn import(
+    store: &Store,
+    trust: Option<&TrustStore>,
+    from: &str,
+    bytes: &[u8],
+    sig: Option<Result<Vec<u8>, String>>,
+) -> Result<Image, ImageError> {
+    let tar = plain_tar(bytes)?;
     let manifest = manifest_of(&tar)?;
-    if let Some(trust) = trust {
-        let sig_path = path.with_file_name(format!(
-            "{}.asc",
-            path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-        ));
-        let sig = fs::read(&sig_path).map_err(|e| ImageError::Verify {
-            what: format!("ACI {}", path.display()),
-            detail: format!("no signature {} ({e}); --insecure-options=image skips the check", sig_path.display()),
+    if let (Some(trust), Some(sig)) = (trust, sig) {
+        let what = format!("ACI {from}");
+        let sig = sig.map_err(|e| ImageError::Verify {
+            what: what.clone(),
+            detail: format!("no signature {e}; --insecure-options=image skips the check"),
         })?;
         let by = trust
-            .verify(&manifest.name, &bytes, &sig)
-            .map_err(|e| ImageError::Verify { what: format!("ACI {}", path.display()), detail: e.to_string() })?;
+            .verify(&manifest.name, bytes, &sig)
+            .map_err(|e| ImageError::Verify { what, detail: e.to_string() })?;
         tracing::info!(image = manifest.name, key = by, "ACI signature verified");
     }
     if !manifest.dependencies.is_empty() {
