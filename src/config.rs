@@ -11,6 +11,8 @@ pub const DEFAULT_CNI_CONF_DIR: &str = "/etc/cni/net.d";
 pub const DEFAULT_CNI_BIN_DIRS: [&str; 2] = ["/opt/cni/bin", "/usr/lib/cni"];
 /// Registry mirrors and insecure hosts (see `image::hosts`); a missing file means none.
 pub const DEFAULT_REGISTRY_CONFIG: &str = "/etc/rktlet/registries.toml";
+/// rkt's local configuration directory: its `trustedkeys/` (see `crate::trust`).
+pub const DEFAULT_TRUST_DIR: &str = "/etc/rkt";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -41,6 +43,8 @@ pub struct FileConfig {
     pub cni_conf_dir: Option<PathBuf>,
     pub cni_bin_dirs: Option<Vec<PathBuf>>,
     pub registry_config: Option<PathBuf>,
+    /// Directory whose `trustedkeys/` holds the keys ACIs are checked with.
+    pub trust_dir: Option<PathBuf>,
     /// Serve CRI the original rktlet's way, by exec'ing the CLI per call (for benchmarks).
     pub exec_mode: Option<bool>,
     /// Loopback address of the Prometheus metrics listener (none: off).
@@ -70,6 +74,7 @@ pub struct Config {
     pub cni_conf_dir: PathBuf,
     pub cni_bin_dirs: Vec<PathBuf>,
     pub registry_config: PathBuf,
+    pub trust_dir: PathBuf,
     pub exec_mode: bool,
     pub metrics_address: Option<std::net::SocketAddr>,
     /// Pre-booted pods kept ready for RunPodSandbox (see `crate::pool`).
@@ -99,6 +104,7 @@ impl Default for Config {
             cni_conf_dir: DEFAULT_CNI_CONF_DIR.into(),
             cni_bin_dirs: DEFAULT_CNI_BIN_DIRS.iter().map(PathBuf::from).collect(),
             registry_config: DEFAULT_REGISTRY_CONFIG.into(),
+            trust_dir: DEFAULT_TRUST_DIR.into(),
             exec_mode: false,
             metrics_address: None,
             pod_pool_size: DEFAULT_POD_POOL_SIZE,
@@ -135,6 +141,9 @@ impl Config {
             }
             if let Some(v) = layer.registry_config {
                 c.registry_config = v;
+            }
+            if let Some(v) = layer.trust_dir {
+                c.trust_dir = v;
             }
             if let Some(v) = layer.exec_mode {
                 c.exec_mode = v;
@@ -200,6 +209,10 @@ cni_bin_dirs = [{bins}]
 # Registry mirrors and insecure registries (see README); missing file = none.
 registry_config = "{registries}"
 
+# rkt's trust store: PullImage of an ACI ("aci:" + a file or https URL) needs
+# its signature by a key under trusted_dir/trustedkeys (see `rktlet trust`).
+trust_dir = "{trust}"
+
 # The streaming server (the URLs Exec answers with; kubelet proxies them).
 # Port 0 picks a free port. Plain HTTP: keep it on loopback.
 streaming_address = "{streaming}"
@@ -225,6 +238,7 @@ exec_mode = false
         cni = d.cni_conf_dir.display(),
         bins = bins.join(", "),
         registries = d.registry_config.display(),
+        trust = d.trust_dir.display(),
         max_pool = MAX_POD_POOL_SIZE,
         pool = d.pod_pool_size,
         streaming = d.streaming_address,
@@ -261,9 +275,15 @@ mod tests {
         for key in ["socket", "data_dir", "rkt_path", "log_level", "cni_conf_dir", "cni_bin_dirs"] {
             assert!(default_toml().contains(&format!("{key} =")), "{key}");
         }
-        for key in
-            ["registry_config", "metrics_address", "pod_pool_size", "exec_mode", "log_format", "streaming_address"]
-        {
+        for key in [
+            "registry_config",
+            "trust_dir",
+            "metrics_address",
+            "pod_pool_size",
+            "exec_mode",
+            "log_format",
+            "streaming_address",
+        ] {
             assert!(default_toml().contains(&format!("{key} =")), "{key}");
         }
     }

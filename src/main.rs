@@ -326,6 +326,9 @@ struct ServeArgs {
     /// Registry mirrors and insecure registries (TOML) [default: /etc/rktlet/registries.toml].
     #[arg(long)]
     registry_config: Option<PathBuf>,
+    /// Directory whose trustedkeys/ checks ACI signatures [default: /etc/rkt].
+    #[arg(long)]
+    trust_dir: Option<PathBuf>,
     /// Serve every CRI call the original rktlet exec'd by exec'ing this binary's
     /// CLI instead (`app add`, `app start`, `status`, ...): the exec design, for benchmarks.
     #[arg(long)]
@@ -357,6 +360,7 @@ impl ServeArgs {
             cni_conf_dir: self.cni_conf_dir,
             cni_bin_dirs: (!self.cni_bin_dirs.is_empty()).then_some(self.cni_bin_dirs),
             registry_config: self.registry_config,
+            trust_dir: self.trust_dir,
             exec_mode: self.exec_mode.then_some(true),
             metrics_address: self.metrics_address,
             pod_pool_size: self.pod_pool_size,

@@ -269,3 +269,46 @@ fn fetch_imports_a_signed_aci_and_refuses_what_does_not_verify() {
         Command::new(common::BIN).arg("--dir").arg(&data).args(["image", "verify", "--deep"]).output().expect("verify");
     assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pull_image_takes_signed_acis() {
+    use rktlet::proto::v1 as cri;
+    let gpg = Gpg::new(&["Signer <signer@example.com>"]);
+    let t = tempfile::tempdir().expect("tmp");
+    let local = t.path().join("etc-rkt");
+    let key = t.path().join("signer.asc");
+    gpg.export("signer@example.com", &key);
+    let (ok, out) = rktlet(&local, &["trust", "--prefix", "example.com", key.to_str().expect("path")]);
+    assert!(ok, "{out}");
+    let app = t.path().join("app.aci");
+    std::fs::write(&app, aci("example.com/cri", "from CRI\n")).expect("aci");
+    std::fs::write(t.path().join("app.aci.asc"), gpg.sign("signer@example.com", &app, true)).expect("sig");
+    let unsigned = t.path().join("unsigned.aci");
+    std::fs::write(&unsigned, aci("example.com/cri", "unsigned\n")).expect("aci");
+
+    let d = common::Daemon::start(&["--trust-dir", local.to_str().expect("path")]);
+    let mut img = d.images().await;
+    let reference = format!("aci:{}", app.display());
+    let spec = |r: &str| Some(cri::ImageSpec { image: r.to_string(), ..Default::default() });
+    let pulled = img
+        .pull_image(cri::PullImageRequest { image: spec(&reference), ..Default::default() })
+        .await
+        .expect("PullImage of a signed ACI")
+        .into_inner();
+    assert!(pulled.image_ref.starts_with("sha512-"), "{pulled:?}");
+    let status = img
+        .image_status(cri::ImageStatusRequest { image: spec(&reference), verbose: false })
+        .await
+        .expect("ImageStatus")
+        .into_inner()
+        .image
+        .expect("found by the reference it was pulled as");
+    assert_eq!(status.id, pulled.image_ref);
+    assert!(status.repo_tags.contains(&reference), "{:?}", status.repo_tags);
+    let err = img
+        .pull_image(cri::PullImageRequest { image: spec(&format!("aci:{}", unsigned.display())), ..Default::default() })
+        .await
+        .expect_err("unsigned");
+    assert_eq!(err.code(), tonic::Code::DataLoss, "{err:?}");
+    assert!(err.message().contains("no signature"), "{}", err.message());
+}

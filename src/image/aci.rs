@@ -17,6 +17,9 @@ use std::fs;
 use std::io::{self, Read};
 use std::path::Path;
 
+/// How CRI names an ACI: `aci:` + a file path or an https URL.
+pub const ACI_PREFIX: &str = "aci:";
+
 /// The largest manifest accepted inside an ACI.
 const MAX_MANIFEST: u64 = 1 << 20;
 
@@ -77,6 +80,17 @@ pub fn import_file(store: &Store, trust: Option<&TrustStore>, path: &Path) -> Re
     ));
     let sig = trust.map(|_| fs::read(&sig_path).map_err(|e| format!("{} ({e})", sig_path.display())));
     import(store, trust, &path.display().to_string(), &bytes, sig)
+}
+
+/// Imports `aci:<file or URL>` (the form CRI PullImage takes).
+pub async fn import_reference(store: &Store, trust: Option<&TrustStore>, reference: &str) -> Result<Image, ImageError> {
+    let src = reference.strip_prefix(ACI_PREFIX).unwrap_or(reference);
+    if src.starts_with("https://") || src.starts_with("http://") {
+        import_url(store, trust, src).await
+    } else {
+        let src = src.strip_prefix("file://").unwrap_or(src);
+        import_file(store, trust, Path::new(src))
+    }
 }
 
 /// Imports the ACI at an `https://` URL (plain `http://` only from
@@ -145,6 +159,15 @@ fn import(
     let tree_size = super::pull::render_aci(cas, &key, &manifest)?;
     let now = now_nanos();
     cas.update_index(|i| {
+        // the reference it was fetched by resolves to it (CRI asks by that)
+        i.upsert_remote(super::cas::Remote {
+            aciurl: format!("{ACI_PREFIX}{from}"),
+            sigurl: String::new(),
+            etag: String::new(),
+            blobkey: key.clone(),
+            cachemaxage: 0,
+            downloadtime: now,
+        });
         i.upsert_aci(AciInfo {
             blobkey: key.clone(),
             name: manifest.name.clone(),

@@ -448,6 +448,16 @@ fn resolve_key(index: &Index, s: &str) -> Result<String, ImageError> {
             _ => Err(ImageError::Ambiguous(s.to_string())),
         };
     }
+    if let Some(src) = s.strip_prefix(aci::ACI_PREFIX) {
+        // an ACI by the file or URL it was fetched from
+        let url = format!("{}{}", aci::ACI_PREFIX, src.strip_prefix("file://").unwrap_or(src));
+        return index
+            .remote
+            .iter()
+            .find(|x| x.aciurl == url)
+            .map(|row| row.blobkey.clone())
+            .ok_or_else(|| ImageError::NotFound(s.to_string()));
+    }
     let r: Reference = s.parse()?;
     let url = format!("docker://{r}");
     if let Some(row) = index.remote.iter().find(|x| x.aciurl == url) {
