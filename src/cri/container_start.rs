@@ -119,6 +119,8 @@ pub async fn start_container(
     if app::facts(&paths, true).state != AppState::Created {
         return Err(Status::failed_precondition(format!("container {} was already started", req.container_id)));
     }
+    // the pod's systemd, as its bus connection knows it (masks, OOM score and terminal need it)
+    let pid1 = rt.pod_bus(&t.pod).map_err(Status::unavailable)?.pid1();
     let section = t.app.app.clone().unwrap_or_default();
     let argv = section.exec.clone().unwrap_or_default();
     let program = argv.first().ok_or_else(|| Status::invalid_argument("container has no command"))?;
@@ -152,7 +154,7 @@ pub async fn start_container(
             // InaccessiblePaths=/ReadOnlyPaths= do not reach below the /proc
             // and /sys that MountAPIVFS mounts; binds do (applied after them)
             super::container_create::ISOLATOR_MASKED => {
-                spec.bind_read_only_paths.extend(masks(&t.pod, &set_of(&iso.value))?);
+                spec.bind_read_only_paths.extend(masks(&t.pod, pid1, &set_of(&iso.value))?);
             }
             super::container_create::ISOLATOR_READONLY => {
                 // the app shares the pod's PID namespace: the pod's /proc is the app's
@@ -178,7 +180,7 @@ pub async fn start_container(
     if crate::cgroup::Layout::cached().is_ok_and(|l| l.limits_through_systemd()) {
         spec.extra.extend(systemd_limits(&limits));
     }
-    if let Some(adj) = limits.oom_score_adj.and_then(|adj| oom_score_adj_allowed(&t.pod, adj)) {
+    if let Some(adj) = limits.oom_score_adj.and_then(|adj| oom_score_adj_allowed(&t.pod, pid1, adj)) {
         spec.extra.push(Property::new("OOMScoreAdjust", Value::I32(adj)));
     }
     let log_path = meta::log_path(&t.app);
@@ -188,7 +190,7 @@ pub async fn start_container(
         // a terminal of the pod's own devpts, so its name means something
         // inside; the master goes to the pod's log writer (output to the CRI
         // log as stdout, input from attach sessions, which also resize it)
-        let pty = crate::stage1::pty::PodPty::open(&t.pod)
+        let pty = crate::stage1::pty::PodPty::open_as_seen_by(pid1)
             .map_err(|e| Status::internal(format!("a terminal for {}: {e}", req.container_id)))?;
         let input = if meta::stdin(&t.app).is_some() { "tty" } else { "null" };
         spec.extra.push(Property::str("StandardInput", input));
@@ -239,10 +241,7 @@ pub async fn start_container(
             // the log writer lets go of a terminal once its slave side was
             // open and closed again (the app never opened it)
             let _ = crilog::close_stdin(&socket, &t.app.name);
-            let pid1 = t.pod.sandbox_pid().ok().flatten().and_then(|p| crate::stage1::inject::pod_pid1(p).ok());
-            if let Some(pid1) = pid1 {
-                drop(pty.open_slave(pid1));
-            }
+            drop(pty.open_slave(pid1));
         }
         return Err(e);
     }
@@ -316,19 +315,14 @@ fn device_nodes(paths: &AppPaths, devices: &[meta::Device]) -> Result<Vec<BindPa
 /// Read-only binds that hide masked paths as the pod sees them: /dev/null
 /// over files, an empty directory (`/rkt/empty`) over directories; paths the
 /// pod does not have are skipped.
-fn masks(pod: &Pod, paths: &[String]) -> Result<Vec<BindPath>, Status> {
+fn masks(pod: &Pod, pid1: i32, paths: &[String]) -> Result<Vec<BindPath>, Status> {
     let stage1 = pod.stage1_rootfs();
     let empty = stage1.join("rkt/empty");
     std::fs::create_dir_all(&empty).map_err(|e| Status::internal(format!("creating {}: {e}", empty.display())))?;
-    // the pod's view of a path: through its PID 1's root (its /proc and /sys)
-    let pid1 = pod.sandbox_pid().ok().flatten().and_then(|p| crate::stage1::inject::pod_pid1(p).ok());
     let mut binds = Vec::new();
     for p in paths {
-        let seen = match pid1 {
-            Some(pid1) => std::fs::metadata(format!("/proc/{pid1}/root{p}")),
-            None => std::fs::metadata(p),
-        };
-        let Ok(meta) = seen else { continue };
+        // the pod's view of the path: through its PID 1's root (its /proc and /sys)
+        let Ok(meta) = std::fs::metadata(format!("/proc/{pid1}/root{p}")) else { continue };
         let source = if meta.is_dir() { "/rkt/empty" } else { "/dev/null" };
         binds.push(BindPath { source: source.into(), destination: p.clone(), ignore_missing: true, recursive: false });
     }
@@ -339,9 +333,8 @@ fn masks(pod: &Pod, paths: &[String]) -> Result<Vec<BindPath>, Status> {
 /// than the pod's and the pod cannot lower it (no CAP_SYS_RESOURCE, as on
 /// nodes that do not grant it to root); then the app keeps the pod's, as
 /// containerd does with `restrict_oom_score_adj`, and says so in the log.
-fn oom_score_adj_allowed(pod: &Pod, adj: i64) -> Option<i32> {
+fn oom_score_adj_allowed(pod: &Pod, pid1: i32, adj: i64) -> Option<i32> {
     let adj = i32::try_from(adj.clamp(-1000, 1000)).ok()?;
-    let pid1 = pod.sandbox_pid().ok().flatten().and_then(|p| crate::stage1::inject::pod_pid1(p).ok())?;
     let current: i32 = std::fs::read_to_string(format!("/proc/{pid1}/oom_score_adj")).ok()?.trim().parse().ok()?;
     let status = std::fs::read_to_string(format!("/proc/{pid1}/status")).ok()?;
     let cap_eff = status

@@ -186,6 +186,8 @@ impl PodTable {
             Some(l) => l,
             None => {
                 let l = self.listing_in(inner.take())?;
+                // parsed manifests of pods that are gone go with a new listing
+                manifests.retain(&l.iter().map(|(uuid, _)| *uuid).collect());
                 inner = self.lock();
                 l
             }

@@ -11,7 +11,6 @@ use crate::pod::{self, Pod, PodDir, PodError, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::rootfs::Stage1Root;
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 use tonic::Status;
@@ -75,8 +74,8 @@ pub async fn pod_sandbox_status(
     if req.pod_sandbox_id.is_empty() {
         return Err(Status::invalid_argument("pod_sandbox_id is required"));
     }
-    let view = rt.pods.view_of(&rt.manifests, &req.pod_sandbox_id).map_err(pod_status)?;
-    let view = &view.sandbox;
+    let pod_view = rt.pods.view_of(&rt.manifests, &req.pod_sandbox_id).map_err(pod_status)?;
+    let view = &pod_view.sandbox;
     let network = if pod_meta::namespace_options(&view.manifest).network == cri::NamespaceMode::Node as i32 {
         None
     } else {
@@ -105,8 +104,8 @@ pub async fn pod_sandbox_status(
             "uuid": p.uuid().to_string(),
             "state": view.state.as_str(),
             "podDir": p.path(),
-            "pid": p.sandbox_pid().ok().flatten(),
-            "subcgroup": p.read_file(pod::SUBCGROUP_FILE).ok().flatten(),
+            "pid": pod_view.sandbox_pid,
+            "subcgroup": pod_view.subcgroup,
             "subcgroupTracking": p.read_file(pod::TRACKING_SUBCGROUP_FILE).ok().flatten(),
             "sandboxLog": p.path().join(pod::SANDBOX_LOG_FILE),
             "netns": p.read_file(pod::NETNS_FILE).ok().flatten(),
@@ -162,10 +161,9 @@ fn matches(view: &SandboxView, filter: &cri::PodSandboxFilter) -> bool {
 
 /// Pods kubelet should see: CRI-made pods in `run/` (running or exited).
 pub fn list_views(rt: &Runtime) -> Result<Vec<Arc<PodView>>, PodError> {
-    let views = rt.pods.views(&rt.manifests, |pods| {
-        rt.manifests.retain(&pods.iter().map(|(uuid, _)| *uuid).collect::<HashSet<_>>());
-        Ok(pods.iter().filter(|(_, dir)| *dir == PodDir::Run).copied().collect())
-    })?;
+    let views = rt
+        .pods
+        .views(&rt.manifests, |pods| Ok(pods.iter().filter(|(_, dir)| *dir == PodDir::Run).copied().collect()))?;
     let mut out = Vec::with_capacity(views.len());
     for (uuid, view) in views {
         match view {

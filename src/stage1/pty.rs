@@ -3,7 +3,6 @@
 //! through the pod's root, so `/dev/pts/N` names it inside the pod and the
 //! pod's systemd can make it the app's controlling terminal (`TTYPath=`).
 
-use crate::pod::Pod;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
@@ -16,14 +15,6 @@ pub struct PodPty {
 }
 
 impl PodPty {
-    pub fn open(pod: &Pod) -> io::Result<PodPty> {
-        let ppid = pod
-            .sandbox_pid()
-            .map_err(io::Error::other)?
-            .ok_or_else(|| io::Error::other("the pod has no sandbox process"))?;
-        Self::open_as_seen_by(super::inject::pod_pid1(ppid)?)
-    }
-
     /// A pty of the devpts that process `pid` sees at `/dev/pts` (any
     /// process of a pod: its apps see the pod's `/dev`).
     pub fn open_as_seen_by(pid: i32) -> io::Result<PodPty> {
