@@ -475,7 +475,8 @@ impl RktFlags {
             }
         }
         let data = data_dir(self.dir.clone());
-        rktlet::image::Store::open(&data, registries).map_err(|e| e.to_string())
+        let policy = registries.policy_path(&local.join("registries.toml"));
+        rktlet::image::Store::open(&data, registries).and_then(|s| s.with_policy(policy)).map_err(|e| e.to_string())
     }
 }
 

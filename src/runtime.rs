@@ -89,7 +89,9 @@ impl Runtime {
         let image_err =
             |e: String| PodError::Io { context: "opening the image store".into(), source: std::io::Error::other(e) };
         let registries = RegistryConfig::load(&config.registry_config).map_err(image_err)?;
-        let images = Store::open(&data, registries).map_err(|e| image_err(e.to_string()))?;
+        let policy = registries.policy_path(&config.registry_config);
+        let images =
+            Store::open(&data, registries).and_then(|s| s.with_policy(policy)).map_err(|e| image_err(e.to_string()))?;
         let pool = crate::pool::Pool::new(config.pod_pool_size, &config, &host);
         Ok(Runtime {
             pool,

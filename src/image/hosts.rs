@@ -12,6 +12,9 @@
 //!   { endpoint = "https://self-signed.example", skip_verify = true },
 //! ]
 //! ```
+//!
+//! `signature_policy = "policy.json"` names the signature policy (`policy.rs`;
+//! that is the default, next to this file).
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -38,6 +41,10 @@ pub struct RegistryConfig {
     /// [`DEFAULT_MAX_LAYER_BYTES`]): a decompression bomb stops there.
     #[serde(default)]
     pub max_layer_bytes: Option<u64>,
+    /// The signature policy file (containers-policy.json shape, `policy.rs`);
+    /// default: `policy.json` next to this file. Relative to this file's directory.
+    #[serde(default)]
+    pub signature_policy: Option<std::path::PathBuf>,
     /// Every registry over plain HTTP (`--insecure-options=http`).
     #[serde(skip)]
     pub all_http: bool,
@@ -96,6 +103,12 @@ impl RegistryConfig {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
             Err(e) => Err(format!("cannot read {}: {e}", path.display())),
         }
+    }
+
+    /// Where the signature policy of a config read from `config_path` is.
+    pub fn policy_path(&self, config_path: &Path) -> std::path::PathBuf {
+        let dir = config_path.parent().unwrap_or(Path::new("/"));
+        dir.join(self.signature_policy.as_deref().unwrap_or(Path::new("policy.json")))
     }
 
     fn is_insecure(&self, host: &str) -> bool {

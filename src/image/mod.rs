@@ -39,6 +39,7 @@ pub mod fsck;
 pub mod hosts;
 pub mod layer;
 pub mod oci;
+pub mod policy;
 mod pull;
 pub mod reference;
 pub mod registry;
@@ -78,6 +79,11 @@ pub enum ImageError {
     Io { context: String, source: io::Error },
     #[error("image store task failed: {0}")]
     Task(String),
+    /// The signature policy refused the image.
+    #[error("{0}")]
+    Policy(String),
+    #[error(transparent)]
+    PolicyFile(#[from] policy::PolicyError),
     /// The registry stopped sending or closed the connection mid-blob.
     #[error("{0}")]
     Network(String),
@@ -105,6 +111,8 @@ impl ImageError {
             },
             ImageError::Verify { .. } => Code::DataLoss,
             ImageError::Network(_) => Code::Unavailable,
+            ImageError::Policy(_) => Code::PermissionDenied,
+            ImageError::PolicyFile(_) => Code::FailedPrecondition,
             ImageError::Unsupported(_) => Code::FailedPrecondition,
             ImageError::Extract(extract::ExtractError::Unsafe { .. }) => Code::FailedPrecondition,
             ImageError::Extract(_) | ImageError::Io { .. } | ImageError::Task(_) => Code::Internal,
@@ -184,6 +192,8 @@ pub struct Store {
     data: DataDir,
     cas: Cas,
     registry: Arc<RegistryClient>,
+    /// The signature policy file, read at every pull (a missing file accepts anything).
+    policy_path: Option<PathBuf>,
 }
 
 impl Store {
@@ -191,7 +201,24 @@ impl Store {
     pub fn open(data: &DataDir, config: RegistryConfig) -> Result<Store, ImageError> {
         let cas = Cas::new(data.cas());
         cas.ensure().map_err(io_ctx(format!("creating the image store in {}", cas.root().display())))?;
-        Ok(Store { data: data.clone(), cas, registry: Arc::new(RegistryClient::new(config)?) })
+        Ok(Store { data: data.clone(), cas, registry: Arc::new(RegistryClient::new(config)?), policy_path: None })
+    }
+
+    /// Checks registry pulls against the signature policy at `path`
+    /// (`policy.rs`), read at every pull so an edit applies to the next one.
+    /// Fails now if the file is there but invalid.
+    pub fn with_policy(mut self, path: PathBuf) -> Result<Store, ImageError> {
+        policy::Policy::load(&path)?;
+        self.policy_path = Some(path);
+        Ok(self)
+    }
+
+    /// The signature policy in force now.
+    pub fn policy(&self) -> Result<policy::Policy, ImageError> {
+        match &self.policy_path {
+            Some(p) => Ok(policy::Policy::load(p)?),
+            None => Ok(policy::Policy::default()),
+        }
     }
 
     pub fn cas(&self) -> &Cas {

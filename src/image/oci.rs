@@ -32,6 +32,8 @@ pub struct Descriptor {
     pub platform: Option<Platform>,
     #[serde(default)]
     pub urls: Vec<String>,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Default)]
@@ -170,6 +172,7 @@ mod tests {
                 variant: variant.map(Into::into),
             }),
             urls: vec![],
+            annotations: BTreeMap::new(),
         }
     }
 

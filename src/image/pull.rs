@@ -8,6 +8,7 @@ use super::convert::{self, LayerRef};
 use super::extract::{self, Unpacked};
 use super::layer::{self, ChannelReader, Compression, LayerDone, LayerJob};
 use super::oci::{self, AnyManifest, ImageConfig};
+use super::policy;
 use super::reference::Reference;
 use super::verify::Digest;
 use super::{Credentials, Image, ImageError, Store, io_ctx};
@@ -121,6 +122,63 @@ fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Resul
     serde_json::from_slice(bytes).map_err(|e| ImageError::Unsupported(format!("invalid {what}: {e}")))
 }
 
+/// Applies the signature policy to the manifest `reference` resolved to
+/// (`digest`), before anything of the image is downloaded or stored.
+async fn check_policy(
+    store: &Store,
+    session: &super::registry::Session<'_>,
+    reference: &Reference,
+    digest: &Digest,
+) -> Result<(), ImageError> {
+    let policy = store.policy()?;
+    let decision = policy.decide(reference);
+    let refused =
+        |why: String| ImageError::Policy(format!("{reference} ({digest}) refused by the signature policy: {why}"));
+    let needs = decision.needs().map_err(refused)?;
+    if needs.is_empty() {
+        return Ok(());
+    }
+    let tag = policy::signature_tag(digest);
+    let signatures = match session.manifest(&tag).await {
+        Ok((b, _, _)) => parse_json::<AnyManifest>(&b, "signature manifest")?,
+        Err(super::RegistryError::NotFound { .. }) => {
+            return Err(refused(format!("scope {:?} requires a signature and {tag} does not exist", decision.scope)));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut checked = Vec::new();
+    let mut payloads = Vec::new();
+    for layer in signatures.layers.iter().filter(|l| l.media_type == policy::SIMPLE_SIGNING) {
+        let Some(sig) = layer.annotations.get(policy::SIGNATURE_ANNOTATION) else { continue };
+        let d: Digest =
+            layer.digest.parse().map_err(|e: super::verify::InvalidDigest| ImageError::Unsupported(e.to_string()))?;
+        let payload = session.small_blob(&d, layer.size, policy::MAX_PAYLOAD_BYTES).await?;
+        payloads.push((payload, sig.clone()));
+    }
+    // every signedBy of the scope needs one signature of its own keys
+    for keys in needs {
+        let ok = payloads.iter().any(|(payload, sig)| {
+            match policy::check_signature(keys, payload, sig, reference, digest) {
+                Ok(()) => true,
+                Err(e) => {
+                    checked.push(e);
+                    false
+                }
+            }
+        });
+        if !ok {
+            let why = if payloads.is_empty() {
+                format!("{tag} holds no cosign signature")
+            } else {
+                format!("no signature in {tag} is valid for scope {:?}: {}", decision.scope, checked.join("; "))
+            };
+            return Err(refused(why));
+        }
+    }
+    tracing::debug!(image = %reference, scope = %decision.scope, "signature policy satisfied");
+    Ok(())
+}
+
 pub async fn pull(
     store: &Store,
     reference: &Reference,
@@ -131,6 +189,7 @@ pub async fn pull(
     let session = store.registry().session(reference, creds);
     let (bytes, content_type, top_digest) = session.manifest(&reference.object()).await?;
     let top: AnyManifest = parse_json(&bytes, "manifest")?;
+    check_policy(store, &session, reference, &top_digest).await?;
     let (manifest, manifest_digest) = if top.is_index(&content_type) {
         let want = oci::host_platform();
         let chosen = oci::select_platform(&top.manifests, &want).ok_or_else(|| {

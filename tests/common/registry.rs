@@ -89,28 +89,45 @@ impl Registry {
         self.work.join("store-main")
     }
 
+    /// Uploads a blob to `repo` on the anonymous registry; returns its digest and size.
+    pub async fn upload_blob(&self, repo: &str, bytes: Vec<u8>) -> (String, usize) {
+        let http = reqwest::Client::new();
+        let digest = sha256(&bytes);
+        let r = http.post(format!("http://{}/v2/{repo}/blobs/uploads/", self.main)).send().await.expect("start upload");
+        assert_eq!(r.status().as_u16(), 202, "start upload");
+        let loc = r.headers()["location"].to_str().expect("location").to_string();
+        let loc = if loc.starts_with("http") { loc } else { format!("http://{}{loc}", self.main) };
+        let sep = if loc.contains('?') { '&' } else { '?' };
+        let len = bytes.len();
+        let r = http.put(format!("{loc}{sep}digest={digest}")).body(bytes).send().await.expect("put blob");
+        assert_eq!(r.status().as_u16(), 201, "put blob");
+        (digest, len)
+    }
+
+    /// Puts an OCI manifest at `repo:tag`; returns its digest.
+    pub async fn put_manifest(&self, repo: &str, tag: &str, manifest: &serde_json::Value) -> String {
+        let body = serde_json::to_vec(manifest).expect("manifest");
+        let digest = sha256(&body);
+        let r = reqwest::Client::new()
+            .put(format!("http://{}/v2/{repo}/manifests/{tag}", self.main))
+            .header("content-type", "application/vnd.oci.image.manifest.v1+json")
+            .body(body)
+            .send()
+            .await
+            .expect("put manifest");
+        assert_eq!(r.status().as_u16(), 201, "put manifest");
+        digest
+    }
+
     /// Pushes an image made of `layers` (uncompressed tars, gzipped here) to
     /// `repo:latest` on the anonymous registry with the distribution API.
     /// Returns the layer digests (of the gzipped blobs).
     pub async fn push(&self, repo: &str, layers: &[Vec<u8>]) -> Vec<String> {
-        let http = reqwest::Client::new();
-        let base = format!("http://{}/v2/{repo}", self.main);
-        let upload = |bytes: Vec<u8>| {
-            let http = http.clone();
-            let base = base.clone();
-            async move {
-                let digest = sha256(&bytes);
-                let r = http.post(format!("{base}/blobs/uploads/")).send().await.expect("start upload");
-                assert_eq!(r.status().as_u16(), 202, "start upload");
-                let loc = r.headers()["location"].to_str().expect("location").to_string();
-                let loc = if loc.starts_with("http") { loc } else { format!("http://{}{loc}", self.main) };
-                let sep = if loc.contains('?') { '&' } else { '?' };
-                let r =
-                    http.put(format!("{loc}{sep}digest={digest}")).body(bytes.clone()).send().await.expect("put blob");
-                assert_eq!(r.status().as_u16(), 201, "put blob");
-                (digest, bytes.len())
-            }
-        };
+        self.push_image(repo, layers).await.0
+    }
+
+    /// [`Registry::push`], also returning the manifest digest.
+    pub async fn push_image(&self, repo: &str, layers: &[Vec<u8>]) -> (Vec<String>, String) {
         let mut descs = Vec::new();
         let mut diff_ids = Vec::new();
         for l in layers {
@@ -118,24 +135,16 @@ impl Registry {
             gz.write_all(l).expect("gzip");
             let gz = gz.finish().expect("gzip");
             diff_ids.push(sha256(l));
-            descs.push(upload(gz).await);
+            descs.push(self.upload_blob(repo, gz).await);
         }
         let config = serde_json::json!({"architecture":"amd64","os":"linux","config":{"Cmd":["/bin/true"]},
             "rootfs":{"type":"layers","diff_ids":diff_ids}});
-        let config = serde_json::to_vec(&config).expect("config");
-        let (cdigest, csize) = upload(config).await;
+        let (cdigest, csize) = self.upload_blob(repo, serde_json::to_vec(&config).expect("config")).await;
         let manifest = serde_json::json!({"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",
             "config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":cdigest,"size":csize},
             "layers": descs.iter().map(|(d, s)| serde_json::json!({"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":d,"size":s})).collect::<Vec<_>>()});
-        let r = http
-            .put(format!("{base}/manifests/latest"))
-            .header("content-type", "application/vnd.oci.image.manifest.v1+json")
-            .body(serde_json::to_vec(&manifest).expect("manifest"))
-            .send()
-            .await
-            .expect("put manifest");
-        assert_eq!(r.status().as_u16(), 201, "put manifest");
-        descs.into_iter().map(|(d, _)| d).collect()
+        let digest = self.put_manifest(repo, "latest", &manifest).await;
+        (descs.into_iter().map(|(d, _)| d).collect(), digest)
     }
 }
 
