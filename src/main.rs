@@ -71,8 +71,9 @@ enum Command {
     },
     /// Fetch an image into the store and render its tree (`docker://REF`); prints its id.
     Fetch {
-        /// Image reference, e.g. docker://busybox:latest, or an ACI file (./app.aci,
-        /// file:///path/app.aci), checked against `<file>.asc` and the trust store.
+        /// Image reference, e.g. docker://busybox:latest; or an ACI: a file (./app.aci,
+        /// file:///path/app.aci), an https URL, or `aci:NAME[:VERSION][,LABEL=VALUE...]`
+        /// found by appc discovery; checked against its `.asc` and the trust store.
         image: String,
     },
     /// Measure CRI endpoints side by side: p50/p90/p99 per operation, ratios to
@@ -493,17 +494,18 @@ fn fetch(rkt: RktFlags, image: String) -> Result<(), String> {
     // an ACI (rkt's own image format), checked against the trust store
     let file = image.strip_prefix("file://").unwrap_or(&image);
     let url = image.starts_with("https://") || image.starts_with("http://");
-    if url || image.starts_with("file://") || image.ends_with(".aci") || std::path::Path::new(file).is_file() {
-        let skip = rkt.insecure_options.split(',').any(|o| matches!(o.trim(), "image" | "all" | "all-fetch"));
+    let aci =
+        image.starts_with(rktlet::image::aci::ACI_PREFIX) || image.starts_with("file://") || image.ends_with(".aci");
+    if url || aci || std::path::Path::new(file).is_file() {
+        let opts: Vec<&str> = rkt.insecure_options.split(',').map(str::trim).collect();
+        let skip = opts.iter().any(|o| matches!(*o, "image" | "all" | "all-fetch"));
         let local = rkt.local_config.clone().unwrap_or_else(|| PathBuf::from("/etc/rkt"));
         let trust = rktlet::trust::TrustStore::new(local, rktlet::trust::SYSTEM_CONFIG);
-        let trust = (!skip).then_some(&trust);
-        let imported = if url {
-            runtime()?.block_on(rktlet::image::aci::import_url(&store, trust, &image))
-        } else {
-            rktlet::image::aci::import_file(&store, trust, std::path::Path::new(file))
-        };
-        println!("{}", imported.map_err(|e| e.to_string())?.id);
+        let source = rktlet::image::aci::Source::parse(&image).map_err(|e| e.to_string())?;
+        let mut fetcher = rktlet::image::aci::Fetcher::new(&store, (!skip).then_some(&trust));
+        fetcher.allow_http = opts.iter().any(|o| matches!(*o, "http" | "all" | "all-fetch"));
+        let imported = runtime()?.block_on(fetcher.fetch(&source)).map_err(|e| e.to_string())?;
+        println!("{}", imported.id);
         return Ok(());
     }
     let reference: rktlet::image::reference::Reference =

@@ -312,3 +312,255 @@ async fn pull_image_takes_signed_acis() {
     assert_eq!(err.code(), tonic::Code::DataLoss, "{err:?}");
     assert!(err.message().contains("no signature"), "{}", err.message());
 }
+
+/// A plain HTTP server on `<ip>:80` for discovery pages and ACIs: paths
+/// (query strings ignored) to (body, extra headers); `ETag` answered with
+/// 304 on `If-None-Match`. Counts full (200) answers per path.
+/// A body and its extra headers.
+type Served = (Vec<u8>, Vec<(String, String)>);
+
+struct Site {
+    ip: String,
+    files: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Served>>>,
+    served: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+}
+
+impl Site {
+    async fn start(ip: &str) -> Site {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind((ip, 80)).await.expect("bind :80 on a loopback address");
+        let site = Site { ip: ip.to_string(), files: Default::default(), served: Default::default() };
+        let (files, served) = (site.files.clone(), site.served.clone());
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let (files, served) = (files.clone(), served.clone());
+                tokio::spawn(async move {
+                    let mut req = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => req.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&req).into_owned();
+                    let target = text.split_whitespace().nth(1).unwrap_or("/");
+                    let path = target.split('?').next().unwrap_or("/").to_string();
+                    let if_none_match = text.lines().find_map(|l| {
+                        l.to_ascii_lowercase().strip_prefix("if-none-match:").map(|v| v.trim().to_string())
+                    });
+                    let found = files.lock().expect("files").get(&path).cloned();
+                    let head = |status: &str, headers: &[(String, String)], len: usize| {
+                        let mut h = format!("HTTP/1.1 {status}\r\nContent-Length: {len}\r\nConnection: close\r\n");
+                        for (k, v) in headers {
+                            h.push_str(&format!("{k}: {v}\r\n"));
+                        }
+                        h + "\r\n"
+                    };
+                    let reply = match found {
+                        Some((_, headers))
+                            if if_none_match.is_some()
+                                && headers
+                                    .iter()
+                                    .any(|(k, v)| k == "ETag" && Some(v.to_ascii_lowercase()) == if_none_match) =>
+                        {
+                            head("304 Not Modified", &headers, 0).into_bytes()
+                        }
+                        Some((body, headers)) => {
+                            *served.lock().expect("served").entry(path).or_default() += 1;
+                            let mut r = head("200 OK", &headers, body.len()).into_bytes();
+                            r.extend_from_slice(&body);
+                            r
+                        }
+                        None => head("404 Not Found", &[], 0).into_bytes(),
+                    };
+                    let _ = conn.write_all(&reply).await;
+                });
+            }
+        });
+        site
+    }
+
+    fn put(&self, path: &str, body: Vec<u8>, headers: &[(&str, &str)]) {
+        let headers = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        self.files.lock().expect("files").insert(path.to_string(), (body, headers));
+    }
+
+    fn served(&self, path: &str) -> usize {
+        self.served.lock().expect("served").get(path).copied().unwrap_or(0)
+    }
+}
+
+/// An ACI with a manifest and `rootfs/etc/<file>` entries, plain tar.
+fn aci_tar(manifest: serde_json::Value, files: &[(&str, &str)]) -> Vec<u8> {
+    let json = serde_json::to_vec(&manifest).expect("manifest");
+    let mut b = tar::Builder::new(Vec::new());
+    let mut add = |path: &str, kind: tar::EntryType, mode: u32, data: &[u8]| {
+        let mut h = tar::Header::new_ustar();
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_size(data.len() as u64);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        b.append_data(&mut h, path, data).expect("append");
+    };
+    add("manifest", tar::EntryType::Regular, 0o644, &json);
+    add("rootfs/", tar::EntryType::Directory, 0o755, b"");
+    add("rootfs/etc/", tar::EntryType::Directory, 0o755, b"");
+    for (name, content) in files {
+        add(&format!("rootfs/etc/{name}"), tar::EntryType::Regular, 0o644, content.as_bytes());
+    }
+    b.into_inner().expect("tar")
+}
+
+fn compress(tar: &[u8], how: &str) -> Vec<u8> {
+    let tool = match how {
+        "bzip2" => "bzip2",
+        _ => "xz",
+    };
+    let mut child = Command::new(tool)
+        .arg("-c")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("compressor");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let data = tar.to_vec();
+    let writer = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &data));
+    let out = child.wait_with_output().expect("compress");
+    writer.join().expect("writer").expect("write");
+    out.stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_fetches_signed_acis_with_dependencies_and_caches() {
+    let gpg = Gpg::new(&["Signer <signer@example.com>", "Other <other@example.com>"]);
+    let t = tempfile::tempdir().expect("tmp");
+    let (local, data) = (t.path().join("etc-rkt"), t.path().join("data"));
+    // a loopback address of this test's own, port 80 (appc names have no port)
+    let ip = format!("127.77.{}.{}", std::process::id() % 250 + 1, 7);
+    let site = Site::start(&ip).await;
+    let host = site.ip.clone();
+    let key = t.path().join("signer.asc");
+    gpg.export("signer@example.com", &key);
+    let (ok, out) = rktlet(&local, &["trust", "--prefix", &host, key.to_str().expect("path")]);
+    assert!(ok, "{out}");
+
+    // the discovery page sits at the host root: names below it walk up to it
+    let page = format!(
+        r#"<html><head><meta name="ac-discovery" content="{host}/ http://{host}/acis/{{name}}-{{version}}-{{os}}-{{arch}}.{{ext}}"></head></html>"#
+    );
+    site.put("/", page.into_bytes(), &[]);
+    let arch = rktlet::image::discovery::host_arch();
+    let labels = |v: &str| serde_json::json!([{"name":"version","value":v},{"name":"os","value":"linux"},{"name":"arch","value":arch}]);
+    let publish = |name: &str, version: &str, packed: &[u8], signer: &str, headers: &[(&str, &str)]| {
+        let path = format!("/acis/{host}/{name}-{version}-linux-{arch}.aci");
+        let file = t.path().join(format!("{name}.bin"));
+        std::fs::write(&file, packed).expect("aci");
+        site.put(&path, packed.to_vec(), headers);
+        site.put(&format!("{path}.asc"), gpg.sign(signer, &file, true), &[]);
+        path
+    };
+    // base 1.0 (bzip2) and an app 2.0 (xz) that depends on it by name and version
+    let base = aci_tar(
+        serde_json::json!({"acKind":"ImageManifest","acVersion":"0.8.11","name":format!("{host}/base"),"labels":labels("1.0")}),
+        &[("base", "base\n"), ("shared", "from base\n")],
+    );
+    let base_path =
+        publish("base", "1.0", &compress(&base, "bzip2"), "signer@example.com", &[("Cache-Control", "max-age=3600")]);
+    let app = aci_tar(
+        serde_json::json!({"acKind":"ImageManifest","acVersion":"0.8.11","name":format!("{host}/app"),"labels":labels("2.0"),
+            "app":{"exec":["/bin/true"],"user":"0","group":"0"},
+            "dependencies":[{"imageName":format!("{host}/base"),"labels":[{"name":"version","value":"1.0"}]}]}),
+        &[("app", "app\n"), ("shared", "from app\n")],
+    );
+    let app_path = publish(
+        "app",
+        "2.0",
+        &compress(&app, "xz"),
+        "signer@example.com",
+        &[("ETag", "\"app-v2\""), ("Cache-Control", "no-cache")],
+    );
+
+    let fetch = |what: &str| {
+        let out = Command::new(common::BIN)
+            .arg("--dir")
+            .arg(&data)
+            .arg("--local-config")
+            .arg(&local)
+            .args(["fetch", what])
+            .output()
+            .expect("fetch");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, id, err) = tokio::task::block_in_place(|| fetch(&format!("aci:{host}/app:2.0")));
+    assert!(ok, "{err}");
+    let store = rktlet::image::Store::open(&rktlet::pod::DataDir::new(&data), Default::default()).expect("store");
+    let image = store.resolve(&id).expect("app indexed");
+    assert_eq!(image.manifest.name, format!("{host}/app"));
+    let base_id = image.dependency_keys().pop().expect("the dependency is pinned in the stored manifest");
+    assert_eq!(store.resolve(&base_id).expect("base indexed").manifest.name, format!("{host}/base"));
+    // the tree: the dependency below, the app's files over it
+    let rootfs = store.tree(&id).expect("tree").rootfs();
+    let read = |f: &str| std::fs::read_to_string(rootfs.join("etc").join(f)).unwrap_or_default();
+    assert_eq!((read("base"), read("app"), read("shared")), ("base\n".into(), "app\n".into(), "from app\n".into()));
+    // the name it was asked by resolves to it
+    assert_eq!(store.resolve(&format!("aci:{host}/app:2.0")).expect("by name").id, id);
+    assert_eq!((site.served(&app_path), site.served(&base_path)), (1, 1));
+
+    // again: the app is asked for with If-None-Match (304, not re-sent), the
+    // base is fresh for an hour and not asked for at all
+    let (ok, again, err) = tokio::task::block_in_place(|| fetch(&format!("aci:{host}/app:2.0")));
+    assert!(ok && again == id, "{err}");
+    let (ok, base_again, err) = tokio::task::block_in_place(|| fetch(&format!("aci:{host}/base:1.0")));
+    assert!(ok && base_again == base_id, "{err}");
+    assert_eq!((site.served(&app_path), site.served(&base_path)), (1, 1), "cached copies were downloaded again");
+
+    // the dependency cannot go while the app needs it
+    let (ok, _, err) = tokio::task::block_in_place(|| {
+        let out =
+            Command::new(common::BIN).arg("--dir").arg(&data).args(["image", "rm", &base_id]).output().expect("rm");
+        (out.status.success(), String::new(), String::from_utf8_lossy(&out.stderr).into_owned())
+    });
+    assert!(!ok && err.contains("dependency of image"), "{err}");
+
+    // refused, nothing stored: a name whose URL serves another image, an
+    // untrusted signer, a dependency discovery cannot find
+    let before = store.list().expect("list").len();
+    site.put(&format!("/acis/{host}/evil-latest-linux-{arch}.aci"), compress(&app, "xz"), &[]);
+    let evil_sig = site.files.lock().expect("files")[&format!("{app_path}.asc")].0.clone();
+    site.put(&format!("/acis/{host}/evil-latest-linux-{arch}.aci.asc"), evil_sig, &[]);
+    let (ok, _, err) = tokio::task::block_in_place(|| fetch(&format!("aci:{host}/evil")));
+    assert!(!ok && err.contains(&format!("asked for {host}/evil")), "{err}");
+    let other = aci_tar(
+        serde_json::json!({"acKind":"ImageManifest","acVersion":"0.8.11","name":format!("{host}/other"),"labels":labels("1.0")}),
+        &[("other", "x\n")],
+    );
+    publish("other", "1.0", &compress(&other, "xz"), "other@example.com", &[]);
+    let (ok, _, err) = tokio::task::block_in_place(|| fetch(&format!("aci:{host}/other:1.0")));
+    assert!(!ok && err.contains("failed verification"), "{err}");
+    let orphan = aci_tar(
+        serde_json::json!({"acKind":"ImageManifest","acVersion":"0.8.11","name":format!("{host}/orphan"),"labels":labels("1.0"),
+            "dependencies":[{"imageName":format!("{host}/missing")}]}),
+        &[("orphan", "x\n")],
+    );
+    publish("orphan", "1.0", &compress(&orphan, "bzip2"), "signer@example.com", &[]);
+    let (ok, _, err) = tokio::task::block_in_place(|| fetch(&format!("aci:{host}/orphan:1.0")));
+    assert!(!ok && err.contains(&format!("{host}/missing-latest")) && err.contains("not found"), "{err}");
+    assert_eq!(store.list().expect("list").len(), before, "a refused fetch stored an image");
+
+    // gc removes the app before the base it needs, so both go
+    let out = Command::new(common::BIN)
+        .arg("--dir")
+        .arg(&data)
+        .args(["image", "gc", "--grace-period", "0s"])
+        .output()
+        .expect("gc");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(store.list().expect("list").is_empty());
+}

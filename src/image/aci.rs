@@ -1,27 +1,47 @@
-//! rkt's own images: ACIs fetched from a file or an https URL (issue 11,
-//! first part). An
-//! ACI is a tar (gzip, zstd or plain here) of `manifest` (an appc image
-//! manifest) and `rootfs/`. Unless verification is skipped, its detached
-//! OpenPGP signature (`<file>.asc`) must verify with a key trusted for the
-//! manifest's name (`crate::trust`). The plain tar is stored under rkt's key
-//! (SHA-512 of the uncompressed tar), the manifest beside it, the index row
-//! last; the tree is rendered from the stored tar at once.
+//! rkt's own images: ACIs fetched from a file, an https URL, or an appc
+//! name through discovery (`discovery.rs`). An ACI is a tar (gzip, bzip2,
+//! xz, zstd or plain) of `manifest` (an appc image manifest) and `rootfs/`.
+//! Unless verification is skipped, its detached OpenPGP signature
+//! (`<file>.asc`) must verify with a key trusted for the manifest's name
+//! (`crate::trust`), and a fetch by name must get an image of that name and
+//! those labels. The plain tar is stored under rkt's key (SHA-512 of the
+//! uncompressed tar), the manifest beside it, the index row last; the tree is
+//! rendered from the stored tars at once.
+//!
+//! Dependencies are resolved by name and labels (or the `imageID` the
+//! manifest pins): from the store first, then by discovery, each checked
+//! like the image itself. The stored copy of the manifest records the key
+//! each dependency resolved to, so the image's tree never changes when a
+//! newer version of a dependency is fetched later. The tree renders the
+//! dependencies breadth-first from the image, lowest first, upper images
+//! overriding files of lower ones (as rkt's acirenderer orders them).
+//!
+//! URL fetches keep rkt's `remote` rows: `ETag` and `Cache-Control: max-age`
+//! of the response. Within max-age the stored image is used without asking;
+//! after it, the fetch is conditional (`If-None-Match`) and a 304 keeps it.
 
-use super::cas::{AciInfo, now_nanos};
+use super::cas::{AciInfo, Remote, now_nanos};
+use super::discovery;
 use super::verify::cas_key_of;
 use super::{Image, ImageError, Store, io_ctx};
 use crate::fsutil;
 use crate::pod::manifest::ImageManifest;
 use crate::trust::TrustStore;
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-/// How CRI names an ACI: `aci:` + a file path or an https URL.
+/// How CRI names an ACI: `aci:` + a file path, an https URL, or an appc
+/// name (`name[:version][,label=value...]`).
 pub const ACI_PREFIX: &str = "aci:";
 
 /// The largest manifest accepted inside an ACI.
 const MAX_MANIFEST: u64 = 1 << 20;
+/// The largest ACI downloaded whole.
+const MAX_ACI_BYTES: u64 = 4 << 30;
+/// Dependency chains deeper than this are refused (a cycle, or abuse).
+const MAX_DEPTH: usize = 16;
 
 /// The plain tar of an ACI file's bytes (gzip and zstd are undone).
 fn plain_tar(bytes: &[u8]) -> Result<Vec<u8>, ImageError> {
@@ -30,8 +50,10 @@ fn plain_tar(bytes: &[u8]) -> Result<Vec<u8>, ImageError> {
         flate2::read::MultiGzDecoder::new(bytes).read_to_end(&mut out)
     } else if bytes.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
         zstd::Decoder::new(bytes).and_then(|mut d| d.read_to_end(&mut out))
-    } else if bytes.starts_with(b"BZh") || bytes.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
-        return Err(ImageError::Unsupported("bzip2 and xz ACIs are not supported: gzip it".into()));
+    } else if bytes.starts_with(b"BZh") {
+        bzip2::read::MultiBzDecoder::new(bytes).read_to_end(&mut out)
+    } else if bytes.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
+        liblzma::read::XzDecoder::new_multi_decoder(bytes).read_to_end(&mut out)
     } else {
         out.extend_from_slice(bytes);
         Ok(out.len())
@@ -70,115 +92,450 @@ pub fn manifest_of(tar: &[u8]) -> Result<ImageManifest, ImageError> {
     Err(ImageError::Unsupported("the ACI has no manifest".into()))
 }
 
-/// Imports the ACI at `path`; with `trust`, only if `<path>.asc` is a
-/// signature by a key trusted for the image's name.
-pub fn import_file(store: &Store, trust: Option<&TrustStore>, path: &Path) -> Result<Image, ImageError> {
-    let bytes = fs::read(path).map_err(io_ctx(format!("reading {}", path.display())))?;
-    let sig_path = path.with_file_name(format!(
-        "{}.asc",
-        path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-    ));
-    let sig = trust.map(|_| fs::read(&sig_path).map_err(|e| format!("{} ({e})", sig_path.display())));
-    import(store, trust, &path.display().to_string(), &bytes, sig)
+/// Where an ACI comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    File(PathBuf),
+    Url(String),
+    /// An appc name and the labels asked for (`version` from `name:version`).
+    Name {
+        name: String,
+        labels: BTreeMap<String, String>,
+    },
 }
 
-/// Imports `aci:<file or URL>` (the form CRI PullImage takes).
-pub async fn import_reference(store: &Store, trust: Option<&TrustStore>, reference: &str) -> Result<Image, ImageError> {
-    let src = reference.strip_prefix(ACI_PREFIX).unwrap_or(reference);
-    if src.starts_with("https://") || src.starts_with("http://") {
-        import_url(store, trust, src).await
-    } else {
-        let src = src.strip_prefix("file://").unwrap_or(src);
-        import_file(store, trust, Path::new(src))
+impl Source {
+    /// A file path (`/x.aci`, `./x.aci`, `file://...`, anything ending in
+    /// `.aci`, or an existing file), an `http(s)://` URL, or an appc name
+    /// with an optional `:version` and `,label=value` pairs.
+    pub fn parse(s: &str) -> Result<Source, ImageError> {
+        let s = s.strip_prefix(ACI_PREFIX).unwrap_or(s);
+        if s.starts_with("https://") || s.starts_with("http://") {
+            return Ok(Source::Url(s.to_string()));
+        }
+        if let Some(p) = s.strip_prefix("file://") {
+            return Ok(Source::File(p.into()));
+        }
+        if s.starts_with('/')
+            || s.starts_with("./")
+            || s.starts_with("../")
+            || s.ends_with(".aci")
+            || Path::new(s).is_file()
+        {
+            return Ok(Source::File(s.into()));
+        }
+        let mut parts = s.split(',');
+        let first = parts.next().unwrap_or_default();
+        let (name, version) = match first.split_once(':') {
+            Some((n, v)) => (n, Some(v)),
+            None => (first, None),
+        };
+        let mut labels = BTreeMap::new();
+        if let Some(v) = version {
+            labels.insert("version".to_string(), v.to_string());
+        }
+        for kv in parts {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| ImageError::Unsupported(format!("{s}: labels are written label=value, got {kv:?}")))?;
+            labels.insert(k.to_string(), v.to_string());
+        }
+        if !discovery::is_ac_identifier(name) {
+            return Err(ImageError::Unsupported(format!(
+                "{s:?} is neither a file, an http(s) URL nor an appc image name"
+            )));
+        }
+        Ok(Source::Name { name: name.to_string(), labels })
     }
 }
 
-/// Imports the ACI at an `https://` URL (plain `http://` only from
-/// loopback hosts), its signature from `<url>.asc`.
-pub async fn import_url(store: &Store, trust: Option<&TrustStore>, url: &str) -> Result<Image, ImageError> {
-    let parsed = reqwest::Url::parse(url).map_err(|e| ImageError::Unsupported(format!("invalid URL {url}: {e}")))?;
-    let loopback = matches!(parsed.host_str(), Some("localhost" | "127.0.0.1" | "[::1]" | "::1"));
-    if parsed.scheme() != "https" && !(parsed.scheme() == "http" && loopback) {
-        return Err(ImageError::Unsupported(format!("{url}: ACIs are fetched over https (http only from loopback)")));
-    }
-    let bytes = get(url).await.map_err(|e| io_ctx("fetching the ACI")(io::Error::other(e)))?;
-    let sig = match trust {
-        Some(_) => Some(get(&format!("{url}.asc")).await),
-        None => None,
-    };
-    import(store, trust, url, &bytes, sig)
+/// What a fetch by name must get.
+#[derive(Debug, Clone)]
+struct Wanted {
+    name: String,
+    labels: BTreeMap<String, String>,
 }
 
-async fn get(url: &str) -> Result<Vec<u8>, String> {
-    let resp = reqwest::get(url).await.map_err(|e| format!("{url}: {e}"))?;
-    if !resp.status().is_success() {
-        return Err(format!("{url}: {}", resp.status()));
+impl Wanted {
+    /// The manifest's name must be the one asked; every label asked must be
+    /// on it with that value (`version=latest` asks for no particular version).
+    fn check(&self, m: &ImageManifest) -> Result<(), String> {
+        if m.name != self.name {
+            return Err(format!("asked for {}, the image is {}", self.name, m.name));
+        }
+        for (k, v) in &self.labels {
+            if k == "version" && v == "latest" {
+                continue;
+            }
+            match m.label(k) {
+                Some(have) if have == v => {}
+                have => return Err(format!("{}: asked for {k}={v}, the image has {have:?}", self.name)),
+            }
+        }
+        Ok(())
     }
-    resp.bytes().await.map(|b| b.to_vec()).map_err(|e| format!("{url}: {e}"))
+
+    fn matches(&self, m: &ImageManifest) -> bool {
+        self.check(m).is_ok()
+    }
 }
 
-/// Checks (with `trust`, `sig` must be a signature by a key trusted for the
-/// manifest's name) and stores one ACI.
-fn import(
-    store: &Store,
-    trust: Option<&TrustStore>,
-    from: &str,
-    bytes: &[u8],
-    sig: Option<Result<Vec<u8>, String>>,
-) -> Result<Image, ImageError> {
-    let tar = plain_tar(bytes)?;
-    let manifest = manifest_of(&tar)?;
-    if let (Some(trust), Some(sig)) = (trust, sig) {
-        let what = format!("ACI {from}");
-        let sig = sig.map_err(|e| ImageError::Verify {
-            what: what.clone(),
-            detail: format!("no signature {e}; --insecure-options=image skips the check"),
-        })?;
-        let by = trust
-            .verify(&manifest.name, bytes, &sig)
-            .map_err(|e| ImageError::Verify { what, detail: e.to_string() })?;
-        tracing::info!(image = manifest.name, key = by, "ACI signature verified");
+/// Fetches ACIs into a store.
+pub struct Fetcher<'a> {
+    store: &'a Store,
+    trust: Option<&'a TrustStore>,
+    /// Discovery and downloads over plain http from any host
+    /// (`--insecure-options=http`); loopback hosts always may.
+    pub allow_http: bool,
+    http: reqwest::Client,
+}
+
+/// A boxed future, for the recursion through dependencies.
+type Boxed<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, ImageError>> + Send + 'a>>;
+
+impl<'a> Fetcher<'a> {
+    /// With `trust`, every image must carry a signature by a key trusted for
+    /// its name; without, signatures are not checked (`--insecure-options=image`).
+    pub fn new(store: &'a Store, trust: Option<&'a TrustStore>) -> Fetcher<'a> {
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("rktlet/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .unwrap_or_default();
+        Fetcher { store, trust, allow_http: false, http }
     }
-    if !manifest.dependencies.is_empty() {
-        return Err(ImageError::Unsupported(format!(
-            "ACI {} has dependencies; fetching them is not supported yet",
-            manifest.name
-        )));
+
+    /// Fetches `src` (and its dependencies) and returns the image; the form
+    /// it was asked by (`aci:<src>`) resolves to it afterwards.
+    pub async fn fetch(&self, src: &Source) -> Result<Image, ImageError> {
+        let (key, asked) = match src {
+            Source::File(p) => (self.file(p, None, 0).await?, format!("{ACI_PREFIX}{}", p.display())),
+            Source::Url(u) => (self.url(u, None, None, 0).await?, format!("{ACI_PREFIX}{u}")),
+            Source::Name { name, labels } => {
+                let wanted = Wanted { name: name.clone(), labels: labels.clone() };
+                let mut asked = format!("{ACI_PREFIX}{name}");
+                if let Some(v) = labels.get("version") {
+                    asked = format!("{asked}:{v}");
+                }
+                for (k, v) in labels.iter().filter(|(k, _)| *k != "version") {
+                    asked = format!("{asked},{k}={v}");
+                }
+                (self.discovered(&wanted, 0).await?, asked)
+            }
+        };
+        if !matches!(src, Source::Url(_)) {
+            let now = now_nanos();
+            let row = Remote {
+                aciurl: asked,
+                sigurl: String::new(),
+                etag: String::new(),
+                blobkey: key.clone(),
+                cachemaxage: 0,
+                downloadtime: now,
+            };
+            self.store.cas().update_index(|i| i.upsert_remote(row)).map_err(io_ctx("updating the image index"))?;
+        }
+        self.store.resolve(&key)
     }
-    let key = cas_key_of(&tar);
-    let cas = store.cas();
-    let blob = cas.blob(&key);
-    let mpath = cas.image_manifest(&key);
-    for p in [&blob, &mpath] {
-        let parent = p.parent().unwrap_or(p);
-        fs::create_dir_all(parent).map_err(io_ctx(format!("creating {}", parent.display())))?;
-    }
-    let json = serde_json::to_vec(&manifest).map_err(|e| io_ctx("encoding the manifest")(io::Error::other(e)))?;
-    fsutil::write_atomic(&blob, &tar, 0o644).map_err(io_ctx(format!("writing {}", blob.display())))?;
-    fsutil::write_atomic(&mpath, &json, 0o644).map_err(io_ctx(format!("writing {}", mpath.display())))?;
-    let tree_size = super::pull::render_aci(cas, &key, &manifest)?;
-    let now = now_nanos();
-    cas.update_index(|i| {
-        // the reference it was fetched by resolves to it (CRI asks by that)
-        i.upsert_remote(super::cas::Remote {
-            aciurl: format!("{ACI_PREFIX}{from}"),
-            sigurl: String::new(),
-            etag: String::new(),
-            blobkey: key.clone(),
-            cachemaxage: 0,
-            downloadtime: now,
-        });
-        i.upsert_aci(AciInfo {
-            blobkey: key.clone(),
-            name: manifest.name.clone(),
-            importtime: now,
-            lastused: now,
-            latest: false,
-            size: tar.len() as i64,
-            treestoresize: tree_size,
-            layer: false,
+
+    async fn file(&self, path: &Path, wanted: Option<&Wanted>, depth: usize) -> Result<String, ImageError> {
+        let p = path.to_path_buf();
+        let (bytes, sig) = tokio::task::spawn_blocking(move || {
+            let bytes = fs::read(&p).map_err(io_ctx(format!("reading {}", p.display())))?;
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let sig_path = p.with_file_name(format!("{name}.asc"));
+            let sig = fs::read(&sig_path).map_err(|e| format!("{} ({e})", sig_path.display()));
+            Ok::<_, ImageError>((bytes, sig))
         })
-    })
-    .map_err(io_ctx("updating the image index"))?;
-    store.resolve(&key)
+        .await
+        .map_err(|e| ImageError::Task(e.to_string()))??;
+        self.import(&path.display().to_string(), bytes, sig, wanted, depth, Vec::new()).await
+    }
+
+    /// `url` (its signature at `asc`, default `<url>.asc`), with the cache
+    /// rules of the `remote` row.
+    fn url<'s>(
+        &'s self,
+        url: &'s str,
+        asc: Option<&'s str>,
+        wanted: Option<&'s Wanted>,
+        depth: usize,
+    ) -> Boxed<'s, String> {
+        Box::pin(async move {
+            let parsed =
+                reqwest::Url::parse(url).map_err(|e| ImageError::Unsupported(format!("invalid URL {url}: {e}")))?;
+            let loopback = parsed.host_str().is_some_and(super::hosts::is_loopback);
+            if parsed.scheme() != "https" && !(parsed.scheme() == "http" && (loopback || self.allow_http)) {
+                return Err(ImageError::Unsupported(format!(
+                    "{url}: ACIs are fetched over https (http only from loopback or with --insecure-options=http)"
+                )));
+            }
+            let aciurl = format!("{ACI_PREFIX}{url}");
+            let cas = self.store.cas();
+            let cached = cas
+                .read_index()
+                .map_err(io_ctx("reading the image index"))?
+                .remote
+                .into_iter()
+                .find(|r| r.aciurl == aciurl && cas.blob(&r.blobkey).exists());
+            let now = now_nanos();
+            if let Some(row) = &cached
+                && row.downloadtime.saturating_add(row.cachemaxage.saturating_mul(1_000_000_000)) > now
+            {
+                tracing::debug!(url, key = row.blobkey, "ACI still fresh in the store (max-age)");
+                return Ok(row.blobkey.clone());
+            }
+            let mut req = self.http.get(url);
+            if let Some(row) = cached.as_ref().filter(|r| !r.etag.is_empty()) {
+                req = req.header(reqwest::header::IF_NONE_MATCH, &row.etag);
+            }
+            let resp = req.send().await.map_err(|e| ImageError::Network(format!("{url}: {e}")))?;
+            let etag = header(&resp, reqwest::header::ETAG);
+            let max_age = max_age(&header(&resp, reqwest::header::CACHE_CONTROL));
+            if resp.status() == reqwest::StatusCode::NOT_MODIFIED
+                && let Some(mut row) = cached
+            {
+                tracing::debug!(url, key = row.blobkey, "ACI not modified (ETag)");
+                row.downloadtime = now;
+                row.cachemaxage = max_age;
+                let key = row.blobkey.clone();
+                cas.update_index(|i| i.upsert_remote(row)).map_err(io_ctx("updating the image index"))?;
+                return Ok(key);
+            }
+            let bytes = body(resp, url).await?;
+            let sigurl = asc.map_or_else(|| format!("{url}.asc"), str::to_string);
+            let sig = match self.trust {
+                Some(_) => match self.http.get(&sigurl).send().await {
+                    Ok(r) => body(r, &sigurl).await.map_err(|e| e.to_string()),
+                    Err(e) => Err(format!("{sigurl}: {e}")),
+                },
+                None => Err("not fetched".into()),
+            };
+            let row = Remote { aciurl, sigurl, etag, blobkey: String::new(), cachemaxage: max_age, downloadtime: now };
+            self.import(url, bytes, sig, wanted, depth, vec![row]).await
+        })
+    }
+
+    /// Discovery, then the URL it found.
+    fn discovered<'s>(&'s self, wanted: &'s Wanted, depth: usize) -> Boxed<'s, String> {
+        Box::pin(async move {
+            let http = &self.http;
+            let endpoint = discovery::discover(&wanted.name, &wanted.labels, self.allow_http, |u| async move {
+                let resp = http.get(&u).send().await.map_err(|e| format!("{u}: {e}"))?;
+                if !resp.status().is_success() {
+                    return Err(format!("{u}: {}", resp.status()));
+                }
+                resp.text().await.map_err(|e| format!("{u}: {e}"))
+            })
+            .await?;
+            tracing::info!(name = wanted.name, url = endpoint.aci, "discovered");
+            self.url(&endpoint.aci, Some(&endpoint.asc), Some(wanted), depth).await
+        })
+    }
+
+    /// A dependency's key: the pinned `imageID` if stored, else the newest
+    /// stored image of that name and labels, else discovery.
+    async fn dependency(&self, dep: &crate::pod::manifest::Dependency, depth: usize) -> Result<String, ImageError> {
+        let wanted = Wanted {
+            name: dep.image_name.clone(),
+            labels: dep.labels.iter().map(|l| (l.name.clone(), l.value.clone())).collect(),
+        };
+        let index = self.store.cas().read_index().map_err(io_ctx("reading the image index"))?;
+        let stored = |key: &str| {
+            index.aci(key).is_some_and(|a| !a.layer)
+                && self.store.cas().blob(key).exists()
+                && self.store.read_manifest(key).is_ok_and(|m| wanted.matches(&m))
+        };
+        if let Some(id) = &dep.image_id {
+            if stored(id) {
+                return Ok(id.clone());
+            }
+        } else {
+            let mut rows: Vec<&AciInfo> = index.aciinfo.iter().filter(|a| a.name == dep.image_name).collect();
+            rows.sort_by_key(|a| std::cmp::Reverse(a.importtime));
+            if let Some(a) = rows.into_iter().find(|a| stored(&a.blobkey)) {
+                return Ok(a.blobkey.clone());
+            }
+        }
+        let key = self.discovered(&wanted, depth).await?;
+        match &dep.image_id {
+            Some(id) if *id != key => Err(ImageError::Verify {
+                what: format!("dependency {}", dep.image_name),
+                detail: format!("the manifest pins {id}, discovery found {key}"),
+            }),
+            _ => Ok(key),
+        }
+    }
+
+    /// Checks and stores one ACI and its dependencies; returns its key.
+    async fn import(
+        &self,
+        from: &str,
+        bytes: Vec<u8>,
+        sig: Result<Vec<u8>, String>,
+        wanted: Option<&Wanted>,
+        depth: usize,
+        mut remotes: Vec<Remote>,
+    ) -> Result<String, ImageError> {
+        if depth > MAX_DEPTH {
+            return Err(ImageError::Unsupported(format!(
+                "{from}: dependencies nest deeper than {MAX_DEPTH} (a cycle?)"
+            )));
+        }
+        let what = format!("ACI {from}");
+        let (bytes, tar, manifest) = tokio::task::spawn_blocking(move || {
+            let tar = plain_tar(&bytes)?;
+            let manifest = manifest_of(&tar)?;
+            Ok::<_, ImageError>((bytes, tar, manifest))
+        })
+        .await
+        .map_err(|e| ImageError::Task(e.to_string()))??;
+        if let Some(trust) = self.trust {
+            let sig = sig.map_err(|e| ImageError::Verify {
+                what: what.clone(),
+                detail: format!("no signature {e}; --insecure-options=image skips the check"),
+            })?;
+            let by = trust
+                .verify(&manifest.name, &bytes, &sig)
+                .map_err(|e| ImageError::Verify { what: what.clone(), detail: e.to_string() })?;
+            tracing::info!(image = manifest.name, key = by, "ACI signature verified");
+        }
+        drop(bytes);
+        if let Some(w) = wanted {
+            w.check(&manifest).map_err(|detail| ImageError::Verify { what: what.clone(), detail })?;
+        }
+        let mut stored = manifest.clone();
+        for dep in &mut stored.dependencies {
+            let key = self.dependency(dep, depth + 1).await?;
+            dep.image_id = Some(key);
+        }
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || {
+            let key = cas_key_of(&tar);
+            let cas = store.cas();
+            let blob = cas.blob(&key);
+            let mpath = cas.image_manifest(&key);
+            for p in [&blob, &mpath] {
+                let parent = p.parent().unwrap_or(p);
+                fs::create_dir_all(parent).map_err(io_ctx(format!("creating {}", parent.display())))?;
+            }
+            let json = serde_json::to_vec(&stored).map_err(|e| io_ctx("encoding the manifest")(io::Error::other(e)))?;
+            fsutil::write_atomic(&blob, &tar, 0o644).map_err(io_ctx(format!("writing {}", blob.display())))?;
+            fsutil::write_atomic(&mpath, &json, 0o644).map_err(io_ctx(format!("writing {}", mpath.display())))?;
+            let tree_size = super::pull::render_aci(cas, &key, &stored)?;
+            let now = now_nanos();
+            cas.update_index(|i| {
+                for mut r in remotes.drain(..) {
+                    r.blobkey = key.clone();
+                    i.upsert_remote(r);
+                }
+                i.upsert_aci(AciInfo {
+                    blobkey: key.clone(),
+                    name: stored.name.clone(),
+                    importtime: now,
+                    lastused: now,
+                    latest: false,
+                    size: tar.len() as i64,
+                    treestoresize: tree_size,
+                    layer: false,
+                })
+            })
+            .map_err(io_ctx("updating the image index"))?;
+            Ok(key)
+        })
+        .await
+        .map_err(|e| ImageError::Task(e.to_string()))?
+    }
+}
+
+fn header(resp: &reqwest::Response, name: reqwest::header::HeaderName) -> String {
+    resp.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string()
+}
+
+/// Seconds of `max-age` in a Cache-Control value (0 when absent or `no-cache`).
+fn max_age(cache_control: &str) -> i64 {
+    let directives: Vec<&str> = cache_control.split(',').map(str::trim).collect();
+    if directives.iter().any(|d| d.eq_ignore_ascii_case("no-cache") || d.eq_ignore_ascii_case("no-store")) {
+        return 0;
+    }
+    directives.iter().find_map(|d| d.strip_prefix("max-age=").and_then(|v| v.parse::<i64>().ok())).unwrap_or(0).max(0)
+}
+
+async fn body(resp: reqwest::Response, url: &str) -> Result<Vec<u8>, ImageError> {
+    if !resp.status().is_success() {
+        let status = resp.status();
+        return Err(if status == reqwest::StatusCode::NOT_FOUND {
+            let host = reqwest::Url::parse(url).ok().and_then(|u| u.host_str().map(str::to_string)).unwrap_or_default();
+            ImageError::Registry(super::RegistryError::NotFound { registry: host, what: url.to_string() })
+        } else {
+            ImageError::Network(format!("{url}: HTTP {status}"))
+        });
+    }
+    if resp.content_length().is_some_and(|n| n > MAX_ACI_BYTES) {
+        return Err(ImageError::Unsupported(format!("{url}: larger than {MAX_ACI_BYTES} bytes")));
+    }
+    let mut out = Vec::new();
+    let mut stream = resp.bytes_stream();
+    use futures::StreamExt;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ImageError::Network(format!("{url}: {e}")))?;
+        if out.len() as u64 + chunk.len() as u64 > MAX_ACI_BYTES {
+            return Err(ImageError::Unsupported(format!("{url}: larger than {MAX_ACI_BYTES} bytes")));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources() {
+        assert_eq!(Source::parse("aci:./x.aci").ok(), Some(Source::File("./x.aci".into())));
+        assert_eq!(Source::parse("file:///a/b").ok(), Some(Source::File("/a/b".into())));
+        assert_eq!(Source::parse("https://e.com/x.aci").ok(), Some(Source::Url("https://e.com/x.aci".into())));
+        let labels = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        assert_eq!(
+            Source::parse("aci:example.com/app:1.0,os=linux").ok(),
+            Some(Source::Name {
+                name: "example.com/app".into(),
+                labels: labels(&[("version", "1.0"), ("os", "linux")])
+            })
+        );
+        assert_eq!(
+            Source::parse("example.com/app").ok(),
+            Some(Source::Name { name: "example.com/app".into(), labels: labels(&[]) })
+        );
+        assert!(Source::parse("Example.com/App").is_err());
+        assert!(Source::parse("example.com/app,os").is_err());
+    }
+
+    #[test]
+    fn cache_control() {
+        assert_eq!(max_age("public, max-age=600"), 600);
+        assert_eq!(max_age("max-age=600, no-cache"), 0);
+        assert_eq!(max_age(""), 0);
+    }
+
+    #[test]
+    fn compressions() {
+        let mut b = tar::Builder::new(Vec::new());
+        let m = serde_json::to_vec(&ImageManifest::new("example.com/c")).expect("json");
+        let mut h = tar::Header::new_gnu();
+        h.set_size(m.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, "manifest", &m[..]).expect("append");
+        let tar = b.into_inner().expect("tar");
+        let mut bz = Vec::new();
+        bzip2::read::BzEncoder::new(&tar[..], bzip2::Compression::fast()).read_to_end(&mut bz).expect("bzip2");
+        let mut xz = Vec::new();
+        liblzma::read::XzEncoder::new(&tar[..], 1).read_to_end(&mut xz).expect("xz");
+        for packed in [&tar, &bz, &xz] {
+            let plain = plain_tar(packed).expect("decompress");
+            assert_eq!(plain, tar);
+            assert_eq!(manifest_of(&plain).expect("manifest").name, "example.com/c");
+        }
+    }
 }

@@ -13,6 +13,8 @@ use super::reference::Reference;
 use super::verify::{Digest, cas_key_of};
 use crate::pod::manifest::{App, Dependency, ImageManifest, MountPoint, NameValue, Port, sanitize_ac_name};
 
+/// Layer ACIs are named `layer/<key>`.
+pub const LAYER_NAME_PREFIX: &str = "layer/";
 pub const ANN_REGISTRY: &str = "appc.io/docker/registryurl";
 pub const ANN_REPOSITORY: &str = "appc.io/docker/repository";
 pub const ANN_IMAGE_ID: &str = "appc.io/docker/imageid";
@@ -56,7 +58,7 @@ fn platform_labels(config: &ImageConfig) -> Vec<NameValue> {
 
 /// The manifest of one layer's ACI.
 pub fn layer_manifest(key: &str, blob_digest: &Digest, media_type: &str, config: &ImageConfig) -> ImageManifest {
-    let mut m = ImageManifest::new(format!("layer/{key}"));
+    let mut m = ImageManifest::new(format!("{LAYER_NAME_PREFIX}{key}"));
     m.labels = platform_labels(config);
     m.annotations =
         vec![NameValue::new(ANN_LAYER_DIGEST, blob_digest.to_string()), NameValue::new(ANN_MEDIA_TYPE, media_type)];
@@ -152,7 +154,7 @@ pub fn image_manifest(
     m.dependencies = layers
         .iter()
         .map(|l| Dependency {
-            image_name: format!("layer/{}", l.key),
+            image_name: format!("{LAYER_NAME_PREFIX}{}", l.key),
             image_id: Some(l.key.clone()),
             labels: Vec::new(),
             size: l.size,

@@ -107,7 +107,7 @@ fn check_tree(store: &Store, id: &str, deep: bool, r: &mut Report) {
             return;
         }
     };
-    let keys = image.layer_keys();
+    let keys = image.dependency_keys();
     let hash = fs::read_to_string(dir.join("hash")).unwrap_or_default();
     if hash.trim() != cas_key_of(keys.join(",").as_bytes()) || image.tree_id() != id {
         r.problems.push(format!("tree {id}: its hash does not match the layers of image {image_key}"));

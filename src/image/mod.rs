@@ -34,6 +34,7 @@ pub mod aci;
 pub mod auth;
 pub mod cas;
 pub mod convert;
+pub mod discovery;
 pub mod extract;
 pub mod fsck;
 pub mod hosts;
@@ -79,6 +80,11 @@ pub enum ImageError {
     Io { context: String, source: io::Error },
     #[error("image store task failed: {0}")]
     Task(String),
+    #[error(transparent)]
+    Discovery(#[from] discovery::DiscoveryError),
+    /// The image is needed by another image.
+    #[error("{0}")]
+    InUse(String),
     /// The signature policy refused the image.
     #[error("{0}")]
     Policy(String),
@@ -112,6 +118,9 @@ impl ImageError {
             ImageError::Verify { .. } => Code::DataLoss,
             ImageError::Network(_) => Code::Unavailable,
             ImageError::Policy(_) => Code::PermissionDenied,
+            ImageError::InUse(_) => Code::FailedPrecondition,
+            ImageError::Discovery(discovery::DiscoveryError::InvalidName { .. }) => Code::InvalidArgument,
+            ImageError::Discovery(discovery::DiscoveryError::NotFound { .. }) => Code::NotFound,
             ImageError::PolicyFile(_) => Code::FailedPrecondition,
             ImageError::Unsupported(_) => Code::FailedPrecondition,
             ImageError::Extract(extract::ExtractError::Unsafe { .. }) => Code::FailedPrecondition,
@@ -153,12 +162,23 @@ impl Image {
     }
 
     /// The layer keys, bottom first.
+    /// The keys of a docker image's layers, bottom first (empty for ACIs).
     pub fn layer_keys(&self) -> Vec<String> {
+        self.manifest
+            .dependencies
+            .iter()
+            .filter(|d| d.image_name.starts_with(convert::LAYER_NAME_PREFIX))
+            .filter_map(|d| d.image_id.clone())
+            .collect()
+    }
+
+    /// The keys of every direct dependency: layers, or ACIs this one builds on.
+    pub fn dependency_keys(&self) -> Vec<String> {
         self.manifest.dependencies.iter().filter_map(|d| d.image_id.clone()).collect()
     }
 
     pub fn tree_id(&self) -> String {
-        convert::tree_id(&self.id, &self.layer_keys())
+        convert::tree_id(&self.id, &self.dependency_keys())
     }
 }
 
@@ -316,6 +336,12 @@ impl Store {
             Err(ImageError::NotFound(_)) => return Ok(None),
             Err(e) => return Err(e),
         };
+        if let Some(dependent) = self.list()?.into_iter().find(|i| i.dependency_keys().contains(&image.id)) {
+            return Err(ImageError::InUse(format!(
+                "image {} ({}) is a dependency of image {} ({}): remove that first",
+                image.id, image.manifest.name, dependent.id, dependent.manifest.name
+            )));
+        }
         let _lock = self.cas.lock_image(&image.id).map_err(io_ctx("locking the image"))?;
         let used = self.used_by_pods();
         self.cas
@@ -425,8 +451,24 @@ impl Store {
             }
         }
         let cutoff = cas::now_nanos() - grace.as_nanos() as i64;
-        for image in self.list()? {
-            if image.last_used < cutoff && !used.images.contains(&image.id) && self.remove(&image.id)?.is_some() {
+        // newest first: an ACI's dependencies were imported before it, and
+        // stay as long as an image that needs them does
+        let mut images = self.list()?;
+        images.reverse();
+        let mut dependents: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+        for d in images.iter().flat_map(Image::dependency_keys) {
+            *dependents.entry(d).or_default() += 1;
+        }
+        for image in images {
+            let needed = dependents.get(&image.id).is_some_and(|n| *n > 0);
+            if image.last_used < cutoff
+                && !used.images.contains(&image.id)
+                && !needed
+                && self.remove(&image.id)?.is_some()
+            {
+                for d in image.dependency_keys() {
+                    dependents.entry(d).and_modify(|n| *n -= 1);
+                }
                 report.images.push(image.id);
             }
         }

@@ -536,7 +536,7 @@ impl Commit<'_> {
                 let size = fs::metadata(cas.blob(&d.key)).map_or(0, |m| m.len() as i64);
                 i.upsert_aci(AciInfo {
                     blobkey: d.key.clone(),
-                    name: format!("layer/{}", d.key),
+                    name: format!("{}{}", convert::LAYER_NAME_PREFIX, d.key),
                     importtime: now,
                     lastused: now,
                     latest: false,
@@ -599,25 +599,70 @@ pub(super) fn render_scratch<T>(
     f: impl FnOnce(&Path) -> Result<T, ImageError>,
 ) -> Result<T, ImageError> {
     let keys = image.layer_keys();
-    let work = if keys.is_empty() { unpack_aci(store.cas(), &image.id)? } else { render_layers(store.cas(), &keys)?.0 };
+    let work = if keys.is_empty() {
+        unpack_aci_chain(store.cas(), &image.id, &image.manifest)?
+    } else {
+        render_layers(store.cas(), &keys)?.0
+    };
     f(&work.rootfs())
 }
 
-/// Renders the tree of an ACI without dependencies from its stored plain
-/// tar (`manifest` and `rootfs/`); returns the tree's size.
+/// Renders the tree of an ACI and the ACIs it depends on from their stored
+/// plain tars (`manifest` and `rootfs/`); returns the tree's size.
 pub(super) fn render_aci(cas: &Cas, key: &str, manifest: &ImageManifest) -> Result<i64, ImageError> {
-    let work = unpack_aci(cas, key)?;
-    commit_tree(cas, &work.path, &convert::tree_id(key, &[]), key, manifest, &[])
+    let work = unpack_aci_chain(cas, key, manifest)?;
+    let deps: Vec<String> = manifest.dependencies.iter().filter_map(|d| d.image_id.clone()).collect();
+    commit_tree(cas, &work.path, &convert::tree_id(key, &deps), key, manifest, &deps)
 }
 
-/// Unpacks a stored ACI (`manifest`, `rootfs/`) as a work directory's tree.
-fn unpack_aci(cas: &Cas, key: &str) -> Result<WorkDir, ImageError> {
+/// The ACIs an image's tree is made of, breadth-first from the image (rkt's
+/// acirenderer order: earlier ones override later ones).
+fn aci_chain(cas: &Cas, key: &str, manifest: &ImageManifest) -> Result<Vec<String>, ImageError> {
+    let mut chain = vec![key.to_string()];
+    let mut queue: std::collections::VecDeque<ImageManifest> = [manifest.clone()].into();
+    while let Some(m) = queue.pop_front() {
+        for dep in &m.dependencies {
+            let id = dep.image_id.clone().ok_or_else(|| {
+                ImageError::Unsupported(format!("{}: dependency {} was never resolved", m.name, dep.image_name))
+            })?;
+            if chain.contains(&id) {
+                continue;
+            }
+            if chain.len() > 64 {
+                return Err(ImageError::Unsupported(format!("{}: more than 64 dependencies", manifest.name)));
+            }
+            let path = cas.image_manifest(&id);
+            let bytes = fs::read(&path).map_err(io_ctx(format!("reading dependency {id}")))?;
+            let dm: ImageManifest = serde_json::from_slice(&bytes)
+                .map_err(|e| io_ctx(format!("parsing {}", path.display()))(io::Error::other(e)))?;
+            chain.push(id);
+            queue.push_back(dm);
+        }
+    }
+    Ok(chain)
+}
+
+/// Unpacks a stored ACI and its dependencies (lowest first, each on top of
+/// the ones below) as a work directory's tree.
+fn unpack_aci_chain(cas: &Cas, key: &str, manifest: &ImageManifest) -> Result<WorkDir, ImageError> {
+    let chain = aci_chain(cas, key, manifest)?;
     let work = WorkDir::new(cas)?;
     let tree = work.path.join("tree");
-    let blob = cas.blob(key);
-    let tar = fs::File::open(&blob).map_err(io_ctx(format!("opening {}", blob.display())))?;
-    let unpacked = extract::Unpacker::new(&tree, false).unpack(io::BufReader::new(tar))?;
-    extract::apply_dir_meta(&tree, &[&unpacked])?;
+    let mut unpacked = Vec::new();
+    for (i, k) in chain.iter().rev().enumerate() {
+        let blob = cas.blob(k);
+        let tar = fs::File::open(&blob).map_err(io_ctx(format!("opening {}", blob.display())))?;
+        if chain.len() == 1 {
+            unpacked.push(extract::Unpacker::new(&tree, false).unpack(io::BufReader::new(tar))?);
+            break;
+        }
+        let stage = work.path.join(format!("stage-{i}"));
+        fs::create_dir(&stage).map_err(io_ctx(format!("creating {}", stage.display())))?;
+        let u = extract::Unpacker::new(&stage, true).unpack(io::BufReader::new(tar))?;
+        extract::merge(&tree, &stage, &u)?;
+        unpacked.push(u);
+    }
+    extract::apply_dir_meta(&tree, &unpacked.iter().collect::<Vec<_>>())?;
     Ok(work)
 }
 
