@@ -489,8 +489,64 @@ async fn seccomp_and_masked_paths() {
             sandbox_config: Some(pod.1.clone()),
         })
         .await
-        .expect_err("localhost profile");
+        .expect_err("a relative localhost profile path");
     assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+
+    // a Localhost profile (kubelet's localhost_ref: a host path): allow by
+    // default, mkdir denied with EACCES
+    let profiles = tempfile::tempdir().expect("profiles");
+    let deny_mkdir = profiles.path().join("deny-mkdir.json");
+    std::fs::write(
+        &deny_mkdir,
+        r#"{"defaultAction":"SCMP_ACT_ALLOW","architectures":["SCMP_ARCH_X86_64"],
+           "syscalls":[{"names":["mkdir","mkdirat"],"action":"SCMP_ACT_ERRNO","errnoRet":13}]}"#,
+    )
+    .expect("profile");
+    let localhost = |path: &std::path::Path| {
+        let localhost_ref = path.to_str().expect("utf8").to_string();
+        move |c: &mut cri::ContainerConfig| {
+            c.linux = Some(cri::LinuxContainerConfig {
+                security_context: Some(cri::LinuxContainerSecurityContext {
+                    seccomp: Some(cri::SecurityProfile {
+                        profile_type: cri::security_profile::ProfileType::Localhost as i32,
+                        localhost_ref,
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
+    };
+    let script = "mkdir /tmp/made 2>&1; echo rc=$?; touch /tmp/file && echo touched";
+    let id = e.create(&pod, "profiled", &["sh", "-c", script], localhost(&deny_mkdir)).await;
+    e.start(&id).await;
+    e.wait_state(&id, cri::ContainerState::ContainerExited).await;
+    let log = e.wait_log("hardened", "profiled", 3).await;
+    assert!(log.contains("Permission denied") && log.contains("rc=1") && log.contains("touched"), "{log}");
+    // rules on arguments cannot be enforced by name: refused, not weakened
+    let by_args = profiles.path().join("args.json");
+    std::fs::write(
+        &by_args,
+        r#"{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["personality"],"action":"SCMP_ACT_ALLOW",
+           "args":[{"index":0,"value":0,"op":"SCMP_CMP_EQ"}]}]}"#,
+    )
+    .expect("profile");
+    let mut config = cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata { name: "by-args".into(), attempt: 0 }),
+        image: Some(cri::ImageSpec { image: e.image.clone(), ..Default::default() }),
+        ..Default::default()
+    };
+    localhost(&by_args)(&mut config);
+    let bad =
+        e.rt.create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod.0.clone(),
+            config: Some(config),
+            sandbox_config: Some(pod.1.clone()),
+        })
+        .await
+        .expect_err("a profile with argument conditions");
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+    assert!(bad.message().contains("argument conditions"), "{}", bad.message());
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }

@@ -90,16 +90,19 @@ fn security_isolators(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result
     if privileged {
         return Ok(out);
     }
-    // seccomp: RuntimeDefault is systemd's curated @system-service set; no profile or Unconfined means none
-    match sc.and_then(|s| s.seccomp.as_ref()).map(|p| cri::security_profile::ProfileType::try_from(p.profile_type)) {
-        Some(Ok(cri::security_profile::ProfileType::RuntimeDefault)) => out.push(manifest::Isolator {
+    // seccomp: RuntimeDefault is systemd's curated @system-service set; a
+    // Localhost profile becomes a name filter (stage1/seccomp.rs); no profile
+    // or Unconfined means none
+    match seccomp_profile(sc)? {
+        Seccomp::RuntimeDefault => out.push(manifest::Isolator {
             name: ISOLATOR_SECCOMP.into(),
             value: serde_json::json!({ "set": ["@system-service"], "errno": "EPERM" }),
         }),
-        Some(Ok(cri::security_profile::ProfileType::Localhost)) => {
-            return Err(Status::invalid_argument("Localhost seccomp profiles are not supported by rktlet yet"));
+        Seccomp::Localhost(path) => {
+            let (name, value) = crate::stage1::seccomp::isolator_from_file(&path).map_err(Status::invalid_argument)?;
+            out.push(manifest::Isolator { name: name.into(), value });
         }
-        _ => {}
+        Seccomp::Unconfined => {}
     }
     let (masked, readonly) = sc.map(|s| (s.masked_paths.clone(), s.readonly_paths.clone())).unwrap_or_default();
     let masked = if masked.is_empty() { DEFAULT_MASKED.iter().map(|p| p.to_string()).collect() } else { masked };
@@ -110,8 +113,39 @@ fn security_isolators(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result
     Ok(out)
 }
 
+enum Seccomp {
+    Unconfined,
+    RuntimeDefault,
+    Localhost(String),
+}
+
+/// The seccomp profile asked for: the `seccomp` field, else the deprecated
+/// `seccomp_profile_path` (`runtime/default`, `docker/default`,
+/// `localhost/<path>`, `unconfined`).
+#[allow(deprecated)] // older kubelets still send `seccomp_profile_path`
+fn seccomp_profile(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result<Seccomp, Status> {
+    use cri::security_profile::ProfileType;
+    let Some(sc) = sc else { return Ok(Seccomp::Unconfined) };
+    if let Some(p) = &sc.seccomp {
+        return match ProfileType::try_from(p.profile_type) {
+            Ok(ProfileType::RuntimeDefault) => Ok(Seccomp::RuntimeDefault),
+            Ok(ProfileType::Unconfined) => Ok(Seccomp::Unconfined),
+            Ok(ProfileType::Localhost) => Ok(Seccomp::Localhost(p.localhost_ref.clone())),
+            Err(_) => Err(Status::invalid_argument(format!("unknown seccomp profile type {}", p.profile_type))),
+        };
+    }
+    match sc.seccomp_profile_path.as_str() {
+        "" | "unconfined" => Ok(Seccomp::Unconfined),
+        "runtime/default" | "docker/default" => Ok(Seccomp::RuntimeDefault),
+        other => match other.strip_prefix("localhost/") {
+            Some(path) => Ok(Seccomp::Localhost(path.to_string())),
+            None => Err(Status::invalid_argument(format!("unknown seccomp_profile_path {other:?}"))),
+        },
+    }
+}
+
 /// rkt's seccomp isolator; and rktlet's for masked and read-only paths.
-pub const ISOLATOR_SECCOMP: &str = "os/linux/seccomp-retain-set";
+pub use crate::stage1::seccomp::ISOLATOR_RETAIN as ISOLATOR_SECCOMP;
 pub const ISOLATOR_MASKED: &str = "rktlet.io/masked-paths";
 pub const ISOLATOR_READONLY: &str = "rktlet.io/readonly-paths";
 /// What kubelet's defaults mask and make read-only when it sends none.

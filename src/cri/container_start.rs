@@ -9,6 +9,7 @@ use crate::proto::v1 as cri;
 use crate::runtime::{EventKind, Runtime};
 use crate::stage1::app::{self, AppPaths, AppState};
 use crate::stage1::bus::{BindPath, BusError, ExecCommand, Output, PodBus, Property, ServiceSpec, Value};
+use crate::stage1::seccomp;
 use crate::stream::log::{self as crilog, Stream};
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -147,9 +148,13 @@ pub async fn start_container(
                     Some(names.iter().filter_map(|n| crate::stage1::caps::bits(n)).fold(0, |a, b| a | b));
             }
             super::container_create::ISOLATOR_NO_NEW_PRIVS => spec.no_new_privileges = iso.value.as_bool(),
-            super::container_create::ISOLATOR_SECCOMP => {
-                spec.extra.push(Property::new("SystemCallFilter", Value::FilterList(true, set_of(&iso.value))));
-                spec.extra.push(Property::new("SystemCallErrorNumber", Value::I32(libc::EPERM)));
+            seccomp::ISOLATOR_RETAIN | seccomp::ISOLATOR_REMOVE => {
+                let allow = iso.name == seccomp::ISOLATOR_RETAIN;
+                spec.extra.push(Property::new("SystemCallFilter", Value::FilterList(allow, set_of(&iso.value))));
+                // no errno: a denied call kills the process (SIGSYS)
+                if let Some(errno) = seccomp::errno_of(&iso.value["errno"]) {
+                    spec.extra.push(Property::new("SystemCallErrorNumber", Value::I32(errno)));
+                }
             }
             // InaccessiblePaths=/ReadOnlyPaths= do not reach below the /proc
             // and /sys that MountAPIVFS mounts; binds do (applied after them)

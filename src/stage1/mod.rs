@@ -16,5 +16,6 @@ pub mod nspawn;
 pub mod pty;
 pub mod rootfs;
 pub mod sandbox;
+pub mod seccomp;
 pub mod stop;
 pub mod teardown;

@@ -1,0 +1,195 @@
+//! Localhost seccomp profiles (the OCI/docker JSON form kubelet points to)
+//! as rkt's seccomp isolators, which the app's unit turns into systemd's
+//! `SystemCallFilter=`: an allow list (`os/linux/seccomp-retain-set`) when
+//! the profile denies by default, a deny list (`os/linux/seccomp-remove-set`)
+//! when it allows by default. systemd filters by syscall name only, so a
+//! profile whose rules depend on arguments, mixes errno values, or uses
+//! actions other than allow/errno/kill is refused at create, with the rule
+//! named, rather than enforced differently from what it says.
+
+use serde::Deserialize;
+
+pub const ISOLATOR_RETAIN: &str = "os/linux/seccomp-retain-set";
+pub const ISOLATOR_REMOVE: &str = "os/linux/seccomp-remove-set";
+
+/// The largest profile read.
+const MAX_PROFILE_BYTES: u64 = 1 << 20;
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Profile {
+    default_action: String,
+    #[serde(default)]
+    default_errno_ret: Option<i64>,
+    #[serde(default)]
+    syscalls: Vec<Rule>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Rule {
+    #[serde(default)]
+    names: Vec<String>,
+    /// docker's older single-name form.
+    #[serde(default)]
+    name: Option<String>,
+    action: String,
+    #[serde(default)]
+    args: Option<Vec<serde_json::Value>>,
+    #[serde(default)]
+    errno_ret: Option<i64>,
+    #[serde(default)]
+    includes: Option<serde_json::Value>,
+    #[serde(default)]
+    excludes: Option<serde_json::Value>,
+}
+
+/// What a denied call gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deny {
+    Errno(i64),
+    Kill,
+}
+
+fn deny_of(action: &str, errno: Option<i64>) -> Option<Deny> {
+    match action {
+        "SCMP_ACT_ERRNO" => Some(Deny::Errno(errno.unwrap_or(libc::EPERM as i64))),
+        "SCMP_ACT_KILL" | "SCMP_ACT_KILL_THREAD" | "SCMP_ACT_KILL_PROCESS" | "SCMP_ACT_TRAP" => Some(Deny::Kill),
+        _ => None,
+    }
+}
+
+/// The isolator (name, value) for the profile in `json`.
+pub fn isolator_from_profile(json: &[u8]) -> Result<(&'static str, serde_json::Value), String> {
+    let p: Profile = serde_json::from_slice(json).map_err(|e| format!("not a seccomp profile: {e}"))?;
+    let default_allows = match p.default_action.as_str() {
+        "SCMP_ACT_ALLOW" | "SCMP_ACT_LOG" => true,
+        a => {
+            deny_of(a, p.default_errno_ret).ok_or_else(|| format!("defaultAction {a} is not supported"))?;
+            false
+        }
+    };
+    let mut names = Vec::new();
+    let mut deny: Option<Deny> = if default_allows { None } else { deny_of(&p.default_action, p.default_errno_ret) };
+    for (i, r) in p.syscalls.iter().enumerate() {
+        let rule_names: Vec<String> = r.names.iter().cloned().chain(r.name.clone()).collect();
+        let which = format!("rule {i} ({})", rule_names.join(","));
+        if r.args.as_ref().is_some_and(|a| !a.is_empty()) {
+            return Err(format!("{which} has argument conditions; systemd filters by syscall name only"));
+        }
+        let conditional =
+            |v: &Option<serde_json::Value>| v.as_ref().is_some_and(|v| v.as_object().is_some_and(|o| !o.is_empty()));
+        if conditional(&r.includes) || conditional(&r.excludes) {
+            return Err(format!("{which} has includes/excludes conditions; flatten the profile for this node"));
+        }
+        let allows = r.action == "SCMP_ACT_ALLOW" || r.action == "SCMP_ACT_LOG";
+        if allows == default_allows {
+            continue; // the same as the default
+        }
+        if default_allows {
+            let d = deny_of(&r.action, r.errno_ret)
+                .ok_or_else(|| format!("{which}: action {} is not supported", r.action))?;
+            match deny {
+                Some(prev) if prev != d => {
+                    return Err(format!("{which}: denied calls must all get the same errno or all be killed"));
+                }
+                _ => deny = Some(d),
+            }
+        }
+        names.extend(rule_names);
+    }
+    names.sort();
+    names.dedup();
+    let errno = match deny {
+        Some(Deny::Errno(n)) => serde_json::json!(n),
+        _ => serde_json::Value::Null,
+    };
+    let name = if default_allows { ISOLATOR_REMOVE } else { ISOLATOR_RETAIN };
+    Ok((name, serde_json::json!({ "set": names, "errno": errno })))
+}
+
+/// Reads the profile at `path` (a host path, as kubelet's `localhost_ref`).
+pub fn isolator_from_file(path: &str) -> Result<(&'static str, serde_json::Value), String> {
+    use std::io::Read;
+    if !path.starts_with('/') {
+        return Err(format!("seccomp profile {path:?}: the path must be absolute"));
+    }
+    let f = std::fs::File::open(path).map_err(|e| format!("seccomp profile {path}: {e}"))?;
+    let mut json = Vec::new();
+    f.take(MAX_PROFILE_BYTES + 1).read_to_end(&mut json).map_err(|e| format!("seccomp profile {path}: {e}"))?;
+    if json.len() as u64 > MAX_PROFILE_BYTES {
+        return Err(format!("seccomp profile {path} is larger than {MAX_PROFILE_BYTES} bytes"));
+    }
+    isolator_from_profile(&json).map_err(|e| format!("seccomp profile {path}: {e}"))
+}
+
+/// The errno number an isolator's `errno` asks for: a number or a name
+/// (rkt wrote names such as `EPERM`); None means kill the process.
+pub fn errno_of(v: &serde_json::Value) -> Option<i32> {
+    if let Some(n) = v.as_i64() {
+        return i32::try_from(n).ok();
+    }
+    match v.as_str()? {
+        "EPERM" => Some(libc::EPERM),
+        "EACCES" => Some(libc::EACCES),
+        "ENOSYS" => Some(libc::ENOSYS),
+        "EINVAL" => Some(libc::EINVAL),
+        "ENOENT" => Some(libc::ENOENT),
+        other => other.parse().ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deny_by_default_is_an_allow_list() {
+        let (name, v) = isolator_from_profile(
+            br#"{"defaultAction":"SCMP_ACT_ERRNO","defaultErrnoRet":38,"architectures":["SCMP_ARCH_X86_64"],
+                "syscalls":[{"names":["read","write"],"action":"SCMP_ACT_ALLOW"},{"name":"exit","action":"SCMP_ACT_ALLOW"},
+                {"names":["ptrace"],"action":"SCMP_ACT_ERRNO"}]}"#,
+        )
+        .expect("profile");
+        assert_eq!(name, ISOLATOR_RETAIN);
+        assert_eq!(v, serde_json::json!({"set": ["exit", "read", "write"], "errno": 38}));
+    }
+
+    #[test]
+    fn allow_by_default_is_a_deny_list() {
+        let (name, v) = isolator_from_profile(
+            br#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mkdir","mkdirat"],"action":"SCMP_ACT_ERRNO","errnoRet":13}]}"#,
+        )
+        .expect("profile");
+        assert_eq!(name, ISOLATOR_REMOVE);
+        assert_eq!(v, serde_json::json!({"set": ["mkdir", "mkdirat"], "errno": 13}));
+        let (_, v) = isolator_from_profile(
+            br#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["reboot"],"action":"SCMP_ACT_KILL_PROCESS"}]}"#,
+        )
+        .expect("profile");
+        assert_eq!(v["errno"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn what_systemd_cannot_express_is_refused() {
+        for bad in [
+            r#"{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["personality"],"action":"SCMP_ACT_ALLOW","args":[{"index":0,"value":0,"op":"SCMP_CMP_EQ"}]}]}"#,
+            r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["a"],"action":"SCMP_ACT_ERRNO","errnoRet":1},{"names":["b"],"action":"SCMP_ACT_ERRNO","errnoRet":13}]}"#,
+            r#"{"defaultAction":"SCMP_ACT_NOTIFY"}"#,
+            r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["a"],"action":"SCMP_ACT_TRACE"}]}"#,
+            r#"{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["a"],"action":"SCMP_ACT_ALLOW","includes":{"caps":["CAP_SYS_ADMIN"]}}]}"#,
+            r#"not json"#,
+        ] {
+            assert!(isolator_from_profile(bad.as_bytes()).is_err(), "{bad}");
+        }
+        assert!(isolator_from_file("relative.json").is_err());
+        assert!(isolator_from_file("/nonexistent/profile.json").is_err());
+    }
+
+    #[test]
+    fn errno_names_and_numbers() {
+        assert_eq!(errno_of(&serde_json::json!("EPERM")), Some(libc::EPERM));
+        assert_eq!(errno_of(&serde_json::json!(13)), Some(13));
+        assert_eq!(errno_of(&serde_json::Value::Null), None);
+    }
+}
