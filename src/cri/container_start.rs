@@ -158,8 +158,12 @@ pub async fn start_container(
             }
             // InaccessiblePaths=/ReadOnlyPaths= do not reach below the /proc
             // and /sys that MountAPIVFS mounts; binds do (applied after them)
+            // (each read-only bind costs systemd 252 a parse of the pod's
+            // mountinfo: masked files get a plain bind of /dev/null, as runc does)
             super::container_create::ISOLATOR_MASKED => {
-                spec.bind_read_only_paths.extend(masks(&t.pod, pid1, &set_of(&iso.value))?);
+                let (files, dirs) = masks(&t.pod, pid1, &set_of(&iso.value))?;
+                spec.bind_paths.extend(files);
+                spec.bind_read_only_paths.extend(dirs);
             }
             super::container_create::ISOLATOR_READONLY => {
                 // the app shares the pod's PID namespace: the pod's /proc is the app's
@@ -176,6 +180,7 @@ pub async fn start_container(
     if t.app.read_only_root_fs {
         spec.read_only_paths.push("/".into());
     }
+    spec.bind_paths.extend(identity_files(&t.app));
     spec.bind_paths.extend(device_nodes(&paths, &meta::devices(&t.app))?);
     let (stop_signal, _) = meta::stop_signal(&t.app);
     if stop_signal != libc::SIGTERM {
@@ -320,18 +325,33 @@ fn device_nodes(paths: &AppPaths, devices: &[meta::Device]) -> Result<Vec<BindPa
 /// Read-only binds that hide masked paths as the pod sees them: /dev/null
 /// over files, an empty directory (`/rkt/empty`) over directories; paths the
 /// pod does not have are skipped.
-fn masks(pod: &Pod, pid1: i32, paths: &[String]) -> Result<Vec<BindPath>, Status> {
+/// Binds that mask `paths`: /dev/null over files, and (read-only) an empty
+/// directory over directories.
+fn masks(pod: &Pod, pid1: i32, paths: &[String]) -> Result<(Vec<BindPath>, Vec<BindPath>), Status> {
     let stage1 = pod.stage1_rootfs();
     let empty = stage1.join("rkt/empty");
     std::fs::create_dir_all(&empty).map_err(|e| Status::internal(format!("creating {}: {e}", empty.display())))?;
-    let mut binds = Vec::new();
+    let (mut files, mut dirs) = (Vec::new(), Vec::new());
     for p in paths {
         // the pod's view of the path: through its PID 1's root (its /proc and /sys)
         let Ok(meta) = std::fs::metadata(format!("/proc/{pid1}/root{p}")) else { continue };
-        let source = if meta.is_dir() { "/rkt/empty" } else { "/dev/null" };
-        binds.push(BindPath { source: source.into(), destination: p.clone(), ignore_missing: true, recursive: false });
+        let (list, source) = if meta.is_dir() { (&mut dirs, "/rkt/empty") } else { (&mut files, "/dev/null") };
+        list.push(BindPath { source: source.into(), destination: p.clone(), ignore_missing: true, recursive: false });
     }
-    Ok(binds)
+    Ok((files, dirs))
+}
+
+/// The pod's `/etc/hosts`, `/etc/resolv.conf` and `/etc/hostname` in the
+/// app, unless a volume provides them. Bound by the app's unit, in its own
+/// mount namespace: mounts made in the pod's namespace are copied into every
+/// later unit's and parsed by systemd for each of its read-only mounts, so
+/// the pod keeps one mount per app (its rootfs) plus its volumes.
+fn identity_files(app: &RuntimeApp) -> Vec<BindPath> {
+    crate::stage1::app::IDENTITY_FILES
+        .iter()
+        .filter(|f| !app.mounts.iter().any(|m| m.path == **f))
+        .map(|f| BindPath { source: f.to_string(), destination: f.to_string(), ignore_missing: true, recursive: false })
+        .collect()
 }
 
 /// The OOM score adjustment an app may start with: `adj` unless it is lower

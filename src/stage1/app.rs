@@ -197,7 +197,9 @@ impl AppSpec {
                 source: e.into(),
             })?;
 
-        // the app's view of the pod's identity files, then the volumes, all on top of the rootfs
+        // the rootfs, then the volumes on top of it; the pod's identity files
+        // are bound by the app's unit (container_start.rs), where they cost
+        // other apps nothing
         let mut mounts = vec![
             Attach::new(
                 inject::clone_tree(&rootfs, false, false, Propagation::Private).map_err(io("cloning app rootfs"))?,
@@ -205,17 +207,11 @@ impl AppSpec {
             )
             .map_err(io("rootfs path"))?,
         ];
-        let stage1 = pod.stage1_rootfs();
         let has = |p: &str| self.volumes.iter().any(|v| v.container_path == Path::new(p));
-        for file in ["/etc/hosts", "/etc/resolv.conf", "/etc/hostname"] {
-            if has(file) {
-                continue;
+        for file in IDENTITY_FILES {
+            if !has(file) {
+                ensure_target(&under(&rootfs, Path::new(file))?, false).map_err(io("creating mount target"))?;
             }
-            let target = under(&rootfs, Path::new(file))?;
-            ensure_target(&target, false).map_err(io("creating mount target"))?;
-            let tree = inject::clone_tree(&under(&stage1, Path::new(file))?, false, true, Propagation::Private)
-                .map_err(io("cloning pod file"))?;
-            mounts.push(Attach::new(tree, &under(&paths.rootfs_in_pod(), Path::new(file))?).map_err(io("target"))?);
         }
         for v in &self.volumes {
             if !v.host_path.exists() {
@@ -276,6 +272,9 @@ impl AppSpec {
         Ok(())
     }
 }
+
+/// The pod's files every app sees as its own (unless a volume provides them).
+pub const IDENTITY_FILES: [&str; 3] = ["/etc/hosts", "/etc/resolv.conf", "/etc/hostname"];
 
 /// Creates a mount target: a directory, or an empty file for file mounts.
 fn ensure_target(target: &Path, dir: bool) -> io::Result<()> {
