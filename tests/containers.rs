@@ -552,6 +552,53 @@ async fn seccomp_and_masked_paths() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn default_masks_come_from_the_pod_and_privileged_apps_see_none() {
+    let mut e = env().await;
+    let pod = e.pod("masks").await;
+    // no masked or read-only paths sent: kubelet's defaults, applied once to the pod's /proc and /sys
+    let script = "stat -c '%n %F' /proc/keys /proc/timer_list; ls -A /sys/firmware | wc -l; \
+                  echo 1 2>&1 > /proc/sys/kernel/ns_last_pid || true; cat /proc/1/comm; \
+                  grep -c ' /etc/hosts ' /proc/self/mountinfo";
+    let plain = e.create(&pod, "plain", &["sh", "-c", script], |_| {}).await;
+    e.start(&plain).await;
+    e.wait_state(&plain, cri::ContainerState::ContainerExited).await;
+    let log = e.wait_log("masks", "plain", 6).await;
+    let out: Vec<String> = log.lines().filter_map(|l| l.splitn(4, ' ').nth(3)).map(str::to_string).collect();
+    assert_eq!(out[0], "/proc/keys character special file", "{log}");
+    assert_eq!(out[1], "/proc/timer_list character special file", "{log}");
+    assert_eq!(out[2], "0", "{log}");
+    assert!(out[3].contains("Read-only file system"), "{log}");
+    // the pod's PID namespace: its systemd is PID 1; the pod's hosts file is bound in the app
+    assert_eq!(out[4], "systemd", "{log}");
+    assert_eq!(out[5], "1", "{log}");
+    // a privileged app in the same pod sees the real files
+    let privileged = e
+        .create(
+            &pod,
+            "privileged",
+            &["sh", "-c", "stat -c '%n %F' /proc/timer_list; ls -A /sys/firmware | wc -l"],
+            |c| {
+                c.linux = Some(cri::LinuxContainerConfig {
+                    security_context: Some(cri::LinuxContainerSecurityContext {
+                        privileged: true,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                });
+            },
+        )
+        .await;
+    e.start(&privileged).await;
+    e.wait_state(&privileged, cri::ContainerState::ContainerExited).await;
+    let log = e.wait_log("masks", "privileged", 2).await;
+    let out: Vec<String> = log.lines().filter_map(|l| l.splitn(4, ' ').nth(3)).map(str::to_string).collect();
+    assert_eq!(out[0], "/proc/timer_list regular empty file", "{log}");
+    assert_ne!(out[1], "0", "{log}");
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn stop_signal_oom_score_and_identity_in_status() {
     let mut e = env().await;
     let pod = e.pod("signals").await;

@@ -149,16 +149,7 @@ pub use crate::stage1::seccomp::ISOLATOR_RETAIN as ISOLATOR_SECCOMP;
 pub const ISOLATOR_MASKED: &str = "rktlet.io/masked-paths";
 pub const ISOLATOR_READONLY: &str = "rktlet.io/readonly-paths";
 /// What kubelet's defaults mask and make read-only when it sends none.
-const DEFAULT_MASKED: [&str; 7] = [
-    "/proc/kcore",
-    "/proc/keys",
-    "/proc/latency_stats",
-    "/proc/timer_list",
-    "/proc/sched_debug",
-    "/proc/scsi",
-    "/sys/firmware",
-];
-const DEFAULT_READONLY: [&str; 5] = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"];
+pub use crate::stage1::api_vfs::{DEFAULT_MASKED, DEFAULT_READONLY};
 
 /// rkt's isolator names for the capability set and no_new_privs.
 pub const ISOLATOR_CAPS: &str = "os/linux/capabilities-retain-set";

@@ -137,6 +137,7 @@ pub async fn start_container(
     spec.user = Some(section.user.clone());
     spec.group = Some(section.group.clone());
     spec.supplementary_groups = section.supplementary_gids.iter().map(u32::to_string).collect();
+    let (mut masked, mut readonly) = (None, None);
     for iso in &section.isolators {
         match iso.name.as_str() {
             super::container_create::ISOLATOR_CAPS => {
@@ -158,25 +159,12 @@ pub async fn start_container(
             }
             // InaccessiblePaths=/ReadOnlyPaths= do not reach below the /proc
             // and /sys that MountAPIVFS mounts; binds do (applied after them)
-            // (each read-only bind costs systemd 252 a parse of the pod's
-            // mountinfo: masked files get a plain bind of /dev/null, as runc does)
-            super::container_create::ISOLATOR_MASKED => {
-                let (files, dirs) = masks(&t.pod, pid1, &set_of(&iso.value))?;
-                spec.bind_paths.extend(files);
-                spec.bind_read_only_paths.extend(dirs);
-            }
-            super::container_create::ISOLATOR_READONLY => {
-                // the app shares the pod's PID namespace: the pod's /proc is the app's
-                spec.bind_read_only_paths.extend(set_of(&iso.value).into_iter().map(|p| BindPath {
-                    source: p.clone(),
-                    destination: p,
-                    ignore_missing: true,
-                    recursive: true,
-                }));
-            }
+            super::container_create::ISOLATOR_MASKED => masked = Some(set_of(&iso.value)),
+            super::container_create::ISOLATOR_READONLY => readonly = Some(set_of(&iso.value)),
             _ => {}
         }
     }
+    api_file_systems(&t.pod, pid1, &mut spec, masked, readonly)?;
     if t.app.read_only_root_fs {
         spec.read_only_paths.push("/".into());
     }
@@ -325,6 +313,51 @@ fn device_nodes(paths: &AppPaths, devices: &[meta::Device]) -> Result<Vec<BindPa
 /// Read-only binds that hide masked paths as the pod sees them: /dev/null
 /// over files, an empty directory (`/rkt/empty`) over directories; paths the
 /// pod does not have are skipped.
+/// /proc, /sys and /dev in the app with its masked and read-only paths.
+/// Apps asking for at least kubelet's defaults bind the pod's own (its /proc
+/// masked once, `stage1/api_vfs.rs`) plus binds for the rest they ask; the
+/// others (privileged: no masks) get fresh ones from `MountAPIVFS=` with
+/// their own binds. The app shares the pod's PID namespace either way.
+fn api_file_systems(
+    pod: &Pod,
+    pid1: i32,
+    spec: &mut ServiceSpec,
+    masked: Option<Vec<String>>,
+    readonly: Option<Vec<String>>,
+) -> Result<(), Status> {
+    let (masked, readonly) = (masked.unwrap_or_default(), readonly.unwrap_or_default());
+    let (mut masked, mut readonly) = (masked.as_slice(), readonly.as_slice());
+    let extra_masked: Vec<String>;
+    let extra_readonly: Vec<String>;
+    if !masked.is_empty() && crate::stage1::api_vfs::covers(masked, readonly) {
+        crate::stage1::api_vfs::ensure(pod, pid1)
+            .map_err(|e| Status::internal(format!("masking the pod's /proc and /sys: {e}")))?;
+        spec.mount_api_vfs = false;
+        spec.bind_paths.extend(["/proc", "/sys", "/dev"].map(|p| BindPath {
+            source: p.into(),
+            destination: p.into(),
+            ignore_missing: false,
+            recursive: true,
+        }));
+        let in_pod = |p: &&String| crate::stage1::api_vfs::applied_in_pod(p);
+        extra_masked = masked.iter().filter(|p| !in_pod(p)).cloned().collect();
+        extra_readonly = readonly.iter().filter(|p| !in_pod(p)).cloned().collect();
+        (masked, readonly) = (&extra_masked, &extra_readonly);
+    }
+    // (each read-only bind costs systemd 252 a parse of the pod's mountinfo:
+    // masked files get a plain bind of /dev/null, as runc does)
+    let (files, dirs) = masks(pod, pid1, masked)?;
+    spec.bind_paths.extend(files);
+    spec.bind_read_only_paths.extend(dirs);
+    spec.bind_read_only_paths.extend(readonly.iter().map(|p| BindPath {
+        source: p.clone(),
+        destination: p.clone(),
+        ignore_missing: true,
+        recursive: true,
+    }));
+    Ok(())
+}
+
 /// Binds that mask `paths`: /dev/null over files, and (read-only) an empty
 /// directory over directories.
 fn masks(pod: &Pod, pid1: i32, paths: &[String]) -> Result<(Vec<BindPath>, Vec<BindPath>), Status> {

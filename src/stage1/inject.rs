@@ -18,19 +18,19 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 const OPEN_TREE_CLONE: libc::c_uint = 1;
-const AT_RECURSIVE: libc::c_uint = 0x8000;
+pub(crate) const AT_RECURSIVE: libc::c_uint = 0x8000;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
-const MOUNT_ATTR_RDONLY: u64 = 0x1;
+pub(crate) const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
 
 /// `struct mount_attr` of mount_setattr(2).
 #[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
+pub(crate) struct MountAttr {
+    pub attr_set: u64,
+    pub attr_clr: u64,
+    pub propagation: u64,
+    pub userns_fd: u64,
 }
 
 /// Mount propagation of a volume, as CRI names it.
@@ -122,7 +122,7 @@ impl Attach {
 
 /// Runs `op` for each item in a child that entered the pod's mount namespace
 /// (`/proc/<pod_pid1>/ns/mnt`); the first failure is reported as (index, errno).
-fn in_pod_ns(pod_pid1: i32, count: usize, op: &dyn Fn(usize) -> libc::c_long) -> io::Result<()> {
+pub(crate) fn in_pod_ns(pod_pid1: i32, count: usize, op: &dyn Fn(usize) -> libc::c_long) -> io::Result<()> {
     let ns_path = format!("/proc/{pod_pid1}/ns/mnt");
     let ns = std::fs::File::open(&ns_path).map_err(|e| io::Error::new(e.kind(), format!("opening {ns_path}: {e}")))?;
     let (r, w) = nix::unistd::pipe()?;

@@ -5,6 +5,7 @@
 //! `systemd-run` when the host's PID 1 is systemd, detached by the daemon
 //! otherwise (containers, CI).
 
+pub mod api_vfs;
 pub mod app;
 pub mod bus;
 pub mod caps;
