@@ -501,10 +501,9 @@ fn fetch(rkt: RktFlags, image: String) -> Result<(), String> {
         let skip = opts.iter().any(|o| matches!(*o, "image" | "all" | "all-fetch"));
         let local = rkt.local_config.clone().unwrap_or_else(|| PathBuf::from("/etc/rkt"));
         let trust = rktlet::trust::TrustStore::new(local, rktlet::trust::SYSTEM_CONFIG);
-        let source = rktlet::image::aci::Source::parse(&image).map_err(|e| e.to_string())?;
         let mut fetcher = rktlet::image::aci::Fetcher::new(&store, (!skip).then_some(&trust));
         fetcher.allow_http = opts.iter().any(|o| matches!(*o, "http" | "all" | "all-fetch"));
-        let imported = runtime()?.block_on(fetcher.fetch(&source)).map_err(|e| e.to_string())?;
+        let imported = runtime()?.block_on(fetcher.fetch(&image)).map_err(|e| e.to_string())?;
         println!("{}", imported.id);
         return Ok(());
     }

@@ -85,7 +85,7 @@ async fn push_image(repo: &str) -> String {
 
 fn store(dir: &Path, policy: &Path) -> Store {
     Store::open(&DataDir::new(dir.join("data")), RegistryConfig::default())
-        .and_then(|s| s.with_policy(policy.to_path_buf()))
+        .and_then(|s| s.with_policy((policy.to_path_buf(), true)))
         .expect("open store")
 }
 

@@ -554,6 +554,37 @@ async fn discovery_fetches_signed_acis_with_dependencies_and_caches() {
     assert!(!ok && err.contains(&format!("{host}/missing-latest")) && err.contains("not found"), "{err}");
     assert_eq!(store.list().expect("list").len(), before, "a refused fetch stored an image");
 
+    // an ACI whose rootfs is a symlink (to the host's root) is refused, even unchecked
+    let mut b = tar::Builder::new(Vec::new());
+    let m = serde_json::to_vec(
+        &serde_json::json!({"acKind":"ImageManifest","acVersion":"0.8.11","name":"example.com/escape"}),
+    )
+    .expect("manifest");
+    let mut h = tar::Header::new_gnu();
+    h.set_size(m.len() as u64);
+    h.set_mode(0o644);
+    h.set_uid(0);
+    h.set_gid(0);
+    b.append_data(&mut h, "manifest", &m[..]).expect("manifest entry");
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Symlink);
+    h.set_size(0);
+    h.set_mode(0o777);
+    h.set_uid(0);
+    h.set_gid(0);
+    b.append_link(&mut h, "rootfs", "/").expect("symlink entry");
+    let escape = t.path().join("escape.aci");
+    std::fs::write(&escape, b.into_inner().expect("tar")).expect("aci");
+    let out = Command::new(common::BIN)
+        .arg("--dir")
+        .arg(&data)
+        .args(["--insecure-options=image", "fetch"])
+        .arg(&escape)
+        .output()
+        .expect("fetch");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("rootfs is not a directory"), "{err}");
+
     // gc removes the app before the base it needs, so both go
     let out = Command::new(common::BIN)
         .arg("--dir")

@@ -164,11 +164,18 @@ pub async fn start_container(
             _ => {}
         }
     }
-    api_file_systems(&t.pod, pid1, &mut spec, masked, readonly)?;
+    tokio::task::block_in_place(|| api_file_systems(&t.pod, pid1, &mut spec, masked, readonly))?;
     if t.app.read_only_root_fs {
         spec.read_only_paths.push("/".into());
     }
-    spec.bind_paths.extend(identity_files(&t.app));
+    // writable as containerd mounts them, unless the rootfs is read-only
+    // (ReadOnlyPaths=/ does not reach binds of their own)
+    let identity = identity_files(&t.app);
+    if t.app.read_only_root_fs {
+        spec.bind_read_only_paths.extend(identity);
+    } else {
+        spec.bind_paths.extend(identity);
+    }
     spec.bind_paths.extend(device_nodes(&paths, &meta::devices(&t.app))?);
     let (stop_signal, _) = meta::stop_signal(&t.app);
     if stop_signal != libc::SIGTERM {
@@ -339,9 +346,10 @@ fn api_file_systems(
             ignore_missing: false,
             recursive: true,
         }));
-        let in_pod = |p: &&String| crate::stage1::api_vfs::applied_in_pod(p);
-        extra_masked = masked.iter().filter(|p| !in_pod(p)).cloned().collect();
-        extra_readonly = readonly.iter().filter(|p| !in_pod(p)).cloned().collect();
+        // what the pod did not do already: a path it made read-only may still have to be masked
+        use crate::stage1::api_vfs::{masked_in_pod, read_only_in_pod};
+        extra_masked = masked.iter().filter(|p| !masked_in_pod(p)).cloned().collect();
+        extra_readonly = readonly.iter().filter(|p| !read_only_in_pod(p)).cloned().collect();
         (masked, readonly) = (&extra_masked, &extra_readonly);
     }
     // (each read-only bind costs systemd 252 a parse of the pod's mountinfo:
@@ -382,7 +390,8 @@ fn masks(pod: &Pod, pid1: i32, paths: &[String]) -> Result<(Vec<BindPath>, Vec<B
 fn identity_files(app: &RuntimeApp) -> Vec<BindPath> {
     crate::stage1::app::IDENTITY_FILES
         .iter()
-        .filter(|f| !app.mounts.iter().any(|m| m.path == **f))
+        // a volume at the file or at a directory above it provides it
+        .filter(|f| !app.mounts.iter().any(|m| Path::new(f).starts_with(Path::new(&m.path))))
         .map(|f| BindPath { source: f.to_string(), destination: f.to_string(), ignore_missing: true, recursive: false })
         .collect()
 }

@@ -49,10 +49,7 @@ pub async fn pull_image(rt: &Runtime, req: cri::PullImageRequest) -> Result<cri:
     let image = if name.starts_with(crate::image::aci::ACI_PREFIX) {
         // rkt's own image format, always checked against the trust store
         let trust = crate::trust::TrustStore::new(&rt.config.trust_dir, crate::trust::SYSTEM_CONFIG);
-        match crate::image::aci::Source::parse(&name) {
-            Ok(src) => crate::image::aci::Fetcher::new(&rt.images, Some(&trust)).fetch(&src).await,
-            Err(e) => Err(e),
-        }
+        crate::image::aci::Fetcher::new(&rt.images, Some(&trust)).fetch(&name).await
     } else {
         rt.images.pull(&name, creds, None).await
     }

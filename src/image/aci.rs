@@ -40,30 +40,41 @@ pub const ACI_PREFIX: &str = "aci:";
 const MAX_MANIFEST: u64 = 1 << 20;
 /// The largest ACI downloaded whole.
 const MAX_ACI_BYTES: u64 = 4 << 30;
+/// The largest discovery page read.
+const MAX_PAGE_BYTES: u64 = 1 << 20;
 /// Dependency chains deeper than this are refused (a cycle, or abuse).
 const MAX_DEPTH: usize = 16;
 
-/// The plain tar of an ACI file's bytes (gzip and zstd are undone).
-fn plain_tar(bytes: &[u8]) -> Result<Vec<u8>, ImageError> {
-    let mut out = Vec::new();
-    let read = if bytes.starts_with(&[0x1f, 0x8b]) {
-        flate2::read::MultiGzDecoder::new(bytes).read_to_end(&mut out)
+/// A reader of the plain tar in an ACI file's bytes (gzip, zstd, bzip2 and
+/// xz are undone).
+fn decompressed(bytes: &[u8]) -> io::Result<Box<dyn Read + '_>> {
+    Ok(if bytes.starts_with(&[0x1f, 0x8b]) {
+        Box::new(flate2::read::MultiGzDecoder::new(bytes))
     } else if bytes.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        zstd::Decoder::new(bytes).and_then(|mut d| d.read_to_end(&mut out))
+        Box::new(zstd::Decoder::new(bytes)?)
     } else if bytes.starts_with(b"BZh") {
-        bzip2::read::MultiBzDecoder::new(bytes).read_to_end(&mut out)
+        Box::new(bzip2::read::MultiBzDecoder::new(bytes))
     } else if bytes.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
-        liblzma::read::XzDecoder::new_multi_decoder(bytes).read_to_end(&mut out)
+        Box::new(liblzma::read::XzDecoder::new_multi_decoder(bytes))
     } else {
-        out.extend_from_slice(bytes);
-        Ok(out.len())
-    };
-    read.map_err(io_ctx("decompressing the ACI"))?;
+        Box::new(bytes)
+    })
+}
+
+/// The plain tar of an ACI file's bytes, at most `limit` bytes of it.
+fn plain_tar(bytes: &[u8], limit: u64) -> Result<Vec<u8>, ImageError> {
+    let mut out = Vec::new();
+    decompressed(bytes)
+        .and_then(|r| r.take(limit + 1).read_to_end(&mut out))
+        .map_err(io_ctx("decompressing the ACI"))?;
+    if out.len() as u64 > limit {
+        return Err(ImageError::Unsupported(format!("the ACI is larger than {limit} bytes uncompressed")));
+    }
     Ok(out)
 }
 
 /// The `manifest` entry of an ACI's plain tar.
-pub fn manifest_of(tar: &[u8]) -> Result<ImageManifest, ImageError> {
+pub fn manifest_of(tar: impl Read) -> Result<ImageManifest, ImageError> {
     let mut archive = tar::Archive::new(tar);
     for entry in archive.entries().map_err(io_ctx("reading the ACI"))? {
         let mut entry = entry.map_err(io_ctx("reading the ACI"))?;
@@ -199,38 +210,35 @@ impl<'a> Fetcher<'a> {
     pub fn new(store: &'a Store, trust: Option<&'a TrustStore>) -> Fetcher<'a> {
         let http = reqwest::Client::builder()
             .user_agent(concat!("rktlet/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(std::time::Duration::from_secs(30))
+            .read_timeout(store.registry().config.stall_timeout())
             .build()
             .unwrap_or_default();
         Fetcher { store, trust, allow_http: false, http }
     }
 
-    /// Fetches `src` (and its dependencies) and returns the image; the form
-    /// it was asked by (`aci:<src>`) resolves to it afterwards.
-    pub async fn fetch(&self, src: &Source) -> Result<Image, ImageError> {
-        let (key, asked) = match src {
-            Source::File(p) => (self.file(p, None, 0).await?, format!("{ACI_PREFIX}{}", p.display())),
-            Source::Url(u) => (self.url(u, None, None, 0).await?, format!("{ACI_PREFIX}{u}")),
+    /// Fetches what `asked` names ([`Source::parse`]) with its dependencies
+    /// and returns the image; `aci:<asked>` resolves to it afterwards.
+    pub async fn fetch(&self, asked: &str) -> Result<Image, ImageError> {
+        let src = Source::parse(asked)?;
+        let key = match &src {
+            Source::File(p) => self.file(p, None, 0).await?,
+            Source::Url(u) => self.url(u, None, None, 0).await?,
             Source::Name { name, labels } => {
                 let wanted = Wanted { name: name.clone(), labels: labels.clone() };
-                let mut asked = format!("{ACI_PREFIX}{name}");
-                if let Some(v) = labels.get("version") {
-                    asked = format!("{asked}:{v}");
-                }
-                for (k, v) in labels.iter().filter(|(k, _)| *k != "version") {
-                    asked = format!("{asked},{k}={v}");
-                }
-                (self.discovered(&wanted, 0).await?, asked)
+                self.discovered(&wanted, 0).await?
             }
         };
         if !matches!(src, Source::Url(_)) {
-            let now = now_nanos();
+            // the exact form asked, as ImageStatus will ask again
+            let bare = asked.strip_prefix(ACI_PREFIX).unwrap_or(asked);
             let row = Remote {
-                aciurl: asked,
+                aciurl: format!("{ACI_PREFIX}{}", bare.strip_prefix("file://").unwrap_or(bare)),
                 sigurl: String::new(),
                 etag: String::new(),
                 blobkey: key.clone(),
                 cachemaxage: 0,
-                downloadtime: now,
+                downloadtime: now_nanos(),
             };
             self.store.cas().update_index(|i| i.upsert_remote(row)).map_err(io_ctx("updating the image index"))?;
         }
@@ -263,7 +271,10 @@ impl<'a> Fetcher<'a> {
         Box::pin(async move {
             let parsed =
                 reqwest::Url::parse(url).map_err(|e| ImageError::Unsupported(format!("invalid URL {url}: {e}")))?;
-            let loopback = parsed.host_str().is_some_and(super::hosts::is_loopback);
+            // a URL that discovery found may use loopback http only for a loopback name
+            // (else any page could point the node at its own local services)
+            let name_local = wanted.is_none_or(|w| super::hosts::is_loopback(w.name.split('/').next().unwrap_or("")));
+            let loopback = name_local && parsed.host_str().is_some_and(super::hosts::is_loopback);
             if parsed.scheme() != "https" && !(parsed.scheme() == "http" && (loopback || self.allow_http)) {
                 return Err(ImageError::Unsupported(format!(
                     "{url}: ACIs are fetched over https (http only from loopback or with --insecure-options=http)"
@@ -276,7 +287,11 @@ impl<'a> Fetcher<'a> {
                 .map_err(io_ctx("reading the image index"))?
                 .remote
                 .into_iter()
-                .find(|r| r.aciurl == aciurl && cas.blob(&r.blobkey).exists());
+                .find(|r| r.aciurl == aciurl && cas.blob(&r.blobkey).exists())
+                // a copy fetched unverified never stands in for a verified fetch
+                .filter(|r| self.trust.is_none() || !r.sigurl.is_empty())
+                // nor one that is not what a fetch by name asks for
+                .filter(|r| wanted.is_none_or(|w| self.store.read_manifest(&r.blobkey).is_ok_and(|m| w.matches(&m))));
             let now = now_nanos();
             if let Some(row) = &cached
                 && row.downloadtime.saturating_add(row.cachemaxage.saturating_mul(1_000_000_000)) > now
@@ -301,11 +316,11 @@ impl<'a> Fetcher<'a> {
                 cas.update_index(|i| i.upsert_remote(row)).map_err(io_ctx("updating the image index"))?;
                 return Ok(key);
             }
-            let bytes = body(resp, url).await?;
+            let bytes = body(resp, url, MAX_ACI_BYTES).await?;
             let sigurl = asc.map_or_else(|| format!("{url}.asc"), str::to_string);
             let sig = match self.trust {
                 Some(_) => match self.http.get(&sigurl).send().await {
-                    Ok(r) => body(r, &sigurl).await.map_err(|e| e.to_string()),
+                    Ok(r) => body(r, &sigurl, MAX_MANIFEST).await.map_err(|e| e.to_string()),
                     Err(e) => Err(format!("{sigurl}: {e}")),
                 },
                 None => Err("not fetched".into()),
@@ -324,7 +339,8 @@ impl<'a> Fetcher<'a> {
                 if !resp.status().is_success() {
                     return Err(format!("{u}: {}", resp.status()));
                 }
-                resp.text().await.map_err(|e| format!("{u}: {e}"))
+                let page = body(resp, &u, MAX_PAGE_BYTES).await.map_err(|e| e.to_string())?;
+                Ok(String::from_utf8_lossy(&page).into_owned())
             })
             .await?;
             tracing::info!(name = wanted.name, url = endpoint.aci, "discovered");
@@ -340,11 +356,21 @@ impl<'a> Fetcher<'a> {
             labels: dep.labels.iter().map(|l| (l.name.clone(), l.value.clone())).collect(),
         };
         let index = self.store.cas().read_index().map_err(io_ctx("reading the image index"))?;
+        // an ACI of rkt's own (not a docker image, whose layers are no ACIs)
         let stored = |key: &str| {
             index.aci(key).is_some_and(|a| !a.layer)
                 && self.store.cas().blob(key).exists()
-                && self.store.read_manifest(key).is_ok_and(|m| wanted.matches(&m))
+                && self.store.read_manifest(key).is_ok_and(|m| {
+                    wanted.matches(&m)
+                        && !m.dependencies.iter().any(|d| d.image_name.starts_with(super::convert::LAYER_NAME_PREFIX))
+                })
         };
+        // appc writes the full SHA-512 (128 hex); rkt's keys keep 64
+        let pinned = dep.image_id.as_deref().map(|id| match id.strip_prefix("sha512-") {
+            Some(hex) if hex.len() > 64 => format!("sha512-{}", &hex[..64]),
+            _ => id.to_string(),
+        });
+        let dep = crate::pod::manifest::Dependency { image_id: pinned, ..dep.clone() };
         if let Some(id) = &dep.image_id {
             if stored(id) {
                 return Ok(id.clone());
@@ -382,10 +408,11 @@ impl<'a> Fetcher<'a> {
             )));
         }
         let what = format!("ACI {from}");
-        let (bytes, tar, manifest) = tokio::task::spawn_blocking(move || {
-            let tar = plain_tar(&bytes)?;
-            let manifest = manifest_of(&tar)?;
-            Ok::<_, ImageError>((bytes, tar, manifest))
+        // the manifest alone first (it names the keys that may sign), the
+        // signature over the bytes as served, and only then the whole tar
+        let (bytes, manifest) = tokio::task::spawn_blocking(move || {
+            let manifest = manifest_of(decompressed(&bytes).map_err(io_ctx("decompressing the ACI"))?)?;
+            Ok::<_, ImageError>((bytes, manifest))
         })
         .await
         .map_err(|e| ImageError::Task(e.to_string()))??;
@@ -399,18 +426,29 @@ impl<'a> Fetcher<'a> {
                 .map_err(|e| ImageError::Verify { what: what.clone(), detail: e.to_string() })?;
             tracing::info!(image = manifest.name, key = by, "ACI signature verified");
         }
-        drop(bytes);
         if let Some(w) = wanted {
             w.check(&manifest).map_err(|detail| ImageError::Verify { what: what.clone(), detail })?;
         }
-        let mut stored = manifest.clone();
-        for dep in &mut stored.dependencies {
-            let key = self.dependency(dep, depth + 1).await?;
-            dep.image_id = Some(key);
-        }
+        let tar = tokio::task::spawn_blocking(move || plain_tar(&bytes, MAX_ACI_BYTES))
+            .await
+            .map_err(|e| ImageError::Task(e.to_string()))??;
+        let key = cas_key_of(&tar);
+        // an image already stored keeps the dependencies it was pinned to
+        let known = self.store.cas().read_index().map_err(io_ctx("reading the image index"))?.aci(&key).is_some();
+        let stored = match self.store.read_manifest(&key) {
+            Ok(m) if known => m,
+            _ => {
+                let mut stored = manifest;
+                for dep in &mut stored.dependencies {
+                    let key = self.dependency(dep, depth + 1).await?;
+                    dep.image_id = Some(key);
+                }
+                stored
+            }
+        };
+        let verified = self.trust.is_some();
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || {
-            let key = cas_key_of(&tar);
             let cas = store.cas();
             let blob = cas.blob(&key);
             let mpath = cas.image_manifest(&key);
@@ -420,12 +458,17 @@ impl<'a> Fetcher<'a> {
             }
             let json = serde_json::to_vec(&stored).map_err(|e| io_ctx("encoding the manifest")(io::Error::other(e)))?;
             fsutil::write_atomic(&blob, &tar, 0o644).map_err(io_ctx(format!("writing {}", blob.display())))?;
-            fsutil::write_atomic(&mpath, &json, 0o644).map_err(io_ctx(format!("writing {}", mpath.display())))?;
             let tree_size = super::pull::render_aci(cas, &key, &stored)?;
+            // the manifest (with its pinned dependencies) once the tree stands
+            fsutil::write_atomic(&mpath, &json, 0o644).map_err(io_ctx(format!("writing {}", mpath.display())))?;
             let now = now_nanos();
             cas.update_index(|i| {
                 for mut r in remotes.drain(..) {
                     r.blobkey = key.clone();
+                    // a cached copy may stand in for a verified fetch only if it was verified
+                    if !verified {
+                        r.sigurl.clear();
+                    }
                     i.upsert_remote(r);
                 }
                 i.upsert_aci(AciInfo {
@@ -460,7 +503,7 @@ fn max_age(cache_control: &str) -> i64 {
     directives.iter().find_map(|d| d.strip_prefix("max-age=").and_then(|v| v.parse::<i64>().ok())).unwrap_or(0).max(0)
 }
 
-async fn body(resp: reqwest::Response, url: &str) -> Result<Vec<u8>, ImageError> {
+async fn body(resp: reqwest::Response, url: &str, limit: u64) -> Result<Vec<u8>, ImageError> {
     if !resp.status().is_success() {
         let status = resp.status();
         return Err(if status == reqwest::StatusCode::NOT_FOUND {
@@ -470,16 +513,16 @@ async fn body(resp: reqwest::Response, url: &str) -> Result<Vec<u8>, ImageError>
             ImageError::Network(format!("{url}: HTTP {status}"))
         });
     }
-    if resp.content_length().is_some_and(|n| n > MAX_ACI_BYTES) {
-        return Err(ImageError::Unsupported(format!("{url}: larger than {MAX_ACI_BYTES} bytes")));
+    if resp.content_length().is_some_and(|n| n > limit) {
+        return Err(ImageError::Unsupported(format!("{url}: larger than {limit} bytes")));
     }
     let mut out = Vec::new();
     let mut stream = resp.bytes_stream();
     use futures::StreamExt;
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| ImageError::Network(format!("{url}: {e}")))?;
-        if out.len() as u64 + chunk.len() as u64 > MAX_ACI_BYTES {
-            return Err(ImageError::Unsupported(format!("{url}: larger than {MAX_ACI_BYTES} bytes")));
+        if out.len() as u64 + chunk.len() as u64 > limit {
+            return Err(ImageError::Unsupported(format!("{url}: larger than {limit} bytes")));
         }
         out.extend_from_slice(&chunk);
     }
@@ -533,9 +576,11 @@ mod tests {
         let mut xz = Vec::new();
         liblzma::read::XzEncoder::new(&tar[..], 1).read_to_end(&mut xz).expect("xz");
         for packed in [&tar, &bz, &xz] {
-            let plain = plain_tar(packed).expect("decompress");
+            let plain = plain_tar(packed, 1 << 20).expect("decompress");
             assert_eq!(plain, tar);
-            assert_eq!(manifest_of(&plain).expect("manifest").name, "example.com/c");
+            assert_eq!(manifest_of(&plain[..]).expect("manifest").name, "example.com/c");
+            assert_eq!(manifest_of(decompressed(packed).expect("reader")).expect("streamed").name, "example.com/c");
+            assert!(plain_tar(packed, 100).is_err(), "the size cap holds");
         }
     }
 }

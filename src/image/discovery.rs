@@ -20,6 +20,8 @@ pub struct Endpoint {
 pub enum DiscoveryError {
     #[error("{name}: invalid image name (appc names are lower-case [a-z0-9] words joined by -._~/)")]
     InvalidName { name: String },
+    #[error("label {label}={value:?}: discovery label values are letters, digits and .-_~+")]
+    InvalidLabel { label: String, value: String },
     #[error("discovery found no ACI for {name} ({labels}); tried {tried}")]
     NotFound { name: String, labels: String, tried: String },
 }
@@ -149,6 +151,13 @@ where
     if !is_ac_identifier(name) {
         return Err(DiscoveryError::InvalidName { name: name.to_string() });
     }
+    // values go into URLs: nothing that could change a URL's path, query or host
+    for (k, v) in labels {
+        let ok = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"._~+-".contains(&b));
+        if !ok(k) || !ok(v) || v.contains("..") {
+            return Err(DiscoveryError::InvalidLabel { label: k.clone(), value: v.clone() });
+        }
+    }
     let labels = with_defaults(labels);
     let host = name.split('/').next().unwrap_or(name);
     let http = allow_http || super::hosts::is_loopback(host);
@@ -209,6 +218,11 @@ mod tests {
         );
         assert_eq!(endpoints_in(html, "example.com/other", &l).len(), 2);
         assert_eq!(meta_tags(html, "ac-discovery-pubkeys"), ["example.com https://example.com/pubkeys.gpg"]);
+        let bad = labels(&[("version", "1.0/../../x")]);
+        let err = futures::executor::block_on(discover("example.com/app", &bad, false, |_| async {
+            Err::<String, _>("no".to_string())
+        }));
+        assert!(matches!(err, Err(DiscoveryError::InvalidLabel { .. })));
         assert_eq!(
             pages("example.com/a/b", false),
             [

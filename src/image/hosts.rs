@@ -105,10 +105,15 @@ impl RegistryConfig {
         }
     }
 
-    /// Where the signature policy of a config read from `config_path` is.
-    pub fn policy_path(&self, config_path: &Path) -> std::path::PathBuf {
+    /// Where the signature policy of a config read from `config_path` is,
+    /// and whether it was named explicitly (then it must exist: a typo must
+    /// not turn the policy off).
+    pub fn policy_path(&self, config_path: &Path) -> (std::path::PathBuf, bool) {
         let dir = config_path.parent().unwrap_or(Path::new("/"));
-        dir.join(self.signature_policy.as_deref().unwrap_or(Path::new("policy.json")))
+        match &self.signature_policy {
+            Some(p) => (dir.join(p), true),
+            None => (dir.join("policy.json"), false),
+        }
     }
 
     fn is_insecure(&self, host: &str) -> bool {

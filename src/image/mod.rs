@@ -119,7 +119,9 @@ impl ImageError {
             ImageError::Network(_) => Code::Unavailable,
             ImageError::Policy(_) => Code::PermissionDenied,
             ImageError::InUse(_) => Code::FailedPrecondition,
-            ImageError::Discovery(discovery::DiscoveryError::InvalidName { .. }) => Code::InvalidArgument,
+            ImageError::Discovery(
+                discovery::DiscoveryError::InvalidName { .. } | discovery::DiscoveryError::InvalidLabel { .. },
+            ) => Code::InvalidArgument,
             ImageError::Discovery(discovery::DiscoveryError::NotFound { .. }) => Code::NotFound,
             ImageError::PolicyFile(_) => Code::FailedPrecondition,
             ImageError::Unsupported(_) => Code::FailedPrecondition,
@@ -212,8 +214,9 @@ pub struct Store {
     data: DataDir,
     cas: Cas,
     registry: Arc<RegistryClient>,
-    /// The signature policy file, read at every pull (a missing file accepts anything).
-    policy_path: Option<PathBuf>,
+    /// The signature policy file, read at every pull (a missing file accepts
+    /// anything unless it was named explicitly).
+    policy_path: Option<(PathBuf, bool)>,
 }
 
 impl Store {
@@ -227,16 +230,17 @@ impl Store {
     /// Checks registry pulls against the signature policy at `path`
     /// (`policy.rs`), read at every pull so an edit applies to the next one.
     /// Fails now if the file is there but invalid.
-    pub fn with_policy(mut self, path: PathBuf) -> Result<Store, ImageError> {
-        policy::Policy::load(&path)?;
-        self.policy_path = Some(path);
+    /// `required`: the file must exist (it was named explicitly).
+    pub fn with_policy(mut self, (path, required): (PathBuf, bool)) -> Result<Store, ImageError> {
+        policy::Policy::load(&path, required)?;
+        self.policy_path = Some((path, required));
         Ok(self)
     }
 
     /// The signature policy in force now.
     pub fn policy(&self) -> Result<policy::Policy, ImageError> {
         match &self.policy_path {
-            Some(p) => Ok(policy::Policy::load(p)?),
+            Some((p, required)) => Ok(policy::Policy::load(p, *required)?),
             None => Ok(policy::Policy::default()),
         }
     }
@@ -336,13 +340,21 @@ impl Store {
             Err(ImageError::NotFound(_)) => return Ok(None),
             Err(e) => return Err(e),
         };
-        if let Some(dependent) = self.list()?.into_iter().find(|i| i.dependency_keys().contains(&image.id)) {
+        let _lock = self.cas.lock_image(&image.id).map_err(io_ctx("locking the image"))?;
+        // (under the lock; an unreadable manifest of another image does not block this)
+        let dependent = self.index()?.aciinfo.iter().filter(|a| !a.layer && a.blobkey != image.id).find_map(|a| {
+            let m = self.read_manifest(&a.blobkey).ok()?;
+            m.dependencies
+                .iter()
+                .any(|d| d.image_id.as_deref() == Some(image.id.as_str()))
+                .then_some((a.blobkey.clone(), m.name))
+        });
+        if let Some((id, name)) = dependent {
             return Err(ImageError::InUse(format!(
-                "image {} ({}) is a dependency of image {} ({}): remove that first",
-                image.id, image.manifest.name, dependent.id, dependent.manifest.name
+                "image {} ({}) is a dependency of image {id} ({name}): remove that first",
+                image.id, image.manifest.name
             )));
         }
-        let _lock = self.cas.lock_image(&image.id).map_err(io_ctx("locking the image"))?;
         let used = self.used_by_pods();
         self.cas
             .update_index(|i| {

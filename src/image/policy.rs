@@ -26,7 +26,8 @@
 //! multi-arch image) and the same repository.
 //!
 //! No file means `insecureAcceptAnything` everywhere: a node without a policy
-//! pulls as it always did.
+//! pulls as it always did. A file named explicitly (`signature_policy` in
+//! registries.toml) must exist.
 
 use super::reference::Reference;
 use super::verify::Digest;
@@ -53,8 +54,10 @@ pub enum PolicyError {
 }
 
 /// One requirement, as written in the file.
+/// Fields this reader does not implement (`signedIdentity`, `fulcio`,
+/// `rekorPublicKey...`) are refused rather than ignored.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(tag = "type")]
+#[serde(tag = "type", deny_unknown_fields)]
 enum RawRequirement {
     #[serde(rename = "insecureAcceptAnything")]
     Accept,
@@ -172,11 +175,11 @@ impl Decision<'_> {
 }
 
 impl Policy {
-    /// Reads `path`; a missing file is the accept-anything default.
-    pub fn load(path: &Path) -> Result<Policy, PolicyError> {
+    /// Reads `path`; a missing file is the accept-anything default unless `required`.
+    pub fn load(path: &Path, required: bool) -> Result<Policy, PolicyError> {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Policy::default()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => return Ok(Policy::default()),
             Err(source) => return Err(PolicyError::Read { path: path.to_path_buf(), source }),
         };
         Self::parse(&text, path.parent().unwrap_or(Path::new("/")))
@@ -203,7 +206,7 @@ impl Policy {
             // containers-policy: the scope "" is the transport's default
             for (scope, list) in entries {
                 let reqs = convert(list, if scope.is_empty() { "docker" } else { &scope })?;
-                scopes.insert(scope, reqs);
+                scopes.insert(normalize_scope(&scope), reqs);
             }
         }
         Ok(Policy { default, scopes })
@@ -262,9 +265,26 @@ fn requirement(raw: RawRequirement, base: &Path) -> Result<Requirement, String> 
     })
 }
 
+/// A registry host as scopes are compared: lower case (DNS names are not
+/// case-sensitive), without the HTTPS default port. Without this,
+/// `Registry.Example.com:443/x` would miss the scope `registry.example.com/x`.
+fn normalize_host(host: &str) -> String {
+    let host = host.to_ascii_lowercase();
+    host.strip_suffix(":443").map(str::to_string).unwrap_or(host)
+}
+
+/// A scope key with its host normalized (the path and tag are kept).
+fn normalize_scope(scope: &str) -> String {
+    match scope.split_once('/') {
+        Some((host, rest)) => format!("{}/{rest}", normalize_host(host)),
+        None => normalize_host(scope),
+    }
+}
+
 /// Scopes that may name `reference`, most specific first.
 fn candidate_scopes(reference: &Reference) -> Vec<String> {
-    let name = reference.name();
+    let domain = normalize_host(&reference.domain);
+    let name = format!("{domain}/{}", reference.path);
     let mut out = Vec::new();
     if let Some(d) = &reference.digest {
         out.push(format!("{name}@{d}"));
@@ -281,7 +301,7 @@ fn candidate_scopes(reference: &Reference) -> Vec<String> {
         }
     }
     // `*.example.com` covers `registry.example.com` and `a.b.example.com`
-    let host = reference.domain.split(':').next().unwrap_or(&reference.domain);
+    let host = domain.split(':').next().unwrap_or(&domain);
     let mut rest = host;
     while let Some((_, parent)) = rest.split_once('.') {
         out.push(format!("*.{parent}"));
@@ -381,6 +401,8 @@ mod tests {
         assert_eq!(scope("a.b.example.com/x"), "*.example.com");
         assert_eq!(scope("busybox"), "docker.io/library");
         assert_eq!(scope("quay.io/x"), "default");
+        // the same registry written differently stays in its scope
+        assert_eq!(scope("Reg.Example.COM:443/team/app"), "reg.example.com/team");
         assert!(p.decide(&r("quay.io/x")).needs().is_err());
         assert!(p.decide(&r("busybox")).needs().expect("accept").is_empty());
         assert!(!p.is_permissive());
@@ -397,6 +419,7 @@ mod tests {
             r#"{"default":[{"type":"signedBy","keyData":"bm90IGEga2V5"}]}"#,
             r#"{"default":[{"type":"maybe"}]}"#,
             r#"{"default":[{"type":"signedBy","keyPath":"/nonexistent/key.pub"}]}"#,
+            r#"{"default":[{"type":"signedBy","keyData":"eA==","signedIdentity":{"type":"matchExact"}}]}"#,
         ] {
             assert!(Policy::parse(text, Path::new("/")).is_err(), "{text}");
         }

@@ -654,16 +654,33 @@ fn unpack_aci_chain(cas: &Cas, key: &str, manifest: &ImageManifest) -> Result<Wo
         let tar = fs::File::open(&blob).map_err(io_ctx(format!("opening {}", blob.display())))?;
         if chain.len() == 1 {
             unpacked.push(extract::Unpacker::new(&tree, false).unpack(io::BufReader::new(tar))?);
+            rootfs_is_a_directory(&tree, k)?;
             break;
         }
         let stage = work.path.join(format!("stage-{i}"));
         fs::create_dir(&stage).map_err(io_ctx(format!("creating {}", stage.display())))?;
         let u = extract::Unpacker::new(&stage, true).unpack(io::BufReader::new(tar))?;
+        if fs::symlink_metadata(stage.join("rootfs")).is_ok() {
+            rootfs_is_a_directory(&stage, k)?;
+        }
         extract::merge(&tree, &stage, &u)?;
         unpacked.push(u);
     }
+    rootfs_is_a_directory(&tree, key)?;
     extract::apply_dir_meta(&tree, &unpacked.iter().collect::<Vec<_>>())?;
     Ok(work)
+}
+
+/// An ACI's `rootfs` must be a real directory: a symlink (to `/`, say)
+/// would make the overlay's lower layer the host's root.
+fn rootfs_is_a_directory(dir: &Path, key: &str) -> Result<(), ImageError> {
+    match fs::symlink_metadata(dir.join("rootfs")) {
+        Ok(m) if m.is_dir() => Ok(()),
+        _ => Err(ImageError::Extract(extract::ExtractError::Unsafe {
+            entry: "rootfs".into(),
+            reason: format!("ACI {key}: rootfs is not a directory"),
+        })),
+    }
 }
 
 /// Renders an image's tree from its stored layers (after gc removed it).

@@ -36,11 +36,16 @@ pub const DEFAULT_READONLY: [&str; 5] = ["/proc/bus", "/proc/fs", "/proc/irq", "
 const MARKER: &str = "api-masked";
 const LOCK: &str = "api-masked.lock";
 
-/// Whether `path` is masked or made read-only in the pod itself: kubelet's
-/// defaults below /proc. /sys stays as it is, since privileged apps bind the
-/// pod's /sys too (they get a fresh /proc).
-pub fn applied_in_pod(path: &str) -> bool {
-    path.starts_with("/proc/") && (DEFAULT_MASKED.contains(&path) || DEFAULT_READONLY.contains(&path))
+/// Whether the pod masks `path` itself: kubelet's default masks below /proc.
+/// /sys stays as it is, since privileged apps bind the pod's /sys too (they
+/// get a fresh /proc).
+pub fn masked_in_pod(path: &str) -> bool {
+    path.starts_with("/proc/") && DEFAULT_MASKED.contains(&path)
+}
+
+/// Whether `path` is read-only (or masked) in the pod itself.
+pub fn read_only_in_pod(path: &str) -> bool {
+    masked_in_pod(path) || (path.starts_with("/proc/") && DEFAULT_READONLY.contains(&path))
 }
 
 /// Whether an app asking for `masked` and `readonly` may use the pod's
@@ -71,13 +76,13 @@ pub fn ensure(pod: &Pod, pod_pid1: i32) -> io::Result<()> {
         return Ok(());
     }
     let mut ops = Vec::new();
-    for p in DEFAULT_MASKED.into_iter().filter(|p| applied_in_pod(p)) {
+    for p in DEFAULT_MASKED.into_iter().filter(|p| masked_in_pod(p)) {
         // the pod's view, through its PID 1's root; absent paths need nothing
         let Ok(meta) = std::fs::metadata(format!("/proc/{pod_pid1}/root{p}")) else { continue };
         let c = CString::new(p).map_err(io::Error::other)?;
         ops.push(if meta.is_dir() { Op::MaskDir(c) } else { Op::MaskFile(c) });
     }
-    for p in DEFAULT_READONLY.into_iter().filter(|p| applied_in_pod(p)) {
+    for p in DEFAULT_READONLY.into_iter().filter(|p| p.starts_with("/proc/")) {
         if std::fs::symlink_metadata(format!("/proc/{pod_pid1}/root{p}")).is_ok() {
             ops.push(Op::ReadOnly(CString::new(p).map_err(io::Error::other)?));
         }

@@ -3,9 +3,11 @@
 //! `SystemCallFilter=`: an allow list (`os/linux/seccomp-retain-set`) when
 //! the profile denies by default, a deny list (`os/linux/seccomp-remove-set`)
 //! when it allows by default. systemd filters by syscall name only, so a
-//! profile whose rules depend on arguments, mixes errno values, or uses
-//! actions other than allow/errno/kill is refused at create, with the rule
-//! named, rather than enforced differently from what it says.
+//! profile whose rules depend on arguments, mixes errno values, uses actions
+//! other than allow/errno/kill, or allows nothing is refused at create, with
+//! the rule named, rather than enforced differently from what it says. One
+//! difference remains: systemd adds its `@default` set (exit, rt_sigreturn,
+//! futex and the like, which no process runs without) to every allow list.
 
 use serde::Deserialize;
 
@@ -83,20 +85,29 @@ pub fn isolator_from_profile(json: &[u8]) -> Result<(&'static str, serde_json::V
             return Err(format!("{which} has includes/excludes conditions; flatten the profile for this node"));
         }
         let allows = r.action == "SCMP_ACT_ALLOW" || r.action == "SCMP_ACT_LOG";
-        if allows == default_allows {
-            continue; // the same as the default
+        if allows {
+            if !default_allows {
+                names.extend(rule_names);
+            }
+            continue;
+        }
+        let d =
+            deny_of(&r.action, r.errno_ret).ok_or_else(|| format!("{which}: action {} is not supported", r.action))?;
+        // one way of denying per filter: under a deny default, a rule that
+        // denies differently (clone3 with ENOSYS, say) cannot be kept
+        match deny {
+            Some(prev) if prev != d => {
+                return Err(format!("{which}: denied calls must all get the same errno or all be killed"));
+            }
+            _ => deny = Some(d),
         }
         if default_allows {
-            let d = deny_of(&r.action, r.errno_ret)
-                .ok_or_else(|| format!("{which}: action {} is not supported", r.action))?;
-            match deny {
-                Some(prev) if prev != d => {
-                    return Err(format!("{which}: denied calls must all get the same errno or all be killed"));
-                }
-                _ => deny = Some(d),
-            }
+            names.extend(rule_names);
         }
-        names.extend(rule_names);
+    }
+    if !default_allows && names.is_empty() {
+        // an empty SystemCallFilter= resets the filter: it would allow everything
+        return Err("the profile allows no system call at all".into());
     }
     names.sort();
     names.dedup();
@@ -148,7 +159,7 @@ mod tests {
         let (name, v) = isolator_from_profile(
             br#"{"defaultAction":"SCMP_ACT_ERRNO","defaultErrnoRet":38,"architectures":["SCMP_ARCH_X86_64"],
                 "syscalls":[{"names":["read","write"],"action":"SCMP_ACT_ALLOW"},{"name":"exit","action":"SCMP_ACT_ALLOW"},
-                {"names":["ptrace"],"action":"SCMP_ACT_ERRNO"}]}"#,
+                {"names":["ptrace"],"action":"SCMP_ACT_ERRNO","errnoRet":38}]}"#,
         )
         .expect("profile");
         assert_eq!(name, ISOLATOR_RETAIN);
@@ -179,6 +190,8 @@ mod tests {
             r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["a"],"action":"SCMP_ACT_TRACE"}]}"#,
             r#"{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["a"],"action":"SCMP_ACT_ALLOW","includes":{"caps":["CAP_SYS_ADMIN"]}}]}"#,
             r#"not json"#,
+            r#"{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["read"],"action":"SCMP_ACT_ALLOW"},{"names":["clone3"],"action":"SCMP_ACT_ERRNO","errnoRet":38}]}"#,
+            r#"{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[]}"#,
         ] {
             assert!(isolator_from_profile(bad.as_bytes()).is_err(), "{bad}");
         }
