@@ -337,7 +337,7 @@ fn api_file_systems(
     let extra_masked: Vec<String>;
     let extra_readonly: Vec<String>;
     if !masked.is_empty() && crate::stage1::api_vfs::covers(masked, readonly) {
-        crate::stage1::api_vfs::ensure(pod, pid1)
+        crate::stage1::api_vfs::ensure(&pod.path(), pid1)
             .map_err(|e| Status::internal(format!("masking the pod's /proc and /sys: {e}")))?;
         spec.mount_api_vfs = false;
         spec.bind_paths.extend(["/proc", "/sys", "/dev"].map(|p| BindPath {

@@ -180,13 +180,26 @@ pub(super) async fn boot(
             .await
             .map_err(|e| internal(uuid, "starting sandbox", e))?;
         tracing::debug!(pod = %uuid, micros = micros(), "sandbox exec'd nspawn");
-        let rootfs = rt.data.pod_parent(pod::PodDir::Run).join(uuid.to_string()).join("stage1/rootfs");
+        let sandbox_pid = started.pid;
+        let pod_dir = rt.data.pod_parent(pod::PodDir::Run).join(uuid.to_string());
+        let rootfs = pod_dir.join("stage1/rootfs");
         let ready = async {
             let r = launch::wait_ready(rootfs, started.pidfd, READY_TIMEOUT).await.map_err(|e| match e {
                 launch::LaunchError::Timeout(_) => Status::deadline_exceeded(format!("pod {uuid}: {e}")),
                 e => internal(uuid, "waiting for the pod", e),
             });
             tracing::debug!(pod = %uuid, micros = micros(), "pod ready");
+            if r.is_ok() {
+                // the masks apps share, now rather than in the first StartContainer
+                let masked = tokio::task::spawn_blocking(move || {
+                    let pid1 = crate::stage1::inject::pod_pid1(sandbox_pid)?;
+                    crate::stage1::api_vfs::ensure(&pod_dir, pid1)
+                })
+                .await;
+                if let Ok(Err(e)) = masked {
+                    tracing::warn!(pod = %uuid, error = %e, "masking the pod's /proc (left to the first start)");
+                }
+            }
             r
         };
         let controllers = async {

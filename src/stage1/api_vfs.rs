@@ -8,13 +8,15 @@
 //! keep the per-unit way (`MountAPIVFS=` and binds).
 //!
 //! The pod's systemd sees the same masks; nspawn already hides or protects
-//! most of these paths from it. The /sys ones stay per app. Applied once per pod, on first need, under a
+//! most of these paths from it. The /sys ones stay per app. Done when the
+//! pod has booted (`sandbox_run::boot`, so pool pods have it before they are
+//! taken), else at the first start that needs it. Applied once per pod, on first need, under a
 //! lock; `api-masked` in the pod directory records it.
 
 use super::inject::{self, AT_RECURSIVE, MOUNT_ATTR_RDONLY, MountAttr};
-use crate::pod::Pod;
 use std::ffi::CString;
 use std::io;
+use std::path::Path;
 
 /// kubelet's default masked paths (`defaultMaskedPaths`).
 pub const DEFAULT_MASKED: [&str; 11] = [
@@ -65,13 +67,13 @@ enum Op {
     ReadOnly(CString),
 }
 
-/// Applies the default masks to the pod's /proc once.
-pub fn ensure(pod: &Pod, pod_pid1: i32) -> io::Result<()> {
-    let marker = pod.path().join(MARKER);
+/// Applies the default masks to the /proc of the pod in `pod_dir` once.
+pub fn ensure(pod_dir: &Path, pod_pid1: i32) -> io::Result<()> {
+    let marker = pod_dir.join(MARKER);
     if marker.exists() {
         return Ok(());
     }
-    let _lock = crate::lock::exclusive_file(&pod.path().join(LOCK))?;
+    let _lock = crate::lock::exclusive_file(&pod_dir.join(LOCK))?;
     if marker.exists() {
         return Ok(());
     }
@@ -89,7 +91,7 @@ pub fn ensure(pod: &Pod, pod_pid1: i32) -> io::Result<()> {
     }
     inject::in_pod_ns(pod_pid1, ops.len(), &|i| apply(&ops[i]))?;
     std::fs::write(&marker, b"")?;
-    tracing::debug!(pod = %pod.uuid(), mounts = ops.len(), "masked the pod's /proc and /sys for its apps");
+    tracing::debug!(pod = %pod_dir.display(), mounts = ops.len(), "masked the pod's /proc for its apps");
     Ok(())
 }
 
