@@ -594,22 +594,38 @@ async fn default_masks_come_from_the_pod_and_privileged_apps_see_none() {
     let out: Vec<String> = log.lines().filter_map(|l| l.splitn(4, ' ').nth(3)).map(str::to_string).collect();
     assert_eq!(out[0], "/proc/timer_list regular empty file", "{log}");
     assert_ne!(out[1], "0", "{log}");
-    // a read-only rootfs keeps the pod's identity files read-only too
+    // a read-only rootfs keeps the pod's identity files read-only too, and a writable volume writable
+    let volume = tempfile::tempdir().expect("volume");
     let rofs = e
-        .create(&pod, "rofs", &["sh", "-c", "echo x 2>&1 >> /etc/hosts; echo x 2>&1 >> /etc/resolv.conf; true"], |c| {
-            c.linux = Some(cri::LinuxContainerConfig {
-                security_context: Some(cri::LinuxContainerSecurityContext {
-                    readonly_rootfs: true,
+        .create(
+            &pod,
+            "rofs",
+            &[
+                "sh",
+                "-c",
+                "echo x 2>&1 >> /etc/hosts; echo x 2>&1 >> /etc/resolv.conf; touch /data/ok && echo volume-writable",
+            ],
+            |c| {
+                c.mounts = vec![cri::Mount {
+                    container_path: "/data".into(),
+                    host_path: volume.path().display().to_string(),
                     ..Default::default()
-                }),
-                ..Default::default()
-            });
-        })
+                }];
+                c.linux = Some(cri::LinuxContainerConfig {
+                    security_context: Some(cri::LinuxContainerSecurityContext {
+                        readonly_rootfs: true,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                });
+            },
+        )
         .await;
     e.start(&rofs).await;
     e.wait_state(&rofs, cri::ContainerState::ContainerExited).await;
-    let log = e.wait_log("masks", "rofs", 2).await;
+    let log = e.wait_log("masks", "rofs", 3).await;
     assert_eq!(log.matches("Read-only file system").count(), 2, "{log}");
+    assert!(log.contains("volume-writable") && volume.path().join("ok").exists(), "{log}");
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }

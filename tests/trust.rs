@@ -498,6 +498,15 @@ async fn discovery_fetches_signed_acis_with_dependencies_and_caches() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
+    // the base imported first without its signature checked: that copy must
+    // not stand in for the verified fetch of the app's dependency
+    let unchecked = Command::new(common::BIN)
+        .arg("--dir")
+        .arg(&data)
+        .args(["--insecure-options=image", "fetch", &format!("aci:{host}/base:1.0")])
+        .output()
+        .expect("fetch");
+    assert!(unchecked.status.success(), "{}", String::from_utf8_lossy(&unchecked.stderr));
     let (ok, id, err) = tokio::task::block_in_place(|| fetch(&format!("aci:{host}/app:2.0")));
     assert!(ok, "{err}");
     let store = rktlet::image::Store::open(&rktlet::pod::DataDir::new(&data), Default::default()).expect("store");
@@ -511,7 +520,7 @@ async fn discovery_fetches_signed_acis_with_dependencies_and_caches() {
     assert_eq!((read("base"), read("app"), read("shared")), ("base\n".into(), "app\n".into(), "from app\n".into()));
     // the name it was asked by resolves to it
     assert_eq!(store.resolve(&format!("aci:{host}/app:2.0")).expect("by name").id, id);
-    assert_eq!((site.served(&app_path), site.served(&base_path)), (1, 1));
+    assert_eq!((site.served(&app_path), site.served(&base_path)), (1, 2), "the unverified base was trusted");
 
     // again: the app is asked for with If-None-Match (304, not re-sent), the
     // base is fresh for an hour and not asked for at all
@@ -519,7 +528,7 @@ async fn discovery_fetches_signed_acis_with_dependencies_and_caches() {
     assert!(ok && again == id, "{err}");
     let (ok, base_again, err) = tokio::task::block_in_place(|| fetch(&format!("aci:{host}/base:1.0")));
     assert!(ok && base_again == base_id, "{err}");
-    assert_eq!((site.served(&app_path), site.served(&base_path)), (1, 1), "cached copies were downloaded again");
+    assert_eq!((site.served(&app_path), site.served(&base_path)), (1, 2), "cached copies were downloaded again");
 
     // the dependency cannot go while the app needs it
     let (ok, _, err) = tokio::task::block_in_place(|| {

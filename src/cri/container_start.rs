@@ -390,8 +390,8 @@ fn masks(pod: &Pod, pid1: i32, paths: &[String]) -> Result<(Vec<BindPath>, Vec<B
 fn identity_files(app: &RuntimeApp) -> Vec<BindPath> {
     crate::stage1::app::IDENTITY_FILES
         .iter()
-        // a volume at the file or at a directory above it provides it
-        .filter(|f| !app.mounts.iter().any(|m| Path::new(f).starts_with(Path::new(&m.path))))
+        // a volume at that path provides it (as containerd decides)
+        .filter(|f| !app.mounts.iter().any(|m| Path::new(&m.path) == Path::new(f)))
         .map(|f| BindPath { source: f.to_string(), destination: f.to_string(), ignore_missing: true, recursive: false })
         .collect()
 }

@@ -196,8 +196,12 @@ pub(super) async fn boot(
                     crate::stage1::api_vfs::ensure(&pod_dir, pid1)
                 })
                 .await;
-                if let Ok(Err(e)) = masked {
-                    tracing::warn!(pod = %uuid, error = %e, "masking the pod's /proc (left to the first start)");
+                match masked {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(pod = %uuid, error = %e, "masking the pod's /proc (left to the first start)")
+                    }
+                    Err(e) => tracing::warn!(pod = %uuid, error = %e, "masking task failed (left to the first start)"),
                 }
             }
             r

@@ -40,6 +40,8 @@ pub const ACI_PREFIX: &str = "aci:";
 const MAX_MANIFEST: u64 = 1 << 20;
 /// The largest ACI downloaded whole.
 const MAX_ACI_BYTES: u64 = 4 << 30;
+/// How far into an unverified ACI the manifest is looked for.
+const MANIFEST_SCAN_BYTES: u64 = 64 << 20;
 /// The largest discovery page read.
 const MAX_PAGE_BYTES: u64 = 1 << 20;
 /// Dependency chains deeper than this are refused (a cycle, or abuse).
@@ -211,6 +213,23 @@ impl<'a> Fetcher<'a> {
         let http = reqwest::Client::builder()
             .user_agent(concat!("rktlet/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(std::time::Duration::from_secs(30))
+            // a redirect may not downgrade to http on another host, nor reach loopback from afar
+            .redirect(reqwest::redirect::Policy::custom(|attempt| {
+                let first = attempt.previous().first().cloned();
+                let next = attempt.url();
+                let local = |u: &reqwest::Url| u.host_str().is_some_and(super::hosts::is_loopback);
+                let ok = first.as_ref().is_some_and(|f| {
+                    (next.scheme() == "https" || (next.scheme() == f.scheme() && next.host_str() == f.host_str()))
+                        && (!local(next) || local(f))
+                });
+                if attempt.previous().len() >= 10 {
+                    attempt.error("too many redirects")
+                } else if ok {
+                    attempt.follow()
+                } else {
+                    attempt.error("redirect to plain http elsewhere or to loopback refused")
+                }
+            }))
             .read_timeout(store.registry().config.stall_timeout())
             .build()
             .unwrap_or_default();
@@ -289,7 +308,7 @@ impl<'a> Fetcher<'a> {
                 .into_iter()
                 .find(|r| r.aciurl == aciurl && cas.blob(&r.blobkey).exists())
                 // a copy fetched unverified never stands in for a verified fetch
-                .filter(|r| self.trust.is_none() || !r.sigurl.is_empty())
+                .filter(|r| self.trust.is_none() || self.verified(&r.blobkey))
                 // nor one that is not what a fetch by name asks for
                 .filter(|r| wanted.is_none_or(|w| self.store.read_manifest(&r.blobkey).is_ok_and(|m| w.matches(&m))));
             let now = now_nanos();
@@ -348,6 +367,11 @@ impl<'a> Fetcher<'a> {
         })
     }
 
+    /// Whether the stored image `key` was imported with its signature checked.
+    fn verified(&self, key: &str) -> bool {
+        self.store.cas().read_index().is_ok_and(|i| i.aci(key).is_some_and(|a| a.verified))
+    }
+
     /// A dependency's key: the pinned `imageID` if stored, else the newest
     /// stored image of that name and labels, else discovery.
     async fn dependency(&self, dep: &crate::pod::manifest::Dependency, depth: usize) -> Result<String, ImageError> {
@@ -358,7 +382,7 @@ impl<'a> Fetcher<'a> {
         let index = self.store.cas().read_index().map_err(io_ctx("reading the image index"))?;
         // an ACI of rkt's own (not a docker image, whose layers are no ACIs)
         let stored = |key: &str| {
-            index.aci(key).is_some_and(|a| !a.layer)
+            index.aci(key).is_some_and(|a| !a.layer && (self.trust.is_none() || a.verified))
                 && self.store.cas().blob(key).exists()
                 && self.store.read_manifest(key).is_ok_and(|m| {
                     wanted.matches(&m)
@@ -411,7 +435,9 @@ impl<'a> Fetcher<'a> {
         // the manifest alone first (it names the keys that may sign), the
         // signature over the bytes as served, and only then the whole tar
         let (bytes, manifest) = tokio::task::spawn_blocking(move || {
-            let manifest = manifest_of(decompressed(&bytes).map_err(io_ctx("decompressing the ACI"))?)?;
+            // the manifest comes first in ACIs; a bomb or a huge entry before it stops here
+            let reader = decompressed(&bytes).map_err(io_ctx("decompressing the ACI"))?;
+            let manifest = manifest_of(reader.take(MANIFEST_SCAN_BYTES))?;
             Ok::<_, ImageError>((bytes, manifest))
         })
         .await
@@ -434,7 +460,8 @@ impl<'a> Fetcher<'a> {
             .map_err(|e| ImageError::Task(e.to_string()))??;
         let key = cas_key_of(&tar);
         // an image already stored keeps the dependencies it was pinned to
-        let known = self.store.cas().read_index().map_err(io_ctx("reading the image index"))?.aci(&key).is_some();
+        let known = self.store.cas().read_index().map_err(io_ctx("reading the image index"))?.aci(&key).is_some()
+            && (self.trust.is_none() || self.verified(&key));
         let stored = match self.store.read_manifest(&key) {
             Ok(m) if known => m,
             _ => {
@@ -458,31 +485,47 @@ impl<'a> Fetcher<'a> {
             }
             let json = serde_json::to_vec(&stored).map_err(|e| io_ctx("encoding the manifest")(io::Error::other(e)))?;
             fsutil::write_atomic(&blob, &tar, 0o644).map_err(io_ctx(format!("writing {}", blob.display())))?;
-            let tree_size = super::pull::render_aci(cas, &key, &stored)?;
+            let forget = |e: ImageError| {
+                // a first import that failed leaves no blob behind (gc only knows indexed ones)
+                if !known {
+                    let _ = fs::remove_file(&blob);
+                }
+                e
+            };
+            let tree_size = super::pull::render_aci(cas, &key, &stored).map_err(forget)?;
             // the manifest (with its pinned dependencies) once the tree stands
             fsutil::write_atomic(&mpath, &json, 0o644).map_err(io_ctx(format!("writing {}", mpath.display())))?;
             let now = now_nanos();
-            cas.update_index(|i| {
-                for mut r in remotes.drain(..) {
-                    r.blobkey = key.clone();
-                    // a cached copy may stand in for a verified fetch only if it was verified
-                    if !verified {
-                        r.sigurl.clear();
+            let deps: Vec<String> = stored.dependencies.iter().filter_map(|d| d.image_id.clone()).collect();
+            let gone = cas
+                .update_index(|i| {
+                    // a dependency removed meanwhile (image rm checks dependents in here too)
+                    if let Some(d) = deps.iter().find(|d| i.aci(d).is_none()) {
+                        return Some(d.clone());
                     }
-                    i.upsert_remote(r);
-                }
-                i.upsert_aci(AciInfo {
-                    blobkey: key.clone(),
-                    name: stored.name.clone(),
-                    importtime: now,
-                    lastused: now,
-                    latest: false,
-                    size: tar.len() as i64,
-                    treestoresize: tree_size,
-                    layer: false,
+                    for mut r in remotes.drain(..) {
+                        r.blobkey = key.clone();
+                        i.upsert_remote(r);
+                    }
+                    i.upsert_aci(AciInfo {
+                        blobkey: key.clone(),
+                        name: stored.name.clone(),
+                        importtime: now,
+                        lastused: now,
+                        latest: false,
+                        size: tar.len() as i64,
+                        treestoresize: tree_size,
+                        layer: false,
+                        verified,
+                    });
+                    None
                 })
-            })
-            .map_err(io_ctx("updating the image index"))?;
+                .map_err(io_ctx("updating the image index"))?;
+            if let Some(d) = gone {
+                return Err(forget(ImageError::InUse(format!(
+                    "dependency {d} was removed during the import; fetch again"
+                ))));
+            }
             Ok(key)
         })
         .await

@@ -157,6 +157,10 @@ pub struct AciInfo {
     /// rktlet: a layer ACI (a dependency of images), not an image to list.
     #[serde(default)]
     pub layer: bool,
+    /// rktlet: an ACI whose signature was checked when it was imported
+    /// (absent in older indexes: unverified).
+    #[serde(default)]
+    pub verified: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -187,6 +191,7 @@ impl Index {
             Some(a) => {
                 a.lastused = row.lastused;
                 a.treestoresize = row.treestoresize.max(a.treestoresize);
+                a.verified |= row.verified;
             }
             None => self.aciinfo.push(row),
         }
@@ -245,6 +250,7 @@ mod tests {
                 size: 3,
                 treestoresize: 0,
                 layer: false,
+                verified: false,
             });
             i.add_layer_digest("sha256:x", "sha512-2");
             i.add_layer_digest("sha256:x", "sha512-3");

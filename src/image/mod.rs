@@ -341,27 +341,31 @@ impl Store {
             Err(e) => return Err(e),
         };
         let _lock = self.cas.lock_image(&image.id).map_err(io_ctx("locking the image"))?;
-        // (under the lock; an unreadable manifest of another image does not block this)
-        let dependent = self.index()?.aciinfo.iter().filter(|a| !a.layer && a.blobkey != image.id).find_map(|a| {
-            let m = self.read_manifest(&a.blobkey).ok()?;
-            m.dependencies
-                .iter()
-                .any(|d| d.image_id.as_deref() == Some(image.id.as_str()))
-                .then_some((a.blobkey.clone(), m.name))
-        });
+        let used = self.used_by_pods();
+        // checked inside the index update, which imports also pass through
+        // last (they check their dependencies are still there in theirs)
+        let dependent = self
+            .cas
+            .update_index(|i| {
+                let dependent = i.aciinfo.iter().filter(|a| !a.layer && a.blobkey != image.id).find_map(|a| {
+                    // an unreadable manifest is not known to depend on it
+                    let m = self.read_manifest(&a.blobkey).ok()?;
+                    let uses = m.dependencies.iter().any(|d| d.image_id.as_deref() == Some(image.id.as_str()));
+                    uses.then_some((a.blobkey.clone(), m.name))
+                });
+                if dependent.is_none() {
+                    i.aciinfo.retain(|a| a.blobkey != image.id);
+                    i.remote.retain(|r| r.blobkey != image.id);
+                }
+                dependent
+            })
+            .map_err(io_ctx("updating the image index"))?;
         if let Some((id, name)) = dependent {
             return Err(ImageError::InUse(format!(
                 "image {} ({}) is a dependency of image {id} ({name}): remove that first",
                 image.id, image.manifest.name
             )));
         }
-        let used = self.used_by_pods();
-        self.cas
-            .update_index(|i| {
-                i.aciinfo.retain(|a| a.blobkey != image.id);
-                i.remote.retain(|r| r.blobkey != image.id);
-            })
-            .map_err(io_ctx("updating the image index"))?;
         let _ = fs::remove_file(self.cas.blob(&image.id));
         let _ = fs::remove_file(self.cas.image_manifest(&image.id));
         let tree = image.tree_id();

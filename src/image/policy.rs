@@ -60,9 +60,9 @@ pub enum PolicyError {
 #[serde(tag = "type", deny_unknown_fields)]
 enum RawRequirement {
     #[serde(rename = "insecureAcceptAnything")]
-    Accept,
+    Accept {},
     #[serde(rename = "reject")]
-    Reject,
+    Reject {},
     #[serde(rename = "signedBy", alias = "sigstoreSigned", rename_all = "camelCase")]
     SignedBy {
         #[serde(default)]
@@ -80,8 +80,10 @@ enum RawRequirement {
 struct RawPolicy {
     #[serde(default)]
     default: Option<Vec<RawRequirement>>,
+    /// Only `docker` is read; the others (atomic, oci, docker-daemon...) never
+    /// reach a registry pull here and may use what this reader does not know.
     #[serde(default)]
-    transports: BTreeMap<String, BTreeMap<String, Vec<RawRequirement>>>,
+    transports: BTreeMap<String, serde_json::Value>,
 }
 
 /// A public key that may sign images.
@@ -198,15 +200,15 @@ impl Policy {
         };
         let default = convert(default, "default")?;
         let mut scopes = BTreeMap::new();
-        for (transport, entries) in raw.transports {
-            if transport != "docker" {
-                // other transports (atomic, oci, dir...) never reach a registry pull here
-                continue;
-            }
+        if let Some(docker) = raw.transports.get("docker") {
+            let entries: BTreeMap<String, Vec<RawRequirement>> =
+                serde_json::from_value(docker.clone()).map_err(|e| format!("transports.docker: {e}"))?;
             // containers-policy: the scope "" is the transport's default
             for (scope, list) in entries {
                 let reqs = convert(list, if scope.is_empty() { "docker" } else { &scope })?;
-                scopes.insert(normalize_scope(&scope), reqs);
+                if scopes.insert(normalize_scope(&scope), reqs).is_some() {
+                    return Err(format!("scope {scope:?} is given twice (host names are not case-sensitive)"));
+                }
             }
         }
         Ok(Policy { default, scopes })
@@ -233,8 +235,8 @@ impl Policy {
 
 fn requirement(raw: RawRequirement, base: &Path) -> Result<Requirement, String> {
     Ok(match raw {
-        RawRequirement::Accept => Requirement::Accept,
-        RawRequirement::Reject => Requirement::Reject,
+        RawRequirement::Accept {} => Requirement::Accept,
+        RawRequirement::Reject {} => Requirement::Reject,
         RawRequirement::SignedBy { key_type, key_path, key_paths, key_data } => {
             if key_type.as_deref() == Some("GPGKeys") {
                 return Err(
@@ -365,10 +367,9 @@ pub fn check_signature(
     }
     let signed: Reference =
         p.critical.identity.docker_reference.parse().map_err(|e| format!("signed identity is invalid: {e}"))?;
-    let same_host = signed.domain == reference.domain
-        || [&signed.domain, &reference.domain]
-            .iter()
-            .all(|d| d.as_str() == "docker.io" || d.as_str() == "index.docker.io");
+    let (signed_host, host) = (normalize_host(&signed.domain), normalize_host(&reference.domain));
+    let same_host = signed_host == host
+        || [&signed_host, &host].iter().all(|d| d.as_str() == "docker.io" || d.as_str() == "index.docker.io");
     if !same_host || signed.path != reference.path {
         return Err(format!("signature names {}, not {}", signed.name(), reference.name()));
     }
@@ -420,9 +421,36 @@ mod tests {
             r#"{"default":[{"type":"maybe"}]}"#,
             r#"{"default":[{"type":"signedBy","keyPath":"/nonexistent/key.pub"}]}"#,
             r#"{"default":[{"type":"signedBy","keyData":"eA==","signedIdentity":{"type":"matchExact"}}]}"#,
+            r#"{"default":[{"type":"reject","signedIdentity":{"type":"matchExact"}}]}"#,
+            r#"{"default":[{"type":"reject"}],"transports":{"docker":{"A.com/x":[{"type":"reject"}],"a.com/x":[{"type":"reject"}]}}}"#,
         ] {
             assert!(Policy::parse(text, Path::new("/")).is_err(), "{text}");
         }
+    }
+
+    #[test]
+    fn other_transports_and_key_types_are_tolerated() {
+        let dir = std::env::temp_dir().join(format!("rktlet-policy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let key = dir.join("k.pem");
+        let made = std::process::Command::new("openssl")
+            .args(["genpkey", "-algorithm", "ed25519", "-out"])
+            .arg(&key)
+            .status()
+            .expect("openssl");
+        assert!(made.success());
+        let public =
+            std::process::Command::new("openssl").args(["pkey", "-pubout", "-in"]).arg(&key).output().expect("openssl");
+        std::fs::write(dir.join("k.pub"), &public.stdout).expect("pub");
+        let p = Policy::parse(
+            r#"{"default":[{"type":"reject"}],"transports":{
+                "docker-daemon":{"":[{"type":"sigstoreSigned","fulcio":{}}]},
+                "docker":{"r.example/x":[{"type":"signedBy","keyType":"sigstore","keyPath":"k.pub"}]}}}"#,
+            &dir,
+        )
+        .expect("policy");
+        assert_eq!(p.decide(&r("r.example/x")).needs().expect("signed").len(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

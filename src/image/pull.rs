@@ -543,6 +543,7 @@ impl Commit<'_> {
                     size,
                     treestoresize: 0,
                     layer: true,
+                    verified: false,
                 });
                 i.add_layer_digest(&layer_meta[d.index].0.to_string(), &d.key);
             }
@@ -555,6 +556,7 @@ impl Commit<'_> {
                 size: image_size,
                 treestoresize: tree_size,
                 layer: false,
+                verified: false,
             });
             for url in &remotes {
                 i.upsert_remote(remote_row(url, &image_key, now));
