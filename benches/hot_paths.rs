@@ -65,6 +65,7 @@ fn store_with_images(data: &DataDir) -> Store {
                 size: 1 << 20,
                 treestoresize: 2 << 20,
                 layer: false,
+                verified: false,
             });
             for url in [
                 format!("docker://registry.example/team/app{i}:1.0"),
