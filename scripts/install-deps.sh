@@ -14,8 +14,9 @@ packages=(
   docker-registry skopeo umoci busybox-static apache2-utils jq curl ca-certificates
   # streaming tests: a SPDY client built on spdystream, Kubernetes' own SPDY library
   golang-go golang-github-docker-spdystream-dev
-  # trust tests: GnuPG makes the keys and signatures rktlet checks
-  gnupg
+  # trust tests: GnuPG makes the keys and signatures rktlet checks, OpenSSL the
+  # cosign-style ECDSA/Ed25519 ones; bzip2 and xz pack test ACIs
+  gnupg openssl bzip2 xz-utils
 )
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
