@@ -626,6 +626,26 @@ async fn default_masks_come_from_the_pod_and_privileged_apps_see_none() {
     let log = e.wait_log("masks", "rofs", 3).await;
     assert_eq!(log.matches("Read-only file system").count(), 2, "{log}");
     assert!(log.contains("volume-writable") && volume.path().join("ok").exists(), "{log}");
+    // more than the defaults: /proc/sys, only read-only in the pod, is masked for this app
+    let masksys = e
+        .create(&pod, "masksys", &["sh", "-c", "ls -A /proc/sys | wc -l; stat -c '%F' /proc/keys"], |c| {
+            let mut masked: Vec<String> = rktlet::stage1::api_vfs::DEFAULT_MASKED.map(String::from).to_vec();
+            masked.push("/proc/sys".into());
+            c.linux = Some(cri::LinuxContainerConfig {
+                security_context: Some(cri::LinuxContainerSecurityContext {
+                    masked_paths: masked,
+                    readonly_paths: rktlet::stage1::api_vfs::DEFAULT_READONLY.map(String::from).to_vec(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        })
+        .await;
+    e.start(&masksys).await;
+    e.wait_state(&masksys, cri::ContainerState::ContainerExited).await;
+    let log = e.wait_log("masks", "masksys", 2).await;
+    let out: Vec<String> = log.lines().filter_map(|l| l.splitn(4, ' ').nth(3)).map(str::to_string).collect();
+    assert_eq!(out, ["0", "character special file"], "{log}");
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }

@@ -530,6 +530,22 @@ async fn discovery_fetches_signed_acis_with_dependencies_and_caches() {
     assert!(ok && base_again == base_id, "{err}");
     assert_eq!((site.served(&app_path), site.served(&base_path)), (1, 2), "cached copies were downloaded again");
 
+    // a dependency pinned by appc's full-length imageID (SHA-512, 128 hex) is the stored base
+    let full_id = {
+        use sha2::Digest;
+        let h = sha2::Sha512::digest(&base);
+        format!("sha512-{}", h.iter().map(|b| format!("{b:02x}")).collect::<String>())
+    };
+    let pinned = aci_tar(
+        serde_json::json!({"acKind":"ImageManifest","acVersion":"0.8.11","name":format!("{host}/pinned"),"labels":labels("1.0"),
+            "dependencies":[{"imageName":format!("{host}/base"),"imageID":full_id}]}),
+        &[("pinned", "pinned\n")],
+    );
+    publish("pinned", "1.0", &compress(&pinned, "xz"), "signer@example.com", &[]);
+    let (ok, pinned_id, err) = tokio::task::block_in_place(|| fetch(&format!("aci:{host}/pinned:1.0")));
+    assert!(ok, "{err}");
+    assert_eq!(store.resolve(&pinned_id).expect("pinned").dependency_keys(), [base_id.clone()]);
+
     // the dependency cannot go while the app needs it
     let (ok, _, err) = tokio::task::block_in_place(|| {
         let out =

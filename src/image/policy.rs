@@ -426,6 +426,10 @@ mod tests {
         ] {
             assert!(Policy::parse(text, Path::new("/")).is_err(), "{text}");
         }
+        // a file named explicitly must exist; the default one may be absent
+        let missing = Path::new("/nonexistent/rktlet/policy.json");
+        assert!(matches!(Policy::load(missing, true), Err(PolicyError::Read { .. })));
+        assert!(Policy::load(missing, false).expect("default policy").is_permissive());
     }
 
     #[test]
