@@ -544,7 +544,7 @@ async fn discovery_fetches_signed_acis_with_dependencies_and_caches() {
     publish("pinned", "1.0", &compress(&pinned, "xz"), "signer@example.com", &[]);
     let (ok, pinned_id, err) = tokio::task::block_in_place(|| fetch(&format!("aci:{host}/pinned:1.0")));
     assert!(ok, "{err}");
-    assert_eq!(store.resolve(&pinned_id).expect("pinned").dependency_keys(), [base_id.clone()]);
+    assert_eq!(store.resolve(&pinned_id).expect("pinned").dependency_keys(), std::slice::from_ref(&base_id));
 
     // the dependency cannot go while the app needs it
     let (ok, _, err) = tokio::task::block_in_place(|| {
