@@ -41,6 +41,9 @@ pub struct Runtime {
     pub pool: crate::pool::Pool,
     /// The streaming server's tokens and address (Exec URLs).
     pub streams: crate::stream::server::StreamServer,
+    /// True once `reconcile` has recorded the exits missed while no daemon
+    /// listened; container status waits for it (briefly) after a restart.
+    reconciled: tokio::sync::watch::Sender<bool>,
 }
 
 /// What happened to a container, as CRI's ContainerEventType names it.
@@ -106,6 +109,7 @@ impl Runtime {
             pods: crate::cri::pod_table::PodTable::new(data.clone()),
             cpu_rates: Default::default(),
             events: tokio::sync::broadcast::channel(EVENT_BACKLOG).0,
+            reconciled: tokio::sync::watch::channel(false).0,
             data,
         })
     }
@@ -160,10 +164,19 @@ impl Runtime {
     /// records the exits that happened while nobody listened, so file-based
     /// status and list are right again. Blocking.
     pub fn reconcile(&self) {
-        let Ok(pods) = self.data.list_pods() else { return };
-        for (uuid, dir) in pods {
-            self.reconcile_pod(&mut crate::pod::Pod::at(&self.data, uuid, dir));
+        if let Ok(pods) = self.data.list_pods() {
+            for (uuid, dir) in pods {
+                self.reconcile_pod(&mut crate::pod::Pod::at(&self.data, uuid, dir));
+            }
         }
+        self.reconciled.send_replace(true);
+    }
+
+    /// Waits (up to 10 s) until `reconcile` is done, so a status read right
+    /// after a restart does not report an app that exited meanwhile as running.
+    pub async fn wait_reconciled(&self) {
+        let mut rx = self.reconciled.subscribe();
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), rx.wait_for(|done| *done)).await;
     }
 
     /// Records the exits of one running pod's started apps from its systemd
@@ -196,7 +209,12 @@ impl Runtime {
         for name in started {
             let paths = crate::stage1::app::AppPaths::new(pod, &name);
             let code = match bus.unit_status(&format!("{name}.service")) {
-                Ok(status) => status.main_exit().map(|exit| crate::stage1::bus::exit_code(&exit)),
+                Ok(status) => match status.main_exit() {
+                    Some(exit) => Some(crate::stage1::bus::exit_code(&exit)),
+                    // stopped, its exit status already dropped: as if forgotten
+                    None if !status.is_active() => crate::stage1::app::vanished_exit(&paths),
+                    None => None,
+                },
                 Err(e) if e.is_not_found() => {
                     let code = crate::stage1::app::vanished_exit(&paths);
                     if let Some(code) = code {

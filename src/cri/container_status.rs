@@ -148,6 +148,7 @@ pub async fn container_status(
 ) -> Result<cri::ContainerStatusResponse, Status> {
     let id = &req.container_id;
     let (pod_id, name) = split_container_id(id)?;
+    rt.wait_reconciled().await;
     let view = rt.pods.view_of(&rt.manifests, pod_id).map_err(|e| container_not_found(id, e))?;
     let pod = &view.sandbox.pod;
     let i = app_index(&view.sandbox.manifest, &pod.uuid().to_string(), id, name)?;
@@ -181,6 +182,7 @@ pub async fn list_containers(
     req: cri::ListContainersRequest,
 ) -> Result<cri::ListContainersResponse, Status> {
     let filter = req.filter.unwrap_or_default();
+    rt.wait_reconciled().await;
     let views = rt
         .pods
         .views(&rt.manifests, |pods| {
