@@ -16,7 +16,7 @@ use sha2::Digest as _;
 use std::path::Path;
 use std::time::Duration;
 use tar::EntryType as T;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 fn sha256(b: &[u8]) -> String {
     format!("sha256:{:x}", sha2::Sha256::digest(b))
@@ -106,32 +106,9 @@ async fn fake_registry_with(blob: Blob, manifest_pad: usize, refresh: Option<&'s
             let (layer, config, manifest) = (layer.clone(), config.clone(), manifest.clone());
             let (layer_digest, config_digest) = (layer_digest.clone(), config_digest.clone());
             tokio::spawn(async move {
-                let mut req = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => req.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let text = String::from_utf8_lossy(&req).to_string();
-                let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-                let header = |name: &str| {
-                    head.lines()
-                        .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)))
-                        .map(|(_, v)| v.trim().to_string())
-                        .unwrap_or_default()
-                };
-                let mut body = body.as_bytes().to_vec();
-                let length: usize = header("content-length").parse().unwrap_or(0);
-                while body.len() < length {
-                    match conn.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => body.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let line = head.lines().next().unwrap_or_default().to_string();
-                let path = line.split_whitespace().nth(1).unwrap_or_default().to_string();
+                let Some(req) = common::http::read_request(&mut conn).await else { return };
+                let (line, path, body) = (req.line.clone(), req.path().to_string(), req.body.clone());
+                let header = |name: &str| req.header(name);
                 if let Some(refresh) = refresh {
                     let form = String::from_utf8_lossy(&body).to_string();
                     let out = if path.starts_with("/token") {

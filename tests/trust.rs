@@ -138,22 +138,7 @@ fn aci(name: &str, hello: &str) -> Vec<u8> {
         "labels": [{"name": "version", "value": "1.0"}, {"name": "os", "value": "linux"}],
         "app": {"exec": ["/bin/hello"], "user": "0", "group": "0"}
     });
-    let json = serde_json::to_vec(&manifest).expect("manifest");
-    let mut b = tar::Builder::new(Vec::new());
-    let mut add = |path: &str, kind: tar::EntryType, mode: u32, data: &[u8]| {
-        let mut h = tar::Header::new_ustar();
-        h.set_entry_type(kind);
-        h.set_mode(mode);
-        h.set_size(data.len() as u64);
-        h.set_uid(0);
-        h.set_gid(0);
-        h.set_mtime(0);
-        b.append_data(&mut h, path, data).expect("append");
-    };
-    add("manifest", tar::EntryType::Regular, 0o644, &json);
-    add("rootfs/", tar::EntryType::Directory, 0o755, b"");
-    add("rootfs/hello.txt", tar::EntryType::Regular, 0o644, hello.as_bytes());
-    let tar = b.into_inner().expect("tar");
+    let tar = aci_tar(manifest, &[("hello.txt", hello)]);
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     std::io::Write::write_all(&mut gz, &tar).expect("gzip");
     gz.finish().expect("gzip")
@@ -327,7 +312,7 @@ struct Site {
 
 impl Site {
     async fn start(ip: &str) -> Site {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::io::AsyncWriteExt;
         let listener = tokio::net::TcpListener::bind((ip, 80)).await.expect("bind :80 on a loopback address");
         let site = Site { ip: ip.to_string(), files: Default::default(), served: Default::default() };
         let (files, served) = (site.files.clone(), site.served.clone());
@@ -335,20 +320,10 @@ impl Site {
             while let Ok((mut conn, _)) = listener.accept().await {
                 let (files, served) = (files.clone(), served.clone());
                 tokio::spawn(async move {
-                    let mut req = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match conn.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => req.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let text = String::from_utf8_lossy(&req).into_owned();
-                    let target = text.split_whitespace().nth(1).unwrap_or("/");
-                    let path = target.split('?').next().unwrap_or("/").to_string();
-                    let if_none_match = text.lines().find_map(|l| {
-                        l.to_ascii_lowercase().strip_prefix("if-none-match:").map(|v| v.trim().to_string())
-                    });
+                    let Some(req) = common::http::read_request(&mut conn).await else { return };
+                    let path = req.path().to_string();
+                    let if_none_match =
+                        Some(req.header("if-none-match").to_ascii_lowercase()).filter(|v| !v.is_empty());
                     let found = files.lock().expect("files").get(&path).cloned();
                     let head = |status: &str, headers: &[(String, String)], len: usize| {
                         let mut h = format!("HTTP/1.1 {status}\r\nContent-Length: {len}\r\nConnection: close\r\n");
@@ -391,7 +366,8 @@ impl Site {
     }
 }
 
-/// An ACI with a manifest and `rootfs/etc/<file>` entries, plain tar.
+/// An ACI with a manifest and files at paths below `rootfs/` (their
+/// directories made as entries too), plain tar.
 fn aci_tar(manifest: serde_json::Value, files: &[(&str, &str)]) -> Vec<u8> {
     let json = serde_json::to_vec(&manifest).expect("manifest");
     let mut b = tar::Builder::new(Vec::new());
@@ -407,9 +383,14 @@ fn aci_tar(manifest: serde_json::Value, files: &[(&str, &str)]) -> Vec<u8> {
     };
     add("manifest", tar::EntryType::Regular, 0o644, &json);
     add("rootfs/", tar::EntryType::Directory, 0o755, b"");
-    add("rootfs/etc/", tar::EntryType::Directory, 0o755, b"");
-    for (name, content) in files {
-        add(&format!("rootfs/etc/{name}"), tar::EntryType::Regular, 0o644, content.as_bytes());
+    let mut dirs = std::collections::BTreeSet::new();
+    for (path, content) in files {
+        if let Some((dir, _)) = path.rsplit_once('/')
+            && dirs.insert(dir)
+        {
+            add(&format!("rootfs/{dir}/"), tar::EntryType::Directory, 0o755, b"");
+        }
+        add(&format!("rootfs/{path}"), tar::EntryType::Regular, 0o644, content.as_bytes());
     }
     b.into_inner().expect("tar")
 }
@@ -465,7 +446,7 @@ async fn discovery_fetches_signed_acis_with_dependencies_and_caches() {
     // base 1.0 (bzip2) and an app 2.0 (xz) that depends on it by name and version
     let base = aci_tar(
         serde_json::json!({"acKind":"ImageManifest","acVersion":"0.8.11","name":format!("{host}/base"),"labels":labels("1.0")}),
-        &[("base", "base\n"), ("shared", "from base\n")],
+        &[("etc/base", "base\n"), ("etc/shared", "from base\n")],
     );
     let base_path =
         publish("base", "1.0", &compress(&base, "bzip2"), "signer@example.com", &[("Cache-Control", "max-age=3600")]);
@@ -473,7 +454,7 @@ async fn discovery_fetches_signed_acis_with_dependencies_and_caches() {
         serde_json::json!({"acKind":"ImageManifest","acVersion":"0.8.11","name":format!("{host}/app"),"labels":labels("2.0"),
             "app":{"exec":["/bin/true"],"user":"0","group":"0"},
             "dependencies":[{"imageName":format!("{host}/base"),"labels":[{"name":"version","value":"1.0"}]}]}),
-        &[("app", "app\n"), ("shared", "from app\n")],
+        &[("etc/app", "app\n"), ("etc/shared", "from app\n")],
     );
     let app_path = publish(
         "app",
@@ -539,7 +520,7 @@ async fn discovery_fetches_signed_acis_with_dependencies_and_caches() {
     let pinned = aci_tar(
         serde_json::json!({"acKind":"ImageManifest","acVersion":"0.8.11","name":format!("{host}/pinned"),"labels":labels("1.0"),
             "dependencies":[{"imageName":format!("{host}/base"),"imageID":full_id}]}),
-        &[("pinned", "pinned\n")],
+        &[("etc/pinned", "pinned\n")],
     );
     publish("pinned", "1.0", &compress(&pinned, "xz"), "signer@example.com", &[]);
     let (ok, pinned_id, err) = tokio::task::block_in_place(|| fetch(&format!("aci:{host}/pinned:1.0")));
@@ -564,7 +545,7 @@ async fn discovery_fetches_signed_acis_with_dependencies_and_caches() {
     assert!(!ok && err.contains(&format!("asked for {host}/evil")), "{err}");
     let other = aci_tar(
         serde_json::json!({"acKind":"ImageManifest","acVersion":"0.8.11","name":format!("{host}/other"),"labels":labels("1.0")}),
-        &[("other", "x\n")],
+        &[("etc/other", "x\n")],
     );
     publish("other", "1.0", &compress(&other, "xz"), "other@example.com", &[]);
     let (ok, _, err) = tokio::task::block_in_place(|| fetch(&format!("aci:{host}/other:1.0")));
@@ -572,7 +553,7 @@ async fn discovery_fetches_signed_acis_with_dependencies_and_caches() {
     let orphan = aci_tar(
         serde_json::json!({"acKind":"ImageManifest","acVersion":"0.8.11","name":format!("{host}/orphan"),"labels":labels("1.0"),
             "dependencies":[{"imageName":format!("{host}/missing")}]}),
-        &[("orphan", "x\n")],
+        &[("etc/orphan", "x\n")],
     );
     publish("orphan", "1.0", &compress(&orphan, "bzip2"), "signer@example.com", &[]);
     let (ok, _, err) = tokio::task::block_in_place(|| fetch(&format!("aci:{host}/orphan:1.0")));

@@ -317,6 +317,7 @@ impl Drop for TestNetwork {
         let _ = std::fs::remove_dir_all(Path::new("/var/lib/cni/networks").join(&self.name));
     }
 }
+pub mod http;
 pub mod registry;
 
 /// Host pid of a running pod's systemd (the single child of its `ppid`).
