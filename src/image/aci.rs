@@ -556,20 +556,7 @@ async fn body(resp: reqwest::Response, url: &str, limit: u64) -> Result<Vec<u8>,
             ImageError::Network(format!("{url}: HTTP {status}"))
         });
     }
-    if resp.content_length().is_some_and(|n| n > limit) {
-        return Err(ImageError::Unsupported(format!("{url}: larger than {limit} bytes")));
-    }
-    let mut out = Vec::new();
-    let mut stream = resp.bytes_stream();
-    use futures::StreamExt;
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ImageError::Network(format!("{url}: {e}")))?;
-        if out.len() as u64 + chunk.len() as u64 > limit {
-            return Err(ImageError::Unsupported(format!("{url}: larger than {limit} bytes")));
-        }
-        out.extend_from_slice(&chunk);
-    }
-    Ok(out)
+    Ok(super::registry::read_limited(resp, limit, url).await?.into())
 }
 
 #[cfg(test)]

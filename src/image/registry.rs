@@ -214,24 +214,6 @@ impl Session<'_> {
         }
     }
 
-    /// Reads a whole body, failing once it exceeds `limit` bytes.
-    async fn read_limited(resp: reqwest::Response, limit: u64, what: &str) -> Result<Bytes, RegistryError> {
-        if resp.content_length().is_some_and(|l| l > limit) {
-            return Err(RegistryError::Invalid(format!("{what} is larger than the {limit}-byte limit")));
-        }
-        let url = resp.url().to_string();
-        let mut body = Vec::new();
-        let mut stream = resp.bytes_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|source| RegistryError::Http { url: url.clone(), source })?;
-            if body.len() as u64 + chunk.len() as u64 > limit {
-                return Err(RegistryError::Invalid(format!("{what} is larger than the {limit}-byte limit")));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(body.into())
-    }
-
     /// Fetches a manifest or index by tag or digest. Returns the bytes, their
     /// media type and their sha256 digest; checked against `object` when it is a digest.
     pub async fn manifest(&self, object: &str) -> Result<(Bytes, String, Digest), RegistryError> {
@@ -243,7 +225,7 @@ impl Session<'_> {
             .and_then(|v| v.to_str().ok())
             .map(|v| v.split(';').next().unwrap_or(v).trim().to_string())
             .unwrap_or_default();
-        let body = Self::read_limited(resp, oci::MAX_MANIFEST_BYTES, &what).await?;
+        let body = read_limited(resp, oci::MAX_MANIFEST_BYTES, &what).await?;
         let expected: Option<Digest> = object.parse().ok();
         let algorithm = expected.as_ref().map_or(super::verify::Algorithm::Sha256, |d| d.algorithm);
         let mut h = Hasher::new(algorithm);
@@ -264,7 +246,7 @@ impl Session<'_> {
             return Err(RegistryError::Invalid(format!("{what} ({size} bytes) is larger than the {limit}-byte limit")));
         }
         let resp = self.get(&format!("blobs/{digest}"), None, &what).await?;
-        let body = Self::read_limited(resp, limit, &what).await?;
+        let body = read_limited(resp, limit, &what).await?;
         let mut h = Hasher::new(digest.algorithm);
         h.update(&body);
         let actual = h.finish();
@@ -285,4 +267,22 @@ impl Session<'_> {
         let resp = self.get(&format!("blobs/{digest}"), None, &format!("blob {digest}")).await?;
         Ok(resp.bytes_stream())
     }
+}
+
+/// Reads a whole body, failing once it exceeds `limit` bytes.
+pub(crate) async fn read_limited(resp: reqwest::Response, limit: u64, what: &str) -> Result<Bytes, RegistryError> {
+    if resp.content_length().is_some_and(|l| l > limit) {
+        return Err(RegistryError::Invalid(format!("{what} is larger than the {limit}-byte limit")));
+    }
+    let url = resp.url().to_string();
+    let mut body = Vec::new();
+    let mut stream = resp.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|source| RegistryError::Http { url: url.clone(), source })?;
+        if body.len() as u64 + chunk.len() as u64 > limit {
+            return Err(RegistryError::Invalid(format!("{what} is larger than the {limit}-byte limit")));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.into())
 }
