@@ -332,13 +332,10 @@ fn api_file_systems(
     masked: Option<Vec<String>>,
     readonly: Option<Vec<String>>,
 ) -> Result<(), Status> {
-    let (masked, readonly) = (masked.unwrap_or_default(), readonly.unwrap_or_default());
-    let (mut masked, mut readonly) = (masked.as_slice(), readonly.as_slice());
-    let extra_masked: Vec<String>;
-    let extra_readonly: Vec<String>;
-    if !masked.is_empty() && crate::stage1::api_vfs::covers(masked, readonly) {
+    let (mut masked, mut readonly) = (masked.unwrap_or_default(), readonly.unwrap_or_default());
+    if !masked.is_empty() && crate::stage1::api_vfs::covers(&masked, &readonly) {
         crate::stage1::api_vfs::ensure(&pod.path(), pid1)
-            .map_err(|e| Status::internal(format!("masking the pod's /proc and /sys: {e}")))?;
+            .map_err(|e| Status::internal(format!("masking the pod's /proc: {e}")))?;
         spec.mount_api_vfs = false;
         spec.bind_paths.extend(["/proc", "/sys", "/dev"].map(|p| BindPath {
             source: p.into(),
@@ -347,14 +344,12 @@ fn api_file_systems(
             recursive: true,
         }));
         // what the pod did not do already: a path it made read-only may still have to be masked
-        use crate::stage1::api_vfs::{masked_in_pod, read_only_in_pod};
-        extra_masked = masked.iter().filter(|p| !masked_in_pod(p)).cloned().collect();
-        extra_readonly = readonly.iter().filter(|p| !read_only_in_pod(p)).cloned().collect();
-        (masked, readonly) = (&extra_masked, &extra_readonly);
+        masked.retain(|p| !crate::stage1::api_vfs::masked_in_pod(p));
+        readonly.retain(|p| !crate::stage1::api_vfs::read_only_in_pod(p));
     }
     // (each read-only bind costs systemd 252 a parse of the pod's mountinfo:
     // masked files get a plain bind of /dev/null, as runc does)
-    let (files, dirs) = masks(pod, pid1, masked)?;
+    let (files, dirs) = masks(pod, pid1, &masked)?;
     spec.bind_paths.extend(files);
     spec.bind_read_only_paths.extend(dirs);
     spec.bind_read_only_paths.extend(readonly.iter().map(|p| BindPath {
@@ -369,15 +364,16 @@ fn api_file_systems(
 /// Binds that mask `paths`: /dev/null over files, and (read-only) an empty
 /// directory over directories.
 fn masks(pod: &Pod, pid1: i32, paths: &[String]) -> Result<(Vec<BindPath>, Vec<BindPath>), Status> {
-    let stage1 = pod.stage1_rootfs();
-    let empty = stage1.join("rkt/empty");
-    std::fs::create_dir_all(&empty).map_err(|e| Status::internal(format!("creating {}: {e}", empty.display())))?;
     let (mut files, mut dirs) = (Vec::new(), Vec::new());
     for p in paths {
         // the pod's view of the path: through its PID 1's root (its /proc and /sys)
         let Ok(meta) = std::fs::metadata(format!("/proc/{pid1}/root{p}")) else { continue };
         let (list, source) = if meta.is_dir() { (&mut dirs, "/rkt/empty") } else { (&mut files, "/dev/null") };
         list.push(BindPath { source: source.into(), destination: p.clone(), ignore_missing: true, recursive: false });
+    }
+    if !dirs.is_empty() {
+        let empty = pod.stage1_rootfs().join("rkt/empty");
+        std::fs::create_dir_all(&empty).map_err(|e| Status::internal(format!("creating {}: {e}", empty.display())))?;
     }
     Ok((files, dirs))
 }
