@@ -4,6 +4,8 @@
 //!
 //! `cargo bench --bench image_pull` (starts the test fixture registry itself).
 
+#[path = "../tests/common/ports.rs"]
+mod ports;
 #[path = "../tests/common/registry.rs"]
 #[allow(dead_code)]
 mod registry;

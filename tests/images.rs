@@ -539,10 +539,7 @@ async fn mirrors_serve_an_unreachable_upstream_and_dead_ones_are_skipped() {
     let reg = registry();
     let main = &reg.main;
     // a port nothing listens on
-    let dead = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        format!("127.0.0.1:{}", l.local_addr().expect("addr").port())
-    };
+    let dead = format!("127.0.0.1:{}", common::ports::free_port());
     let config: RegistryConfig = toml::from_str(&format!(
         r#"
 [hosts."upstream.invalid"]

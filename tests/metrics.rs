@@ -4,12 +4,9 @@
 mod common;
 
 use common::Daemon;
+use common::ports::free_port;
 use rktlet::proto::v1 as cri;
 use std::io::{Read, Write};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
 
 fn scrape(port: u16, path: &str) -> (String, String) {
     let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the metrics listener");

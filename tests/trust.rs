@@ -212,7 +212,7 @@ fn fetch_imports_a_signed_aci_and_refuses_what_does_not_verify() {
     let web = served.join("web.aci");
     std::fs::write(&web, aci("example.com/app/web", "served\n")).expect("aci");
     std::fs::write(served.join("web.aci.asc"), gpg.sign("signer@example.com", &web, false)).expect("sig");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let port = common::ports::free_port();
     let mut httpd = Command::new("/bin/busybox")
         .args(["httpd", "-f", "-p", &format!("127.0.0.1:{port}"), "-h"])
         .arg(&served)

@@ -318,6 +318,7 @@ impl Drop for TestNetwork {
     }
 }
 pub mod http;
+pub mod ports;
 pub mod registry;
 
 /// Host pid of a running pod's systemd (the single child of its `ppid`).

@@ -5,10 +5,11 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
+
+use super::ports::{free_port, free_port_pair};
 
 pub struct Registry {
     /// `127.0.0.1:PORT` of the anonymous registry.
@@ -22,21 +23,6 @@ pub struct Registry {
 
 pub const USER: &str = "testuser";
 pub const PASS: &str = "testpass";
-
-fn free_port_pair() -> u16 {
-    for _ in 0..100 {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let p = l.local_addr().expect("addr").port();
-        if p < 65000 && TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
-            return p;
-        }
-    }
-    panic!("no free port pair");
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
 
 /// Starts (once) and returns the seeded registries.
 pub fn registry() -> &'static Registry {
