@@ -153,7 +153,9 @@ async fn sleep_runs_stops_and_is_removed() {
 async fn exit_code_and_cri_logs() {
     let mut e = env().await;
     let pod = e.pod("logger").await;
-    let id = e.create(&pod, "talk", &["sh", "-c", "echo out; echo err >&2; exit 3"], |_| {}).await;
+    // arguments reach the program verbatim (systemd would expand `$HOME` in them)
+    let id =
+        e.create(&pod, "talk", &["sh", "-c", "echo \"out $1\"; echo err >&2; exit 3", "sh", "$HOME"], |_| {}).await;
     e.start(&id).await;
     let s = e.wait_state(&id, cri::ContainerState::ContainerExited).await;
     assert_eq!(s.exit_code, 3);
@@ -163,7 +165,7 @@ async fn exit_code_and_cri_logs() {
     let lines: Vec<&str> = log.lines().collect();
     assert_eq!(lines.len(), 2, "{log}");
     let find = |stream: &str| lines.iter().find(|l| l.split(' ').nth(1) == Some(stream)).copied().unwrap_or("");
-    for (stream, text) in [("stdout", "out"), ("stderr", "err")] {
+    for (stream, text) in [("stdout", "out $HOME"), ("stderr", "err")] {
         let line = find(stream);
         let f: Vec<&str> = line.splitn(4, ' ').collect();
         assert_eq!(f.len(), 4, "{line}");
@@ -759,6 +761,125 @@ async fn devices_appear_where_asked() {
             .expect_err("bad device");
         assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
         assert!(err.message().contains(why), "{why}: {}", err.message());
+    }
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}
+
+/// The security context with a PID namespace mode (and a target for TARGET).
+fn pid_namespace(mode: cri::NamespaceMode, target: &str) -> cri::LinuxContainerSecurityContext {
+    cri::LinuxContainerSecurityContext {
+        namespace_options: Some(cri::NamespaceOption {
+            pid: mode as i32,
+            target_id: target.into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn log_content(log: &str) -> Vec<String> {
+    log.lines().filter_map(|l| l.splitn(4, ' ').nth(3)).map(str::to_string).collect()
+}
+
+/// kubelet's default, a PID namespace per container: the app is PID 1 of
+/// its own, sees no other process of the pod, keeps kubelet's /proc masks,
+/// its capabilities, user and seccomp profile (which still refuses `mount`
+/// though appexec needed it); a TARGET container joins it and an exec
+/// enters it; exit codes and signals come through appexec unchanged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pid_namespace_per_container_and_targets_joining_it() {
+    let mut e = env().await;
+    let pod = e.pod("pidns").await;
+    let script = "echo pid $$; cat /proc/1/comm; grep -l systemd /proc/[0-9]*/comm | wc -l; \
+                  stat -c '%F' /proc/keys; echo 1 2>&1 > /proc/sys/kernel/ns_last_pid || true; \
+                  grep CapBnd /proc/self/status; mount -t tmpfs t /mnt 2>&1 || echo refused; \
+                  trap 'exit 0' TERM; echo ready; while true; do sleep 0.05; done";
+    let first = e
+        .create(&pod, "first", &["sh", "-c", script], |c| {
+            let mut sc = pid_namespace(cri::NamespaceMode::Container, "");
+            sc.capabilities = Some(cri::Capability {
+                add_capabilities: vec!["SYS_ADMIN".into()],
+                drop_capabilities: vec!["KILL".into()],
+                ..Default::default()
+            });
+            sc.seccomp = Some(cri::SecurityProfile {
+                profile_type: cri::security_profile::ProfileType::RuntimeDefault as i32,
+                ..Default::default()
+            });
+            c.linux = Some(cri::LinuxContainerConfig { security_context: Some(sc), ..Default::default() });
+        })
+        .await;
+    e.start(&first).await;
+    let log = e.wait_log("pidns", "first", 9).await;
+    let out = log_content(&log);
+    assert_eq!(&out[..4], ["pid 1", "sh", "0", "character special file"], "{log}");
+    assert!(out[4].contains("Read-only file system"), "{log}");
+    let capbnd = u64::from_str_radix(out[5].split_whitespace().nth(1).expect("mask"), 16).expect("hex");
+    assert_eq!(capbnd & (1 << 5), 0, "KILL dropped: {log}");
+    assert_ne!(capbnd & (1 << 21), 0, "SYS_ADMIN added: {log}");
+    // RuntimeDefault refuses mount even with SYS_ADMIN, as in the pod's namespace
+    assert!(out[6].contains("permission denied"), "{log}");
+    assert_eq!(out[7..], ["refused", "ready"], "{log}");
+
+    // an exec enters the container's PID namespace
+    let ran =
+        e.rt.exec_sync(cri::ExecSyncRequest {
+            container_id: first.clone(),
+            cmd: vec!["sh".into(), "-c".into(), "cat /proc/1/comm; grep -c CapBnd /proc/1/status".into()],
+            timeout: 10,
+        })
+        .await
+        .expect("ExecSync")
+        .into_inner();
+    assert_eq!(String::from_utf8_lossy(&ran.stdout), "sh\n1\n");
+
+    // a debug container joins it: the first's shell is its PID 1; its own user, its own exit code
+    let debug = e
+        .create(&pod, "debug", &["sh", "-c", "cat /proc/1/comm; id -u; grep CapEff /proc/self/status; exit 7"], |c| {
+            let mut sc = pid_namespace(cri::NamespaceMode::Target, &first);
+            sc.run_as_user = Some(cri::Int64Value { value: 1000 });
+            c.linux = Some(cri::LinuxContainerConfig { security_context: Some(sc), ..Default::default() });
+        })
+        .await;
+    e.start(&debug).await;
+    let s = e.wait_state(&debug, cri::ContainerState::ContainerExited).await;
+    assert_eq!(s.exit_code, 7);
+    let log = e.wait_log("pidns", "debug", 3).await;
+    let out = log_content(&log);
+    assert_eq!(out[..2], ["sh", "1000"], "{log}");
+    assert_eq!(out[2].split_whitespace().collect::<Vec<_>>(), ["CapEff:", "0000000000000000"], "{log}");
+
+    // SIGTERM reaches a PID 1 that handles it; one that does not is killed at the timeout
+    e.rt.stop_container(cri::StopContainerRequest { container_id: first.clone(), timeout: 10 }).await.expect("stop");
+    assert_eq!(e.status(&first).await.exit_code, 0);
+    let sleeper = e
+        .create(&pod, "sleeper", &["sleep", "1000"], |c| {
+            let sc = pid_namespace(cri::NamespaceMode::Container, "");
+            c.linux = Some(cri::LinuxContainerConfig { security_context: Some(sc), ..Default::default() });
+        })
+        .await;
+    e.start(&sleeper).await;
+    e.wait_state(&sleeper, cri::ContainerState::ContainerRunning).await;
+    e.rt.stop_container(cri::StopContainerRequest { container_id: sleeper.clone(), timeout: 1 }).await.expect("stop");
+    assert_eq!(e.status(&sleeper).await.exit_code, 128 + 9);
+
+    // a target must be a container of the same pod, and a host PID namespace is refused
+    for (sc, code) in [
+        (pid_namespace(cri::NamespaceMode::Target, "nope:0-x"), tonic::Code::NotFound),
+        (pid_namespace(cri::NamespaceMode::Node, ""), tonic::Code::InvalidArgument),
+    ] {
+        let mut config = common::container_config("bad", &e.image, &["true"]);
+        config.linux = Some(cri::LinuxContainerConfig { security_context: Some(sc), ..Default::default() });
+        let err =
+            e.rt.create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: pod.0.clone(),
+                config: Some(config),
+                sandbox_config: Some(pod.1.clone()),
+            })
+            .await
+            .expect_err("refused");
+        assert_eq!(err.code(), code, "{err:?}");
     }
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);

@@ -378,7 +378,9 @@ async fn port_forward_over_spdy_and_websocket_into_the_pod_network() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn attach_follows_output_for_several_clients_until_the_container_exits() {
-    let client = tokio::task::spawn_blocking(spdy_client);
+    // the SPDY client is built before the container starts: its build may
+    // outlast the container (CI once saw Attach find it exited)
+    tokio::task::spawn_blocking(spdy_client).await.expect("go build");
     let d = Daemon::start(&[]);
     let mut rt = d.runtime().await;
     let image = common::pull_busybox(&d).await;
@@ -395,7 +397,6 @@ async fn attach_follows_output_for_several_clients_until_the_container_exits() {
     )
     .await;
     rt.start_container(cri::StartContainerRequest { container_id: ctr.clone() }).await.expect("start");
-    client.await.expect("go build");
 
     let attach_url = |rt: &mut RuntimeServiceClient<Channel>| {
         let (mut rt, ctr) = (rt.clone(), ctr.clone());

@@ -113,6 +113,35 @@ fn security_isolators(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result
     Ok(out)
 }
 
+/// The container's PID namespace as [`meta::PID_NAMESPACE`] records it
+/// (`None`: the pod's). A target must be another container of the same pod.
+fn pid_namespace(
+    sc: Option<&cri::LinuxContainerSecurityContext>,
+    pod_id: &str,
+    pod: &manifest::PodManifest,
+) -> Result<Option<String>, Status> {
+    let Some(ns) = sc.and_then(|s| s.namespace_options.as_ref()) else { return Ok(None) };
+    match cri::NamespaceMode::try_from(ns.pid) {
+        Ok(cri::NamespaceMode::Pod) => Ok(None),
+        Ok(cri::NamespaceMode::Container) => Ok(Some("container".into())),
+        Ok(cri::NamespaceMode::Target) => {
+            let target = meta::split_id(&ns.target_id)
+                .filter(|(p, a)| *p == pod_id && pod.app(a).is_some())
+                .ok_or_else(|| {
+                    Status::not_found(format!(
+                        "namespace_options.target_id {:?} is not a container of pod {pod_id}",
+                        ns.target_id
+                    ))
+                })?;
+            Ok(Some(format!("target:{}", target.1)))
+        }
+        Ok(cri::NamespaceMode::Node) => {
+            Err(Status::invalid_argument("host PID namespace is not supported: systemd is PID 1 of every rktlet pod"))
+        }
+        Err(_) => Err(Status::invalid_argument(format!("unknown PID namespace mode {}", ns.pid))),
+    }
+}
+
 enum Seccomp {
     Unconfined,
     RuntimeDefault,
@@ -351,6 +380,9 @@ pub async fn create_container(
             let json = serde_json::to_string(&limits).map_err(|e| Status::internal(e.to_string()))?;
             user_annotations.insert(meta::RESOURCES.into(), json);
         }
+    }
+    if let Some(v) = pid_namespace(sc, &pod.uuid().to_string(), &pod_manifest)? {
+        user_annotations.insert(meta::PID_NAMESPACE.into(), v);
     }
     let mut isolators = image_app.isolators.clone();
     isolators.extend(security_isolators(sc)?);

@@ -14,12 +14,13 @@ use tonic::Status;
 /// Output kept per stream; the rest is read and dropped.
 const OUTPUT_CAP: usize = 16 << 20;
 
-/// The host pid of the app's main process, if it runs.
-fn main_pid(t: &Target) -> Option<i32> {
-    let cgroup = container_start::app_cgroup(t)?;
+/// The host pid of the app's own process, if it runs (past appexec, when
+/// the app has a PID namespace of its own).
+pub(super) fn main_pid(t: &Target) -> Option<i32> {
+    let cgroup = container_start::app_cgroup(&t.pod, &t.app.name)?;
     let sandbox = t.pod.sandbox_pid().ok()??;
     let pid1 = crate::stage1::inject::pod_pid1(sandbox).ok()?;
-    exec::main_pid(pid1, &cgroup.unit_processes())
+    crate::stage1::appexec::app_pid(pid1, &cgroup.unit_processes())
 }
 
 /// The main pid of a running container (for a streaming exec). Blocking.

@@ -20,7 +20,29 @@ pub const RESOURCES: &str = "k8s.io/reserved/resources";
 pub const DEVICES: &str = "k8s.io/reserved/devices";
 /// The signal that stops the container (a name such as `SIGQUIT`), when not SIGTERM.
 pub const STOP_SIGNAL: &str = "k8s.io/reserved/stop-signal";
+/// The container's PID namespace when not the pod's: `container` (its own)
+/// or `target:<app>` (that of another app of the pod).
+pub const PID_NAMESPACE: &str = "k8s.io/reserved/pid-namespace";
 const RESERVED_PREFIX: &str = "k8s.io/reserved/";
+
+/// The PID namespace a container asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PidNamespace {
+    /// The pod's, with its systemd as PID 1 (CRI `POD`).
+    Pod,
+    /// Its own (CRI `CONTAINER`, kubelet's default).
+    Container,
+    /// That of another app of the pod (CRI `TARGET`).
+    Target(String),
+}
+
+pub fn pid_namespace(app: &RuntimeApp) -> PidNamespace {
+    match user_annotations(app).get(PID_NAMESPACE).map(String::as_str) {
+        Some("container") => PidNamespace::Container,
+        Some(v) => v.strip_prefix("target:").map_or(PidNamespace::Pod, |a| PidNamespace::Target(a.to_string())),
+        None => PidNamespace::Pod,
+    }
+}
 
 pub fn app_name(meta: &cri::ContainerMetadata) -> String {
     format!("{}-{}", meta.attempt, crate::pod::manifest::sanitize_ac_name(&meta.name))

@@ -8,6 +8,7 @@ use crate::pod::{Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::{EventKind, Runtime};
 use crate::stage1::app::{self, AppPaths, AppState};
+use crate::stage1::appexec::{PidMode, Plan};
 use crate::stage1::bus::{BindPath, BusError, ExecCommand, Output, PodBus, Property, ServiceSpec, Value};
 use crate::stage1::seccomp;
 use crate::stream::log::{self as crilog, Stream};
@@ -137,7 +138,7 @@ pub async fn start_container(
     spec.user = Some(section.user.clone());
     spec.group = Some(section.group.clone());
     spec.supplementary_groups = section.supplementary_gids.iter().map(u32::to_string).collect();
-    let (mut masked, mut readonly) = (None, None);
+    let (mut masked, mut readonly, mut filter) = (None, None, None);
     for iso in &section.isolators {
         match iso.name.as_str() {
             super::container_create::ISOLATOR_CAPS => {
@@ -150,12 +151,12 @@ pub async fn start_container(
             }
             super::container_create::ISOLATOR_NO_NEW_PRIVS => spec.no_new_privileges = iso.value.as_bool(),
             seccomp::ISOLATOR_RETAIN | seccomp::ISOLATOR_REMOVE => {
-                let allow = iso.name == seccomp::ISOLATOR_RETAIN;
-                spec.extra.push(Property::new("SystemCallFilter", Value::FilterList(allow, set_of(&iso.value))));
                 // no errno: a denied call kills the process (SIGSYS)
-                if let Some(errno) = seccomp::errno_of(&iso.value["errno"]) {
-                    spec.extra.push(Property::new("SystemCallErrorNumber", Value::I32(errno)));
-                }
+                filter = Some((
+                    iso.name == seccomp::ISOLATOR_RETAIN,
+                    set_of(&iso.value),
+                    seccomp::errno_of(&iso.value["errno"]),
+                ));
             }
             // InaccessiblePaths=/ReadOnlyPaths= do not reach below the /proc
             // and /sys that MountAPIVFS mounts; binds do (applied after them)
@@ -164,7 +165,18 @@ pub async fn start_container(
             _ => {}
         }
     }
-    tokio::task::block_in_place(|| api_file_systems(&t.pod, pid1, &mut spec, masked, readonly))?;
+    if let Some((allow, entries, errno)) = &filter {
+        spec.extra.push(Property::new("SystemCallFilter", Value::FilterList(*allow, entries.clone())));
+        if let Some(errno) = errno {
+            spec.extra.push(Property::new("SystemCallErrorNumber", Value::I32(*errno)));
+        }
+    }
+    let pid_mode = tokio::task::block_in_place(|| pid_mode(rt, &t, pid1))?;
+    if pid_mode != PidMode::Pod {
+        own_pid_namespace(rt, &t, pid1, &pid_mode, &mut spec, filter, (&masked, &readonly))?;
+    }
+    let own_proc = pid_mode != PidMode::Pod;
+    tokio::task::block_in_place(|| api_file_systems(&t.pod, pid1, &mut spec, masked, readonly, own_proc))?;
     if t.app.read_only_root_fs {
         spec.read_only_paths.push("/".into());
     }
@@ -331,6 +343,7 @@ fn api_file_systems(
     spec: &mut ServiceSpec,
     masked: Option<Vec<String>>,
     readonly: Option<Vec<String>>,
+    own_proc: bool,
 ) -> Result<(), Status> {
     let (mut masked, mut readonly) = (masked.unwrap_or_default(), readonly.unwrap_or_default());
     if !masked.is_empty() && crate::stage1::api_vfs::covers(&masked, &readonly) {
@@ -347,6 +360,11 @@ fn api_file_systems(
         masked.retain(|p| !crate::stage1::api_vfs::masked_in_pod(p));
         readonly.retain(|p| !crate::stage1::api_vfs::read_only_in_pod(p));
     }
+    if own_proc {
+        // appexec mounts the app's own /proc and masks it (own_pid_namespace)
+        masked.retain(|p| !below_proc(p));
+        readonly.retain(|p| !below_proc(p));
+    }
     // (each read-only bind costs systemd 252 a parse of the pod's mountinfo:
     // masked files get a plain bind of /dev/null, as runc does)
     let (files, dirs) = masks(pod, pid1, &masked)?;
@@ -358,6 +376,82 @@ fn api_file_systems(
         ignore_missing: true,
         recursive: true,
     }));
+    Ok(())
+}
+
+fn below_proc(path: &str) -> bool {
+    Path::new(path).starts_with("/proc")
+}
+
+/// The app's PID namespace, with the pid to join for a target's.
+fn pid_mode(rt: &Runtime, t: &Target, pid1: i32) -> Result<PidMode, Status> {
+    Ok(match meta::pid_namespace(&t.app) {
+        meta::PidNamespace::Pod => PidMode::Pod,
+        meta::PidNamespace::Container => PidMode::Container,
+        meta::PidNamespace::Target(app) => {
+            let not_running = || {
+                Status::failed_precondition(format!(
+                    "the target of container {}:{} is not running",
+                    t.pod.uuid(),
+                    t.app.name
+                ))
+            };
+            let manifest = rt.manifests.read(&t.pod).map_err(pod_status)?;
+            manifest.app(&app).ok_or_else(not_running)?;
+            let procs = app_cgroup(&t.pod, &app).map(|cg| cg.unit_processes()).unwrap_or_default();
+            let host_pid = crate::stage1::appexec::app_pid(pid1, &procs).ok_or_else(not_running)?;
+            PidMode::Join(crate::stage1::appexec::pid_in_pod(host_pid).ok_or_else(not_running)?)
+        }
+    })
+}
+
+/// Turns the unit into one that runs the app through appexec
+/// (`stage1/appexec.rs`): systemd keeps the mounts, environment, stdio and
+/// cgroup; appexec takes the PID namespace, the app's /proc with its masks,
+/// the seccomp calls it needs let through, capabilities, ids and
+/// no_new_privs.
+fn own_pid_namespace(
+    rt: &Runtime,
+    t: &Target,
+    pid1: i32,
+    mode: &PidMode,
+    spec: &mut ServiceSpec,
+    filter: Option<(bool, Vec<String>, Option<i32>)>,
+    (masked, readonly): (&Option<Vec<String>>, &Option<Vec<String>>),
+) -> Result<(), Status> {
+    tokio::task::block_in_place(|| crate::stage1::appexec::ensure(&rt.data, &t.pod.path(), pid1))
+        .map_err(|e| Status::internal(format!("putting appexec in pod {}: {e}", t.pod.uuid())))?;
+    let id = |field: &Option<String>, what: &str| -> Result<u32, Status> {
+        field.as_deref().unwrap_or("0").parse().map_err(|_| {
+            Status::invalid_argument(format!("{what} {field:?} of container {} is not numeric", t.app.name))
+        })
+    };
+    let below =
+        |l: &Option<Vec<String>>| -> Vec<String> { l.iter().flatten().filter(|p| below_proc(p)).cloned().collect() };
+    let mut plan = Plan {
+        join: match mode {
+            PidMode::Join(pid) => Some(*pid),
+            _ => None,
+        },
+        masks: below(masked),
+        read_only: below(readonly),
+        caps: spec.capability_bounding_set.take(),
+        uid: id(&spec.user.take(), "user")?,
+        gid: id(&spec.group.take(), "group")?,
+        no_new_privs: spec.no_new_privileges.take().unwrap_or(false),
+        ..Default::default()
+    };
+    plan.groups = std::mem::take(&mut spec.supplementary_groups)
+        .iter()
+        .map(|g| id(&Some(g.clone()), "supplementary group"))
+        .collect::<Result<_, _>>()?;
+    if let Some((allow, entries, errno)) = filter {
+        let (let_through, deny) = crate::stage1::appexec::widen(mode, allow, &entries);
+        spec.extra.push(Property::new("SystemCallFilter", Value::FilterList(true, let_through)));
+        plan.deny = deny;
+        plan.errno = errno;
+    }
+    spec.exec_start = plan.command(&spec.exec_start);
     Ok(())
 }
 
@@ -423,15 +517,15 @@ fn set_of(v: &serde_json::Value) -> Vec<String> {
 }
 
 /// The app's cgroups on the host (below its pod's), if the pod has a cgroup.
-pub(super) fn app_cgroup(t: &Target) -> Option<crate::cgroup::app::AppCgroup> {
-    let subs = t.pod.subcgroups().ok().flatten()?;
+pub(super) fn app_cgroup(pod: &Pod, app: &str) -> Option<crate::cgroup::app::AppCgroup> {
+    let subs = pod.subcgroups().ok().flatten()?;
     let layout = crate::cgroup::Layout::cached().ok()?;
-    Some(crate::cgroup::app::AppCgroup::new(layout, &subs, &t.app.name))
+    Some(crate::cgroup::app::AppCgroup::new(layout, &subs, app))
 }
 
 /// Writes the limits and moves the app's processes under them.
 fn apply_limits(t: &Target, limits: &crate::cgroup::app::Limits) -> std::io::Result<()> {
-    let Some(cg) = app_cgroup(t) else { return Ok(()) };
+    let Some(cg) = app_cgroup(&t.pod, &t.app.name) else { return Ok(()) };
     cg.apply(limits)?;
     cg.adopt_unit_processes()
 }

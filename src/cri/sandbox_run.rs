@@ -190,16 +190,18 @@ pub(super) async fn boot(
             });
             tracing::debug!(pod = %uuid, micros = micros(), "pod ready");
             if r.is_ok() {
-                // the masks apps share, now rather than in the first StartContainer
+                // the masks apps share and appexec, now rather than in the first StartContainer
+                let data = rt.data.clone();
                 let masked = tokio::task::spawn_blocking(move || {
                     let pid1 = crate::stage1::inject::pod_pid1(sandbox_pid)?;
-                    crate::stage1::api_vfs::ensure(&pod_dir, pid1)
+                    crate::stage1::api_vfs::ensure(&pod_dir, pid1)?;
+                    crate::stage1::appexec::ensure(&data, &pod_dir, pid1)
                 })
                 .await;
                 match masked {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
-                        tracing::warn!(pod = %uuid, error = %e, "masking the pod's /proc (left to the first start)")
+                        tracing::warn!(pod = %uuid, error = %e, "masking the pod's /proc or binding appexec (left to the first start)")
                     }
                     Err(e) => tracing::warn!(pod = %uuid, error = %e, "masking task failed (left to the first start)"),
                 }

@@ -36,7 +36,6 @@ pub const DEFAULT_MASKED: [&str; 11] = [
 pub const DEFAULT_READONLY: [&str; 5] = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"];
 
 const MARKER: &str = "api-masked";
-const LOCK: &str = "api-masked.lock";
 
 /// Whether the pod masks `path` itself: kubelet's default masks below /proc.
 /// /sys stays as it is, since privileged apps bind the pod's /sys too (they
@@ -69,30 +68,23 @@ enum Op {
 
 /// Applies the default masks to the /proc of the pod in `pod_dir` once.
 pub fn ensure(pod_dir: &Path, pod_pid1: i32) -> io::Result<()> {
-    let marker = pod_dir.join(MARKER);
-    if marker.exists() {
-        return Ok(());
-    }
-    let _lock = crate::lock::exclusive_file(&pod_dir.join(LOCK))?;
-    if marker.exists() {
-        return Ok(());
-    }
-    let mut ops = Vec::new();
-    for p in DEFAULT_MASKED.into_iter().filter(|p| masked_in_pod(p)) {
-        // the pod's view, through its PID 1's root; absent paths need nothing
-        let Ok(meta) = std::fs::metadata(format!("/proc/{pod_pid1}/root{p}")) else { continue };
-        let c = CString::new(p).map_err(io::Error::other)?;
-        ops.push(if meta.is_dir() { Op::MaskDir(c) } else { Op::MaskFile(c) });
-    }
-    for p in DEFAULT_READONLY.into_iter().filter(|p| p.starts_with("/proc/")) {
-        if std::fs::symlink_metadata(format!("/proc/{pod_pid1}/root{p}")).is_ok() {
-            ops.push(Op::ReadOnly(CString::new(p).map_err(io::Error::other)?));
+    super::once_per_pod(pod_dir, MARKER, || {
+        let mut ops = Vec::new();
+        for p in DEFAULT_MASKED.into_iter().filter(|p| masked_in_pod(p)) {
+            // the pod's view, through its PID 1's root; absent paths need nothing
+            let Ok(meta) = std::fs::metadata(format!("/proc/{pod_pid1}/root{p}")) else { continue };
+            let c = CString::new(p).map_err(io::Error::other)?;
+            ops.push(if meta.is_dir() { Op::MaskDir(c) } else { Op::MaskFile(c) });
         }
-    }
-    inject::in_pod_ns(pod_pid1, ops.len(), &|i| apply(&ops[i]))?;
-    std::fs::write(&marker, b"")?;
-    tracing::debug!(pod = %pod_dir.display(), mounts = ops.len(), "masked the pod's /proc for its apps");
-    Ok(())
+        for p in DEFAULT_READONLY.into_iter().filter(|p| p.starts_with("/proc/")) {
+            if std::fs::symlink_metadata(format!("/proc/{pod_pid1}/root{p}")).is_ok() {
+                ops.push(Op::ReadOnly(CString::new(p).map_err(io::Error::other)?));
+            }
+        }
+        inject::in_pod_ns(pod_pid1, ops.len(), &|i| apply(&ops[i]))?;
+        tracing::debug!(pod = %pod_dir.display(), mounts = ops.len(), "masked the pod's /proc for its apps");
+        Ok(())
+    })
 }
 
 /// Runs in the forked child: raw syscalls only.

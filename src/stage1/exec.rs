@@ -222,17 +222,6 @@ impl Target {
     }
 }
 
-/// The host pid of a unit's main process: of the processes in the unit's
-/// cgroup, the one whose parent is the pod's systemd.
-pub fn main_pid(pod_pid1: i32, unit_processes: &[i32]) -> Option<i32> {
-    unit_processes.iter().copied().find(|pid| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok()))
-            == Some(pod_pid1)
-    })
-}
-
 /// Runs `argv` as a copy of the app process `pid`; `timeout` kills it (and
 /// whatever it started in its process group); output beyond `cap` bytes per
 /// stream is read and dropped. Blocking.

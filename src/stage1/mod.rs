@@ -7,6 +7,7 @@
 
 pub mod api_vfs;
 pub mod app;
+pub mod appexec;
 pub mod bus;
 pub mod caps;
 pub mod exec;
@@ -20,3 +21,22 @@ pub mod sandbox;
 pub mod seccomp;
 pub mod stop;
 pub mod teardown;
+
+/// Runs `f` once per pod: `marker` in the pod directory records that it was
+/// done; `<marker>.lock` keeps two callers from doing it at once.
+pub(crate) fn once_per_pod(
+    pod_dir: &std::path::Path,
+    marker: &str,
+    f: impl FnOnce() -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let done = pod_dir.join(marker);
+    if done.exists() {
+        return Ok(());
+    }
+    let _lock = crate::lock::exclusive_file(&pod_dir.join(format!("{marker}.lock")))?;
+    if done.exists() {
+        return Ok(());
+    }
+    f()?;
+    std::fs::write(&done, b"")
+}

@@ -15,7 +15,8 @@ const MS_REC: u64 = libc::MS_REC;
 pub struct ExecCommand {
     /// Absolute path of the program (inside the RootDirectory, if any).
     pub path: String,
-    /// Full argv, including argv[0].
+    /// Full argv, including argv[0], as the program gets it: systemd would
+    /// expand `$NAME` and `$$` in it, so every `$` is sent doubled.
     pub argv: Vec<String>,
     /// systemd's `-` prefix: a failing command is not a failure of the unit.
     pub ignore_failure: bool,
@@ -96,7 +97,8 @@ impl Value {
                 for c in cmds {
                     m.open(b'r', "sasb")?;
                     m.append(Basic::Str(&c.path))?;
-                    append_strs(m, &c.argv)?;
+                    let verbatim: Vec<String> = c.argv.iter().map(|a| a.replace('$', "$$")).collect();
+                    append_strs(m, &verbatim)?;
                     m.append(Basic::Bool(c.ignore_failure))?;
                     m.close()?;
                 }

@@ -1,0 +1,433 @@
+//! appexec: the first program of an app whose container has its own PID
+//! namespace (kubelet's default, `NamespaceMode CONTAINER`), or joins another
+//! container's (`TARGET`). rkt's stage1 had a program of that name and role.
+//!
+//! The pod's systemd (252 has no `PrivatePIDs=`) starts it as the unit's
+//! ExecStart, after it has made the app's mount namespace, root, binds,
+//! environment, working directory and stdio, with the app's seccomp filter
+//! widened by what this program needs and without dropping root or any
+//! capability. This program then:
+//!
+//! 1. enters a new PID namespace (`pid=new`) or the target's (`pid=<pid>`);
+//! 2. forks: the child is the container (PID 1 of a new namespace); the
+//!    parent stays as the unit's main process, ignores the stop signals
+//!    (systemd signals every process of the unit) and ends as the child did,
+//!    with its exit code or by its signal;
+//! 3. in the child: mounts a /proc of the new namespace over the pod's, with
+//!    the app's masked (`mask=`) and read-only (`ro=`) paths below /proc
+//!    made again; installs a filter that denies again what the app's own
+//!    seccomp profile denied and systemd had to let through (`deny=`); drops
+//!    the capability bounding set to the app's (`caps=`), sets its groups,
+//!    gid and uid (`groups=`, `gid=`, `uid=`), no_new_privs (`nnp`), and
+//!    exec's the app: `appexec OPTION... -- PATH ARGV0 ARG...`.
+//!
+//! Built by build.rs as a static executable (it runs inside any image) from
+//! this single file with the standard library only; the daemon embeds it and
+//! binds it read-only at `/dev/.rkt-appexec` in each pod.
+
+use std::ffi::{CString, c_char, c_int, c_long, c_uint, c_ulong, c_void};
+use std::os::unix::ffi::OsStringExt;
+
+unsafe extern "C" {
+    fn unshare(flags: c_int) -> c_int;
+    fn setns(fd: c_int, nstype: c_int) -> c_int;
+    fn open(path: *const c_char, flags: c_int, ...) -> c_int;
+    fn close(fd: c_int) -> c_int;
+    fn fork() -> c_int;
+    fn waitpid(pid: c_int, status: *mut c_int, options: c_int) -> c_int;
+    fn mount(
+        src: *const c_char,
+        target: *const c_char,
+        fs: *const c_char,
+        flags: c_ulong,
+        data: *const c_void,
+    ) -> c_int;
+    fn prctl(option: c_int, ...) -> c_int;
+    fn setgroups(size: usize, list: *const c_uint) -> c_int;
+    fn setresgid(r: c_uint, e: c_uint, s: c_uint) -> c_int;
+    fn setresuid(r: c_uint, e: c_uint, s: c_uint) -> c_int;
+    fn syscall(number: c_long, ...) -> c_long;
+    fn execv(path: *const c_char, argv: *const *const c_char) -> c_int;
+    fn signal(sig: c_int, handler: usize) -> usize;
+    fn kill(pid: c_int, sig: c_int) -> c_int;
+    fn getpid() -> c_int;
+    fn setrlimit(resource: c_int, rlim: *const [c_ulong; 2]) -> c_int;
+    fn __errno_location() -> *mut c_int;
+    fn _exit(code: c_int) -> !;
+}
+
+const CLONE_NEWPID: c_int = 0x2000_0000;
+const O_RDONLY: c_int = 0;
+const O_CLOEXEC: c_int = 0o2_000_000;
+const MS_RDONLY: c_ulong = 1;
+const MS_NOSUID: c_ulong = 2;
+const MS_NODEV: c_ulong = 4;
+const MS_NOEXEC: c_ulong = 8;
+const MS_REMOUNT: c_ulong = 32;
+const MS_BIND: c_ulong = 4096;
+const MS_REC: c_ulong = 16384;
+const PR_SET_PDEATHSIG: c_int = 1;
+const PR_SET_SECCOMP: c_int = 22;
+const PR_CAPBSET_DROP: c_int = 24;
+const PR_SET_NO_NEW_PRIVS: c_int = 38;
+const PR_CAP_AMBIENT: c_int = 47;
+const PR_CAP_AMBIENT_CLEAR_ALL: c_ulong = 4;
+const SECCOMP_MODE_FILTER: c_ulong = 2;
+const SIG_DFL: usize = 0;
+const SIG_IGN: usize = 1;
+const SIGKILL: c_int = 9;
+const SIGCHLD: c_int = 17;
+const SIGSTOP: c_int = 19;
+const RLIMIT_CORE: c_int = 4;
+const EINTR: c_int = 4;
+const EINVAL: c_int = 22;
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+#[cfg(target_arch = "x86_64")]
+const SYS_CAPGET: c_long = 125;
+#[cfg(target_arch = "aarch64")]
+const SYS_CAPGET: c_long = 90;
+const SYS_CAPSET: c_long = SYS_CAPGET + 1;
+
+/// What the daemon asked for.
+#[derive(Default)]
+struct Plan {
+    /// `None`: a new PID namespace; `Some(pid)`: join that process's.
+    join_pid: Option<String>,
+    masks: Vec<CString>,
+    read_only: Vec<CString>,
+    /// Syscall names to deny again, and the errno (`None`: kill).
+    deny: Vec<String>,
+    errno: Option<u32>,
+    caps: Option<u64>,
+    uid: u32,
+    gid: u32,
+    groups: Vec<u32>,
+    no_new_privs: bool,
+    path: CString,
+    argv: Vec<CString>,
+}
+
+fn cstring(s: Vec<u8>) -> CString {
+    CString::new(s).unwrap_or_else(|_| fail("an argument contains a NUL byte", 0))
+}
+
+fn number<T: std::str::FromStr>(key: &str, v: &str) -> T {
+    v.parse().unwrap_or_else(|_| fail(&format!("{key}={v} is not a number"), 0))
+}
+
+fn parse() -> Plan {
+    let mut args = std::env::args_os().skip(1).map(OsStringExt::into_vec);
+    let mut plan = Plan::default();
+    for arg in args.by_ref() {
+        if arg == b"--" {
+            break;
+        }
+        let arg = String::from_utf8(arg).unwrap_or_else(|_| fail("an option is not UTF-8", 0));
+        let (key, value) = arg.split_once('=').unwrap_or((arg.as_str(), ""));
+        match key {
+            "pid" if value == "new" => plan.join_pid = None,
+            "pid" => plan.join_pid = Some(number::<u32>(key, value).to_string()),
+            "mask" => plan.masks.push(cstring(value.into())),
+            "ro" => plan.read_only.push(cstring(value.into())),
+            "deny" => plan.deny = value.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect(),
+            "errno" => plan.errno = Some(number(key, value)),
+            "caps" => plan.caps = Some(u64::from_str_radix(value, 16).unwrap_or_else(|_| fail("caps= is not hex", 0))),
+            "uid" => plan.uid = number(key, value),
+            "gid" => plan.gid = number(key, value),
+            "groups" => plan.groups = value.split(',').filter(|s| !s.is_empty()).map(|g| number(key, g)).collect(),
+            "nnp" => plan.no_new_privs = true,
+            _ => fail(&format!("unknown option {arg:?}"), 0),
+        }
+    }
+    plan.path = cstring(args.next().unwrap_or_else(|| fail("no program after --", 0)));
+    plan.argv = args.map(cstring).collect();
+    if plan.argv.is_empty() {
+        fail("no argv[0] after the program", 0);
+    }
+    plan
+}
+
+fn errno() -> c_int {
+    // SAFETY: glibc's thread-local errno.
+    unsafe { *__errno_location() }
+}
+
+/// Reports on stderr (the container's log) and ends with 127, as a shell
+/// does for a command it could not run.
+fn fail(what: &str, err: c_int) -> ! {
+    if err != 0 {
+        eprintln!("appexec: {what}: {}", std::io::Error::from_raw_os_error(err));
+    } else {
+        eprintln!("appexec: {what}");
+    }
+    // SAFETY: ends this process at once (no destructors to run in a forked child).
+    unsafe { _exit(127) }
+}
+
+fn check(rc: c_int, what: &str) {
+    if rc < 0 {
+        fail(what, errno());
+    }
+}
+
+fn main() {
+    let plan = parse();
+    // the parent outlives every stop signal systemd sends the unit; the
+    // child puts the defaults back before its exec (ignored signals would
+    // stay ignored across it)
+    for sig in 1..32 {
+        if sig != SIGKILL && sig != SIGSTOP && sig != SIGCHLD {
+            // SAFETY: sets a disposition of this process.
+            unsafe { signal(sig, SIG_IGN) };
+        }
+    }
+    match &plan.join_pid {
+        // SAFETY: unshare(2) of the PID namespace for this process's future children.
+        None => check(unsafe { unshare(CLONE_NEWPID) }, "new PID namespace"),
+        Some(pid) => {
+            let ns = cstring(format!("/proc/{pid}/ns/pid").into_bytes());
+            // SAFETY: open(2) and setns(2) on a namespace file; only the children enter it.
+            let fd = unsafe { open(ns.as_ptr(), O_RDONLY | O_CLOEXEC) };
+            check(fd, "opening the target's PID namespace");
+            check(unsafe { setns(fd, CLONE_NEWPID) }, "entering the target's PID namespace");
+            // SAFETY: closing our own descriptor.
+            unsafe { close(fd) };
+        }
+    }
+    // SAFETY: fork(2) in this single-threaded program.
+    let child = unsafe { fork() };
+    check(child, "fork");
+    if child == 0 {
+        container(&plan);
+    }
+    wait_and_mirror(child);
+}
+
+/// The parent: waits for the container and ends the same way.
+fn wait_and_mirror(child: c_int) -> ! {
+    let mut status: c_int = 0;
+    loop {
+        // SAFETY: waits for our own child.
+        let rc = unsafe { waitpid(child, &mut status, 0) };
+        if rc == child {
+            break;
+        }
+        if rc < 0 && errno() != EINTR {
+            fail("waiting for the container", errno());
+        }
+    }
+    let (signaled, code) = (status & 0x7f, (status >> 8) & 0xff);
+    if signaled == 0 {
+        // SAFETY: ends this process.
+        unsafe { _exit(code) };
+    }
+    // killed: die of the same signal, without a core of this program
+    // SAFETY: resource limit, default disposition and a signal to ourselves.
+    unsafe {
+        setrlimit(RLIMIT_CORE, &[0, 0]);
+        signal(signaled, SIG_DFL);
+        kill(getpid(), signaled);
+        _exit(128 + signaled)
+    }
+}
+
+/// The child, PID 1 of its namespace (or a member of the target's).
+fn container(plan: &Plan) -> ! {
+    // SAFETY: dispositions and the parent-death signal of this process.
+    unsafe {
+        for sig in 1..65 {
+            if sig != SIGKILL && sig != SIGSTOP {
+                signal(sig, SIG_DFL);
+            }
+        }
+        // the unit's main process gone means the container is gone
+        prctl(PR_SET_PDEATHSIG, SIGKILL as c_ulong);
+    }
+    proc_mount(plan);
+    if !plan.deny.is_empty() {
+        deny_again(plan);
+    }
+    credentials(plan);
+    let mut argv: Vec<*const c_char> = plan.argv.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    // SAFETY: execv(2) with NUL-terminated strings and a NULL-terminated array; the environment is systemd's.
+    unsafe { execv(plan.path.as_ptr(), argv.as_ptr()) };
+    fail(&format!("exec {}", plan.path.to_string_lossy()), errno())
+}
+
+/// A /proc of the new PID namespace, then the app's masks and read-only
+/// paths below it.
+fn proc_mount(plan: &Plan) {
+    // SAFETY: mount(2) with C string literals.
+    let rc = unsafe {
+        mount(c"proc".as_ptr(), c"/proc".as_ptr(), c"proc".as_ptr(), MS_NOSUID | MS_NODEV | MS_NOEXEC, std::ptr::null())
+    };
+    check(rc, "mounting /proc");
+    for path in &plan.masks {
+        let Ok(meta) = std::fs::metadata(path.to_string_lossy().as_ref()) else { continue };
+        // SAFETY: mount(2) with prepared C strings.
+        let rc = unsafe {
+            if meta.is_dir() {
+                mount(
+                    c"tmpfs".as_ptr(),
+                    path.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                    c"size=0,mode=555".as_ptr().cast(),
+                )
+            } else {
+                mount(c"/dev/null".as_ptr(), path.as_ptr(), std::ptr::null(), MS_BIND, std::ptr::null())
+            }
+        };
+        check(rc, &format!("masking {}", path.to_string_lossy()));
+    }
+    for path in &plan.read_only {
+        if std::fs::symlink_metadata(path.to_string_lossy().as_ref()).is_err() {
+            continue;
+        }
+        // SAFETY: mount(2) with prepared C strings: a bind of the path on itself, then read-only.
+        let rc = unsafe {
+            let rc = mount(path.as_ptr(), path.as_ptr(), std::ptr::null(), MS_BIND | MS_REC, std::ptr::null());
+            if rc < 0 {
+                rc
+            } else {
+                mount(
+                    std::ptr::null(),
+                    path.as_ptr(),
+                    std::ptr::null(),
+                    MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                    std::ptr::null(),
+                )
+            }
+        };
+        check(rc, &format!("making {} read-only", path.to_string_lossy()));
+    }
+}
+
+/// `struct sock_filter`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Insn {
+    code: u16,
+    jt: u8,
+    jf: u8,
+    k: u32,
+}
+
+/// `struct sock_fprog`.
+#[repr(C)]
+struct Prog {
+    len: u16,
+    filter: *const Insn,
+}
+
+const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_JEQ_K: u16 = 0x15;
+const BPF_RET_K: u16 = 0x06;
+const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
+
+/// The syscalls this program may be asked to deny again, per architecture
+/// the kernel may run the app's code as: (audit arch, [(name, number)]).
+#[cfg(target_arch = "x86_64")]
+const TABLES: &[(u32, &[(&str, u32)])] = &[
+    // x86_64, and x32 (the same numbers with bit 30)
+    (
+        0xc000_003e,
+        &[
+            ("mount", 165),
+            ("unshare", 272),
+            ("setns", 308),
+            ("mount", 0x4000_0000 + 165),
+            ("unshare", 0x4000_0000 + 272),
+            ("setns", 0x4000_0000 + 308),
+        ],
+    ),
+    // i386
+    (0x4000_0003, &[("mount", 21), ("unshare", 310), ("setns", 346)]),
+];
+#[cfg(target_arch = "aarch64")]
+const TABLES: &[(u32, &[(&str, u32)])] = &[
+    (0xc000_00b7, &[("mount", 40), ("unshare", 97), ("setns", 268)]),
+    // 32-bit arm
+    (0x4000_0028, &[("mount", 21), ("unshare", 337), ("setns", 375)]),
+];
+
+/// A filter on top of systemd's: the named syscalls fail with the profile's
+/// errno (or kill, as the profile would); everything else is left to it.
+fn deny_again(plan: &Plan) {
+    let ret_deny = plan.errno.map_or(SECCOMP_RET_KILL_PROCESS, |e| SECCOMP_RET_ERRNO | (e & 0xffff));
+    let mut prog = Vec::new();
+    for (arch, table) in TABLES {
+        let numbers: Vec<u32> =
+            table.iter().filter(|(name, _)| plan.deny.iter().any(|d| d == name)).map(|(_, nr)| *nr).collect();
+        // [arch check] [load nr] [one jeq per number] [allow] [deny]
+        let n = numbers.len() as u8;
+        prog.push(Insn { code: BPF_LD_W_ABS, jt: 0, jf: 0, k: 4 });
+        prog.push(Insn { code: BPF_JEQ_K, jt: 0, jf: n + 3, k: *arch });
+        prog.push(Insn { code: BPF_LD_W_ABS, jt: 0, jf: 0, k: 0 });
+        for (i, nr) in numbers.iter().enumerate() {
+            // to the deny return: past the rest of the jeqs and the allow
+            prog.push(Insn { code: BPF_JEQ_K, jt: n - i as u8, jf: 0, k: *nr });
+        }
+        prog.push(Insn { code: BPF_RET_K, jt: 0, jf: 0, k: SECCOMP_RET_ALLOW });
+        prog.push(Insn { code: BPF_RET_K, jt: 0, jf: 0, k: ret_deny });
+    }
+    prog.push(Insn { code: BPF_RET_K, jt: 0, jf: 0, k: SECCOMP_RET_ALLOW });
+    let fprog = Prog { len: prog.len() as u16, filter: prog.as_ptr() };
+    // SAFETY: prctl(2) with a filter program that outlives the call; root
+    // with CAP_SYS_ADMIN here, so no no_new_privs is needed for it.
+    let rc = unsafe { prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog as *const Prog) };
+    check(rc, "installing the seccomp filter");
+}
+
+/// The app's capabilities, groups, gid, uid and no_new_privs.
+fn credentials(plan: &Plan) {
+    if let Some(keep) = plan.caps {
+        for cap in 0..64u32 {
+            if keep & (1 << cap) != 0 {
+                continue;
+            }
+            // SAFETY: prctl(2) dropping one capability from the bounding set.
+            let rc = unsafe { prctl(PR_CAPBSET_DROP, cap as c_ulong) };
+            if rc < 0 && errno() == EINVAL {
+                break; // past the last capability this kernel knows
+            }
+            check(rc, &format!("dropping capability {cap}"));
+        }
+    }
+    // SAFETY: prctl(2) clearing the ambient set.
+    unsafe { prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0 as c_ulong, 0 as c_ulong, 0 as c_ulong) };
+    let mut groups = vec![plan.gid];
+    groups.extend(plan.groups.iter().filter(|g| **g != plan.gid));
+    // SAFETY: set*id(2) on this process with prepared values.
+    unsafe {
+        check(setgroups(groups.len(), groups.as_ptr()), "setting groups");
+        check(setresgid(plan.gid, plan.gid, plan.gid), "setting gid");
+        check(setresuid(plan.uid, plan.uid, plan.uid), "setting uid");
+    }
+    if plan.uid == 0
+        && let Some(keep) = plan.caps
+    {
+        // root gets the bounding set on exec; what it holds now goes down to
+        // it too, and nothing stays inheritable
+        let header: [u32; 2] = [LINUX_CAPABILITY_VERSION_3, 0];
+        // effective, permitted, inheritable for the low, then the high 32 capabilities
+        let mut data = [0u32; 6];
+        // SAFETY: capget(2) and capset(2) with a v3 header and two data words.
+        unsafe {
+            check(syscall(SYS_CAPGET, header.as_ptr(), data.as_mut_ptr()) as c_int, "reading capabilities");
+            let (lo, hi) = (keep as u32 & data[1], (keep >> 32) as u32 & data[4]);
+            data = [lo, lo, 0, hi, hi, 0];
+            check(syscall(SYS_CAPSET, header.as_ptr(), data.as_ptr()) as c_int, "setting capabilities");
+        }
+    }
+    if plan.no_new_privs {
+        // SAFETY: prctl(2) on this process.
+        check(
+            unsafe { prctl(PR_SET_NO_NEW_PRIVS, 1 as c_ulong, 0 as c_ulong, 0 as c_ulong, 0 as c_ulong) },
+            "no_new_privs",
+        );
+    }
+}

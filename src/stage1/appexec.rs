@@ -1,0 +1,246 @@
+//! A PID namespace per container (kubelet's default `NamespaceMode
+//! CONTAINER`, and `TARGET` for a debug container joining another's): the
+//! daemon's side of `appexec` (`appexec/main.rs`, built by build.rs).
+//!
+//! The pod's systemd (252) cannot give a unit its own PID namespace, and a
+//! program it starts has already lost what it would need to make one (root,
+//! capabilities, a seccomp filter without `mount`). So for these apps the
+//! unit keeps everything systemd does well (root directory, binds,
+//! environment, stdio, cgroup, stop) but runs `appexec` as root, with the
+//! app's filter widened by the calls appexec makes; appexec makes the
+//! namespace and its /proc, denies those calls again, and takes the app's
+//! capabilities, ids and no_new_privs itself before it exec's the app.
+//!
+//! The program is embedded in the daemon, written once per data directory,
+//! and bound read-only into each pod at [`IN_POD`] (in every app's /dev).
+
+use super::bus::ExecCommand;
+use super::inject::{self, Attach, Propagation};
+use crate::pod::DataDir;
+use sha2::Digest;
+use std::io;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Where apps find the program (the pod's /dev, which every app binds).
+pub const IN_POD: &str = "/dev/.rkt-appexec";
+/// What `comm` of its process reads: the file name as exec'd.
+const COMM: &str = ".rkt-appexec";
+const BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/appexec"));
+const MARKER: &str = "appexec";
+
+/// The PID namespace an app asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PidMode {
+    /// The pod's (systemd is PID 1): rkt's way, no appexec.
+    Pod,
+    /// Its own, the app as PID 1.
+    Container,
+    /// That of the process with this pid in the pod's namespace.
+    Join(i32),
+}
+
+/// The host copy of the program, named by its digest: written once per data
+/// directory and build of the daemon.
+fn host_copy(data: &DataDir) -> io::Result<PathBuf> {
+    let digest = sha2::Sha256::digest(BINARY);
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let dir = data.root().join("appexec");
+    let path = dir.join(format!("appexec-{hex}"));
+    if path.exists() {
+        return Ok(path);
+    }
+    std::fs::create_dir_all(&dir)?;
+    let tmp = dir.join(format!(".tmp-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&tmp, BINARY)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o555))?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(path)
+}
+
+/// Binds the program read-only at [`IN_POD`] in the pod, once. Done when the
+/// pod has booted (`sandbox_run::boot`), else by the first start needing it.
+pub fn ensure(data: &DataDir, pod_dir: &Path, pod_pid1: i32) -> io::Result<()> {
+    super::once_per_pod(pod_dir, MARKER, || {
+        let src = host_copy(data)?;
+        // the mount point, in the pod's /dev (its tmpfs), through its PID 1's root
+        std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .mode(0o555)
+            .open(format!("/proc/{pod_pid1}/root{IN_POD}"))?;
+        let tree = inject::clone_tree(&src, false, true, Propagation::Private)?;
+        inject::attach(pod_pid1, &[Attach::new(tree, Path::new(IN_POD))?])
+    })
+}
+
+/// The calls appexec makes after systemd applied the app's seccomp filter.
+fn needs(pid: &PidMode) -> [&'static str; 2] {
+    match pid {
+        PidMode::Join(_) => ["mount", "setns"],
+        _ => ["mount", "unshare"],
+    }
+}
+
+/// Whether a systemd (252) filter entry names `call`, itself or by a group.
+fn names(entry: &str, call: &str) -> bool {
+    match (call, entry) {
+        (_, "@known") => true,
+        ("mount", "@mount") => true,
+        ("unshare" | "setns", "@process" | "@system-service") => true,
+        _ => entry == call,
+    }
+}
+
+/// How the app's seccomp filter must change for appexec: the calls to let
+/// through (allowed after the app's filter, which removes them from a deny
+/// list), and those to deny again once appexec is done with them.
+pub fn widen(pid: &PidMode, allow_list: bool, entries: &[String]) -> (Vec<String>, Vec<String>) {
+    let needs = needs(pid);
+    let denied = needs
+        .iter()
+        .filter(|call| entries.iter().any(|e| names(e, call)) != allow_list)
+        .map(|c| c.to_string())
+        .collect();
+    (needs.iter().map(|c| c.to_string()).collect(), denied)
+}
+
+/// What appexec does for one app.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    pub join: Option<i32>,
+    /// Paths below /proc to mask, and to make read-only.
+    pub masks: Vec<String>,
+    pub read_only: Vec<String>,
+    pub deny: Vec<String>,
+    /// The errno of the app's filter (none: a denied call kills).
+    pub errno: Option<i32>,
+    /// The capability bounding set (none: all the pod has).
+    pub caps: Option<u64>,
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+    pub no_new_privs: bool,
+}
+
+impl Plan {
+    /// The unit's ExecStart: appexec with its options, then the app's
+    /// program, argv[0] and arguments.
+    pub fn command(&self, app: &ExecCommand) -> ExecCommand {
+        let mut args = vec![match self.join {
+            Some(pid) => format!("pid={pid}"),
+            None => "pid=new".into(),
+        }];
+        args.extend(self.masks.iter().map(|p| format!("mask={p}")));
+        args.extend(self.read_only.iter().map(|p| format!("ro={p}")));
+        if !self.deny.is_empty() {
+            args.push(format!("deny={}", self.deny.join(",")));
+            args.extend(self.errno.map(|e| format!("errno={e}")));
+        }
+        args.extend(self.caps.map(|c| format!("caps={c:x}")));
+        args.push(format!("uid={}", self.uid));
+        args.push(format!("gid={}", self.gid));
+        if !self.groups.is_empty() {
+            let groups: Vec<String> = self.groups.iter().map(u32::to_string).collect();
+            args.push(format!("groups={}", groups.join(",")));
+        }
+        if self.no_new_privs {
+            args.push("nnp".into());
+        }
+        args.push("--".into());
+        args.push(app.path.clone());
+        args.extend(app.argv.iter().cloned());
+        let mut cmd = ExecCommand::new(IN_POD, args);
+        cmd.argv[0] = COMM.into();
+        cmd
+    }
+}
+
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The host pid of an app's own process among its unit's processes: the
+/// unit's main process (the child of the pod's systemd), or, when that is
+/// appexec, appexec's child.
+pub fn app_pid(pod_pid1: i32, unit_processes: &[i32]) -> Option<i32> {
+    let main = unit_processes.iter().copied().find(|pid| parent_of(*pid) == Some(pod_pid1))?;
+    let comm = std::fs::read_to_string(format!("/proc/{main}/comm")).ok()?;
+    if comm.trim_end() != COMM {
+        return Some(main);
+    }
+    unit_processes.iter().copied().find(|pid| parent_of(*pid) == Some(main))
+}
+
+/// A host pid as the pod's PID namespace numbers it (the second `NSpid`).
+pub fn pid_in_pod(host_pid: i32) -> Option<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{host_pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(l: &[&str]) -> Vec<String> {
+        l.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_filter_lets_appexec_through_and_keeps_what_it_denied() {
+        // RuntimeDefault: unshare is in @system-service (through @process), mount is not
+        let (allow, deny) = widen(&PidMode::Container, true, &list(&["@system-service"]));
+        assert_eq!(allow, ["mount", "unshare"]);
+        assert_eq!(deny, ["mount"]);
+        // an allow list naming neither: both denied again
+        let (_, deny) = widen(&PidMode::Join(7), true, &list(&["read", "write"]));
+        assert_eq!(deny, ["mount", "setns"]);
+        // a deny list: only what it names, itself or by group
+        let (_, deny) = widen(&PidMode::Container, false, &list(&["@mount", "ptrace"]));
+        assert_eq!(deny, ["mount"]);
+        let (_, deny) = widen(&PidMode::Container, false, &list(&["unshare"]));
+        assert_eq!(deny, ["unshare"]);
+    }
+
+    #[test]
+    fn the_command_carries_the_plan_then_the_app() {
+        let app = ExecCommand { path: "/bin/busybox".into(), argv: list(&["sh", "-c", "x"]), ignore_failure: false };
+        let plan = Plan {
+            masks: list(&["/proc/kcore"]),
+            read_only: list(&["/proc/sys"]),
+            deny: list(&["mount"]),
+            errno: Some(1),
+            caps: Some(0x20),
+            uid: 1000,
+            gid: 3000,
+            groups: vec![4000],
+            no_new_privs: true,
+            ..Default::default()
+        };
+        let cmd = plan.command(&app);
+        assert_eq!(cmd.path, IN_POD);
+        assert_eq!(
+            cmd.argv,
+            list(&[
+                COMM,
+                "pid=new",
+                "mask=/proc/kcore",
+                "ro=/proc/sys",
+                "deny=mount",
+                "errno=1",
+                "caps=20",
+                "uid=1000",
+                "gid=3000",
+                "groups=4000",
+                "nnp",
+                "--",
+                "/bin/busybox",
+                "sh",
+                "-c",
+                "x"
+            ])
+        );
+    }
+}
