@@ -51,7 +51,8 @@ unsafe extern "C" {
     fn signal(sig: c_int, handler: usize) -> usize;
     fn kill(pid: c_int, sig: c_int) -> c_int;
     fn getpid() -> c_int;
-    fn setrlimit(resource: c_int, rlim: *const [c_ulong; 2]) -> c_int;
+    fn pipe2(fds: *mut [c_int; 2], flags: c_int) -> c_int;
+    fn poll(fds: *mut PollFd, nfds: c_ulong, timeout: c_int) -> c_int;
     fn __errno_location() -> *mut c_int;
     fn _exit(code: c_int) -> !;
 }
@@ -67,6 +68,7 @@ const MS_REMOUNT: c_ulong = 32;
 const MS_BIND: c_ulong = 4096;
 const MS_REC: c_ulong = 16384;
 const PR_SET_PDEATHSIG: c_int = 1;
+const PR_SET_DUMPABLE: c_int = 4;
 const PR_SET_SECCOMP: c_int = 22;
 const PR_CAPBSET_DROP: c_int = 24;
 const PR_SET_NO_NEW_PRIVS: c_int = 38;
@@ -78,7 +80,16 @@ const SIG_IGN: usize = 1;
 const SIGKILL: c_int = 9;
 const SIGCHLD: c_int = 17;
 const SIGSTOP: c_int = 19;
-const RLIMIT_CORE: c_int = 4;
+const POLLHUP: i16 = 0x10;
+
+/// `struct pollfd`.
+#[repr(C)]
+struct PollFd {
+    fd: c_int,
+    events: i16,
+    revents: i16,
+}
+const ENOENT: c_int = 2;
 const EINTR: c_int = 4;
 const EINVAL: c_int = 22;
 const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
@@ -87,12 +98,17 @@ const SYS_CAPGET: c_long = 125;
 #[cfg(target_arch = "aarch64")]
 const SYS_CAPGET: c_long = 90;
 const SYS_CAPSET: c_long = SYS_CAPGET + 1;
+#[cfg(target_arch = "x86_64")]
+const SYS_RT_SIGACTION: c_long = 13;
+#[cfg(target_arch = "aarch64")]
+const SYS_RT_SIGACTION: c_long = 134;
 
 /// What the daemon asked for.
 #[derive(Default)]
 struct Plan {
-    /// `None`: a new PID namespace; `Some(pid)`: join that process's.
-    join_pid: Option<String>,
+    /// `None`: a new PID namespace; `Some((pid, start time))`: join that
+    /// process's, if it is still the one that started then.
+    join: Option<(u32, String)>,
     masks: Vec<CString>,
     read_only: Vec<CString>,
     /// Syscall names to deny again, and the errno (`None`: kill).
@@ -125,8 +141,11 @@ fn parse() -> Plan {
         let arg = String::from_utf8(arg).unwrap_or_else(|_| fail("an option is not UTF-8", 0));
         let (key, value) = arg.split_once('=').unwrap_or((arg.as_str(), ""));
         match key {
-            "pid" if value == "new" => plan.join_pid = None,
-            "pid" => plan.join_pid = Some(number::<u32>(key, value).to_string()),
+            "pid" if value == "new" => plan.join = None,
+            "pid" => {
+                let (pid, start) = value.split_once('@').unwrap_or_else(|| fail("pid= is new or PID@STARTTIME", 0));
+                plan.join = Some((number(key, pid), start.to_string()));
+            }
             "mask" => plan.masks.push(cstring(value.into())),
             "ro" => plan.read_only.push(cstring(value.into())),
             "deny" => plan.deny = value.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect(),
@@ -181,26 +200,42 @@ fn main() {
             unsafe { signal(sig, SIG_IGN) };
         }
     }
-    match &plan.join_pid {
+    match &plan.join {
         // SAFETY: unshare(2) of the PID namespace for this process's future children.
         None => check(unsafe { unshare(CLONE_NEWPID) }, "new PID namespace"),
-        Some(pid) => {
+        Some((pid, start)) => {
             let ns = cstring(format!("/proc/{pid}/ns/pid").into_bytes());
             // SAFETY: open(2) and setns(2) on a namespace file; only the children enter it.
             let fd = unsafe { open(ns.as_ptr(), O_RDONLY | O_CLOEXEC) };
             check(fd, "opening the target's PID namespace");
+            // opened, then checked: the pid was not reused by another process meanwhile
+            if start_time(*pid).as_deref() != Some(start.as_str()) {
+                fail("the target container is gone", 0);
+            }
             check(unsafe { setns(fd, CLONE_NEWPID) }, "entering the target's PID namespace");
             // SAFETY: closing our own descriptor.
             unsafe { close(fd) };
         }
     }
+    // the child learns of this process's death from the pipe's other end
+    let mut alive = [0; 2];
+    // SAFETY: pipe2(2) into a local array.
+    check(unsafe { pipe2(&mut alive, O_CLOEXEC) }, "pipe");
     // SAFETY: fork(2) in this single-threaded program.
     let child = unsafe { fork() };
     check(child, "fork");
     if child == 0 {
-        container(&plan);
+        // SAFETY: closing the child's copy of the write end.
+        unsafe { close(alive[1]) };
+        container(&plan, alive[0]);
     }
     wait_and_mirror(child);
+}
+
+/// Field 22 of `/proc/<pid>/stat`: when the process started (clock ticks since boot).
+fn start_time(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19).map(str::to_string)
 }
 
 /// The parent: waits for the container and ends the same way.
@@ -222,9 +257,9 @@ fn wait_and_mirror(child: c_int) -> ! {
         unsafe { _exit(code) };
     }
     // killed: die of the same signal, without a core of this program
-    // SAFETY: resource limit, default disposition and a signal to ourselves.
+    // SAFETY: dumpable flag, default disposition and a signal to ourselves.
     unsafe {
-        setrlimit(RLIMIT_CORE, &[0, 0]);
+        prctl(PR_SET_DUMPABLE, 0 as c_ulong);
         signal(signaled, SIG_DFL);
         kill(getpid(), signaled);
         _exit(128 + signaled)
@@ -232,22 +267,32 @@ fn wait_and_mirror(child: c_int) -> ! {
 }
 
 /// The child, PID 1 of its namespace (or a member of the target's).
-fn container(plan: &Plan) -> ! {
-    // SAFETY: dispositions and the parent-death signal of this process.
-    unsafe {
-        for sig in 1..65 {
-            if sig != SIGKILL && sig != SIGSTOP {
-                signal(sig, SIG_DFL);
-            }
+fn container(plan: &Plan, alive: c_int) -> ! {
+    // every disposition back to the default: the raw call, which also
+    // reaches 32 and 33 (glibc refuses them; systemd leaves them ignored)
+    let default = [0u64; 4];
+    for sig in 1..65 {
+        if sig != SIGKILL && sig != SIGSTOP {
+            // SAFETY: rt_sigaction(2) with an all-zero (SIG_DFL) kernel sigaction.
+            unsafe { syscall(SYS_RT_SIGACTION, sig as c_long, default.as_ptr(), std::ptr::null::<u64>(), 8 as c_long) };
         }
-        // the unit's main process gone means the container is gone
-        prctl(PR_SET_PDEATHSIG, SIGKILL as c_ulong);
     }
     proc_mount(plan);
     if !plan.deny.is_empty() {
         deny_again(plan);
     }
     credentials(plan);
+    // the unit's main process gone means the container is gone: asked for
+    // after the ids changed (a change clears it), then checked, in case the
+    // parent died before
+    // SAFETY: prctl(2) and poll(2) on this process and our pipe's read end.
+    unsafe {
+        prctl(PR_SET_PDEATHSIG, SIGKILL as c_ulong);
+        let mut fd = PollFd { fd: alive, events: 0, revents: 0 };
+        if poll(&mut fd, 1, 0) > 0 && fd.revents & POLLHUP != 0 {
+            _exit(128 + SIGKILL);
+        }
+    }
     let mut argv: Vec<*const c_char> = plan.argv.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     // SAFETY: execv(2) with NUL-terminated strings and a NULL-terminated array; the environment is systemd's.
@@ -264,7 +309,11 @@ fn proc_mount(plan: &Plan) {
     };
     check(rc, "mounting /proc");
     for path in &plan.masks {
-        let Ok(meta) = std::fs::metadata(path.to_string_lossy().as_ref()) else { continue };
+        let meta = match std::fs::metadata(path.to_string_lossy().as_ref()) {
+            Ok(meta) => meta,
+            Err(e) if e.raw_os_error() == Some(ENOENT) => continue,
+            Err(e) => fail(&format!("masking {}", path.to_string_lossy()), e.raw_os_error().unwrap_or(0)),
+        };
         // SAFETY: mount(2) with prepared C strings.
         let rc = unsafe {
             if meta.is_dir() {
@@ -282,8 +331,10 @@ fn proc_mount(plan: &Plan) {
         check(rc, &format!("masking {}", path.to_string_lossy()));
     }
     for path in &plan.read_only {
-        if std::fs::symlink_metadata(path.to_string_lossy().as_ref()).is_err() {
-            continue;
+        match std::fs::symlink_metadata(path.to_string_lossy().as_ref()) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(ENOENT) => continue,
+            Err(e) => fail(&format!("making {} read-only", path.to_string_lossy()), e.raw_os_error().unwrap_or(0)),
         }
         // SAFETY: mount(2) with prepared C strings: a bind of the path on itself, then read-only.
         let rc = unsafe {
@@ -399,6 +450,12 @@ fn credentials(plan: &Plan) {
     }
     // SAFETY: prctl(2) clearing the ambient set.
     unsafe { prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0 as c_ulong, 0 as c_ulong, 0 as c_ulong) };
+    // nothing inheritable, whatever the uid (file capabilities must not get
+    // back what the bounding set dropped); the ids change with what is held now
+    let mut held = capabilities();
+    held[2] = 0;
+    held[5] = 0;
+    set_capabilities(&held);
     let mut groups = vec![plan.gid];
     groups.extend(plan.groups.iter().filter(|g| **g != plan.gid));
     // SAFETY: set*id(2) on this process with prepared values.
@@ -410,18 +467,9 @@ fn credentials(plan: &Plan) {
     if plan.uid == 0
         && let Some(keep) = plan.caps
     {
-        // root gets the bounding set on exec; what it holds now goes down to
-        // it too, and nothing stays inheritable
-        let header: [u32; 2] = [LINUX_CAPABILITY_VERSION_3, 0];
-        // effective, permitted, inheritable for the low, then the high 32 capabilities
-        let mut data = [0u32; 6];
-        // SAFETY: capget(2) and capset(2) with a v3 header and two data words.
-        unsafe {
-            check(syscall(SYS_CAPGET, header.as_ptr(), data.as_mut_ptr()) as c_int, "reading capabilities");
-            let (lo, hi) = (keep as u32 & data[1], (keep >> 32) as u32 & data[4]);
-            data = [lo, lo, 0, hi, hi, 0];
-            check(syscall(SYS_CAPSET, header.as_ptr(), data.as_ptr()) as c_int, "setting capabilities");
-        }
+        // root gets the bounding set on exec; what it holds now goes down to it too
+        let (lo, hi) = (keep as u32 & held[1], (keep >> 32) as u32 & held[4]);
+        set_capabilities(&[lo, lo, 0, hi, hi, 0]);
     }
     if plan.no_new_privs {
         // SAFETY: prctl(2) on this process.
@@ -430,4 +478,21 @@ fn credentials(plan: &Plan) {
             "no_new_privs",
         );
     }
+}
+
+/// Effective, permitted and inheritable sets, for the low then the high 32 capabilities.
+fn capabilities() -> [u32; 6] {
+    let header: [u32; 2] = [LINUX_CAPABILITY_VERSION_3, 0];
+    let mut data = [0u32; 6];
+    // SAFETY: capget(2) with a v3 header and two data words.
+    let rc = unsafe { syscall(SYS_CAPGET, header.as_ptr(), data.as_mut_ptr()) };
+    check(rc as c_int, "reading capabilities");
+    data
+}
+
+fn set_capabilities(data: &[u32; 6]) {
+    let header: [u32; 2] = [LINUX_CAPABILITY_VERSION_3, 0];
+    // SAFETY: capset(2) with a v3 header and two data words.
+    let rc = unsafe { syscall(SYS_CAPSET, header.as_ptr(), data.as_ptr()) };
+    check(rc as c_int, "setting capabilities");
 }

@@ -167,6 +167,10 @@ struct BenchArgs {
     /// Run the pods on the host network instead of the pod network.
     #[arg(long)]
     host_network: bool,
+    /// Containers share their pod's PID namespace (Kubernetes'
+    /// shareProcessNamespace) instead of kubelet's default, one each.
+    #[arg(long)]
+    shared_pid_namespace: bool,
     /// Directory for the pods' log directories.
     #[arg(long, default_value = "/var/tmp/rktlet-bench/logs")]
     log_dir: PathBuf,
@@ -187,6 +191,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         rounds: args.rounds,
         list_pods: args.list_pods,
         host_network: args.host_network,
+        shared_pid_namespace: args.shared_pid_namespace,
         log_dir: args.log_dir,
         pods_only: args.pods_only,
     };

@@ -791,7 +791,7 @@ fn log_content(log: &str) -> Vec<String> {
 async fn a_pid_namespace_per_container_and_targets_joining_it() {
     let mut e = env().await;
     let pod = e.pod("pidns").await;
-    let script = "echo pid $$; cat /proc/1/comm; grep -l systemd /proc/[0-9]*/comm | wc -l; \
+    let script = "echo pid $$ $HOME; cat /proc/1/comm; grep -l systemd /proc/[0-9]*/comm | wc -l; \
                   stat -c '%F' /proc/keys; echo 1 2>&1 > /proc/sys/kernel/ns_last_pid || true; \
                   grep CapBnd /proc/self/status; mount -t tmpfs t /mnt 2>&1 || echo refused; \
                   trap 'exit 0' TERM; echo ready; while true; do sleep 0.05; done";
@@ -813,7 +813,7 @@ async fn a_pid_namespace_per_container_and_targets_joining_it() {
     e.start(&first).await;
     let log = e.wait_log("pidns", "first", 9).await;
     let out = log_content(&log);
-    assert_eq!(&out[..4], ["pid 1", "sh", "0", "character special file"], "{log}");
+    assert_eq!(&out[..4], ["pid 1 /root", "sh", "0", "character special file"], "{log}");
     assert!(out[4].contains("Read-only file system"), "{log}");
     let capbnd = u64::from_str_radix(out[5].split_whitespace().nth(1).expect("mask"), 16).expect("hex");
     assert_eq!(capbnd & (1 << 5), 0, "KILL dropped: {log}");
@@ -836,19 +836,57 @@ async fn a_pid_namespace_per_container_and_targets_joining_it() {
 
     // a debug container joins it: the first's shell is its PID 1; its own user, its own exit code
     let debug = e
-        .create(&pod, "debug", &["sh", "-c", "cat /proc/1/comm; id -u; grep CapEff /proc/self/status; exit 7"], |c| {
-            let mut sc = pid_namespace(cri::NamespaceMode::Target, &first);
-            sc.run_as_user = Some(cri::Int64Value { value: 1000 });
-            c.linux = Some(cri::LinuxContainerConfig { security_context: Some(sc), ..Default::default() });
-        })
+        .create(
+            &pod,
+            "debug",
+            &["sh", "-c", "cat /proc/1/comm; id -u; echo $HOME; grep CapEff /proc/self/status; exit 7"],
+            |c| {
+                let mut sc = pid_namespace(cri::NamespaceMode::Target, &first);
+                sc.run_as_user = Some(cri::Int64Value { value: 1000 });
+                c.linux = Some(cri::LinuxContainerConfig { security_context: Some(sc), ..Default::default() });
+            },
+        )
         .await;
     e.start(&debug).await;
     let s = e.wait_state(&debug, cri::ContainerState::ContainerExited).await;
     assert_eq!(s.exit_code, 7);
-    let log = e.wait_log("pidns", "debug", 3).await;
+    let log = e.wait_log("pidns", "debug", 4).await;
     let out = log_content(&log);
-    assert_eq!(out[..2], ["sh", "1000"], "{log}");
-    assert_eq!(out[2].split_whitespace().collect::<Vec<_>>(), ["CapEff:", "0000000000000000"], "{log}");
+    // HOME from the image's /etc/passwd
+    assert_eq!(out[..3], ["sh", "1000", "/home/app"], "{log}");
+    assert_eq!(out[3].split_whitespace().collect::<Vec<_>>(), ["CapEff:", "0000000000000000"], "{log}");
+
+    // the pod's namespace (CRI POD, shareProcessNamespace): its systemd is PID 1;
+    // no standard signal ignored in either way (systemd would ignore SIGPIPE;
+    // the pod's systemd leaves 32 and 33, glibc's own, ignored; appexec does not)
+    let shared = e
+        .create(
+            &pod,
+            "shared",
+            &["grep", "-h", "-e", "^systemd$", "-e", "^SigIgn:", "/proc/1/comm", "/proc/self/status"],
+            |c| {
+                let sc = pid_namespace(cri::NamespaceMode::Pod, "");
+                c.linux = Some(cri::LinuxContainerConfig { security_context: Some(sc), ..Default::default() });
+            },
+        )
+        .await;
+    e.start(&shared).await;
+    e.wait_state(&shared, cri::ContainerState::ContainerExited).await;
+    let log = e.wait_log("pidns", "shared", 2).await;
+    let out = log_content(&log);
+    assert_eq!(out[0], "systemd", "{log}");
+    let ignored = |line: &str| u64::from_str_radix(line.trim_start_matches("SigIgn:").trim(), 16).expect("hex");
+    assert_eq!(ignored(&out[1]) & 0x7fff_ffff, 0, "signals 1-31: {log}");
+    let own = e
+        .create(&pod, "own", &["grep", "^SigIgn:", "/proc/self/status"], |c| {
+            let sc = pid_namespace(cri::NamespaceMode::Container, "");
+            c.linux = Some(cri::LinuxContainerConfig { security_context: Some(sc), ..Default::default() });
+        })
+        .await;
+    e.start(&own).await;
+    e.wait_state(&own, cri::ContainerState::ContainerExited).await;
+    let log = e.wait_log("pidns", "own", 1).await;
+    assert_eq!(ignored(&log_content(&log)[0]), 0, "{log}");
 
     // SIGTERM reaches a PID 1 that handles it; one that does not is killed at the timeout
     e.rt.stop_container(cri::StopContainerRequest { container_id: first.clone(), timeout: 10 }).await.expect("stop");

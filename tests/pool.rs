@@ -143,7 +143,8 @@ async fn a_pool_pod_gets_what_was_asked_and_runs_containers() {
     let asked_at = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).expect("now").as_nanos() as i64;
     let id = run(&mut rt, &config).await;
     assert_eq!(id, pooled_uuid, "the request was served by the waiting pool pod");
-    // the next request finds the pool empty: a cold pod, to compare with
+    // the next request finds the pool empty (a cold pod, to compare with) or
+    // its refill ready: not the pod that was waiting either way
     let mut cold_config = pod_config("cold", &[("tier", "web")]);
     cold_config.linux = config.linux.clone();
     cold_config.log_directory = dir.path().join("logs/cold").to_string_lossy().into_owned();
@@ -234,7 +235,8 @@ async fn a_pool_pod_gets_what_was_asked_and_runs_containers() {
     let left = net.allocated();
     assert!(!left.contains(&ip) && left.len() <= 1, "IPs released: {left:?}");
     let refilled = wait_pool(&mut rt, 1).await;
-    assert_eq!(refilled["takes"].as_u64(), Some(1), "{refilled}");
+    // the second request may have found the refill ready already (CI saw it once)
+    assert!(matches!(refilled["takes"].as_u64(), Some(1 | 2)), "{refilled}");
     let all: Vec<String> = pool_pods(&data).into_iter().chain([id, cold]).collect();
     stop_and_check(&mut d, all);
     remove_cgroup_parent(&parent);

@@ -60,6 +60,9 @@ pub struct Options {
     pub list_pods: Vec<usize>,
     /// Pods on the host network instead of the runtime's pod network (CNI).
     pub host_network: bool,
+    /// Containers in their pod's PID namespace (CRI `POD`) instead of one
+    /// each (`CONTAINER`, kubelet's default).
+    pub shared_pid_namespace: bool,
     /// Where the pods' log directories go.
     pub log_dir: PathBuf,
     /// Endpoints measured on the pod lifecycle only (e.g. a second daemon
@@ -125,6 +128,10 @@ pub async fn run(opts: &Options) -> Result<Report, BenchError> {
     report.context.insert("image".into(), opts.image.clone());
     report.context.insert("pull image".into(), opts.pull_image.clone());
     report.context.insert("pod network".into(), if opts.host_network { "host" } else { "pod (CNI)" }.into());
+    report.context.insert(
+        "container PID namespace".into(),
+        if opts.shared_pid_namespace { "the pod's" } else { "its own (kubelet's default)" }.into(),
+    );
     report.context.insert("machine".into(), machine());
     for endpoint in &opts.endpoints {
         tracing::info!(endpoint = endpoint.name, socket = %endpoint.socket.display(), "measuring");
@@ -344,12 +351,20 @@ impl<'a> Session<'a> {
     /// A container that stops at SIGTERM even as its pid namespace's init
     /// (as under runc), so that StopContainer never waits for the timeout.
     fn container_config(&self, name: &str) -> cri::ContainerConfig {
+        let pid = if self.opts.shared_pid_namespace { cri::NamespaceMode::Pod } else { cri::NamespaceMode::Container };
         cri::ContainerConfig {
             metadata: Some(cri::ContainerMetadata { name: name.to_string(), attempt: 0 }),
             image: Self::image_spec(&self.opts.image),
             command: vec!["sh".into(), "-c".into(), "trap 'exit 0' TERM; sleep 100000 & wait".into()],
             log_path: format!("{name}.log"),
             labels: [("rktlet-bench".to_string(), self.name.clone())].into(),
+            linux: Some(cri::LinuxContainerConfig {
+                security_context: Some(cri::LinuxContainerSecurityContext {
+                    namespace_options: Some(cri::NamespaceOption { pid: pid as i32, ..Default::default() }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
             ..Default::default()
         }
     }

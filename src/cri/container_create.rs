@@ -263,13 +263,18 @@ fn resolve_user(
 }
 
 fn lookup_by_id(rootfs: &Path, uid: u32) -> Option<u32> {
+    passwd_field(rootfs, uid, 3)?.parse().ok()
+}
+
+/// Field `n` of the image's `/etc/passwd` entry of `uid`.
+fn passwd_field(rootfs: &Path, uid: u32, n: usize) -> Option<String> {
     let text = std::fs::read_to_string(rootfs.join("etc/passwd")).ok()?;
     text.lines().find_map(|l| {
         let f: Vec<&str> = l.split(':').collect();
         if f.get(2).and_then(|u| u.parse::<u32>().ok()) != Some(uid) {
             return None;
         }
-        f.get(3)?.parse().ok()
+        f.get(n).map(|v| v.to_string())
     })
 }
 
@@ -316,6 +321,11 @@ pub async fn create_container(
     }
     if !env.iter().any(|e| e.name == "PATH") {
         env.push(NameValue::new("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
+    }
+    // HOME as runc sets it: the user's home in the image, else /
+    if !env.iter().any(|e| e.name == "HOME") {
+        let home = passwd_field(&rootfs, uid, 5).filter(|h| !h.is_empty()).unwrap_or_else(|| "/".into());
+        env.push(NameValue::new("HOME", home));
     }
     if !env.iter().any(|e| e.name == "HOSTNAME")
         && let Some(h) = pod_manifest.annotation(pod_meta::HOSTNAME)

@@ -209,6 +209,12 @@ pub async fn start_container(
         // log as stdout, input from attach sessions, which also resize it)
         let pty = crate::stage1::pty::PodPty::open_as_seen_by(pid1)
             .map_err(|e| Status::internal(format!("a terminal for {}: {e}", req.container_id)))?;
+        // the app's own, as systemd makes it for `User=` (appexec runs as root)
+        if let (Ok(uid), Ok(gid)) = (section.user.parse::<u32>(), section.group.parse::<u32>()) {
+            let path = format!("/proc/{pid1}/root{}", pty.path_in_pod);
+            std::os::unix::fs::chown(&path, Some(uid), Some(gid))
+                .map_err(|e| Status::internal(format!("the terminal of {}: {e}", req.container_id)))?;
+        }
         let input = if meta::stdin(&t.app).is_some() { "tty" } else { "null" };
         spec.extra.push(Property::str("StandardInput", input));
         spec.extra.push(Property::str("StandardOutput", "tty"));
@@ -400,7 +406,8 @@ fn pid_mode(rt: &Runtime, t: &Target, pid1: i32) -> Result<PidMode, Status> {
             manifest.app(&app).ok_or_else(not_running)?;
             let procs = app_cgroup(&t.pod, &app).map(|cg| cg.unit_processes()).unwrap_or_default();
             let host_pid = crate::stage1::appexec::app_pid(pid1, &procs).ok_or_else(not_running)?;
-            PidMode::Join(crate::stage1::appexec::pid_in_pod(host_pid).ok_or_else(not_running)?)
+            let start = crate::stage1::appexec::start_time(host_pid).ok_or_else(not_running)?;
+            PidMode::Join(crate::stage1::appexec::pid_in_pod(host_pid).ok_or_else(not_running)?, start)
         }
     })
 }
@@ -430,7 +437,7 @@ fn own_pid_namespace(
         |l: &Option<Vec<String>>| -> Vec<String> { l.iter().flatten().filter(|p| below_proc(p)).cloned().collect() };
     let mut plan = Plan {
         join: match mode {
-            PidMode::Join(pid) => Some(*pid),
+            PidMode::Join(pid, start) => Some((*pid, start.clone())),
             _ => None,
         },
         masks: below(masked),

@@ -19,7 +19,7 @@ use super::inject::{self, Attach, Propagation};
 use crate::pod::DataDir;
 use sha2::Digest;
 use std::io;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Where apps find the program (the pod's /dev, which every app binds).
@@ -36,25 +36,35 @@ pub enum PidMode {
     Pod,
     /// Its own, the app as PID 1.
     Container,
-    /// That of the process with this pid in the pod's namespace.
-    Join(i32),
+    /// That of the process with this pid in the pod's namespace, started at
+    /// this time (`/proc/<pid>/stat` field 22: a reused pid is refused).
+    Join(i32, String),
 }
 
-/// The host copy of the program, named by its digest: written once per data
-/// directory and build of the daemon.
+/// The host copy of the program, named by its digest: written (complete
+/// and synced before it gets its name) once per data directory and build of
+/// the daemon; a copy that differs from the embedded program is replaced,
+/// and other builds' copies go (pods bound to them keep theirs).
 fn host_copy(data: &DataDir) -> io::Result<PathBuf> {
     let digest = sha2::Sha256::digest(BINARY);
     let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
     let dir = data.root().join("appexec");
-    let path = dir.join(format!("appexec-{hex}"));
-    if path.exists() {
+    let name = format!("appexec-{hex}");
+    let path = dir.join(&name);
+    if std::fs::read(&path).is_ok_and(|bytes| bytes == BINARY) {
         return Ok(path);
     }
     std::fs::create_dir_all(&dir)?;
     let tmp = dir.join(format!(".tmp-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::write(&tmp, BINARY)?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o555))?;
+    let mut file = std::fs::OpenOptions::new().create_new(true).write(true).mode(0o555).open(&tmp)?;
+    io::Write::write_all(&mut file, BINARY)?;
+    file.sync_all()?;
     std::fs::rename(&tmp, &path)?;
+    for old in std::fs::read_dir(&dir)?.flatten() {
+        if old.file_name().to_string_lossy().starts_with("appexec-") && old.file_name() != name.as_str() {
+            let _ = std::fs::remove_file(old.path());
+        }
+    }
     Ok(path)
 }
 
@@ -63,24 +73,56 @@ fn host_copy(data: &DataDir) -> io::Result<PathBuf> {
 pub fn ensure(data: &DataDir, pod_dir: &Path, pod_pid1: i32) -> io::Result<()> {
     super::once_per_pod(pod_dir, MARKER, || {
         let src = host_copy(data)?;
-        // the mount point, in the pod's /dev (its tmpfs), through its PID 1's root
+        // the mount point, in the pod's /dev (its tmpfs), through its PID 1's
+        // root: a file of our own, not whatever an app may have put there
+        // (move_mount does not follow a symlink at its target)
+        let target = format!("/proc/{pod_pid1}/root{IN_POD}");
+        match std::fs::symlink_metadata(&target) {
+            Ok(m) if !m.is_file() => std::fs::remove_file(&target)?,
+            _ => {}
+        }
         std::fs::OpenOptions::new()
             .create(true)
             .write(true)
             .mode(0o555)
-            .open(format!("/proc/{pod_pid1}/root{IN_POD}"))?;
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&target)?;
         let tree = inject::clone_tree(&src, false, true, Propagation::Private)?;
         inject::attach(pod_pid1, &[Attach::new(tree, Path::new(IN_POD))?])
     })
 }
 
-/// The calls appexec makes after systemd applied the app's seccomp filter.
+/// The namespace calls appexec makes after systemd applied the app's
+/// seccomp filter: denied again once it is done with them.
 fn needs(pid: &PidMode) -> [&'static str; 2] {
     match pid {
-        PidMode::Join(_) => ["mount", "setns"],
+        PidMode::Join(..) => ["mount", "setns"],
         _ => ["mount", "unshare"],
     }
 }
+
+/// The other calls appexec makes under the app's filter (besides its
+/// start-up), which a strict allow list may leave out; let through and not
+/// denied again: they fork, wait, signal, read /proc and drop privileges.
+const ALSO_NEEDED: [&str; 17] = [
+    "clone",
+    "wait4",
+    "kill",
+    "getpid",
+    "rt_sigaction",
+    "prctl",
+    "pipe2",
+    "poll",
+    "newfstatat",
+    "statx",
+    "setgroups",
+    "setresgid",
+    "setresuid",
+    "capget",
+    "capset",
+    "execve",
+    "exit_group",
+];
 
 /// Whether a systemd (252) filter entry names `call`, itself or by a group.
 fn names(entry: &str, call: &str) -> bool {
@@ -102,13 +144,14 @@ pub fn widen(pid: &PidMode, allow_list: bool, entries: &[String]) -> (Vec<String
         .filter(|call| entries.iter().any(|e| names(e, call)) != allow_list)
         .map(|c| c.to_string())
         .collect();
-    (needs.iter().map(|c| c.to_string()).collect(), denied)
+    (needs.iter().chain(&ALSO_NEEDED).map(|c| c.to_string()).collect(), denied)
 }
 
 /// What appexec does for one app.
 #[derive(Debug, Clone, Default)]
 pub struct Plan {
-    pub join: Option<i32>,
+    /// A target's pid in the pod and its start time.
+    pub join: Option<(i32, String)>,
     /// Paths below /proc to mask, and to make read-only.
     pub masks: Vec<String>,
     pub read_only: Vec<String>,
@@ -127,8 +170,8 @@ impl Plan {
     /// The unit's ExecStart: appexec with its options, then the app's
     /// program, argv[0] and arguments.
     pub fn command(&self, app: &ExecCommand) -> ExecCommand {
-        let mut args = vec![match self.join {
-            Some(pid) => format!("pid={pid}"),
+        let mut args = vec![match &self.join {
+            Some((pid, start)) => format!("pid={pid}@{start}"),
             None => "pid=new".into(),
         }];
         args.extend(self.masks.iter().map(|p| format!("mask={p}")));
@@ -161,16 +204,27 @@ fn parent_of(pid: i32) -> Option<i32> {
     stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
 }
 
+fn is_appexec(pid: i32) -> Option<bool> {
+    Some(std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?.trim_end() == COMM)
+}
+
 /// The host pid of an app's own process among its unit's processes: the
 /// unit's main process (the child of the pod's systemd), or, when that is
-/// appexec, appexec's child.
+/// appexec, appexec's child once it has become the app (before, it is root
+/// with the pod's capabilities: nothing may be run as a copy of it).
 pub fn app_pid(pod_pid1: i32, unit_processes: &[i32]) -> Option<i32> {
     let main = unit_processes.iter().copied().find(|pid| parent_of(*pid) == Some(pod_pid1))?;
-    let comm = std::fs::read_to_string(format!("/proc/{main}/comm")).ok()?;
-    if comm.trim_end() != COMM {
+    if !is_appexec(main)? {
         return Some(main);
     }
-    unit_processes.iter().copied().find(|pid| parent_of(*pid) == Some(main))
+    let app = unit_processes.iter().copied().find(|pid| parent_of(*pid) == Some(main))?;
+    (!is_appexec(app)?).then_some(app)
+}
+
+/// When a process started (`/proc/<pid>/stat` field 22), the same in every namespace.
+pub fn start_time(host_pid: i32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{host_pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19).map(str::to_string)
 }
 
 /// A host pid as the pod's PID namespace numbers it (the second `NSpid`).
@@ -192,10 +246,11 @@ mod tests {
     fn the_filter_lets_appexec_through_and_keeps_what_it_denied() {
         // RuntimeDefault: unshare is in @system-service (through @process), mount is not
         let (allow, deny) = widen(&PidMode::Container, true, &list(&["@system-service"]));
-        assert_eq!(allow, ["mount", "unshare"]);
+        assert_eq!(allow[..3], ["mount", "unshare", "clone"]);
+        assert!(allow.iter().any(|c| c == "setresuid"));
         assert_eq!(deny, ["mount"]);
         // an allow list naming neither: both denied again
-        let (_, deny) = widen(&PidMode::Join(7), true, &list(&["read", "write"]));
+        let (_, deny) = widen(&PidMode::Join(7, "1".into()), true, &list(&["read", "write"]));
         assert_eq!(deny, ["mount", "setns"]);
         // a deny list: only what it names, itself or by group
         let (_, deny) = widen(&PidMode::Container, false, &list(&["@mount", "ptrace"]));

@@ -251,6 +251,8 @@ impl ServiceSpec {
             // `exec`: the start job fails when the program cannot be executed
             Property::str("Type", "exec"),
             Property::bool("RemainAfterExit", self.remain_after_exit),
+            // SIGPIPE as the program would have it anywhere else (runc's way), not ignored
+            Property::bool("IgnoreSIGPIPE", false),
             Property::new("ExecStart", Value::Exec(vec![self.exec_start.clone()])),
         ];
         if let Some(root) = &self.root_directory {
@@ -339,10 +341,18 @@ mod tests {
         let p = spec.properties().expect("props");
         assert_eq!(
             names(&p),
-            ["Description", "DefaultDependencies", "Type", "RemainAfterExit", "ExecStart", "MountAPIVFS"]
+            [
+                "Description",
+                "DefaultDependencies",
+                "Type",
+                "RemainAfterExit",
+                "IgnoreSIGPIPE",
+                "ExecStart",
+                "MountAPIVFS"
+            ]
         );
         assert!(matches!(&p[0].value, Value::Str(d) if d == "Application=app1"));
-        assert!(matches!(&p[4].value, Value::Exec(c) if c[0].argv == ["/bin/sh", "-c", "true"]));
+        assert!(matches!(&p[5].value, Value::Exec(c) if c[0].argv == ["/bin/sh", "-c", "true"]));
     }
 
     #[test]
