@@ -387,7 +387,7 @@ mod tests {
         assert_eq!(sig("SupplementaryGroups"), Some("as"));
         assert_eq!(sig("CapabilityBoundingSet"), Some("t"));
         assert_eq!(sig("SyslogIdentifier"), Some("s"));
-        assert_eq!(p.len(), 23);
+        assert_eq!(p.len(), 24);
         // the spec keeps its own fd: a second rendering works
         assert!(spec.properties().is_ok());
     }
