@@ -3,7 +3,9 @@
 //! StopContainer (an app that honours SIGTERM), RemoveContainer. Medians.
 //!
 //! Run: `cargo bench --bench container_lifecycle` (root; starts the test
-//! registry fixture and a real pod). `N=...` sets the container count.
+//! registry fixture and a real pod). `N=...` sets the container count;
+//! containers get a PID namespace each (kubelet's default), or share the
+//! pod's with `PID_NS=pod`.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -25,6 +27,10 @@ async fn main() {
     // `cargo test --all-targets` runs this without `--bench`: a 2-container smoke run
     let smoke = !std::env::args().any(|a| a == "--bench");
     let n: usize = std::env::var("N").ok().and_then(|s| s.parse().ok()).unwrap_or(if smoke { 2 } else { 100 });
+    let pid = match std::env::var("PID_NS").as_deref() {
+        Ok("pod") => cri::NamespaceMode::Pod,
+        _ => cri::NamespaceMode::Container,
+    };
     let d = common::Daemon::start(&[]);
     let image = common::pull_busybox(&d).await;
     let mut rt = d.runtime().await;
@@ -45,8 +51,16 @@ async fn main() {
         let config = cri::ContainerConfig {
             metadata: Some(cri::ContainerMetadata { name: format!("c{i}"), attempt: 0 }),
             image: Some(cri::ImageSpec { image: image.clone(), ..Default::default() }),
-            command: vec!["sleep".into(), "1000".into()],
+            // a PID 1 without a handler would ignore SIGTERM
+            command: vec!["sh".into(), "-c".into(), "trap 'exit 0' TERM; sleep 1000 & wait".into()],
             log_path: format!("c{i}.log"),
+            linux: Some(cri::LinuxContainerConfig {
+                security_context: Some(cri::LinuxContainerSecurityContext {
+                    namespace_options: Some(cri::NamespaceOption { pid: pid as i32, ..Default::default() }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let t = Instant::now();
