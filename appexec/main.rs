@@ -13,9 +13,9 @@
 //!    parent stays as the unit's main process, ignores the stop signals
 //!    (systemd signals every process of the unit) and ends as the child did,
 //!    with its exit code or by its signal;
-//! 3. in the child: mounts a /proc of the new namespace over the pod's, with
-//!    the app's masked (`mask=`) and read-only (`ro=`) paths below /proc
-//!    made again; installs a filter that denies again what the app's own
+//! 3. in the child: mounts a /proc of the new namespace over the pod's, then
+//!    the app's masked (`mask=`) and read-only (`ro=`) paths, /proc's and
+//!    the others; installs a filter that denies again what the app's own
 //!    seccomp profile denied and systemd had to let through (`deny=`); drops
 //!    the capability bounding set to the app's (`caps=`), sets its groups,
 //!    gid and uid (`groups=`, `gid=`, `uid=`), no_new_privs (`nnp`), and
@@ -301,7 +301,7 @@ fn container(plan: &Plan, alive: c_int) -> ! {
 }
 
 /// A /proc of the new PID namespace, then the app's masks and read-only
-/// paths below it.
+/// paths (below it and elsewhere).
 fn proc_mount(plan: &Plan) {
     // SAFETY: mount(2) with C string literals.
     let rc = unsafe {

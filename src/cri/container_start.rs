@@ -175,8 +175,8 @@ pub async fn start_container(
     if pid_mode != PidMode::Pod {
         own_pid_namespace(rt, &t, pid1, &pid_mode, &mut spec, filter, (&masked, &readonly))?;
     }
-    let own_proc = pid_mode != PidMode::Pod;
-    tokio::task::block_in_place(|| api_file_systems(&t.pod, pid1, &mut spec, masked, readonly, own_proc))?;
+    let by_appexec = pid_mode != PidMode::Pod;
+    tokio::task::block_in_place(|| api_file_systems(&t.pod, pid1, &mut spec, masked, readonly, by_appexec))?;
     if t.app.read_only_root_fs {
         spec.read_only_paths.push("/".into());
     }
@@ -337,19 +337,20 @@ fn device_nodes(paths: &AppPaths, devices: &[meta::Device]) -> Result<Vec<BindPa
 
 /// Read-only binds that hide masked paths as the pod sees them: /dev/null
 /// over files, an empty directory (`/rkt/empty`) over directories; paths the
-/// pod does not have are skipped.
 /// /proc, /sys and /dev in the app with its masked and read-only paths.
 /// Apps asking for at least kubelet's defaults bind the pod's own (its /proc
 /// masked once, `stage1/api_vfs.rs`) plus binds for the rest they ask; the
 /// others (privileged: no masks) get fresh ones from `MountAPIVFS=` with
-/// their own binds. The app shares the pod's PID namespace either way.
+/// their own binds. With `by_appexec` (an app with a PID namespace of its
+/// own), appexec makes every mask and read-only path in the app's mount
+/// namespace after systemd is done, which costs systemd's start nothing.
 fn api_file_systems(
     pod: &Pod,
     pid1: i32,
     spec: &mut ServiceSpec,
     masked: Option<Vec<String>>,
     readonly: Option<Vec<String>>,
-    own_proc: bool,
+    by_appexec: bool,
 ) -> Result<(), Status> {
     let (mut masked, mut readonly) = (masked.unwrap_or_default(), readonly.unwrap_or_default());
     if !masked.is_empty() && crate::stage1::api_vfs::covers(&masked, &readonly) {
@@ -366,10 +367,9 @@ fn api_file_systems(
         masked.retain(|p| !crate::stage1::api_vfs::masked_in_pod(p));
         readonly.retain(|p| !crate::stage1::api_vfs::read_only_in_pod(p));
     }
-    if own_proc {
-        // appexec mounts the app's own /proc and masks it (own_pid_namespace)
-        masked.retain(|p| !below_proc(p));
-        readonly.retain(|p| !below_proc(p));
+    if by_appexec {
+        masked.clear();
+        readonly.clear();
     }
     // (each read-only bind costs systemd 252 a parse of the pod's mountinfo:
     // masked files get a plain bind of /dev/null, as runc does)
@@ -383,10 +383,6 @@ fn api_file_systems(
         recursive: true,
     }));
     Ok(())
-}
-
-fn below_proc(path: &str) -> bool {
-    Path::new(path).starts_with("/proc")
 }
 
 /// The app's PID namespace, with the pid to join for a target's.
@@ -433,15 +429,14 @@ fn own_pid_namespace(
             Status::invalid_argument(format!("{what} {field:?} of container {} is not numeric", t.app.name))
         })
     };
-    let below =
-        |l: &Option<Vec<String>>| -> Vec<String> { l.iter().flatten().filter(|p| below_proc(p)).cloned().collect() };
+    let all = |l: &Option<Vec<String>>| -> Vec<String> { l.iter().flatten().cloned().collect() };
     let mut plan = Plan {
         join: match mode {
             PidMode::Join(pid, start) => Some((*pid, start.clone())),
             _ => None,
         },
-        masks: below(masked),
-        read_only: below(readonly),
+        masks: all(masked),
+        read_only: all(readonly),
         caps: spec.capability_bounding_set.take(),
         uid: id(&spec.user.take(), "user")?,
         gid: id(&spec.group.take(), "group")?,

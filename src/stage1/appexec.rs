@@ -152,7 +152,8 @@ pub fn widen(pid: &PidMode, allow_list: bool, entries: &[String]) -> (Vec<String
 pub struct Plan {
     /// A target's pid in the pod and its start time.
     pub join: Option<(i32, String)>,
-    /// Paths below /proc to mask, and to make read-only.
+    /// The app's paths to mask and to make read-only (after its new /proc
+    /// is mounted; systemd makes none of them for such an app).
     pub masks: Vec<String>,
     pub read_only: Vec<String>,
     pub deny: Vec<String>,
