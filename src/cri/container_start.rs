@@ -335,8 +335,6 @@ fn device_nodes(paths: &AppPaths, devices: &[meta::Device]) -> Result<Vec<BindPa
     Ok(binds)
 }
 
-/// Read-only binds that hide masked paths as the pod sees them: /dev/null
-/// over files, an empty directory (`/rkt/empty`) over directories; paths the
 /// /proc, /sys and /dev in the app with its masked and read-only paths.
 /// Apps asking for at least kubelet's defaults bind the pod's own (its /proc
 /// masked once, `stage1/api_vfs.rs`) plus binds for the rest they ask; the
@@ -424,9 +422,9 @@ fn own_pid_namespace(
 ) -> Result<(), Status> {
     tokio::task::block_in_place(|| crate::stage1::appexec::ensure(&rt.data, &t.pod.path(), pid1))
         .map_err(|e| Status::internal(format!("putting appexec in pod {}: {e}", t.pod.uuid())))?;
-    let id = |field: &Option<String>, what: &str| -> Result<u32, Status> {
-        field.as_deref().unwrap_or("0").parse().map_err(|_| {
-            Status::invalid_argument(format!("{what} {field:?} of container {} is not numeric", t.app.name))
+    let id = |value: &str, what: &str| -> Result<u32, Status> {
+        value.parse().map_err(|_| {
+            Status::invalid_argument(format!("{what} {value:?} of container {} is not numeric", t.app.name))
         })
     };
     let all = |l: &Option<Vec<String>>| -> Vec<String> { l.iter().flatten().cloned().collect() };
@@ -438,14 +436,14 @@ fn own_pid_namespace(
         masks: all(masked),
         read_only: all(readonly),
         caps: spec.capability_bounding_set.take(),
-        uid: id(&spec.user.take(), "user")?,
-        gid: id(&spec.group.take(), "group")?,
+        uid: id(spec.user.take().as_deref().unwrap_or("0"), "user")?,
+        gid: id(spec.group.take().as_deref().unwrap_or("0"), "group")?,
         no_new_privs: spec.no_new_privileges.take().unwrap_or(false),
         ..Default::default()
     };
     plan.groups = std::mem::take(&mut spec.supplementary_groups)
         .iter()
-        .map(|g| id(&Some(g.clone()), "supplementary group"))
+        .map(|g| id(g, "supplementary group"))
         .collect::<Result<_, _>>()?;
     if let Some((allow, entries, errno)) = filter {
         let (let_through, deny) = crate::stage1::appexec::widen(mode, allow, &entries);
