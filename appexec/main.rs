@@ -27,6 +27,7 @@
 
 use std::ffi::{CString, c_char, c_int, c_long, c_uint, c_ulong, c_void};
 use std::os::unix::ffi::OsStringExt;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 unsafe extern "C" {
     fn unshare(flags: c_int) -> c_int;
@@ -55,7 +56,13 @@ unsafe extern "C" {
     fn poll(fds: *mut PollFd, nfds: c_ulong, timeout: c_int) -> c_int;
     fn __errno_location() -> *mut c_int;
     fn _exit(code: c_int) -> !;
+    fn write(fd: c_int, buf: *const c_void, count: usize) -> isize;
+    fn read(fd: c_int, buf: *mut c_void, count: usize) -> isize;
 }
+
+/// In the child: the pipe end that tells the parent the app could not be
+/// exec'd (a byte) rather than exec'd (the end closed by the exec).
+static FAILED_FD: AtomicI32 = AtomicI32::new(-1);
 
 const CLONE_NEWPID: c_int = 0x2000_0000;
 const O_RDONLY: c_int = 0;
@@ -179,8 +186,15 @@ fn fail(what: &str, err: c_int) -> ! {
     } else {
         eprintln!("appexec: {what}");
     }
-    // SAFETY: ends this process at once (no destructors to run in a forked child).
-    unsafe { _exit(127) }
+    let fd = FAILED_FD.load(Ordering::Relaxed);
+    // SAFETY: a byte to our own pipe, then the end of this process (no
+    // destructors to run in a forked child).
+    unsafe {
+        if fd >= 0 {
+            write(fd, b"x".as_ptr().cast(), 1);
+        }
+        _exit(127)
+    }
 }
 
 fn check(rc: c_int, what: &str) {
@@ -217,19 +231,56 @@ fn main() {
             unsafe { close(fd) };
         }
     }
-    // the child learns of this process's death from the pipe's other end
-    let mut alive = [0; 2];
-    // SAFETY: pipe2(2) into a local array.
+    // the child learns of this process's death from one pipe's other end;
+    // this process learns from the other whether the app was exec'd
+    let (mut alive, mut execd) = ([0; 2], [0; 2]);
+    // SAFETY: pipe2(2) into local arrays.
     check(unsafe { pipe2(&mut alive, O_CLOEXEC) }, "pipe");
+    check(unsafe { pipe2(&mut execd, O_CLOEXEC) }, "pipe");
     // SAFETY: fork(2) in this single-threaded program.
     let child = unsafe { fork() };
     check(child, "fork");
     if child == 0 {
-        // SAFETY: closing the child's copy of the write end.
-        unsafe { close(alive[1]) };
+        // SAFETY: closing the child's copies of the ends it does not use.
+        unsafe {
+            close(alive[1]);
+            close(execd[0]);
+        }
+        FAILED_FD.store(execd[1], Ordering::Relaxed);
         container(&plan, alive[0]);
     }
+    // SAFETY: closing our copy of the child's end, then reading ours.
+    let exec_failed = unsafe {
+        close(execd[1]);
+        let mut byte = 0u8;
+        loop {
+            let n = read(execd[0], (&mut byte as *mut u8).cast(), 1);
+            if n >= 0 || errno() != EINTR {
+                break n > 0;
+            }
+        }
+    };
+    if !exec_failed {
+        ready();
+    }
     wait_and_mirror(child);
+}
+
+/// Tells systemd the unit has started (`Type=notify`): the app was exec'd.
+/// Before, systemd's start job, and so StartContainer, waits; a child that
+/// fails instead makes it fail.
+fn ready() {
+    let Some(socket) = std::env::var_os("NOTIFY_SOCKET") else { return };
+    let Ok(sender) = std::os::unix::net::UnixDatagram::unbound() else { return };
+    let bytes = socket.as_encoded_bytes();
+    let sent = match bytes.strip_prefix(b"@") {
+        Some(name) => <std::os::unix::net::SocketAddr as std::os::linux::net::SocketAddrExt>::from_abstract_name(name)
+            .and_then(|addr| sender.send_to_addr(b"READY=1", &addr)),
+        None => sender.send_to(b"READY=1", &socket),
+    };
+    if let Err(e) = sent {
+        eprintln!("appexec: telling systemd the app started: {e}");
+    }
 }
 
 /// Field 22 of `/proc/<pid>/stat`: when the process started (clock ticks since boot).
@@ -293,6 +344,9 @@ fn container(plan: &Plan, alive: c_int) -> ! {
             _exit(128 + SIGKILL);
         }
     }
+    // systemd's notification socket is appexec's, not the app's
+    // SAFETY: this program has a single thread.
+    unsafe { std::env::remove_var("NOTIFY_SOCKET") };
     let mut argv: Vec<*const c_char> = plan.argv.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     // SAFETY: execv(2) with NUL-terminated strings and a NULL-terminated array; the environment is systemd's.

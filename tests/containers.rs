@@ -904,6 +904,23 @@ async fn a_pid_namespace_per_container_and_targets_joining_it() {
     e.rt.stop_container(cri::StopContainerRequest { container_id: sleeper.clone(), timeout: 1 }).await.expect("stop");
     assert_eq!(e.status(&sleeper).await.exit_code, 128 + 9);
 
+    // an app that cannot be exec'd fails StartContainer, as with runc, its reason in its log
+    let broken = e
+        .create(&pod, "broken", &["/etc/passwd"], |c| {
+            let sc = pid_namespace(cri::NamespaceMode::Container, "");
+            c.linux = Some(cri::LinuxContainerConfig { security_context: Some(sc), ..Default::default() });
+        })
+        .await;
+    let err =
+        e.rt.start_container(cri::StartContainerRequest { container_id: broken.clone() })
+            .await
+            .expect_err("not exec'd");
+    assert!(err.message().contains("failed"), "{err:?}");
+    assert!(e.wait_log("pidns", "broken", 1).await.contains("Permission denied"));
+    // and it ended there, as containerd reports a start error
+    let s = e.wait_state(&broken, cri::ContainerState::ContainerExited).await;
+    assert_eq!(s.exit_code, 127);
+
     // a target must be a container of the same pod, and a host PID namespace is refused
     for (sc, code) in [
         (pid_namespace(cri::NamespaceMode::Target, "nope:0-x"), tonic::Code::NotFound),

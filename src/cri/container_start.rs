@@ -452,6 +452,9 @@ fn own_pid_namespace(
         plan.errno = errno;
     }
     spec.exec_start = plan.command(&spec.exec_start);
+    // started once the app is exec'd (an exec or postStart hook right after
+    // StartContainer finds it); an app that cannot be makes the start fail
+    spec.notify_ready = true;
     Ok(())
 }
 

@@ -120,13 +120,19 @@ impl PodBus {
             unit: spec.name.clone(),
             source: SdError::Errno { op: "duplicating an fd", errno: e.raw_os_error().unwrap_or(libc::EBADF) },
         })?;
-        self.start_transient_unit(&spec.name, props)
+        // a unit that says when it is ready has not started if it ends before
+        let op = if spec.notify_ready { "start (until ready)" } else { "start" };
+        self.start_unit_as(&spec.name, props, op)
     }
 
     /// `StartTransientUnit(name, "fail", props, [])`, then waits for the
     /// job's JobRemoved; anything but `done` is an error (with the main
     /// process's exit when it failed to run).
     pub fn start_transient_unit(&self, name: &str, props: Vec<Property>) -> Result<(), BusError> {
+        self.start_unit_as(name, props, "start")
+    }
+
+    fn start_unit_as(&self, name: &str, props: Vec<Property>, op: &'static str) -> Result<(), BusError> {
         let unit = name.to_string();
         self.request(move |w, reply| {
             let started = (|| {
@@ -140,7 +146,7 @@ impl PodBus {
                 let mut r = bus.call(&m, us(CALL_TIMEOUT)).map_err(call)?;
                 r.read_str(b'o').map_err(call)
             })();
-            reply_when_done(w, started, "start", unit, Instant::now() + START_TIMEOUT, reply)
+            reply_when_done(w, started, op, unit, Instant::now() + START_TIMEOUT, reply)
         })
     }
 

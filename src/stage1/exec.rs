@@ -171,7 +171,16 @@ impl Target {
         )
         .map_err(|e| gone(e.into()))?;
         let cwd = std::fs::read_link(proc.join("cwd")).map_err(gone)?;
-        let env = std::fs::read(proc.join("environ")).map_err(gone)?;
+        // an app caught in its own execve reads as an empty environment for
+        // a moment (seen by the exec test: `sh` exec'ing `sleep`)
+        let mut env = std::fs::read(proc.join("environ")).map_err(gone)?;
+        for _ in 0..5 {
+            if !env.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            env = std::fs::read(proc.join("environ")).map_err(gone)?;
+        }
         let env = env.split(|b| *b == 0).filter(|e| !e.is_empty()).map(cstring).collect::<Result<_, _>>()?;
         let layout = crate::cgroup::Layout::cached()?;
         let cgroups = std::fs::read_to_string(proc.join("cgroup")).map_err(gone)?;

@@ -209,6 +209,10 @@ pub struct ServiceSpec {
     pub supplementary_groups: Vec<String>,
     /// Keeps an exited app's status readable until it is stopped.
     pub remain_after_exit: bool,
+    /// The main process says when it has started (`Type=notify`,
+    /// `NotifyAccess=main`): the start job waits for it, and fails if the
+    /// process ends first. Else the job is done once it was exec'd.
+    pub notify_ready: bool,
     pub stdout: Output,
     pub stderr: Output,
     /// `control-group`, `mixed`, `process`, `none`.
@@ -249,12 +253,15 @@ impl ServiceSpec {
             Property::str("Description", &self.description),
             Property::bool("DefaultDependencies", false),
             // `exec`: the start job fails when the program cannot be executed
-            Property::str("Type", "exec"),
+            Property::str("Type", if self.notify_ready { "notify" } else { "exec" }),
             Property::bool("RemainAfterExit", self.remain_after_exit),
             // SIGPIPE as the program would have it anywhere else (runc's way), not ignored
             Property::bool("IgnoreSIGPIPE", false),
             Property::new("ExecStart", Value::Exec(vec![self.exec_start.clone()])),
         ];
+        if self.notify_ready {
+            p.push(Property::str("NotifyAccess", "main"));
+        }
         if let Some(root) = &self.root_directory {
             p.push(Property::str("RootDirectory", root));
         }
