@@ -49,7 +49,6 @@ unsafe extern "C" {
     fn setresuid(r: c_uint, e: c_uint, s: c_uint) -> c_int;
     fn syscall(number: c_long, ...) -> c_long;
     fn execv(path: *const c_char, argv: *const *const c_char) -> c_int;
-    fn signal(sig: c_int, handler: usize) -> usize;
     fn kill(pid: c_int, sig: c_int) -> c_int;
     fn getpid() -> c_int;
     fn pipe2(fds: *mut [c_int; 2], flags: c_int) -> c_int;
@@ -71,7 +70,6 @@ const MS_RDONLY: c_ulong = 1;
 const MS_NOSUID: c_ulong = 2;
 const MS_NODEV: c_ulong = 4;
 const MS_NOEXEC: c_ulong = 8;
-const MS_REMOUNT: c_ulong = 32;
 const MS_BIND: c_ulong = 4096;
 const MS_REC: c_ulong = 16384;
 const PR_SET_PDEATHSIG: c_int = 1;
@@ -82,7 +80,6 @@ const PR_SET_NO_NEW_PRIVS: c_int = 38;
 const PR_CAP_AMBIENT: c_int = 47;
 const PR_CAP_AMBIENT_CLEAR_ALL: c_ulong = 4;
 const SECCOMP_MODE_FILTER: c_ulong = 2;
-const SIG_DFL: usize = 0;
 const SIG_IGN: usize = 1;
 const SIGKILL: c_int = 9;
 const SIGCHLD: c_int = 17;
@@ -105,6 +102,20 @@ const SYS_CAPGET: c_long = 125;
 #[cfg(target_arch = "aarch64")]
 const SYS_CAPGET: c_long = 90;
 const SYS_CAPSET: c_long = SYS_CAPGET + 1;
+/// The same number on every architecture (a syscall newer than their split).
+const SYS_MOUNT_SETATTR: c_long = 442;
+const AT_FDCWD: c_int = -100;
+const AT_RECURSIVE: c_uint = 0x8000;
+const MOUNT_ATTR_RDONLY: u64 = 1;
+
+/// `struct mount_attr`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
 #[cfg(target_arch = "x86_64")]
 const SYS_RT_SIGACTION: c_long = 13;
 #[cfg(target_arch = "aarch64")]
@@ -181,20 +192,18 @@ fn errno() -> c_int {
 /// Reports on stderr (the container's log) and ends with 127, as a shell
 /// does for a command it could not run.
 fn fail(what: &str, err: c_int) -> ! {
+    let fd = FAILED_FD.load(Ordering::Relaxed);
+    // SAFETY: a byte to our own pipe, first (the message may fail)
+    if fd >= 0 {
+        unsafe { write(fd, b"x".as_ptr().cast(), 1) };
+    }
     if err != 0 {
         eprintln!("appexec: {what}: {}", std::io::Error::from_raw_os_error(err));
     } else {
         eprintln!("appexec: {what}");
     }
-    let fd = FAILED_FD.load(Ordering::Relaxed);
-    // SAFETY: a byte to our own pipe, then the end of this process (no
-    // destructors to run in a forked child).
-    unsafe {
-        if fd >= 0 {
-            write(fd, b"x".as_ptr().cast(), 1);
-        }
-        _exit(127)
-    }
+    // SAFETY: ends this process at once (no destructors to run in a forked child).
+    unsafe { _exit(127) }
 }
 
 fn check(rc: c_int, what: &str) {
@@ -208,10 +217,12 @@ fn main() {
     // the parent outlives every stop signal systemd sends the unit; the
     // child puts the defaults back before its exec (ignored signals would
     // stay ignored across it)
-    for sig in 1..32 {
+    // (the raw call: real-time stop signals such as SIGRTMIN+3 too)
+    let ignore = [SIG_IGN as u64, 0, 0, 0];
+    for sig in 1..65 {
         if sig != SIGKILL && sig != SIGSTOP && sig != SIGCHLD {
-            // SAFETY: sets a disposition of this process.
-            unsafe { signal(sig, SIG_IGN) };
+            // SAFETY: rt_sigaction(2) with a kernel sigaction whose handler is SIG_IGN.
+            unsafe { syscall(SYS_RT_SIGACTION, sig as c_long, ignore.as_ptr(), std::ptr::null::<u64>(), 8 as c_long) };
         }
     }
     match &plan.join {
@@ -260,8 +271,10 @@ fn main() {
             }
         }
     };
-    if !exec_failed {
-        ready();
+    // not told, systemd would wait for its start timeout: the app goes instead
+    if !exec_failed && !ready() {
+        // SAFETY: a signal to our own child.
+        unsafe { kill(child, SIGKILL) };
     }
     wait_and_mirror(child);
 }
@@ -269,18 +282,22 @@ fn main() {
 /// Tells systemd the unit has started (`Type=notify`): the app was exec'd.
 /// Before, systemd's start job, and so StartContainer, waits; a child that
 /// fails instead makes it fail.
-fn ready() {
-    let Some(socket) = std::env::var_os("NOTIFY_SOCKET") else { return };
-    let Ok(sender) = std::os::unix::net::UnixDatagram::unbound() else { return };
-    let bytes = socket.as_encoded_bytes();
-    let sent = match bytes.strip_prefix(b"@") {
-        Some(name) => <std::os::unix::net::SocketAddr as std::os::linux::net::SocketAddrExt>::from_abstract_name(name)
-            .and_then(|addr| sender.send_to_addr(b"READY=1", &addr)),
-        None => sender.send_to(b"READY=1", &socket),
+fn ready() -> bool {
+    let Some(socket) = std::env::var_os("NOTIFY_SOCKET") else {
+        eprintln!("appexec: no NOTIFY_SOCKET to tell systemd the app started");
+        return false;
     };
-    if let Err(e) = sent {
+    let sent = std::os::unix::net::UnixDatagram::unbound().and_then(|sender| match socket.as_encoded_bytes() {
+        [b'@', name @ ..] => {
+            <std::os::unix::net::SocketAddr as std::os::linux::net::SocketAddrExt>::from_abstract_name(name)
+                .and_then(|addr| sender.send_to_addr(b"READY=1", &addr))
+        }
+        _ => sender.send_to(b"READY=1", &socket),
+    });
+    if let Err(e) = &sent {
         eprintln!("appexec: telling systemd the app started: {e}");
     }
+    sent.is_ok()
 }
 
 /// Field 22 of `/proc/<pid>/stat`: when the process started (clock ticks since boot).
@@ -311,7 +328,7 @@ fn wait_and_mirror(child: c_int) -> ! {
     // SAFETY: dumpable flag, default disposition and a signal to ourselves.
     unsafe {
         prctl(PR_SET_DUMPABLE, 0 as c_ulong);
-        signal(signaled, SIG_DFL);
+        syscall(SYS_RT_SIGACTION, signaled as c_long, [0u64; 4].as_ptr(), std::ptr::null::<u64>(), 8 as c_long);
         kill(getpid(), signaled);
         _exit(128 + signaled)
     }
@@ -390,19 +407,16 @@ fn proc_mount(plan: &Plan) {
             Err(e) if e.raw_os_error() == Some(ENOENT) => continue,
             Err(e) => fail(&format!("making {} read-only", path.to_string_lossy()), e.raw_os_error().unwrap_or(0)),
         }
-        // SAFETY: mount(2) with prepared C strings: a bind of the path on itself, then read-only.
+        // SAFETY: mount(2) and mount_setattr(2) with prepared C strings: a
+        // bind of the path on itself, then read-only with everything below it.
         let rc = unsafe {
             let rc = mount(path.as_ptr(), path.as_ptr(), std::ptr::null(), MS_BIND | MS_REC, std::ptr::null());
             if rc < 0 {
                 rc
             } else {
-                mount(
-                    std::ptr::null(),
-                    path.as_ptr(),
-                    std::ptr::null(),
-                    MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                    std::ptr::null(),
-                )
+                let attr = MountAttr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
+                syscall(SYS_MOUNT_SETATTR, AT_FDCWD, path.as_ptr(), AT_RECURSIVE, &attr, size_of::<MountAttr>())
+                    as c_int
             }
         };
         check(rc, &format!("making {} read-only", path.to_string_lossy()));
@@ -444,19 +458,21 @@ const TABLES: &[(u32, &[(&str, u32)])] = &[
             ("mount", 165),
             ("unshare", 272),
             ("setns", 308),
+            ("mount_setattr", 442),
             ("mount", 0x4000_0000 + 165),
             ("unshare", 0x4000_0000 + 272),
             ("setns", 0x4000_0000 + 308),
+            ("mount_setattr", 0x4000_0000 + 442),
         ],
     ),
     // i386
-    (0x4000_0003, &[("mount", 21), ("unshare", 310), ("setns", 346)]),
+    (0x4000_0003, &[("mount", 21), ("unshare", 310), ("setns", 346), ("mount_setattr", 442)]),
 ];
 #[cfg(target_arch = "aarch64")]
 const TABLES: &[(u32, &[(&str, u32)])] = &[
-    (0xc000_00b7, &[("mount", 40), ("unshare", 97), ("setns", 268)]),
+    (0xc000_00b7, &[("mount", 40), ("unshare", 97), ("setns", 268), ("mount_setattr", 442)]),
     // 32-bit arm
-    (0x4000_0028, &[("mount", 21), ("unshare", 337), ("setns", 375)]),
+    (0x4000_0028, &[("mount", 21), ("unshare", 337), ("setns", 375), ("mount_setattr", 442)]),
 ];
 
 /// A filter on top of systemd's: the named syscalls fail with the profile's

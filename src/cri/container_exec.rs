@@ -20,7 +20,20 @@ pub(super) fn main_pid(t: &Target) -> Option<i32> {
     let cgroup = container_start::app_cgroup(&t.pod, &t.app.name)?;
     let sandbox = t.pod.sandbox_pid().ok()??;
     let pid1 = crate::stage1::inject::pod_pid1(sandbox).ok()?;
-    crate::stage1::appexec::app_pid(pid1, &cgroup.unit_processes())
+    // appexec says the app started as its exec closes a pipe, a moment before
+    // the kernel has given the process its new name: an exec right after
+    // StartContainer may have to wait that moment
+    for _ in 0..50 {
+        let procs = cgroup.unit_processes();
+        if let Some(pid) = crate::stage1::appexec::app_pid(pid1, &procs) {
+            return Some(pid);
+        }
+        if procs.is_empty() {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    None
 }
 
 /// The main pid of a running container (for a streaming exec). Blocking.

@@ -259,7 +259,21 @@ pub async fn start_container(
     app::mark_started(&paths).map_err(|e| Status::internal(e.to_string()))?;
     let began = std::time::Instant::now();
     if let Err(e) = tokio::task::block_in_place(|| with_bus(rt, &t.pod, |bus| bus.start_transient_service(&spec))) {
-        let _ = std::fs::remove_file(paths.status_file("-started"));
+        // a process that ran and could not become the app ended the container
+        // (containerd reports a start error as an exit too); else it never ran
+        let ended = tokio::task::block_in_place(|| with_bus(rt, &t.pod, |bus| bus.unit_status(&spec.name)))
+            .ok()
+            .and_then(|s| s.main_exit());
+        match ended {
+            Some(exit) => {
+                if app::record_exit(&paths, crate::stage1::bus::exit_code(&exit)).unwrap_or(false) {
+                    rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
+                }
+            }
+            None => {
+                let _ = std::fs::remove_file(paths.status_file("-started"));
+            }
+        }
         if let Some(pty) = tty_slave {
             // the log writer lets go of a terminal once its slave side was
             // open and closed again (the app never opened it)
@@ -452,6 +466,8 @@ fn own_pid_namespace(
         plan.errno = errno;
     }
     spec.exec_start = plan.command(&spec.exec_start);
+    // systemd's notification socket is appexec's: the app's environment must not replace it
+    spec.environment.retain(|e| !e.starts_with("NOTIFY_SOCKET="));
     // started once the app is exec'd (an exec or postStart hook right after
     // StartContainer finds it); an app that cannot be makes the start fail
     spec.notify_ready = true;

@@ -27,7 +27,6 @@ pub const IN_POD: &str = "/dev/.rkt-appexec";
 /// What `comm` of its process reads: the file name as exec'd.
 const COMM: &str = ".rkt-appexec";
 const BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/appexec"));
-const MARKER: &str = "appexec";
 
 /// The PID namespace an app asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,16 +40,22 @@ pub enum PidMode {
     Join(i32, String),
 }
 
+/// `appexec-<digest>`: the name of this build's program, and of the marker
+/// of a pod that has it bound.
+fn name() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        let digest = sha2::Sha256::digest(BINARY);
+        format!("appexec-{}", digest[..8].iter().map(|b| format!("{b:02x}")).collect::<String>())
+    })
+}
+
 /// The host copy of the program, named by its digest: written (complete
 /// and synced before it gets its name) once per data directory and build of
 /// the daemon; a copy that differs from the embedded program is replaced,
 /// and other builds' copies go (pods bound to them keep theirs).
 fn host_copy(data: &DataDir) -> io::Result<PathBuf> {
-    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let name = NAME.get_or_init(|| {
-        let digest = sha2::Sha256::digest(BINARY);
-        format!("appexec-{}", digest[..8].iter().map(|b| format!("{b:02x}")).collect::<String>())
-    });
+    let name = name();
     let dir = data.root().join("appexec");
     let path = dir.join(name);
     // checked once per daemon: every pod boot binds it
@@ -71,32 +76,39 @@ fn host_copy(data: &DataDir) -> io::Result<PathBuf> {
     std::fs::rename(&tmp, &path)?;
     *checked = Some(path.clone());
     for old in std::fs::read_dir(&dir)?.flatten() {
-        if old.file_name().to_string_lossy().starts_with("appexec-") && old.file_name() != name.as_str() {
+        if old.file_name().to_string_lossy().starts_with("appexec-") && old.file_name() != name {
             let _ = std::fs::remove_file(old.path());
         }
     }
     Ok(path)
 }
 
-/// Binds the program read-only at [`IN_POD`] in the pod, once. Done when the
-/// pod has booted (`sandbox_run::boot`), else by the first start needing it.
+/// Binds the program read-only at [`IN_POD`] in the pod, once per build of
+/// the daemon (a pod booted by an older one gets this build's on top). Done
+/// when the pod has booted (`sandbox_run::boot`), else by the first start
+/// needing it.
 pub fn ensure(data: &DataDir, pod_dir: &Path, pod_pid1: i32) -> io::Result<()> {
-    super::once_per_pod(pod_dir, MARKER, || {
+    super::once_per_pod(pod_dir, name(), || {
         let src = host_copy(data)?;
         // the mount point, in the pod's /dev (its tmpfs), through its PID 1's
         // root: a file of our own, not whatever an app may have put there
         // (move_mount does not follow a symlink at its target)
         let target = format!("/proc/{pod_pid1}/root{IN_POD}");
         match std::fs::symlink_metadata(&target) {
-            Ok(m) if !m.is_file() => std::fs::remove_file(&target)?,
-            _ => {}
+            // an older build's bind: this one goes on top
+            Ok(m) if m.is_file() => {}
+            Ok(_) => std::fs::remove_file(&target)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
         }
-        std::fs::OpenOptions::new()
-            .create(true)
-            .write(true)
-            .mode(0o555)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&target)?;
+        if !Path::new(&target).exists() {
+            std::fs::OpenOptions::new()
+                .create_new(true)
+                .write(true)
+                .mode(0o555)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&target)?;
+        }
         let tree = inject::clone_tree(&src, false, true, Propagation::Private)?;
         inject::attach(pod_pid1, &[Attach::new(tree, Path::new(IN_POD))?])
     })
@@ -104,17 +116,21 @@ pub fn ensure(data: &DataDir, pod_dir: &Path, pod_pid1: i32) -> io::Result<()> {
 
 /// The namespace calls appexec makes after systemd applied the app's
 /// seccomp filter: denied again once it is done with them.
-fn needs(pid: &PidMode) -> [&'static str; 2] {
+fn needs(pid: &PidMode) -> [&'static str; 3] {
     match pid {
-        PidMode::Join(..) => ["mount", "setns"],
-        _ => ["mount", "unshare"],
+        PidMode::Join(..) => ["mount", "mount_setattr", "setns"],
+        _ => ["mount", "mount_setattr", "unshare"],
     }
 }
 
 /// The other calls appexec makes under the app's filter (besides its
 /// start-up), which a strict allow list may leave out; let through and not
 /// denied again: they fork, wait, signal, read /proc and drop privileges.
-const ALSO_NEEDED: [&str; 17] = [
+const ALSO_NEEDED: [&str; 21] = [
+    "socket",
+    "sendto",
+    "read",
+    "close",
     "clone",
     "wait4",
     "kill",
@@ -138,7 +154,7 @@ const ALSO_NEEDED: [&str; 17] = [
 fn names(entry: &str, call: &str) -> bool {
     match (call, entry) {
         (_, "@known") => true,
-        ("mount", "@mount") => true,
+        ("mount" | "mount_setattr", "@mount") => true,
         ("unshare" | "setns", "@process" | "@system-service") => true,
         _ => entry == call,
     }
@@ -257,15 +273,15 @@ mod tests {
     fn the_filter_lets_appexec_through_and_keeps_what_it_denied() {
         // RuntimeDefault: unshare is in @system-service (through @process), mount is not
         let (allow, deny) = widen(&PidMode::Container, true, &list(&["@system-service"]));
-        assert_eq!(allow[..3], ["mount", "unshare", "clone"]);
+        assert_eq!(allow[..4], ["mount", "mount_setattr", "unshare", "socket"]);
         assert!(allow.iter().any(|c| c == "setresuid"));
-        assert_eq!(deny, ["mount"]);
-        // an allow list naming neither: both denied again
+        assert_eq!(deny, ["mount", "mount_setattr"]);
+        // an allow list naming none: all denied again
         let (_, deny) = widen(&PidMode::Join(7, "1".into()), true, &list(&["read", "write"]));
-        assert_eq!(deny, ["mount", "setns"]);
+        assert_eq!(deny, ["mount", "mount_setattr", "setns"]);
         // a deny list: only what it names, itself or by group
         let (_, deny) = widen(&PidMode::Container, false, &list(&["@mount", "ptrace"]));
-        assert_eq!(deny, ["mount"]);
+        assert_eq!(deny, ["mount", "mount_setattr"]);
         let (_, deny) = widen(&PidMode::Container, false, &list(&["unshare"]));
         assert_eq!(deny, ["unshare"]);
     }

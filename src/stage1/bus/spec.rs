@@ -261,6 +261,9 @@ impl ServiceSpec {
         ];
         if self.notify_ready {
             p.push(Property::str("NotifyAccess", "main"));
+            // below the daemon's wait for the job (bus::START_TIMEOUT): a start
+            // that never says ready fails in systemd too, rather than later
+            p.push(Property::u64("TimeoutStartUSec", 20_000_000));
         }
         if let Some(root) = &self.root_directory {
             p.push(Property::str("RootDirectory", root));
