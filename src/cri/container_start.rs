@@ -369,11 +369,13 @@ fn api_file_systems(
         crate::stage1::api_vfs::ensure(&pod.path(), pid1)
             .map_err(|e| Status::internal(format!("masking the pod's /proc: {e}")))?;
         spec.mount_api_vfs = false;
+        // (an app with a /proc of its own needs only the pod's, not its masks,
+        // until appexec mounts that one on top)
         spec.bind_paths.extend(["/proc", "/sys", "/dev"].map(|p| BindPath {
             source: p.into(),
             destination: p.into(),
             ignore_missing: false,
-            recursive: true,
+            recursive: !(by_appexec && p == "/proc"),
         }));
         // what the pod did not do already: a path it made read-only may still have to be masked
         masked.retain(|p| !crate::stage1::api_vfs::masked_in_pod(p));
