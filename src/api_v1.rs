@@ -77,9 +77,12 @@ pub struct AppInfo {
     pub finished_at: i64,
     #[serde(default)]
     pub exit_code: i32,
-    /// Why it exited: Completed, Error, OOMKilled, Unknown (empty while not exited).
+    /// Why it exited: Completed, Error, OOMKilled, StartError, Unknown (empty while not exited).
     #[serde(default)]
     pub reason: String,
+    /// What went wrong, for a StartError.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
     pub image_id: String,
     #[serde(default)]
     pub image_name: Option<String>,

@@ -919,7 +919,8 @@ async fn a_pid_namespace_per_container_and_targets_joining_it() {
     assert!(e.wait_log("pidns", "broken", 1).await.contains("Permission denied"));
     // and it ended there, as containerd reports a start error
     let s = e.wait_state(&broken, cri::ContainerState::ContainerExited).await;
-    assert_eq!(s.exit_code, 127);
+    assert_eq!((s.exit_code, s.reason.as_str()), (127, "StartError"));
+    assert!(s.message.contains("Exited(127)"), "{s:?}");
 
     // a target must be a container of the same pod, and a host PID namespace is refused
     for (sc, code) in [

@@ -266,6 +266,7 @@ pub async fn start_container(
             .and_then(|s| s.main_exit());
         match ended {
             Some(exit) => {
+                let _ = std::fs::write(paths.status_file(app::START_ERROR), e.message());
                 if app::record_exit(&paths, crate::stage1::bus::exit_code(&exit)).unwrap_or(false) {
                     rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
                 }

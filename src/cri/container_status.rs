@@ -23,7 +23,13 @@ pub fn app_info(pod: &Pod, app: &RuntimeApp, running: bool) -> AppInfo {
         let layout = crate::cgroup::Layout::cached().ok();
         subs.zip(layout).is_some_and(|(s, l)| crate::cgroup::app::AppCgroup::new(l, &s, &app.name).oom_killed())
     };
+    let start_error = || std::fs::read_to_string(paths.status_file(app::START_ERROR)).ok();
+    let mut message = String::new();
     let (exit_code, reason) = match f.state {
+        AppState::Exited(Some(c)) if let Some(m) = start_error() => {
+            message = m;
+            (c, "StartError")
+        }
         AppState::Exited(Some(137)) if oom() => (137, "OOMKilled"),
         AppState::Exited(Some(0)) => (0, "Completed"),
         AppState::Exited(Some(c)) => (c, "Error"),
@@ -57,6 +63,7 @@ pub fn app_info(pod: &Pod, app: &RuntimeApp, running: bool) -> AppInfo {
         finished_at: f.finished_at,
         exit_code,
         reason: reason.into(),
+        message,
         image_id: app.image.id.clone(),
         image_name: app.image.name.clone(),
         mounts,
@@ -113,6 +120,7 @@ pub fn status_from_info(pod_id: &str, info: AppInfo) -> cri::ContainerStatus {
         image: Some(cri::ImageSpec { image: meta::image(&app), ..Default::default() }),
         image_ref: app.image.id.clone(),
         reason: info.reason,
+        message: info.message,
         labels: meta::labels(&app),
         annotations: meta::annotations(&app),
         mounts,

@@ -306,7 +306,7 @@ fn remove_files(pod: &Pod, paths: &AppPaths, tree_id: Option<&str>) {
     let _ = fs::remove_dir_all(paths.appsinfo());
     let _ = fs::remove_file(paths.env_file());
     let _ = fs::remove_dir_all(paths.devices());
-    for suffix in ["", "-created", "-started", "-stopping"] {
+    for suffix in ["", "-created", "-started", "-stopping", START_ERROR] {
         let _ = fs::remove_file(paths.status_file(suffix));
     }
     if let Some(id) = tree_id {
@@ -438,6 +438,10 @@ pub fn vanished_exit(paths: &AppPaths) -> Option<i32> {
     let started = fs::metadata(paths.status_file("-started")).and_then(|m| m.modified()).ok()?;
     (started.elapsed().ok()? > std::time::Duration::from_secs(10)).then_some(255)
 }
+
+/// `<app>-starterror`: why the app's start failed after its process ran
+/// (ContainerStatus reason `StartError`, as containerd reports it).
+pub const START_ERROR: &str = "-starterror";
 
 /// Marks an app started (`<app>-started`, its mtime is StartedAt).
 pub fn mark_started(paths: &AppPaths) -> io::Result<()> {
