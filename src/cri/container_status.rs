@@ -137,7 +137,6 @@ pub fn status_from_info(pod_id: &str, info: AppInfo) -> cri::ContainerStatus {
                 }),
             })
         }),
-        ..Default::default()
     }
 }
 
