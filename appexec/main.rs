@@ -16,7 +16,9 @@
 //! 3. in the child: mounts a /proc of the new namespace over the pod's, then
 //!    the app's masked (`mask=`) and read-only (`ro=`) paths, /proc's and
 //!    the others; installs a filter that denies again what the app's own
-//!    seccomp profile denied and systemd had to let through (`deny=`); drops
+//!    seccomp profile denied and systemd had to let through (`deny=`: all
+//!    but the few calls still made after it: prctl, capget, capset,
+//!    setgroups, setresgid, setresuid, poll, execve, write, exit_group); drops
 //!    the capability bounding set to the app's (`caps=`), sets its groups,
 //!    gid and uid (`groups=`, `gid=`, `uid=`), no_new_privs (`nnp`), and
 //!    exec's the app: `appexec OPTION... -- PATH ARGV0 ARG...`.
@@ -57,6 +59,7 @@ unsafe extern "C" {
     fn _exit(code: c_int) -> !;
     fn write(fd: c_int, buf: *const c_void, count: usize) -> isize;
     fn read(fd: c_int, buf: *mut c_void, count: usize) -> isize;
+    fn waitid(idtype: c_int, id: c_uint, info: *mut c_void, options: c_int) -> c_int;
 }
 
 /// In the child: the pipe end that tells the parent the app could not be
@@ -85,6 +88,12 @@ const SIGKILL: c_int = 9;
 const SIGCHLD: c_int = 17;
 const SIGSTOP: c_int = 19;
 const POLLHUP: i16 = 0x10;
+const P_PID: c_int = 1;
+const WEXITED: c_int = 4;
+const WNOHANG: c_int = 1;
+const WNOWAIT: c_int = 0x0100_0000;
+const CLD_KILLED: c_int = 2;
+const CLD_DUMPED: c_int = 3;
 
 /// `struct pollfd`.
 #[repr(C)]
@@ -267,16 +276,28 @@ fn main() {
         loop {
             let n = read(execd[0], (&mut byte as *mut u8).cast(), 1);
             if n >= 0 || errno() != EINTR {
-                break n > 0;
+                // a byte, or a read that failed: the app was not exec'd
+                break n != 0;
             }
         }
-    };
+    } || killed_before_exec(child);
     // not told, systemd would wait for its start timeout: the app goes instead
     if !exec_failed && !ready() {
         // SAFETY: a signal to our own child.
         unsafe { kill(child, SIGKILL) };
     }
     wait_and_mirror(child);
+}
+
+/// Whether the child is already gone by a signal as its end of the pipe
+/// closed: killed before its exec (by the filter, an abort, the OOM killer)
+/// rather than an app that ran for no time at all. It stays waitable.
+fn killed_before_exec(child: c_int) -> bool {
+    // siginfo_t: si_signo, si_errno, si_code, then (padded) si_pid; 128 bytes
+    let mut info = [0i32; 32];
+    // SAFETY: waitid(2) on our own child into a buffer of siginfo_t's size.
+    let rc = unsafe { waitid(P_PID, child as c_uint, info.as_mut_ptr().cast(), WEXITED | WNOHANG | WNOWAIT) };
+    rc == 0 && info[4] == child && matches!(info[2], CLD_KILLED | CLD_DUMPED)
 }
 
 /// Tells systemd the unit has started (`Type=notify`): the app was exec'd.
@@ -451,7 +472,7 @@ const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
 /// the kernel may run the app's code as: (audit arch, [(name, number)]).
 #[cfg(target_arch = "x86_64")]
 const TABLES: &[(u32, &[(&str, u32)])] = &[
-    // x86_64, and x32 (the same numbers with bit 30)
+    // x86_64, and x32 (bit 30: the same numbers, but for rt_sigaction's)
     (
         0xc000_003e,
         &[
@@ -459,20 +480,106 @@ const TABLES: &[(u32, &[(&str, u32)])] = &[
             ("unshare", 272),
             ("setns", 308),
             ("mount_setattr", 442),
-            ("mount", 0x4000_0000 + 165),
-            ("unshare", 0x4000_0000 + 272),
-            ("setns", 0x4000_0000 + 308),
-            ("mount_setattr", 0x4000_0000 + 442),
+            ("socket", 41),
+            ("sendto", 44),
+            ("read", 0),
+            ("close", 3),
+            ("clone", 56),
+            ("wait4", 61),
+            ("kill", 62),
+            ("getpid", 39),
+            ("pipe2", 293),
+            ("newfstatat", 262),
+            ("statx", 332),
+            ("rt_sigaction", 13),
+            ("mount", X32 + 165),
+            ("unshare", X32 + 272),
+            ("setns", X32 + 308),
+            ("mount_setattr", X32 + 442),
+            ("socket", X32 + 41),
+            ("sendto", X32 + 44),
+            ("read", X32),
+            ("close", X32 + 3),
+            ("clone", X32 + 56),
+            ("wait4", X32 + 61),
+            ("kill", X32 + 62),
+            ("getpid", X32 + 39),
+            ("pipe2", X32 + 293),
+            ("newfstatat", X32 + 262),
+            ("statx", X32 + 332),
+            ("rt_sigaction", X32 + 512),
         ],
     ),
-    // i386
-    (0x4000_0003, &[("mount", 21), ("unshare", 310), ("setns", 346), ("mount_setattr", 442)]),
+    // i386 (its fstatat64 for newfstatat)
+    (
+        0x4000_0003,
+        &[
+            ("mount", 21),
+            ("unshare", 310),
+            ("setns", 346),
+            ("mount_setattr", 442),
+            ("socket", 359),
+            ("sendto", 369),
+            ("read", 3),
+            ("close", 6),
+            ("clone", 120),
+            ("wait4", 114),
+            ("kill", 37),
+            ("getpid", 20),
+            ("pipe2", 331),
+            ("newfstatat", 300),
+            ("statx", 383),
+            ("rt_sigaction", 174),
+        ],
+    ),
 ];
+#[cfg(target_arch = "x86_64")]
+const X32: u32 = 0x4000_0000;
 #[cfg(target_arch = "aarch64")]
 const TABLES: &[(u32, &[(&str, u32)])] = &[
-    (0xc000_00b7, &[("mount", 40), ("unshare", 97), ("setns", 268), ("mount_setattr", 442)]),
-    // 32-bit arm
-    (0x4000_0028, &[("mount", 21), ("unshare", 337), ("setns", 375), ("mount_setattr", 442)]),
+    (
+        0xc000_00b7,
+        &[
+            ("mount", 40),
+            ("unshare", 97),
+            ("setns", 268),
+            ("mount_setattr", 442),
+            ("socket", 198),
+            ("sendto", 206),
+            ("read", 63),
+            ("close", 57),
+            ("clone", 220),
+            ("wait4", 260),
+            ("kill", 129),
+            ("getpid", 172),
+            ("pipe2", 59),
+            ("newfstatat", 79),
+            ("statx", 291),
+            ("rt_sigaction", 134),
+        ],
+    ),
+    // 32-bit arm (its fstatat64 for newfstatat)
+    (
+        0x4000_0028,
+        &[
+            ("mount", 21),
+            ("unshare", 337),
+            ("setns", 375),
+            ("mount_setattr", 442),
+            ("socket", 281),
+            ("sendto", 290),
+            ("read", 3),
+            ("close", 6),
+            ("clone", 120),
+            ("wait4", 114),
+            ("kill", 37),
+            ("getpid", 20),
+            ("pipe2", 359),
+            ("newfstatat", 327),
+            ("statx", 397),
+            ("rt_sigaction", 174),
+        ],
+    ),
 ];
 
 /// A filter on top of systemd's: the named syscalls fail with the profile's

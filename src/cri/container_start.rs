@@ -258,23 +258,35 @@ pub async fn start_container(
     // a short-lived app can exit before StartTransientUnit's job is reported
     app::mark_started(&paths).map_err(|e| Status::internal(e.to_string()))?;
     let began = std::time::Instant::now();
-    if let Err(e) = tokio::task::block_in_place(|| with_bus(rt, &t.pod, |bus| bus.start_transient_service(&spec))) {
-        // a process that ran and could not become the app ended the container
-        // (containerd reports a start error as an exit too); else it never ran
-        let ended = tokio::task::block_in_place(|| with_bus(rt, &t.pod, |bus| bus.unit_status(&spec.name)))
-            .ok()
-            .and_then(|s| s.main_exit());
-        match ended {
-            Some(exit) => {
-                let _ = std::fs::write(paths.status_file(app::START_ERROR), e.message());
-                if app::record_exit(&paths, crate::stage1::bus::exit_code(&exit)).unwrap_or(false) {
-                    rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
-                }
+    // Ok(Err(..)): the job failed, so its process ran and could not become
+    // the app, which ends the container (containerd reports a start error as
+    // an exit too); Err(..): the call was refused, nothing ran
+    let started = tokio::task::block_in_place(|| {
+        with_bus(rt, &t.pod, |bus| match bus.start_transient_service(&spec) {
+            Err(e @ BusError::JobFailed { .. }) => Ok(Err(e)),
+            other => other.map(Ok),
+        })
+    });
+    let failed = match started {
+        Ok(Ok(())) => None,
+        Ok(Err(job)) => {
+            let e = bus_status(job);
+            let exit = tokio::task::block_in_place(|| with_bus(rt, &t.pod, |bus| bus.unit_status(&spec.name)))
+                .ok()
+                .and_then(|s| s.main_exit());
+            let _ = std::fs::write(paths.status_file(app::START_ERROR), e.message());
+            let code = exit.map_or(128, |x| crate::stage1::bus::exit_code(&x));
+            if app::record_exit(&paths, code).unwrap_or(false) {
+                rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
             }
-            None => {
-                let _ = std::fs::remove_file(paths.status_file("-started"));
-            }
+            Some(e)
         }
+        Err(e) => {
+            let _ = std::fs::remove_file(paths.status_file("-started"));
+            Some(e)
+        }
+    };
+    if let Some(e) = failed {
         if let Some(pty) = tty_slave {
             // the log writer lets go of a terminal once its slave side was
             // open and closed again (the app never opened it)

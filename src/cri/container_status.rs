@@ -23,13 +23,12 @@ pub fn app_info(pod: &Pod, app: &RuntimeApp, running: bool) -> AppInfo {
         let layout = crate::cgroup::Layout::cached().ok();
         subs.zip(layout).is_some_and(|(s, l)| crate::cgroup::app::AppCgroup::new(l, &s, &app.name).oom_killed())
     };
-    let start_error = || std::fs::read_to_string(paths.status_file(app::START_ERROR)).ok();
-    let mut message = String::new();
+    let start_error = match f.state {
+        AppState::Exited(_) => std::fs::read_to_string(paths.status_file(app::START_ERROR)).ok(),
+        _ => None,
+    };
     let (exit_code, reason) = match f.state {
-        AppState::Exited(Some(c)) if let Some(m) = start_error() => {
-            message = m;
-            (c, "StartError")
-        }
+        AppState::Exited(Some(c)) if start_error.is_some() => (c, "StartError"),
         AppState::Exited(Some(137)) if oom() => (137, "OOMKilled"),
         AppState::Exited(Some(0)) => (0, "Completed"),
         AppState::Exited(Some(c)) => (c, "Error"),
@@ -63,7 +62,7 @@ pub fn app_info(pod: &Pod, app: &RuntimeApp, running: bool) -> AppInfo {
         finished_at: f.finished_at,
         exit_code,
         reason: reason.into(),
-        message,
+        message: start_error.unwrap_or_default(),
         image_id: app.image.id.clone(),
         image_name: app.image.name.clone(),
         mounts,

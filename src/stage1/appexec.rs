@@ -124,9 +124,9 @@ fn needs(pid: &PidMode) -> [&'static str; 3] {
 }
 
 /// The other calls appexec makes under the app's filter (besides its
-/// start-up), which a strict allow list may leave out; let through and not
-/// denied again: they fork, wait, signal, read /proc and drop privileges.
-const ALSO_NEEDED: [&str; 21] = [
+/// start-up) that its child no longer needs once its own filter is in:
+/// let through, then denied again like the namespace calls.
+const DENIED_AGAIN: [&str; 12] = [
     "socket",
     "sendto",
     "read",
@@ -135,27 +135,29 @@ const ALSO_NEEDED: [&str; 21] = [
     "wait4",
     "kill",
     "getpid",
-    "rt_sigaction",
-    "prctl",
     "pipe2",
-    "poll",
     "newfstatat",
     "statx",
-    "setgroups",
-    "setresgid",
-    "setresuid",
-    "capget",
-    "capset",
-    "execve",
-    "exit_group",
+    "rt_sigaction",
 ];
 
-/// Whether a systemd (252) filter entry names `call`, itself or by a group.
+/// What the child still calls after its filter (dropping privileges, and
+/// the exec): let through and left so. A strict allow list that names none
+/// of these is that much wider for the app than with runc, which installs
+/// the profile itself.
+const STILL_NEEDED: [&str; 10] =
+    ["prctl", "capget", "capset", "setgroups", "setresgid", "setresuid", "poll", "execve", "write", "exit_group"];
+
+/// Whether a systemd (252) filter entry names `call`, itself or by a group
+/// (`@system-service`, RuntimeDefault's, holds every call appexec makes but
+/// the @mount ones).
 fn names(entry: &str, call: &str) -> bool {
     match (call, entry) {
         (_, "@known") => true,
         ("mount" | "mount_setattr", "@mount") => true,
-        ("unshare" | "setns", "@process" | "@system-service") => true,
+        ("mount" | "mount_setattr", "@system-service") => false,
+        (_, "@system-service") => true,
+        ("unshare" | "setns", "@process") => true,
         _ => entry == call,
     }
 }
@@ -164,13 +166,13 @@ fn names(entry: &str, call: &str) -> bool {
 /// through (allowed after the app's filter, which removes them from a deny
 /// list), and those to deny again once appexec is done with them.
 pub fn widen(pid: &PidMode, allow_list: bool, entries: &[String]) -> (Vec<String>, Vec<String>) {
-    let needs = needs(pid);
-    let denied = needs
+    let deniable: Vec<&str> = needs(pid).into_iter().chain(DENIED_AGAIN).collect();
+    let denied = deniable
         .iter()
         .filter(|call| entries.iter().any(|e| names(e, call)) != allow_list)
         .map(|c| c.to_string())
         .collect();
-    (needs.iter().chain(&ALSO_NEEDED).map(|c| c.to_string()).collect(), denied)
+    (deniable.iter().chain(&STILL_NEEDED).map(|c| c.to_string()).collect(), denied)
 }
 
 /// What appexec does for one app.
@@ -276,9 +278,12 @@ mod tests {
         assert_eq!(allow[..4], ["mount", "mount_setattr", "unshare", "socket"]);
         assert!(allow.iter().any(|c| c == "setresuid"));
         assert_eq!(deny, ["mount", "mount_setattr"]);
-        // an allow list naming none: all denied again
-        let (_, deny) = widen(&PidMode::Join(7, "1".into()), true, &list(&["read", "write"]));
-        assert_eq!(deny, ["mount", "mount_setattr", "setns"]);
+        // an allow list: what it does not name is denied again, but for what the
+        // child still needs after its filter
+        let (allow, deny) = widen(&PidMode::Join(7, "1".into()), true, &list(&["read", "write"]));
+        assert_eq!(deny[..4], ["mount", "mount_setattr", "setns", "socket"]);
+        assert!(!deny.iter().any(|c| c == "read" || c == "setresuid" || c == "execve"), "{deny:?}");
+        assert!(deny.iter().any(|c| c == "kill") && allow.iter().any(|c| c == "setresuid"));
         // a deny list: only what it names, itself or by group
         let (_, deny) = widen(&PidMode::Container, false, &list(&["@mount", "ptrace"]));
         assert_eq!(deny, ["mount", "mount_setattr"]);

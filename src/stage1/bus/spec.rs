@@ -264,6 +264,8 @@ impl ServiceSpec {
             // below the daemon's wait for the job (bus::START_TIMEOUT): a start
             // that never says ready fails in systemd too, rather than later
             p.push(Property::u64("TimeoutStartUSec", 20_000_000));
+            // and then killed, not asked to stop: appexec and a PID 1 ignore SIGTERM
+            p.push(Property::str("TimeoutStartFailureMode", "kill"));
         }
         if let Some(root) = &self.root_directory {
             p.push(Property::str("RootDirectory", root));
