@@ -462,6 +462,11 @@ struct Prog {
 }
 
 const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_AND_K: u16 = 0x54;
+/// x32 calls are x86_64's with bit 30 set, the same numbers but for a few
+/// of x32's own above 511 (none of which is an x86_64 call): the filter
+/// compares numbers without that bit, on every architecture (no other sets it).
+const X32_BIT: u32 = 0x4000_0000;
 const BPF_JEQ_K: u16 = 0x15;
 const BPF_RET_K: u16 = 0x06;
 const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
@@ -472,7 +477,7 @@ const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
 /// the kernel may run the app's code as: (audit arch, [(name, number)]).
 #[cfg(target_arch = "x86_64")]
 const TABLES: &[(u32, &[(&str, u32)])] = &[
-    // x86_64, and x32 (bit 30: the same numbers, but for rt_sigaction's)
+    // x86_64, and x32
     (
         0xc000_003e,
         &[
@@ -492,22 +497,8 @@ const TABLES: &[(u32, &[(&str, u32)])] = &[
             ("newfstatat", 262),
             ("statx", 332),
             ("rt_sigaction", 13),
-            ("mount", X32 + 165),
-            ("unshare", X32 + 272),
-            ("setns", X32 + 308),
-            ("mount_setattr", X32 + 442),
-            ("socket", X32 + 41),
-            ("sendto", X32 + 44),
-            ("read", X32),
-            ("close", X32 + 3),
-            ("clone", X32 + 56),
-            ("wait4", X32 + 61),
-            ("kill", X32 + 62),
-            ("getpid", X32 + 39),
-            ("pipe2", X32 + 293),
-            ("newfstatat", X32 + 262),
-            ("statx", X32 + 332),
-            ("rt_sigaction", X32 + 512),
+            // x32's own number for it (see X32_BIT)
+            ("rt_sigaction", 512),
         ],
     ),
     // i386 (its fstatat64 for newfstatat)
@@ -533,8 +524,6 @@ const TABLES: &[(u32, &[(&str, u32)])] = &[
         ],
     ),
 ];
-#[cfg(target_arch = "x86_64")]
-const X32: u32 = 0x4000_0000;
 #[cfg(target_arch = "aarch64")]
 const TABLES: &[(u32, &[(&str, u32)])] = &[
     (
@@ -590,11 +579,12 @@ fn deny_again(plan: &Plan) {
     for (arch, table) in TABLES {
         let numbers: Vec<u32> =
             table.iter().filter(|(name, _)| plan.deny.iter().any(|d| d == name)).map(|(_, nr)| *nr).collect();
-        // [arch check] [load nr] [one jeq per number] [allow] [deny]
+        // [arch check] [load nr] [clear the x32 bit] [one jeq per number] [allow] [deny]
         let n = numbers.len() as u8;
         prog.push(Insn { code: BPF_LD_W_ABS, jt: 0, jf: 0, k: 4 });
-        prog.push(Insn { code: BPF_JEQ_K, jt: 0, jf: n + 3, k: *arch });
+        prog.push(Insn { code: BPF_JEQ_K, jt: 0, jf: n + 4, k: *arch });
         prog.push(Insn { code: BPF_LD_W_ABS, jt: 0, jf: 0, k: 0 });
+        prog.push(Insn { code: BPF_AND_K, jt: 0, jf: 0, k: !X32_BIT });
         for (i, nr) in numbers.iter().enumerate() {
             // to the deny return: past the rest of the jeqs and the allow
             prog.push(Insn { code: BPF_JEQ_K, jt: n - i as u8, jf: 0, k: *nr });

@@ -228,9 +228,15 @@ impl Plan {
     }
 }
 
-fn parent_of(pid: i32) -> Option<i32> {
+/// Field `n` of `/proc/<pid>/stat` counted from the state (the first after
+/// the command name, which may hold spaces).
+fn stat_field(pid: i32, n: usize) -> Option<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    stat.rsplit_once(')')?.1.split_whitespace().nth(n).map(str::to_string)
+}
+
+fn parent_of(pid: i32) -> Option<i32> {
+    stat_field(pid, 1)?.parse().ok()
 }
 
 fn is_appexec(pid: i32) -> Option<bool> {
@@ -252,8 +258,7 @@ pub fn app_pid(pod_pid1: i32, unit_processes: &[i32]) -> Option<i32> {
 
 /// When a process started (`/proc/<pid>/stat` field 22), the same in every namespace.
 pub fn start_time(host_pid: i32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{host_pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.split_whitespace().nth(19).map(str::to_string)
+    stat_field(host_pid, 19)
 }
 
 /// A host pid as the pod's PID namespace numbers it (the second `NSpid`).
