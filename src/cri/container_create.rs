@@ -391,7 +391,10 @@ pub async fn create_container(
             user_annotations.insert(meta::RESOURCES.into(), json);
         }
     }
-    if let Some(v) = pid_namespace(sc, &pod.uuid().to_string(), &pod_manifest)? {
+    let own_pid_namespace = pid_namespace(sc, &pod.uuid().to_string(), &pod_manifest)?;
+    // systemd resolves ids only for apps in the pod's namespace (appexec takes them as numbers)
+    let ids_for_systemd = own_pid_namespace.is_none();
+    if let Some(v) = own_pid_namespace {
         user_annotations.insert(meta::PID_NAMESPACE.into(), v);
     }
     let mut isolators = image_app.isolators.clone();
@@ -441,6 +444,9 @@ pub async fn create_container(
     let stage1 = pod.stage1_rootfs();
     tokio::task::block_in_place(|| {
         spec.add(&mut pod)?;
+        if !ids_for_systemd {
+            return Ok(());
+        }
         let mut gids = vec![gid];
         gids.extend(groups);
         crate::stage1::app::ensure_ids(&stage1, uid, &gids).map_err(|source| AppError::Io {
