@@ -213,12 +213,9 @@ async fn user_env_workdir_and_mounts_inside_the_container() {
                 readonly: true,
                 ..Default::default()
             }];
-            c.linux = Some(cri::LinuxContainerConfig {
-                security_context: Some(cri::LinuxContainerSecurityContext {
-                    run_as_user: Some(cri::Int64Value { value: 1000 }),
-                    run_as_group: Some(cri::Int64Value { value: 2000 }),
-                    ..Default::default()
-                }),
+            c.linux = secured(cri::LinuxContainerSecurityContext {
+                run_as_user: Some(cri::Int64Value { value: 1000 }),
+                run_as_group: Some(cri::Int64Value { value: 2000 }),
                 ..Default::default()
             });
         })
@@ -226,7 +223,7 @@ async fn user_env_workdir_and_mounts_inside_the_container() {
     e.start(&id).await;
     let s = e.wait_state(&id, cri::ContainerState::ContainerExited).await;
     let log = e.wait_log("identity", "who", 7).await;
-    let out: Vec<String> = log.lines().filter_map(|l| l.splitn(4, ' ').nth(3).map(str::to_string)).collect();
+    let out = log_content(&log);
     assert_eq!(out, ["1000", "2000", "bar", "/tmp", "from the host", "identity", "readonly"], "{log}");
     assert_eq!(s.exit_code, 0);
     assert_eq!(s.reason, "Completed");
@@ -288,16 +285,13 @@ async fn capabilities_no_new_privs_and_log_reopen() {
     let script = "grep -E 'CapBnd|NoNewPrivs' /proc/self/status; while true; do echo tick; sleep 0.05; done";
     let id = e
         .create(&pod, "caps", &["sh", "-c", script], |c| {
-            c.linux = Some(cri::LinuxContainerConfig {
-                security_context: Some(cri::LinuxContainerSecurityContext {
-                    capabilities: Some(cri::Capability {
-                        add_capabilities: vec!["NET_ADMIN".into()],
-                        drop_capabilities: vec!["KILL".into(), "CAP_CHOWN".into()],
-                        ..Default::default()
-                    }),
-                    no_new_privs: true,
+            c.linux = secured(cri::LinuxContainerSecurityContext {
+                capabilities: Some(cri::Capability {
+                    add_capabilities: vec!["NET_ADMIN".into()],
+                    drop_capabilities: vec!["KILL".into(), "CAP_CHOWN".into()],
                     ..Default::default()
                 }),
+                no_new_privs: true,
                 ..Default::default()
             });
         })
@@ -433,18 +427,15 @@ async fn seccomp_and_masked_paths() {
                   echo x 2>&1 > /proc/sys/kernel/hostname || true";
     let id = e
         .create(&pod, "hardened", &["sh", "-c", script], |c| {
-            c.linux = Some(cri::LinuxContainerConfig {
-                security_context: Some(cri::LinuxContainerSecurityContext {
-                    seccomp: Some(cri::SecurityProfile {
-                        profile_type: cri::security_profile::ProfileType::RuntimeDefault as i32,
-                        localhost_ref: String::new(),
-                    }),
-                    masked_paths: ["/proc/irq", "/proc/kcore", "/proc/timer_list", "/proc/not-there"]
-                        .map(String::from)
-                        .to_vec(),
-                    readonly_paths: ["/proc/bus", "/proc/sys"].map(String::from).to_vec(),
-                    ..Default::default()
+            c.linux = secured(cri::LinuxContainerSecurityContext {
+                seccomp: Some(cri::SecurityProfile {
+                    profile_type: cri::security_profile::ProfileType::RuntimeDefault as i32,
+                    localhost_ref: String::new(),
                 }),
+                masked_paths: ["/proc/irq", "/proc/kcore", "/proc/timer_list", "/proc/not-there"]
+                    .map(String::from)
+                    .to_vec(),
+                readonly_paths: ["/proc/bus", "/proc/sys"].map(String::from).to_vec(),
                 ..Default::default()
             });
         })
@@ -476,13 +467,10 @@ async fn seccomp_and_masked_paths() {
             config: Some(cri::ContainerConfig {
                 metadata: Some(cri::ContainerMetadata { name: "local".into(), attempt: 0 }),
                 image: Some(cri::ImageSpec { image: e.image.clone(), ..Default::default() }),
-                linux: Some(cri::LinuxContainerConfig {
-                    security_context: Some(cri::LinuxContainerSecurityContext {
-                        seccomp: Some(cri::SecurityProfile {
-                            profile_type: cri::security_profile::ProfileType::Localhost as i32,
-                            localhost_ref: "profiles/x.json".into(),
-                        }),
-                        ..Default::default()
+                linux: secured(cri::LinuxContainerSecurityContext {
+                    seccomp: Some(cri::SecurityProfile {
+                        profile_type: cri::security_profile::ProfileType::Localhost as i32,
+                        localhost_ref: "profiles/x.json".into(),
                     }),
                     ..Default::default()
                 }),
@@ -507,13 +495,10 @@ async fn seccomp_and_masked_paths() {
     let localhost = |path: &std::path::Path| {
         let localhost_ref = path.to_str().expect("utf8").to_string();
         move |c: &mut cri::ContainerConfig| {
-            c.linux = Some(cri::LinuxContainerConfig {
-                security_context: Some(cri::LinuxContainerSecurityContext {
-                    seccomp: Some(cri::SecurityProfile {
-                        profile_type: cri::security_profile::ProfileType::Localhost as i32,
-                        localhost_ref,
-                    }),
-                    ..Default::default()
+            c.linux = secured(cri::LinuxContainerSecurityContext {
+                seccomp: Some(cri::SecurityProfile {
+                    profile_type: cri::security_profile::ProfileType::Localhost as i32,
+                    localhost_ref,
                 }),
                 ..Default::default()
             });
@@ -565,7 +550,7 @@ async fn default_masks_come_from_the_pod_and_privileged_apps_see_none() {
     e.start(&plain).await;
     e.wait_state(&plain, cri::ContainerState::ContainerExited).await;
     let log = e.wait_log("masks", "plain", 6).await;
-    let out: Vec<String> = log.lines().filter_map(|l| l.splitn(4, ' ').nth(3)).map(str::to_string).collect();
+    let out = log_content(&log);
     assert_eq!(out[0], "/proc/keys character special file", "{log}");
     assert_eq!(out[1], "/proc/timer_list character special file", "{log}");
     assert_eq!(out[2], "0", "{log}");
@@ -580,20 +565,14 @@ async fn default_masks_come_from_the_pod_and_privileged_apps_see_none() {
             "privileged",
             &["sh", "-c", "stat -c '%n %F' /proc/timer_list; ls -A /sys/firmware | wc -l"],
             |c| {
-                c.linux = Some(cri::LinuxContainerConfig {
-                    security_context: Some(cri::LinuxContainerSecurityContext {
-                        privileged: true,
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                });
+                c.linux = secured(cri::LinuxContainerSecurityContext { privileged: true, ..Default::default() });
             },
         )
         .await;
     e.start(&privileged).await;
     e.wait_state(&privileged, cri::ContainerState::ContainerExited).await;
     let log = e.wait_log("masks", "privileged", 2).await;
-    let out: Vec<String> = log.lines().filter_map(|l| l.splitn(4, ' ').nth(3)).map(str::to_string).collect();
+    let out = log_content(&log);
     assert_eq!(out[0], "/proc/timer_list regular empty file", "{log}");
     assert_ne!(out[1], "0", "{log}");
     // a read-only rootfs keeps the pod's identity files read-only too, and a writable volume writable
@@ -613,13 +592,7 @@ async fn default_masks_come_from_the_pod_and_privileged_apps_see_none() {
                     host_path: volume.path().display().to_string(),
                     ..Default::default()
                 }];
-                c.linux = Some(cri::LinuxContainerConfig {
-                    security_context: Some(cri::LinuxContainerSecurityContext {
-                        readonly_rootfs: true,
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                });
+                c.linux = secured(cri::LinuxContainerSecurityContext { readonly_rootfs: true, ..Default::default() });
             },
         )
         .await;
@@ -633,12 +606,9 @@ async fn default_masks_come_from_the_pod_and_privileged_apps_see_none() {
         .create(&pod, "masksys", &["sh", "-c", "ls -A /proc/sys | wc -l; stat -c '%F' /proc/keys"], |c| {
             let mut masked: Vec<String> = rktlet::stage1::api_vfs::DEFAULT_MASKED.map(String::from).to_vec();
             masked.push("/proc/sys".into());
-            c.linux = Some(cri::LinuxContainerConfig {
-                security_context: Some(cri::LinuxContainerSecurityContext {
-                    masked_paths: masked,
-                    readonly_paths: rktlet::stage1::api_vfs::DEFAULT_READONLY.map(String::from).to_vec(),
-                    ..Default::default()
-                }),
+            c.linux = secured(cri::LinuxContainerSecurityContext {
+                masked_paths: masked,
+                readonly_paths: rktlet::stage1::api_vfs::DEFAULT_READONLY.map(String::from).to_vec(),
                 ..Default::default()
             });
         })
@@ -646,7 +616,7 @@ async fn default_masks_come_from_the_pod_and_privileged_apps_see_none() {
     e.start(&masksys).await;
     e.wait_state(&masksys, cri::ContainerState::ContainerExited).await;
     let log = e.wait_log("masks", "masksys", 2).await;
-    let out: Vec<String> = log.lines().filter_map(|l| l.splitn(4, ' ').nth(3)).map(str::to_string).collect();
+    let out = log_content(&log);
     assert_eq!(out, ["0", "character special file"], "{log}");
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
@@ -778,6 +748,12 @@ fn pid_namespace(mode: cri::NamespaceMode, target: &str) -> cri::LinuxContainerS
     }
 }
 
+/// A container config's linux section with only this security context.
+fn secured(sc: cri::LinuxContainerSecurityContext) -> Option<cri::LinuxContainerConfig> {
+    Some(cri::LinuxContainerConfig { security_context: Some(sc), ..Default::default() })
+}
+
+/// The content of each CRI log line (after time, stream and tag).
 fn log_content(log: &str) -> Vec<String> {
     log.lines().filter_map(|l| l.splitn(4, ' ').nth(3)).map(str::to_string).collect()
 }
@@ -808,7 +784,7 @@ async fn a_pid_namespace_per_container_and_targets_joining_it() {
                 profile_type: cri::security_profile::ProfileType::RuntimeDefault as i32,
                 ..Default::default()
             });
-            c.linux = Some(cri::LinuxContainerConfig { security_context: Some(sc), ..Default::default() });
+            c.linux = secured(sc);
         })
         .await;
     e.start(&first).await;
@@ -845,7 +821,7 @@ async fn a_pid_namespace_per_container_and_targets_joining_it() {
             |c| {
                 let mut sc = pid_namespace(cri::NamespaceMode::Target, &first);
                 sc.run_as_user = Some(cri::Int64Value { value: 1000 });
-                c.linux = Some(cri::LinuxContainerConfig { security_context: Some(sc), ..Default::default() });
+                c.linux = secured(sc);
             },
         )
         .await;
@@ -868,7 +844,7 @@ async fn a_pid_namespace_per_container_and_targets_joining_it() {
             &["grep", "-h", "-e", "^systemd$", "-e", "^SigIgn:", "/proc/1/comm", "/proc/self/status"],
             |c| {
                 let sc = pid_namespace(cri::NamespaceMode::Pod, "");
-                c.linux = Some(cri::LinuxContainerConfig { security_context: Some(sc), ..Default::default() });
+                c.linux = secured(sc);
             },
         )
         .await;
@@ -882,7 +858,7 @@ async fn a_pid_namespace_per_container_and_targets_joining_it() {
     let own = e
         .create(&pod, "own", &["grep", "^SigIgn:", "/proc/self/status"], |c| {
             let sc = pid_namespace(cri::NamespaceMode::Container, "");
-            c.linux = Some(cri::LinuxContainerConfig { security_context: Some(sc), ..Default::default() });
+            c.linux = secured(sc);
         })
         .await;
     e.start(&own).await;
@@ -896,7 +872,7 @@ async fn a_pid_namespace_per_container_and_targets_joining_it() {
     let sleeper = e
         .create(&pod, "sleeper", &["sleep", "1000"], |c| {
             let sc = pid_namespace(cri::NamespaceMode::Container, "");
-            c.linux = Some(cri::LinuxContainerConfig { security_context: Some(sc), ..Default::default() });
+            c.linux = secured(sc);
         })
         .await;
     e.start(&sleeper).await;
@@ -908,7 +884,7 @@ async fn a_pid_namespace_per_container_and_targets_joining_it() {
     let broken = e
         .create(&pod, "broken", &["/etc/passwd"], |c| {
             let sc = pid_namespace(cri::NamespaceMode::Container, "");
-            c.linux = Some(cri::LinuxContainerConfig { security_context: Some(sc), ..Default::default() });
+            c.linux = secured(sc);
         })
         .await;
     let err =
@@ -928,7 +904,7 @@ async fn a_pid_namespace_per_container_and_targets_joining_it() {
         (pid_namespace(cri::NamespaceMode::Node, ""), tonic::Code::InvalidArgument),
     ] {
         let mut config = common::container_config("bad", &e.image, &["true"]);
-        config.linux = Some(cri::LinuxContainerConfig { security_context: Some(sc), ..Default::default() });
+        config.linux = secured(sc);
         let err =
             e.rt.create_container(cri::CreateContainerRequest {
                 pod_sandbox_id: pod.0.clone(),

@@ -228,9 +228,13 @@ async fn signed_by_policy_over_cosign_signatures() {
     assert_nothing_stored(&s, &d);
 }
 
+fn pull_request(image: String) -> rktlet::proto::v1::PullImageRequest {
+    use rktlet::proto::v1::{ImageSpec, PullImageRequest};
+    PullImageRequest { image: Some(ImageSpec { image, ..Default::default() }), ..Default::default() }
+}
+
 #[tokio::test]
 async fn policy_refusal_over_cri_and_bad_policy_files() {
-    use rktlet::proto::v1::{ImageSpec, PullImageRequest};
     let t = tempfile::tempdir().expect("tempdir");
     let reg = &registry().main;
     let key = Key::new(t.path(), "k", false);
@@ -246,13 +250,8 @@ async fn policy_refusal_over_cri_and_bad_policy_files() {
     let d = common::Daemon::start(&["--registry-config", registries.to_str().expect("utf8")]);
     let mut images = d.images().await;
     push_image("cri/unsigned").await;
-    let err = images
-        .pull_image(PullImageRequest {
-            image: Some(ImageSpec { image: format!("{reg}/cri/unsigned"), ..Default::default() }),
-            ..Default::default()
-        })
-        .await
-        .expect_err("unsigned image is refused");
+    let err =
+        images.pull_image(pull_request(format!("{reg}/cri/unsigned"))).await.expect_err("unsigned image is refused");
     assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
     assert!(err.message().contains("signature policy"), "{}", err.message());
 
@@ -262,10 +261,7 @@ async fn policy_refusal_over_cri_and_bad_policy_files() {
     let pl = payload(&format!("{reg}/{repo}"), &digest);
     push_signature(repo, &digest, &[(pl.clone(), key.sign(t.path(), &pl))]).await;
     let ok = images
-        .pull_image(PullImageRequest {
-            image: Some(ImageSpec { image: format!("{reg}/{repo}"), ..Default::default() }),
-            ..Default::default()
-        })
+        .pull_image(pull_request(format!("{reg}/{repo}")))
         .await
         .expect("signed image pulls over CRI")
         .into_inner();
@@ -273,13 +269,7 @@ async fn policy_refusal_over_cri_and_bad_policy_files() {
 
     // a policy broken after start: pulls fail with FAILED_PRECONDITION, naming the file
     std::fs::write(conf.join("policy.json"), "{\"default\": [{\"type\": \"maybe\"}]}").expect("policy");
-    let err = images
-        .pull_image(PullImageRequest {
-            image: Some(ImageSpec { image: format!("{reg}/{repo}"), ..Default::default() }),
-            ..Default::default()
-        })
-        .await
-        .expect_err("broken policy");
+    let err = images.pull_image(pull_request(format!("{reg}/{repo}"))).await.expect_err("broken policy");
     assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
     assert!(err.message().contains("policy.json"), "{}", err.message());
 
