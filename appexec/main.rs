@@ -3,19 +3,21 @@
 //! container's (`TARGET`). rkt's stage1 had a program of that name and role.
 //!
 //! The pod's systemd (252 has no `PrivatePIDs=`) starts it as the unit's
-//! ExecStart, after it has made the app's mount namespace, root, binds,
-//! environment, working directory and stdio, with the app's seccomp filter
-//! widened by what this program needs and without dropping root or any
-//! capability. This program then:
+//! ExecStart, in the pod's mount namespace, with the app's environment and
+//! stdio, with the app's seccomp filter widened by what this program needs
+//! and without dropping root or any capability. This program then:
 //!
 //! 1. enters a new PID namespace (`pid=new`) or the target's (`pid=<pid>`);
 //! 2. forks: the child is the container (PID 1 of a new namespace); the
 //!    parent stays as the unit's main process, ignores the stop signals
 //!    (systemd signals every process of the unit) and ends as the child did,
 //!    with its exit code or by its signal;
-//! 3. in the child: mounts a /proc of the new namespace over the pod's, then
-//!    the app's masked (`mask=`) and read-only (`ro=`) paths, /proc's and
-//!    the others; installs a filter that denies again what the app's own
+//! 3. in the child: makes the app's mount namespace and pivots into its
+//!    rootfs (`root=`), leaving the pod's mounts behind, with the binds
+//!    (`bind=`, `rbind=`, `robind=`, `rrobind=`); mounts a /proc of the new
+//!    PID namespace, then the app's masked (`mask=`) and read-only (`ro=`)
+//!    paths, /proc's and the others; makes the root read-only (`rootro`);
+//!    enters the working directory (`cwd=`, made when missing); installs a filter that denies again what the app's own
 //!    seccomp profile denied and systemd had to let through (`deny=`: all
 //!    but the few calls still made after it: prctl, capget, capset,
 //!    setgroups, setresgid, setresuid, poll, execve, write, exit_group); drops
@@ -27,12 +29,14 @@
 //! this single file with the standard library only; the daemon embeds it and
 //! binds it read-only at `/dev/.rkt-appexec` in each pod.
 
-use std::ffi::{CString, c_char, c_int, c_long, c_uint, c_ulong, c_void};
+use std::ffi::{CStr, CString, c_char, c_int, c_long, c_uint, c_ulong, c_void};
 use std::os::unix::ffi::OsStringExt;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 unsafe extern "C" {
     fn unshare(flags: c_int) -> c_int;
+    fn chdir(path: *const c_char) -> c_int;
+    fn umount2(target: *const c_char, flags: c_int) -> c_int;
     fn setns(fd: c_int, nstype: c_int) -> c_int;
     fn open(path: *const c_char, flags: c_int, ...) -> c_int;
     fn close(fd: c_int) -> c_int;
@@ -67,6 +71,20 @@ unsafe extern "C" {
 static FAILED_FD: AtomicI32 = AtomicI32::new(-1);
 
 const CLONE_NEWPID: c_int = 0x2000_0000;
+const CLONE_NEWNS: c_int = 0x0002_0000;
+const MS_SLAVE: c_ulong = 1 << 19;
+const MNT_DETACH: c_int = 2;
+const OPEN_TREE_CLONE: c_uint = 1;
+const AT_EMPTY_PATH: c_uint = 0x1000;
+const MOVE_MOUNT_F_EMPTY_PATH: c_uint = 4;
+const MOVE_MOUNT_T_SYMLINKS: c_uint = 0x10;
+/// The same numbers on every architecture (newer than their split).
+const SYS_OPEN_TREE: c_long = 428;
+const SYS_MOVE_MOUNT: c_long = 429;
+#[cfg(target_arch = "x86_64")]
+const SYS_PIVOT_ROOT: c_long = 155;
+#[cfg(target_arch = "aarch64")]
+const SYS_PIVOT_ROOT: c_long = 41;
 const O_RDONLY: c_int = 0;
 const O_CLOEXEC: c_int = 0o2_000_000;
 const MS_RDONLY: c_ulong = 1;
@@ -146,8 +164,26 @@ struct Plan {
     gid: u32,
     groups: Vec<u32>,
     no_new_privs: bool,
+    /// The app's root as the pod sees it (`root=`): this program makes the
+    /// mount namespace and binds, then pivots into it. `None`: systemd did.
+    root: Option<CString>,
+    binds: Vec<Bind>,
+    root_read_only: bool,
+    cwd: Option<CString>,
     path: CString,
     argv: Vec<CString>,
+}
+
+/// A path of the pod put at one of the app's (`bind=`, `rbind=` with the
+/// tree below it, `robind=` and `rrobind=` read-only; a source written
+/// `-/path` may be missing): `KEY=SOURCE TARGET`, the target the next
+/// argument.
+struct Bind {
+    source: CString,
+    target: CString,
+    recursive: bool,
+    read_only: bool,
+    optional: bool,
 }
 
 fn cstring(s: Vec<u8>) -> CString {
@@ -161,13 +197,30 @@ fn number<T: std::str::FromStr>(key: &str, v: &str) -> T {
 fn parse() -> Plan {
     let mut args = std::env::args_os().skip(1).map(OsStringExt::into_vec);
     let mut plan = Plan::default();
-    for arg in args.by_ref() {
+    while let Some(arg) = args.next() {
         if arg == b"--" {
             break;
         }
         let arg = String::from_utf8(arg).unwrap_or_else(|_| fail("an option is not UTF-8", 0));
         let (key, value) = arg.split_once('=').unwrap_or((arg.as_str(), ""));
         match key {
+            "root" => plan.root = Some(cstring(value.into())),
+            "rootro" => plan.root_read_only = true,
+            "cwd" => plan.cwd = Some(cstring(value.into())),
+            "bind" | "rbind" | "robind" | "rrobind" => {
+                let target = args.next().unwrap_or_else(|| fail(&format!("no target after {arg}"), 0));
+                let (optional, source) = match value.strip_prefix('-') {
+                    Some(source) => (true, source),
+                    None => (false, value),
+                };
+                plan.binds.push(Bind {
+                    source: cstring(source.into()),
+                    target: cstring(target),
+                    recursive: key.starts_with('r'),
+                    read_only: key.ends_with("robind"),
+                    optional,
+                });
+            }
             "pid" if value == "new" => plan.join = None,
             "pid" => {
                 let (pid, start) = value.split_once('@').unwrap_or_else(|| fail("pid= is new or PID@STARTTIME", 0));
@@ -366,7 +419,22 @@ fn container(plan: &Plan, alive: c_int) -> ! {
             unsafe { syscall(SYS_RT_SIGACTION, sig as c_long, default.as_ptr(), std::ptr::null::<u64>(), 8 as c_long) };
         }
     }
+    if let Some(root) = &plan.root {
+        enter_root(plan, root);
+    }
     proc_mount(plan);
+    if plan.root_read_only {
+        // the root itself, after the mount points were made in it; volumes
+        // and binds keep their own flags (runc's way)
+        let attr = MountAttr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
+        // SAFETY: mount_setattr(2) on "/" with a properly sized struct.
+        let rc =
+            unsafe { syscall(SYS_MOUNT_SETATTR, AT_FDCWD, c"/".as_ptr(), 0 as c_uint, &attr, size_of::<MountAttr>()) };
+        check(rc as c_int, "making the root read-only");
+    }
+    if plan.root.is_some() {
+        working_directory(plan.cwd.as_deref().unwrap_or(c"/"));
+    }
     if !plan.deny.is_empty() {
         deny_again(plan);
     }
@@ -392,9 +460,113 @@ fn container(plan: &Plan, alive: c_int) -> ! {
     fail(&format!("exec {}", plan.path.to_string_lossy()), errno())
 }
 
+/// The app's mount namespace, as systemd would make it for `RootDirectory=`
+/// and `BindPaths=`, but small: the pod's mounts are left behind.
+///
+/// 1. A new mount namespace whose mounts receive the pod's but give nothing
+///    back (slaves);
+/// 2. a detached copy of each bind's source, taken from the pod's tree;
+/// 3. `pivot_root` into the app's rootfs and the pod's tree lazily
+///    unmounted: the namespace keeps the app's rootfs and its volumes, so
+///    what the pod mounts later (other apps' roots) no longer reaches it;
+/// 4. each copy moved onto its target, resolved inside the app's root now
+///    (a symlink in the image cannot point out of it), the target made
+///    when missing.
+fn enter_root(plan: &Plan, root: &CStr) {
+    // SAFETY: unshare(2) and mount(2) on this process's namespace with C string literals.
+    unsafe {
+        check(unshare(CLONE_NEWNS), "new mount namespace");
+        check(
+            mount(std::ptr::null(), c"/".as_ptr(), std::ptr::null(), MS_REC | MS_SLAVE, std::ptr::null()),
+            "making mounts slaves",
+        );
+    }
+    let mut trees = Vec::new();
+    for bind in &plan.binds {
+        let flags = OPEN_TREE_CLONE | O_CLOEXEC as c_uint | if bind.recursive { AT_RECURSIVE } else { 0 };
+        // SAFETY: open_tree(2) with a prepared C string; returns a descriptor or -1.
+        let fd = unsafe { syscall(SYS_OPEN_TREE, AT_FDCWD, bind.source.as_ptr(), flags) } as c_int;
+        if fd < 0 && bind.optional && errno() == ENOENT {
+            continue;
+        }
+        check(fd, &format!("copying {}", bind.source.to_string_lossy()));
+        if bind.read_only {
+            let attr = MountAttr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
+            let at = AT_EMPTY_PATH | if bind.recursive { AT_RECURSIVE } else { 0 };
+            // SAFETY: mount_setattr(2) on our tree descriptor with a properly sized struct.
+            let rc = unsafe { syscall(SYS_MOUNT_SETATTR, fd, c"".as_ptr(), at, &attr, size_of::<MountAttr>()) };
+            check(rc as c_int, &format!("making {} read-only", bind.source.to_string_lossy()));
+        }
+        // the source's kind, for the mount point (told here, in the pod's tree)
+        let is_dir = std::fs::metadata(bind.source.to_string_lossy().as_ref()).is_ok_and(|m| m.is_dir());
+        trees.push((fd, bind, is_dir));
+    }
+    // SAFETY: chdir(2), pivot_root(2) and umount2(2) with C strings: the old
+    // root ends up on top of the new one, at ".", and is detached from there.
+    unsafe {
+        check(chdir(root.as_ptr()), &format!("entering {}", root.to_string_lossy()));
+        check(syscall(SYS_PIVOT_ROOT, c".".as_ptr(), c".".as_ptr()) as c_int, "pivot_root");
+        check(umount2(c".".as_ptr(), MNT_DETACH), "leaving the pod's mounts");
+        check(chdir(c"/".as_ptr()), "chdir /");
+    }
+    for (fd, bind, is_dir) in trees {
+        let path = bind.target.to_string_lossy();
+        make_target(&path, is_dir);
+        // SAFETY: move_mount(2) of our tree descriptor onto a prepared C string, following symlinks inside the root.
+        let rc = unsafe {
+            syscall(
+                SYS_MOVE_MOUNT,
+                fd,
+                c"".as_ptr(),
+                AT_FDCWD,
+                bind.target.as_ptr(),
+                MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_SYMLINKS,
+            )
+        };
+        check(rc as c_int, &format!("mounting {}", path));
+        // SAFETY: closing our own descriptor.
+        unsafe { close(fd) };
+    }
+}
+
+/// A mount point at `path` in the app's root, as systemd makes one: a
+/// directory, or an empty file, with the directories above it.
+fn make_target(path: &str, dir: bool) {
+    match std::fs::metadata(path) {
+        Ok(_) => return,
+        Err(e) if e.raw_os_error() == Some(ENOENT) => {}
+        Err(e) => fail(&format!("mount point {path}"), e.raw_os_error().unwrap_or(0)),
+    }
+    let made = if dir {
+        std::fs::create_dir_all(path)
+    } else {
+        let parent = std::path::Path::new(path).parent().unwrap_or(std::path::Path::new("/"));
+        std::fs::create_dir_all(parent)
+            .and_then(|()| std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).map(drop))
+    };
+    if let Err(e) = made {
+        fail(&format!("making mount point {path}"), e.raw_os_error().unwrap_or(0));
+    }
+}
+
+/// The app's working directory, made when missing (runc's way).
+fn working_directory(cwd: &CStr) {
+    // SAFETY: chdir(2) with a C string.
+    if unsafe { chdir(cwd.as_ptr()) } == 0 {
+        return;
+    }
+    let path = cwd.to_string_lossy();
+    if errno() != ENOENT || std::fs::create_dir_all(path.as_ref()).is_err() {
+        fail(&format!("working directory {path}"), errno());
+    }
+    // SAFETY: chdir(2) with a C string.
+    check(unsafe { chdir(cwd.as_ptr()) }, &format!("working directory {path}"));
+}
+
 /// A /proc of the new PID namespace, then the app's masks and read-only
 /// paths (below it and elsewhere).
 fn proc_mount(plan: &Plan) {
+    make_target("/proc", true);
     // SAFETY: mount(2) with C string literals.
     let rc = unsafe {
         mount(c"proc".as_ptr(), c"/proc".as_ptr(), c"proc".as_ptr(), MS_NOSUID | MS_NODEV | MS_NOEXEC, std::ptr::null())
@@ -485,6 +657,14 @@ const TABLES: &[(u32, &[(&str, u32)])] = &[
             ("unshare", 272),
             ("setns", 308),
             ("mount_setattr", 442),
+            ("open_tree", 428),
+            ("move_mount", 429),
+            ("pivot_root", 155),
+            ("umount2", 166),
+            ("chdir", 80),
+            ("mkdir", 83),
+            ("mkdirat", 258),
+            ("openat", 257),
             ("socket", 41),
             ("sendto", 44),
             ("read", 0),
@@ -509,6 +689,14 @@ const TABLES: &[(u32, &[(&str, u32)])] = &[
             ("unshare", 310),
             ("setns", 346),
             ("mount_setattr", 442),
+            ("open_tree", 428),
+            ("move_mount", 429),
+            ("pivot_root", 217),
+            ("umount2", 52),
+            ("chdir", 12),
+            ("mkdir", 39),
+            ("mkdirat", 296),
+            ("openat", 295),
             ("socket", 359),
             ("sendto", 369),
             ("read", 3),
@@ -533,6 +721,13 @@ const TABLES: &[(u32, &[(&str, u32)])] = &[
             ("unshare", 97),
             ("setns", 268),
             ("mount_setattr", 442),
+            ("open_tree", 428),
+            ("move_mount", 429),
+            ("pivot_root", 41),
+            ("umount2", 39),
+            ("chdir", 49),
+            ("mkdirat", 34),
+            ("openat", 56),
             ("socket", 198),
             ("sendto", 206),
             ("read", 63),
@@ -555,6 +750,14 @@ const TABLES: &[(u32, &[(&str, u32)])] = &[
             ("unshare", 337),
             ("setns", 375),
             ("mount_setattr", 442),
+            ("open_tree", 428),
+            ("move_mount", 429),
+            ("pivot_root", 218),
+            ("umount2", 52),
+            ("chdir", 12),
+            ("mkdir", 39),
+            ("mkdirat", 323),
+            ("openat", 322),
             ("socket", 281),
             ("sendto", 290),
             ("read", 3),

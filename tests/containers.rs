@@ -15,13 +15,21 @@ struct Env {
     rt: RuntimeServiceClient<Channel>,
     image: String,
     logs: tempfile::TempDir,
+    /// The PID namespace of containers that do not name one: kubelet's
+    /// default (CONTAINER) unless a test says otherwise.
+    pid: cri::NamespaceMode,
 }
 
 async fn env() -> Env {
     let d = Daemon::start(&[]);
     let image = common::pull_busybox(&d).await;
     let rt = d.runtime().await;
-    Env { d, rt, image, logs: tempfile::tempdir().expect("logs") }
+    Env { d, rt, image, logs: tempfile::tempdir().expect("logs"), pid: cri::NamespaceMode::Container }
+}
+
+/// [`env`] whose containers get `pid` unless they name one.
+async fn env_with_pid(pid: cri::NamespaceMode) -> Env {
+    Env { pid, ..env().await }
 }
 
 impl Env {
@@ -54,6 +62,8 @@ impl Env {
             ..Default::default()
         };
         tweak(&mut config);
+        let sc = config.linux.get_or_insert_default().security_context.get_or_insert_default();
+        sc.namespace_options.get_or_insert(cri::NamespaceOption { pid: self.pid as i32, ..Default::default() });
         self.rt
             .create_container(cri::CreateContainerRequest {
                 pod_sandbox_id: pod.0.clone(),
@@ -130,10 +140,12 @@ async fn sleep_runs_stops_and_is_removed() {
         e.rt.list_containers(cri::ListContainersRequest { filter: Some(running) }).await.expect("list").into_inner();
     assert_eq!(list.containers.len(), 1);
 
-    e.rt.stop_container(cri::StopContainerRequest { container_id: id.clone(), timeout: 10 }).await.expect("stop");
+    // `sleep` as PID 1 of its own namespace has no SIGTERM handler, so the
+    // signal is ignored (as under runc) and it is killed at the timeout
+    e.rt.stop_container(cri::StopContainerRequest { container_id: id.clone(), timeout: 1 }).await.expect("stop");
     let s = e.status(&id).await;
     assert_eq!(s.state, cri::ContainerState::ContainerExited as i32);
-    assert_eq!(s.exit_code, 128 + 15, "killed by SIGTERM");
+    assert_eq!(s.exit_code, 128 + 9, "killed at the timeout");
     assert!(s.finished_at >= s.started_at);
     e.rt.remove_container(cri::RemoveContainerRequest { container_id: id.clone() }).await.expect("remove");
     e.rt.remove_container(cri::RemoveContainerRequest { container_id: id.clone() }).await.expect("remove again");
@@ -197,7 +209,16 @@ async fn sigterm_ignoring_container_is_killed_at_the_timeout() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn user_env_workdir_and_mounts_inside_the_container() {
-    let mut e = env().await;
+    identity_env_workdir_and_mounts(cri::NamespaceMode::Container).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn user_env_workdir_and_mounts_inside_the_container_pod_pid_namespace() {
+    identity_env_workdir_and_mounts(cri::NamespaceMode::Pod).await;
+}
+
+async fn identity_env_workdir_and_mounts(pid: cri::NamespaceMode) {
+    let mut e = env_with_pid(pid).await;
     let pod = e.pod("identity").await;
     let vol = tempfile::tempdir().expect("volume");
     std::fs::write(vol.path().join("hello"), "from the host\n").expect("write");
@@ -397,7 +418,7 @@ async fn memory_limit_oom_kill_and_resource_updates() {
 async fn containers_survive_a_daemon_sigkill() {
     let mut e = env().await;
     let pod = e.pod("restart").await;
-    let long = e.create(&pod, "long", &["sleep", "1000"], |_| {}).await;
+    let long = e.create(&pod, "long", &["sh", "-c", "trap 'exit 143' TERM; sleep 1000 & wait"], |_| {}).await;
     let short = e.create(&pod, "short", &["sh", "-c", "sleep 1; exit 4"], |_| {}).await;
     e.start(&long).await;
     e.start(&short).await;
@@ -419,7 +440,16 @@ async fn containers_survive_a_daemon_sigkill() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn seccomp_and_masked_paths() {
-    let mut e = env().await;
+    seccomp_and_masks(cri::NamespaceMode::Container).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn seccomp_and_masked_paths_pod_pid_namespace() {
+    seccomp_and_masks(cri::NamespaceMode::Pod).await;
+}
+
+async fn seccomp_and_masks(pid: cri::NamespaceMode) {
+    let mut e = env_with_pid(pid).await;
     let pod = e.pod("hardened").await;
     // masks are looked at directly (reading a masked file would fail without CAP_SYS_RAWIO anyway)
     let script = "grep Seccomp: /proc/self/status; stat -c '%n %F' /proc/timer_list /proc/irq; \
@@ -539,8 +569,17 @@ async fn seccomp_and_masked_paths() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn default_masks_come_from_the_pod_and_privileged_apps_see_none() {
-    let mut e = env().await;
+async fn default_masks_read_only_rootfs_and_privileged_apps() {
+    default_masks_and_privileged_apps(cri::NamespaceMode::Container).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn default_masks_read_only_rootfs_and_privileged_apps_pod_pid_namespace() {
+    default_masks_and_privileged_apps(cri::NamespaceMode::Pod).await;
+}
+
+async fn default_masks_and_privileged_apps(pid: cri::NamespaceMode) {
+    let mut e = env_with_pid(pid).await;
     let pod = e.pod("masks").await;
     // no masked or read-only paths sent: kubelet's defaults, applied once to the pod's /proc and /sys
     let script = "stat -c '%n %F' /proc/keys /proc/timer_list; ls -A /sys/firmware | wc -l; \
@@ -555,8 +594,8 @@ async fn default_masks_come_from_the_pod_and_privileged_apps_see_none() {
     assert_eq!(out[1], "/proc/timer_list character special file", "{log}");
     assert_eq!(out[2], "0", "{log}");
     assert!(out[3].contains("Read-only file system"), "{log}");
-    // the pod's PID namespace: its systemd is PID 1; the pod's hosts file is bound in the app
-    assert_eq!(out[4], "systemd", "{log}");
+    // PID 1: the pod's systemd, or the app itself; the pod's hosts file is bound in the app
+    assert_eq!(out[4], if pid == cri::NamespaceMode::Pod { "systemd" } else { "sh" }, "{log}");
     assert_eq!(out[5], "1", "{log}");
     // a privileged app in the same pod sees the real files
     let privileged = e

@@ -57,7 +57,7 @@ async fn interrupted_operations_recover_after_a_restart() {
     let pod = common::run_pod(&mut rt, &pod_cfg).await;
     let create = |name: &str| cri::CreateContainerRequest {
         pod_sandbox_id: pod.clone(),
-        config: Some(common::container_config(name, &image, &["sleep", "1000"])),
+        config: Some(common::container_config(name, &image, &["sh", "-c", "trap 'exit 143' TERM; sleep 1000 & wait"])),
         sandbox_config: Some(pod_cfg.clone()),
     };
 

@@ -62,6 +62,10 @@ async fn exec_sync_runs_inside_the_container() {
                 run_as_user: Some(cri::Int64Value { value: 1000 }),
                 capabilities: Some(cri::Capability { drop_capabilities: vec!["KILL".into()], ..Default::default() }),
                 no_new_privs: true,
+                namespace_options: Some(cri::NamespaceOption {
+                    pid: cri::NamespaceMode::Container as i32,
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             ..Default::default()

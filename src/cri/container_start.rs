@@ -8,7 +8,7 @@ use crate::pod::{Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::{EventKind, Runtime};
 use crate::stage1::app::{self, AppPaths, AppState};
-use crate::stage1::appexec::{PidMode, Plan};
+use crate::stage1::appexec::{Bind, PidMode, Plan};
 use crate::stage1::bus::{BindPath, BusError, ExecCommand, Output, PodBus, Property, ServiceSpec, Value};
 use crate::stage1::seccomp;
 use crate::stream::log::{self as crilog, Stream};
@@ -172,10 +172,8 @@ pub async fn start_container(
         }
     }
     let pid_mode = tokio::task::block_in_place(|| pid_mode(rt, &t, pid1))?;
-    if pid_mode != PidMode::Pod {
-        own_pid_namespace(rt, &t, pid1, &pid_mode, &mut spec, filter, (&masked, &readonly))?;
-    }
     let by_appexec = pid_mode != PidMode::Pod;
+    let appexec_paths = (masked.clone(), readonly.clone());
     tokio::task::block_in_place(|| api_file_systems(&t.pod, pid1, &mut spec, masked, readonly, by_appexec))?;
     if t.app.read_only_root_fs {
         spec.read_only_paths.push("/".into());
@@ -189,6 +187,9 @@ pub async fn start_container(
         spec.bind_paths.extend(identity);
     }
     spec.bind_paths.extend(device_nodes(&paths, &meta::devices(&t.app))?);
+    if by_appexec {
+        own_pid_namespace(rt, &t, pid1, &pid_mode, &mut spec, filter, appexec_paths)?;
+    }
     let (stop_signal, _) = meta::stop_signal(&t.app);
     if stop_signal != libc::SIGTERM {
         spec.extra.push(Property::new("KillSignal", Value::I32(stop_signal)));
@@ -377,26 +378,32 @@ fn api_file_systems(
     readonly: Option<Vec<String>>,
     by_appexec: bool,
 ) -> Result<(), Status> {
+    if by_appexec {
+        // appexec mounts the app's own /proc and makes every masked and
+        // read-only path; the pod's /sys and /dev are bound as they are
+        spec.mount_api_vfs = false;
+        spec.bind_paths.extend(["/sys", "/dev"].map(|p| BindPath {
+            source: p.into(),
+            destination: p.into(),
+            ignore_missing: false,
+            recursive: true,
+        }));
+        return Ok(());
+    }
     let (mut masked, mut readonly) = (masked.unwrap_or_default(), readonly.unwrap_or_default());
     if !masked.is_empty() && crate::stage1::api_vfs::covers(&masked, &readonly) {
         crate::stage1::api_vfs::ensure(&pod.path(), pid1)
             .map_err(|e| Status::internal(format!("masking the pod's /proc: {e}")))?;
         spec.mount_api_vfs = false;
-        // (an app with a /proc of its own needs only the pod's, not its masks,
-        // until appexec mounts that one on top)
         spec.bind_paths.extend(["/proc", "/sys", "/dev"].map(|p| BindPath {
             source: p.into(),
             destination: p.into(),
             ignore_missing: false,
-            recursive: !(by_appexec && p == "/proc"),
+            recursive: true,
         }));
         // what the pod did not do already: a path it made read-only may still have to be masked
         masked.retain(|p| !crate::stage1::api_vfs::masked_in_pod(p));
         readonly.retain(|p| !crate::stage1::api_vfs::read_only_in_pod(p));
-    }
-    if by_appexec {
-        masked.clear();
-        readonly.clear();
     }
     // (each read-only bind costs systemd 252 a parse of the pod's mountinfo:
     // masked files get a plain bind of /dev/null, as runc does)
@@ -436,10 +443,11 @@ fn pid_mode(rt: &Runtime, t: &Target, pid1: i32) -> Result<PidMode, Status> {
 }
 
 /// Turns the unit into one that runs the app through appexec
-/// (`stage1/appexec.rs`): systemd keeps the mounts, environment, stdio and
-/// cgroup; appexec takes the PID namespace, the app's /proc with its masks,
-/// the seccomp calls it needs let through, capabilities, ids and
-/// no_new_privs.
+/// (`stage1/appexec.rs`): systemd keeps the environment, stdio and cgroup;
+/// appexec takes the PID and mount namespaces (the unit's root directory,
+/// binds, read-only root and working directory move to it), the app's /proc
+/// with its masks, the seccomp calls it needs let through, capabilities,
+/// ids and no_new_privs.
 fn own_pid_namespace(
     rt: &Runtime,
     t: &Target,
@@ -447,7 +455,7 @@ fn own_pid_namespace(
     mode: &PidMode,
     spec: &mut ServiceSpec,
     filter: Option<(bool, Vec<String>, Option<i32>)>,
-    (masked, readonly): (&Option<Vec<String>>, &Option<Vec<String>>),
+    (masked, readonly): (Option<Vec<String>>, Option<Vec<String>>),
 ) -> Result<(), Status> {
     tokio::task::block_in_place(|| crate::stage1::appexec::ensure(&rt.data, &t.pod.path(), pid1))
         .map_err(|e| Status::internal(format!("putting appexec in pod {}: {e}", t.pod.uuid())))?;
@@ -456,14 +464,30 @@ fn own_pid_namespace(
             Status::invalid_argument(format!("{what} {value:?} of container {} is not numeric", t.app.name))
         })
     };
-    let all = |l: &Option<Vec<String>>| -> Vec<String> { l.iter().flatten().cloned().collect() };
+    let bind = |b: BindPath, read_only: bool| Bind {
+        source: b.source,
+        target: b.destination,
+        recursive: b.recursive,
+        read_only,
+        optional: b.ignore_missing,
+    };
+    let mut binds: Vec<Bind> = std::mem::take(&mut spec.bind_paths).into_iter().map(|b| bind(b, false)).collect();
+    binds.extend(std::mem::take(&mut spec.bind_read_only_paths).into_iter().map(|b| bind(b, true)));
+    let root_read_only = spec.read_only_paths.iter().any(|p| p == "/");
+    spec.read_only_paths.clear();
     let mut plan = Plan {
         join: match mode {
             PidMode::Join(pid, start) => Some((*pid, start.clone())),
             _ => None,
         },
-        masks: all(masked),
-        read_only: all(readonly),
+        masks: masked.unwrap_or_default(),
+        read_only: readonly.unwrap_or_default(),
+        // systemd makes no mount namespace for the unit: appexec makes the
+        // app's, small (see appexec/main.rs), with these binds
+        root: spec.root_directory.take(),
+        binds,
+        root_read_only,
+        working_directory: spec.working_directory.take(),
         caps: spec.capability_bounding_set.take(),
         uid: id(spec.user.take().as_deref().unwrap_or("0"), "user")?,
         gid: id(spec.group.take().as_deref().unwrap_or("0"), "group")?,

@@ -5,11 +5,18 @@
 //! The pod's systemd (252) cannot give a unit its own PID namespace, and a
 //! program it starts has already lost what it would need to make one (root,
 //! capabilities, a seccomp filter without `mount`). So for these apps the
-//! unit keeps everything systemd does well (root directory, binds,
-//! environment, stdio, cgroup, stop) but runs `appexec` as root, with the
-//! app's filter widened by the calls appexec makes; appexec makes the
-//! namespace and its /proc, denies those calls again, and takes the app's
-//! capabilities, ids and no_new_privs itself before it exec's the app.
+//! unit keeps what systemd does well (environment, stdio, cgroup, stop) but
+//! runs `appexec` as root, with the app's filter widened by the calls
+//! appexec makes; appexec makes the namespaces, the app's mounts and its
+//! /proc, denies those calls again, and takes the app's capabilities, ids
+//! and no_new_privs itself before it exec's the app.
+//!
+//! The mount namespace is appexec's too, as in rkt's own stage1: systemd
+//! would copy the pod's whole mount table into each unit's namespace and
+//! parse it for each bind, and every app's rootfs mounted in the pod later
+//! would propagate into every running app's namespace, so a start and a
+//! create grew with the number of apps. appexec pivots into the app's rootfs
+//! and drops the pod's mounts from its namespace.
 //!
 //! The program is embedded in the daemon, written once per data directory,
 //! and bound read-only into each pod at [`IN_POD`] (in every app's /dev).
@@ -116,17 +123,23 @@ pub fn ensure(data: &DataDir, pod_dir: &Path, pod_pid1: i32) -> io::Result<()> {
 
 /// The namespace calls appexec makes after systemd applied the app's
 /// seccomp filter: denied again once it is done with them.
-fn needs(pid: &PidMode) -> [&'static str; 3] {
-    match pid {
-        PidMode::Join(..) => ["mount", "mount_setattr", "setns"],
-        _ => ["mount", "mount_setattr", "unshare"],
+fn needs(pid: &PidMode) -> Vec<&'static str> {
+    let mut calls = vec!["mount", "mount_setattr", "unshare", "open_tree", "move_mount", "pivot_root", "umount2"];
+    // (unshare makes the mount namespace in either case)
+    if matches!(pid, PidMode::Join(..)) {
+        calls.insert(3, "setns");
     }
+    calls
 }
 
 /// The other calls appexec makes under the app's filter (besides its
 /// start-up) that its child no longer needs once its own filter is in:
 /// let through, then denied again like the namespace calls.
-const DENIED_AGAIN: [&str; 12] = [
+const DENIED_AGAIN: [&str; 16] = [
+    "chdir",
+    "mkdir",
+    "mkdirat",
+    "openat",
     "socket",
     "sendto",
     "read",
@@ -152,11 +165,11 @@ const STILL_NEEDED: [&str; 10] =
 /// (`@system-service`, RuntimeDefault's, holds every call appexec makes but
 /// the @mount ones).
 fn names(entry: &str, call: &str) -> bool {
+    const MOUNT_API: [&str; 6] = ["mount", "mount_setattr", "open_tree", "move_mount", "pivot_root", "umount2"];
     match (call, entry) {
         (_, "@known") => true,
-        ("mount" | "mount_setattr", "@mount") => true,
-        ("mount" | "mount_setattr", "@system-service") => false,
-        (_, "@system-service") => true,
+        (_, "@mount") => MOUNT_API.contains(&call),
+        (_, "@system-service") => !MOUNT_API.contains(&call),
         ("unshare" | "setns", "@process") => true,
         _ => entry == call,
     }
@@ -193,6 +206,23 @@ pub struct Plan {
     pub gid: u32,
     pub groups: Vec<u32>,
     pub no_new_privs: bool,
+    /// The app's root in the pod: appexec makes its mount namespace (none
+    /// from systemd), the binds, and pivots into it.
+    pub root: Option<String>,
+    pub binds: Vec<Bind>,
+    pub root_read_only: bool,
+    pub working_directory: Option<String>,
+}
+
+/// A path of the pod bound at one of the app's (systemd's `BindPaths=`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind {
+    pub source: String,
+    pub target: String,
+    pub recursive: bool,
+    pub read_only: bool,
+    /// A missing source is skipped.
+    pub optional: bool,
 }
 
 impl Plan {
@@ -203,6 +233,23 @@ impl Plan {
             Some((pid, start)) => format!("pid={pid}@{start}"),
             None => "pid=new".into(),
         }];
+        if let Some(root) = &self.root {
+            args.push(format!("root={root}"));
+        }
+        for b in &self.binds {
+            let key = match (b.recursive, b.read_only) {
+                (true, true) => "rrobind",
+                (false, true) => "robind",
+                (true, false) => "rbind",
+                (false, false) => "bind",
+            };
+            args.push(format!("{key}={}{}", if b.optional { "-" } else { "" }, b.source));
+            args.push(b.target.clone());
+        }
+        if self.root_read_only {
+            args.push("rootro".into());
+        }
+        args.extend(self.working_directory.iter().map(|d| format!("cwd={d}")));
         args.extend(self.masks.iter().map(|p| format!("mask={p}")));
         args.extend(self.read_only.iter().map(|p| format!("ro={p}")));
         if !self.deny.is_empty() {
@@ -280,18 +327,20 @@ mod tests {
     fn the_filter_lets_appexec_through_and_keeps_what_it_denied() {
         // RuntimeDefault: unshare is in @system-service (through @process), mount is not
         let (allow, deny) = widen(&PidMode::Container, true, &list(&["@system-service"]));
-        assert_eq!(allow[..4], ["mount", "mount_setattr", "unshare", "socket"]);
-        assert!(allow.iter().any(|c| c == "setresuid"));
-        assert_eq!(deny, ["mount", "mount_setattr"]);
+        let mount_api = ["mount", "mount_setattr", "open_tree", "move_mount", "pivot_root", "umount2"];
+        assert_eq!(allow[..3], ["mount", "mount_setattr", "unshare"]);
+        assert!(allow.iter().any(|c| c == "setresuid") && allow.iter().any(|c| c == "chdir"));
+        assert_eq!(deny, mount_api);
         // an allow list: what it does not name is denied again, but for what the
         // child still needs after its filter
         let (allow, deny) = widen(&PidMode::Join(7, "1".into()), true, &list(&["read", "write"]));
-        assert_eq!(deny[..4], ["mount", "mount_setattr", "setns", "socket"]);
+        assert_eq!(deny[..5], ["mount", "mount_setattr", "unshare", "setns", "open_tree"]);
         assert!(!deny.iter().any(|c| c == "read" || c == "setresuid" || c == "execve"), "{deny:?}");
-        assert!(deny.iter().any(|c| c == "kill") && allow.iter().any(|c| c == "setresuid"));
+        assert!(deny.iter().any(|c| c == "kill") && deny.iter().any(|c| c == "openat"));
+        assert!(allow.iter().any(|c| c == "setresuid"));
         // a deny list: only what it names, itself or by group
         let (_, deny) = widen(&PidMode::Container, false, &list(&["@mount", "ptrace"]));
-        assert_eq!(deny, ["mount", "mount_setattr"]);
+        assert_eq!(deny, mount_api);
         let (_, deny) = widen(&PidMode::Container, false, &list(&["unshare"]));
         assert_eq!(deny, ["unshare"]);
     }
@@ -309,6 +358,25 @@ mod tests {
             gid: 3000,
             groups: vec![4000],
             no_new_privs: true,
+            root: Some("/opt/stage2/a/rootfs".into()),
+            binds: vec![
+                Bind {
+                    source: "/dev".into(),
+                    target: "/dev".into(),
+                    recursive: true,
+                    read_only: false,
+                    optional: false,
+                },
+                Bind {
+                    source: "/etc/hosts".into(),
+                    target: "/etc/hosts".into(),
+                    recursive: false,
+                    read_only: true,
+                    optional: true,
+                },
+            ],
+            root_read_only: true,
+            working_directory: Some("/work dir".into()),
             ..Default::default()
         };
         let cmd = plan.command(&app);
@@ -318,6 +386,13 @@ mod tests {
             list(&[
                 COMM,
                 "pid=new",
+                "root=/opt/stage2/a/rootfs",
+                "rbind=/dev",
+                "/dev",
+                "robind=-/etc/hosts",
+                "/etc/hosts",
+                "rootro",
+                "cwd=/work dir",
                 "mask=/proc/kcore",
                 "ro=/proc/sys",
                 "deny=mount",

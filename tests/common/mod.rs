@@ -347,14 +347,23 @@ pub async fn pull_busybox(d: &Daemon) -> String {
 }
 pub mod test_pod;
 
-/// A container running `command` in `image`, logging to `<name>.log`.
+/// A container running `command` in `image`, logging to `<name>.log`, in a
+/// PID namespace of its own as kubelet asks by default.
 pub fn container_config(name: &str, image: &str, command: &[&str]) -> rktlet::proto::v1::ContainerConfig {
     use rktlet::proto::v1 as cri;
+    let namespaces = cri::NamespaceOption { pid: cri::NamespaceMode::Container as i32, ..Default::default() };
     cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 0 }),
         image: Some(cri::ImageSpec { image: image.into(), ..Default::default() }),
         command: command.iter().map(|s| s.to_string()).collect(),
         log_path: format!("{name}.log"),
+        linux: Some(cri::LinuxContainerConfig {
+            security_context: Some(cri::LinuxContainerSecurityContext {
+                namespace_options: Some(namespaces),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }
