@@ -76,8 +76,12 @@ fn keys_are_trusted_by_prefix_and_check_gnupg_signatures() {
     assert!(stored.is_file(), "{out}");
     let (ok, out) = rktlet(&local, &["trust", key.to_str().expect("path")]);
     assert!(!ok && out.contains("--prefix"), "a key needs a prefix or --root: {out}");
-    let (ok, out) = rktlet(&local, &["trust", "--prefix", "../escape", key.to_str().expect("path")]);
-    assert!(!ok && out.contains("invalid name prefix"), "{out}");
+    // no prefix covers every name (that is --root), and none leaves prefix.d
+    for bad in ["../escape", "/", "", "Example.com"] {
+        let (ok, out) = rktlet(&local, &["trust", "--prefix", bad, key.to_str().expect("path")]);
+        assert!(!ok && out.contains("invalid name prefix") && out.contains("--root"), "{bad:?}: {out}");
+    }
+    assert!(!local.join("trustedkeys/prefix.d").join(&fpr).exists(), "a key lies directly in prefix.d");
 
     let data = t.path().join("image.aci");
     std::fs::write(&data, b"an image's bytes").expect("data");
