@@ -19,11 +19,13 @@
 //! nothing and is only warned about.
 
 use crate::image::discovery::is_ac_identifier;
-use pgp::composed::{Deserializable, DetachedSignature, SignedPublicKey};
-use pgp::types::KeyDetails;
+use pgp::composed::{Deserializable, DetachedSignature, SignedPublicKey, SignedPublicSubKey};
+use pgp::packet::{PublicKey, Signature, SignatureType};
+use pgp::types::{KeyDetails, Tag, Timestamp};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrustError {
@@ -38,6 +40,10 @@ pub enum TrustError {
     BadPrefix(String),
     #[error("no trusted key for {name} verifies its signature ({keys} keys tried)")]
     Untrusted { name: String, keys: usize },
+    #[error("key {fingerprint} cannot be trusted: {reason}")]
+    UnusableKey { fingerprint: String, reason: String },
+    #[error("the signature on {name} is by trusted key {fingerprint}, which cannot sign: {reason}")]
+    CannotSign { name: String, fingerprint: String, reason: String },
     #[error("key {0} is not in the local trust store")]
     UnknownKey(String),
     #[error("{context}: {source}")]
@@ -77,6 +83,69 @@ pub fn parse_key(bytes: &[u8]) -> Result<SignedPublicKey, TrustError> {
     SignedPublicKey::from_reader_single(bytes).map(|(k, _)| k).map_err(|e| TrustError::BadKey(e.to_string()))
 }
 
+/// When a key made at `created` stops being valid under `sig` (its newest
+/// self- or binding signature), if it has by `now`.
+fn expired(created: Timestamp, sig: &Signature, now: SystemTime) -> Option<String> {
+    let valid_for = std::time::Duration::from(sig.key_expiration_time()?);
+    let until = SystemTime::from(created) + valid_for;
+    (!valid_for.is_zero() && until <= now).then(|| format!("expired at {}", crate::stream::log::rfc3339_nano(until)))
+}
+
+/// Why `key`'s primary key may not sign at `now`, if it may not: it has no
+/// self-signature that verifies (a user id certification or direct key
+/// signature by itself), a revocation by itself verifies, or its newest
+/// self-signature says it has expired.
+fn primary_problem(key: &SignedPublicKey, now: SystemTime) -> Option<String> {
+    let primary = &key.primary_key;
+    if key.details.revocation_signatures.iter().any(|s| s.verify_key(primary).is_ok()) {
+        return Some("it is revoked".into());
+    }
+    let certified = key.details.users.iter().flat_map(|u| {
+        u.signatures.iter().filter(|s| {
+            matches!(
+                s.typ(),
+                Some(
+                    SignatureType::CertGeneric
+                        | SignatureType::CertPersona
+                        | SignatureType::CertCasual
+                        | SignatureType::CertPositive
+                )
+            ) && s.verify_certification(primary, Tag::UserId, &u.id).is_ok()
+        })
+    });
+    let direct = key.details.direct_signatures.iter().filter(|s| s.verify_key(primary).is_ok());
+    let Some(newest) = certified.chain(direct).max_by_key(|s| s.created().map(Timestamp::as_secs)) else {
+        return Some("none of its self-signatures verifies (altered, or not made by the key itself)".into());
+    };
+    expired(primary.created_at(), newest, now).map(|when| format!("it {when}"))
+}
+
+/// Why `sub` may not sign for `primary` at `now`, if it may not: no binding
+/// signature by the primary key over it verifies, the newest binding does not
+/// allow signing or lacks a valid back-signature by the subkey, a revocation
+/// by the primary key verifies, or the binding says it has expired.
+fn subkey_problem(primary: &PublicKey, sub: &SignedPublicSubKey, now: SystemTime) -> Option<String> {
+    let by_primary = |s: &&Signature| s.verify_subkey_binding(primary, &sub.key).is_ok();
+    let of_type = |t: SignatureType| sub.signatures.iter().filter(move |s| s.typ() == Some(t));
+    if of_type(SignatureType::SubkeyRevocation).any(|s| by_primary(&s)) {
+        return Some("it is revoked".into());
+    }
+    let Some(binding) =
+        of_type(SignatureType::SubkeyBinding).filter(by_primary).max_by_key(|s| s.created().map(Timestamp::as_secs))
+    else {
+        return Some("it is not bound to the primary key (no binding signature by the primary key verifies)".into());
+    };
+    if !binding.key_flags().sign() {
+        return Some("it is bound to the primary key, but not for signing".into());
+    }
+    let back_signed =
+        binding.embedded_signature().is_some_and(|b| b.verify_primary_key_binding(&sub.key, primary).is_ok());
+    if !back_signed {
+        return Some("it has no valid back-signature to the primary key".into());
+    }
+    expired(sub.key.created_at(), binding, now).map(|when| format!("it {when}"))
+}
+
 /// `example.com/app` (a trailing `/` allowed) as a relative path of plain
 /// components: an AC identifier, so neither empty nor `/`, `.` or `..`.
 fn prefix_path(prefix: &str) -> Result<PathBuf, TrustError> {
@@ -105,6 +174,16 @@ impl TrustStore {
         let prefix_dir = prefix.map(prefix_path).transpose()?;
         let parsed = parse_key(key)?;
         let fingerprint = fingerprint_of(&parsed);
+        let now = SystemTime::now();
+        if let Some(reason) = primary_problem(&parsed, now) {
+            return Err(TrustError::UnusableKey { fingerprint, reason });
+        }
+        for sub in &parsed.public_subkeys {
+            if let Some(reason) = subkey_problem(&parsed.primary_key, sub, now) {
+                let subkey = format!("{:x}", sub.key.fingerprint());
+                tracing::warn!(key = fingerprint, subkey, reason, "subkey will not be accepted for signatures");
+            }
+        }
         let dir = Self::dir(&self.local, prefix_dir.as_deref());
         fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
         let armored = parsed
@@ -190,24 +269,44 @@ impl TrustStore {
 
     /// Checks a detached signature (armored or binary) over `data` with the
     /// keys trusted for `name`; the fingerprint of the key that made it.
+    /// Only the primary key and subkeys bound to it for signing count, and
+    /// neither once revoked or expired.
     pub fn verify(&self, name: &str, data: &[u8], signature: &[u8]) -> Result<String, TrustError> {
         let sig = DetachedSignature::from_reader_single(signature)
             .map(|(s, _)| s)
             .map_err(|e| TrustError::BadSignature(e.to_string()))?;
         let keys = self.keys_for(name);
+        let now = SystemTime::now();
+        // a signature by a trusted key that may not sign, for the error
+        let mut refused = None;
         for k in &keys {
             let Ok(bytes) = fs::read(&k.path) else { continue };
             let Ok(key) = parse_key(&bytes) else {
                 tracing::warn!(path = %k.path.display(), "unreadable key in the trust store");
                 continue;
             };
-            let by_primary = sig.verify(&key.primary_key, data).is_ok();
-            let by_subkey = || key.public_subkeys.iter().any(|s| sig.verify(&s.key, data).is_ok());
-            if by_primary || by_subkey() {
-                return Ok(k.fingerprint.clone());
+            let primary_problem = primary_problem(&key, now);
+            let mut problems = Vec::new();
+            if sig.verify(&key.primary_key, data).is_ok() {
+                problems.push(primary_problem.clone());
+            }
+            for sub in key.public_subkeys.iter().filter(|s| sig.verify(&s.key, data).is_ok()) {
+                let problem = primary_problem.clone().or_else(|| {
+                    subkey_problem(&key.primary_key, sub, now)
+                        .map(|p| format!("its subkey {:x}: {p}", sub.key.fingerprint()))
+                });
+                problems.push(problem);
+            }
+            for problem in problems {
+                let Some(reason) = problem else { return Ok(k.fingerprint.clone()) };
+                tracing::warn!(key = k.fingerprint, reason, "signature by a trusted key that may not sign");
+                refused = Some((k.fingerprint.clone(), reason));
             }
         }
-        Err(TrustError::Untrusted { name: name.to_string(), keys: keys.len() })
+        match refused {
+            Some((fingerprint, reason)) => Err(TrustError::CannotSign { name: name.to_string(), fingerprint, reason }),
+            None => Err(TrustError::Untrusted { name: name.to_string(), keys: keys.len() }),
+        }
     }
 }
 

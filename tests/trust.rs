@@ -35,6 +35,32 @@ impl Gpg {
         fpr.trim_matches(':').to_ascii_lowercase()
     }
 
+    /// A signing subkey for `uid`'s key; gpg signs with it from then on.
+    fn add_signing_subkey(&self, uid: &str) {
+        let fpr = self.fingerprint(uid);
+        self.run(&["--batch", "--passphrase", "", "--quick-add-key", &fpr, "ed25519", "sign", "never"]);
+    }
+
+    /// The fingerprint of `uid`'s (first) subkey.
+    fn subkey_fingerprint(&self, uid: &str) -> String {
+        let out = String::from_utf8(self.run(&["--with-colons", "--fingerprint", "--fingerprint", uid])).expect("utf8");
+        let mut after_sub = out.lines().skip_while(|l| !l.starts_with("sub:"));
+        let fpr = after_sub.find_map(|l| l.strip_prefix("fpr:")).expect("subkey fpr line");
+        fpr.trim_matches(':').to_ascii_lowercase()
+    }
+
+    /// The (tag, byte offset) of every packet in binary OpenPGP data, as
+    /// `gpg --list-packets` reports them.
+    fn packets(&self, bytes: &[u8], scratch: &Path) -> Vec<(u32, usize)> {
+        std::fs::write(scratch, bytes).expect("packets file");
+        let out = String::from_utf8(self.run(&["--list-packets", "--verbose", scratch.to_str().expect("path")]))
+            .expect("utf8");
+        let field = |l: &str, name: &str| {
+            l.split_whitespace().find_map(|w| w.strip_prefix(name)).and_then(|v| v.parse().ok()).expect("packet field")
+        };
+        out.lines().filter(|l| l.starts_with("# off=")).map(|l| (field(l, "tag=") as u32, field(l, "off="))).collect()
+    }
+
     fn export(&self, uid: &str, to: &Path) {
         std::fs::write(to, self.run(&["--armor", "--export", uid])).expect("key file");
     }
@@ -133,6 +159,87 @@ fn keys_are_trusted_by_prefix_and_check_gnupg_signatures() {
     std::fs::create_dir_all(&mask_dir).expect("mask dir");
     std::fs::write(mask_dir.join(&other_fpr), b"").expect("mask");
     assert!(matches!(store.verify("anything.org/x", &bytes, &other_sig), Err(TrustError::Untrusted { keys: 0, .. })));
+}
+
+#[test]
+fn only_bound_subkeys_and_valid_keys_sign() {
+    let gpg = Gpg::new(&["Signer <signer@example.com>", "Intruder <intruder@example.com>"]);
+    for uid in ["signer@example.com", "intruder@example.com"] {
+        gpg.add_signing_subkey(uid);
+    }
+    let t = tempfile::tempdir().expect("tmp");
+    let local = t.path().join("etc-rkt");
+    let store = TrustStore::new(&local, t.path().join("usr-lib-rkt"));
+    let data = t.path().join("image.aci");
+    std::fs::write(&data, b"an image's bytes").expect("data");
+    let bytes = std::fs::read(&data).expect("read");
+    let trust = |prefix: &str, key: &[u8]| {
+        let file = t.path().join("key.asc");
+        std::fs::write(&file, key).expect("key file");
+        rktlet(&local, &["trust", "--prefix", prefix, file.to_str().expect("path")])
+    };
+
+    // a signing subkey bound to the trusted key: gpg signs with it, and that verifies
+    let signer = gpg.run(&["--export", "signer@example.com"]);
+    let (ok, out) = trust("example.com/app", &signer);
+    assert!(ok, "{out}");
+    let sig = gpg.sign("signer@example.com", &data, false);
+    let sub_fpr = gpg.subkey_fingerprint("signer@example.com");
+    let sig_file = t.path().join("image.aci.sig");
+    std::fs::write(&sig_file, &sig).expect("sig");
+    let issuer = String::from_utf8(gpg.run(&["--list-packets", sig_file.to_str().expect("path")])).expect("utf8");
+    assert!(issuer.to_ascii_lowercase().contains(&sub_fpr[sub_fpr.len() - 16..]), "signed by the subkey: {issuer}");
+    assert_eq!(
+        store.verify("example.com/app", &bytes, &sig).expect("bound subkey"),
+        gpg.fingerprint("signer@example.com")
+    );
+
+    // the intruder's subkey, with its binding by the intruder's own primary
+    // key, appended to the trusted key: trusted as a key, but its subkey's
+    // signatures are not the trusted key's
+    let intruder = gpg.run(&["--export", "intruder@example.com"]);
+    let first_subkey = |key: &[u8]| {
+        gpg.packets(key, &t.path().join("packets")).into_iter().find(|(tag, _)| *tag == 14).expect("subkey packet").1
+    };
+    let mut spliced = signer[..first_subkey(&signer)].to_vec();
+    spliced.extend_from_slice(&intruder[first_subkey(&intruder)..]);
+    let (ok, out) = trust("example.com/spliced", &spliced);
+    assert!(ok, "{out}");
+    let forged = gpg.sign("intruder@example.com", &data, true);
+    let err = store.verify("example.com/spliced", &bytes, &forged).expect_err("unbound subkey");
+    assert!(matches!(err, TrustError::CannotSign { .. }), "{err}");
+    assert!(err.to_string().contains("not bound to the primary key"), "{err}");
+
+    // a key whose user id was changed after it was self-signed is not trusted
+    let uid_at = signer.windows(18).position(|w| w == b"signer@example.com").expect("user id");
+    let mut altered = signer.clone();
+    altered[uid_at + 15..uid_at + 18].copy_from_slice(b"org");
+    let (ok, out) = trust("example.com/altered", &altered);
+    assert!(!ok && out.contains("none of its self-signatures verifies"), "{out}");
+    assert!(!local.join("trustedkeys/prefix.d/example.com/altered").exists(), "{out}");
+
+    // a key that expired (made in 2020 for a day) is not trusted, and one
+    // stored while it was valid no longer verifies what it signed then
+    let old = ["--faked-system-time", "20200101T000000!"];
+    gpg.run(
+        &[
+            &old[..],
+            &["--batch", "--passphrase", "", "--quick-gen-key", "Old <old@example.com>", "ed25519", "sign", "1d"],
+        ]
+        .concat(),
+    );
+    let old_key = gpg.run(&["--export", "old@example.com"]);
+    let (ok, out) = trust("example.com/old", &old_key);
+    assert!(!ok && out.contains("expired at 2020-01-02T00:00:00"), "{out}");
+    let dir = local.join("trustedkeys/prefix.d/example.com/old");
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join(gpg.fingerprint("old@example.com")), &old_key).expect("stored key");
+    let old_sig = gpg.run(
+        &[&old[..], &["--batch", "-u", "old@example.com", "--detach-sign", "-o", "-", data.to_str().expect("path")]]
+            .concat(),
+    );
+    let err = store.verify("example.com/old", &bytes, &old_sig).expect_err("expired");
+    assert!(err.to_string().contains("expired at 2020-01-02T00:00:00"), "{err}");
 }
 
 /// An ACI: `manifest` and `rootfs/hello.txt`, gzipped.
