@@ -86,6 +86,26 @@ fn rktlet(local: &Path, args: &[&str]) -> (bool, String) {
     (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
+/// `rktlet --dir DATA --local-config LOCAL EXTRA... fetch WHAT`: whether it
+/// succeeded, its stdout (the image id) and its stderr.
+fn fetch(data: &Path, local: &Path, extra: &[&str], what: impl AsRef<std::ffi::OsStr>) -> (bool, String, String) {
+    let out = Command::new(common::BIN)
+        .arg("--dir")
+        .arg(data)
+        .arg("--local-config")
+        .arg(local)
+        .args(extra)
+        .arg("fetch")
+        .arg(what)
+        .output()
+        .expect("fetch");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn keys_are_trusted_by_prefix_and_check_gnupg_signatures() {
     let gpg = Gpg::new(&["Signer <signer@example.com>", "Other <other@example.com>"]);
@@ -264,22 +284,7 @@ fn fetch_imports_a_signed_aci_and_refuses_what_does_not_verify() {
     gpg.export("signer@example.com", &key);
     let (ok, out) = rktlet(&local, &["trust", "--prefix", "example.com/app", key.to_str().expect("path")]);
     assert!(ok, "{out}");
-    let fetch = |file: &Path, extra: &[&str]| {
-        let out = Command::new(common::BIN)
-            .arg("--dir")
-            .arg(&data)
-            .arg("--local-config")
-            .arg(&local)
-            .args(extra)
-            .args(["fetch", file.to_str().expect("path")])
-            .output()
-            .expect("fetch");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).trim().to_string(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let fetch = |file: &Path, extra: &[&str]| fetch(&data, &local, extra, file);
 
     // signed by a key trusted for the name: imported under rkt's key, its tree rendered
     let app = t.path().join("app.aci");
@@ -364,6 +369,61 @@ fn fetch_imports_a_signed_aci_and_refuses_what_does_not_verify() {
     let verify =
         Command::new(common::BIN).arg("--dir").arg(&data).args(["image", "verify", "--deep"]).output().expect("verify");
     assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
+}
+
+#[test]
+fn fetch_refuses_what_a_masked_system_key_signed_and_takes_root_keys() {
+    let gpg = Gpg::new(&["Vendor <vendor@example.com>", "Root <root@example.com>"]);
+    let t = tempfile::tempdir().expect("tmp");
+    let (local, system, data) = (t.path().join("etc-rkt"), t.path().join("usr-lib-rkt"), t.path().join("data"));
+    let system_config = ["--system-config", system.to_str().expect("path")];
+    let signed = |file: &str, name: &str, hello: &str, uid: &str| {
+        let path = t.path().join(file);
+        std::fs::write(&path, aci(name, hello)).expect("aci");
+        std::fs::write(t.path().join(format!("{file}.asc")), gpg.sign(uid, &path, true)).expect("sig");
+        path
+    };
+
+    // the vendor's key shipped as a system key for example.com/app
+    let vendor_fpr = gpg.fingerprint("vendor@example.com");
+    let shipped = system.join("trustedkeys/prefix.d/example.com/app");
+    std::fs::create_dir_all(&shipped).expect("system dir");
+    gpg.export("vendor@example.com", &shipped.join(&vendor_fpr));
+    let v1 = signed("v1.aci", "example.com/app", "v1\n", "vendor@example.com");
+    let (ok, id, err) = fetch(&data, &local, &system_config, &v1);
+    assert!(ok && id.starts_with("sha512-"), "{err}");
+    let store = rktlet::image::Store::open(&rktlet::pod::DataDir::new(&data), Default::default()).expect("store");
+    assert_eq!(store.resolve(&id).expect("indexed").manifest.name, "example.com/app");
+
+    // masked by an empty local file of the same name: what it signs is refused, nothing stored
+    let mask = local.join("trustedkeys/prefix.d/example.com/app");
+    std::fs::create_dir_all(&mask).expect("mask dir");
+    std::fs::write(mask.join(&vendor_fpr), b"").expect("mask");
+    let (ok, out) = rktlet(&local, &["--system-config", system.to_str().expect("path"), "trust", "list"]);
+    assert!(ok && !out.contains(&vendor_fpr), "a masked key is listed: {out}");
+    let before = store.list().expect("list").len();
+    let v2 = signed("v2.aci", "example.com/app", "v2\n", "vendor@example.com");
+    let (ok, _, err) = fetch(&data, &local, &system_config, &v2);
+    assert!(!ok && err.contains("no trusted key for example.com/app verifies its signature (0 keys tried)"), "{err}");
+    assert!(err.contains("nothing was stored"), "{err}");
+    assert_eq!(store.list().expect("list").len(), before, "a refused image was stored");
+
+    // a --root key verifies images of any name
+    let root_key = t.path().join("root.asc");
+    gpg.export("root@example.com", &root_key);
+    let (ok, out) = rktlet(&local, &["trust", "--root", root_key.to_str().expect("path")]);
+    assert!(ok, "{out}");
+    assert!(local.join("trustedkeys/root.d").join(gpg.fingerprint("root@example.com")).is_file(), "{out}");
+    let anywhere = signed("anywhere.aci", "example.org/anywhere", "anywhere\n", "root@example.com");
+    let (ok, id, err) = fetch(&data, &local, &system_config, &anywhere);
+    assert!(ok, "{err}");
+    let image = store.resolve(&id).expect("indexed");
+    assert_eq!(image.manifest.name, "example.org/anywhere");
+    let rootfs = store.tree(&id).expect("tree").rootfs();
+    assert_eq!(std::fs::read_to_string(rootfs.join("hello.txt")).expect("file"), "anywhere\n");
+    // and still nothing by the masked vendor key
+    let (ok, _, err) = fetch(&data, &local, &system_config, &v2);
+    assert!(!ok && err.contains("no trusted key for example.com/app verifies its signature (1 keys tried)"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -575,21 +635,7 @@ async fn discovery_fetches_signed_acis_with_dependencies_and_caches() {
         &[("ETag", "\"app-v2\""), ("Cache-Control", "no-cache")],
     );
 
-    let fetch = |what: &str| {
-        let out = Command::new(common::BIN)
-            .arg("--dir")
-            .arg(&data)
-            .arg("--local-config")
-            .arg(&local)
-            .args(["fetch", what])
-            .output()
-            .expect("fetch");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).trim().to_string(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let fetch = |what: &str| fetch(&data, &local, &[], what);
     // the base imported first without its signature checked: that copy must
     // not stand in for the verified fetch of the app's dependency
     let unchecked = Command::new(common::BIN)
