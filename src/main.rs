@@ -136,8 +136,9 @@ struct RktFlags {
     /// which an empty file of the same name under --local-config masks.
     #[arg(long, global = true, default_value = rktlet::trust::SYSTEM_CONFIG)]
     system_config: PathBuf,
-    /// Comma-separated: http (plain HTTP to every registry), tls (no certificate checks),
-    /// image (accepted: docker images carry no signatures), all-fetch, all, none.
+    /// Comma-separated: http (plain HTTP to every registry and ACI URL), tls (no certificate
+    /// checks), image (ACIs are imported without checking their OpenPGP signature against the
+    /// trust store; registry pulls keep their signature policy), all-fetch, all (all three), none.
     #[arg(long, global = true, default_value = "none")]
     insecure_options: String,
     /// Debug logging to stderr.
