@@ -132,8 +132,13 @@ struct RktFlags {
     /// registries (default /etc/rktlet), its `trustedkeys/` holds trusted keys (default /etc/rkt).
     #[arg(long, global = true)]
     local_config: Option<PathBuf>,
-    /// Comma-separated: http (plain HTTP to every registry), tls (no certificate checks),
-    /// image (accepted: docker images carry no signatures), all-fetch, all, none.
+    /// System configuration directory: its `trustedkeys/` holds the vendor's trusted keys,
+    /// which an empty file of the same name under --local-config masks.
+    #[arg(long, global = true, default_value = rktlet::trust::SYSTEM_CONFIG)]
+    system_config: PathBuf,
+    /// Comma-separated: http (plain HTTP to every registry and ACI URL), tls (no certificate
+    /// checks), image (ACIs are imported without checking their OpenPGP signature against the
+    /// trust store; registry pulls keep their signature policy), all-fetch, all (all three), none.
     #[arg(long, global = true, default_value = "none")]
     insecure_options: String,
     /// Debug logging to stderr.
@@ -462,6 +467,12 @@ impl RktFlags {
         rktlet::stage1::teardown::NetDirs { conf_dir: self.cni_conf_dir.clone(), bin_dirs }
     }
 
+    /// rkt's trust store: `--local-config` (default /etc/rkt) over `--system-config`.
+    fn trust_store(&self) -> rktlet::trust::TrustStore {
+        let local = self.local_config.clone().unwrap_or_else(|| PathBuf::from("/etc/rkt"));
+        rktlet::trust::TrustStore::new(local, &self.system_config)
+    }
+
     fn store(&self) -> Result<rktlet::image::Store, String> {
         if self.debug {
             init_logging("debug");
@@ -504,8 +515,7 @@ fn fetch(rkt: RktFlags, image: String) -> Result<(), String> {
     if url || aci || std::path::Path::new(file).is_file() {
         let opts: Vec<&str> = rkt.insecure_options.split(',').map(str::trim).collect();
         let skip = opts.iter().any(|o| matches!(*o, "image" | "all" | "all-fetch"));
-        let local = rkt.local_config.clone().unwrap_or_else(|| PathBuf::from("/etc/rkt"));
-        let trust = rktlet::trust::TrustStore::new(local, rktlet::trust::SYSTEM_CONFIG);
+        let trust = rkt.trust_store();
         let mut fetcher = rktlet::image::aci::Fetcher::new(&store, (!skip).then_some(&trust));
         fetcher.allow_http = opts.iter().any(|o| matches!(*o, "http" | "all" | "all-fetch"));
         let imported = runtime()?.block_on(fetcher.fetch(&image)).map_err(|e| e.to_string())?;
@@ -654,8 +664,7 @@ fn image_cmd(rkt: RktFlags, command: ImageCommand) -> Result<(), String> {
 
 /// `rktlet trust`: rkt's trust store under `--local-config` (default /etc/rkt).
 fn trust(rkt: &RktFlags, prefix: Option<String>, root: bool, format: &str, args: &[String]) -> Result<(), String> {
-    let local = rkt.local_config.clone().unwrap_or_else(|| PathBuf::from("/etc/rkt"));
-    let store = rktlet::trust::TrustStore::new(local, rktlet::trust::SYSTEM_CONFIG);
+    let store = rkt.trust_store();
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["list"] => {
             let keys = store.list();

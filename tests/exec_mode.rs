@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::aci::{Gpg, aci};
 use common::{BIN, Daemon, TestNetwork, assert_no_leaks, pod_config};
 use rktlet::proto::v1 as cri;
 use rktlet::proto::v1::image_service_client::ImageServiceClient;
@@ -20,7 +21,7 @@ struct ExecDaemon {
 }
 
 impl ExecDaemon {
-    fn start(other: &Daemon, cni_conf_dir: &std::path::Path) -> ExecDaemon {
+    fn start(other: &Daemon, cni_conf_dir: &std::path::Path, extra: &[&str]) -> ExecDaemon {
         let socket = other.dir.path().join("run/exec.sock");
         let log = std::fs::File::create(other.dir.path().join("exec-daemon.log")).expect("log");
         let child = Command::new(BIN)
@@ -32,6 +33,7 @@ impl ExecDaemon {
             .arg(other.dir.path().join("data"))
             .arg("--cni-conf-dir")
             .arg(cni_conf_dir)
+            .args(extra)
             .env("RUST_LOG", "rktlet=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -105,7 +107,7 @@ async fn exec_mode_serves_the_same_answers_as_in_process() {
     let net = TestNetwork::new(scratch.path());
     let conf = net.conf_dir.display().to_string();
     let d = Daemon::start(&["--cni-conf-dir", &conf]);
-    let x = ExecDaemon::start(&d, &net.conf_dir);
+    let x = ExecDaemon::start(&d, &net.conf_dir, &[]);
     let (mut rt, mut img) = (d.runtime().await, d.images().await);
     let (mut xrt, mut ximg) = x.clients().await;
 
@@ -259,6 +261,60 @@ async fn exec_mode_serves_the_same_answers_as_in_process() {
     }
 }
 
+/// PullImage of an `aci:` reference through the exec design: the ACI is
+/// fetched with its signature checked against the daemon's trust store (not
+/// skipped like docker images' by `--insecure-options=image`), and then found
+/// by that reference by both daemons.
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_mode_pulls_signed_acis_only() {
+    let gpg = Gpg::new(&["Signer <signer@example.com>"]);
+    let t = tempfile::tempdir().expect("tmp");
+    let trust_dir = t.path().join("etc-rkt");
+    let key = t.path().join("signer.asc");
+    gpg.export("signer@example.com", &key);
+    let store = rktlet::trust::TrustStore::new(&trust_dir, t.path().join("usr-lib-rkt"));
+    store.add(Some("example.com"), &std::fs::read(&key).expect("key")).expect("trusted");
+    let app = t.path().join("app.aci");
+    std::fs::write(&app, aci("example.com/exec", "through the CLI\n")).expect("aci");
+    std::fs::write(t.path().join("app.aci.asc"), gpg.sign("signer@example.com", &app, true)).expect("sig");
+    let unsigned = t.path().join("unsigned.aci");
+    std::fs::write(&unsigned, aci("example.com/exec", "unsigned\n")).expect("aci");
+
+    let trust = ["--trust-dir", trust_dir.to_str().expect("path")];
+    let d = Daemon::start(&trust);
+    let x = ExecDaemon::start(&d, &d.cni_conf_dir, &trust);
+    let (_, mut ximg) = x.clients().await;
+    let mut img = d.images().await;
+    let reference = format!("aci:{}", app.display());
+    let spec = |r: &str| Some(cri::ImageSpec { image: r.to_string(), ..Default::default() });
+    let image_ref = ximg
+        .pull_image(cri::PullImageRequest { image: spec(&reference), ..Default::default() })
+        .await
+        .expect("PullImage of a signed ACI (exec)")
+        .into_inner()
+        .image_ref;
+    assert!(image_ref.starts_with("sha512-"), "{image_ref}");
+    for (daemon, client) in [("exec", &mut ximg), ("in-process", &mut img)] {
+        let found = client
+            .image_status(cri::ImageStatusRequest { image: spec(&reference), verbose: false })
+            .await
+            .expect("ImageStatus")
+            .into_inner()
+            .image
+            .unwrap_or_else(|| panic!("{daemon}: not found by the reference it was pulled as"));
+        assert_eq!(found.id, image_ref, "{daemon}");
+        assert!(found.repo_tags.contains(&reference), "{daemon}: {:?}", found.repo_tags);
+    }
+
+    let err = ximg
+        .pull_image(cri::PullImageRequest { image: spec(&format!("aci:{}", unsigned.display())), ..Default::default() })
+        .await
+        .expect_err("an unsigned ACI");
+    assert_eq!(err.code(), tonic::Code::DataLoss, "{err:?}");
+    assert!(err.message().contains("no signature"), "{}", err.message());
+    assert_eq!(images(&mut img).await.len(), 1, "the unsigned ACI was stored");
+}
+
 /// `rktlet bench` against both designs on one data dir: every critest-style
 /// operation is measured on both endpoints, the three renderings are written,
 /// and nothing the run made is left behind.
@@ -268,7 +324,7 @@ async fn bench_harness_measures_both_designs_and_cleans_up() {
     let net = TestNetwork::new(scratch.path());
     let conf = net.conf_dir.display().to_string();
     let d = Daemon::start(&["--cni-conf-dir", &conf]);
-    let x = ExecDaemon::start(&d, &net.conf_dir);
+    let x = ExecDaemon::start(&d, &net.conf_dir, &[]);
     // a third daemon with a pod pool, measured on pod starts only
     let mut pool = Daemon::start(&["--cni-conf-dir", &conf, "--pod-pool-size", "1"]);
     let registry = &common::registry::registry().main;

@@ -4,60 +4,34 @@
 
 mod common;
 
+use common::aci::{Gpg, aci, aci_tar};
 use rktlet::trust::{TrustError, TrustStore};
 use std::path::Path;
 use std::process::Command;
 
-/// A throw-away GnuPG home with one signing key per user id.
-struct Gpg {
-    home: tempfile::TempDir,
-}
-
-impl Gpg {
-    fn new(uids: &[&str]) -> Gpg {
-        let home = tempfile::tempdir().expect("gnupg home");
-        let g = Gpg { home };
-        for uid in uids {
-            g.run(&["--batch", "--passphrase", "", "--quick-gen-key", uid, "ed25519", "sign", "never"]);
-        }
-        g
-    }
-
-    fn run(&self, args: &[&str]) -> Vec<u8> {
-        let out = Command::new("gpg").env("GNUPGHOME", self.home.path()).args(args).output().expect("gpg");
-        assert!(out.status.success(), "gpg {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        out.stdout
-    }
-
-    fn fingerprint(&self, uid: &str) -> String {
-        let out = String::from_utf8(self.run(&["--with-colons", "--fingerprint", uid])).expect("utf8");
-        let fpr = out.lines().find_map(|l| l.strip_prefix("fpr:")).expect("fpr line");
-        fpr.trim_matches(':').to_ascii_lowercase()
-    }
-
-    fn export(&self, uid: &str, to: &Path) {
-        std::fs::write(to, self.run(&["--armor", "--export", uid])).expect("key file");
-    }
-
-    fn sign(&self, uid: &str, data: &Path, armor: bool) -> Vec<u8> {
-        let mut args = vec!["--batch", "--yes", "-u", uid, "--detach-sign", "-o", "-"];
-        if armor {
-            args.insert(0, "--armor");
-        }
-        args.push(data.to_str().expect("path"));
-        self.run(&args)
-    }
-}
-
-impl Drop for Gpg {
-    fn drop(&mut self) {
-        let _ = Command::new("gpgconf").env("GNUPGHOME", self.home.path()).args(["--kill", "gpg-agent"]).status();
-    }
-}
-
 fn rktlet(local: &Path, args: &[&str]) -> (bool, String) {
     let out = Command::new(common::BIN).arg("--local-config").arg(local).args(args).output().expect("rktlet");
     (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+/// `rktlet --dir DATA --local-config LOCAL EXTRA... fetch WHAT`: whether it
+/// succeeded, its stdout (the image id) and its stderr.
+fn fetch(data: &Path, local: &Path, extra: &[&str], what: impl AsRef<std::ffi::OsStr>) -> (bool, String, String) {
+    let out = Command::new(common::BIN)
+        .arg("--dir")
+        .arg(data)
+        .arg("--local-config")
+        .arg(local)
+        .args(extra)
+        .arg("fetch")
+        .arg(what)
+        .output()
+        .expect("fetch");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -76,8 +50,12 @@ fn keys_are_trusted_by_prefix_and_check_gnupg_signatures() {
     assert!(stored.is_file(), "{out}");
     let (ok, out) = rktlet(&local, &["trust", key.to_str().expect("path")]);
     assert!(!ok && out.contains("--prefix"), "a key needs a prefix or --root: {out}");
-    let (ok, out) = rktlet(&local, &["trust", "--prefix", "../escape", key.to_str().expect("path")]);
-    assert!(!ok && out.contains("invalid name prefix"), "{out}");
+    // no prefix covers every name (that is --root), and none leaves prefix.d
+    for bad in ["../escape", "/", "", "Example.com"] {
+        let (ok, out) = rktlet(&local, &["trust", "--prefix", bad, key.to_str().expect("path")]);
+        assert!(!ok && out.contains("invalid name prefix") && out.contains("--root"), "{bad:?}: {out}");
+    }
+    assert!(!local.join("trustedkeys/prefix.d").join(&fpr).exists(), "a key lies directly in prefix.d");
 
     let data = t.path().join("image.aci");
     std::fs::write(&data, b"an image's bytes").expect("data");
@@ -131,17 +109,85 @@ fn keys_are_trusted_by_prefix_and_check_gnupg_signatures() {
     assert!(matches!(store.verify("anything.org/x", &bytes, &other_sig), Err(TrustError::Untrusted { keys: 0, .. })));
 }
 
-/// An ACI: `manifest` and `rootfs/hello.txt`, gzipped.
-fn aci(name: &str, hello: &str) -> Vec<u8> {
-    let manifest = serde_json::json!({
-        "acKind": "ImageManifest", "acVersion": "0.8.11", "name": name,
-        "labels": [{"name": "version", "value": "1.0"}, {"name": "os", "value": "linux"}],
-        "app": {"exec": ["/bin/hello"], "user": "0", "group": "0"}
-    });
-    let tar = aci_tar(manifest, &[("hello.txt", hello)]);
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    std::io::Write::write_all(&mut gz, &tar).expect("gzip");
-    gz.finish().expect("gzip")
+#[test]
+fn only_bound_subkeys_and_valid_keys_sign() {
+    let gpg = Gpg::new(&["Signer <signer@example.com>", "Intruder <intruder@example.com>"]);
+    for uid in ["signer@example.com", "intruder@example.com"] {
+        gpg.add_signing_subkey(uid);
+    }
+    let t = tempfile::tempdir().expect("tmp");
+    let local = t.path().join("etc-rkt");
+    let store = TrustStore::new(&local, t.path().join("usr-lib-rkt"));
+    let data = t.path().join("image.aci");
+    std::fs::write(&data, b"an image's bytes").expect("data");
+    let bytes = std::fs::read(&data).expect("read");
+    let trust = |prefix: &str, key: &[u8]| {
+        let file = t.path().join("key.asc");
+        std::fs::write(&file, key).expect("key file");
+        rktlet(&local, &["trust", "--prefix", prefix, file.to_str().expect("path")])
+    };
+
+    // a signing subkey bound to the trusted key: gpg signs with it, and that verifies
+    let signer = gpg.run(&["--export", "signer@example.com"]);
+    let (ok, out) = trust("example.com/app", &signer);
+    assert!(ok, "{out}");
+    let sig = gpg.sign("signer@example.com", &data, false);
+    let sub_fpr = gpg.subkey_fingerprint("signer@example.com");
+    let sig_file = t.path().join("image.aci.sig");
+    std::fs::write(&sig_file, &sig).expect("sig");
+    let issuer = String::from_utf8(gpg.run(&["--list-packets", sig_file.to_str().expect("path")])).expect("utf8");
+    assert!(issuer.to_ascii_lowercase().contains(&sub_fpr[sub_fpr.len() - 16..]), "signed by the subkey: {issuer}");
+    assert_eq!(
+        store.verify("example.com/app", &bytes, &sig).expect("bound subkey"),
+        gpg.fingerprint("signer@example.com")
+    );
+
+    // the intruder's subkey, with its binding by the intruder's own primary
+    // key, appended to the trusted key: trusted as a key, but its subkey's
+    // signatures are not the trusted key's
+    let intruder = gpg.run(&["--export", "intruder@example.com"]);
+    let first_subkey = |key: &[u8]| {
+        gpg.packets(key, &t.path().join("packets")).into_iter().find(|(tag, _)| *tag == 14).expect("subkey packet").1
+    };
+    let mut spliced = signer[..first_subkey(&signer)].to_vec();
+    spliced.extend_from_slice(&intruder[first_subkey(&intruder)..]);
+    let (ok, out) = trust("example.com/spliced", &spliced);
+    assert!(ok, "{out}");
+    let forged = gpg.sign("intruder@example.com", &data, true);
+    let err = store.verify("example.com/spliced", &bytes, &forged).expect_err("unbound subkey");
+    assert!(matches!(err, TrustError::CannotSign { .. }), "{err}");
+    assert!(err.to_string().contains("not bound to the primary key"), "{err}");
+
+    // a key whose user id was changed after it was self-signed is not trusted
+    let uid_at = signer.windows(18).position(|w| w == b"signer@example.com").expect("user id");
+    let mut altered = signer.clone();
+    altered[uid_at + 15..uid_at + 18].copy_from_slice(b"org");
+    let (ok, out) = trust("example.com/altered", &altered);
+    assert!(!ok && out.contains("none of its self-signatures verifies"), "{out}");
+    assert!(!local.join("trustedkeys/prefix.d/example.com/altered").exists(), "{out}");
+
+    // a key that expired (made in 2020 for a day) is not trusted, and one
+    // stored while it was valid no longer verifies what it signed then
+    let old = ["--faked-system-time", "20200101T000000!"];
+    gpg.run(
+        &[
+            &old[..],
+            &["--batch", "--passphrase", "", "--quick-gen-key", "Old <old@example.com>", "ed25519", "sign", "1d"],
+        ]
+        .concat(),
+    );
+    let old_key = gpg.run(&["--export", "old@example.com"]);
+    let (ok, out) = trust("example.com/old", &old_key);
+    assert!(!ok && out.contains("expired at 2020-01-02T00:00:00"), "{out}");
+    let dir = local.join("trustedkeys/prefix.d/example.com/old");
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join(gpg.fingerprint("old@example.com")), &old_key).expect("stored key");
+    let old_sig = gpg.run(
+        &[&old[..], &["--batch", "-u", "old@example.com", "--detach-sign", "-o", "-", data.to_str().expect("path")]]
+            .concat(),
+    );
+    let err = store.verify("example.com/old", &bytes, &old_sig).expect_err("expired");
+    assert!(err.to_string().contains("expired at 2020-01-02T00:00:00"), "{err}");
 }
 
 #[test]
@@ -153,22 +199,7 @@ fn fetch_imports_a_signed_aci_and_refuses_what_does_not_verify() {
     gpg.export("signer@example.com", &key);
     let (ok, out) = rktlet(&local, &["trust", "--prefix", "example.com/app", key.to_str().expect("path")]);
     assert!(ok, "{out}");
-    let fetch = |file: &Path, extra: &[&str]| {
-        let out = Command::new(common::BIN)
-            .arg("--dir")
-            .arg(&data)
-            .arg("--local-config")
-            .arg(&local)
-            .args(extra)
-            .args(["fetch", file.to_str().expect("path")])
-            .output()
-            .expect("fetch");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).trim().to_string(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let fetch = |file: &Path, extra: &[&str]| fetch(&data, &local, extra, file);
 
     // signed by a key trusted for the name: imported under rkt's key, its tree rendered
     let app = t.path().join("app.aci");
@@ -253,6 +284,61 @@ fn fetch_imports_a_signed_aci_and_refuses_what_does_not_verify() {
     let verify =
         Command::new(common::BIN).arg("--dir").arg(&data).args(["image", "verify", "--deep"]).output().expect("verify");
     assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
+}
+
+#[test]
+fn fetch_refuses_what_a_masked_system_key_signed_and_takes_root_keys() {
+    let gpg = Gpg::new(&["Vendor <vendor@example.com>", "Root <root@example.com>"]);
+    let t = tempfile::tempdir().expect("tmp");
+    let (local, system, data) = (t.path().join("etc-rkt"), t.path().join("usr-lib-rkt"), t.path().join("data"));
+    let system_config = ["--system-config", system.to_str().expect("path")];
+    let signed = |file: &str, name: &str, hello: &str, uid: &str| {
+        let path = t.path().join(file);
+        std::fs::write(&path, aci(name, hello)).expect("aci");
+        std::fs::write(t.path().join(format!("{file}.asc")), gpg.sign(uid, &path, true)).expect("sig");
+        path
+    };
+
+    // the vendor's key shipped as a system key for example.com/app
+    let vendor_fpr = gpg.fingerprint("vendor@example.com");
+    let shipped = system.join("trustedkeys/prefix.d/example.com/app");
+    std::fs::create_dir_all(&shipped).expect("system dir");
+    gpg.export("vendor@example.com", &shipped.join(&vendor_fpr));
+    let v1 = signed("v1.aci", "example.com/app", "v1\n", "vendor@example.com");
+    let (ok, id, err) = fetch(&data, &local, &system_config, &v1);
+    assert!(ok && id.starts_with("sha512-"), "{err}");
+    let store = rktlet::image::Store::open(&rktlet::pod::DataDir::new(&data), Default::default()).expect("store");
+    assert_eq!(store.resolve(&id).expect("indexed").manifest.name, "example.com/app");
+
+    // masked by an empty local file of the same name: what it signs is refused, nothing stored
+    let mask = local.join("trustedkeys/prefix.d/example.com/app");
+    std::fs::create_dir_all(&mask).expect("mask dir");
+    std::fs::write(mask.join(&vendor_fpr), b"").expect("mask");
+    let (ok, out) = rktlet(&local, &["--system-config", system.to_str().expect("path"), "trust", "list"]);
+    assert!(ok && !out.contains(&vendor_fpr), "a masked key is listed: {out}");
+    let before = store.list().expect("list").len();
+    let v2 = signed("v2.aci", "example.com/app", "v2\n", "vendor@example.com");
+    let (ok, _, err) = fetch(&data, &local, &system_config, &v2);
+    assert!(!ok && err.contains("no trusted key for example.com/app verifies its signature (0 keys tried)"), "{err}");
+    assert!(err.contains("nothing was stored"), "{err}");
+    assert_eq!(store.list().expect("list").len(), before, "a refused image was stored");
+
+    // a --root key verifies images of any name
+    let root_key = t.path().join("root.asc");
+    gpg.export("root@example.com", &root_key);
+    let (ok, out) = rktlet(&local, &["trust", "--root", root_key.to_str().expect("path")]);
+    assert!(ok, "{out}");
+    assert!(local.join("trustedkeys/root.d").join(gpg.fingerprint("root@example.com")).is_file(), "{out}");
+    let anywhere = signed("anywhere.aci", "example.org/anywhere", "anywhere\n", "root@example.com");
+    let (ok, id, err) = fetch(&data, &local, &system_config, &anywhere);
+    assert!(ok, "{err}");
+    let image = store.resolve(&id).expect("indexed");
+    assert_eq!(image.manifest.name, "example.org/anywhere");
+    let rootfs = store.tree(&id).expect("tree").rootfs();
+    assert_eq!(std::fs::read_to_string(rootfs.join("hello.txt")).expect("file"), "anywhere\n");
+    // and still nothing by the masked vendor key
+    let (ok, _, err) = fetch(&data, &local, &system_config, &v2);
+    assert!(!ok && err.contains("no trusted key for example.com/app verifies its signature (1 keys tried)"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -366,35 +452,6 @@ impl Site {
     }
 }
 
-/// An ACI with a manifest and files at paths below `rootfs/` (their
-/// directories made as entries too), plain tar.
-fn aci_tar(manifest: serde_json::Value, files: &[(&str, &str)]) -> Vec<u8> {
-    let json = serde_json::to_vec(&manifest).expect("manifest");
-    let mut b = tar::Builder::new(Vec::new());
-    let mut add = |path: &str, kind: tar::EntryType, mode: u32, data: &[u8]| {
-        let mut h = tar::Header::new_ustar();
-        h.set_entry_type(kind);
-        h.set_mode(mode);
-        h.set_size(data.len() as u64);
-        h.set_uid(0);
-        h.set_gid(0);
-        h.set_mtime(0);
-        b.append_data(&mut h, path, data).expect("append");
-    };
-    add("manifest", tar::EntryType::Regular, 0o644, &json);
-    add("rootfs/", tar::EntryType::Directory, 0o755, b"");
-    let mut dirs = std::collections::BTreeSet::new();
-    for (path, content) in files {
-        if let Some((dir, _)) = path.rsplit_once('/')
-            && dirs.insert(dir)
-        {
-            add(&format!("rootfs/{dir}/"), tar::EntryType::Directory, 0o755, b"");
-        }
-        add(&format!("rootfs/{path}"), tar::EntryType::Regular, 0o644, content.as_bytes());
-    }
-    b.into_inner().expect("tar")
-}
-
 fn compress(tar: &[u8], how: &str) -> Vec<u8> {
     let tool = match how {
         "bzip2" => "bzip2",
@@ -464,21 +521,7 @@ async fn discovery_fetches_signed_acis_with_dependencies_and_caches() {
         &[("ETag", "\"app-v2\""), ("Cache-Control", "no-cache")],
     );
 
-    let fetch = |what: &str| {
-        let out = Command::new(common::BIN)
-            .arg("--dir")
-            .arg(&data)
-            .arg("--local-config")
-            .arg(&local)
-            .args(["fetch", what])
-            .output()
-            .expect("fetch");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).trim().to_string(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let fetch = |what: &str| fetch(&data, &local, &[], what);
     // the base imported first without its signature checked: that copy must
     // not stand in for the verified fetch of the app's dependency
     let unchecked = Command::new(common::BIN)

@@ -5,6 +5,7 @@ use super::ExecMode;
 use crate::api_v1::ImageInfo;
 use crate::cri::image::to_cri;
 use crate::image::Image;
+use crate::image::aci::ACI_PREFIX;
 use crate::image::reference::Reference;
 use crate::pod::manifest::ImageManifest;
 use crate::proto::v1 as cri;
@@ -33,9 +34,13 @@ async fn all(x: &ExecMode) -> Result<Vec<Image>, Status> {
     Ok(images)
 }
 
-/// The image `name` (id, id prefix, tag or digest) among all images.
+/// The image `name` (id, id prefix, tag or digest, or `aci:` and the file,
+/// URL or appc name an ACI was fetched by) among all images.
 async fn find(x: &ExecMode, name: &str) -> Result<Option<Image>, Status> {
-    let normalized = name.parse::<Reference>().map(|r| r.to_string()).unwrap_or_else(|_| name.to_string());
+    let normalized = match name.strip_prefix(ACI_PREFIX) {
+        Some(src) => format!("{ACI_PREFIX}{}", src.strip_prefix("file://").unwrap_or(src)),
+        None => name.parse::<Reference>().map(|r| r.to_string()).unwrap_or_else(|_| name.to_string()),
+    };
     Ok(all(x)
         .await?
         .into_iter()
@@ -47,9 +52,32 @@ pub async fn pull_image(x: &ExecMode, req: cri::PullImageRequest) -> Result<cri:
     if name.is_empty() {
         return Err(Status::invalid_argument("PullImage: image spec is empty"));
     }
-    let out = x.run(&["fetch", &format!("docker://{name}")]).await?;
+    let out = match fetch_args(&name, x.own_cli()) {
+        // an ACI is checked against the trust store: no --insecure-options=image for it
+        Fetch::Aci(source) => x.run_with(&x.aci_global, &["fetch", &source]).await?,
+        Fetch::Docker(source) => x.run(&["fetch", &source]).await?,
+    };
     let image_ref = out.lines().last().unwrap_or_default().trim().to_string();
     Ok(cri::PullImageResponse { image_ref })
+}
+
+/// What PullImage of `name` has the CLI fetch.
+#[derive(Debug, PartialEq, Eq)]
+enum Fetch {
+    /// An ACI: `aci:` and its file, URL or appc name for this binary's CLI
+    /// (which records the image under that reference), the bare source for
+    /// rkt (a bare name is an appc name there).
+    Aci(String),
+    /// A docker image: `docker://` and the reference, as rktlet ran rkt.
+    Docker(String),
+}
+
+fn fetch_args(name: &str, own_cli: bool) -> Fetch {
+    match name.strip_prefix(ACI_PREFIX) {
+        Some(_) if own_cli => Fetch::Aci(name.to_string()),
+        Some(source) => Fetch::Aci(source.to_string()),
+        None => Fetch::Docker(format!("docker://{name}")),
+    }
 }
 
 pub async fn list_images(x: &ExecMode, req: cri::ListImagesRequest) -> Result<cri::ListImagesResponse, Status> {
@@ -73,4 +101,20 @@ pub async fn remove_image(x: &ExecMode, req: cri::RemoveImageRequest) -> Result<
         x.run(&["image", "rm", &image.id]).await?;
     }
     Ok(cri::RemoveImageResponse {})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acis_are_fetched_as_acis_and_the_rest_from_docker() {
+        assert_eq!(fetch_args("aci:/srv/app.aci", true), Fetch::Aci("aci:/srv/app.aci".into()));
+        assert_eq!(fetch_args("aci:example.com/app:1.0", true), Fetch::Aci("aci:example.com/app:1.0".into()));
+        // rkt takes files, URLs and appc names bare
+        assert_eq!(fetch_args("aci:https://e.com/app.aci", false), Fetch::Aci("https://e.com/app.aci".into()));
+        assert_eq!(fetch_args("aci:example.com/app:1.0", false), Fetch::Aci("example.com/app:1.0".into()));
+        assert_eq!(fetch_args("busybox:latest", true), Fetch::Docker("docker://busybox:latest".into()));
+        assert_eq!(fetch_args("busybox:latest", false), Fetch::Docker("docker://busybox:latest".into()));
+    }
 }

@@ -15,6 +15,11 @@
 //! designs) and then, like rktlet, execs `status` to check readiness, instead
 //! of polling a uuid file every 100 ms; pod creation times are converted from
 //! rkt's seconds to nanoseconds (rktlet passed seconds as nanoseconds).
+//!
+//! PullImage of an `aci:` reference (which rktlet did not have) fetches the
+//! ACI with the daemon's `trust_dir` as `--local-config` and without the
+//! `--insecure-options=image` every other call gets, so its signature is
+//! checked as in the daemon; it is then found by that reference.
 
 mod containers;
 mod images;
@@ -38,6 +43,9 @@ pub struct ExecMode {
     program: PathBuf,
     /// Global flags given to every call (rktlet: `--dir=... --insecure-options=image,ondisk`).
     global: Vec<OsString>,
+    /// Global flags of an ACI fetch: the data dir and the trust store's
+    /// directory, no insecure options (ACI signatures are always checked).
+    aci_global: Vec<OsString>,
 }
 
 impl ExecMode {
@@ -45,8 +53,9 @@ impl ExecMode {
     pub fn new(rt: Arc<Runtime>) -> std::io::Result<Self> {
         let program = rt.sandbox_program()?;
         let own = rt.config.rkt_path.is_none();
-        let mut global: Vec<OsString> =
-            vec![flag("dir", rt.config.data_dir.as_os_str()), "--insecure-options=image,ondisk".into()];
+        let dir = flag("dir", rt.config.data_dir.as_os_str());
+        let aci_global = vec![dir.clone(), flag("local-config", rt.config.trust_dir.as_os_str())];
+        let mut global: Vec<OsString> = vec![dir, "--insecure-options=image,ondisk".into()];
         if own {
             // rktlet-only flags: where the registry and CNI configuration are
             if let Some(dir) = rt.config.registry_config.parent()
@@ -57,7 +66,12 @@ impl ExecMode {
             global.push(flag("cni-conf-dir", rt.config.cni_conf_dir.as_os_str()));
             global.extend(rt.config.cni_bin_dirs.iter().map(|d| flag("cni-bin-dir", d.as_os_str())));
         }
-        Ok(ExecMode { rt, program, global })
+        Ok(ExecMode { rt, program, global, aci_global })
+    }
+
+    /// Whether the CLI run is this binary's (else `--rkt-path`'s rkt).
+    fn own_cli(&self) -> bool {
+        self.rt.config.rkt_path.is_none()
     }
 
     pub fn runtime(&self) -> &Runtime {
@@ -66,9 +80,18 @@ impl ExecMode {
 
     /// Runs one CLI call and returns what it left, whatever its exit status.
     async fn output<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Result<std::process::Output, Status> {
+        self.output_with(&self.global, args).await
+    }
+
+    /// [`Self::output`] with other global flags.
+    async fn output_with<S: AsRef<std::ffi::OsStr>>(
+        &self,
+        global: &[OsString],
+        args: &[S],
+    ) -> Result<std::process::Output, Status> {
         let start = Instant::now();
         let out = tokio::process::Command::new(&self.program)
-            .args(&self.global)
+            .args(global)
             .args(args)
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true)
@@ -81,7 +104,12 @@ impl ExecMode {
 
     /// Runs one CLI call; its stdout on success, its stderr as the error.
     async fn run<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Result<String, Status> {
-        let out = self.output(args).await?;
+        self.run_with(&self.global, args).await
+    }
+
+    /// [`Self::run`] with other global flags.
+    async fn run_with<S: AsRef<std::ffi::OsStr>>(&self, global: &[OsString], args: &[S]) -> Result<String, Status> {
+        let out = self.output_with(global, args).await?;
         if out.status.success() {
             return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
         }
@@ -118,7 +146,10 @@ fn flag(name: &str, value: &std::ffi::OsStr) -> OsString {
 /// way a caller of a CLI must.
 fn status_of_output(msg: &str) -> Status {
     let lower = msg.to_lowercase();
-    if lower.contains("not found") || lower.contains("no such pod") {
+    if lower.contains("failed verification") {
+        // an image refused by its signature, as the daemon answers it
+        Status::data_loss(msg)
+    } else if lower.contains("not found") || lower.contains("no such pod") {
         Status::not_found(msg)
     } else if lower.contains("invalid") || lower.contains("is required") || lower.contains("is not ") {
         Status::invalid_argument(msg)

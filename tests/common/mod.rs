@@ -317,6 +317,7 @@ impl Drop for TestNetwork {
         let _ = std::fs::remove_dir_all(Path::new("/var/lib/cni/networks").join(&self.name));
     }
 }
+pub mod aci;
 pub mod http;
 pub mod ports;
 pub mod registry;
