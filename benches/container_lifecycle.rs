@@ -46,7 +46,7 @@ async fn main() {
 
     let (mut create, mut start, mut status, mut stop, mut remove, mut list) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut ids = Vec::new();
+    let (mut ids, mut status_again) = (Vec::new(), Vec::new());
     for i in 0..n {
         let config = cri::ContainerConfig {
             metadata: Some(cri::ContainerMetadata { name: format!("c{i}"), attempt: 0 }),
@@ -83,6 +83,11 @@ async fn main() {
             .await
             .expect("status");
         status.push(t.elapsed());
+        let t = Instant::now();
+        rt.container_status(cri::ContainerStatusRequest { container_id: id.clone(), verbose: false })
+            .await
+            .expect("status");
+        status_again.push(t.elapsed());
         ids.push(id);
     }
     for _ in 0..if smoke { 2 } else { 20 } {
@@ -103,7 +108,8 @@ async fn main() {
     summary("CreateContainer", create);
     summary("StartContainer", start);
     summary("Create + Start", create_start);
-    summary("ContainerStatus", status);
+    summary("ContainerStatus (first read)", status);
+    summary("ContainerStatus (unchanged)", status_again);
     summary(&format!("ListContainers ({n} containers)"), list);
     summary("StopContainer (SIGTERM honoured)", stop);
     summary("RemoveContainer", remove);

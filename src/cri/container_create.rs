@@ -297,7 +297,7 @@ pub async fn create_container(
     if state != PodState::Running {
         return Err(Status::failed_precondition(format!("pod {} is {state}, not running", pod.uuid())));
     }
-    let pod_manifest = pod.read_manifest().map_err(pod_status)?;
+    let pod_manifest = rt.manifests.read(&pod).map_err(pod_status)?;
     let tree = {
         let image_ref = image_ref.clone();
         let store = &rt.images;
@@ -443,7 +443,7 @@ pub async fn create_container(
     };
     let stage1 = pod.stage1_rootfs();
     tokio::task::block_in_place(|| {
-        spec.add(&mut pod)?;
+        spec.add(&mut pod, &rt.manifests)?;
         if !ids_for_systemd {
             return Ok(());
         }

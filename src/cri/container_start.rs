@@ -659,7 +659,7 @@ fn store_limits(t: &Target, limits: &crate::cgroup::app::Limits) -> Result<(), c
     let json = serde_json::to_string(limits)
         .map_err(|source| crate::pod::PodError::Manifest { uuid: t.pod.uuid(), source })?;
     section.user_annotations.insert(meta::RESOURCES.into(), json);
-    t.pod.write_manifest(&manifest)
+    t.pod.write_manifest(&manifest).map(drop)
 }
 
 /// Stops an app's unit: its stop signal (SIGTERM unless the container or its
@@ -727,7 +727,7 @@ pub async fn remove_container(
                 other => other,
             });
         }
-        app::remove(&mut t.pod, &t.app.name).map_err(app_status)
+        app::remove(&mut t.pod, &t.app.name, &rt.manifests).map_err(app_status)
     })?;
     rt.emit(t.pod.uuid(), &t.app.name, EventKind::Deleted);
     rt.pods.warm(&rt.manifests, &t.pod.uuid().to_string());

@@ -46,6 +46,44 @@ struct Slot {
     /// Changes whenever something about the pod was reported changed.
     epoch: u64,
     view: Option<Arc<PodView>>,
+    /// The view before the changes reported since: what of it did not
+    /// change is taken into the next read instead of being read again.
+    last: Option<Arc<PodView>>,
+    /// Changed since `last`: something besides app status files.
+    pod_changed: bool,
+    /// Changed since `last`: these entries of `/rkt/status`.
+    statuses: Vec<String>,
+}
+
+impl Slot {
+    fn new(epoch: u64) -> Self {
+        Slot { epoch, view: None, last: None, pod_changed: false, statuses: Vec::new() }
+    }
+
+    /// Drops the view, keeping it as `last` for the next read.
+    fn invalidate(&mut self, epoch: u64) {
+        self.epoch = epoch;
+        if let Some(view) = self.view.take() {
+            self.last = Some(view);
+            self.pod_changed = false;
+            self.statuses.clear();
+        }
+    }
+}
+
+/// How a request gets a pod's view: kept, or read (from the epoch the read
+/// starts at, stored only if the pod is watched).
+enum Plan {
+    Kept(Arc<PodView>),
+    Read { epoch: u64, watched: bool, base: Base },
+}
+
+/// What a read of a pod can take from its last view instead of the disk.
+#[derive(Clone, Default)]
+struct Base {
+    last: Option<Arc<PodView>>,
+    pod_changed: bool,
+    statuses: Vec<String>,
 }
 
 struct Inner {
@@ -67,8 +105,11 @@ impl Inner {
             return;
         }
         let keepable = match (view.sandbox.state, pidfd) {
-            (PodState::Running, Some(fd)) => {
-                self.watch.watch_exit(uuid, fd);
+            (PodState::Running, fd) => {
+                // (no new pidfd: the view reused a sandbox whose exit is watched)
+                if let Some(fd) = fd {
+                    self.watch.watch_exit(uuid, fd);
+                }
                 self.watch.watches_exit(uuid)
             }
             (PodState::Exited, _) => true,
@@ -79,6 +120,8 @@ impl Inner {
             && slot.epoch == epoch
         {
             slot.view = Some(view);
+            slot.last = None;
+            slot.statuses.clear();
         }
     }
 
@@ -95,8 +138,7 @@ impl Inner {
                     self.listing_epoch = self.epoch();
                     let epoch = self.epoch();
                     for slot in self.slots.values_mut() {
-                        slot.epoch = epoch;
-                        slot.view = None;
+                        *slot = Slot::new(epoch);
                     }
                 }
                 Change::Listing => {
@@ -106,8 +148,15 @@ impl Inner {
                 Change::Pod(uuid) => {
                     let epoch = self.epoch();
                     if let Some(slot) = self.slots.get_mut(&uuid) {
-                        slot.epoch = epoch;
-                        slot.view = None;
+                        slot.invalidate(epoch);
+                        slot.pod_changed = true;
+                    }
+                }
+                Change::Status(uuid, name) => {
+                    let epoch = self.epoch();
+                    if let Some(slot) = self.slots.get_mut(&uuid) {
+                        slot.invalidate(epoch);
+                        slot.statuses.push(name);
                     }
                 }
                 Change::Gone(uuid) => {
@@ -116,6 +165,18 @@ impl Inner {
             }
         }
     }
+}
+
+/// Whether any of these `/rkt/status` entries is the app's (`<app>` or
+/// `<app>-<what>`; one that another app's name also prefixes counts for
+/// both), or belongs to none of `apps` (then it counts for every app).
+fn touched(app: &str, apps: &[crate::pod::manifest::RuntimeApp], statuses: &[String]) -> bool {
+    touched_by_name(app, || apps.iter().map(|a| a.name.as_str()), statuses)
+}
+
+fn touched_by_name<'a, I: Iterator<Item = &'a str>>(app: &str, apps: impl Fn() -> I, statuses: &[String]) -> bool {
+    let owns = |name: &str, entry: &str| entry.strip_prefix(name).is_some_and(|r| r.is_empty() || r.starts_with('-'));
+    statuses.iter().any(|s| owns(app, s) || (!s.starts_with('.') && !apps().any(|a| owns(a, s))))
 }
 
 pub struct PodTable {
@@ -194,34 +255,39 @@ impl PodTable {
         };
         let wanted = select(&listing)?;
         // what is kept, and for the rest the epoch their read starts at
-        let mut out: Vec<(Uuid, Option<Arc<PodView>>, u64, bool)> = Vec::with_capacity(wanted.len());
+        let mut out: Vec<(Uuid, Plan)> = Vec::with_capacity(wanted.len());
         for &(uuid, dir) in &wanted {
             let Some(inner) = inner.as_mut() else {
-                out.push((uuid, None, 0, false));
+                out.push((uuid, Plan::Read { epoch: 0, watched: false, base: Base::default() }));
                 continue;
             };
             if let Some(view) = inner.slots.get(&uuid).and_then(|s| s.view.clone()) {
-                out.push((uuid, Some(view), 0, true));
+                out.push((uuid, Plan::Kept(view)));
                 continue;
             }
-            let epoch = match inner.slots.get(&uuid) {
-                Some(slot) => slot.epoch,
+            let (epoch, base) = match inner.slots.get(&uuid) {
+                Some(slot) => (
+                    slot.epoch,
+                    Base { last: slot.last.clone(), pod_changed: slot.pod_changed, statuses: slot.statuses.clone() },
+                ),
                 None => {
                     let epoch = inner.epoch();
-                    inner.slots.insert(uuid, Slot { epoch, view: None });
-                    epoch
+                    inner.slots.insert(uuid, Slot::new(epoch));
+                    (epoch, Base::default())
                 }
             };
             let watched = inner.watch.watch_pod(uuid, &self.data.pod_parent(dir).join(uuid.to_string()));
-            out.push((uuid, None, epoch, watched));
+            // what was read before the watches were in place is not to be trusted
+            let base = if watched { base } else { Base::default() };
+            out.push((uuid, Plan::Read { epoch, watched, base }));
         }
         drop(inner);
         let mut loaded = Vec::new();
         let mut result = Vec::with_capacity(out.len());
-        for ((uuid, kept, epoch, watched), &(_, dir)) in out.into_iter().zip(&wanted) {
-            match kept {
-                Some(view) => result.push((uuid, Ok(view))),
-                None => match self.load(manifests, uuid, dir) {
+        for ((uuid, plan), &(_, dir)) in out.into_iter().zip(&wanted) {
+            match plan {
+                Plan::Kept(view) => result.push((uuid, Ok(view))),
+                Plan::Read { epoch, watched, base } => match self.load(manifests, uuid, dir, &base) {
                     Ok((view, pidfd)) => {
                         if watched {
                             loaded.push((uuid, epoch, view.clone(), pidfd));
@@ -242,13 +308,37 @@ impl PodTable {
         Ok(result)
     }
 
-    /// Reads a pod's view from disk; a pidfd of its sandbox if it runs.
+    /// Reads a pod's view from disk, but for what `base` says did not
+    /// change; a pidfd of its sandbox if it runs and was read again.
     fn load(
         &self,
         manifests: &ManifestCache,
         uuid: Uuid,
         dir: PodDir,
+        base: &Base,
     ) -> Result<(Arc<PodView>, Option<OwnedFd>), PodError> {
+        if let Some(last) = base.last.as_ref().filter(|l| !base.pod_changed && l.sandbox.pod.dir() == dir) {
+            // only app status files changed: the pod as it was, and the
+            // containers whose files did not change
+            let sandbox = last.sandbox.same(Pod::at(&self.data, uuid, dir));
+            let running = sandbox.state == PodState::Running;
+            let containers = sandbox
+                .manifest
+                .apps
+                .iter()
+                .zip(&last.containers)
+                .map(|(app, old)| {
+                    if touched(&app.name, &sandbox.manifest.apps, &base.statuses) {
+                        status_of(&sandbox.pod, app, running)
+                    } else {
+                        old.clone()
+                    }
+                })
+                .collect();
+            let view =
+                PodView { sandbox, containers, subcgroup: last.subcgroup.clone(), sandbox_pid: last.sandbox_pid };
+            return Ok((Arc::new(view), None));
+        }
         let pod = Pod::at(&self.data, uuid, dir);
         // the exit watch exists before the lock is probed: an exit after the probe is reported
         let sandbox_pid = pod.sandbox_pid().ok().flatten();
@@ -256,7 +346,28 @@ impl PodTable {
         let subcgroup = pod.read_file(crate::pod::SUBCGROUP_FILE).ok().flatten();
         let sandbox = SandboxView::load(pod, manifests)?;
         let running = sandbox.state == PodState::Running;
-        let containers = sandbox.manifest.apps.iter().map(|a| status_of(&sandbox.pod, a, running)).collect();
+        // after a change of the pod (its manifest rewritten for an app added
+        // or removed): an app whose entry, files and pod state are as before
+        // keeps its status
+        let unchanged = |(at, app): (usize, &crate::pod::manifest::RuntimeApp)| {
+            let last = base.last.as_ref().filter(|l| l.sandbox.state == sandbox.state)?;
+            let before = &last.sandbox.manifest.apps;
+            // (where it was, unless apps before it went)
+            let i = match before.get(at) {
+                Some(a) if a.name == app.name => at,
+                _ => before.iter().position(|a| a.name == app.name)?,
+            };
+            (before[i] == *app && !touched(&app.name, &sandbox.manifest.apps, &base.statuses))
+                .then(|| last.containers.get(i).cloned())
+                .flatten()
+        };
+        let containers = sandbox
+            .manifest
+            .apps
+            .iter()
+            .enumerate()
+            .map(|(i, a)| unchanged((i, a)).unwrap_or_else(|| status_of(&sandbox.pod, a, running)))
+            .collect();
         let view = Arc::new(PodView { sandbox, containers, subcgroup, sandbox_pid });
         Ok((view, pidfd.filter(|_| running)))
     }
@@ -292,5 +403,28 @@ impl PodTable {
             Some((_, view)) => view,
             None => Err(PodError::NotFound(id.to_string())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::touched_by_name;
+
+    #[test]
+    fn status_entries_name_their_apps() {
+        let apps = || ["0-web", "0-web-sidecar", "1-db"].into_iter();
+        let changed = |entries: &[&str]| -> Vec<&str> {
+            let entries: Vec<String> = entries.iter().map(|e| e.to_string()).collect();
+            apps().filter(|a| touched_by_name(a, apps, &entries)).collect()
+        };
+        assert_eq!(changed(&["1-db-started"]), ["1-db"]);
+        assert_eq!(changed(&["1-db"]), ["1-db"], "the exit record");
+        // a name another app's name prefixes counts for both
+        assert_eq!(changed(&["0-web-sidecar-created"]), ["0-web", "0-web-sidecar"]);
+        assert_eq!(changed(&["0-web-started"]), ["0-web"]);
+        // an entry of no app: everything; a temporary file: nothing
+        assert_eq!(changed(&["2-new-created"]), ["0-web", "0-web-sidecar", "1-db"]);
+        assert!(changed(&[".tmp-1-db"]).is_empty());
+        assert!(changed(&[]).is_empty());
     }
 }

@@ -40,6 +40,18 @@ impl SandboxView {
         Ok(SandboxView { pod, state, ready, manifest, created_at, ips })
     }
 
+    /// The same view for another handle of the same pod.
+    pub fn same(&self, pod: Pod) -> Self {
+        SandboxView {
+            pod,
+            state: self.state,
+            ready: self.ready,
+            manifest: self.manifest.clone(),
+            created_at: self.created_at,
+            ips: self.ips.clone(),
+        }
+    }
+
     fn cri_state(&self) -> cri::PodSandboxState {
         if self.ready { cri::PodSandboxState::SandboxReady } else { cri::PodSandboxState::SandboxNotready }
     }

@@ -8,7 +8,10 @@
 //! cached copy is trusted only once it was read [`SETTLED`] after the file's
 //! mtime: any file written after that read then has a later mtime than the
 //! cached one, even if it reuses the inode number and has the same size.
-//! Until then (a manifest written moments ago) it is parsed on every read.
+//! Until then (a manifest written moments ago) the file is read on every
+//! call and parsed again only if its bytes differ from the kept ones; the
+//! daemon's own writes ([`ManifestCache::write`]) keep what they wrote, so a
+//! pod whose apps change every few milliseconds is not parsed for each.
 //! (A wall clock set back by more than that window could defeat the check;
 //! the daemon also drops entries of pods it no longer lists.)
 
@@ -38,6 +41,8 @@ struct Entry {
     stamp: Stamp,
     /// Taken before the file was read: a lower bound of the read's time.
     read_at_ns: i128,
+    /// The file's bytes the manifest was parsed from.
+    bytes: Vec<u8>,
     manifest: Arc<PodManifest>,
 }
 
@@ -73,9 +78,36 @@ impl ManifestCache {
         {
             return Ok(e.manifest.clone());
         }
-        let manifest = Arc::new(pod.read_manifest()?);
+        // not known settled: the bytes tell whether it is what was parsed
+        // (a rewrite of the same content, or the daemon's own write, is not
+        // parsed again)
+        let bytes = std::fs::read(&path)
+            .map_err(|e| PodError::Io { context: format!("reading {}", path.display()), source: e })?;
+        let mut entries = self.entries.lock().ok();
+        if let Some(e) = entries.as_mut().and_then(|entries| entries.get_mut(&pod.uuid()))
+            && e.bytes == bytes
+        {
+            e.stamp = stamp;
+            e.read_at_ns = read_at_ns;
+            return Ok(e.manifest.clone());
+        }
+        let manifest: Arc<PodManifest> =
+            Arc::new(serde_json::from_slice(&bytes).map_err(|source| PodError::Manifest { uuid: pod.uuid(), source })?);
+        if let Some(entries) = entries.as_mut() {
+            entries.insert(pod.uuid(), Entry { stamp, read_at_ns, bytes, manifest: manifest.clone() });
+        }
+        Ok(manifest)
+    }
+
+    /// Writes the pod's manifest ([`Pod::write_manifest`]) and keeps it, so
+    /// the next read finds it parsed (once it has compared the bytes).
+    pub fn write(&self, pod: &Pod, manifest: PodManifest) -> Result<Arc<PodManifest>> {
+        let bytes = pod.write_manifest(&manifest)?;
+        let manifest = Arc::new(manifest);
         if let Ok(mut entries) = self.entries.lock() {
-            entries.insert(pod.uuid(), Entry { stamp, read_at_ns, manifest: manifest.clone() });
+            // a stamp no file has: the next read compares the bytes
+            let stamp = Stamp { ino: 0, size: u64::MAX, mtime_ns: 0, ctime_ns: 0 };
+            entries.insert(pod.uuid(), Entry { stamp, read_at_ns: 0, bytes, manifest: manifest.clone() });
         }
         Ok(manifest)
     }
@@ -109,9 +141,9 @@ mod tests {
         pod.to_preparing().expect("prepare");
         pod.write_initial(&PodManifest::mutable()).expect("manifest");
         let cache = ManifestCache::default();
-        // just written: not trusted yet, parsed on every read
+        // just written: not trusted by its stamp, but its bytes match the parse
         let fresh = cache.read(&pod).expect("read");
-        assert!(!Arc::ptr_eq(&fresh, &cache.read(&pod).expect("read")), "a fresh file is parsed again");
+        assert!(Arc::ptr_eq(&fresh, &cache.read(&pod).expect("read")), "not settled, but the same bytes");
         std::thread::sleep(SETTLED * 2);
         let first = cache.read(&pod).expect("read");
         assert!(Arc::ptr_eq(&first, &cache.read(&pod).expect("read")), "unchanged: the parsed copy is reused");
@@ -132,5 +164,24 @@ mod tests {
         assert!(cache.is_empty());
         std::fs::remove_file(pod.manifest_path()).expect("rm");
         assert!(matches!(cache.read(&pod), Err(PodError::NotFound(_))));
+    }
+
+    #[test]
+    fn the_daemons_own_write_is_not_parsed_again_and_anothers_is() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data = DataDir::new(tmp.path().join("data"));
+        let mut pod = Pod::create(&data).expect("create");
+        pod.to_preparing().expect("prepare");
+        pod.write_initial(&PodManifest::mutable()).expect("manifest");
+        let cache = ManifestCache::default();
+        let mut changed = (*cache.read(&pod).expect("read")).clone();
+        changed.user_labels.insert("k".into(), "1".into());
+        let written = cache.write(&pod, changed.clone()).expect("write");
+        assert!(Arc::ptr_eq(&written, &cache.read(&pod).expect("read")), "the same bytes: the kept parse");
+        // another process rewrites it at once (same size, maybe the same timestamps)
+        changed.user_labels.insert("k".into(), "2".into());
+        pod.write_manifest(&changed).expect("write");
+        let read = cache.read(&pod).expect("read");
+        assert_eq!(read.user_labels.get("k").map(String::as_str), Some("2"));
     }
 }

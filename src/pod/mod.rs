@@ -512,14 +512,16 @@ impl Pod {
 
     /// Replaces the `pod` manifest atomically (temp file, rename), keeping the old file's mode (0640 for a new one). Callers that
     /// read-modify-write hold [`Pod::lock_manifest`].
-    pub fn write_manifest(&self, manifest: &PodManifest) -> Result<()> {
+    /// Returns the bytes written.
+    pub fn write_manifest(&self, manifest: &PodManifest) -> Result<Vec<u8>> {
         let bytes = serde_json::to_vec(manifest).map_err(|source| PodError::Manifest { uuid: self.uuid, source })?;
         let path = self.manifest_path();
         let mode = match fs::metadata(&path) {
             Ok(m) => m.permissions().mode() & 0o7777,
             Err(_) => 0o640,
         };
-        fsutil::write_volatile(&path, &bytes, mode).map_err(io_err(format!("writing {}", path.display())))
+        fsutil::write_volatile(&path, &bytes, mode).map_err(io_err(format!("writing {}", path.display())))?;
+        Ok(bytes)
     }
 
     /// Takes `pod.lck` exclusively (blocking), serialising manifest rewrites
@@ -536,7 +538,7 @@ impl Pod {
             let p = dir.join(name);
             fsutil::create_empty(&p, mode).map_err(io_err(format!("creating {}", p.display())))?;
         }
-        self.write_manifest(manifest)
+        self.write_manifest(manifest).map(drop)
     }
 
     /// The stage1 rootfs (`$P/stage1/rootfs`; rktlet's stage1 is a plain

@@ -29,7 +29,7 @@ use std::path::Path;
 use uuid::Uuid;
 
 /// What changed since the last [`PodWatch::drain`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     /// Events were lost (queue overflow): assume everything changed.
     All,
@@ -37,6 +37,9 @@ pub enum Change {
     Listing,
     /// Something about this pod changed.
     Pod(Uuid),
+    /// Only this entry of the pod's `/rkt/status` changed (an app's
+    /// created, started or exit record): the rest of what was read stands.
+    Status(Uuid, String),
     /// The pod's directory is gone; its watches were dropped.
     Gone(Uuid),
 }
@@ -60,6 +63,8 @@ const POD_MASK: AddWatchFlags = AddWatchFlags::IN_CREATE
 /// The directories of a pod that are watched, relative to the pod directory
 /// (the first is the pod directory itself).
 const POD_DIRS: [&str; 3] = ["", "stage1/rootfs/rkt", "stage1/rootfs/rkt/status"];
+/// The index of `/rkt/status` in [`POD_DIRS`].
+const STATUS_DIR: usize = 2;
 
 /// The epoll token of the inotify queue; pidfds get the others.
 const INOTIFY_TOKEN: u64 = u64::MAX;
@@ -69,8 +74,8 @@ pub struct PodWatch {
     epoll: Epoll,
     inotify: Inotify,
     parents: HashMap<WatchDescriptor, PodDir>,
-    /// Every watch of a pod directory, to its pod and whether it is the pod directory itself.
-    wds: HashMap<WatchDescriptor, (Uuid, bool)>,
+    /// Every watch of a pod directory, to its pod and its index in [`POD_DIRS`].
+    wds: HashMap<WatchDescriptor, (Uuid, usize)>,
     pods: HashMap<Uuid, Vec<WatchDescriptor>>,
     /// Pidfds of running pods' sandbox processes, and their epoll tokens.
     exits: HashMap<Uuid, (u64, OwnedFd)>,
@@ -115,7 +120,7 @@ impl PodWatch {
             let path = if rel.is_empty() { pod_dir.to_path_buf() } else { pod_dir.join(rel) };
             match self.inotify.add_watch(&path, POD_MASK) {
                 Ok(wd) => {
-                    self.wds.insert(wd, (uuid, i == 0));
+                    self.wds.insert(wd, (uuid, i));
                     wds.push(wd);
                 }
                 Err(e) => {
@@ -237,7 +242,8 @@ impl PodWatch {
                     }
                     continue;
                 }
-                let Some(&(uuid, is_pod_dir)) = self.wds.get(&ev.wd) else { continue };
+                let Some(&(uuid, index)) = self.wds.get(&ev.wd) else { continue };
+                let is_pod_dir = index == 0;
                 // a pod directory moving between state directories stays watched;
                 // a subdirectory moved away no longer is what the pod's path names
                 let moved = !is_pod_dir && ev.mask.contains(AddWatchFlags::IN_MOVE_SELF);
@@ -256,7 +262,10 @@ impl PodWatch {
                             w.retain(|wd| *wd != ev.wd);
                         }
                     }
-                    out.push(Change::Pod(uuid));
+                    match ev.name.as_ref().and_then(|n| n.to_str()) {
+                        Some(name) if !gone && index == STATUS_DIR => out.push(Change::Status(uuid, name.to_string())),
+                        _ => out.push(Change::Pod(uuid)),
+                    }
                 }
             }
         }

@@ -87,9 +87,9 @@ pub fn ensure(pod_dir: &Path, pod_pid1: i32) -> io::Result<()> {
     })
 }
 
-/// Runs in the forked child: raw syscalls only.
+/// Runs in the child of `in_pod_ns` (it shares the daemon's memory): raw syscalls only.
 fn apply(op: &Op) -> libc::c_long {
-    // SAFETY: mount(2) and mount_setattr(2) with C strings and a struct prepared before fork.
+    // SAFETY: mount(2) and mount_setattr(2) with C strings and a struct prepared before the clone.
     unsafe {
         match op {
             Op::MaskFile(p) => {

@@ -7,6 +7,7 @@
 //! [`super::inject`].
 
 use super::inject::{self, Attach, Propagation};
+use crate::pod::cache::ManifestCache;
 use crate::pod::manifest::{
     App as AppSection, ImageManifest, Mount as PodMount, NameValue, PodManifest, RuntimeApp, RuntimeImage, Volume,
 };
@@ -141,7 +142,9 @@ pub fn env_file(env: &[NameValue]) -> String {
 impl AppSpec {
     /// Adds the app to a running pod: overlay + volumes mounted in the pod,
     /// files written, manifest rewritten. On failure nothing of the app stays.
-    pub fn add(&self, pod: &mut Pod) -> Result<(), AppError> {
+    /// Adds the app under the pod's manifest lock; `manifests` gives the
+    /// manifest as last parsed and keeps the one written.
+    pub fn add(&self, pod: &mut Pod, manifests: &ManifestCache) -> Result<(), AppError> {
         let uuid = pod.uuid().to_string();
         if !crate::pod::manifest::is_ac_name(&self.name) {
             return Err(AppError::Invalid(format!("app name {:?} is not an ACName", self.name)));
@@ -151,7 +154,7 @@ impl AppSpec {
             return Err(AppError::PodNotRunning { pod: uuid, state });
         }
         let _guard = pod.lock_manifest()?;
-        let mut manifest = pod.read_manifest()?;
+        let manifest = (*manifests.read(pod)?).clone();
         if manifest.app(&self.name).is_some() {
             return Err(AppError::Exists { pod: uuid, app: self.name.clone() });
         }
@@ -164,14 +167,20 @@ impl AppSpec {
             tracing::info!(pod = %uuid, app = %self.name, "removing what an interrupted add left");
             remove_files(pod, &paths, tree.as_deref().map(str::trim));
         }
-        let result = self.materialize(pod, &paths, &mut manifest);
+        let result = self.materialize(pod, &paths, manifest, manifests);
         if result.is_err() {
             remove_files(pod, &paths, Some(&self.tree_id));
         }
         result
     }
 
-    fn materialize(&self, pod: &Pod, paths: &AppPaths, manifest: &mut PodManifest) -> Result<(), AppError> {
+    fn materialize(
+        &self,
+        pod: &Pod,
+        paths: &AppPaths,
+        mut manifest: PodManifest,
+        manifests: &ManifestCache,
+    ) -> Result<(), AppError> {
         let uuid = pod.uuid().to_string();
         let io = |context: &str| {
             let (pod, app, context) = (uuid.clone(), self.name.clone(), context.to_string());
@@ -268,7 +277,7 @@ impl AppSpec {
             annotations: self.annotations.clone(),
         });
         crate::fault::point("create-before-manifest");
-        pod.write_manifest(manifest)?;
+        manifests.write(pod, manifest)?;
         Ok(())
     }
 }
@@ -316,10 +325,10 @@ fn remove_files(pod: &Pod, paths: &AppPaths, tree_id: Option<&str>) {
 }
 
 /// Removes an app from a pod (it must be stopped): mounts, files, manifest entry.
-pub fn remove(pod: &mut Pod, name: &str) -> Result<(), AppError> {
+pub fn remove(pod: &mut Pod, name: &str, manifests: &ManifestCache) -> Result<(), AppError> {
     let uuid = pod.uuid().to_string();
     let _guard = pod.lock_manifest()?;
-    let mut manifest = pod.read_manifest()?;
+    let mut manifest = (*manifests.read(pod)?).clone();
     let Some(index) = manifest.apps.iter().position(|a| a.name == name) else {
         return Err(AppError::NotFound { pod: uuid, app: name.to_string() });
     };
@@ -327,7 +336,7 @@ pub fn remove(pod: &mut Pod, name: &str) -> Result<(), AppError> {
     let tree_id = fs::read_to_string(paths.appsinfo().join("treeStoreID")).ok();
     remove_files(pod, &paths, tree_id.as_deref().map(str::trim));
     manifest.apps.remove(index);
-    pod.write_manifest(&manifest)?;
+    manifests.write(pod, manifest)?;
     Ok(())
 }
 

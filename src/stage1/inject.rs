@@ -3,13 +3,13 @@
 //! A pod's root is a private bind of its stage1 directory: mounts made on the
 //! host later do not propagate into it. So a mount is first made (or cloned)
 //! on the host as a detached tree (`open_tree(OPEN_TREE_CLONE)`), then a
-//! forked child enters the pod's mount namespace and attaches it there with
+//! child enters the pod's mount namespace and attaches it there with
 //! `move_mount`. The same trick serves app rootfs overlays and host-path
 //! volumes; no program is exec'd.
 //!
 //! Runs in: the daemon (prepares everything, including every C string and
-//! descriptor) and a forked child that makes only raw syscalls before
-//! `_exit`, as required after fork in a multi-threaded process.
+//! descriptor) and a child cloned with the daemon's memory that makes only
+//! raw syscalls before `_exit`.
 
 use std::ffi::CString;
 use std::io;
@@ -120,47 +120,65 @@ impl Attach {
     }
 }
 
+/// What the child of [`in_pod_ns`] works on: everything prepared before
+/// the clone (it shares the daemon's memory and may not allocate), and
+/// where it leaves its report: (index, errno), (-1, errno) if it could not
+/// enter the namespace, errno 0 when all went well.
+struct NsJob<'a> {
+    ns: RawFd,
+    count: usize,
+    op: &'a dyn Fn(usize) -> libc::c_long,
+    report: [i32; 2],
+}
+
+/// Stack of the child of [`in_pod_ns`] (a few raw syscalls).
+const NS_CHILD_STACK: usize = 64 * 1024;
+
 /// Runs `op` for each item in a child that entered the pod's mount namespace
 /// (`/proc/<pod_pid1>/ns/mnt`); the first failure is reported as (index, errno).
+///
+/// The child is cloned `posix_spawn`-style (`CLONE_VM | CLONE_VFORK`, with
+/// every signal blocked): it shares the daemon's memory instead of copying
+/// its page tables, which made a fork most of the cost of a mount.
 pub(crate) fn in_pod_ns(pod_pid1: i32, count: usize, op: &dyn Fn(usize) -> libc::c_long) -> io::Result<()> {
     let ns_path = format!("/proc/{pod_pid1}/ns/mnt");
     let ns = std::fs::File::open(&ns_path).map_err(|e| io::Error::new(e.kind(), format!("opening {ns_path}: {e}")))?;
-    let (r, w) = nix::unistd::pipe()?;
-    // SAFETY: the child below makes only raw syscalls (setns, the mount calls, write, _exit).
-    let pid = unsafe { libc::fork() };
+    let mut job = NsJob { ns: ns.as_raw_fd(), count, op, report: [-2, 0] };
+    let mut stack = vec![0u8; NS_CHILD_STACK];
+    // the stack grows down from its end, 16-byte aligned
+    let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
+    // SAFETY: rt_sigprocmask(2) on this thread's mask with local sets (the
+    // raw call: glibc's own signals too); restored below. No handler of the
+    // daemon may run in the child, which shares its memory.
+    let old = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        std::ptr::write_bytes(&mut all as *mut libc::sigset_t as *mut u8, 0xff, size_of::<libc::sigset_t>());
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &all, &mut old, 8usize);
+        old
+    };
+    // SAFETY: the child runs ns_child on its own stack with `job`, which
+    // outlives it: CLONE_VFORK suspends this thread until the child exits.
+    let pid = unsafe {
+        libc::clone(
+            ns_child,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            &mut job as *mut NsJob<'_> as *mut libc::c_void,
+        )
+    };
+    let err = io::Error::last_os_error();
+    // SAFETY: restoring this thread's own signal mask.
+    unsafe {
+        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &old, std::ptr::null_mut::<libc::sigset_t>(), 8usize)
+    };
     if pid < 0 {
-        return Err(io::Error::last_os_error());
+        return Err(err);
     }
-    if pid == 0 {
-        // SAFETY: raw syscalls only; every pointer was prepared before fork.
-        unsafe {
-            let mut report = [0i32; 2];
-            if libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNS) != 0 {
-                report = [-1, *libc::__errno_location()];
-            } else {
-                for i in 0..count {
-                    if op(i) < 0 {
-                        report = [i as i32, *libc::__errno_location()];
-                        break;
-                    }
-                }
-            }
-            libc::write(w.as_raw_fd(), report.as_ptr().cast(), size_of::<[i32; 2]>());
-            libc::_exit(0);
-        }
-    }
-    drop(w);
-    let mut report = [0u8; 8];
-    let n = nix::unistd::read(&r, &mut report).unwrap_or(0);
     let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-    if n != 8 {
-        return Err(io::Error::other("the namespace helper died"));
-    }
-    let (index, errno) = (
-        i32::from_ne_bytes([report[0], report[1], report[2], report[3]]),
-        i32::from_ne_bytes([report[4], report[5], report[6], report[7]]),
-    );
-    match (index, errno) {
+    drop(stack);
+    match (job.report[0], job.report[1]) {
+        (-2, _) => Err(io::Error::other("the namespace helper died")),
         (_, 0) => Ok(()),
         (-1, e) => Err(io::Error::new(
             io::Error::from_raw_os_error(e).kind(),
@@ -170,6 +188,28 @@ pub(crate) fn in_pod_ns(pod_pid1: i32, count: usize, op: &dyn Fn(usize) -> libc:
             io::Error::from_raw_os_error(e).kind(),
             format!("item {i}: {}", io::Error::from_raw_os_error(e)),
         )),
+    }
+}
+
+/// The child of [`in_pod_ns`]: enters the namespace, runs the items, reports.
+extern "C" fn ns_child(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the NsJob the suspended parent thread keeps alive;
+    // raw syscalls only, and the path ends in _exit.
+    unsafe {
+        let job = &mut *(arg as *mut NsJob<'_>);
+        let mut report = [0i32; 2];
+        if libc::setns(job.ns, libc::CLONE_NEWNS) != 0 {
+            report = [-1, *libc::__errno_location()];
+        } else {
+            for i in 0..job.count {
+                if (job.op)(i) < 0 {
+                    report = [i as i32, *libc::__errno_location()];
+                    break;
+                }
+            }
+        }
+        std::ptr::write_volatile(&mut job.report, report);
+        libc::_exit(0)
     }
 }
 
