@@ -165,8 +165,8 @@ struct Plan {
     groups: Vec<u32>,
     no_new_privs: bool,
     /// The app's root as the pod sees it (`root=`): this program makes the
-    /// mount namespace and binds, then pivots into it. `None`: systemd did.
-    root: Option<CString>,
+    /// mount namespace and binds, then pivots into it (required).
+    root: CString,
     binds: Vec<Bind>,
     root_read_only: bool,
     cwd: Option<CString>,
@@ -204,7 +204,7 @@ fn parse() -> Plan {
         let arg = String::from_utf8(arg).unwrap_or_else(|_| fail("an option is not UTF-8", 0));
         let (key, value) = arg.split_once('=').unwrap_or((arg.as_str(), ""));
         match key {
-            "root" => plan.root = Some(cstring(value.into())),
+            "root" => plan.root = cstring(value.into()),
             "rootro" => plan.root_read_only = true,
             "cwd" => plan.cwd = Some(cstring(value.into())),
             "bind" | "rbind" | "robind" | "rrobind" => {
@@ -216,7 +216,7 @@ fn parse() -> Plan {
                 plan.binds.push(Bind {
                     source: cstring(source.into()),
                     target: cstring(target),
-                    recursive: key.starts_with('r'),
+                    recursive: matches!(key, "rbind" | "rrobind"),
                     read_only: key.ends_with("robind"),
                     optional,
                 });
@@ -237,6 +237,9 @@ fn parse() -> Plan {
             "nnp" => plan.no_new_privs = true,
             _ => fail(&format!("unknown option {arg:?}"), 0),
         }
+    }
+    if plan.root.is_empty() {
+        fail("no root=", 0);
     }
     plan.path = cstring(args.next().unwrap_or_else(|| fail("no program after --", 0)));
     plan.argv = args.map(cstring).collect();
@@ -419,10 +422,10 @@ fn container(plan: &Plan, alive: c_int) -> ! {
             unsafe { syscall(SYS_RT_SIGACTION, sig as c_long, default.as_ptr(), std::ptr::null::<u64>(), 8 as c_long) };
         }
     }
-    if let Some(root) = &plan.root {
-        enter_root(plan, root);
-    }
+    enter_root(plan, &plan.root);
     proc_mount(plan);
+    // made when missing (runc's way), before the root may turn read-only
+    working_directory(plan.cwd.as_deref().unwrap_or(c"/"));
     if plan.root_read_only {
         // the root itself, after the mount points were made in it; volumes
         // and binds keep their own flags (runc's way)
@@ -431,9 +434,6 @@ fn container(plan: &Plan, alive: c_int) -> ! {
         let rc =
             unsafe { syscall(SYS_MOUNT_SETATTR, AT_FDCWD, c"/".as_ptr(), 0 as c_uint, &attr, size_of::<MountAttr>()) };
         check(rc as c_int, "making the root read-only");
-    }
-    if plan.root.is_some() {
-        working_directory(plan.cwd.as_deref().unwrap_or(c"/"));
     }
     if !plan.deny.is_empty() {
         deny_again(plan);
@@ -677,6 +677,7 @@ const TABLES: &[(u32, &[(&str, u32)])] = &[
             ("newfstatat", 262),
             ("statx", 332),
             ("rt_sigaction", 13),
+            ("waitid", 247),
             // x32's own number for it (see X32_BIT)
             ("rt_sigaction", 512),
         ],
@@ -709,6 +710,7 @@ const TABLES: &[(u32, &[(&str, u32)])] = &[
             ("newfstatat", 300),
             ("statx", 383),
             ("rt_sigaction", 174),
+            ("waitid", 284),
         ],
     ),
 ];
@@ -740,6 +742,7 @@ const TABLES: &[(u32, &[(&str, u32)])] = &[
             ("newfstatat", 79),
             ("statx", 291),
             ("rt_sigaction", 134),
+            ("waitid", 95),
         ],
     ),
     // 32-bit arm (its fstatat64 for newfstatat)
@@ -770,6 +773,7 @@ const TABLES: &[(u32, &[(&str, u32)])] = &[
             ("newfstatat", 327),
             ("statx", 397),
             ("rt_sigaction", 174),
+            ("waitid", 280),
         ],
     ),
 ];

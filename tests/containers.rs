@@ -223,17 +223,30 @@ async fn identity_env_workdir_and_mounts(pid: cri::NamespaceMode) {
     let vol = tempfile::tempdir().expect("volume");
     std::fs::write(vol.path().join("hello"), "from the host\n").expect("write");
     let vol_path = vol.path().display().to_string();
-    let script = "id -u; id -g; echo $FOO; pwd; cat /data/hello; cat /etc/hostname; touch /data/x 2>/dev/null && echo writable || echo readonly";
+    // kubelet's termination message file: a volume below the container's /dev
+    let termination = tempfile::NamedTempFile::new().expect("termination log");
+    let termination_path = termination.path().display().to_string();
+    // (world-writable, as kubelet makes it)
+    std::fs::set_permissions(&termination_path, std::os::unix::fs::PermissionsExt::from_mode(0o666)).expect("chmod");
+    let script = "id -u; id -g; echo $FOO; pwd; cat /data/hello; cat /etc/hostname; touch /data/x 2>/dev/null && echo writable || echo readonly; \
+                  (echo last words > /dev/termination-log) 2>/dev/null || true";
     let id = e
         .create(&pod, "who", &["sh", "-c", script], |c| {
             c.envs = vec![cri::KeyValue { key: "FOO".into(), value: "bar".into() }];
             c.working_dir = "/tmp".into();
-            c.mounts = vec![cri::Mount {
-                container_path: "/data".into(),
-                host_path: vol_path.clone(),
-                readonly: true,
-                ..Default::default()
-            }];
+            c.mounts = vec![
+                cri::Mount {
+                    container_path: "/data".into(),
+                    host_path: vol_path.clone(),
+                    readonly: true,
+                    ..Default::default()
+                },
+                cri::Mount {
+                    container_path: "/dev/termination-log".into(),
+                    host_path: termination_path.clone(),
+                    ..Default::default()
+                },
+            ];
             c.linux = secured(cri::LinuxContainerSecurityContext {
                 run_as_user: Some(cri::Int64Value { value: 1000 }),
                 run_as_group: Some(cri::Int64Value { value: 2000 }),
@@ -249,6 +262,9 @@ async fn identity_env_workdir_and_mounts(pid: cri::NamespaceMode) {
     assert_eq!(s.exit_code, 0);
     assert_eq!(s.reason, "Completed");
     assert_eq!(s.mounts.first().map(|m| m.host_path.as_str()), Some(vol_path.as_str()));
+    if pid == cri::NamespaceMode::Container {
+        assert_eq!(std::fs::read_to_string(&termination_path).expect("termination log"), "last words\n");
+    }
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
     assert!(Path::new(&vol_path).join("hello").exists(), "the volume source is untouched");

@@ -175,6 +175,31 @@ pub async fn start_container(
     let by_appexec = pid_mode != PidMode::Pod;
     let appexec_paths = (masked.clone(), readonly.clone());
     tokio::task::block_in_place(|| api_file_systems(&t.pod, pid1, &mut spec, masked, readonly, by_appexec))?;
+    // volumes below /dev or /sys (kubelet's /dev/termination-log, a /dev/shm
+    // emptyDir) were attached on the app's rootfs, which the API file
+    // systems now cover: appexec puts them again on top, from where they are
+    // in the pod (systemd 252 cannot take a source below the unit's
+    // RootDirectory: apps in the pod's PID namespace do without)
+    for m in t.app.mounts.iter().filter(|_| by_appexec) {
+        let Some(volume) = &m.app_volume else { continue };
+        if !["/dev", "/sys"]
+            .iter()
+            .any(|api| Path::new(&m.path).starts_with(api) && Path::new(&m.path) != Path::new(api))
+        {
+            continue;
+        }
+        let bind = BindPath {
+            source: paths.rootfs_in_pod().join(m.path.trim_start_matches('/')).display().to_string(),
+            destination: m.path.clone(),
+            ignore_missing: false,
+            recursive: true,
+        };
+        if volume.read_only == Some(true) {
+            spec.bind_read_only_paths.push(bind);
+        } else {
+            spec.bind_paths.push(bind);
+        }
+    }
     if t.app.read_only_root_fs {
         spec.read_only_paths.push("/".into());
     }

@@ -156,7 +156,21 @@ impl Inner {
                     let epoch = self.epoch();
                     if let Some(slot) = self.slots.get_mut(&uuid) {
                         slot.invalidate(epoch);
-                        slot.statuses.push(name);
+                        if slot.last.is_some() {
+                            slot.statuses.push(name);
+                        }
+                        // a pod whose views are not kept (its exit unwatched)
+                        // would collect entries for its whole life: read it whole
+                        if slot.statuses.len() > MAX_STATUS_CHANGES {
+                            slot.last = None;
+                            slot.statuses.clear();
+                        }
+                    }
+                }
+                Change::Unwatched(uuid) => {
+                    let epoch = self.epoch();
+                    if let Some(slot) = self.slots.get_mut(&uuid) {
+                        *slot = Slot::new(epoch);
                     }
                 }
                 Change::Gone(uuid) => {
@@ -175,9 +189,15 @@ fn touched(app: &str, apps: &[crate::pod::manifest::RuntimeApp], statuses: &[Str
 }
 
 fn touched_by_name<'a, I: Iterator<Item = &'a str>>(app: &str, apps: impl Fn() -> I, statuses: &[String]) -> bool {
-    let owns = |name: &str, entry: &str| entry.strip_prefix(name).is_some_and(|r| r.is_empty() || r.starts_with('-'));
+    // `<app>`, `<app>-created` and the like, and `<app>.tmp-<id>` (an exit record being written)
+    let owns = |name: &str, entry: &str| {
+        entry.strip_prefix(name).is_some_and(|r| r.is_empty() || r.starts_with('-') || r.starts_with('.'))
+    };
     statuses.iter().any(|s| owns(app, s) || (!s.starts_with('.') && !apps().any(|a| owns(a, s))))
 }
+
+/// Status entries changed since a pod's last view beyond which it is read whole.
+const MAX_STATUS_CHANGES: usize = 64;
 
 pub struct PodTable {
     data: DataDir,
@@ -425,6 +445,8 @@ mod tests {
         // an entry of no app: everything; a temporary file: nothing
         assert_eq!(changed(&["2-new-created"]), ["0-web", "0-web-sidecar", "1-db"]);
         assert!(changed(&[".tmp-1-db"]).is_empty());
+        // the temporary file of an exit record (app::record_exit) is its app's
+        assert_eq!(changed(&["1-db.tmp-0f1e2d3c"]), ["1-db"]);
         assert!(changed(&[]).is_empty());
     }
 }

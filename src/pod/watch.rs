@@ -40,6 +40,10 @@ pub enum Change {
     /// Only this entry of the pod's `/rkt/status` changed (an app's
     /// created, started or exit record): the rest of what was read stands.
     Status(Uuid, String),
+    /// A watched subdirectory of the pod was replaced: changes in the new
+    /// one before it is watched again were not seen, so nothing read about
+    /// the pod before may be reused.
+    Unwatched(Uuid),
     /// The pod's directory is gone; its watches were dropped.
     Gone(Uuid),
 }
@@ -263,7 +267,8 @@ impl PodWatch {
                         }
                     }
                     match ev.name.as_ref().and_then(|n| n.to_str()) {
-                        Some(name) if !gone && index == STATUS_DIR => out.push(Change::Status(uuid, name.to_string())),
+                        _ if gone => out.push(Change::Unwatched(uuid)),
+                        Some(name) if index == STATUS_DIR => out.push(Change::Status(uuid, name.to_string())),
                         _ => out.push(Change::Pod(uuid)),
                     }
                 }

@@ -135,7 +135,8 @@ fn needs(pid: &PidMode) -> Vec<&'static str> {
 /// The other calls appexec makes under the app's filter (besides its
 /// start-up) that its child no longer needs once its own filter is in:
 /// let through, then denied again like the namespace calls.
-const DENIED_AGAIN: [&str; 16] = [
+const DENIED_AGAIN: [&str; 17] = [
+    "waitid",
     "chdir",
     "mkdir",
     "mkdirat",
