@@ -366,43 +366,24 @@ fn clone_child(
     pidns: Option<RawFd>,
     pidfd_slot: &std::sync::atomic::AtomicI32,
 ) -> io::Result<i32> {
-    let mut stack = vec![0u8; CHILD_STACK];
     // SAFETY: setns(2) on a namespace descriptor we hold; it affects only this thread's future children.
     if let Some(fd) = pidns
         && unsafe { libc::setns(fd, libc::CLONE_NEWPID) } != 0
     {
         return Err(io::Error::last_os_error());
     }
-    // every signal, glibc's own (32, 33) included: the raw call, not pthread_sigmask
-    // SAFETY: rt_sigprocmask(2) on this thread's mask with local sets.
-    let old = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        std::ptr::write_bytes(&mut all as *mut libc::sigset_t as *mut u8, 0xff, std::mem::size_of::<libc::sigset_t>());
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &all, &mut old, 8usize);
-        old
-    };
-    // the stack grows down from its end, 16-byte aligned
-    let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
-    // SAFETY: the child runs child_main on its own stack with `child`, which
-    // outlives it here: CLONE_VFORK suspends this thread until its exec or exit;
-    // CLONE_PIDFD makes the kernel write the child's pidfd into the slot first.
-    let pid = unsafe {
-        libc::clone(
+    // SAFETY: `child` outlives the child's use of it (the call returns once it
+    // exec'd or exited) and child_main makes raw syscalls only; CLONE_PIDFD
+    // makes the kernel write the child's pidfd into the slot first.
+    unsafe {
+        super::vfork::clone(
             child_main,
-            top as *mut libc::c_void,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
             child as *const ChildArgs<'_> as *mut libc::c_void,
+            CHILD_STACK,
+            libc::CLONE_PIDFD,
             pidfd_slot.as_ptr(),
         )
-    };
-    let err = io::Error::last_os_error();
-    // SAFETY: restoring this thread's own signal mask.
-    unsafe {
-        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &old, std::ptr::null_mut::<libc::sigset_t>(), 8usize)
-    };
-    drop(stack);
-    if pid < 0 { Err(err) } else { Ok(pid) }
+    }
 }
 
 /// The cloned child: signals, descriptors, cgroups, namespaces, then the command.

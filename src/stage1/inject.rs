@@ -137,46 +137,25 @@ const NS_CHILD_STACK: usize = 64 * 1024;
 /// Runs `op` for each item in a child that entered the pod's mount namespace
 /// (`/proc/<pod_pid1>/ns/mnt`); the first failure is reported as (index, errno).
 ///
-/// The child is cloned `posix_spawn`-style (`CLONE_VM | CLONE_VFORK`, with
-/// every signal blocked): it shares the daemon's memory instead of copying
-/// its page tables, which made a fork most of the cost of a mount.
+/// The child is cloned `posix_spawn`-style ([`super::vfork`]): it shares
+/// the daemon's memory instead of copying its page tables, which made a fork
+/// most of the cost of a mount.
 pub(crate) fn in_pod_ns(pod_pid1: i32, count: usize, op: &dyn Fn(usize) -> libc::c_long) -> io::Result<()> {
     let ns_path = format!("/proc/{pod_pid1}/ns/mnt");
     let ns = std::fs::File::open(&ns_path).map_err(|e| io::Error::new(e.kind(), format!("opening {ns_path}: {e}")))?;
     let mut job = NsJob { ns: ns.as_raw_fd(), count, op, report: [-2, 0] };
-    let mut stack = vec![0u8; NS_CHILD_STACK];
-    // the stack grows down from its end, 16-byte aligned
-    let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
-    // SAFETY: rt_sigprocmask(2) on this thread's mask with local sets (the
-    // raw call: glibc's own signals too); restored below. No handler of the
-    // daemon may run in the child, which shares its memory.
-    let old = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        std::ptr::write_bytes(&mut all as *mut libc::sigset_t as *mut u8, 0xff, size_of::<libc::sigset_t>());
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &all, &mut old, 8usize);
-        old
-    };
-    // SAFETY: the child runs ns_child on its own stack with `job`, which
-    // outlives it: CLONE_VFORK suspends this thread until the child exits.
+    // SAFETY: `job` outlives the child (the call returns once it exited);
+    // ns_child makes raw syscalls only and ends in _exit.
     let pid = unsafe {
-        libc::clone(
+        super::vfork::clone(
             ns_child,
-            top as *mut libc::c_void,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
             &mut job as *mut NsJob<'_> as *mut libc::c_void,
+            NS_CHILD_STACK,
+            0,
+            std::ptr::null_mut(),
         )
-    };
-    let err = io::Error::last_os_error();
-    // SAFETY: restoring this thread's own signal mask.
-    unsafe {
-        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &old, std::ptr::null_mut::<libc::sigset_t>(), 8usize)
-    };
-    if pid < 0 {
-        return Err(err);
-    }
+    }?;
     let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-    drop(stack);
     match (job.report[0], job.report[1]) {
         (-2, _) => Err(io::Error::other("the namespace helper died")),
         (_, 0) => Ok(()),

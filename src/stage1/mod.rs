@@ -21,6 +21,7 @@ pub mod sandbox;
 pub mod seccomp;
 pub mod stop;
 pub mod teardown;
+pub mod vfork;
 
 /// Runs `f` once per pod: `marker` in the pod directory records that it was
 /// done; `<marker>.lock` keeps two callers from doing it at once.
