@@ -172,34 +172,14 @@ pub async fn start_container(
         }
     }
     let pid_mode = tokio::task::block_in_place(|| pid_mode(rt, &t, pid1))?;
-    let by_appexec = pid_mode != PidMode::Pod;
-    let appexec_paths = (masked.clone(), readonly.clone());
-    tokio::task::block_in_place(|| api_file_systems(&t.pod, pid1, &mut spec, masked, readonly, by_appexec))?;
-    // volumes below /dev or /sys (kubelet's /dev/termination-log, a /dev/shm
-    // emptyDir) were attached on the app's rootfs, which the API file
-    // systems now cover: appexec puts them again on top, from where they are
-    // in the pod (systemd 252 cannot take a source below the unit's
-    // RootDirectory: apps in the pod's PID namespace do without)
-    for m in t.app.mounts.iter().filter(|_| by_appexec) {
-        let Some(volume) = &m.app_volume else { continue };
-        if !["/dev", "/sys"]
-            .iter()
-            .any(|api| Path::new(&m.path).starts_with(api) && Path::new(&m.path) != Path::new(api))
-        {
-            continue;
-        }
-        let bind = BindPath {
-            source: paths.rootfs_in_pod().join(m.path.trim_start_matches('/')).display().to_string(),
-            destination: m.path.clone(),
-            ignore_missing: false,
-            recursive: true,
-        };
-        if volume.read_only == Some(true) {
-            spec.bind_read_only_paths.push(bind);
-        } else {
-            spec.bind_paths.push(bind);
-        }
-    }
+    // an app with a PID namespace of its own gets its masks from appexec
+    let appexec_paths = if pid_mode != PidMode::Pod {
+        api_binds_for_appexec(&t.app, &paths, &mut spec);
+        Some((masked, readonly))
+    } else {
+        tokio::task::block_in_place(|| api_file_systems(&t.pod, pid1, &mut spec, masked, readonly))?;
+        None
+    };
     if t.app.read_only_root_fs {
         spec.read_only_paths.push("/".into());
     }
@@ -212,7 +192,7 @@ pub async fn start_container(
         spec.bind_paths.extend(identity);
     }
     spec.bind_paths.extend(device_nodes(&paths, &meta::devices(&t.app))?);
-    if by_appexec {
+    if let Some(appexec_paths) = appexec_paths {
         own_pid_namespace(rt, &t, pid1, &pid_mode, &mut spec, filter, appexec_paths)?;
     }
     let (stop_signal, _) = meta::stop_signal(&t.app);
@@ -388,33 +368,54 @@ fn device_nodes(paths: &AppPaths, devices: &[meta::Device]) -> Result<Vec<BindPa
     Ok(binds)
 }
 
-/// /proc, /sys and /dev in the app with its masked and read-only paths.
-/// Apps asking for at least kubelet's defaults bind the pod's own (its /proc
-/// masked once, `stage1/api_vfs.rs`) plus binds for the rest they ask; the
-/// others (privileged: no masks) get fresh ones from `MountAPIVFS=` with
-/// their own binds. With `by_appexec` (an app with a PID namespace of its
-/// own), appexec makes every mask and read-only path in the app's mount
-/// namespace after systemd is done, which costs systemd's start nothing.
+/// The pod's /sys and /dev for an app appexec starts (it mounts the app's
+/// own /proc and makes every masked and read-only path itself), and the
+/// volumes below them (kubelet's /dev/termination-log, a /dev/shm emptyDir):
+/// they were attached on the app's rootfs, which /dev and /sys now cover, so
+/// they come again on top, from where they are in the pod. (systemd 252
+/// cannot take a source below the unit's RootDirectory: apps in the pod's
+/// PID namespace do without.)
+fn api_binds_for_appexec(app: &RuntimeApp, paths: &AppPaths, spec: &mut ServiceSpec) {
+    spec.mount_api_vfs = false;
+    let api = ["/sys", "/dev"];
+    spec.bind_paths.extend(api.map(|p| BindPath {
+        source: p.into(),
+        destination: p.into(),
+        ignore_missing: false,
+        recursive: true,
+    }));
+    for m in &app.mounts {
+        let Some(volume) = &m.app_volume else { continue };
+        let path = Path::new(&m.path);
+        if !api.iter().any(|api| path.starts_with(api) && path != Path::new(api)) {
+            continue;
+        }
+        let bind = BindPath {
+            source: paths.rootfs_in_pod().join(m.path.trim_start_matches('/')).display().to_string(),
+            destination: m.path.clone(),
+            ignore_missing: false,
+            recursive: true,
+        };
+        if volume.read_only == Some(true) {
+            spec.bind_read_only_paths.push(bind);
+        } else {
+            spec.bind_paths.push(bind);
+        }
+    }
+}
+
+/// /proc, /sys and /dev in an app of the pod's PID namespace, with its
+/// masked and read-only paths. Apps asking for at least kubelet's defaults
+/// bind the pod's own (its /proc masked once, `stage1/api_vfs.rs`) plus
+/// binds for the rest they ask; the others (privileged: no masks) get fresh
+/// ones from `MountAPIVFS=` with their own binds.
 fn api_file_systems(
     pod: &Pod,
     pid1: i32,
     spec: &mut ServiceSpec,
     masked: Option<Vec<String>>,
     readonly: Option<Vec<String>>,
-    by_appexec: bool,
 ) -> Result<(), Status> {
-    if by_appexec {
-        // appexec mounts the app's own /proc and makes every masked and
-        // read-only path; the pod's /sys and /dev are bound as they are
-        spec.mount_api_vfs = false;
-        spec.bind_paths.extend(["/sys", "/dev"].map(|p| BindPath {
-            source: p.into(),
-            destination: p.into(),
-            ignore_missing: false,
-            recursive: true,
-        }));
-        return Ok(());
-    }
     let (mut masked, mut readonly) = (masked.unwrap_or_default(), readonly.unwrap_or_default());
     if !masked.is_empty() && crate::stage1::api_vfs::covers(&masked, &readonly) {
         crate::stage1::api_vfs::ensure(&pod.path(), pid1)

@@ -337,38 +337,23 @@ impl PodTable {
         dir: PodDir,
         base: &Base,
     ) -> Result<(Arc<PodView>, Option<OwnedFd>), PodError> {
-        if let Some(last) = base.last.as_ref().filter(|l| !base.pod_changed && l.sandbox.pod.dir() == dir) {
-            // only app status files changed: the pod as it was, and the
-            // containers whose files did not change
-            let sandbox = last.sandbox.same(Pod::at(&self.data, uuid, dir));
-            let running = sandbox.state == PodState::Running;
-            let containers = sandbox
-                .manifest
-                .apps
-                .iter()
-                .zip(&last.containers)
-                .map(|(app, old)| {
-                    if touched(&app.name, &sandbox.manifest.apps, &base.statuses) {
-                        status_of(&sandbox.pod, app, running)
-                    } else {
-                        old.clone()
-                    }
-                })
-                .collect();
-            let view =
-                PodView { sandbox, containers, subcgroup: last.subcgroup.clone(), sandbox_pid: last.sandbox_pid };
-            return Ok((Arc::new(view), None));
-        }
         let pod = Pod::at(&self.data, uuid, dir);
-        // the exit watch exists before the lock is probed: an exit after the probe is reported
-        let sandbox_pid = pod.sandbox_pid().ok().flatten();
-        let pidfd = sandbox_pid.and_then(|pid| crate::stage1::launch::pidfd_open(pid).ok());
-        let subcgroup = pod.read_file(crate::pod::SUBCGROUP_FILE).ok().flatten();
-        let sandbox = SandboxView::load(pod, manifests)?;
+        // only app status files changed: the pod as it was read last
+        let (sandbox, subcgroup, sandbox_pid, pidfd) =
+            match base.last.as_ref().filter(|l| !base.pod_changed && l.sandbox.pod.dir() == dir) {
+                Some(last) => (last.sandbox.same(pod), last.subcgroup.clone(), last.sandbox_pid, None),
+                None => {
+                    // the exit watch exists before the lock is probed: an exit after the probe is reported
+                    let sandbox_pid = pod.sandbox_pid().ok().flatten();
+                    let pidfd = sandbox_pid.and_then(|pid| crate::stage1::launch::pidfd_open(pid).ok());
+                    let subcgroup = pod.read_file(crate::pod::SUBCGROUP_FILE).ok().flatten();
+                    (SandboxView::load(pod, manifests)?, subcgroup, sandbox_pid, pidfd)
+                }
+            };
         let running = sandbox.state == PodState::Running;
-        // after a change of the pod (its manifest rewritten for an app added
-        // or removed): an app whose entry, files and pod state are as before
-        // keeps its status
+        // an app whose entry, status files and pod state are as in the last
+        // view keeps its status (after a manifest rewrite for an app added or
+        // removed, too)
         let unchanged = |(at, app): (usize, &crate::pod::manifest::RuntimeApp)| {
             let last = base.last.as_ref().filter(|l| l.sandbox.state == sandbox.state)?;
             let before = &last.sandbox.manifest.apps;
@@ -377,7 +362,8 @@ impl PodTable {
                 Some(a) if a.name == app.name => at,
                 _ => before.iter().position(|a| a.name == app.name)?,
             };
-            (before[i] == *app && !touched(&app.name, &sandbox.manifest.apps, &base.statuses))
+            let same_entry = Arc::ptr_eq(&last.sandbox.manifest, &sandbox.manifest) || before[i] == *app;
+            (same_entry && !touched(&app.name, &sandbox.manifest.apps, &base.statuses))
                 .then(|| last.containers.get(i).cloned())
                 .flatten()
         };
