@@ -118,6 +118,22 @@ impl Env {
     }
 }
 
+/// Two tests of `$body(pid)`: with a PID namespace of the container's own
+/// (kubelet's default, through appexec) and with the pod's (systemd's path).
+macro_rules! in_both_pid_namespaces {
+    ($own:ident, $pod:ident, $body:ident) => {
+        #[tokio::test(flavor = "multi_thread")]
+        async fn $own() {
+            $body(cri::NamespaceMode::Container).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread")]
+        async fn $pod() {
+            $body(cri::NamespaceMode::Pod).await;
+        }
+    };
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn sleep_runs_stops_and_is_removed() {
     let mut e = env().await;
@@ -207,15 +223,11 @@ async fn sigterm_ignoring_container_is_killed_at_the_timeout() {
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn user_env_workdir_and_mounts_inside_the_container() {
-    identity_env_workdir_and_mounts(cri::NamespaceMode::Container).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn user_env_workdir_and_mounts_inside_the_container_pod_pid_namespace() {
-    identity_env_workdir_and_mounts(cri::NamespaceMode::Pod).await;
-}
+in_both_pid_namespaces!(
+    user_env_workdir_and_mounts_inside_the_container,
+    user_env_workdir_and_mounts_inside_the_container_pod_pid_namespace,
+    identity_env_workdir_and_mounts
+);
 
 async fn identity_env_workdir_and_mounts(pid: cri::NamespaceMode) {
     let mut e = env_with_pid(pid).await;
@@ -454,15 +466,7 @@ async fn containers_survive_a_daemon_sigkill() {
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn seccomp_and_masked_paths() {
-    seccomp_and_masks(cri::NamespaceMode::Container).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn seccomp_and_masked_paths_pod_pid_namespace() {
-    seccomp_and_masks(cri::NamespaceMode::Pod).await;
-}
+in_both_pid_namespaces!(seccomp_and_masked_paths, seccomp_and_masked_paths_pod_pid_namespace, seccomp_and_masks);
 
 async fn seccomp_and_masks(pid: cri::NamespaceMode) {
     let mut e = env_with_pid(pid).await;
@@ -584,15 +588,11 @@ async fn seccomp_and_masks(pid: cri::NamespaceMode) {
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn default_masks_read_only_rootfs_and_privileged_apps() {
-    default_masks_and_privileged_apps(cri::NamespaceMode::Container).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn default_masks_read_only_rootfs_and_privileged_apps_pod_pid_namespace() {
-    default_masks_and_privileged_apps(cri::NamespaceMode::Pod).await;
-}
+in_both_pid_namespaces!(
+    default_masks_read_only_rootfs_and_privileged_apps,
+    default_masks_read_only_rootfs_and_privileged_apps_pod_pid_namespace,
+    default_masks_and_privileged_apps
+);
 
 async fn default_masks_and_privileged_apps(pid: cri::NamespaceMode) {
     let mut e = env_with_pid(pid).await;

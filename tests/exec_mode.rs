@@ -306,12 +306,7 @@ async fn exec_mode_pulls_signed_acis_only() {
         assert!(found.repo_tags.contains(&reference), "{daemon}: {:?}", found.repo_tags);
     }
 
-    let err = ximg
-        .pull_image(cri::PullImageRequest { image: spec(&format!("aci:{}", unsigned.display())), ..Default::default() })
-        .await
-        .expect_err("an unsigned ACI");
-    assert_eq!(err.code(), tonic::Code::DataLoss, "{err:?}");
-    assert!(err.message().contains("no signature"), "{}", err.message());
+    common::aci::assert_unsigned_aci_refused(&mut ximg, &unsigned).await;
     assert_eq!(images(&mut img).await.len(), 1, "the unsigned ACI was stored");
 }
 

@@ -376,12 +376,7 @@ async fn pull_image_takes_signed_acis() {
         .expect("found by the reference it was pulled as");
     assert_eq!(status.id, pulled.image_ref);
     assert!(status.repo_tags.contains(&reference), "{:?}", status.repo_tags);
-    let err = img
-        .pull_image(cri::PullImageRequest { image: spec(&format!("aci:{}", unsigned.display())), ..Default::default() })
-        .await
-        .expect_err("unsigned");
-    assert_eq!(err.code(), tonic::Code::DataLoss, "{err:?}");
-    assert!(err.message().contains("no signature"), "{}", err.message());
+    common::aci::assert_unsigned_aci_refused(&mut img, &unsigned).await;
 }
 
 /// A plain HTTP server on `<ip>:80` for discovery pages and ACIs: paths

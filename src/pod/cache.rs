@@ -133,13 +133,19 @@ mod tests {
     use super::*;
     use crate::pod::DataDir;
 
-    #[test]
-    fn a_rewritten_manifest_is_read_again_and_an_unchanged_one_is_shared() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let data = DataDir::new(tmp.path().join("data"));
+    /// A pod being prepared, with an empty manifest.
+    fn preparing_pod(dir: &std::path::Path) -> Pod {
+        let data = DataDir::new(dir.join("data"));
         let mut pod = Pod::create(&data).expect("create");
         pod.to_preparing().expect("prepare");
         pod.write_initial(&PodManifest::mutable()).expect("manifest");
+        pod
+    }
+
+    #[test]
+    fn a_rewritten_manifest_is_read_again_and_an_unchanged_one_is_shared() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut pod = preparing_pod(tmp.path());
         let cache = ManifestCache::default();
         // just written: not trusted by its stamp, but its bytes match the parse
         let fresh = cache.read(&pod).expect("read");
@@ -169,10 +175,7 @@ mod tests {
     #[test]
     fn the_daemons_own_write_is_not_parsed_again_and_anothers_is() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let data = DataDir::new(tmp.path().join("data"));
-        let mut pod = Pod::create(&data).expect("create");
-        pod.to_preparing().expect("prepare");
-        pod.write_initial(&PodManifest::mutable()).expect("manifest");
+        let pod = preparing_pod(tmp.path());
         let cache = ManifestCache::default();
         let mut changed = (*cache.read(&pod).expect("read")).clone();
         changed.user_labels.insert("k".into(), "1".into());

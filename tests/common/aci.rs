@@ -118,3 +118,16 @@ pub fn aci_tar(manifest: serde_json::Value, files: &[(&str, &str)]) -> Vec<u8> {
     }
     b.into_inner().expect("tar")
 }
+
+/// PullImage of an unsigned ACI file over CRI: refused as DataLoss, saying
+/// there is no signature.
+pub async fn assert_unsigned_aci_refused(
+    img: &mut rktlet::proto::v1::image_service_client::ImageServiceClient<tonic::transport::Channel>,
+    aci: &Path,
+) {
+    use rktlet::proto::v1 as cri;
+    let image = Some(cri::ImageSpec { image: format!("aci:{}", aci.display()), ..Default::default() });
+    let err = img.pull_image(cri::PullImageRequest { image, ..Default::default() }).await.expect_err("an unsigned ACI");
+    assert_eq!(err.code(), tonic::Code::DataLoss, "{err:?}");
+    assert!(err.message().contains("no signature"), "{}", err.message());
+}
