@@ -5,7 +5,8 @@
 //! Run: `cargo bench --bench container_lifecycle` (root; starts the test
 //! registry fixture and a real pod). `N=...` sets the container count;
 //! containers get a PID namespace each (kubelet's default), or share the
-//! pod's with `PID_NS=pod`.
+//! pod's with `PID_NS=pod`. `BENCH_DAEMON_LOG=<file>` keeps the daemon's
+//! debug log (per-phase timings of each call).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -114,4 +115,8 @@ async fn main() {
     summary("StopContainer (SIGTERM honoured)", stop);
     summary("RemoveContainer", remove);
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod }).await.expect("remove pod");
+    // the daemon's debug log (per-phase timings of each call), for a closer look
+    if let Ok(path) = std::env::var("BENCH_DAEMON_LOG") {
+        std::fs::write(&path, d.log()).expect("writing BENCH_DAEMON_LOG");
+    }
 }

@@ -18,6 +18,7 @@ pub mod demo;
 pub mod doctor;
 pub mod exec_mode;
 pub mod fault;
+pub mod filecache;
 pub mod fsutil;
 pub mod image;
 pub mod lock;

@@ -292,17 +292,20 @@ pub async fn create_container(
         return Err(Status::invalid_argument("config.image.image is required"));
     }
     super::check_metadata_size("container", &config.labels, &config.annotations)?;
+    let t0 = std::time::Instant::now();
     let mut pod = Pod::open(&rt.data, &req.pod_sandbox_id).map_err(pod_status)?;
     let state = pod.state().map_err(pod_status)?;
     if state != PodState::Running {
         return Err(Status::failed_precondition(format!("pod {} is {state}, not running", pod.uuid())));
     }
     let pod_manifest = rt.manifests.read(&pod).map_err(pod_status)?;
+    let t_open = t0.elapsed();
     let tree = {
         let image_ref = image_ref.clone();
         let store = &rt.images;
         tokio::task::block_in_place(|| store.tree(&image_ref)).map_err(|e| Status::new(e.code(), e.to_string()))?
     };
+    let t_tree = t0.elapsed();
     let image = tree.manifest.clone();
     let image_app = image.app.clone().unwrap_or_default();
     let rootfs = tree.rootfs();
@@ -442,6 +445,7 @@ pub async fn create_container(
         annotations: Vec::new(),
     };
     let stage1 = pod.stage1_rootfs();
+    let t_prep = t0.elapsed();
     tokio::task::block_in_place(|| {
         spec.add(&mut pod, &rt.manifests)?;
         if !ids_for_systemd {
@@ -457,8 +461,20 @@ pub async fn create_container(
         })
     })
     .map_err(app_status)?;
+    let t_add = t0.elapsed();
     rt.emit(pod.uuid(), &name, crate::runtime::EventKind::Created);
     rt.pods.warm(&rt.manifests, &pod.uuid().to_string());
+    let micros = |d: std::time::Duration| d.as_micros() as u64;
+    tracing::debug!(
+        pod = %pod.uuid(),
+        app = %name,
+        pod_micros = micros(t_open),
+        image_micros = micros(t_tree - t_open),
+        config_micros = micros(t_prep - t_tree),
+        add_micros = micros(t_add - t_prep),
+        events_micros = micros(t0.elapsed() - t_add),
+        "container created"
+    );
     Ok(cri::CreateContainerResponse { container_id: meta::container_id(&pod.uuid().to_string(), &name) })
 }
 

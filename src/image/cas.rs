@@ -83,7 +83,7 @@ impl Cas {
         self.root.join("tmp")
     }
 
-    fn index_path(&self) -> PathBuf {
+    pub(super) fn index_path(&self) -> PathBuf {
         self.root.join("db/index.json")
     }
 

@@ -46,6 +46,7 @@ pub mod reference;
 pub mod registry;
 pub mod verify;
 
+use crate::filecache::{FileCache, ReadError};
 use crate::pod::manifest::ImageManifest;
 use crate::pod::{DataDir, PodDir};
 pub use auth::Credentials;
@@ -217,14 +218,34 @@ pub struct Store {
     /// The signature policy file, read at every pull (a missing file accepts
     /// anything unless it was named explicitly).
     policy_path: Option<(PathBuf, bool)>,
+    /// The index and image manifests as last parsed (checked against the
+    /// files at every read).
+    parsed: Arc<Parsed>,
 }
+
+#[derive(Debug, Default)]
+struct Parsed {
+    index: FileCache<(), Index>,
+    manifests: FileCache<String, ImageManifest>,
+}
+
+/// How stale an image's `lastused` may get before a use records it: the
+/// record is an fsynced index rewrite, too slow for every CreateContainer,
+/// and image gc counts in hours.
+const LAST_USED_STEP_NANOS: i64 = 60 * 1_000_000_000;
 
 impl Store {
     /// Opens (creating if needed) the store of `data` with a registry config.
     pub fn open(data: &DataDir, config: RegistryConfig) -> Result<Store, ImageError> {
         let cas = Cas::new(data.cas());
         cas.ensure().map_err(io_ctx(format!("creating the image store in {}", cas.root().display())))?;
-        Ok(Store { data: data.clone(), cas, registry: Arc::new(RegistryClient::new(config)?), policy_path: None })
+        Ok(Store {
+            data: data.clone(),
+            cas,
+            registry: Arc::new(RegistryClient::new(config)?),
+            policy_path: None,
+            parsed: Arc::default(),
+        })
     }
 
     /// Checks registry pulls against the signature policy at `path`
@@ -249,8 +270,17 @@ impl Store {
         &self.cas
     }
 
-    fn index(&self) -> Result<Index, ImageError> {
-        self.cas.read_index().map_err(io_ctx("reading the image index"))
+    /// The index as last committed (parsed again only when it changed).
+    fn index(&self) -> Result<Arc<Index>, ImageError> {
+        let path = self.cas.index_path();
+        match self.parsed.index.read(&(), &path, |bytes| serde_json::from_slice(bytes)) {
+            Ok(index) => Ok(index),
+            Err(ReadError::Io(e)) if e.kind() == io::ErrorKind::NotFound => Ok(Arc::default()),
+            Err(ReadError::Io(e)) => Err(io_ctx("reading the image index")(e)),
+            Err(ReadError::Parse(e)) => {
+                Err(io_ctx("parsing the image index")(io::Error::new(io::ErrorKind::InvalidData, e)))
+            }
+        }
     }
 
     /// Pulls `reference` (rendering its tree) and returns the image.
@@ -296,23 +326,30 @@ impl Store {
 
     pub fn read_manifest(&self, key: &str) -> Result<ImageManifest, ImageError> {
         let path = self.cas.image_manifest(key);
-        let bytes = fs::read(&path).map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => ImageError::NotFound(key.to_string()),
-            _ => io_ctx(format!("reading {}", path.display()))(e),
-        })?;
-        serde_json::from_slice(&bytes).map_err(|e| io_ctx(format!("parsing {}", path.display()))(io::Error::other(e)))
+        let parsed =
+            self.parsed.manifests.read(&key.to_string(), &path, |bytes| serde_json::from_slice(bytes)).map_err(
+                |e| match e {
+                    ReadError::Io(e) if e.kind() == io::ErrorKind::NotFound => ImageError::NotFound(key.to_string()),
+                    ReadError::Io(e) => io_ctx(format!("reading {}", path.display()))(e),
+                    ReadError::Parse(e) => io_ctx(format!("parsing {}", path.display()))(io::Error::other(e)),
+                },
+            )?;
+        Ok((*parsed).clone())
     }
 
     /// Every image (not layers), oldest import first.
     pub fn list(&self) -> Result<Vec<Image>, ImageError> {
         let index = self.index()?;
+        // a full listing: parsed manifests of images no longer stored go
+        self.parsed.manifests.retain(|key| index.aciinfo.iter().any(|a| &a.blobkey == key));
         let mut rows: Vec<_> = index.aciinfo.iter().filter(|a| !a.layer).collect();
         rows.sort_by_key(|a| a.importtime);
         rows.iter().map(|a| self.image_from(&index, &a.blobkey)).collect()
     }
 
     /// The rendered tree of an image, rendering it from the stored layers if
-    /// needed (blocking; call from a blocking thread). Marks the image used.
+    /// needed (blocking; call from a blocking thread). Marks the image used
+    /// (at most once a minute: [`LAST_USED_STEP_NANOS`]).
     pub fn tree(&self, reference_or_id: &str) -> Result<Tree, ImageError> {
         let image = self.resolve(reference_or_id)?;
         let id = image.tree_id();
@@ -321,13 +358,15 @@ impl Store {
             pull::render_stored(self, &image)?;
         }
         let now = cas::now_nanos();
-        self.cas
-            .update_index(|i| {
-                if let Some(a) = i.aciinfo.iter_mut().find(|a| a.blobkey == image.id) {
-                    a.lastused = now;
-                }
-            })
-            .map_err(io_ctx("updating the image index"))?;
+        if now - image.last_used >= LAST_USED_STEP_NANOS {
+            self.cas
+                .update_index(|i| {
+                    if let Some(a) = i.aciinfo.iter_mut().find(|a| a.blobkey == image.id) {
+                        a.lastused = now;
+                    }
+                })
+                .map_err(io_ctx("updating the image index"))?;
+        }
         Ok(Tree { id, path, image_id: image.id, manifest: image.manifest })
     }
 

@@ -186,6 +186,7 @@ impl AppSpec {
             let (pod, app, context) = (uuid.clone(), self.name.clone(), context.to_string());
             move |source| AppError::Io { pod, app, context, source }
         };
+        let began = std::time::Instant::now();
         let info = paths.appsinfo();
         fs::create_dir_all(&info).map_err(io("creating appsinfo"))?;
         let image_manifest = serde_json::to_vec(&self.image_manifest).map_err(|e| AppError::Invalid(e.to_string()))?;
@@ -198,6 +199,7 @@ impl AppSpec {
             fs::create_dir_all(d).map_err(io("creating overlay directories"))?;
         }
         let opts = inject::overlay_options(&self.tree_rootfs, &upper, &work);
+        let files_done = began.elapsed();
         nix::mount::mount(Some("overlay"), &rootfs, Some("overlay"), nix::mount::MsFlags::empty(), Some(opts.as_str()))
             .map_err(|e| AppError::Io {
                 pod: uuid.clone(),
@@ -205,6 +207,7 @@ impl AppSpec {
                 context: "mounting overlay".into(),
                 source: e.into(),
             })?;
+        let overlay_done = began.elapsed();
 
         // the rootfs, then the volumes on top of it; the pod's identity files
         // are bound by the app's unit (container_start.rs), where they cost
@@ -237,7 +240,9 @@ impl AppSpec {
             .sandbox_pid()?
             .ok_or_else(|| AppError::Invalid("pod has no sandbox pid".into()))
             .and_then(|p| inject::pod_pid1(p).map_err(io("finding the pod's systemd")))?;
+        let targets_done = began.elapsed();
         inject::attach(pid1, &mounts).map_err(io("mounting into the pod"))?;
+        let attach_done = began.elapsed();
 
         let env = self.app.environment.clone();
         fs::write(paths.env_file(), env_file(&env)).map_err(io("writing env file"))?;
@@ -278,6 +283,17 @@ impl AppSpec {
         });
         crate::fault::point("create-before-manifest");
         manifests.write(pod, manifest)?;
+        let micros = |d: std::time::Duration| d.as_micros() as u64;
+        tracing::debug!(
+            pod = %uuid,
+            app = %self.name,
+            files_micros = micros(files_done),
+            overlay_micros = micros(overlay_done - files_done),
+            targets_micros = micros(targets_done - overlay_done),
+            attach_micros = micros(attach_done - targets_done),
+            manifest_micros = micros(began.elapsed() - attach_done),
+            "app added"
+        );
         Ok(())
     }
 }
