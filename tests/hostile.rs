@@ -129,3 +129,100 @@ async fn hostile_requests_get_precise_errors_and_leave_nothing() {
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
     assert_no_leaks(&data, &[pod]);
 }
+
+/// One layer: a static busybox as `/bin/sh`, `cat`, `id` and `sleep`, and
+/// `files` (path, content) and `links` (path, target) of its own.
+fn busybox_layer(files: &[(&str, &str)], links: &[(&str, &str)]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    let header = |kind: tar::EntryType, mode: u32, size: usize| {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_size(size as u64);
+        h.set_mtime(1_700_000_000);
+        h.set_uid(0);
+        h.set_gid(0);
+        h
+    };
+    for dir in ["bin", "etc", "tmp"] {
+        b.append_data(&mut header(tar::EntryType::Directory, 0o755, 0), dir, std::io::empty()).expect("dir");
+    }
+    let busybox = std::fs::read("/bin/busybox").expect("/bin/busybox (apt busybox-static)");
+    b.append_data(&mut header(tar::EntryType::Regular, 0o755, busybox.len()), "bin/busybox", busybox.as_slice())
+        .expect("busybox");
+    for (path, text) in files {
+        b.append_data(&mut header(tar::EntryType::Regular, 0o644, text.len()), path, text.as_bytes()).expect(path);
+    }
+    let applets = ["sh", "cat", "id", "sleep"].map(|a| (format!("bin/{a}"), "busybox".to_string()));
+    let links = links.iter().map(|(p, t)| (p.to_string(), t.to_string()));
+    for (path, target) in applets.into_iter().chain(links) {
+        b.append_link(&mut header(tar::EntryType::Symlink, 0o777, 0), &path, &target).expect("symlink");
+    }
+    b.into_inner().expect("tar")
+}
+
+/// An image's symlinks lead where they would inside the container, never to
+/// the node's files: the mount targets CreateContainer makes (identity files,
+/// volumes) and the `/etc/passwd` it reads follow them inside the app's root.
+#[tokio::test(flavor = "multi_thread")]
+async fn image_symlinks_do_not_lead_to_the_node() {
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    let node_file = format!("/tmp/rktlet-escape-{tag}-hostname");
+    let node_dir = format!("/tmp/rktlet-escape-{tag}-dir");
+    let layer = busybox_layer(
+        &[("etc/passwd.real", "root:x:0:0::/root:/bin/sh\napp:x:1234:1234::/:/bin/sh\n")],
+        &[("etc/passwd", "/etc/passwd.real"), ("etc/hostname", &node_file), ("data", &node_dir)],
+    );
+    let reg = common::registry::registry();
+    let repo = format!("symlinks-{tag}");
+    reg.push(&repo, &[layer]).await;
+    let image = format!("{}/{repo}:latest", reg.main);
+
+    let d = Daemon::start(&[]);
+    let data = d.dir.path().join("data");
+    d.images()
+        .await
+        .pull_image(cri::PullImageRequest {
+            image: Some(cri::ImageSpec { image: image.clone(), ..Default::default() }),
+            ..Default::default()
+        })
+        .await
+        .expect("pull");
+    let mut rt = d.runtime().await;
+    let pod_cfg = host_network(pod_config("links", &[]));
+    let pod = common::run_pod(&mut rt, &pod_cfg).await;
+    let vol = tempfile::tempdir().expect("vol");
+    std::fs::write(vol.path().join("marker"), "volume\n").expect("marker");
+    let mut c = common::container_config("linked", &image, &["sleep", "1000"]);
+    c.mounts = vec![cri::Mount {
+        container_path: "/data/vol".into(),
+        host_path: vol.path().display().to_string(),
+        ..Default::default()
+    }];
+    if let Some(sc) = c.linux.as_mut().and_then(|l| l.security_context.as_mut()) {
+        sc.run_as_username = "app".into();
+    }
+    let id = common::create_container(&mut rt, &pod, &pod_cfg, c).await;
+    assert!(!std::path::Path::new(&node_file).exists(), "a mount target was made on the node");
+    assert!(!std::path::Path::new(&node_dir).exists(), "a volume's mount point was made on the node");
+    rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("start");
+    let mut run = async |cmd: &[&str]| {
+        let out = rt
+            .exec_sync(cri::ExecSyncRequest {
+                container_id: id.clone(),
+                cmd: cmd.iter().map(|s| s.to_string()).collect(),
+                timeout: 5,
+            })
+            .await
+            .expect("exec")
+            .into_inner();
+        assert_eq!(out.exit_code, 0, "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(run(&["cat", "/data/vol/marker"]).await, "volume\n", "the volume, through the image's link");
+    assert_eq!(run(&["id", "-u"]).await, "1234\n", "the user from the image's linked /etc/passwd");
+    assert_eq!(run(&["cat", "/etc/hostname"]).await, "links\n");
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
+    assert!(!std::path::Path::new(&node_file).exists() && !std::path::Path::new(&node_dir).exists());
+    assert_no_leaks(&data, &[pod]);
+}

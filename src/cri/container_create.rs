@@ -184,9 +184,14 @@ pub use crate::stage1::api_vfs::{DEFAULT_MASKED, DEFAULT_READONLY};
 pub const ISOLATOR_CAPS: &str = "os/linux/capabilities-retain-set";
 pub const ISOLATOR_NO_NEW_PRIVS: &str = "os/linux/no-new-privileges";
 
+/// A text file of the image, its symlinks followed inside the image.
+fn read_in_image(rootfs: &Path, file: &str) -> Option<String> {
+    std::fs::read_to_string(crate::stage1::app::target_in(rootfs, Path::new(file)).ok()?).ok()
+}
+
 /// Looks `name` up in a passwd/group style file of the image: returns (id, primary gid).
 fn lookup(rootfs: &Path, file: &str, name: &str) -> Option<(u32, u32)> {
-    let text = std::fs::read_to_string(rootfs.join("etc").join(file)).ok()?;
+    let text = read_in_image(rootfs, &format!("/etc/{file}"))?;
     text.lines().find_map(|l| {
         let f: Vec<&str> = l.split(':').collect();
         if f.first() != Some(&name) {
@@ -201,7 +206,7 @@ fn member_groups(rootfs: &Path, user: &str) -> Vec<u32> {
     if user.is_empty() {
         return Vec::new();
     }
-    let text = std::fs::read_to_string(rootfs.join("etc/group")).unwrap_or_default();
+    let text = read_in_image(rootfs, "/etc/group").unwrap_or_default();
     text.lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split(':').collect();
@@ -268,7 +273,7 @@ fn lookup_by_id(rootfs: &Path, uid: u32) -> Option<u32> {
 
 /// Field `n` of the image's `/etc/passwd` entry of `uid`.
 fn passwd_field(rootfs: &Path, uid: u32, n: usize) -> Option<String> {
-    let text = std::fs::read_to_string(rootfs.join("etc/passwd")).ok()?;
+    let text = read_in_image(rootfs, "/etc/passwd")?;
     text.lines().find_map(|l| {
         let f: Vec<&str> = l.split(':').collect();
         if f.get(2).and_then(|u| u.parse::<u32>().ok()) != Some(uid) {

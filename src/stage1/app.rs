@@ -134,6 +134,16 @@ pub fn under(root: &Path, inner: &Path) -> Result<PathBuf, AppError> {
     Ok(out)
 }
 
+/// Where `inner` (absolute, inside the app) is in the tree `root` (an
+/// image's tree or a new app's rootfs): `..` refused, the image's symlinks
+/// followed inside `root` ([`crate::fsutil::resolve_in_root`]), so an
+/// image's link cannot make the daemon read or create a node's file.
+pub fn target_in(root: &Path, inner: &Path) -> Result<PathBuf, AppError> {
+    under(root, inner)?;
+    crate::fsutil::resolve_in_root(root, inner)
+        .map_err(|e| AppError::Invalid(format!("path {} in the image: {e}", inner.display())))
+}
+
 /// Environment file content, rkt's `/rkt/env/<app>` (one `KEY=VALUE` per line).
 pub fn env_file(env: &[NameValue]) -> String {
     env.iter().map(|nv| format!("{}={}\n", nv.name, nv.value.replace('\n', " "))).collect()
@@ -222,7 +232,7 @@ impl AppSpec {
         let has = |p: &str| self.volumes.iter().any(|v| v.container_path == Path::new(p));
         for file in IDENTITY_FILES {
             if !has(file) {
-                ensure_target(&under(&rootfs, Path::new(file))?, false).map_err(io("creating mount target"))?;
+                ensure_target(&target_in(&rootfs, Path::new(file))?, false).map_err(io("creating mount target"))?;
             }
         }
         for v in &self.volumes {
@@ -230,11 +240,13 @@ impl AppSpec {
                 fs::create_dir_all(&v.host_path)
                     .map_err(io(&format!("creating host path {}", v.host_path.display())))?;
             }
-            let target = under(&rootfs, &v.container_path)?;
+            let target = target_in(&rootfs, &v.container_path)?;
             ensure_target(&target, v.host_path.is_dir()).map_err(io("creating mount target"))?;
             let tree = inject::clone_tree(&v.host_path, true, v.read_only, v.propagation)
                 .map_err(io(&format!("cloning {}", v.host_path.display())))?;
-            mounts.push(Attach::new(tree, &under(&paths.rootfs_in_pod(), &v.container_path)?).map_err(io("target"))?);
+            // the same place as the pod sees it: no link left to follow there
+            let inside = target.strip_prefix(&rootfs).map_err(|_| AppError::Invalid("mount target".into()))?;
+            mounts.push(Attach::new(tree, &paths.rootfs_in_pod().join(inside)).map_err(io("target"))?);
         }
         let pid1 = pod
             .sandbox_pid()?
