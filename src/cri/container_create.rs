@@ -451,8 +451,10 @@ pub async fn create_container(
     };
     let stage1 = pod.stage1_rootfs();
     let t_prep = t0.elapsed();
-    tokio::task::block_in_place(|| {
-        spec.add(&mut pod, &rt.manifests)?;
+    let pod_dir = pod.path();
+    let added = tokio::task::block_in_place(|| {
+        let spare = crate::stage1::spare::Spare::take(&pod_dir);
+        spec.add(&mut pod, &rt.manifests, spare)?;
         if !ids_for_systemd {
             return Ok(());
         }
@@ -464,8 +466,10 @@ pub async fn create_container(
             context: "naming the app's ids".into(),
             source,
         })
-    })
-    .map_err(app_status)?;
+    });
+    // the next add's directories, made while kubelet starts this one
+    crate::stage1::spare::replenish_later(pod_dir);
+    added.map_err(app_status)?;
     let t_add = t0.elapsed();
     rt.emit(pod.uuid(), &name, crate::runtime::EventKind::Created);
     rt.pods.warm(&rt.manifests, &pod.uuid().to_string());

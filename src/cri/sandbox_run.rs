@@ -192,6 +192,8 @@ pub(super) async fn boot(
             if r.is_ok() {
                 // the masks apps share and appexec, now rather than in the first StartContainer
                 let data = rt.data.clone();
+                // directories for the first app, made while the pod is set up
+                crate::stage1::spare::replenish_later(pod_dir.clone());
                 let masked = tokio::task::spawn_blocking(move || {
                     let pid1 = crate::stage1::inject::pod_pid1(sandbox_pid)?;
                     crate::stage1::api_vfs::ensure(&pod_dir, pid1)?;

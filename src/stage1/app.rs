@@ -7,6 +7,7 @@
 //! [`super::inject`].
 
 use super::inject::{self, Attach, Propagation};
+use super::spare::Spare;
 use crate::pod::cache::ManifestCache;
 use crate::pod::manifest::{
     App as AppSection, ImageManifest, Mount as PodMount, NameValue, PodManifest, RuntimeApp, RuntimeImage, Volume,
@@ -154,7 +155,8 @@ impl AppSpec {
     /// files written, manifest rewritten. On failure nothing of the app stays.
     /// Adds the app under the pod's manifest lock; `manifests` gives the
     /// manifest as last parsed and keeps the one written.
-    pub fn add(&self, pod: &mut Pod, manifests: &ManifestCache) -> Result<(), AppError> {
+    /// `spare`: directories made ahead for it ([`super::spare`]), if any.
+    pub fn add(&self, pod: &mut Pod, manifests: &ManifestCache, spare: Option<Spare>) -> Result<(), AppError> {
         let uuid = pod.uuid().to_string();
         if !crate::pod::manifest::is_ac_name(&self.name) {
             return Err(AppError::Invalid(format!("app name {:?} is not an ACName", self.name)));
@@ -176,6 +178,12 @@ impl AppSpec {
             let tree = fs::read_to_string(paths.appsinfo().join("treeStoreID")).ok();
             tracing::info!(pod = %uuid, app = %self.name, "removing what an interrupted add left");
             remove_files(pod, &paths, tree.as_deref().map(str::trim));
+        }
+        if let Some(spare) = spare
+            && let Err(e) = spare.place(&paths, &self.tree_id)
+        {
+            // what was not placed is made below, as without a spare
+            tracing::debug!(pod = %uuid, app = %self.name, error = %e, "spare app directories not placed");
         }
         let result = self.materialize(pod, &paths, manifest, manifests);
         if result.is_err() {

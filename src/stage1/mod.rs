@@ -19,6 +19,7 @@ pub mod pty;
 pub mod rootfs;
 pub mod sandbox;
 pub mod seccomp;
+pub mod spare;
 pub mod stop;
 pub mod teardown;
 pub mod vfork;

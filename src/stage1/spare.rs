@@ -1,0 +1,175 @@
+//! Spare app directories: the directories and files an `app add` needs
+//! (appsinfo, overlay upper and work, the rootfs mount point, the env file
+//! and the created marker), made ahead in `<pod>/spares/<id>/` and renamed
+//! into place by the next add in the pod.
+//!
+//! Why: on ext4, allocating an inode is the one metadata operation whose
+//! cost swings (from 20 µs to over 300 µs per file on this machine's VM
+//! disk, while a rename stays near 10 µs). An add allocates about ten; a
+//! spare moves them off the request path, as the pod pool does for pods.
+//!
+//! The disk is the registry: a spare is complete once it has its final name
+//! (it is built under a dot name), and whoever renames it to a dot name
+//! first owns it, so two adds, the daemon and the CLI, or a daemon after a
+//! restart all share them safely. Spares go with the pod's directory.
+
+use super::app::AppPaths;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// How many spares a pod keeps ready.
+pub const KEEP: usize = 1;
+
+/// The parts of a spare: directories, then files (empty until the add
+/// writes them; the created marker gets its time then too).
+const DIRS: [&str; 5] = ["appsinfo", "upper", "work", "stage2", "stage2/rootfs"];
+const FILES: [&str; 4] = ["appsinfo/manifest", "appsinfo/treeStoreID", "env", "created"];
+
+fn spares_dir(pod_dir: &Path) -> PathBuf {
+    pod_dir.join("spares")
+}
+
+/// A spare taken for one add.
+#[derive(Debug)]
+pub struct Spare {
+    dir: PathBuf,
+}
+
+impl Spare {
+    /// Takes one of the pod's spares, if it has one ready.
+    pub fn take(pod_dir: &Path) -> Option<Spare> {
+        let dir = spares_dir(pod_dir);
+        for entry in fs::read_dir(&dir).ok()?.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str().filter(|n| !n.starts_with('.')) else { continue };
+            let taken = dir.join(format!(".taken-{name}"));
+            // the rename is the claim: of two takers, one finds it gone
+            if fs::rename(entry.path(), &taken).is_ok() {
+                return Some(Spare { dir: taken });
+            }
+        }
+        None
+    }
+
+    /// Renames the spare's parts to the app's places. On error the parts
+    /// not yet moved are deleted; the caller makes what is missing.
+    pub fn place(self, paths: &AppPaths, tree_id: &str) -> io::Result<()> {
+        let stage2 = paths.rootfs().parent().map(Path::to_path_buf).unwrap_or_default();
+        let moves = [
+            ("appsinfo", paths.appsinfo()),
+            ("upper", paths.overlay_upper(tree_id)),
+            ("work", paths.overlay_work(tree_id)),
+            ("stage2", stage2),
+            ("env", paths.env_file()),
+            ("created", paths.status_file("-created")),
+        ];
+        let result = moves.iter().try_for_each(|(part, to)| {
+            if let Some(parent) = to.parent() {
+                fs::create_dir_all(parent)?;
+            }
+            fs::rename(self.dir.join(part), to)
+        });
+        match result {
+            Ok(()) => fs::remove_dir(&self.dir),
+            Err(e) => {
+                let _ = fs::remove_dir_all(&self.dir);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Makes spares until the pod has [`KEEP`] (a spare is only an
+/// optimisation: callers log a failure and go on). Returns how many it made.
+///
+/// Only ever one directory level at a time: a pod removed meanwhile (moved
+/// to the garbage directory, then deleted) makes this fail with `NotFound`
+/// and is never made again by it.
+pub fn replenish(pod_dir: &Path) -> io::Result<usize> {
+    let dir = spares_dir(pod_dir);
+    match fs::create_dir(&dir) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    let ready = fs::read_dir(&dir)?.flatten().filter(|e| !e.file_name().to_string_lossy().starts_with('.')).count();
+    let mut made = 0;
+    for _ in ready..KEEP {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let building = dir.join(format!(".new-{id}"));
+        let built = (|| {
+            fs::create_dir(&building)?;
+            for d in DIRS {
+                fs::create_dir(building.join(d))?;
+            }
+            for f in FILES {
+                fs::File::create(building.join(f))?;
+            }
+            fs::rename(&building, dir.join(&id))
+        })();
+        if let Err(e) = built {
+            let _ = fs::remove_dir_all(&building);
+            return Err(e);
+        }
+        made += 1;
+    }
+    Ok(made)
+}
+
+/// [`replenish`] on a blocking thread, not waited for.
+pub fn replenish_later(pod_dir: PathBuf) {
+    tokio::task::spawn_blocking(move || {
+        if let Err(e) = replenish(&pod_dir) {
+            tracing::debug!(pod = %pod_dir.display(), error = %e, "no spare app directories made");
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::{DataDir, Pod};
+
+    #[test]
+    fn a_spare_is_taken_once_and_lands_in_the_apps_places() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data = DataDir::new(tmp.path().join("data"));
+        let pod = Pod::create(&data).expect("create");
+        fs::create_dir_all(pod.stage1_rootfs().join("rkt/status")).expect("mkdir");
+        assert!(Spare::take(&pod.path()).is_none(), "none made yet");
+        let gone = tmp.path().join("gone");
+        assert_eq!(replenish(&gone).expect_err("no pod").kind(), io::ErrorKind::NotFound);
+        assert!(!gone.exists(), "a removed pod's directory is not made again");
+        assert_eq!(replenish(&pod.path()).expect("replenish"), KEEP);
+        assert_eq!(replenish(&pod.path()).expect("replenish"), 0, "enough are ready");
+
+        let spare = Spare::take(&pod.path()).expect("a spare");
+        assert!(Spare::take(&pod.path()).is_none(), "taken: nobody else gets it");
+        let paths = AppPaths::new(&pod, "web");
+        spare.place(&paths, "deps-sha512-x").expect("place");
+        for dir in [paths.appsinfo(), paths.overlay_upper("deps-sha512-x"), paths.overlay_work("deps-sha512-x")] {
+            assert!(dir.is_dir(), "{}", dir.display());
+        }
+        assert!(paths.rootfs().is_dir());
+        for file in [paths.appsinfo().join("treeStoreID"), paths.env_file(), paths.status_file("-created")] {
+            assert_eq!(fs::read(&file).expect("file"), b"", "{}", file.display());
+        }
+        let left: Vec<_> = fs::read_dir(spares_dir(&pod.path())).expect("spares").flatten().collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_spare_that_cannot_be_placed_is_deleted() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data = DataDir::new(tmp.path().join("data"));
+        let pod = Pod::create(&data).expect("create");
+        replenish(&pod.path()).expect("replenish");
+        let paths = AppPaths::new(&pod, "web");
+        // the stage1 rootfs's /rkt is a file: the env file has no place
+        fs::create_dir_all(pod.stage1_rootfs()).expect("mkdir");
+        fs::write(pod.stage1_rootfs().join("rkt"), b"").expect("file");
+        assert!(Spare::take(&pod.path()).expect("spare").place(&paths, "t").is_err());
+        let left: Vec<_> = fs::read_dir(spares_dir(&pod.path())).expect("spares").flatten().collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+}
