@@ -226,3 +226,48 @@ async fn image_symlinks_do_not_lead_to_the_node() {
     assert!(!std::path::Path::new(&node_file).exists() && !std::path::Path::new(&node_dir).exists());
     assert_no_leaks(&data, &[pod]);
 }
+
+/// A root container (kubelet's default capabilities include CAP_MKNOD) can
+/// make a device node, but not use one of the node's disks through it:
+/// neither in its rootfs, nor in /dev, nor in a volume.
+#[tokio::test(flavor = "multi_thread")]
+async fn containers_cannot_open_the_nodes_disks() {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata("/").expect("/").dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    if major == 0 {
+        eprintln!("skipped: / is not on a block device");
+        return;
+    }
+    let d = Daemon::start(&[]);
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    let image = common::pull_busybox(&d).await;
+    let pod_cfg = host_network(pod_config("disks", &[]));
+    let pod = common::run_pod(&mut rt, &pod_cfg).await;
+    let vol = tempfile::tempdir().expect("vol");
+    let mut c = common::container_config("reader", &image, &["sleep", "1000"]);
+    c.mounts = vec![cri::Mount {
+        container_path: "/vol".into(),
+        host_path: vol.path().display().to_string(),
+        ..Default::default()
+    }];
+    let id = common::create_container(&mut rt, &pod, &pod_cfg, c).await;
+    rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("start");
+    for dir in ["/tmp", "/dev", "/vol"] {
+        let script = format!("mknod {dir}/disk b {major} {minor}; head -c 4096 {dir}/disk | wc -c");
+        let out = rt
+            .exec_sync(cri::ExecSyncRequest {
+                container_id: id.clone(),
+                cmd: vec!["sh".into(), "-c".into(), script],
+                timeout: 5,
+            })
+            .await
+            .expect("exec")
+            .into_inner();
+        let read = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert_eq!(read, "0", "read the node's disk through {dir}/disk: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
+    assert_no_leaks(&data, &[pod]);
+}

@@ -457,6 +457,7 @@ fn commit_tree(
     if final_path.exists() {
         fs::remove_dir_all(&final_path).map_err(io_ctx(format!("removing partial tree {}", final_path.display())))?;
     }
+    keep_only_rootfs(&tmp_tree)?;
     let json = serde_json::to_vec(manifest).map_err(|e| io_ctx("encoding the manifest")(io::Error::other(e)))?;
     let hash = super::verify::cas_key_of(layer_keys.join(",").as_bytes());
     // plain writes (see "Durability" in image/mod.rs): the whole directory
@@ -468,6 +469,23 @@ fn commit_tree(
     fs::rename(&tmp_tree, &final_path).map_err(io_ctx(format!("moving the tree to {}", final_path.display())))?;
     Cas::mark_rendered(&final_path).map_err(io_ctx(format!("marking {} rendered", final_path.display())))?;
     Ok(bytes as i64)
+}
+
+/// Deletes what a tree holds beside `rootfs/`. An ACI's tar is unpacked at
+/// the tree's top, so it can bring more than its rootfs and manifest, links
+/// included; the tree's own files (`manifest`, `image`, `hash`, `rendered`)
+/// are written after this, as new files, never through such a link.
+fn keep_only_rootfs(tree: &Path) -> Result<(), ImageError> {
+    for entry in fs::read_dir(tree).map_err(io_ctx(format!("reading {}", tree.display())))?.flatten() {
+        if entry.file_name() == "rootfs" {
+            continue;
+        }
+        let path = entry.path();
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        let removed = if is_dir { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
+        removed.map_err(io_ctx(format!("removing {}", path.display())))?;
+    }
+    Ok(())
 }
 
 struct Commit<'a> {
@@ -731,4 +749,33 @@ fn render_layers(cas: &Cas, keys: &[String]) -> Result<(WorkDir, Vec<LayerDone>)
     let done: Vec<LayerDone> = results.into_iter().collect::<Result<_, _>>()?;
     finish_tree(&work.rootfs(), &work.path, &done)?;
     Ok((work, done))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trees_files_are_never_written_through_an_images_links() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let cas = Cas::new(tmp.path().join("cas"));
+        cas.ensure().expect("cas");
+        let outside = tmp.path().join("node-file");
+        fs::write(&outside, "node").expect("node file");
+        let work = tmp.path().join("work");
+        let tree = work.join("tree");
+        fs::create_dir_all(tree.join("rootfs/etc")).expect("rootfs");
+        for name in ["manifest", "image", "hash", "rendered"] {
+            std::os::unix::fs::symlink(&outside, tree.join(name)).expect("link");
+        }
+        fs::create_dir(tree.join("extra")).expect("extra");
+        commit_tree(&cas, &work, "deps-sha512-t", "sha512-k", &ImageManifest::new("x"), &[]).expect("commit");
+        assert_eq!(fs::read_to_string(&outside).expect("node file"), "node", "written through a link");
+        let committed = cas.tree("deps-sha512-t");
+        for name in ["manifest", "image", "hash", "rendered"] {
+            assert!(fs::symlink_metadata(committed.join(name)).expect(name).is_file(), "{name}");
+        }
+        assert!(!committed.join("extra").exists() && committed.join("rootfs/etc").is_dir());
+        assert!(cas.tree_rendered("deps-sha512-t"));
+    }
 }
