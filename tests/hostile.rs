@@ -271,3 +271,51 @@ async fn containers_cannot_open_the_nodes_disks() {
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
     assert_no_leaks(&data, &[pod]);
 }
+
+/// A volume mounted below another one, through a link in the outer volume's
+/// content (`sub -> /`, left by an init container), stays inside the
+/// container: it is not mounted over the pod's own `/rkt`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_link_in_a_volume_does_not_lead_a_nested_volume_out_of_the_container() {
+    let d = Daemon::start(&[]);
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    let image = common::pull_busybox(&d).await;
+    let pod_cfg = host_network(pod_config("nested", &[]));
+    let pod = common::run_pod(&mut rt, &pod_cfg).await;
+    let outer = tempfile::tempdir().expect("outer");
+    std::os::unix::fs::symlink("/", outer.path().join("sub")).expect("link");
+    let inner = tempfile::tempdir().expect("inner");
+    std::fs::write(inner.path().join("planted"), "x").expect("marker");
+    let mut c = common::container_config("nested", &image, &["sleep", "1000"]);
+    let mount = |from: &std::path::Path, to: &str| cri::Mount {
+        container_path: to.into(),
+        host_path: from.display().to_string(),
+        ..Default::default()
+    };
+    c.mounts = vec![mount(outer.path(), "/data"), mount(inner.path(), "/data/sub/rkt")];
+    let created = rt
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(c),
+            sandbox_config: Some(pod_cfg.clone()),
+        })
+        .await;
+    let pid1 = common::pod_pid1(&data, &pod);
+    let pods_rkt = std::path::PathBuf::from(format!("/proc/{pid1}/root/rkt"));
+    assert!(pods_rkt.join("status").is_dir(), "the pod's /rkt is its own");
+    assert!(!pods_rkt.join("planted").exists(), "the nested volume covers the pod's /rkt");
+    if let Ok(r) = created {
+        // made inside the container: its /rkt holds the volume
+        let id = r.into_inner().container_id;
+        rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("start");
+        let out = rt
+            .exec_sync(cri::ExecSyncRequest { container_id: id, cmd: vec!["ls".into(), "/rkt".into()], timeout: 5 })
+            .await
+            .expect("exec")
+            .into_inner();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "planted\n");
+    }
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
+    assert_no_leaks(&data, &[pod]);
+}

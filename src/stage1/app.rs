@@ -252,9 +252,9 @@ impl AppSpec {
             ensure_target(&target, v.host_path.is_dir()).map_err(io("creating mount target"))?;
             let tree = inject::clone_tree(&v.host_path, true, v.read_only, v.propagation)
                 .map_err(io(&format!("cloning {}", v.host_path.display())))?;
-            // the same place as the pod sees it: no link left to follow there
-            let inside = target.strip_prefix(&rootfs).map_err(|_| AppError::Invalid("mount target".into()))?;
-            mounts.push(Attach::new(tree, &paths.rootfs_in_pod().join(inside)).map_err(io("target"))?);
+            // resolved again in the pod, inside the app's root: there the
+            // volumes mounted before are in the way, and their links too
+            mounts.push(Attach::in_root(tree, &paths.rootfs_in_pod(), &v.container_path).map_err(io("target"))?);
         }
         let pid1 = pod
             .sandbox_pid()?

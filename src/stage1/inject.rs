@@ -20,6 +20,7 @@ use std::path::Path;
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 pub(crate) const AT_RECURSIVE: libc::c_uint = 0x8000;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 pub(crate) const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
@@ -108,15 +109,26 @@ pub fn nosuid_nodev(tree: &OwnedFd) -> io::Result<()> {
 }
 
 /// A mount to attach inside the pod: a detached tree and its target path as
-/// seen inside the pod.
+/// seen inside the pod, or a path inside a root directory of the pod.
 pub struct Attach {
     pub tree: OwnedFd,
     pub target: CString,
+    /// When set, `target` is relative to this directory (in the pod) and
+    /// resolved as if it were `/`: the symlinks on the way, those of the
+    /// image and of volumes mounted before alike, cannot lead out of it.
+    pub root: Option<CString>,
 }
 
 impl Attach {
     pub fn new(tree: OwnedFd, target_in_pod: &Path) -> io::Result<Self> {
-        Ok(Attach { tree, target: cstr(target_in_pod)? })
+        Ok(Attach { tree, target: cstr(target_in_pod)?, root: None })
+    }
+
+    /// A tree to attach at `inner` inside `root` (an app's rootfs in the pod).
+    pub fn in_root(tree: OwnedFd, root: &Path, inner: &Path) -> io::Result<Self> {
+        let relative = inner.strip_prefix("/").unwrap_or(inner);
+        let relative = if relative.as_os_str().is_empty() { Path::new(".") } else { relative };
+        Ok(Attach { tree, target: cstr(relative)?, root: Some(cstr(root)?) })
     }
 }
 
@@ -197,17 +209,58 @@ extern "C" fn ns_child(arg: *mut libc::c_void) -> libc::c_int {
 pub fn attach(pod_pid1: i32, mounts: &[Attach]) -> io::Result<()> {
     in_pod_ns(pod_pid1, mounts.len(), &|i| {
         let m = &mounts[i];
-        // SAFETY: move_mount(2) with our tree descriptor and a prepared C string.
-        unsafe {
+        let Some(root) = &m.root else {
+            // SAFETY: move_mount(2) with our tree descriptor and a prepared C string.
+            return unsafe {
+                libc::syscall(
+                    libc::SYS_move_mount,
+                    m.tree.as_raw_fd(),
+                    c"".as_ptr(),
+                    libc::AT_FDCWD,
+                    m.target.as_ptr(),
+                    MOVE_MOUNT_F_EMPTY_PATH,
+                )
+            };
+        };
+        // SAFETY: open(2) of a prepared C string; the descriptor is closed below.
+        let root_fd = unsafe { libc::open(root.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+        if root_fd < 0 {
+            return -1;
+        }
+        // the struct lives on the child's stack: nothing is allocated
+        // SAFETY: open_how is plain data; all-zero is a valid value.
+        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+        how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+        how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+        // SAFETY: openat2(2) with our descriptor, a prepared C string and the struct above.
+        let target_fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                root_fd,
+                m.target.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        } as libc::c_int;
+        // SAFETY: closing the descriptor opened above (a successful close keeps errno).
+        unsafe { libc::close(root_fd) };
+        if target_fd < 0 {
+            return -1;
+        }
+        // SAFETY: move_mount(2) from our tree descriptor onto the resolved target descriptor.
+        let rc = unsafe {
             libc::syscall(
                 libc::SYS_move_mount,
                 m.tree.as_raw_fd(),
                 c"".as_ptr(),
-                libc::AT_FDCWD,
-                m.target.as_ptr(),
-                MOVE_MOUNT_F_EMPTY_PATH,
+                target_fd,
+                c"".as_ptr(),
+                MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
             )
-        }
+        };
+        // SAFETY: closing the descriptor opened above (a successful close keeps errno).
+        unsafe { libc::close(target_fd) };
+        rc
     })
 }
 
