@@ -81,6 +81,14 @@ const MOVE_MOUNT_T_SYMLINKS: c_uint = 0x10;
 /// The same numbers on every architecture (newer than their split).
 const SYS_OPEN_TREE: c_long = 428;
 const SYS_MOVE_MOUNT: c_long = 429;
+const SYS_OPENAT2: c_long = 437;
+const O_PATH: c_int = 0o10_000_000;
+#[cfg(target_arch = "x86_64")]
+const O_DIRECTORY: c_int = 0o200_000;
+#[cfg(target_arch = "aarch64")]
+const O_DIRECTORY: c_int = 0o40_000;
+const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+const RESOLVE_IN_ROOT: u64 = 0x10;
 #[cfg(target_arch = "x86_64")]
 const SYS_PIVOT_ROOT: c_long = 155;
 #[cfg(target_arch = "aarch64")]
@@ -176,10 +184,12 @@ struct Plan {
 
 /// A path of the pod put at one of the app's (`bind=`, `rbind=` with the
 /// tree below it, `robind=` and `rrobind=` read-only; a source written
-/// `-/path` may be missing): `KEY=SOURCE TARGET`, the target the next
-/// argument.
+/// `-/path` may be missing; one written `@path` is inside the app's root,
+/// resolved there as if it were `/`): `KEY=SOURCE TARGET`, the target the
+/// next argument.
 struct Bind {
     source: CString,
+    in_root: bool,
     target: CString,
     recursive: bool,
     read_only: bool,
@@ -213,8 +223,13 @@ fn parse() -> Plan {
                     Some(source) => (true, source),
                     None => (false, value),
                 };
+                let (in_root, source) = match source.strip_prefix('@') {
+                    Some(source) => (true, source),
+                    None => (false, source),
+                };
                 plan.binds.push(Bind {
                     source: cstring(source.into()),
+                    in_root,
                     target: cstring(target),
                     recursive: matches!(key, "rbind" | "rrobind"),
                     read_only: key.ends_with("robind"),
@@ -460,6 +475,31 @@ fn container(plan: &Plan, alive: c_int) -> ! {
     fail(&format!("exec {}", plan.path.to_string_lossy()), errno())
 }
 
+/// Opens (`O_PATH`) `inner`, relative to `root`, resolved as if `root` were
+/// `/`: no symlink on the way (of the image or of a volume's content) leads
+/// out of it. A descriptor, or -1 with errno set.
+fn open_in_root(root: &CStr, inner: &CStr) -> c_int {
+    // SAFETY: open(2) of a prepared C string; closed below.
+    let root_fd = unsafe { open(root.as_ptr(), O_PATH | O_DIRECTORY | O_CLOEXEC) };
+    if root_fd < 0 {
+        return -1;
+    }
+    let how = OpenHow { flags: (O_PATH | O_CLOEXEC) as u64, mode: 0, resolve: RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS };
+    // SAFETY: openat2(2) with our descriptor, a prepared C string and a properly sized struct.
+    let fd = unsafe { syscall(SYS_OPENAT2, root_fd, inner.as_ptr(), &how, size_of::<OpenHow>()) } as c_int;
+    // SAFETY: closing our descriptor (a successful close keeps errno).
+    unsafe { close(root_fd) };
+    fd
+}
+
+/// `struct open_how` of openat2(2).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
 /// The app's mount namespace, as systemd would make it for `RootDirectory=`
 /// and `BindPaths=`, but small: the pod's mounts are left behind.
 ///
@@ -484,8 +524,21 @@ fn enter_root(plan: &Plan, root: &CStr) {
     let mut trees = Vec::new();
     for bind in &plan.binds {
         let flags = OPEN_TREE_CLONE | O_CLOEXEC as c_uint | if bind.recursive { AT_RECURSIVE } else { 0 };
-        // SAFETY: open_tree(2) with a prepared C string; returns a descriptor or -1.
-        let fd = unsafe { syscall(SYS_OPEN_TREE, AT_FDCWD, bind.source.as_ptr(), flags) } as c_int;
+        let fd = if bind.in_root {
+            let at = open_in_root(root, &bind.source);
+            if at < 0 && bind.optional && errno() == ENOENT {
+                continue;
+            }
+            check(at, &format!("finding {} in {}", bind.source.to_string_lossy(), root.to_string_lossy()));
+            // SAFETY: open_tree(2) of the descriptor just opened; closed right after.
+            let fd = unsafe { syscall(SYS_OPEN_TREE, at, c"".as_ptr(), flags | AT_EMPTY_PATH) } as c_int;
+            // SAFETY: closing our descriptor (a successful close keeps errno).
+            unsafe { close(at) };
+            fd
+        } else {
+            // SAFETY: open_tree(2) with a prepared C string; returns a descriptor or -1.
+            unsafe { syscall(SYS_OPEN_TREE, AT_FDCWD, bind.source.as_ptr(), flags) as c_int }
+        };
         if fd < 0 && bind.optional && errno() == ENOENT {
             continue;
         }
@@ -497,8 +550,8 @@ fn enter_root(plan: &Plan, root: &CStr) {
             let rc = unsafe { syscall(SYS_MOUNT_SETATTR, fd, c"".as_ptr(), at, &attr, size_of::<MountAttr>()) };
             check(rc as c_int, &format!("making {} read-only", bind.source.to_string_lossy()));
         }
-        // the source's kind, for the mount point (told here, in the pod's tree)
-        let is_dir = std::fs::metadata(bind.source.to_string_lossy().as_ref()).is_ok_and(|m| m.is_dir());
+        // the source's kind, for the mount point (told by the copy itself)
+        let is_dir = std::fs::metadata(format!("/proc/self/fd/{fd}")).is_ok_and(|m| m.is_dir());
         trees.push((fd, bind, is_dir));
     }
     // SAFETY: chdir(2), pivot_root(2) and umount2(2) with C strings: the old
@@ -665,6 +718,7 @@ const TABLES: &[(u32, &[(&str, u32)])] = &[
             ("mkdir", 83),
             ("mkdirat", 258),
             ("openat", 257),
+            ("openat2", 437),
             ("socket", 41),
             ("sendto", 44),
             ("read", 0),
@@ -698,6 +752,7 @@ const TABLES: &[(u32, &[(&str, u32)])] = &[
             ("mkdir", 39),
             ("mkdirat", 296),
             ("openat", 295),
+            ("openat2", 437),
             ("socket", 359),
             ("sendto", 369),
             ("read", 3),
@@ -730,6 +785,7 @@ const TABLES: &[(u32, &[(&str, u32)])] = &[
             ("chdir", 49),
             ("mkdirat", 34),
             ("openat", 56),
+            ("openat2", 437),
             ("socket", 198),
             ("sendto", 206),
             ("read", 63),
@@ -761,6 +817,7 @@ const TABLES: &[(u32, &[(&str, u32)])] = &[
             ("mkdir", 39),
             ("mkdirat", 323),
             ("openat", 322),
+            ("openat2", 437),
             ("socket", 281),
             ("sendto", 290),
             ("read", 3),

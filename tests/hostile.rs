@@ -316,6 +316,37 @@ async fn a_link_in_a_volume_does_not_lead_a_nested_volume_out_of_the_container()
             .into_inner();
         assert_eq!(String::from_utf8_lossy(&out.stdout), "planted\n");
     }
+    // the same below /dev, whose volumes appexec binds again over the pod's /dev
+    let mut c = common::container_config("nested-dev", &image, &["sleep", "1000"]);
+    c.mounts = vec![mount(outer.path(), "/dev/e"), mount(inner.path(), "/dev/e/sub")];
+    if let Ok(r) = rt
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(c),
+            sandbox_config: Some(pod_cfg.clone()),
+        })
+        .await
+    {
+        let id = r.into_inner().container_id;
+        if rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.is_ok() {
+            let out = rt
+                .exec_sync(cri::ExecSyncRequest {
+                    container_id: id,
+                    cmd: vec!["ls".into(), "/dev/e/sub/rkt/status".into()],
+                    timeout: 5,
+                })
+                .await
+                .expect("exec")
+                .into_inner();
+            assert_ne!(
+                out.exit_code,
+                0,
+                "the pod's root is in the container: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+    }
+    assert!(!pods_rkt.join("planted").exists());
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
     assert_no_leaks(&data, &[pod]);
 }

@@ -174,7 +174,7 @@ pub async fn start_container(
     let pid_mode = tokio::task::block_in_place(|| pid_mode(rt, &t, pid1))?;
     // an app with a PID namespace of its own gets its masks from appexec
     let appexec_paths = if pid_mode != PidMode::Pod {
-        api_binds_for_appexec(&t.app, &paths, &mut spec)?;
+        api_binds_for_appexec(&t.app, &mut spec);
         Some((masked, readonly))
     } else {
         tokio::task::block_in_place(|| api_file_systems(&t.pod, pid1, &mut spec, masked, readonly))?;
@@ -375,7 +375,7 @@ fn device_nodes(paths: &AppPaths, devices: &[meta::Device]) -> Result<Vec<BindPa
 /// they come again on top, from where they are in the pod. (systemd 252
 /// cannot take a source below the unit's RootDirectory: apps in the pod's
 /// PID namespace do without.)
-fn api_binds_for_appexec(app: &RuntimeApp, paths: &AppPaths, spec: &mut ServiceSpec) -> Result<(), Status> {
+fn api_binds_for_appexec(app: &RuntimeApp, spec: &mut ServiceSpec) {
     spec.mount_api_vfs = false;
     let api = ["/sys", "/dev"];
     spec.bind_paths.extend(api.map(|p| BindPath {
@@ -390,12 +390,10 @@ fn api_binds_for_appexec(app: &RuntimeApp, paths: &AppPaths, spec: &mut ServiceS
         if !api.iter().any(|api| path.starts_with(api) && path != Path::new(api)) {
             continue;
         }
-        // where CreateContainer mounted it: the image's links followed inside its root
-        let rootfs = paths.rootfs();
-        let at = app::target_in(&rootfs, path).map_err(app_status)?;
-        let inside = at.strip_prefix(&rootfs).map_err(|_| Status::internal(format!("volume at {}", m.path)))?;
+        // where CreateContainer mounted it: found by appexec inside the app's
+        // root (`@`), where no link of the image or of a volume leads out
         let bind = BindPath {
-            source: paths.rootfs_in_pod().join(inside).display().to_string(),
+            source: format!("@{}", m.path.trim_start_matches('/')),
             destination: m.path.clone(),
             ignore_missing: false,
             recursive: true,
@@ -406,7 +404,6 @@ fn api_binds_for_appexec(app: &RuntimeApp, paths: &AppPaths, spec: &mut ServiceS
             spec.bind_paths.push(bind);
         }
     }
-    Ok(())
 }
 
 /// /proc, /sys and /dev in an app of the pod's PID namespace, with its

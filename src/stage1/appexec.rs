@@ -135,12 +135,13 @@ fn needs(pid: &PidMode) -> Vec<&'static str> {
 /// The other calls appexec makes under the app's filter (besides its
 /// start-up) that its child no longer needs once its own filter is in:
 /// let through, then denied again like the namespace calls.
-const DENIED_AGAIN: [&str; 17] = [
+const DENIED_AGAIN: [&str; 18] = [
     "waitid",
     "chdir",
     "mkdir",
     "mkdirat",
     "openat",
+    "openat2",
     "socket",
     "sendto",
     "read",
@@ -218,6 +219,8 @@ pub struct Plan {
 /// A path of the pod bound at one of the app's (systemd's `BindPaths=`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bind {
+    /// A path of the pod, or `@path`: inside the app's root, resolved by
+    /// appexec as if it were `/`.
     pub source: String,
     pub target: String,
     pub recursive: bool,
