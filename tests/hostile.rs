@@ -113,15 +113,7 @@ async fn hostile_requests_get_precise_errors_and_leave_nothing() {
     std::fs::remove_file(&link).expect("unlink");
     std::os::unix::fs::symlink(vols.path().join("second"), &link).expect("relink");
     rt.start_container(cri::StartContainerRequest { container_id: linked.clone() }).await.expect("start");
-    let out = rt
-        .exec_sync(cri::ExecSyncRequest {
-            container_id: linked.clone(),
-            cmd: vec!["cat".into(), "/data/f".into()],
-            timeout: 5,
-        })
-        .await
-        .expect("exec")
-        .into_inner();
+    let out = common::exec_sync(&mut rt, &linked, &["cat", "/data/f"]).await;
     assert_eq!(String::from_utf8_lossy(&out.stdout), "first\n");
     rt.remove_container(cri::RemoveContainerRequest { container_id: linked }).await.expect("remove container");
     let pods: Vec<_> = std::fs::read_dir(data.join("pods/run")).expect("run").flatten().collect();
@@ -180,14 +172,7 @@ async fn image_symlinks_do_not_lead_to_the_node() {
 
     let d = Daemon::start(&[]);
     let data = d.dir.path().join("data");
-    d.images()
-        .await
-        .pull_image(cri::PullImageRequest {
-            image: Some(cri::ImageSpec { image: image.clone(), ..Default::default() }),
-            ..Default::default()
-        })
-        .await
-        .expect("pull");
+    common::pull(&d, &image).await;
     let mut rt = d.runtime().await;
     let pod_cfg = host_network(pod_config("links", &[]));
     let pod = common::run_pod(&mut rt, &pod_cfg).await;
@@ -207,15 +192,7 @@ async fn image_symlinks_do_not_lead_to_the_node() {
     assert!(!std::path::Path::new(&node_dir).exists(), "a volume's mount point was made on the node");
     rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("start");
     let mut run = async |cmd: &[&str]| {
-        let out = rt
-            .exec_sync(cri::ExecSyncRequest {
-                container_id: id.clone(),
-                cmd: cmd.iter().map(|s| s.to_string()).collect(),
-                timeout: 5,
-            })
-            .await
-            .expect("exec")
-            .into_inner();
+        let out = common::exec_sync(&mut rt, &id, cmd).await;
         assert_eq!(out.exit_code, 0, "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
@@ -256,15 +233,7 @@ async fn containers_cannot_open_the_nodes_disks() {
     rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("start");
     for dir in ["/tmp", "/dev", "/vol"] {
         let script = format!("mknod {dir}/disk b {major} {minor}; head -c 4096 {dir}/disk | wc -c");
-        let out = rt
-            .exec_sync(cri::ExecSyncRequest {
-                container_id: id.clone(),
-                cmd: vec!["sh".into(), "-c".into(), script],
-                timeout: 5,
-            })
-            .await
-            .expect("exec")
-            .into_inner();
+        let out = common::exec_sync(&mut rt, &id, &["sh", "-c", &script]).await;
         let read = String::from_utf8_lossy(&out.stdout).trim().to_string();
         assert_eq!(read, "0", "read the node's disk through {dir}/disk: {}", String::from_utf8_lossy(&out.stderr));
     }
@@ -309,11 +278,7 @@ async fn a_link_in_a_volume_does_not_lead_a_nested_volume_out_of_the_container()
         // made inside the container: its /rkt holds the volume
         let id = r.into_inner().container_id;
         rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("start");
-        let out = rt
-            .exec_sync(cri::ExecSyncRequest { container_id: id, cmd: vec!["ls".into(), "/rkt".into()], timeout: 5 })
-            .await
-            .expect("exec")
-            .into_inner();
+        let out = common::exec_sync(&mut rt, &id, &["ls", "/rkt"]).await;
         assert_eq!(String::from_utf8_lossy(&out.stdout), "planted\n");
     }
     // the same below /dev, whose volumes appexec binds again over the pod's /dev
@@ -329,15 +294,7 @@ async fn a_link_in_a_volume_does_not_lead_a_nested_volume_out_of_the_container()
     {
         let id = r.into_inner().container_id;
         if rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.is_ok() {
-            let out = rt
-                .exec_sync(cri::ExecSyncRequest {
-                    container_id: id,
-                    cmd: vec!["ls".into(), "/dev/e/sub/rkt/status".into()],
-                    timeout: 5,
-                })
-                .await
-                .expect("exec")
-                .into_inner();
+            let out = common::exec_sync(&mut rt, &id, &["ls", "/dev/e/sub/rkt/status"]).await;
             assert_ne!(
                 out.exit_code,
                 0,

@@ -334,17 +334,37 @@ pub fn pod_pid1(data: &Path, pod: &str) -> i32 {
 
 /// Pulls the fixture registry's busybox through the daemon; returns its reference.
 pub async fn pull_busybox(d: &Daemon) -> String {
+    pull(d, &format!("{}/busybox:latest", registry::registry().main)).await
+}
+
+/// Pulls `image` through the daemon; returns the reference.
+pub async fn pull(d: &Daemon, image: &str) -> String {
     use rktlet::proto::v1 as cri;
-    let image = format!("{}/busybox:latest", registry::registry().main);
     d.images()
         .await
         .pull_image(cri::PullImageRequest {
-            image: Some(cri::ImageSpec { image: image.clone(), ..Default::default() }),
+            image: Some(cri::ImageSpec { image: image.to_string(), ..Default::default() }),
             ..Default::default()
         })
         .await
         .expect("PullImage");
-    image
+    image.to_string()
+}
+
+/// ExecSync of `cmd` in a container (5 s timeout).
+pub async fn exec_sync(
+    rt: &mut RuntimeServiceClient<Channel>,
+    container: &str,
+    cmd: &[&str],
+) -> rktlet::proto::v1::ExecSyncResponse {
+    rt.exec_sync(rktlet::proto::v1::ExecSyncRequest {
+        container_id: container.to_string(),
+        cmd: cmd.iter().map(|s| s.to_string()).collect(),
+        timeout: 5,
+    })
+    .await
+    .expect("ExecSync")
+    .into_inner()
 }
 pub mod test_pod;
 
