@@ -1,5 +1,9 @@
 //! Serving CRI on a unix socket: claiming the socket path safely, serving
-//! both services, and shutting down gracefully on SIGTERM/SIGINT.
+//! both services, and shutting down gracefully on SIGTERM/SIGINT. Every
+//! connection goes through [`authority::AuthorityFix`], so clients that send
+//! the socket's path as `:authority` (kubelet 1.29, crictl 1.29) are served.
+
+pub mod authority;
 
 use crate::cri::CriService;
 use crate::lock::{self, HeldLock};
@@ -12,6 +16,7 @@ use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::net::UnixListener;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
 
 #[derive(Debug, thiserror::Error)]
@@ -104,7 +109,10 @@ pub async fn serve(
     tonic::transport::Server::builder()
         .add_service(RuntimeServiceServer::new(service.clone()))
         .add_service(ImageServiceServer::new(service))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(
+            UnixListenerStream::new(listener).map(|conn| conn.map(authority::AuthorityFix::new)),
+            shutdown,
+        )
         .await?;
     Ok(())
 }
