@@ -17,6 +17,9 @@ packages=(
   # trust tests: GnuPG makes the keys and signatures rktlet checks, OpenSSL the
   # cosign-style ECDSA/Ed25519 ones; bzip2 and xz pack test ACIs
   gnupg openssl bzip2 xz-utils
+  # conformance (scripts/conformance.sh): critest's test images are built offline,
+  # tiny static C programs among them (with umoci, skopeo, docker-registry, jq, xz above)
+  gcc libc6-dev
 )
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
