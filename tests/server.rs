@@ -38,6 +38,12 @@ async fn version_status_and_runtime_config_over_the_socket() {
     assert_eq!(net.reason, "NetworkPluginNotReady");
     assert!(net.message.contains("no network config found"), "{}", net.message);
     assert!(s.info.is_empty(), "info only when verbose");
+    // the default runtime handler, announcing only what works
+    let handlers: Vec<(String, Option<cri::RuntimeHandlerFeatures>)> =
+        s.runtime_handlers.iter().map(|h| (h.name.clone(), h.features)).collect();
+    let off = cri::RuntimeHandlerFeatures { recursive_read_only_mounts: false, user_namespaces: false };
+    assert_eq!(handlers, vec![(String::new(), Some(off))]);
+    assert_eq!(s.features.map(|f| f.supplemental_groups_policy), Some(false));
 
     let conf_dir = d.dir.path().join("net.d");
     std::fs::create_dir_all(&conf_dir).expect("net.d");
