@@ -3,10 +3,8 @@
 
 use clap::{Args, Parser, Subcommand};
 use rktlet::config::{Config, FileConfig};
-use rktlet::runtime::Runtime;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 #[derive(Parser)]
 #[command(name = "rktlet", version, about = "A Kubernetes CRI runtime that runs pods the rkt way")]
@@ -424,12 +422,11 @@ fn init_logging_as(level: &str, format: &str) {
 fn serve(args: ServeArgs) -> Result<(), String> {
     let config = args.config().map_err(|e| e.to_string())?;
     init_logging_as(&config.log_level, &config.log_format);
-    let runtime = Runtime::new(config).map_err(|e| e.to_string())?;
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    tokio.block_on(rktlet::server::run(Arc::new(runtime))).map_err(|e| e.to_string())
+    tokio.block_on(rktlet::server::run_with(config)).map_err(|e| e.to_string())
 }
 
 fn info(socket: PathBuf) -> Result<(), String> {

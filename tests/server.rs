@@ -112,6 +112,26 @@ async fn second_server_is_refused_and_sigterm_removes_the_socket() {
     assert!(!status.success());
     let err = std::fs::read_to_string(second_dir.path().join("daemon.log")).expect("log");
     assert!(err.contains("already serving"), "{err}");
+    assert!(!second_dir.path().join("data").exists(), "refused before its data dir was made");
+
+    // another socket on the first one's data dir: refused, naming the holder
+    let third_dir = tempfile::tempdir().expect("tempdir");
+    let mut third = Command::new(BIN)
+        .arg("serve")
+        .arg("--socket")
+        .arg(third_dir.path().join("third.sock"))
+        .arg("--data-dir")
+        .arg(d.dir.path().join("data"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("third serve");
+    let status = wait_timeout(&mut third, Duration::from_secs(20)).expect("third server must exit");
+    assert!(!status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut third.stderr.take().expect("stderr"), &mut err).expect("stderr");
+    let first_pid = d.child.id().to_string();
+    assert!(err.contains("uses the data dir") && err.contains(&first_pid), "{err}");
+    assert!(!third_dir.path().join("third.sock").exists(), "its socket is removed again");
 
     // the first server is untouched
     let mut rt = d.runtime().await;
