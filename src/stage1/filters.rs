@@ -115,8 +115,20 @@ fn read_stopped(pid: i32) -> io::Result<Filters> {
 /// For the cloned child: one raw syscall on memory prepared before the clone.
 pub unsafe fn install(program: &[libc::sock_filter]) -> bool {
     let prog = libc::sock_fprog { len: program.len() as u16, filter: program.as_ptr() as *mut libc::sock_filter };
-    // SAFETY: seccomp(2) reads `prog` and the instructions it points to, both alive for the call.
-    unsafe { libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, &prog) == 0 }
+    // prctl, not seccomp(2): the app's own start installed its later filters
+    // with prctl, so the earlier filters let prctl through (appexec's widened
+    // profile does not let seccomp(2) through)
+    // SAFETY: prctl(2) reads `prog` and the instructions it points to, both alive for the call.
+    unsafe {
+        libc::syscall(
+            libc::SYS_prctl,
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER as libc::c_ulong,
+            &prog as *const libc::sock_fprog,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        ) == 0
+    }
 }
 
 #[cfg(test)]
