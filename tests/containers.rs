@@ -630,7 +630,8 @@ async fn default_masks_and_privileged_apps(pid: cri::NamespaceMode) {
     let out = log_content(&log);
     assert_eq!(out[0], "/proc/timer_list regular empty file", "{log}");
     assert_ne!(out[1], "0", "{log}");
-    // a read-only rootfs keeps the pod's identity files read-only too, and a writable volume writable
+    // a read-only rootfs is read-only in either PID namespace, keeps the pod's
+    // identity files read-only too, and a writable volume writable
     let volume = tempfile::tempdir().expect("volume");
     let rofs = e
         .create(
@@ -639,7 +640,8 @@ async fn default_masks_and_privileged_apps(pid: cri::NamespaceMode) {
             &[
                 "sh",
                 "-c",
-                "echo x 2>&1 >> /etc/hosts; echo x 2>&1 >> /etc/resolv.conf; touch /data/ok && echo volume-writable",
+                "echo x 2>&1 >> /etc/hosts; echo x 2>&1 >> /etc/resolv.conf; touch /written 2>&1; \
+                 touch /data/ok && echo volume-writable",
             ],
             |c| {
                 c.mounts = vec![cri::Mount {
@@ -654,7 +656,9 @@ async fn default_masks_and_privileged_apps(pid: cri::NamespaceMode) {
     e.start(&rofs).await;
     e.wait_state(&rofs, cri::ContainerState::ContainerExited).await;
     let log = e.wait_log("masks", "rofs", 3).await;
-    assert_eq!(log.matches("Read-only file system").count(), 2, "{log}");
+    // the root itself (EROFS), and the identity files
+    assert_eq!(log.matches("Read-only file system").count(), 3, "{log}");
+    assert!(log.contains("/written"), "{log}");
     assert!(log.contains("volume-writable") && volume.path().join("ok").exists(), "{log}");
     // more than the defaults: /proc/sys, only read-only in the pod, is masked for this app
     let masksys = e
