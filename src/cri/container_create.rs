@@ -113,6 +113,31 @@ fn security_isolators(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result
     Ok(out)
 }
 
+/// The node's devices for a privileged container (as containerd gives them),
+/// but those the pod has at the same path and those the container asked for.
+fn node_devices(pod: &Pod, asked: &[meta::Device]) -> Result<Vec<meta::Device>, Status> {
+    let internal = |e: &dyn std::fmt::Display| Status::internal(format!("the node's devices: {e}"));
+    let sandbox = pod.sandbox_pid().map_err(|e| internal(&e))?.ok_or_else(|| internal(&"the pod has no sandbox"))?;
+    let pid1 = crate::stage1::inject::pod_pid1(sandbox).map_err(|e| internal(&e))?;
+    let pod_root = PathBuf::from(format!("/proc/{pid1}/root"));
+    let found = crate::stage1::inject::node_devices(Path::new("/dev"), |p| {
+        asked.iter().any(|d| Path::new(&d.path) == p)
+            || p.strip_prefix("/").is_ok_and(|rel| std::fs::symlink_metadata(pod_root.join(rel)).is_ok())
+    })
+    .map_err(|e| internal(&e))?;
+    Ok(found
+        .into_iter()
+        .map(|d| meta::Device {
+            path: d.path,
+            kind: if d.block { 'b' } else { 'c' },
+            major: d.major,
+            minor: d.minor,
+            permissions: "rwm".into(),
+            mode: Some(d.mode),
+        })
+        .collect())
+}
+
 /// The container's PID namespace as [`meta::PID_NAMESPACE`] records it
 /// (`None`: the pod's). A target must be another container of the same pod.
 fn pid_namespace(
@@ -245,10 +270,12 @@ fn resolve_user(
         if sc.run_as_group.is_some() && sc.run_as_user.is_none() && sc.run_as_username.is_empty() {
             return Err(Status::invalid_argument("run_as_group is set without run_as_user or run_as_username"));
         }
+        // a user of the security context replaces the image's `user:group`
+        // whole: its group is the user's primary one unless run_as_group says
         if let Some(u) = &sc.run_as_user {
-            user = u.value.to_string();
+            (user, group) = (u.value.to_string(), String::new());
         } else if !sc.run_as_username.is_empty() {
-            user = sc.run_as_username.clone();
+            (user, group) = (sc.run_as_username.clone(), String::new());
         }
         if let Some(g) = &sc.run_as_group {
             group = g.value.to_string();
@@ -386,13 +413,17 @@ pub async fn create_container(
     if config.stdin {
         user_annotations.insert(meta::STDIN.into(), if config.stdin_once { "once" } else { "true" }.into());
     }
-    if !config.devices.is_empty() {
-        let devices = config
-            .devices
-            .iter()
-            .map(meta::Device::from_cri)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(Status::invalid_argument)?;
+    let mut devices = config
+        .devices
+        .iter()
+        .map(meta::Device::from_cri)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Status::invalid_argument)?;
+    if sc.is_some_and(|s| s.privileged) {
+        let node = tokio::task::block_in_place(|| node_devices(&pod, &devices))?;
+        devices.extend(node);
+    }
+    if !devices.is_empty() {
         let json = serde_json::to_string(&devices).map_err(|e| Status::internal(e.to_string()))?;
         user_annotations.insert(meta::DEVICES.into(), json);
     }
@@ -548,6 +579,8 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(resolve_user(t.path(), "", "", Some(&by_uid)).expect("by uid"), (1000, 1001, vec![7, 2000]));
+        // the image's group goes with the image's user
+        assert_eq!(resolve_user(t.path(), "0", "0", Some(&by_uid)).expect("image group"), (1000, 1001, vec![7, 2000]));
         // a group without a user is refused, by uid or by name
         let group_only = cri::LinuxContainerSecurityContext {
             run_as_group: Some(cri::Int64Value { value: 5 }),
