@@ -144,9 +144,11 @@ struct RktFlags {
     /// Debug logging to stderr.
     #[arg(long, global = true)]
     debug: bool,
-    /// Directory with CNI network configs (for the network release of `stop` and `rm`).
-    #[arg(long, global = true, default_value = rktlet::config::DEFAULT_CNI_CONF_DIR)]
-    cni_conf_dir: PathBuf,
+    /// Directory with CNI network configs (for the network release of `stop` and `rm`)
+    /// [default: /etc/cni/net.d]. No default value here: `serve` takes the same flag, and a
+    /// default would hide its config file's `cni_conf_dir`.
+    #[arg(long, global = true)]
+    cni_conf_dir: Option<PathBuf>,
     /// Directory with CNI plugins; repeat for several [default: /opt/cni/bin, /usr/lib/cni].
     #[arg(long = "cni-bin-dir", global = true)]
     cni_bin_dirs: Vec<PathBuf>,
@@ -464,7 +466,8 @@ impl RktFlags {
         } else {
             self.cni_bin_dirs.clone()
         };
-        rktlet::stage1::teardown::NetDirs { conf_dir: self.cni_conf_dir.clone(), bin_dirs }
+        let conf_dir = self.cni_conf_dir.clone().unwrap_or_else(|| PathBuf::from(rktlet::config::DEFAULT_CNI_CONF_DIR));
+        rktlet::stage1::teardown::NetDirs { conf_dir, bin_dirs }
     }
 
     /// rkt's trust store: `--local-config` (default /etc/rkt) over `--system-config`.
@@ -725,6 +728,12 @@ fn app_exec(dir: Option<PathBuf>, uuid: &str, app: &str, timeout: i64, cmd: Vec<
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve(_)) {
+        // a command whose reader went away (`rktlet info | head -1`) ends
+        // quietly, as Unix tools do, instead of panicking in println!
+        // SAFETY: signal(2) restoring the default action, before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     if cli.rkt.debug {
         init_logging("debug");
     }

@@ -185,8 +185,12 @@ async fn sleep_runs_stops_and_is_removed() {
     let data = e.d.dir.path().join("data");
     let app_root = data.join("pods/run").join(&pod.0).join("stage1/rootfs/opt/stage2/0-sleep");
     assert!(!app_root.exists(), "app rootfs removed");
+    e.rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("stop pod");
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&data, &[pod.0]);
+    // the pod's systemd closing its bus as the pod stops is no fault
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!e.d.log().contains("pod bus disconnected"), "{}", e.d.log());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -476,6 +480,48 @@ async fn containers_survive_a_daemon_sigkill() {
     assert_eq!(e.status(&long).await.exit_code, 143);
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}
+
+in_both_pid_namespaces!(exec_gets_the_seccomp_filters, exec_gets_the_seccomp_filters_pod_pid_namespace, exec_filters);
+
+/// ExecSync runs under the very filters of the container's main process:
+/// the same count, and a call the profile denies is denied to the command.
+async fn exec_filters(pid: cri::NamespaceMode) {
+    let mut e = env_with_pid(pid).await;
+    let pod = e.pod("filtered").await;
+    let profiles = tempfile::tempdir().expect("profiles");
+    let deny_mkdir = profiles.path().join("deny-mkdir.json");
+    std::fs::write(
+        &deny_mkdir,
+        r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mkdir","mkdirat"],"action":"SCMP_ACT_ERRNO","errnoRet":13}]}"#,
+    )
+    .expect("profile");
+    let localhost_ref = deny_mkdir.to_str().expect("utf8").to_string();
+    let id = e
+        .create(&pod, "filtered", &["sleep", "1000"], |c| {
+            c.linux = secured(cri::LinuxContainerSecurityContext {
+                seccomp: Some(cri::SecurityProfile {
+                    profile_type: cri::security_profile::ProfileType::Localhost as i32,
+                    localhost_ref,
+                }),
+                ..Default::default()
+            });
+        })
+        .await;
+    e.start(&id).await;
+    e.wait_state(&id, cri::ContainerState::ContainerRunning).await;
+    let script = "grep -E '^Seccomp(_filters)?:' /proc/self/status; \
+                  for p in /proc/[0-9]*; do [ \"$(cat $p/comm)\" = sleep ] && grep '^Seccomp_filters:' $p/status; done; \
+                  mkdir /tmp/made 2>&1; echo rc=$?";
+    let out = common::exec_sync(&mut e.rt, &id, &["sh", "-c", script]).await;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    assert_eq!(lines.first().map(|l| l.split_whitespace().collect::<Vec<_>>()), Some(vec!["Seccomp:", "2"]), "{text}");
+    let own = lines.get(1).copied().unwrap_or_default();
+    assert!(own.starts_with("Seccomp_filters:"), "{text}");
+    assert_eq!(lines.get(2).copied(), Some(own), "the command has the main process's filters: {text}");
+    assert!(text.contains("Permission denied") && text.contains("rc=1"), "mkdir denied to the command: {text}");
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
 }
 
 in_both_pid_namespaces!(seccomp_and_masked_paths, seccomp_and_masked_paths_pod_pid_namespace, seccomp_and_masks);

@@ -382,6 +382,30 @@ async fn a_pool_of_zero_boots_nothing() {
     stop_and_check(&mut d, [id]);
 }
 
+/// A pod whose name is longer than a kernel hostname and that names no
+/// hostname is served by the pool like any other; its hostname is the name
+/// cut to 63 bytes, as kubelet cuts it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_with_a_long_name_is_served_by_the_pool() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_net, mut d) = pool_daemon(dir.path(), "1");
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    wait_pool(&mut rt, 1).await;
+    let waiting = pool_pods(&data);
+    let name = format!("{}-{}", "long".repeat(16), "tail");
+    assert!(name.len() > 64);
+    let mut config = pod_config(&name, &[]);
+    config.hostname = String::new();
+    config.log_directory = dir.path().join("logs/long").to_string_lossy().into_owned();
+    let id = run(&mut rt, &config).await;
+    assert!(waiting.contains(&id), "served by the waiting pool pod: {}", d.log());
+    let inside = in_pod(pod_pid1(&data, &id), "hostname");
+    assert_eq!(inside.trim(), &name[..63]);
+    remove(&mut rt, &id).await;
+    stop_and_check(&mut d, [id]);
+}
+
 /// A sysctl as the pod's processes see it (its network, IPC and UTS namespaces).
 fn sysctl_in_pod(pid1: i32, name: &str) -> String {
     let path = format!("/proc/sys/{}", name.replace('.', "/"));

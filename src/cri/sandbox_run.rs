@@ -62,11 +62,18 @@ fn validate(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Result<Requ
     let host_network = ns.network == cri::NamespaceMode::Node as i32;
     let host_ipc = ns.ipc == cri::NamespaceMode::Node as i32;
     let hostname = if !config.hostname.is_empty() {
+        if config.hostname.len() > crate::pod::HOST_NAME_MAX {
+            return Err(Status::invalid_argument(format!(
+                "config.hostname: {} bytes, more than the kernel's {}",
+                config.hostname.len(),
+                crate::pod::HOST_NAME_MAX
+            )));
+        }
         config.hostname.clone()
     } else if host_network {
         nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
     } else {
-        meta.name.clone()
+        crate::pod::hostname_from_name(&meta.name).to_string()
     };
     let cgroup_parent = config.linux.as_ref().map(|l| l.cgroup_parent.clone()).unwrap_or_default();
     crate::cgroup::pod::subcgroup(&cgroup_parent, "check", systemd_driver)

@@ -11,6 +11,7 @@ pub mod appexec;
 pub mod bus;
 pub mod caps;
 pub mod exec;
+pub mod filters;
 pub mod host;
 pub mod inject;
 pub mod launch;
