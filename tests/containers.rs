@@ -889,6 +889,14 @@ async fn a_pid_namespace_per_container_and_targets_joining_it() {
                   echo 1 2>&1 > /proc/sys/kernel/ns_last_pid || true; \
                   grep CapBnd /proc/self/status; mount -t tmpfs t /mnt 2>&1 || echo refused; \
                   trap 'exit 0' TERM; echo ready; while true; do sleep 0.05; done";
+    // a profile that denies mount, which appexec itself needs first
+    let profiles = tempfile::tempdir().expect("profiles");
+    let deny_mount = profiles.path().join("deny-mount.json");
+    std::fs::write(
+        &deny_mount,
+        r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mount"],"action":"SCMP_ACT_ERRNO","errnoRet":1}]}"#,
+    )
+    .expect("profile");
     let first = e
         .create(&pod, "first", &["sh", "-c", script], |c| {
             let mut sc = pid_namespace(cri::NamespaceMode::Container, "");
@@ -898,8 +906,8 @@ async fn a_pid_namespace_per_container_and_targets_joining_it() {
                 ..Default::default()
             });
             sc.seccomp = Some(cri::SecurityProfile {
-                profile_type: cri::security_profile::ProfileType::RuntimeDefault as i32,
-                ..Default::default()
+                profile_type: cri::security_profile::ProfileType::Localhost as i32,
+                localhost_ref: deny_mount.to_str().expect("utf8").to_string(),
             });
             c.linux = secured(sc);
         })
@@ -913,7 +921,7 @@ async fn a_pid_namespace_per_container_and_targets_joining_it() {
     let capbnd = u64::from_str_radix(out[6].split_whitespace().nth(1).expect("mask"), 16).expect("hex");
     assert_eq!(capbnd & (1 << 5), 0, "KILL dropped: {log}");
     assert_ne!(capbnd & (1 << 21), 0, "SYS_ADMIN added: {log}");
-    // RuntimeDefault refuses mount even with SYS_ADMIN, as in the pod's namespace
+    // the profile refuses mount even with SYS_ADMIN, though appexec needed it
     assert!(out[7].contains("permission denied"), "{log}");
     assert_eq!(out[8..], ["refused", "ready"], "{log}");
 
