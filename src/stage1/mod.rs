@@ -22,6 +22,7 @@ pub mod sandbox;
 pub mod seccomp;
 pub mod spare;
 pub mod stop;
+pub mod sysctl;
 pub mod teardown;
 pub mod vfork;
 
