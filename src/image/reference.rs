@@ -110,10 +110,21 @@ impl FromStr for Reference {
             Some(i) => (&rest[..last_slash + i], Some(&rest[last_slash + i + 1..])),
             None => (rest, None),
         };
+        if let Some(c) = s.chars().find(|c| c.is_whitespace() || c.is_control()) {
+            return Err(invalid(input, format!("{c:?} is not allowed in an image reference")));
+        }
+        if tag == Some("") {
+            return Err(invalid(input, "a ':' with no tag after it"));
+        }
         if let Some(t) = tag
             && !valid_tag(t)
         {
-            return Err(invalid(input, format!("invalid tag {t:?}")));
+            return Err(invalid(
+                input,
+                format!(
+                    "invalid tag {t:?} (letters, digits, '_', '.' and '-', at most 128, not starting with '.' or '-')"
+                ),
+            ));
         }
         if name.is_empty() {
             return Err(invalid(input, "missing repository name"));
@@ -132,6 +143,9 @@ impl FromStr for Reference {
         }
         if path.bytes().any(|b| b.is_ascii_uppercase()) {
             return Err(invalid(input, "repository name must be lowercase"));
+        }
+        if path.split('/').any(str::is_empty) {
+            return Err(invalid(input, "an empty repository path component ('//', or '/' at an end)"));
         }
         if let Some(bad) = path.split('/').find(|c| !valid_component(c)) {
             return Err(invalid(input, format!("invalid repository path component {bad:?}")));
@@ -229,6 +243,11 @@ mod tests {
             assert!(e.contains("invalid image reference"), "{bad}: {e}");
         }
         assert!("Busybox".parse::<Reference>().expect_err("upper").to_string().contains("lowercase"));
+        // each says what is wrong
+        let why = |s: &str| s.parse::<Reference>().expect_err(s).to_string();
+        assert!(why("Bad Image//ref::").contains("' ' is not allowed"), "{}", why("Bad Image//ref::"));
+        assert!(why("busybox:").contains("no tag after it"), "{}", why("busybox:"));
+        assert!(why("a//b").contains("empty repository path component"), "{}", why("a//b"));
     }
 
     #[test]

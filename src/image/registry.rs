@@ -22,7 +22,7 @@ pub enum RegistryError {
     Denied { registry: String, repo: String },
     #[error("{what} not found on {registry}")]
     NotFound { registry: String, what: String },
-    #[error("{url}: {source}")]
+    #[error("{url}: {}", with_causes(source))]
     Http { url: String, source: reqwest::Error },
     #[error("{url}: unexpected HTTP status {status}")]
     Status { url: String, status: StatusCode },
@@ -30,6 +30,22 @@ pub enum RegistryError {
     Invalid(String),
     #[error("cannot build the HTTP client: {0}")]
     Client(reqwest::Error),
+}
+
+/// An error with its causes (reqwest's own message, "error sending request",
+/// leaves out what went wrong: refused, not resolved, TLS), each once.
+pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// The shared HTTP clients (connection pools) and the registry host config.
@@ -285,4 +301,19 @@ pub(crate) async fn read_limited(resp: reqwest::Response, limit: u64, what: &str
         body.extend_from_slice(&chunk);
     }
     Ok(body.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_refused_connection_says_so() {
+        // a port nothing listens on: bind one, learn it, close it
+        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+        let e = reqwest::get(format!("http://127.0.0.1:{port}/v2/")).await.expect_err("refused");
+        let text = with_causes(&e);
+        assert!(text.starts_with(&e.to_string()), "{text}");
+        assert!(text.contains("Connection refused"), "the cause is kept: {text}");
+    }
 }
