@@ -189,6 +189,19 @@ async fn bad_requests_are_refused_and_leave_nothing() {
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: unknown.into() })
         .await
         .expect("remove of unknown is ok");
+    // an id of no form rktlet makes: one rule for pods and containers
+    let garbage = "not/a pod!";
+    assert_eq!(status(&mut rt, garbage).await.expect_err("garbage").code(), Code::NotFound);
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: garbage.into() })
+        .await
+        .expect("remove of a pod that cannot exist is ok");
+    let ctr = format!("{garbage}:app");
+    let err = rt
+        .container_status(cri::ContainerStatusRequest { container_id: ctr.clone(), verbose: false })
+        .await
+        .expect_err("garbage container");
+    assert_eq!(err.code(), Code::NotFound);
+    rt.remove_container(cri::RemoveContainerRequest { container_id: ctr }).await.expect("remove is ok too");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -91,8 +91,10 @@ pub(crate) async fn list_containers_for_metrics(rt: &Runtime) -> Result<Vec<cri:
 fn pod_status(e: crate::pod::PodError) -> Status {
     use crate::pod::PodError;
     match e {
-        PodError::NotFound(_) => Status::not_found(e.to_string()),
-        PodError::InvalidId(_) | PodError::Ambiguous(_) => Status::invalid_argument(e.to_string()),
+        // an id that names no pod, whatever its form, is not found (as for
+        // containers: RemovePodSandbox of it succeeds, as RemoveContainer does)
+        PodError::NotFound(_) | PodError::InvalidId(_) => Status::not_found(e.to_string()),
+        PodError::Ambiguous(_) => Status::invalid_argument(e.to_string()),
         PodError::Exists(_) => Status::already_exists(e.to_string()),
         PodError::WrongState { .. } | PodError::Busy(_) => Status::failed_precondition(e.to_string()),
         PodError::Manifest { .. } | PodError::Io { .. } => Status::internal(e.to_string()),

@@ -56,7 +56,7 @@ pub async fn remove_pod_sandbox(
         Ok(()) => Ok(cri::RemovePodSandboxResponse {}),
         Err(e) => match e.pod_error() {
             // already gone: removal is idempotent
-            Ok(PodError::NotFound(_)) => Ok(cri::RemovePodSandboxResponse {}),
+            Ok(PodError::NotFound(_) | PodError::InvalidId(_)) => Ok(cri::RemovePodSandboxResponse {}),
             Ok(p) => Err(pod_status(p)),
             Err(e) => Err(Status::internal(e.to_string())),
         },
