@@ -226,9 +226,9 @@ pub async fn start_container(
         spec.extra.push(Property::str("StandardOutput", "tty"));
         spec.extra.push(Property::str("StandardError", "tty"));
         spec.extra.push(Property::str("TTYPath", pty.path_in_pod.clone()));
-        // someone must read the terminal, or the app blocks once its buffer fills
-        let sink = if log_path.is_empty() { "/dev/null" } else { log_path.as_str() };
-        crilog::attach(&socket, &t.app.name, Stream::Stdout, Path::new(sink), pty.master.as_raw_fd())
+        // someone must read the terminal, or the app blocks once its buffer
+        // fills (without a log path, for attach sessions only)
+        crilog::attach(&socket, &t.app.name, Stream::Stdout, Path::new(&log_path), pty.master.as_raw_fd())
             .map_err(|e| Status::internal(format!("attaching the terminal of {}: {e}", req.container_id)))?;
         crilog::keep_stdin(&socket, &t.app.name, pty.master.as_raw_fd())
             .map_err(|e| Status::internal(format!("keeping the terminal of {}: {e}", req.container_id)))?;
@@ -245,10 +245,9 @@ pub async fn start_container(
     }
     if meta::tty(&t.app) {
         // the terminal is stdout and stderr (above)
-    } else if log_path.is_empty() {
-        spec.stdout = Output::Null;
-        spec.stderr = Output::Null;
     } else {
+        // read by the pod's log writer, log path or not: attach sessions
+        // get the output from it
         for stream in [Stream::Stdout, Stream::Stderr] {
             let (r, w) =
                 nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Status::internal(e.to_string()))?;
