@@ -7,7 +7,10 @@
 # scripts/containerd-baseline.sh; CONTAINERD=0 leaves it out) as a third
 # endpoint; then runs `rktlet bench` against them, one endpoint at a
 # time, and writes docs/bench.{md,json,svg}. Extra arguments go to
-# `rktlet bench` (e.g. --rounds 5 --list-pods 10).
+# `rktlet bench` (e.g. --rounds 5 --list-pods 10). bench.md is rewritten
+# whole, except for the critest --benchmark section of
+# scripts/critest-bench.sh (the lines from `<!-- critest-benchmark:begin -->`
+# to `<!-- critest-benchmark:end -->`), which is kept at its end.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -60,6 +63,20 @@ for mode in in-process pool exec-mode; do
   for _ in $(seq 200); do [ -S "$work/$mode.sock" ] && break; sleep 0.05; done
 done
 
+# scripts/critest-bench.sh's section of bench.md: saved before `rktlet bench`
+# rewrites the file, appended again after
+crit_begin='<!-- critest-benchmark:begin -->'
+crit_end='<!-- critest-benchmark:end -->'
+critest_section=
+if [ -f "$out/bench.md" ] && grep -qxF "$crit_end" "$out/bench.md"; then
+  critest_section=$(awk -v b="$crit_begin" -v e="$crit_end" \
+    '$0 == b { p = 1 } p { print } $0 == e { p = 0 }' "$out/bench.md")
+fi
+
 "$bin" bench "${endpoints[@]}" --pods-only pool --image "127.0.0.1:$port/busybox:latest" \
   --pull-image "127.0.0.1:$port/big:latest" --log-dir "$work/logs" --out "$out" "$@"
+if [ -n "$critest_section" ] && ! grep -qxF "$crit_begin" "$out/bench.md"; then
+  printf '\n%s\n' "$critest_section" >>"$out/bench.md"
+  echo "kept the critest --benchmark section of $out/bench.md"
+fi
 echo "wrote $out/bench.md, $out/bench.json, $out/bench.svg"

@@ -7,10 +7,13 @@
 #   2. rktlet serves CRI on $PEER_DIR/rktlet/rktlet.sock with a config of its own: every registry
 #      critest names (registry.k8s.io, gcr.io, k8s.gcr.io, docker.io, public.ecr.aws) mirrored to
 #      that registry, and a bridge network of its own ($CNI_BRIDGE, $CNI_SUBNET);
-#   3. the kit's critest stage runs critest against that socket (and its bench stage with BENCH=1);
+#   3. the kit's critest stage runs critest against that socket (and its bench stage with BENCH=1;
+#      CRITEST_RUN=0 BENCH=1 runs the benchmark alone, without the conformance run);
 #   4. all pods are removed, the daemon and the registry stopped, the bridge deleted;
-#   5. the failed specs are listed and the last line is `N passed, N failed, N skipped`.
-# Exit status: non-zero when a spec failed or critest left no report.
+#   5. the failed specs are listed and the last line is `N passed, N failed, N skipped`
+#      (benchmark alone: its failed specs, then `benchmark written to DIR`).
+# Exit status: non-zero when a spec failed or critest left no report (benchmark alone: when a
+# benchmark spec failed or it wrote no *_benchmark_data.json).
 #
 # Environment:
 #   PEER_DIR (/tmp/rktlet-conformance)  everything: kit tools (bin/), images, registry, rktlet's
@@ -23,7 +26,10 @@
 #   CRITEST_EXTRA           extra critest arguments, e.g. "--ginkgo.focus sysctls"
 #   POD_IP_TESTS=1          also run the 3 specs that send HTTP to a pod IP (skipped by default)
 #   DIGEST_TEST=1           also run the spec pinned to an upstream digest (fails offline)
-#   BENCH=1                 also run critest --benchmark (results/bench; BENCH_N, BENCH_PAR)
+#   BENCH=1                 also run critest --benchmark: BENCH_N (50) samples, BENCH_PAR (1) at
+#                           a time, into results/bench (results/bench-pN with BENCH_PAR=N):
+#                           *_benchmark_data.json, ginkgo-report.json, bench.log
+#   CRITEST_RUN=0           with BENCH=1: the benchmark only, no conformance run (default 1)
 #   CNI_BRIDGE (rktcni0), CNI_SUBNET (10.213.78.0/24)   the pod network
 #   RKTLET_ARGS             extra `rktlet serve` flags, e.g. "--pod-pool-size 0 --log-level debug"
 #   START_TIMEOUT (60)      seconds to wait for the daemon's socket
@@ -44,6 +50,9 @@ die() {
   exit 1
 }
 [ "$(id -u)" = 0 ] || die "run as root"
+CRITEST_RUN=${CRITEST_RUN:-1}
+case $CRITEST_RUN in 0 | 1) ;; *) die "CRITEST_RUN=$CRITEST_RUN: 0 or 1" ;; esac
+[ "$CRITEST_RUN" = 1 ] || [ -n "${BENCH:-}" ] || die "CRITEST_RUN=0 runs the benchmark alone: set BENCH=1"
 
 KIT=$(abs "${CRI_TOOLS_KIT:-$root/../shared/tools/cri-conformance.sh}")
 [ -f "$KIT" ] || die "the offline CRI test kit is not at $KIT (set CRI_TOOLS_KIT)"
@@ -61,9 +70,14 @@ RES=$P/results
 SOCK=$RT/rktlet.sock
 export CRI_ENDPOINT=unix://$SOCK  # every kit stage talks to rktlet, never to a containerd
 DAEMON_LOG=$RES/rktlet.log
+BENCH_DIR=$RES/bench              # where the kit's bench stage writes (bench-pN with BENCH_PAR=N)
+[ "${BENCH_PAR:-1}" = 1 ] || BENCH_DIR=$RES/bench-p$BENCH_PAR
 PIDFILE=$RT/rktlet.pid
 START_TIMEOUT=${START_TIMEOUT:-60}
 [ ${#SOCK} -le 100 ] || die "PEER_DIR too long for a unix socket path: $SOCK"
+# each pod's log socket, $RT/data/pods/run/<uuid>/logger.sock, too (sun_path: 107 bytes and a NUL)
+pod_sock=$RT/data/pods/run/00000000-0000-0000-0000-000000000000/logger.sock
+[ ${#pod_sock} -le 107 ] || die "PEER_DIR too long: a pod's log socket would be $pod_sock (${#pod_sock} bytes, at most 107)"
 
 if [ -n "${RKTLET:-}" ]; then
   bin=$(abs "$RKTLET")
@@ -256,13 +270,17 @@ start_daemon
 grep -iE 'error|invalid|unknown' "$DAEMON_LOG" >&2 && echo "(the lines above are from the daemon log at start)" >&2 || true
 
 # ---------------------------------------------------------------- critest
-rm -f "$RES/critest.json" "$RES/critest.log" "$RES/critest-specs.tsv"
-log "critest $CRI_TOOLS_TAG against $CRI_ENDPOINT"
-t0=$(date +%s)
-kit critest >&2
-echo "critest took $(($(date +%s) - t0)) s" >&2
+if [ "$CRITEST_RUN" = 1 ]; then
+  rm -f "$RES/critest.json" "$RES/critest.log" "$RES/critest-specs.tsv"
+  log "critest $CRI_TOOLS_TAG against $CRI_ENDPOINT"
+  t0=$(date +%s)
+  kit critest >&2
+  echo "critest took $(($(date +%s) - t0)) s" >&2
+fi
 if [ -n "${BENCH:-}" ]; then
-  kit bench >&2
+  t0=$(date +%s)
+  kit bench >&2       # clears the *.json of $BENCH_DIR first
+  echo "critest --benchmark took $(($(date +%s) - t0)) s" >&2
   kit summary 2>&1 | awk '/^--- /{p=1} p' >&2 || true   # its benchmark medians
 fi
 
@@ -271,19 +289,40 @@ trap - EXIT INT TERM
 armed=
 
 # ---------------------------------------------------------------- result
+# failures_of REPORT: a line per failed spec, and per failure outside the specs (e.g. in
+# BeforeSuite, which fails the run even with no failed spec)
+failures_of() {
+  jq -r '.[0].SpecReports[]? | select(.LeafNodeType == "It")
+    | select(.State | IN("failed", "panicked", "timedout", "interrupted", "aborted"))
+    | "FAIL: \(.ContainerHierarchyTexts | join(" ")) \(.LeafNodeText)"
+      + (if .State == "failed" then "" else " [\(.State)]" end)' "$1"
+  jq -r '.[0].SpecReports[]? | select(.LeafNodeType != "It")
+    | select(.State | IN("failed", "panicked", "timedout", "interrupted", "aborted"))
+    | "FAIL (\(.LeafNodeType)): \(.Failure.Message // "" | split("\n")[0])"' "$1"
+}
+
+if [ "$CRITEST_RUN" = 0 ]; then
+  report=$BENCH_DIR/ginkgo-report.json
+  if ! jq -e 'type == "array" and length > 0' "$report" >/dev/null 2>&1; then
+    tail -20 "$BENCH_DIR/bench.log" 2>/dev/null || true
+    die "critest --benchmark produced no report ($report); see $BENCH_DIR/bench.log and $DAEMON_LOG"
+  fi
+  failures_of "$report"
+  data=$(cd "$BENCH_DIR" && ls -- *_benchmark_data.json 2>/dev/null | tr '\n' ' ' || true)
+  [ -n "$data" ] || die "critest --benchmark wrote no *_benchmark_data.json to $BENCH_DIR"
+  succeeded=$(jq -r '.[0].SuiteSucceeded' "$report")
+  echo "results: $BENCH_DIR (${data}ginkgo-report.json, bench.log), $DAEMON_LOG"
+  echo "benchmark written to $BENCH_DIR"
+  [ "$succeeded" = true ] || exit 1
+  exit 0
+fi
+
 report=$RES/critest.json
 if ! jq -e 'type == "array" and length > 0' "$report" >/dev/null 2>&1; then
   tail -20 "$RES/critest.log" 2>/dev/null || true
   die "critest produced no report ($report); see $RES/critest.log and $DAEMON_LOG"
 fi
-jq -r '.[0].SpecReports[]? | select(.LeafNodeType == "It")
-  | select(.State | IN("failed", "panicked", "timedout", "interrupted", "aborted"))
-  | "FAIL: \(.ContainerHierarchyTexts | join(" ")) \(.LeafNodeText)"
-    + (if .State == "failed" then "" else " [\(.State)]" end)' "$report"
-# a failure outside the specs (e.g. in BeforeSuite) fails the run even with no failed spec
-jq -r '.[0].SpecReports[]? | select(.LeafNodeType != "It")
-  | select(.State | IN("failed", "panicked", "timedout", "interrupted", "aborted"))
-  | "FAIL (\(.LeafNodeType)): \(.Failure.Message // "" | split("\n")[0])"' "$report"
+failures_of "$report"
 succeeded=$(jq -r '.[0].SuiteSucceeded' "$report")
 read -r passed failed skipped < <(jq -r '
   [.[0].SpecReports[]? | select(.LeafNodeType == "It")] as $s

@@ -3,10 +3,8 @@
 
 use clap::{Args, Parser, Subcommand};
 use rktlet::config::{Config, FileConfig};
-use rktlet::runtime::Runtime;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 #[derive(Parser)]
 #[command(name = "rktlet", version, about = "A Kubernetes CRI runtime that runs pods the rkt way")]
@@ -144,9 +142,11 @@ struct RktFlags {
     /// Debug logging to stderr.
     #[arg(long, global = true)]
     debug: bool,
-    /// Directory with CNI network configs (for the network release of `stop` and `rm`).
-    #[arg(long, global = true, default_value = rktlet::config::DEFAULT_CNI_CONF_DIR)]
-    cni_conf_dir: PathBuf,
+    /// Directory with CNI network configs (for the network release of `stop` and `rm`)
+    /// [default: /etc/cni/net.d]. No default value here: `serve` takes the same flag, and a
+    /// default would hide its config file's `cni_conf_dir`.
+    #[arg(long, global = true)]
+    cni_conf_dir: Option<PathBuf>,
     /// Directory with CNI plugins; repeat for several [default: /opt/cni/bin, /usr/lib/cni].
     #[arg(long = "cni-bin-dir", global = true)]
     cni_bin_dirs: Vec<PathBuf>,
@@ -422,12 +422,11 @@ fn init_logging_as(level: &str, format: &str) {
 fn serve(args: ServeArgs) -> Result<(), String> {
     let config = args.config().map_err(|e| e.to_string())?;
     init_logging_as(&config.log_level, &config.log_format);
-    let runtime = Runtime::new(config).map_err(|e| e.to_string())?;
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    tokio.block_on(rktlet::server::run(Arc::new(runtime))).map_err(|e| e.to_string())
+    tokio.block_on(rktlet::server::run_with(config)).map_err(|e| e.to_string())
 }
 
 fn info(socket: PathBuf) -> Result<(), String> {
@@ -464,7 +463,8 @@ impl RktFlags {
         } else {
             self.cni_bin_dirs.clone()
         };
-        rktlet::stage1::teardown::NetDirs { conf_dir: self.cni_conf_dir.clone(), bin_dirs }
+        let conf_dir = self.cni_conf_dir.clone().unwrap_or_else(|| PathBuf::from(rktlet::config::DEFAULT_CNI_CONF_DIR));
+        rktlet::stage1::teardown::NetDirs { conf_dir, bin_dirs }
     }
 
     /// rkt's trust store: `--local-config` (default /etc/rkt) over `--system-config`.
@@ -725,6 +725,12 @@ fn app_exec(dir: Option<PathBuf>, uuid: &str, app: &str, timeout: i64, cmd: Vec<
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve(_)) {
+        // a command whose reader went away (`rktlet info | head -1`) ends
+        // quietly, as Unix tools do, instead of panicking in println!
+        // SAFETY: signal(2) restoring the default action, before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     if cli.rkt.debug {
         init_logging("debug");
     }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 /// Upper bounds of the latency buckets, seconds (CRI calls span 0.1 ms to seconds).
 const BUCKETS: [f64; 14] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
@@ -164,17 +164,15 @@ pub async fn serve(listener: tokio::net::TcpListener, rt: Arc<Runtime>) {
         let Ok((mut conn, _)) = listener.accept().await else { continue };
         let rt = rt.clone();
         tokio::spawn(async move {
-            let mut buf = vec![0u8; 4096];
-            let n = match tokio::time::timeout(Duration::from_secs(10), conn.read(&mut buf)).await {
-                Ok(Ok(n)) => n,
-                _ => return,
-            };
-            let request = String::from_utf8_lossy(&buf[..n]);
-            let path = request.split_whitespace().nth(1).unwrap_or("");
-            let (status, body) = if request.starts_with("GET ") && (path == "/metrics" || path == "/") {
-                ("200 OK", global().render(&live(&rt).await))
-            } else {
-                ("404 Not Found", "only GET /metrics is served\n".to_string())
+            // the whole head, however the client's bytes are segmented
+            let head = tokio::time::timeout(Duration::from_secs(10), crate::http_head::read_head(&mut conn)).await;
+            let (status, body) = match head {
+                Ok(Ok(Some(h))) if h.method == "GET" && (h.path == "/metrics" || h.path == "/") => {
+                    ("200 OK", global().render(&live(&rt).await))
+                }
+                Ok(Ok(Some(_))) => ("404 Not Found", "only GET /metrics is served\n".to_string()),
+                Ok(Err(_)) => return,
+                _ => ("400 Bad Request", "malformed or incomplete request head\n".to_string()),
             };
             let head = format!(
                 "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",

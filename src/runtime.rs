@@ -237,6 +237,15 @@ impl Runtime {
         let _ = self.events.send(ContainerEvent::now(pod, app, kind));
     }
 
+    /// Says a pod is being stopped: its bus closing is expected.
+    pub fn expect_pod_bus_close(&self, uuid: Uuid) {
+        if let Ok(map) = self.buses.lock()
+            && let Some(bus) = map.get(&uuid)
+        {
+            bus.expect_close();
+        }
+    }
+
     /// Forgets a pod's connection (after an error, or when the pod stops).
     pub fn drop_pod_bus(&self, uuid: Uuid) {
         if let Ok(mut map) = self.buses.lock() {

@@ -104,3 +104,21 @@ fn cli_runs_a_pod_and_an_app_without_the_daemon() {
     rktlet(&dir, &["rm", &uuid]);
     assert_no_leaks(&dir, &[uuid]);
 }
+
+/// A reader that goes away (`rktlet config default | head -1`) ends the
+/// command quietly by SIGPIPE, as Unix tools end, instead of a panic.
+#[test]
+fn a_closed_stdout_ends_a_command_quietly() {
+    let (read, write) = nix::unistd::pipe().expect("pipe");
+    drop(read);
+    let out = Command::new(BIN)
+        .args(["config", "default"])
+        .stdout(Stdio::from(std::fs::File::from(write)))
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run rktlet");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{stderr}");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}", out.status);
+}

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Daemon, assert_no_leaks, host_network, pod_config};
+use common::{Daemon, TestNetwork, assert_no_leaks, host_network, pod_config};
 use rktlet::proto::v1 as cri;
 use rktlet::proto::v1::runtime_service_client::RuntimeServiceClient;
 use std::path::Path;
@@ -18,13 +18,25 @@ struct Env {
     /// The PID namespace of containers that do not name one: kubelet's
     /// default (CONTAINER) unless a test says otherwise.
     pid: cri::NamespaceMode,
+    /// Pods get a network namespace of their own on it (else the node's).
+    net: Option<TestNetwork>,
 }
 
 async fn env() -> Env {
     let d = Daemon::start(&[]);
     let image = common::pull_busybox(&d).await;
     let rt = d.runtime().await;
-    Env { d, rt, image, logs: tempfile::tempdir().expect("logs"), pid: cri::NamespaceMode::Container }
+    Env { d, rt, image, logs: tempfile::tempdir().expect("logs"), pid: cri::NamespaceMode::Container, net: None }
+}
+
+/// [`env_with_pid`] whose pods have a network namespace of their own.
+async fn env_on_network(pid: cri::NamespaceMode, dir: &Path) -> Env {
+    let net = TestNetwork::new(dir);
+    let conf = net.conf_dir.to_string_lossy().to_string();
+    let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni"]);
+    let image = common::pull_busybox(&d).await;
+    let rt = d.runtime().await;
+    Env { d, rt, image, logs: tempfile::tempdir().expect("logs"), pid, net: Some(net) }
 }
 
 /// [`env`] whose containers get `pid` unless they name one.
@@ -34,7 +46,7 @@ async fn env_with_pid(pid: cri::NamespaceMode) -> Env {
 
 impl Env {
     async fn pod(&mut self, name: &str) -> (String, cri::PodSandboxConfig) {
-        let mut config = host_network(pod_config(name, &[]));
+        let mut config = if self.net.is_some() { pod_config(name, &[]) } else { host_network(pod_config(name, &[])) };
         config.log_directory = self.logs.path().join(name).display().to_string();
         let id = self
             .rt
@@ -173,8 +185,12 @@ async fn sleep_runs_stops_and_is_removed() {
     let data = e.d.dir.path().join("data");
     let app_root = data.join("pods/run").join(&pod.0).join("stage1/rootfs/opt/stage2/0-sleep");
     assert!(!app_root.exists(), "app rootfs removed");
+    e.rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("stop pod");
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&data, &[pod.0]);
+    // the pod's systemd closing its bus as the pod stops is no fault
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!e.d.log().contains("pod bus disconnected"), "{}", e.d.log());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -466,6 +482,48 @@ async fn containers_survive_a_daemon_sigkill() {
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }
 
+in_both_pid_namespaces!(exec_gets_the_seccomp_filters, exec_gets_the_seccomp_filters_pod_pid_namespace, exec_filters);
+
+/// ExecSync runs under the very filters of the container's main process:
+/// the same count, and a call the profile denies is denied to the command.
+async fn exec_filters(pid: cri::NamespaceMode) {
+    let mut e = env_with_pid(pid).await;
+    let pod = e.pod("filtered").await;
+    let profiles = tempfile::tempdir().expect("profiles");
+    let deny_mkdir = profiles.path().join("deny-mkdir.json");
+    std::fs::write(
+        &deny_mkdir,
+        r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mkdir","mkdirat"],"action":"SCMP_ACT_ERRNO","errnoRet":13}]}"#,
+    )
+    .expect("profile");
+    let localhost_ref = deny_mkdir.to_str().expect("utf8").to_string();
+    let id = e
+        .create(&pod, "filtered", &["sleep", "1000"], |c| {
+            c.linux = secured(cri::LinuxContainerSecurityContext {
+                seccomp: Some(cri::SecurityProfile {
+                    profile_type: cri::security_profile::ProfileType::Localhost as i32,
+                    localhost_ref,
+                }),
+                ..Default::default()
+            });
+        })
+        .await;
+    e.start(&id).await;
+    e.wait_state(&id, cri::ContainerState::ContainerRunning).await;
+    let script = "grep -E '^Seccomp(_filters)?:' /proc/self/status; \
+                  for p in /proc/[0-9]*; do [ \"$(cat $p/comm)\" = sleep ] && grep '^Seccomp_filters:' $p/status; done; \
+                  mkdir /tmp/made 2>&1; echo rc=$?";
+    let out = common::exec_sync(&mut e.rt, &id, &["sh", "-c", script]).await;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    assert_eq!(lines.first().map(|l| l.split_whitespace().collect::<Vec<_>>()), Some(vec!["Seccomp:", "2"]), "{text}");
+    let own = lines.get(1).copied().unwrap_or_default();
+    assert!(own.starts_with("Seccomp_filters:"), "{text}");
+    assert_eq!(lines.get(2).copied(), Some(own), "the command has the main process's filters: {text}");
+    assert!(text.contains("Permission denied") && text.contains("rc=1"), "mkdir denied to the command: {text}");
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+}
+
 in_both_pid_namespaces!(seccomp_and_masked_paths, seccomp_and_masked_paths_pod_pid_namespace, seccomp_and_masks);
 
 async fn seccomp_and_masks(pid: cri::NamespaceMode) {
@@ -630,7 +688,8 @@ async fn default_masks_and_privileged_apps(pid: cri::NamespaceMode) {
     let out = log_content(&log);
     assert_eq!(out[0], "/proc/timer_list regular empty file", "{log}");
     assert_ne!(out[1], "0", "{log}");
-    // a read-only rootfs keeps the pod's identity files read-only too, and a writable volume writable
+    // a read-only rootfs is read-only in either PID namespace, keeps the pod's
+    // identity files read-only too, and a writable volume writable
     let volume = tempfile::tempdir().expect("volume");
     let rofs = e
         .create(
@@ -639,7 +698,8 @@ async fn default_masks_and_privileged_apps(pid: cri::NamespaceMode) {
             &[
                 "sh",
                 "-c",
-                "echo x 2>&1 >> /etc/hosts; echo x 2>&1 >> /etc/resolv.conf; touch /data/ok && echo volume-writable",
+                "echo x 2>&1 >> /etc/hosts; echo x 2>&1 >> /etc/resolv.conf; touch /written 2>&1; \
+                 touch /data/ok && echo volume-writable",
             ],
             |c| {
                 c.mounts = vec![cri::Mount {
@@ -654,7 +714,9 @@ async fn default_masks_and_privileged_apps(pid: cri::NamespaceMode) {
     e.start(&rofs).await;
     e.wait_state(&rofs, cri::ContainerState::ContainerExited).await;
     let log = e.wait_log("masks", "rofs", 3).await;
-    assert_eq!(log.matches("Read-only file system").count(), 2, "{log}");
+    // the root itself (EROFS), and the identity files
+    assert_eq!(log.matches("Read-only file system").count(), 3, "{log}");
+    assert!(log.contains("/written"), "{log}");
     assert!(log.contains("volume-writable") && volume.path().join("ok").exists(), "{log}");
     // more than the defaults: /proc/sys, only read-only in the pod, is masked for this app
     let masksys = e
@@ -827,6 +889,14 @@ async fn a_pid_namespace_per_container_and_targets_joining_it() {
                   echo 1 2>&1 > /proc/sys/kernel/ns_last_pid || true; \
                   grep CapBnd /proc/self/status; mount -t tmpfs t /mnt 2>&1 || echo refused; \
                   trap 'exit 0' TERM; echo ready; while true; do sleep 0.05; done";
+    // a profile that denies mount, which appexec itself needs first
+    let profiles = tempfile::tempdir().expect("profiles");
+    let deny_mount = profiles.path().join("deny-mount.json");
+    std::fs::write(
+        &deny_mount,
+        r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mount"],"action":"SCMP_ACT_ERRNO","errnoRet":1}]}"#,
+    )
+    .expect("profile");
     let first = e
         .create(&pod, "first", &["sh", "-c", script], |c| {
             let mut sc = pid_namespace(cri::NamespaceMode::Container, "");
@@ -836,8 +906,8 @@ async fn a_pid_namespace_per_container_and_targets_joining_it() {
                 ..Default::default()
             });
             sc.seccomp = Some(cri::SecurityProfile {
-                profile_type: cri::security_profile::ProfileType::RuntimeDefault as i32,
-                ..Default::default()
+                profile_type: cri::security_profile::ProfileType::Localhost as i32,
+                localhost_ref: deny_mount.to_str().expect("utf8").to_string(),
             });
             c.linux = secured(sc);
         })
@@ -851,7 +921,7 @@ async fn a_pid_namespace_per_container_and_targets_joining_it() {
     let capbnd = u64::from_str_radix(out[6].split_whitespace().nth(1).expect("mask"), 16).expect("hex");
     assert_eq!(capbnd & (1 << 5), 0, "KILL dropped: {log}");
     assert_ne!(capbnd & (1 << 21), 0, "SYS_ADMIN added: {log}");
-    // RuntimeDefault refuses mount even with SYS_ADMIN, as in the pod's namespace
+    // the profile refuses mount even with SYS_ADMIN, though appexec needed it
     assert!(out[7].contains("permission denied"), "{log}");
     assert_eq!(out[8..], ["refused", "ready"], "{log}");
 
@@ -970,6 +1040,166 @@ async fn a_pid_namespace_per_container_and_targets_joining_it() {
             .expect_err("refused");
         assert_eq!(err.code(), code, "{err:?}");
     }
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}
+
+in_both_pid_namespaces!(
+    added_and_privileged_capabilities_work,
+    added_and_privileged_capabilities_work_pod_pid_namespace,
+    added_and_privileged_capabilities
+);
+
+/// The bounding set of a process, from its status.
+fn cap_bnd(status: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .expect("CapBnd")
+}
+
+/// A capability a container adds is one it can use (NET_ADMIN: a bridge in
+/// the pod's network), and one it did not add is not; a privileged
+/// container holds everything the node has, and the node's devices.
+async fn added_and_privileged_capabilities(pid: cri::NamespaceMode) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut e = env_on_network(pid, dir.path()).await;
+    let pod = e.pod("caps-added").await;
+    let sleep = ["sleep", "3600"];
+    let added = e
+        .create(&pod, "netadmin", &sleep, |c| {
+            c.linux = secured(cri::LinuxContainerSecurityContext {
+                capabilities: Some(cri::Capability {
+                    add_capabilities: vec!["NET_ADMIN".into()],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        })
+        .await;
+    let plain = e.create(&pod, "plain", &sleep, |_| {}).await;
+    let privileged = e
+        .create(&pod, "privileged", &sleep, |c| {
+            c.linux = secured(cri::LinuxContainerSecurityContext { privileged: true, ..Default::default() });
+        })
+        .await;
+    for id in [&added, &plain, &privileged] {
+        e.start(id).await;
+    }
+    let ok = common::exec_sync(&mut e.rt, &added, &["brctl", "addbr", "added0"]).await;
+    assert_eq!(ok.exit_code, 0, "NET_ADMIN added: {}", String::from_utf8_lossy(&ok.stderr));
+    let denied = common::exec_sync(&mut e.rt, &plain, &["brctl", "addbr", "plain0"]).await;
+    assert_ne!(denied.exit_code, 0, "without NET_ADMIN");
+    assert!(String::from_utf8_lossy(&denied.stderr).contains("Operation not permitted"), "{denied:?}");
+    let ok = common::exec_sync(&mut e.rt, &privileged, &["brctl", "addbr", "priv0"]).await;
+    assert_eq!(ok.exit_code, 0, "privileged: {}", String::from_utf8_lossy(&ok.stderr));
+    let links = common::exec_sync(&mut e.rt, &plain, &["sh", "-c", "ip link show added0 && ip link show priv0"]).await;
+    assert_eq!(links.exit_code, 0, "both bridges are in the pod's network: {links:?}");
+    assert!(!Path::new("/sys/class/net/added0").exists(), "not on the node");
+
+    // each container's own bounding set: exactly what it was given (capped by
+    // what the node has), not the pod's
+    let node = cap_bnd(&std::fs::read_to_string("/proc/self/status").expect("status"));
+    let want = |add: &[&str]| {
+        rktlet::stage1::caps::bounding_set(&add.iter().map(|c| c.to_string()).collect::<Vec<_>>(), &[]).expect("set")
+            & node
+    };
+    for (id, expected) in [(&added, want(&["NET_ADMIN"])), (&plain, want(&[])), (&privileged, node)] {
+        let out = common::exec_sync(&mut e.rt, id, &["cat", "/proc/self/status"]).await;
+        assert_eq!(cap_bnd(&String::from_utf8_lossy(&out.stdout)), expected, "{id}");
+    }
+    // the node's devices, in the privileged container only
+    let device = ["/dev/loop-control", "/dev/kvm", "/dev/autofs", "/dev/cpu_dma_latency"]
+        .into_iter()
+        .find(|d| Path::new(d).exists())
+        .expect("a node device to look for");
+    let seen = common::exec_sync(&mut e.rt, &privileged, &["stat", "-c", "%F", device]).await;
+    assert_eq!(String::from_utf8_lossy(&seen.stdout).trim(), "character special file", "{seen:?}");
+    // (an unprivileged one may see the empty mount point systemd left in the pod's /dev: no device)
+    let unseen = common::exec_sync(&mut e.rt, &plain, &["stat", "-c", "%F", device]).await;
+    assert_ne!(String::from_utf8_lossy(&unseen.stdout).trim(), "character special file", "{device}: {unseen:?}");
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}
+
+/// `id -G` shows the groups the image's /etc/group lists the user in, by
+/// name or by uid, and the SupplementalGroups of the security context.
+#[tokio::test(flavor = "multi_thread")]
+async fn image_groups_and_supplemental_groups() {
+    use common::registry::{raw_tar, registry};
+    use tar::EntryType as T;
+    let mut e = env().await;
+    let busybox = std::fs::read("/bin/busybox").expect("the node's static busybox");
+    let layer = raw_tar(&[
+        ("bin/", T::Directory, b"", ""),
+        ("etc/", T::Directory, b"", ""),
+        ("bin/busybox", T::Regular, &busybox, ""),
+        ("bin/sh", T::Symlink, b"", "busybox"),
+        ("bin/id", T::Symlink, b"", "busybox"),
+        ("bin/sleep", T::Symlink, b"", "busybox"),
+        ("etc/passwd", T::Regular, b"root:x:0:0::/:/bin/sh\nuser1:x:1000:1000::/:/bin/sh\n", ""),
+        ("etc/group", T::Regular, b"root:x:0:\nwheel:x:10:root\nuser1:x:1000:\ngroup1:x:50000:user1\n", ""),
+    ]);
+    // the layer's files are 0644: the test's busybox must be executable
+    let layer = {
+        let mut a = tar::Archive::new(&layer[..]);
+        let mut b = tar::Builder::new(Vec::new());
+        for entry in a.entries().expect("entries") {
+            let mut entry = entry.expect("entry");
+            let mut h = entry.header().clone();
+            if entry.path().expect("path").ends_with("busybox") {
+                h.set_mode(0o755);
+                h.set_cksum();
+            }
+            let mut data = Vec::new();
+            std::io::Read::read_to_end(&mut entry, &mut data).expect("read");
+            b.append(&h, &data[..]).expect("append");
+        }
+        b.into_inner().expect("tar")
+    };
+    let reg = registry();
+    reg.push("rktlet-test/groups", &[layer]).await;
+    e.image = common::pull(&e.d, &format!("{}/rktlet-test/groups:latest", reg.main)).await;
+    let pod = e.pod("groups").await;
+    let by_uid = e
+        .create(&pod, "byuid", &["sh", "-c", "id -G"], |c| {
+            c.linux = secured(cri::LinuxContainerSecurityContext {
+                run_as_user: Some(cri::Int64Value { value: 1000 }),
+                supplemental_groups: vec![1234],
+                ..Default::default()
+            });
+        })
+        .await;
+    let root = e.create(&pod, "root", &["sh", "-c", "id -G"], |_| {}).await;
+    for id in [&by_uid, &root] {
+        e.start(id).await;
+        e.wait_state(id, cri::ContainerState::ContainerExited).await;
+    }
+    assert_eq!(log_content(&e.wait_log("groups", "byuid", 1).await), ["1000 1234 50000"]);
+    assert_eq!(log_content(&e.wait_log("groups", "root", 1).await), ["0 10"]);
+    // a group without a user is refused, and leaves no container behind
+    let err =
+        e.rt.create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod.0.clone(),
+            config: Some(cri::ContainerConfig {
+                metadata: Some(cri::ContainerMetadata { name: "grouponly".into(), attempt: 0 }),
+                image: Some(cri::ImageSpec { image: e.image.clone(), ..Default::default() }),
+                command: vec!["id".into()],
+                linux: secured(cri::LinuxContainerSecurityContext {
+                    run_as_group: Some(cri::Int64Value { value: 50000 }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            sandbox_config: Some(pod.1.clone()),
+        })
+        .await
+        .expect_err("run_as_group alone");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    let listed =
+        e.rt.list_containers(cri::ListContainersRequest::default()).await.expect("list").into_inner().containers;
+    assert_eq!(listed.len(), 2, "{listed:?}");
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }

@@ -420,6 +420,35 @@ mod cri {
         Some(cri::ImageSpec { image: image.to_string(), ..Default::default() })
     }
 
+    /// An image whose layers were all stored by an earlier pull (here the same
+    /// layers under Docker schema 2 media types) has the size of its layers,
+    /// as ImageStatus, `crictl images` and kubelet's image gc read it.
+    #[tokio::test]
+    async fn an_image_made_of_stored_layers_has_its_size() {
+        let reg = registry();
+        let d = common::Daemon::start(&[]);
+        let mut c = d.images().await;
+        let mut sizes = Vec::new();
+        for tag in ["busybox:latest", "busybox:v2s2"] {
+            let image = format!("{}/{tag}", reg.main);
+            let pulled = c
+                .pull_image(cri::PullImageRequest { image: spec(&image), ..Default::default() })
+                .await
+                .expect("pull")
+                .into_inner();
+            let status = c
+                .image_status(cri::ImageStatusRequest { image: spec(&pulled.image_ref), verbose: false })
+                .await
+                .expect("status")
+                .into_inner()
+                .image
+                .expect("image");
+            sizes.push((status.id.clone(), status.size));
+        }
+        assert_ne!(sizes[0].0, sizes[1].0, "two images");
+        assert!(sizes[0].1 > 0 && sizes[0].1 == sizes[1].1, "{sizes:?}");
+    }
+
     #[tokio::test]
     async fn image_service_round_trip_over_the_socket() {
         let reg = registry();

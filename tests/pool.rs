@@ -381,3 +381,128 @@ async fn a_pool_of_zero_boots_nothing() {
     remove(&mut rt, &id).await;
     stop_and_check(&mut d, [id]);
 }
+
+/// A pod whose name is longer than a kernel hostname and that names no
+/// hostname is served by the pool like any other; its hostname is the name
+/// cut to 63 bytes, as kubelet cuts it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_with_a_long_name_is_served_by_the_pool() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_net, mut d) = pool_daemon(dir.path(), "1");
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    wait_pool(&mut rt, 1).await;
+    let waiting = pool_pods(&data);
+    let name = format!("{}-{}", "long".repeat(16), "tail");
+    assert!(name.len() > 64);
+    let mut config = pod_config(&name, &[]);
+    config.hostname = String::new();
+    config.log_directory = dir.path().join("logs/long").to_string_lossy().into_owned();
+    let id = run(&mut rt, &config).await;
+    assert!(waiting.contains(&id), "served by the waiting pool pod: {}", d.log());
+    let inside = in_pod(pod_pid1(&data, &id), "hostname");
+    assert_eq!(inside.trim(), &name[..63]);
+    remove(&mut rt, &id).await;
+    stop_and_check(&mut d, [id]);
+}
+
+/// A sysctl as the pod's processes see it (its network, IPC and UTS namespaces).
+fn sysctl_in_pod(pid1: i32, name: &str) -> String {
+    let path = format!("/proc/sys/{}", name.replace('.', "/"));
+    let out = std::process::Command::new("nsenter")
+        .args(["-t", &pid1.to_string(), "-n", "-i", "-u", "cat", &path])
+        .output()
+        .expect("nsenter");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn with_sysctls(mut config: cri::PodSandboxConfig, sysctls: &[(&str, &str)]) -> cri::PodSandboxConfig {
+    let linux = config.linux.get_or_insert_default();
+    linux.sysctls = sysctls.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    config
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sysctls_apply_to_pool_and_cold_pods_and_node_wide_ones_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_net, mut d) = pool_daemon(dir.path(), "1");
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    wait_pool(&mut rt, 1).await;
+    let waiting = pool_pods(&data);
+
+    // refused before anything is made: the pool pod stays, no pod is listed
+    let refused = [
+        with_sysctls(pod_config("node-wide", &[]), &[("kernel.pid_max", "4096")]),
+        with_sysctls(pod_config("hostname", &[]), &[("kernel.hostname", "other")]),
+        with_sysctls(host_network(pod_config("host-net", &[])), &[("net.core.somaxconn", "100")]),
+        with_sysctls(host_network(pod_config("host-uts", &[])), &[("kernel.domainname", "x")]),
+    ];
+    for config in refused {
+        let err = rt
+            .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() })
+            .await
+            .expect_err("refused");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    }
+    let mut host_ipc = with_sysctls(pod_config("host-ipc", &[]), &[("kernel.shmmax", "1")]);
+    host_ipc.linux.get_or_insert_default().security_context = Some(cri::LinuxSandboxSecurityContext {
+        namespace_options: Some(cri::NamespaceOption { ipc: cri::NamespaceMode::Node as i32, ..Default::default() }),
+        ..Default::default()
+    });
+    let err = rt
+        .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(host_ipc.clone()), runtime_handler: String::new() })
+        .await
+        .expect_err("IPC sysctl with the node's IPC namespace");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert_eq!(pool_pods(&data), waiting, "a refused request leaves the pool pod waiting");
+    let listed = rt.list_pod_sandbox(cri::ListPodSandboxRequest::default()).await.expect("list").into_inner();
+    assert!(listed.items.is_empty(), "{:?}", listed.items);
+
+    // from the pool: every namespace kind; the node keeps its own values
+    let sysctls = [
+        ("net.ipv4.ip_unprivileged_port_start", "123"),
+        ("kernel.shm_rmid_forced", "1"),
+        ("fs.mqueue.msg_max", "100"),
+        ("kernel.domainname", "sysctl.example"),
+    ];
+    let node: Vec<String> = sysctls.iter().map(|(k, _)| sysctl_in_pod(1, k)).collect();
+    let pooled = run(&mut rt, &with_sysctls(pod_config("pooled", &[]), &sysctls)).await;
+    assert!(waiting.contains(&pooled), "served from the pool");
+    let pid1 = pod_pid1(&data, &pooled);
+    for ((name, value), node) in sysctls.iter().zip(&node) {
+        assert_eq!(sysctl_in_pod(pid1, name), *value, "{name} in the pool pod");
+        assert_ne!(sysctl_in_pod(1, name), *value, "{name} on the node (was {node})");
+    }
+
+    // cold: a pod network with the node's IPC namespace (never from the pool), and a host-network one
+    let mut cold_net = with_sysctls(pod_config("cold-net", &[]), &[("net.ipv4.ip_unprivileged_port_start", "99")]);
+    cold_net.linux.get_or_insert_default().security_context =
+        host_ipc.linux.as_ref().and_then(|l| l.security_context.clone());
+    let cold_net = run(&mut rt, &cold_net).await;
+    assert!(!waiting.contains(&cold_net));
+    assert_eq!(sysctl_in_pod(pod_pid1(&data, &cold_net), "net.ipv4.ip_unprivileged_port_start"), "99");
+    let cold_ipc =
+        run(&mut rt, &with_sysctls(host_network(pod_config("cold-ipc", &[])), &[("kernel.shm_rmid_forced", "1")]))
+            .await;
+    assert_eq!(sysctl_in_pod(pod_pid1(&data, &cold_ipc), "kernel.shm_rmid_forced"), "1");
+    assert_eq!(sysctl_in_pod(1, "kernel.shm_rmid_forced"), node[1], "the node's IPC namespace is untouched");
+
+    // a value the kernel refuses fails the request and leaves no pod behind
+    let before = files_of(&data.join("pods/run"));
+    let err = rt
+        .run_pod_sandbox(cri::RunPodSandboxRequest {
+            config: Some(with_sysctls(host_network(pod_config("bad-value", &[])), &[("kernel.shm_rmid_forced", "x")])),
+            runtime_handler: String::new(),
+        })
+        .await
+        .expect_err("a value the kernel refuses");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert_eq!(files_of(&data.join("pods/run")), before, "the failed pod was taken down");
+
+    for id in [&pooled, &cold_net, &cold_ipc] {
+        remove(&mut rt, id).await;
+    }
+    let all: Vec<String> = [pooled, cold_net, cold_ipc].into_iter().chain(pool_pods(&data)).collect();
+    stop_and_check(&mut d, all);
+}

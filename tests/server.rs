@@ -38,6 +38,12 @@ async fn version_status_and_runtime_config_over_the_socket() {
     assert_eq!(net.reason, "NetworkPluginNotReady");
     assert!(net.message.contains("no network config found"), "{}", net.message);
     assert!(s.info.is_empty(), "info only when verbose");
+    // the default runtime handler, announcing only what works
+    let handlers: Vec<(String, Option<cri::RuntimeHandlerFeatures>)> =
+        s.runtime_handlers.iter().map(|h| (h.name.clone(), h.features)).collect();
+    let off = cri::RuntimeHandlerFeatures { recursive_read_only_mounts: false, user_namespaces: false };
+    assert_eq!(handlers, vec![(String::new(), Some(off))]);
+    assert_eq!(s.features.map(|f| f.supplemental_groups_policy), Some(false));
 
     let conf_dir = d.dir.path().join("net.d");
     std::fs::create_dir_all(&conf_dir).expect("net.d");
@@ -106,6 +112,26 @@ async fn second_server_is_refused_and_sigterm_removes_the_socket() {
     assert!(!status.success());
     let err = std::fs::read_to_string(second_dir.path().join("daemon.log")).expect("log");
     assert!(err.contains("already serving"), "{err}");
+    assert!(!second_dir.path().join("data").exists(), "refused before its data dir was made");
+
+    // another socket on the first one's data dir: refused, naming the holder
+    let third_dir = tempfile::tempdir().expect("tempdir");
+    let mut third = Command::new(BIN)
+        .arg("serve")
+        .arg("--socket")
+        .arg(third_dir.path().join("third.sock"))
+        .arg("--data-dir")
+        .arg(d.dir.path().join("data"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("third serve");
+    let status = wait_timeout(&mut third, Duration::from_secs(20)).expect("third server must exit");
+    assert!(!status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut third.stderr.take().expect("stderr"), &mut err).expect("stderr");
+    let first_pid = d.child.id().to_string();
+    assert!(err.contains("uses the data dir") && err.contains(&first_pid), "{err}");
+    assert!(!third_dir.path().join("third.sock").exists(), "its socket is removed again");
 
     // the first server is untouched
     let mut rt = d.runtime().await;
@@ -155,6 +181,56 @@ fn bad_config_is_a_clear_error() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("invalid config file"), "{err}");
+}
+
+/// Each key of the config file counts unless the flag is given (the global
+/// `--cni-conf-dir`'s default used to override the file's `cni_conf_dir`).
+#[test]
+fn config_file_keys_count_and_flags_override_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (sock, data, net) = (dir.path().join("r.sock"), dir.path().join("data"), dir.path().join("from-file"));
+    std::fs::create_dir_all(&net).expect("net.d");
+    let cfg = dir.path().join("config.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "socket = {:?}\ndata_dir = {:?}\ncni_conf_dir = {:?}\ncni_bin_dirs = [\"/usr/lib/cni\"]\npod_pool_size = 0\n",
+            sock, data, net
+        ),
+    )
+    .expect("write");
+    let info_of = |extra: &[&str]| -> serde_json::Value {
+        let mut child = Command::new(BIN)
+            .arg("serve")
+            .arg("--config")
+            .arg(&cfg)
+            .args(extra)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("serve");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let out = loop {
+            let out = Command::new(BIN).arg("info").arg("--socket").arg(&sock).output().expect("info");
+            if out.status.success() || std::time::Instant::now() > deadline {
+                break out;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let _ =
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = child.wait();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let info: serde_json::Value = serde_json::from_slice(&out.stdout).expect("info json");
+        assert!(info["config"].is_object(), "no config in {info}");
+        info["config"].clone()
+    };
+    let from_file = info_of(&[]);
+    assert_eq!(from_file["cniConfDir"], net.display().to_string(), "{from_file}");
+    assert_eq!(from_file["dataDir"], data.display().to_string());
+    assert_eq!(from_file["podPoolSize"], 0);
+    let flag = dir.path().join("from-flag");
+    let from_flag = info_of(&["--cni-conf-dir", flag.to_str().expect("utf8")]);
+    assert_eq!(from_flag["cniConfDir"], flag.display().to_string(), "{from_flag}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

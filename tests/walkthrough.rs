@@ -1,11 +1,12 @@
-//! The crictl walk-through of docs/crictl.md, one step per crictl command,
-//! through the CRI API of a real daemon: the same pod and container files
-//! (docs/crictl/*.json; the image comes from the test registry instead of
-//! docker.io, the log directory is a temporary one).
+//! The crictl walk-through of docs/crictl.md, one step per command, run with
+//! the official crictl binary (v1.29.0: kubelet 1.29's CRI client) against a
+//! real daemon, with the same pod and container files (docs/crictl/*.json;
+//! the image comes from the test registry instead of docker.io, the log
+//! directory is a temporary one).
 
 mod common;
 
-use common::{Daemon, TestNetwork, assert_no_leaks};
+use common::{Daemon, TestNetwork, assert_no_leaks, crictl};
 use rktlet::proto::v1 as cri;
 use std::time::{Duration, Instant};
 
@@ -14,102 +15,100 @@ fn doc(name: &str) -> String {
     std::fs::read_to_string(&path).expect("doc file")
 }
 
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).expect("crictl json")
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_crictl_walkthrough_works_step_by_step() {
     let dir = tempfile::tempdir().expect("tempdir");
     let net = TestNetwork::new(dir.path());
     let conf = net.conf_dir.to_string_lossy().to_string();
     let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni"]);
-    let (mut rt, mut img) = (d.runtime().await, d.images().await);
+    let sock = d.socket.clone();
     let (pod_doc, ctr_doc) = (doc("pod.json"), doc("container.json"));
     assert_eq!((pod_doc.as_str(), ctr_doc.as_str()), (rktlet::demo::POD_JSON, rktlet::demo::CONTAINER_JSON));
-    let mut ctr_cfg = rktlet::demo::container_config(&ctr_doc).expect("container.json");
-    assert_eq!(ctr_cfg.image.as_ref().map(|i| i.image.as_str()), Some("docker.io/library/busybox:latest"));
     let image = format!("{}/busybox:latest", common::registry::registry().main);
-    let log_dir = dir.path().join("logs").to_string_lossy().into_owned();
+    let log_dir = dir.path().join("logs");
+    // the documented files, with the test registry's image and a log directory of the test's
+    let mut pod_json = json(&pod_doc);
+    assert_eq!(pod_json["log_directory"], "/tmp/rktlet-demo");
+    pod_json["log_directory"] = log_dir.to_string_lossy().into_owned().into();
+    let mut ctr_json = json(&ctr_doc);
+    assert_eq!(ctr_json["image"]["image"], "docker.io/library/busybox:latest");
+    ctr_json["image"]["image"] = image.clone().into();
+    let (pod_file, ctr_file) = (dir.path().join("pod.json"), dir.path().join("container.json"));
+    std::fs::write(&pod_file, pod_json.to_string()).expect("pod.json");
+    std::fs::write(&ctr_file, ctr_json.to_string()).expect("container.json");
+    let (pod_arg, ctr_arg) = (pod_file.to_string_lossy().into_owned(), ctr_file.to_string_lossy().into_owned());
 
-    // crictl info
-    let st = rt.status(cri::StatusRequest { verbose: true }).await.expect("Status").into_inner();
-    let conditions = st.status.expect("status").conditions;
-    assert!(conditions.iter().all(|c| c.status), "{conditions:?}");
+    // crictl version; crictl info
+    assert!(crictl::ok(&sock, &["version"]).contains("RuntimeName:  rktlet"));
+    let info = json(&crictl::ok(&sock, &["info"]));
+    let conditions = info["status"]["conditions"].as_array().expect("conditions").clone();
+    assert!(conditions.iter().all(|c| c["status"] == true), "{info}");
 
-    // crictl pull
-    img.pull_image(cri::PullImageRequest {
-        image: Some(cri::ImageSpec { image: image.clone(), ..Default::default() }),
-        ..Default::default()
-    })
-    .await
-    .expect("crictl pull");
+    // crictl pull; crictl images
+    crictl::ok(&sock, &["pull", &image]);
+    let images = crictl::ok(&sock, &["images"]);
+    let row = images.lines().find(|l| l.contains("/busybox")).unwrap_or_else(|| panic!("{images}"));
+    assert!(!row.trim_end().ends_with("0B"), "an image size: {images}");
 
-    // crictl runp pod.json
-    let mut pod_cfg = rktlet::demo::pod_config(&pod_doc).expect("pod.json");
-    assert_eq!(pod_cfg.log_directory, "/tmp/rktlet-demo");
-    pod_cfg.log_directory = log_dir.clone();
-    let pod = common::run_pod(&mut rt, &pod_cfg).await;
+    // crictl runp pod.json; crictl inspectp POD
+    let pod = crictl::ok(&sock, &["runp", &pod_arg]).trim().to_string();
+    let inspect = json(&crictl::ok(&sock, &["inspectp", &pod]));
+    assert_eq!(inspect["status"]["state"], "SANDBOX_READY", "{inspect}");
+    assert!(inspect["info"]["sandboxLog"].as_str().is_some_and(|l| l.ends_with("/sandbox.log")), "{inspect}");
 
-    // crictl inspectp POD
-    let inspect = rt
-        .pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: pod.clone(), verbose: true })
-        .await
-        .expect("crictl inspectp")
-        .into_inner();
-    assert_eq!(inspect.status.as_ref().map(|s| s.state), Some(cri::PodSandboxState::SandboxReady as i32));
-    assert!(inspect.info.get("info").is_some_and(|i| i.contains("sandbox.log")), "{:?}", inspect.info);
+    // crictl create POD container.json pod.json; crictl start CTR
+    let ctr = crictl::ok(&sock, &["create", &pod, &ctr_arg, &pod_arg]).trim().to_string();
+    assert_eq!(ctr, format!("{pod}:0-hello"));
+    crictl::ok(&sock, &["start", &ctr]);
 
-    // crictl create POD container.json pod.json; crictl start
-    ctr_cfg.image = Some(cri::ImageSpec { image: image.clone(), ..Default::default() });
-    let log_name = ctr_cfg.log_path.clone();
-    let ctr = common::create_container(&mut rt, &pod, &pod_cfg, ctr_cfg).await;
-    rt.start_container(cri::StartContainerRequest { container_id: ctr.clone() }).await.expect("crictl start");
+    // crictl exec -s CTR echo hi (ExecSync); crictl exec CTR ... (Exec, over the streaming server)
+    // (crictl prints stdout and stderr with a newline after each)
+    assert_eq!(crictl::ok(&sock, &["exec", "-s", &ctr, "echo", "hi"]).trim_end(), "hi");
+    assert_eq!(crictl::ok(&sock, &["exec", &ctr, "sh", "-c", "echo streamed; id -u"]), "streamed\n0\n");
+    let failed = crictl::run(&sock, &["exec", "-s", &ctr, "sh", "-c", "exit 3"]);
+    let why = String::from_utf8_lossy(&failed.stderr);
+    assert!(!failed.status.success() && why.contains("exited with 3"), "the command's exit code: {why}");
 
-    // crictl exec -s CTR echo hi (ExecSync)
-    let out = rt
-        .exec_sync(cri::ExecSyncRequest {
-            container_id: ctr.clone(),
-            cmd: vec!["echo".into(), "hi".into()],
-            timeout: 10,
-        })
-        .await
-        .expect("crictl exec")
-        .into_inner();
-    assert_eq!((out.exit_code, String::from_utf8_lossy(&out.stdout).as_ref()), (0, "hi\n"));
+    // crictl ps shows 13 characters of the id; crictl inspect takes them
+    let ps = crictl::ok(&sock, &["ps", "-q", "--no-trunc"]);
+    assert_eq!(ps.trim(), ctr);
+    let short = crictl::ok(&sock, &["ps"]);
+    let shown = short.lines().nth(1).and_then(|l| l.split_whitespace().next()).expect("a row").to_string();
+    assert_eq!(shown.len(), 13, "{short}");
+    let inspected = json(&crictl::ok(&sock, &["inspect", &shown]));
+    assert_eq!(inspected["status"]["id"], ctr.as_str());
+    assert_eq!(inspected["status"]["state"], "CONTAINER_RUNNING");
 
-    // crictl ps shows 13 characters of the id; they name the pod's only container
-    let short = rt
-        .container_status(cri::ContainerStatusRequest { container_id: ctr[..13].to_string(), verbose: false })
-        .await
-        .expect("status by the id crictl ps shows")
-        .into_inner()
-        .status
-        .expect("status");
-    assert_eq!(short.id, ctr);
-
-    // crictl logs CTR: the CRI log file in the pod's log directory
-    let log_file = std::path::Path::new(&log_dir).join(log_name);
+    // crictl logs CTR
     let deadline = Instant::now() + Duration::from_secs(10);
-    let log = loop {
-        let log = std::fs::read_to_string(&log_file).unwrap_or_default();
-        if log.contains("hello") || Instant::now() > deadline {
-            break log;
+    let logs = loop {
+        let out = crictl::ok(&sock, &["logs", &ctr]);
+        if out.contains("hello") || Instant::now() > deadline {
+            break out;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert!(log.lines().any(|l| l.ends_with(" stdout F hello")), "{log}");
+    assert_eq!(logs, "hello\n");
 
     // crictl stats
-    let stats = rt
-        .list_container_stats(cri::ListContainerStatsRequest::default())
-        .await
-        .expect("crictl stats")
-        .into_inner()
-        .stats;
-    assert_eq!(stats.len(), 1);
-    assert!(stats[0].memory.as_ref().and_then(|m| m.working_set_bytes.as_ref()).is_some_and(|w| w.value > 0));
+    let stats = json(&crictl::ok(&sock, &["stats", "-o", "json"]));
+    let working_set = stats["stats"][0]["memory"]["workingSetBytes"]["value"].as_str().unwrap_or("0");
+    assert!(working_set.parse::<u64>().unwrap_or(0) > 0, "{stats}");
 
-    // crictl stop CTR; crictl stopp POD; crictl rmp POD
-    rt.stop_container(cri::StopContainerRequest { container_id: ctr.clone(), timeout: 10 }).await.expect("crictl stop");
-    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("crictl stopp");
-    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("crictl rmp");
+    // crictl stop -t 10 CTR; crictl stopp POD; crictl rmp POD; crictl rmi
+    crictl::ok(&sock, &["stop", "-t", "10", &ctr]);
+    let stopped = json(&crictl::ok(&sock, &["inspect", &ctr]));
+    assert_eq!(stopped["status"]["state"], "CONTAINER_EXITED");
+    crictl::ok(&sock, &["stopp", &pod]);
+    assert!(crictl::ok(&sock, &["pods"]).contains("NotReady"));
+    crictl::ok(&sock, &["rmp", &pod]);
+    assert_eq!(crictl::ok(&sock, &["pods", "-q"]).trim(), "");
+    crictl::ok(&sock, &["rmi", &image]);
+    assert!(!crictl::ok(&sock, &["images"]).contains("/busybox"));
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);
 }
 

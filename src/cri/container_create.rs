@@ -90,14 +90,14 @@ fn security_isolators(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result
     if privileged {
         return Ok(out);
     }
-    // seccomp: RuntimeDefault is systemd's curated @system-service set; a
-    // Localhost profile becomes a name filter (stage1/seccomp.rs); no profile
-    // or Unconfined means none
+    // seccomp: RuntimeDefault is containerd's default profile as a deny list
+    // for this container's capabilities; a Localhost profile becomes a name
+    // filter (stage1/seccomp.rs); no profile or Unconfined means none
     match seccomp_profile(sc)? {
-        Seccomp::RuntimeDefault => out.push(manifest::Isolator {
-            name: ISOLATOR_SECCOMP.into(),
-            value: serde_json::json!({ "set": ["@system-service"], "errno": "EPERM" }),
-        }),
+        Seccomp::RuntimeDefault => {
+            let (name, value) = crate::stage1::seccomp::runtime_default(set);
+            out.push(manifest::Isolator { name: name.into(), value });
+        }
         Seccomp::Localhost(path) => {
             let (name, value) = crate::stage1::seccomp::isolator_from_file(&path).map_err(Status::invalid_argument)?;
             out.push(manifest::Isolator { name: name.into(), value });
@@ -111,6 +111,31 @@ fn security_isolators(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result
     out.push(manifest::Isolator { name: ISOLATOR_MASKED.into(), value: serde_json::json!({ "set": masked }) });
     out.push(manifest::Isolator { name: ISOLATOR_READONLY.into(), value: serde_json::json!({ "set": readonly }) });
     Ok(out)
+}
+
+/// The node's devices for a privileged container (as containerd gives them),
+/// but those the pod has at the same path and those the container asked for.
+fn node_devices(pod: &Pod, asked: &[meta::Device]) -> Result<Vec<meta::Device>, Status> {
+    let internal = |e: &dyn std::fmt::Display| Status::internal(format!("the node's devices: {e}"));
+    let sandbox = pod.sandbox_pid().map_err(|e| internal(&e))?.ok_or_else(|| internal(&"the pod has no sandbox"))?;
+    let pid1 = crate::stage1::inject::pod_pid1(sandbox).map_err(|e| internal(&e))?;
+    let pod_root = PathBuf::from(format!("/proc/{pid1}/root"));
+    let found = crate::stage1::inject::node_devices(Path::new("/dev"), |p| {
+        asked.iter().any(|d| Path::new(&d.path) == p)
+            || p.strip_prefix("/").is_ok_and(|rel| std::fs::symlink_metadata(pod_root.join(rel)).is_ok())
+    })
+    .map_err(|e| internal(&e))?;
+    Ok(found
+        .into_iter()
+        .map(|d| meta::Device {
+            path: d.path,
+            kind: if d.block { 'b' } else { 'c' },
+            major: d.major,
+            minor: d.minor,
+            permissions: "rwm".into(),
+            mode: Some(d.mode),
+        })
+        .collect())
 }
 
 /// The container's PID namespace as [`meta::PID_NAMESPACE`] records it
@@ -173,8 +198,7 @@ fn seccomp_profile(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result<Se
     }
 }
 
-/// rkt's seccomp isolator; and rktlet's for masked and read-only paths.
-pub use crate::stage1::seccomp::ISOLATOR_RETAIN as ISOLATOR_SECCOMP;
+/// rktlet's isolators for masked and read-only paths.
 pub const ISOLATOR_MASKED: &str = "rktlet.io/masked-paths";
 pub const ISOLATOR_READONLY: &str = "rktlet.io/readonly-paths";
 /// What kubelet's defaults mask and make read-only when it sends none.
@@ -201,21 +225,30 @@ fn lookup(rootfs: &Path, file: &str, name: &str) -> Option<(u32, u32)> {
     })
 }
 
-/// Extra groups `user` belongs to in the image's /etc/group.
-fn member_groups(rootfs: &Path, user: &str) -> Vec<u32> {
-    if user.is_empty() {
-        return Vec::new();
-    }
+/// The groups the image's /etc/group lists `user` as a member of, as
+/// containerd adds them: the member lists name users, so a numeric uid
+/// counts by the name the image's /etc/passwd gives it (uid 0 is `root`
+/// there too); its primary group is not repeated.
+fn member_groups(rootfs: &Path, user: &str, uid: u32, primary: u32) -> Vec<u32> {
+    let name = if user.is_empty() || user.parse::<u32>().is_ok() {
+        match passwd_field(rootfs, uid, 0) {
+            Some(name) if !name.is_empty() => name,
+            _ => return Vec::new(),
+        }
+    } else {
+        user.to_string()
+    };
     let text = read_in_image(rootfs, "/etc/group").unwrap_or_default();
     text.lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split(':').collect();
             let members = f.get(3)?;
-            if !members.split(',').any(|m| m == user) {
+            if !members.split(',').any(|m| m.trim() == name) {
                 return None;
             }
             f.get(2)?.parse().ok()
         })
+        .filter(|g| *g != primary)
         .collect()
 }
 
@@ -232,10 +265,17 @@ fn resolve_user(
         None => (image_user.to_string(), image_group.to_string()),
     };
     if let Some(sc) = sc {
+        // as containerd: a group alone would run as the image's user with a
+        // group it did not choose
+        if sc.run_as_group.is_some() && sc.run_as_user.is_none() && sc.run_as_username.is_empty() {
+            return Err(Status::invalid_argument("run_as_group is set without run_as_user or run_as_username"));
+        }
+        // a user of the security context replaces the image's `user:group`
+        // whole: its group is the user's primary one unless run_as_group says
         if let Some(u) = &sc.run_as_user {
-            user = u.value.to_string();
+            (user, group) = (u.value.to_string(), String::new());
         } else if !sc.run_as_username.is_empty() {
-            user = sc.run_as_username.clone();
+            (user, group) = (sc.run_as_username.clone(), String::new());
         }
         if let Some(g) = &sc.run_as_group {
             group = g.value.to_string();
@@ -258,7 +298,7 @@ fn resolve_user(
             .map(|(g, _)| g)
             .ok_or_else(|| Status::invalid_argument(format!("group {group:?} not found in the image's /etc/group")))?,
     };
-    let mut extra: Vec<u32> = if user.parse::<u32>().is_err() { member_groups(rootfs, &user) } else { Vec::new() };
+    let mut extra = member_groups(rootfs, &user, uid, gid);
     if let Some(sc) = sc {
         extra.extend(sc.supplemental_groups.iter().filter_map(|g| u32::try_from(*g).ok()));
     }
@@ -373,13 +413,17 @@ pub async fn create_container(
     if config.stdin {
         user_annotations.insert(meta::STDIN.into(), if config.stdin_once { "once" } else { "true" }.into());
     }
-    if !config.devices.is_empty() {
-        let devices = config
-            .devices
-            .iter()
-            .map(meta::Device::from_cri)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(Status::invalid_argument)?;
+    let mut devices = config
+        .devices
+        .iter()
+        .map(meta::Device::from_cri)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Status::invalid_argument)?;
+    if sc.is_some_and(|s| s.privileged) {
+        let node = tokio::task::block_in_place(|| node_devices(&pod, &devices))?;
+        devices.extend(node);
+    }
+    if !devices.is_empty() {
         let json = serde_json::to_string(&devices).map_err(|e| Status::internal(e.to_string()))?;
         user_annotations.insert(meta::DEVICES.into(), json);
     }
@@ -447,6 +491,7 @@ pub async fn create_container(
         app,
         volumes,
         read_only_rootfs: sc.is_some_and(|s| s.readonly_rootfs),
+        mount_read_only: sc.is_some_and(|s| s.readonly_rootfs) && ids_for_systemd,
         annotations: Vec::new(),
     };
     let stage1 = pod.stage1_rootfs();
@@ -526,6 +571,27 @@ mod tests {
         };
         assert_eq!(resolve_user(t.path(), "web", "", Some(&sc)).expect("sc"), (4242, 77, vec![5, 6]));
         assert_eq!(resolve_user(t.path(), "", "", None).expect("root"), (0, 0, vec![]));
+        // a numeric uid gets its name's groups; the SC's are added
+        assert_eq!(resolve_user(t.path(), "1000", "", None).expect("uid"), (1000, 1001, vec![2000]));
+        let by_uid = cri::LinuxContainerSecurityContext {
+            run_as_user: Some(cri::Int64Value { value: 1000 }),
+            supplemental_groups: vec![7],
+            ..Default::default()
+        };
+        assert_eq!(resolve_user(t.path(), "", "", Some(&by_uid)).expect("by uid"), (1000, 1001, vec![7, 2000]));
+        // the image's group goes with the image's user
+        assert_eq!(resolve_user(t.path(), "0", "0", Some(&by_uid)).expect("image group"), (1000, 1001, vec![7, 2000]));
+        // a group without a user is refused, by uid or by name
+        let group_only = cri::LinuxContainerSecurityContext {
+            run_as_group: Some(cri::Int64Value { value: 5 }),
+            ..Default::default()
+        };
+        assert_eq!(
+            resolve_user(t.path(), "web", "", Some(&group_only)).expect_err("group only").code(),
+            tonic::Code::InvalidArgument
+        );
+        let by_name = cri::LinuxContainerSecurityContext { run_as_username: "web".into(), ..group_only.clone() };
+        assert_eq!(resolve_user(t.path(), "", "", Some(&by_name)).expect("by name"), (1000, 5, vec![2000]));
         assert_eq!(
             resolve_user(t.path(), "nobody", "", None).expect_err("unknown").code(),
             tonic::Code::InvalidArgument

@@ -138,6 +138,10 @@ pub struct Device {
     pub minor: u64,
     /// CRI's `rwm` letters.
     pub permissions: String,
+    /// The node's permission bits, for a node device a privileged container
+    /// gets (the letters give every user `r`/`w` of a device asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
 }
 
 impl Device {
@@ -163,6 +167,7 @@ impl Device {
             major: nix::sys::stat::major(rdev),
             minor: nix::sys::stat::minor(rdev),
             permissions: if d.permissions.is_empty() { "rwm".into() } else { d.permissions.clone() },
+            mode: None,
         })
     }
 }

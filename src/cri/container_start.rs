@@ -346,6 +346,9 @@ fn device_nodes(paths: &AppPaths, devices: &[meta::Device]) -> Result<Vec<BindPa
         if d.permissions.contains('w') {
             mode |= Mode::S_IWUSR | Mode::S_IWGRP | Mode::S_IWOTH;
         }
+        if let Some(bits) = d.mode {
+            mode = Mode::from_bits_truncate(bits & 0o666);
+        }
         let node = dir.join(i.to_string());
         mknod(&node, kind, Mode::empty(), makedev(d.major, d.minor))
             .and_then(|()| {

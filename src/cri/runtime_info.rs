@@ -50,7 +50,31 @@ pub async fn status(rt: &Runtime, req: cri::StatusRequest) -> Result<cri::Status
         let pool = serde_json::json!({ "pool": rt.pool.info(), "idleMemory": rt.pool.idle_memory() });
         info.insert("podPool".to_string(), pool.to_string());
     }
-    Ok(cri::StatusResponse { status: Some(cri::RuntimeStatus { conditions }), info, ..Default::default() })
+    Ok(cri::StatusResponse {
+        status: Some(cri::RuntimeStatus { conditions }),
+        info,
+        runtime_handlers: runtime_handlers(),
+        features: Some(runtime_features()),
+    })
+}
+
+/// The one runtime handler (the default, named ""), with what it supports;
+/// kubelet 1.30+ reads these to decide which pod fields it may send.
+fn runtime_handlers() -> Vec<cri::RuntimeHandler> {
+    vec![cri::RuntimeHandler {
+        name: String::new(),
+        features: Some(cri::RuntimeHandlerFeatures {
+            // neither is implemented yet: mounts are made read-only one level
+            // deep, and pods share the node's user namespace
+            recursive_read_only_mounts: false,
+            user_namespaces: false,
+        }),
+    }]
+}
+
+/// Runtime-wide features: none of the optional ones yet.
+fn runtime_features() -> cri::RuntimeFeatures {
+    cri::RuntimeFeatures { supplemental_groups_policy: false, user_namespaces_host_network: false }
 }
 
 pub async fn runtime_config(

@@ -173,6 +173,7 @@ async fn adapt(rt: &Runtime, req: &Request, member: &Member) -> Result<(), Unusa
     };
     let (added, local) = tokio::join!(added, local);
     local.map_err(|e| internal(uuid, "adapt worker", e))??;
+    super::sandbox_run::apply_sysctls(pid1, &req.sysctls).await?;
     let result = added.map_err(|e| internal(uuid, "CNI ADD", e))?;
     record_network(rt, uuid, &net, &result, &req.hostname)?;
     adapt::set_created(&pod.path(), served_at).map_err(|e| internal(uuid, "setting the creation time", e))?;

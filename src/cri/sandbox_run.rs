@@ -10,6 +10,7 @@ use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::launch::{self, Supervisor};
 use crate::stage1::sandbox::SandboxArgs;
+use crate::stage1::sysctl::{self, PodNamespaces, Sysctl, SysctlError};
 use std::path::PathBuf;
 use std::time::Duration;
 use tonic::Status;
@@ -25,6 +26,8 @@ pub(super) struct Request {
     pub host_ipc: bool,
     pub hostname: String,
     pub cgroup_parent: String,
+    /// `linux.sysctls`, checked against the pod's namespaces.
+    pub sysctls: Vec<Sysctl>,
 }
 
 fn validate(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Result<Request, Status> {
@@ -59,16 +62,41 @@ fn validate(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Result<Requ
     let host_network = ns.network == cri::NamespaceMode::Node as i32;
     let host_ipc = ns.ipc == cri::NamespaceMode::Node as i32;
     let hostname = if !config.hostname.is_empty() {
+        if config.hostname.len() > crate::pod::HOST_NAME_MAX {
+            return Err(Status::invalid_argument(format!(
+                "config.hostname: {} bytes, more than the kernel's {}",
+                config.hostname.len(),
+                crate::pod::HOST_NAME_MAX
+            )));
+        }
         config.hostname.clone()
     } else if host_network {
         nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
     } else {
-        meta.name.clone()
+        crate::pod::hostname_from_name(&meta.name).to_string()
     };
     let cgroup_parent = config.linux.as_ref().map(|l| l.cgroup_parent.clone()).unwrap_or_default();
     crate::cgroup::pod::subcgroup(&cgroup_parent, "check", systemd_driver)
         .map_err(|e| Status::invalid_argument(format!("config.linux.cgroup_parent: {e}")))?;
-    Ok(Request { config, host_network, host_ipc, hostname, cgroup_parent })
+    let sysctls = config.linux.as_ref().map(|l| l.sysctls.iter()).into_iter().flatten();
+    let sysctls = sysctl::check(sysctls, PodNamespaces { host_network, host_ipc }).map_err(sysctl_status)?;
+    Ok(Request { config, host_network, host_ipc, hostname, cgroup_parent, sysctls })
+}
+
+pub(super) fn sysctl_status(e: SysctlError) -> Status {
+    if e.is_invalid_argument() { Status::invalid_argument(e.to_string()) } else { Status::internal(e.to_string()) }
+}
+
+/// Writes the pod's sysctls in its namespaces (those of its systemd, `pid1`).
+pub(super) async fn apply_sysctls(pid1: i32, sysctls: &[Sysctl]) -> Result<(), Status> {
+    if sysctls.is_empty() {
+        return Ok(());
+    }
+    let sysctls = sysctls.to_vec();
+    tokio::task::spawn_blocking(move || sysctl::apply(pid1, &sysctls))
+        .await
+        .map_err(|e| Status::internal(format!("sysctl worker: {e}")))?
+        .map_err(sysctl_status)
 }
 
 pub(super) fn internal(uuid: Uuid, what: &str, e: impl std::fmt::Display) -> Status {
@@ -137,6 +165,16 @@ async fn start(rt: &Runtime, req: &Request, uuid: Uuid, manifest_file: PathBuf) 
     let cni = network.as_ref().map(|(net, netns)| (net, cni_request(rt, uuid, netns, config)));
     if let (Some(result), Some((net, _))) = (boot(rt, uuid, args, cni).await?, &network) {
         record_network(rt, uuid, net, &result, &req.hostname)?;
+    }
+    if !req.sysctls.is_empty() {
+        let pod = Pod::open(&rt.data, &uuid.to_string()).map_err(|e| internal(uuid, "opening the pod", e))?;
+        let sandbox = pod
+            .sandbox_pid()
+            .map_err(|e| internal(uuid, "reading the sandbox pid", e))?
+            .ok_or_else(|| internal(uuid, "applying sysctls", "the pod has no sandbox"))?;
+        let pid1 =
+            crate::stage1::inject::pod_pid1(sandbox).map_err(|e| internal(uuid, "finding the pod's systemd", e))?;
+        apply_sysctls(pid1, &req.sysctls).await?;
     }
     Ok(())
 }

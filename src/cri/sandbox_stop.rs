@@ -19,9 +19,11 @@ fn teardown_status(e: TeardownError) -> Status {
     }
 }
 
-/// Drops the daemon's connection to a pod's systemd once the pod is going away.
+/// Drops the daemon's connection to a pod's systemd once the pod is going
+/// away (the exit recorder keeps its own until the pod's systemd closes it).
 fn forget_bus(rt: &Runtime, id: &str) {
     if let Ok(uuid) = rt.data.resolve(id) {
+        rt.expect_pod_bus_close(uuid);
         rt.drop_pod_bus(uuid);
     }
 }
@@ -32,6 +34,9 @@ pub async fn stop_pod_sandbox(
 ) -> Result<cri::StopPodSandboxResponse, Status> {
     if req.pod_sandbox_id.is_empty() {
         return Err(Status::invalid_argument("pod_sandbox_id is required"));
+    }
+    if let Ok(uuid) = rt.data.resolve(&req.pod_sandbox_id) {
+        rt.expect_pod_bus_close(uuid);
     }
     teardown::stop_pod(&rt.data, &req.pod_sandbox_id, STOP_GRACE, &rt.net_dirs()).await.map_err(teardown_status)?;
     forget_bus(rt, &req.pod_sandbox_id);

@@ -204,7 +204,7 @@ impl<'a> Unpacker<'a> {
 
     /// Unpacks every entry of `tar`; returns what the merge needs.
     pub fn unpack(mut self, tar: impl Read) -> Result<Unpacked, ExtractError> {
-        let mut archive = tar::Archive::new(tar);
+        let mut archive = tar::Archive::new(PadLastBlock::new(tar));
         for entry in archive.entries().map_err(ExtractError::Tar)? {
             let entry = entry.map_err(ExtractError::Tar)?;
             self.entry(entry)?;
@@ -499,6 +499,45 @@ pub fn usage(path: &Path) -> (u64, u64) {
     (bytes, inodes)
 }
 
+/// A tar stream whose last block may be cut short: some writers (umoci
+/// among them) end a layer right after the last file's data, without its
+/// padding to 512 bytes or the two zero blocks that end an archive. Go's
+/// archive/tar, containerd and Docker read such layers; the tar crate fails
+/// on the missing padding ("unexpected EOF during skip"). At the end of the
+/// stream this reader adds the zeros that complete the last block, no more:
+/// a stream cut inside an entry's data still fails (and a layer's digest is
+/// checked before it is unpacked).
+struct PadLastBlock<R> {
+    inner: R,
+    read: u64,
+    pad: usize,
+    ended: bool,
+}
+
+impl<R> PadLastBlock<R> {
+    fn new(inner: R) -> Self {
+        PadLastBlock { inner, read: 0, pad: 0, ended: false }
+    }
+}
+
+impl<R: Read> Read for PadLastBlock<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if !self.ended {
+            let n = self.inner.read(buf)?;
+            if n > 0 || buf.is_empty() {
+                self.read += n as u64;
+                return Ok(n);
+            }
+            self.ended = true;
+            self.pad = ((512 - self.read % 512) % 512) as usize;
+        }
+        let n = self.pad.min(buf.len());
+        buf[..n].fill(0);
+        self.pad -= n;
+        Ok(n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -526,6 +565,21 @@ mod tests {
     }
 
     use tar::EntryType as T;
+
+    #[test]
+    fn a_layer_without_its_last_padding_and_end_blocks_unpacks() {
+        let full = tar_of(&[("a", T::Regular, b"first", ""), ("b", T::Regular, b"last file", "")]);
+        // the last entry's data ends 512 (header a) + 512 (data a) + 512 (header b) + 9 bytes in
+        let cut = &full[..512 * 3 + 9];
+        let root = tempfile::tempdir().expect("root");
+        Unpacker::new(root.path(), false).unpack(cut).expect("unpacks as Go's archive/tar would");
+        assert_eq!(fs::read(root.path().join("b")).expect("b"), b"last file");
+        // cut inside the last file's data: still an error
+        let root = tempfile::tempdir().expect("root");
+        let short = tar_of(&[("big", T::Regular, &[7u8; 2000], "")]);
+        let err = Unpacker::new(root.path(), false).unpack(&short[..512 + 700]).expect_err("truncated data");
+        assert!(err.to_string().contains("reading the layer tar"), "{err}");
+    }
 
     #[test]
     fn refuses_parent_traversal() {

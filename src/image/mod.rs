@@ -313,7 +313,7 @@ impl Store {
         }
         tags.sort();
         digests.sort();
-        Ok(Image {
+        let mut image = Image {
             id: key.to_string(),
             manifest,
             tags,
@@ -321,7 +321,13 @@ impl Store {
             size: row.size.max(0) as u64,
             import_time: row.importtime,
             last_used: row.lastused,
-        })
+        };
+        if image.size == 0 {
+            // recorded by a release that counted only the layers it downloaded:
+            // the size of the image's stored layer blobs
+            image.size = image.layer_keys().iter().filter_map(|k| index.aci(k)).map(|a| a.size.max(0) as u64).sum();
+        }
+        Ok(image)
     }
 
     pub fn read_manifest(&self, key: &str) -> Result<ImageManifest, ImageError> {

@@ -394,6 +394,9 @@ pub async fn pull(
         .map(|d| (d.key.clone(), if d.compressed_size > 0 { d.compressed_size } else { layers[d.index].size }))
         .collect();
     let image_manifest = image_for(&keys);
+    // the image's size is its layers' compressed sizes, those stored before
+    // as much as those downloaded now
+    let image_size = keys.iter().map(|(_, size)| *size as i64).sum();
     let layer_meta: Vec<(Digest, String)> = layers.iter().map(|l| (l.digest.clone(), l.media_type.clone())).collect();
     let image_key = blocking(move || {
         let plan = Commit {
@@ -403,6 +406,7 @@ pub async fn pull(
             layer_meta: &layer_meta,
             config: &config,
             image: image_manifest,
+            image_size,
             remotes,
         };
         plan.run()
@@ -495,12 +499,13 @@ struct Commit<'a> {
     layer_meta: &'a [(Digest, String)],
     config: &'a ImageConfig,
     image: ImageManifest,
+    image_size: i64,
     remotes: Vec<String>,
 }
 
 impl Commit<'_> {
     fn run(self) -> Result<String, ImageError> {
-        let Commit { cas, work, done, layer_meta, config, image, remotes } = self;
+        let Commit { cas, work, done, layer_meta, config, image, image_size, remotes } = self;
         let rootfs = work.rootfs();
         let started = std::time::Instant::now();
         finish_tree(&rootfs, &work.path, done)?;
@@ -548,7 +553,6 @@ impl Commit<'_> {
         tracing::debug!(ms = started.elapsed().as_millis() as u64, "blobs and tree committed");
         // 4. the index: from here on the image is visible
         let now = now_nanos();
-        let image_size: i64 = done.iter().map(|d| d.compressed_size as i64).sum();
         cas.update_index(|i| {
             for d in done {
                 let size = fs::metadata(cas.blob(&d.key)).map_or(0, |m| m.len() as i64);

@@ -26,6 +26,20 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 use uuid::Uuid;
 
+/// The kernel's limit on a hostname, in bytes (`HOST_NAME_MAX`).
+pub const HOST_NAME_MAX: usize = 64;
+
+/// The hostname of a pod that names none: its name, cut to 63 bytes with
+/// trailing `-` and `.` removed, as kubelet cuts a long pod name (the kernel
+/// takes at most [`HOST_NAME_MAX`]).
+pub fn hostname_from_name(name: &str) -> &str {
+    let mut end = name.len().min(63);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name[..end].trim_end_matches(['-', '.'])
+}
+
 /// Name of the pod manifest file in a pod directory.
 pub const MANIFEST_FILE: &str = "pod";
 /// Lock file serialising manifest rewrites (`app add` / `app rm`).

@@ -272,3 +272,13 @@ fn pod_lck_serialises_manifest_writers_across_processes() {
     let status = Command::new("flock").args(["-n", "-x"]).arg(&lck).arg("true").status().expect("flock");
     assert!(status.success(), "pod.lck free again");
 }
+
+#[test]
+fn a_long_pod_name_gives_a_hostname_the_kernel_takes() {
+    let long = format!("{}-x", "a".repeat(62));
+    assert_eq!(super::hostname_from_name(&long), "a".repeat(62));
+    assert_eq!(super::hostname_from_name("web-0"), "web-0");
+    let wide = "é".repeat(40);
+    assert!(super::hostname_from_name(&wide).len() <= 63);
+    assert_eq!(super::hostname_from_name(&"b".repeat(200)).len(), 63);
+}

@@ -25,6 +25,10 @@ pub enum ServeError {
     AlreadyServing(PathBuf),
     #[error("{0} exists and is not a socket; refusing to replace it")]
     NotASocket(PathBuf),
+    #[error("another rktlet daemon ({holder}) uses the data dir {dir}; stop it first or pick another --data-dir")]
+    DataDirInUse { dir: PathBuf, holder: String },
+    #[error("starting the runtime: {0}")]
+    Runtime(String),
     #[error("{context}: {source}")]
     Io { context: String, source: io::Error },
     #[error("gRPC server failed: {0}")]
@@ -131,11 +135,56 @@ pub fn shutdown_signal() -> Result<impl Future<Output = ()> + Send, ServeError> 
     })
 }
 
-/// `rktlet serve`: claim the socket, serve until a signal, remove the socket.
-pub async fn run(runtime: Arc<Runtime>) -> Result<(), ServeError> {
-    let socket = runtime.config.socket.clone();
+/// The daemon's claim on its data dir: an exclusive flock on
+/// `<data dir>/daemon.lock`, held for the daemon's life. A second daemon on
+/// the same data dir would take the first one's pool pods for leftovers of a
+/// previous run and delete them. The file names the holder for the refusal.
+#[derive(Debug)]
+pub struct DataDirGuard {
+    _lock: HeldLock,
+}
+
+pub fn claim_data_dir(dir: &Path, socket: &Path) -> Result<DataDirGuard, ServeError> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o711)
+        .create(dir)
+        .map_err(io_err(format!("creating {}", dir.display())))?;
+    let path = dir.join("daemon.lock");
+    match lock::try_exclusive_file(&path).map_err(io_err(format!("locking {}", path.display())))? {
+        Some(lock) => {
+            let holder = format!("pid {}, socket {}\n", std::process::id(), socket.display());
+            let _ = fs::write(&path, holder);
+            Ok(DataDirGuard { _lock: lock })
+        }
+        None => {
+            let holder = fs::read_to_string(&path).unwrap_or_default().trim().to_string();
+            let holder = if holder.is_empty() { "pid unknown".to_string() } else { holder };
+            Err(ServeError::DataDirInUse { dir: dir.to_path_buf(), holder })
+        }
+    }
+}
+
+/// `rktlet serve`: claim the socket (before anything is created for the
+/// data dir), then the data dir, start the runtime, serve until a signal,
+/// remove the socket.
+pub async fn run_with(config: crate::config::Config) -> Result<(), ServeError> {
     let signals = shutdown_signal()?;
-    let (listener, guard) = bind(&socket)?;
+    let (listener, socket_guard) = bind(&config.socket)?;
+    let data_guard = claim_data_dir(&config.data_dir, &config.socket)?;
+    let runtime = Arc::new(Runtime::new(config).map_err(|e| ServeError::Runtime(e.to_string()))?);
+    let result = run(runtime, listener, socket_guard, signals).await;
+    drop(data_guard);
+    result
+}
+
+async fn run(
+    runtime: Arc<Runtime>,
+    listener: UnixListener,
+    guard: SocketGuard,
+    signals: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let socket = runtime.config.socket.clone();
     tracing::info!(
         socket = %socket.display(),
         data_dir = %runtime.data.root().display(),

@@ -59,6 +59,11 @@ pub struct AppSpec {
     pub app: AppSection,
     pub volumes: Vec<VolumeSpec>,
     pub read_only_rootfs: bool,
+    /// The rootfs is mounted read-only in the pod, for an app whose mount
+    /// namespace the pod's systemd makes (one in the pod's PID namespace):
+    /// systemd 252 leaves a `RootDirectory=` that is a mount of its own
+    /// writable under `ReadOnlyPaths=/`. (appexec remounts its apps' roots.)
+    pub mount_read_only: bool,
     pub annotations: Vec<NameValue>,
 }
 
@@ -230,9 +235,18 @@ impl AppSpec {
         // the rootfs, then the volumes on top of it; the pod's identity files
         // are bound by the app's unit (container_start.rs), where they cost
         // other apps nothing
+        if self.mount_read_only {
+            // what the unit mounts or enters must be there before the root is
+            // read-only (systemd's own: where it propagates mounts to the unit)
+            let cwd = Some(self.app.working_directory.as_str()).filter(|w| w.starts_with('/')).unwrap_or("/");
+            for dir in ["/proc", "/sys", "/dev", "/run/systemd/incoming", cwd] {
+                ensure_target(&target_in(&rootfs, Path::new(dir))?, true).map_err(io("creating mount target"))?;
+            }
+        }
         let mut mounts = vec![
             Attach::new(
-                inject::clone_tree(&rootfs, false, false, Propagation::Private).map_err(io("cloning app rootfs"))?,
+                inject::clone_tree(&rootfs, false, self.mount_read_only, Propagation::Private)
+                    .map_err(io("cloning app rootfs"))?,
                 &paths.rootfs_in_pod(),
             )
             .map_err(io("rootfs path"))?,

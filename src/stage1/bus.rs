@@ -80,6 +80,9 @@ impl BusError {
 /// A connection to one pod's systemd.
 pub struct PodBus {
     pid1: i32,
+    /// Set when the pod is being stopped: its systemd closing the
+    /// connection is then expected, not a fault.
+    closing: Arc<std::sync::atomic::AtomicBool>,
     requests: Option<mpsc::Sender<Request>>,
     wake: Arc<OwnedFd>,
     thread: Option<JoinHandle<()>>,
@@ -100,17 +103,24 @@ impl PodBus {
         }
         let wake = Arc::new(eventfd().map_err(err)?);
         let (tx, rx) = mpsc::channel();
-        let w = Worker::new(bus, pod_pid1);
+        let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let w = Worker::new(bus, pod_pid1, Arc::clone(&closing));
         let wake2 = Arc::clone(&wake);
         let thread = std::thread::Builder::new()
             .name(format!("podbus-{pod_pid1}"))
             .spawn(move || worker::run(w, rx, wake2))
             .map_err(err)?;
-        Ok(PodBus { pid1: pod_pid1, requests: Some(tx), wake, thread: Some(thread) })
+        Ok(PodBus { pid1: pod_pid1, closing, requests: Some(tx), wake, thread: Some(thread) })
     }
 
     pub fn pid1(&self) -> i32 {
         self.pid1
+    }
+
+    /// Says the pod is being stopped: the disconnect that follows is
+    /// logged at debug, not as a fault.
+    pub fn expect_close(&self) {
+        self.closing.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Starts the transient service `spec` and waits for its start job.

@@ -4,7 +4,8 @@
 //! The command becomes a copy of the app's main process in everything but
 //! its program: the same namespaces (mnt, pid, net, ipc, uts, cgroup), root,
 //! working directory, environment, uid/gid/groups, capability sets,
-//! no_new_privs and cgroups, all read from `/proc/<main pid>` beforehand.
+//! no_new_privs and cgroups, all read from `/proc/<main pid>` beforehand, and
+//! the same seccomp filters, copied from the main process (`filters`).
 //!
 //! One child, made the way `posix_spawn` makes one, because copying the
 //! daemon's page tables for a fork was most of an exec's cost:
@@ -118,6 +119,8 @@ struct Target {
     cgroup_procs: Vec<CString>,
     /// The app's `oom_score_adj` (empty if unreadable).
     oom_score_adj: String,
+    /// The main process's seccomp filters, oldest first.
+    seccomp: super::filters::Filters,
 }
 
 fn cstring(bytes: &[u8]) -> Result<CString, ExecError> {
@@ -197,7 +200,11 @@ impl Target {
             })
             .map(|p| cstring(p.as_os_str().as_bytes()))
             .collect::<Result<_, _>>()?;
+        // last: the main process is held for a moment while its filters are read
+        let seccomp = super::filters::of_process(pid, status_field(&status, "Seccomp").unwrap_or("0"))
+            .map_err(|e| bad(&format!("cannot read its seccomp filters: {e}")))?;
         Ok(Target {
+            seccomp,
             ns,
             root,
             cwd: cstring(cwd.as_os_str().as_bytes())?,
@@ -544,7 +551,7 @@ fn kill_session(child: i32, pidfd: Option<&OwnedFd>) {
 }
 
 /// Names of the setup steps, indexed by the number the child reports.
-const STEPS: [&str; 12] = [
+const STEPS: [&str; 13] = [
     "setsid",
     "joining the app's cgroup",
     "joining the app's namespaces",
@@ -557,6 +564,7 @@ const STEPS: [&str; 12] = [
     "setting the uid",
     "setting capabilities",
     "exec",
+    "installing the app's seccomp filters",
 ];
 
 /// Writes one report (two or three i32 words) to the status pipe.
@@ -648,6 +656,12 @@ unsafe fn command(
                 fail(rep, 6);
             }
         }
+        // without no_new_privs a filter needs CAP_SYS_ADMIN, which is still
+        // held here; the rest of the setup then runs under the app's filters
+        // as the app's own start did
+        if !t.no_new_privs {
+            install_filters(t, rep);
+        }
         // keep the permitted set across the uid change; it is set exactly below
         libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0);
         // raw syscalls: glibc's wrappers would apply the change to every
@@ -675,6 +689,7 @@ unsafe fn command(
         }
         if t.no_new_privs {
             libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+            install_filters(t, rep);
         }
         let mut errno = libc::ENOENT;
         for path in candidates {
@@ -687,6 +702,20 @@ unsafe fn command(
         }
         *libc::__errno_location() = errno;
         fail(rep, 11)
+    }
+}
+
+/// Installs the app's seccomp filters, oldest first.
+///
+/// # Safety
+/// Only in the cloned child: raw syscalls on prepared data.
+unsafe fn install_filters(t: &Target, rep: RawFd) {
+    for program in &t.seccomp.programs {
+        // SAFETY: one seccomp(2) on instructions read before the clone.
+        if !unsafe { super::filters::install(program) } {
+            // SAFETY: as above; fail() ends the child.
+            unsafe { fail(rep, 12) }
+        }
     }
 }
 

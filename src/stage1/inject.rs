@@ -297,3 +297,85 @@ pub fn pod_pid1(sandbox_pid: i32) -> io::Result<i32> {
 pub fn overlay_options(lower: &Path, upper: &Path, work: &Path) -> String {
     format!("lowerdir={},upperdir={},workdir={}", lower.display(), upper.display(), work.display())
 }
+
+/// A device node of the node's `/dev`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeDevice {
+    /// Its path (`/dev/...`).
+    pub path: String,
+    pub block: bool,
+    pub major: u64,
+    pub minor: u64,
+    /// Its permission bits on the node.
+    pub mode: u32,
+}
+
+/// The node's character and block devices below `dev` (`/dev`), as a
+/// privileged container gets them (runc's walk): not those of its own
+/// instances (`pts`, `shm`, `mqueue`), nor the console or `ptmx`, which the
+/// pod has for itself; nor those whose path `skip` says the pod has already.
+pub fn node_devices(dev: &Path, skip: impl Fn(&Path) -> bool) -> io::Result<Vec<NodeDevice>> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    const OWN: [&str; 6] = ["pts", "shm", "mqueue", "fd", "console", "ptmx"];
+    let mut out = Vec::new();
+    let mut dirs = vec![dev.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir)?.flatten() {
+            let path = entry.path();
+            if dir == dev && OWN.iter().any(|o| entry.file_name() == *o) {
+                continue;
+            }
+            // lstat: links are not followed, so the walk stays in /dev
+            let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+            let t = meta.file_type();
+            if t.is_dir() {
+                dirs.push(path);
+            } else if (t.is_char_device() || t.is_block_device()) && !skip(&path) {
+                out.push(NodeDevice {
+                    path: Path::new("/dev").join(path.strip_prefix(dev).unwrap_or(&path)).display().to_string(),
+                    block: t.is_block_device(),
+                    major: nix::sys::stat::major(meta.rdev()),
+                    minor: nix::sys::stat::minor(meta.rdev()),
+                    mode: meta.mode() & 0o777,
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod node_device_tests {
+    use super::*;
+
+    #[test]
+    fn the_nodes_devices_but_the_pods_own() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let dev = t.path();
+        for d in ["pts", "net", "sub/deeper"] {
+            std::fs::create_dir_all(dev.join(d)).expect("dir");
+        }
+        let mk = |p: &str, major: u64, minor: u64| {
+            nix::sys::stat::mknod(
+                &dev.join(p),
+                nix::sys::stat::SFlag::S_IFCHR,
+                nix::sys::stat::Mode::from_bits_truncate(0o600),
+                nix::sys::stat::makedev(major, minor),
+            )
+            .expect("mknod");
+        };
+        mk("null", 1, 3);
+        mk("kvm", 10, 232);
+        mk("net/tun", 10, 200);
+        mk("sub/deeper/x", 240, 1);
+        mk("pts/0", 136, 0);
+        mk("ptmx", 5, 2);
+        std::fs::write(dev.join("plain"), b"").expect("file");
+        std::os::unix::fs::symlink("/etc/passwd", dev.join("link")).expect("link");
+        let got = node_devices(dev, |p| p.ends_with("null")).expect("walk");
+        let paths: Vec<&str> = got.iter().map(|d| d.path.as_str()).collect();
+        assert_eq!(paths, ["/dev/kvm", "/dev/net/tun", "/dev/sub/deeper/x"]);
+        assert_eq!((got[0].major, got[0].minor, got[0].block, got[0].mode), (10, 232, false, 0o600));
+    }
+}

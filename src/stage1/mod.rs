@@ -11,6 +11,7 @@ pub mod appexec;
 pub mod bus;
 pub mod caps;
 pub mod exec;
+pub mod filters;
 pub mod host;
 pub mod inject;
 pub mod launch;
@@ -21,6 +22,7 @@ pub mod sandbox;
 pub mod seccomp;
 pub mod spare;
 pub mod stop;
+pub mod sysctl;
 pub mod teardown;
 pub mod vfork;
 

@@ -12,6 +12,14 @@
 //!   (18-32 ms); rktlet stops apps itself first.
 //! - `SYSTEMD_NSPAWN_LOCK=0`: the pod directory lock (rkt's) already
 //!   serialises users of the rootfs.
+//! - `--capability=all`: the pod's bounding set is the node's (whatever the
+//!   node itself holds), not nspawn's default set, since pods boot before
+//!   their containers are known (the pool) and a container may be granted
+//!   any capability (NET_ADMIN, SYS_TIME, privileged). The pod's own
+//!   processes (its systemd, stage1's units) are rktlet's, like containerd's
+//!   shim and runc, which run with every capability too; each app is
+//!   confined to exactly its own set by its unit's `CapabilityBoundingSet=`
+//!   or by appexec.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -66,6 +74,7 @@ impl NspawnSpec {
             "--timezone=off",
             "--console=pipe",
             "--kill-signal=SIGRTMIN+14",
+            "--capability=all",
             "--bind-ro=/usr",
             "--setenv=SYSTEMD_UNIT_PATH=/etc/systemd/system",
         ]
@@ -121,6 +130,7 @@ mod tests {
             "--keep-unit",
             "--bind-ro=/usr",
             "--kill-signal=SIGRTMIN+14",
+            "--capability=all",
             "--setenv=SYSTEMD_UNIT_PATH=/etc/systemd/system",
             "--machine=rkt-u-1",
             "--directory=/d/pods/prepare/u-1/stage1/rootfs",

@@ -119,6 +119,86 @@ pub fn isolator_from_profile(json: &[u8]) -> Result<(&'static str, serde_json::V
     Ok((name, serde_json::json!({ "set": names, "errno": errno })))
 }
 
+/// The calls the runtime's default profile denies, with the capabilities
+/// any one of which lets a call through (none: always denied). These are the
+/// calls containerd's default profile does not allow (its allow list, read
+/// as what it leaves out), as a deny list. systemd filters by name only:
+/// `clone` and `personality`, which containerd allows on argument
+/// conditions, are allowed whole (a `clone` with namespace flags still needs
+/// the capabilities the kernel asks for, but for a user namespace), and
+/// `unshare` is denied whole without SYS_ADMIN, as older docker profiles did.
+const DEFAULT_DENIED: &[(&str, &[&str])] = &[
+    ("acct", &["SYS_PACCT"]),
+    ("add_key", &[]),
+    ("bpf", &["SYS_ADMIN", "BPF"]),
+    ("clock_adjtime", &["SYS_TIME"]),
+    ("clock_settime", &["SYS_TIME"]),
+    ("create_module", &["SYS_MODULE"]),
+    ("delete_module", &["SYS_MODULE"]),
+    ("fanotify_init", &["SYS_ADMIN"]),
+    ("finit_module", &["SYS_MODULE"]),
+    ("fsconfig", &["SYS_ADMIN"]),
+    ("fsmount", &["SYS_ADMIN"]),
+    ("fsopen", &["SYS_ADMIN"]),
+    ("fspick", &["SYS_ADMIN"]),
+    ("get_kernel_syms", &["SYS_MODULE"]),
+    ("get_mempolicy", &["SYS_NICE"]),
+    ("init_module", &["SYS_MODULE"]),
+    ("ioperm", &["SYS_RAWIO"]),
+    ("iopl", &["SYS_RAWIO"]),
+    ("kcmp", &["SYS_PTRACE"]),
+    ("kexec_file_load", &["SYS_BOOT"]),
+    ("kexec_load", &["SYS_BOOT"]),
+    ("keyctl", &[]),
+    ("lookup_dcookie", &["SYS_ADMIN"]),
+    ("mbind", &["SYS_NICE"]),
+    ("mount", &["SYS_ADMIN"]),
+    ("mount_setattr", &["SYS_ADMIN"]),
+    ("move_mount", &["SYS_ADMIN"]),
+    ("move_pages", &["SYS_NICE"]),
+    ("name_to_handle_at", &["SYS_ADMIN"]),
+    ("nfsservctl", &[]),
+    ("open_by_handle_at", &["DAC_READ_SEARCH"]),
+    ("open_tree", &["SYS_ADMIN"]),
+    ("perf_event_open", &["SYS_ADMIN", "PERFMON"]),
+    ("pivot_root", &["SYS_ADMIN"]),
+    ("query_module", &["SYS_MODULE"]),
+    ("quotactl", &["SYS_ADMIN"]),
+    ("quotactl_fd", &["SYS_ADMIN"]),
+    ("reboot", &["SYS_BOOT"]),
+    ("request_key", &[]),
+    ("set_mempolicy", &["SYS_NICE"]),
+    ("setdomainname", &["SYS_ADMIN"]),
+    ("sethostname", &["SYS_ADMIN"]),
+    ("setns", &["SYS_ADMIN"]),
+    ("settimeofday", &["SYS_TIME"]),
+    ("stime", &["SYS_TIME"]),
+    ("swapoff", &["SYS_ADMIN"]),
+    ("swapon", &["SYS_ADMIN"]),
+    ("sysfs", &[]),
+    ("_sysctl", &[]),
+    ("syslog", &["SYSLOG", "SYS_ADMIN"]),
+    ("umount", &["SYS_ADMIN"]),
+    ("umount2", &["SYS_ADMIN"]),
+    ("unshare", &["SYS_ADMIN"]),
+    ("uselib", &[]),
+    ("userfaultfd", &["SYS_PTRACE"]),
+    ("ustat", &[]),
+    ("vhangup", &["SYS_TTY_CONFIG"]),
+    ("vm86", &[]),
+    ("vm86old", &[]),
+];
+
+/// The runtime's default profile (RuntimeDefault) for a container with the
+/// capability bounding set `caps`: a deny list (EPERM) of what containerd's
+/// default profile does not allow, less the calls one of `caps` lets through.
+pub fn runtime_default(caps: u64) -> (&'static str, serde_json::Value) {
+    let held = |names: &[&str]| names.iter().any(|n| crate::stage1::caps::bits(n).is_some_and(|b| caps & b != 0));
+    let denied: Vec<&str> =
+        DEFAULT_DENIED.iter().filter(|(_, needs)| needs.is_empty() || !held(needs)).map(|(call, _)| *call).collect();
+    (ISOLATOR_REMOVE, serde_json::json!({ "set": denied, "errno": libc::EPERM }))
+}
+
 /// Reads the profile at `path` (a host path, as kubelet's `localhost_ref`).
 pub fn isolator_from_file(path: &str) -> Result<(&'static str, serde_json::Value), String> {
     use std::io::Read;
@@ -197,6 +277,33 @@ mod tests {
         }
         assert!(isolator_from_file("relative.json").is_err());
         assert!(isolator_from_file("/nonexistent/profile.json").is_err());
+    }
+
+    #[test]
+    fn runtime_default_denies_by_capability() {
+        let set = |v: &serde_json::Value| -> Vec<String> {
+            v["set"].as_array().expect("set").iter().map(|c| c.as_str().expect("name").to_string()).collect()
+        };
+        let default = crate::stage1::caps::bounding_set(&[], &[]).expect("default caps");
+        let (name, v) = runtime_default(default);
+        assert_eq!(name, ISOLATOR_REMOVE);
+        assert_eq!(v["errno"], serde_json::json!(libc::EPERM));
+        let denied = set(&v);
+        for call in ["mount", "unshare", "setns", "sethostname", "reboot", "init_module", "keyctl", "bpf"] {
+            assert!(denied.iter().any(|c| c == call), "{call}");
+        }
+        // what a container asks for lets its calls through; calls no capability allows stay denied
+        let admin = crate::stage1::caps::bounding_set(&["SYS_ADMIN".into(), "SYS_TIME".into()], &[]).expect("caps");
+        let denied = set(&runtime_default(admin).1);
+        for call in ["mount", "unshare", "sethostname", "setns", "bpf", "settimeofday", "clock_settime"] {
+            assert!(!denied.iter().any(|c| c == call), "{call} with SYS_ADMIN and SYS_TIME");
+        }
+        assert!(denied.iter().any(|c| c == "keyctl") && denied.iter().any(|c| c == "reboot"));
+        // every name is one the list knows once
+        let mut names: Vec<&str> = DEFAULT_DENIED.iter().map(|(c, _)| *c).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), DEFAULT_DENIED.len());
     }
 
     #[test]

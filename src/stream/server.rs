@@ -10,16 +10,14 @@ use super::portforward;
 use super::remotecommand::{self, Framing, Streams};
 use super::token::{StreamRequest, Tokens};
 use super::ws;
+use crate::http_head::{Head, read_head};
 use crate::runtime::Runtime;
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
-/// Largest request head accepted.
-const MAX_HEAD: usize = 16 << 10;
 /// A client has this long to send its request head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -74,54 +72,6 @@ pub async fn serve(listener: TcpListener, rt: Arc<Runtime>) {
             }
         });
     }
-}
-
-/// A parsed request head.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Head {
-    method: String,
-    path: String,
-    /// Header names lowercased; repeated headers joined with ", ".
-    headers: HashMap<String, String>,
-}
-
-impl Head {
-    fn parse(text: &str) -> Option<Head> {
-        let mut lines = text.split("\r\n");
-        let mut first = lines.next()?.split(' ');
-        let (method, path) = (first.next()?.to_string(), first.next()?.to_string());
-        let mut headers: HashMap<String, String> = HashMap::new();
-        for l in lines.take_while(|l| !l.is_empty()) {
-            let (k, v) = l.split_once(':')?;
-            let e = headers.entry(k.trim().to_ascii_lowercase()).or_default();
-            if !e.is_empty() {
-                e.push_str(", ");
-            }
-            e.push_str(v.trim());
-        }
-        Some(Head { method, path, headers })
-    }
-
-    fn header(&self, name: &str) -> &str {
-        self.headers.get(name).map(String::as_str).unwrap_or("")
-    }
-
-    fn has_token(&self, name: &str, token: &str) -> bool {
-        self.header(name).split(',').any(|t| t.trim().eq_ignore_ascii_case(token))
-    }
-}
-
-async fn read_head(conn: &mut TcpStream) -> std::io::Result<Option<Head>> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut byte = [0u8; 1];
-    // byte by byte: nothing after the head may be consumed (it is the client's first frame)
-    while !buf.ends_with(b"\r\n\r\n") {
-        if buf.len() >= MAX_HEAD || conn.read(&mut byte).await? == 0 {
-            return Ok(None);
-        }
-        buf.push(byte[0]);
-    }
-    Ok(Head::parse(&String::from_utf8_lossy(&buf)))
 }
 
 async fn reply(conn: &mut TcpStream, status: &str, body: &str) -> std::io::Result<()> {
@@ -310,24 +260,5 @@ async fn spdy_upgrade(mut conn: TcpStream, head: &Head, req: StreamRequest, rt: 
             remotecommand::serve_spdy(conn, streams, attach::attach(source, streams)).await;
             Ok(())
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn heads_parse_with_repeated_and_odd_headers() {
-        let h = Head::parse(
-            "GET /exec/abc?x=1 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\n\
-             Sec-WebSocket-Protocol: v4.channel.k8s.io\r\nsec-websocket-protocol: v5.channel.k8s.io\r\n\r\n",
-        )
-        .expect("parse");
-        assert_eq!((h.method.as_str(), h.path.as_str()), ("GET", "/exec/abc?x=1"));
-        assert!(h.has_token("connection", "upgrade"));
-        assert!(h.has_token("upgrade", "WebSocket"));
-        assert_eq!(h.header("sec-websocket-protocol"), "v4.channel.k8s.io, v5.channel.k8s.io");
-        assert_eq!(Head::parse("garbage"), None);
     }
 }

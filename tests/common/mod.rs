@@ -318,6 +318,7 @@ impl Drop for TestNetwork {
     }
 }
 pub mod aci;
+pub mod crictl;
 pub mod http;
 pub mod ports;
 pub mod registry;

@@ -13,6 +13,7 @@ use super::status::{SERVICE_IFACE, UNIT_IFACE, UnitStatus, unit_name_from_path};
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
@@ -59,11 +60,21 @@ pub(super) struct Worker {
     /// Last state seen in signals, by unit name: systemd unloads inactive units.
     last_seen: HashMap<String, UnitStatus>,
     subscribers: Vec<Sender<BusEvent>>,
+    /// See `PodBus::expect_close`.
+    closing: Arc<AtomicBool>,
 }
 
 impl Worker {
-    pub(super) fn new(bus: Bus, pid1: i32) -> Self {
-        Worker { bus, pid1, dead: None, pending: HashMap::new(), last_seen: HashMap::new(), subscribers: Vec::new() }
+    pub(super) fn new(bus: Bus, pid1: i32, closing: Arc<AtomicBool>) -> Self {
+        Worker {
+            bus,
+            pid1,
+            dead: None,
+            pending: HashMap::new(),
+            last_seen: HashMap::new(),
+            subscribers: Vec::new(),
+            closing,
+        }
     }
 
     /// The bus, unless the connection is gone.
@@ -109,7 +120,13 @@ impl Worker {
     }
 
     fn die(&mut self, why: String) {
-        tracing::warn!(pid1 = self.pid1, "pod bus disconnected: {why}");
+        // a pod being stopped, or one whose systemd is gone, closes its bus
+        let gone = !std::path::Path::new(&format!("/proc/{}", self.pid1)).exists();
+        if self.closing.load(Ordering::Relaxed) || gone {
+            tracing::debug!(pid1 = self.pid1, "pod bus closed as the pod stops: {why}");
+        } else {
+            tracing::warn!(pid1 = self.pid1, "pod bus disconnected: {why}");
+        }
         self.dead = Some(why);
         for (_, p) in std::mem::take(&mut self.pending) {
             let err = self.bus().err().unwrap_or(BusError::Disconnected { pid1: self.pid1, reason: String::new() });
