@@ -43,6 +43,26 @@ pub enum Propagation {
     Shared,
 }
 
+impl Propagation {
+    /// The name recorded in the pod manifest.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Propagation::Private => "private",
+            Propagation::Slave => "slave",
+            Propagation::Shared => "shared",
+        }
+    }
+
+    /// A recorded name; none (or an unknown one) is private.
+    pub fn parse(s: Option<&str>) -> Propagation {
+        match s {
+            Some("slave") => Propagation::Slave,
+            Some("shared") => Propagation::Shared,
+            _ => Propagation::Private,
+        }
+    }
+}
+
 fn cstr(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::other("path contains a NUL byte"))
 }
