@@ -179,9 +179,9 @@ fn pid_namespace(
                 })?;
             Ok(Some(format!("target:{}", target.1)))
         }
-        Ok(cri::NamespaceMode::Node) => {
-            Err(Status::invalid_argument("host PID namespace is not supported: systemd is PID 1 of every rktlet pod"))
-        }
+        Ok(cri::NamespaceMode::Node) => Err(Status::invalid_argument(
+            "host PID namespace is not supported yet: systemd is PID 1 of every rktlet pod, and nothing it starts can enter the node's PID namespace (docs/architecture.md, Host PID pods)",
+        )),
         Err(_) => Err(Status::invalid_argument(format!("unknown PID namespace mode {}", ns.pid))),
     }
 }

@@ -580,7 +580,7 @@ mod tests {
         attach(&sock, "app", Stream::Stdout, Path::new(""), out_r.as_raw_fd()).expect("attach stdout");
         attach(&sock, "app", Stream::Stderr, Path::new(""), err_r.as_raw_fd()).expect("attach stderr");
         drop((out_r, err_r));
-        let (mut first, mut second) = (subscribe(&sock, "app").expect("sub"), subscribe(&sock, "app").expect("sub"));
+        let (mut first, second) = (subscribe(&sock, "app").expect("sub"), subscribe(&sock, "app").expect("sub"));
         let other = subscribe(&sock, "other");
         assert!(other.is_err(), "an app without pipes");
         let (mut out_w, mut err_w) = (File::from(out_w), File::from(err_w));
@@ -590,7 +590,7 @@ mod tests {
         err_w.write_all(b"oops\n").expect("write");
         assert_eq!(read_frame(&mut first).expect("frame"), Some((Stream::Stderr, b"oops\n".to_vec())));
         // a session that left does not disturb the others
-        drop(second.shutdown(std::net::Shutdown::Both));
+        let _ = second.shutdown(std::net::Shutdown::Both);
         drop(out_w);
         err_w.write_all(b"last\n").expect("write");
         assert_eq!(read_frame(&mut first).expect("frame"), Some((Stream::Stderr, b"last\n".to_vec())));
