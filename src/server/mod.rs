@@ -171,7 +171,10 @@ pub fn claim_data_dir(dir: &Path, socket: &Path) -> Result<DataDirGuard, ServeEr
 pub async fn run_with(config: crate::config::Config) -> Result<(), ServeError> {
     let signals = shutdown_signal()?;
     let (listener, socket_guard) = bind(&config.socket)?;
-    let data_guard = claim_data_dir(&config.data_dir, &config.socket)?;
+    // exec mode is the original rktlet's design: every call execs the CLI,
+    // which takes rkt's own locks; such a daemon owns nothing of the data
+    // dir (no pool, no recovery) and may run beside the daemon that does
+    let data_guard = if config.exec_mode { None } else { Some(claim_data_dir(&config.data_dir, &config.socket)?) };
     let runtime = Arc::new(Runtime::new(config).map_err(|e| ServeError::Runtime(e.to_string()))?);
     let result = run(runtime, listener, socket_guard, signals).await;
     drop(data_guard);
@@ -200,10 +203,13 @@ async fn run(
     if cleaned > 0 {
         tracing::info!(cleaned, "removed leftovers of interrupted pulls");
     }
-    // listed before the first request can start a pod of its own
-    let interrupted = crate::cri::sandbox_run::interrupted_starts(&runtime);
-    let rt = runtime.clone();
-    tokio::spawn(async move { crate::cri::sandbox_run::recover_interrupted(&rt, interrupted).await });
+    // listed before the first request can start a pod of its own (not in
+    // exec mode: that daemon owns no pod starts)
+    if !runtime.config.exec_mode {
+        let interrupted = crate::cri::sandbox_run::interrupted_starts(&runtime);
+        let rt = runtime.clone();
+        tokio::spawn(async move { crate::cri::sandbox_run::recover_interrupted(&rt, interrupted).await });
+    }
     let metrics = match runtime.config.metrics_address {
         Some(addr) => {
             let listener =
