@@ -329,6 +329,36 @@ async fn bad_container_requests() {
         .await
         .expect_err("same name twice");
     assert_eq!(dup.code(), tonic::Code::AlreadyExists);
+    // mounts rktlet cannot make as asked are refused, and leave no app behind
+    let host = tempfile::tempdir().expect("host dir");
+    for (what, mount) in [
+        ("unknown propagation", cri::Mount { propagation: 7, ..Default::default() }),
+        (
+            "id-mapped",
+            cri::Mount {
+                uid_mappings: vec![cri::IdMapping { host_id: 1000, container_id: 0, length: 1 }],
+                ..Default::default()
+            },
+        ),
+    ] {
+        let mount = cri::Mount { container_path: "/vol".into(), host_path: host.path().display().to_string(), ..mount };
+        let err =
+            e.rt.create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: pod.0.clone(),
+                config: Some(cri::ContainerConfig {
+                    metadata: Some(cri::ContainerMetadata { name: "badmount".into(), attempt: 0 }),
+                    image: Some(cri::ImageSpec { image: e.image.clone(), ..Default::default() }),
+                    mounts: vec![mount],
+                    ..Default::default()
+                }),
+                sandbox_config: Some(pod.1.clone()),
+            })
+            .await
+            .expect_err(what);
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{what}: {err:?}");
+    }
+    let listed = e.rt.list_containers(cri::ListContainersRequest::default()).await.expect("list").into_inner();
+    assert_eq!(listed.containers.len(), 1, "only dup: {:?}", listed.containers);
     // a container of a stopped pod cannot start
     e.rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("stop pod");
     let err =

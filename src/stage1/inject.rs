@@ -370,6 +370,15 @@ mod node_device_tests {
     use super::*;
 
     #[test]
+    fn propagation_names_round_trip() {
+        for p in [Propagation::Private, Propagation::Slave, Propagation::Shared] {
+            assert_eq!(Propagation::parse(Some(p.as_str())), p);
+        }
+        assert_eq!(Propagation::parse(None), Propagation::Private, "volumes recorded before rktlet kept it");
+        assert_eq!(Propagation::parse(Some("bogus")), Propagation::Private);
+    }
+
+    #[test]
     fn the_nodes_devices_but_the_pods_own() {
         let t = tempfile::tempdir().expect("tempdir");
         let dev = t.path();
