@@ -31,6 +31,8 @@ pub const MAX_LINE: usize = 16 * 1024;
 /// Output kept for an attach session that does not read fast enough; past
 /// it the session is let go (the app is never held back by a reader).
 pub const SUBSCRIBER_BACKLOG: usize = 4 << 20;
+/// The largest frame a subscriber takes.
+const MAX_FRAME: usize = 1 << 20;
 
 /// Which stream a pipe carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -214,6 +216,10 @@ pub fn read_frame(r: &mut impl Read) -> io::Result<Option<(Stream, Vec<u8>)>> {
         b => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown stream {b} in a frame"))),
     };
     let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    // the writer sends what one read of a pipe gave (64 KiB at most)
+    if len > MAX_FRAME {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a frame of {len} bytes")));
+    }
     let mut data = vec![0u8; len];
     r.read_exact(&mut data)?;
     Ok(Some((stream, data)))
@@ -612,5 +618,6 @@ mod tests {
         assert_eq!(read_frame(&mut r).expect("f"), Some((Stream::Stdout, Vec::new())));
         assert_eq!(read_frame(&mut r).expect("end"), None);
         assert!(read_frame(&mut &[9u8, 0, 0, 0, 0][..]).is_err());
+        assert!(read_frame(&mut &[1u8, 0xff, 0xff, 0xff, 0xff][..]).is_err(), "no 4 GiB allocation");
     }
 }
