@@ -4,8 +4,8 @@
 set -euo pipefail
 
 packages=(
-  # build
-  build-essential pkg-config protobuf-compiler libsystemd-dev
+  # build (protoc comes vendored with the build dependencies)
+  build-essential pkg-config libsystemd-dev
   # running pods: systemd-nspawn, systemd as the pod's PID 1, flock(1), ip(8)
   systemd systemd-container util-linux iproute2 iptables
   # pod networking
@@ -31,8 +31,14 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -q
-  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+  echo "installing: ${missing[*]}"
+  if printf '%s\n' "${missing[@]}" | grep -qx 'systemd-container'; then
+    echo "note: systemd-container pulls in the matching systemd; apt may upgrade this host's systemd"
+  fi
+  # another apt or dpkg (unattended-upgrades on a fresh machine) may hold the lock: wait for it
+  lock_wait=(-o DPkg::Lock::Timeout=600)
+  $sudo apt-get "${lock_wait[@]}" update -q
+  $sudo apt-get "${lock_wait[@]}" install -y -q --no-install-recommends "${missing[@]}"
 fi
 
 # The default pod network (bridge rktlet0, 10.66.0.0/16, portmap), only on a

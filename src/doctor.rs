@@ -213,11 +213,19 @@ fn cni(config: &Config) -> Check {
     }
 }
 
-fn data_dir(dir: &Path) -> Vec<Check> {
+fn data_dir(wanted: &Path) -> Vec<Check> {
     let mut out = Vec::new();
-    if let Err(e) = fs::create_dir_all(dir) {
-        out.push(Check::fail("data dir", format!("cannot create {}: {e}", dir.display()), "run as root"));
+    // a check changes nothing: a data dir not made yet is probed on the
+    // filesystem it will be made on (its nearest existing ancestor)
+    let Some(dir) = wanted.ancestors().find(|a| a.is_dir()) else {
+        out.push(Check::fail("data dir", format!("no existing parent of {}", wanted.display()), "check --data-dir"));
         return out;
+    };
+    if dir != wanted {
+        out.push(Check::ok(
+            "data dir",
+            format!("{} does not exist yet: rktlet serve makes it (checked on {})", wanted.display(), dir.display()),
+        ));
     }
     out.push(match overlay_works(dir) {
         Ok(()) => Check::ok("data dir: overlay", format!("an overlay mounts in {}", dir.display())),
@@ -352,8 +360,10 @@ mod tests {
         assert_eq!(cni.outcome, Outcome::Fail);
         assert!(cni.fix.as_deref().is_some_and(|f| f.contains("conflist")), "{cni:?}");
         assert_eq!(by("CRI socket").outcome, Outcome::Warn);
-        // the overlay probe left nothing
-        assert_eq!(fs::read_dir(&config.data_dir).expect("data").count(), 0);
+        // a check changes nothing: the data dir is not made, the overlay probe left nothing
+        assert!(!config.data_dir.exists());
+        assert_eq!(fs::read_dir(t.path()).expect("tmp").count(), 0);
+        assert!(by("data dir").detail.contains("does not exist yet"), "{:?}", by("data dir"));
         let text = to_text(&checks);
         assert!(text.contains("[FAIL] CNI network") && text.contains("fix: write a conflist"), "{text}");
         let json = serde_json::to_value(&checks).expect("json");

@@ -173,9 +173,10 @@ pub fn assert_no_leaks(data_dir: &Path, uuids: &[String]) {
         // CNI leftovers: iptables rules (bridge masquerading, portmap) name the
         // container id in a comment; host-local leases hold it in their file
         for table in ["nat", "filter"] {
-            let rules =
-                Command::new("iptables-save").args(["-t", table]).output().map(|o| o.stdout).unwrap_or_default();
-            let rules = String::from_utf8_lossy(&rules);
+            // iptables is a dependency (scripts/install-deps.sh): a check that cannot run fails
+            let out = Command::new("iptables-save").args(["-t", table]).output().expect("run iptables-save");
+            assert!(out.status.success(), "iptables-save -t {table}: {}", String::from_utf8_lossy(&out.stderr));
+            let rules = String::from_utf8_lossy(&out.stdout);
             let named: Vec<&str> = rules.lines().filter(|l| l.contains(uuid.as_str())).collect();
             assert!(named.is_empty(), "iptables {table} rules left: {named:?}");
         }
@@ -436,4 +437,13 @@ pub fn via_host_port(pod: &str, port: u16, host_port: u16, reply: &'static str) 
     std::io::Read::read_to_string(&mut conn, &mut got).expect("read");
     server.join().expect("server");
     got
+}
+
+/// The project's way to say a check could not run here: one line
+/// `SKIPPED: <test>: <reason>` on the test process's stderr (written past
+/// the test harness's capture, so it shows and can be counted), and the
+/// caller returns. CI lanes that must run the check fail on such a line.
+pub fn skipped(test: &str, reason: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {reason}");
 }
