@@ -7,7 +7,9 @@
 //! stdio, with the app's seccomp filter widened by what this program needs
 //! and without dropping root or any capability. This program then:
 //!
-//! 1. enters a new PID namespace (`pid=new`) or the target's (`pid=<pid>`);
+//! 1. enters a new PID namespace (`pid=new`) or the target's (`pid=<pid>`),
+//!    or stays in its own (`pid=keep`: the pod's for an app with a volume
+//!    whose mounts propagate both ways, which systemd cannot give it);
 //! 2. forks: the child is the container (PID 1 of a new namespace); the
 //!    parent stays as the unit's main process, ignores the stop signals
 //!    (systemd signals every process of the unit) and ends as the child did,
@@ -162,6 +164,14 @@ struct Plan {
     /// `None`: a new PID namespace; `Some((pid, start time))`: join that
     /// process's, if it is still the one that started then.
     join: Option<(u32, String)>,
+    /// `pid=keep`: the PID namespace this program runs in (the pod's, or
+    /// the host's for a host-PID app), no new one.
+    keep_pid: bool,
+    /// Paths in the app's root of volumes whose mounts propagate both ways
+    /// (`shared=`): copied from the pod before the namespace is made, so the
+    /// copies stay peers of the host's mounts (the namespace's own are
+    /// slaves), and put back on top once in the root.
+    shared: Vec<CString>,
     masks: Vec<CString>,
     read_only: Vec<CString>,
     /// Syscall names to deny again, and the errno (`None`: kill).
@@ -237,6 +247,8 @@ fn parse() -> Plan {
                 });
             }
             "pid" if value == "new" => plan.join = None,
+            "pid" if value == "keep" => plan.keep_pid = true,
+            "shared" => plan.shared.push(cstring(value.into())),
             "pid" => {
                 let (pid, start) = value.split_once('@').unwrap_or_else(|| fail("pid= is new or PID@STARTTIME", 0));
                 plan.join = Some((number(key, pid), start.to_string()));
@@ -306,6 +318,7 @@ fn main() {
         }
     }
     match &plan.join {
+        None if plan.keep_pid => {}
         // SAFETY: unshare(2) of the PID namespace for this process's future children.
         None => check(unsafe { unshare(CLONE_NEWPID) }, "new PID namespace"),
         Some((pid, start)) => {
@@ -513,6 +526,19 @@ struct OpenHow {
 ///    (a symlink in the image cannot point out of it), the target made
 ///    when missing.
 fn enter_root(plan: &Plan, root: &CStr) {
+    // copies of the shared volumes while they are still peers of the host's
+    let mut shared = Vec::new();
+    for path in &plan.shared {
+        let at = open_in_root(root, path);
+        check(at, &format!("finding {} in {}", path.to_string_lossy(), root.to_string_lossy()));
+        let flags = OPEN_TREE_CLONE | O_CLOEXEC as c_uint | AT_RECURSIVE | AT_EMPTY_PATH;
+        // SAFETY: open_tree(2) of the descriptor just opened; closed right after.
+        let fd = unsafe { syscall(SYS_OPEN_TREE, at, c"".as_ptr(), flags) } as c_int;
+        // SAFETY: closing our descriptor (a successful close keeps errno).
+        unsafe { close(at) };
+        check(fd, &format!("copying the shared volume {}", path.to_string_lossy()));
+        shared.push((fd, path));
+    }
     // SAFETY: unshare(2) and mount(2) on this process's namespace with C string literals.
     unsafe {
         check(unshare(CLONE_NEWNS), "new mount namespace");
@@ -561,6 +587,22 @@ fn enter_root(plan: &Plan, root: &CStr) {
         check(syscall(SYS_PIVOT_ROOT, c".".as_ptr(), c".".as_ptr()) as c_int, "pivot_root");
         check(umount2(c".".as_ptr(), MNT_DETACH), "leaving the pod's mounts");
         check(chdir(c"/".as_ptr()), "chdir /");
+    }
+    for (fd, path) in shared {
+        // SAFETY: move_mount(2) of our tree descriptor onto a C string, resolved inside the new root.
+        let rc = unsafe {
+            syscall(
+                SYS_MOVE_MOUNT,
+                fd,
+                c"".as_ptr(),
+                AT_FDCWD,
+                path.as_ptr(),
+                MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_SYMLINKS,
+            )
+        };
+        check(rc as c_int, &format!("mounting the shared volume {}", path.to_string_lossy()));
+        // SAFETY: closing our own descriptor.
+        unsafe { close(fd) };
     }
     for (fd, bind, is_dir) in trees {
         let path = bind.target.to_string_lossy();

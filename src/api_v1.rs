@@ -60,6 +60,11 @@ pub struct MountInfo {
     pub host_path: String,
     #[serde(default)]
     pub read_only: bool,
+    /// private, slave or shared.
+    #[serde(default)]
+    pub propagation: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub selinux_relabel: bool,
 }
 
 /// One app of a pod (rkt's `v1.App`).

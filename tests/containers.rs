@@ -329,6 +329,36 @@ async fn bad_container_requests() {
         .await
         .expect_err("same name twice");
     assert_eq!(dup.code(), tonic::Code::AlreadyExists);
+    // mounts rktlet cannot make as asked are refused, and leave no app behind
+    let host = tempfile::tempdir().expect("host dir");
+    for (what, mount) in [
+        ("unknown propagation", cri::Mount { propagation: 7, ..Default::default() }),
+        (
+            "id-mapped",
+            cri::Mount {
+                uid_mappings: vec![cri::IdMapping { host_id: 1000, container_id: 0, length: 1 }],
+                ..Default::default()
+            },
+        ),
+    ] {
+        let mount = cri::Mount { container_path: "/vol".into(), host_path: host.path().display().to_string(), ..mount };
+        let err =
+            e.rt.create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: pod.0.clone(),
+                config: Some(cri::ContainerConfig {
+                    metadata: Some(cri::ContainerMetadata { name: "badmount".into(), attempt: 0 }),
+                    image: Some(cri::ImageSpec { image: e.image.clone(), ..Default::default() }),
+                    mounts: vec![mount],
+                    ..Default::default()
+                }),
+                sandbox_config: Some(pod.1.clone()),
+            })
+            .await
+            .expect_err(what);
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{what}: {err:?}");
+    }
+    let listed = e.rt.list_containers(cri::ListContainersRequest::default()).await.expect("list").into_inner();
+    assert_eq!(listed.containers.len(), 1, "only dup: {:?}", listed.containers);
     // a container of a stopped pod cannot start
     e.rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("stop pod");
     let err =
@@ -1201,5 +1231,99 @@ async fn image_groups_and_supplemental_groups() {
         e.rt.list_containers(cri::ListContainersRequest::default()).await.expect("list").into_inner().containers;
     assert_eq!(listed.len(), 2, "{listed:?}");
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}
+
+in_both_pid_namespaces!(
+    mount_propagation_is_reported_and_works,
+    mount_propagation_is_reported_and_works_pod_pid_namespace,
+    mount_propagation
+);
+
+/// Host paths bound with each CRI propagation: ContainerStatus reports
+/// each mount as asked; a mount made on the node below an rslave or rshared
+/// volume after the start appears in the container, one below a private
+/// volume does not; a mount the container makes below its rshared volume
+/// appears on the node, one below rslave does not.
+async fn mount_propagation(pid: cri::NamespaceMode) {
+    use nix::mount::{MntFlags, MsFlags, mount, umount2};
+    let mut e = env_with_pid(pid).await;
+    let host = tempfile::tempdir().expect("host dir");
+    let kinds = [
+        ("private", cri::MountPropagation::PropagationPrivate),
+        ("slave", cri::MountPropagation::PropagationHostToContainer),
+        ("shared", cri::MountPropagation::PropagationBidirectional),
+    ];
+    let flag_dir = host.path().join("flag");
+    std::fs::create_dir_all(&flag_dir).expect("flag dir");
+    std::fs::write(flag_dir.join("flagFile"), b"").expect("flag");
+    // each volume is a shared mount on the node, as kubelet makes its pod dirs
+    let mut sources = Vec::new();
+    for (name, _) in kinds {
+        let src = host.path().join(name);
+        std::fs::create_dir_all(src.join("from-node")).expect("mkdir");
+        std::fs::create_dir_all(src.join("from-container")).expect("mkdir");
+        mount(Some(&src), &src, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>).expect("bind");
+        mount(None::<&str>, &src, None::<&str>, MsFlags::MS_SHARED | MsFlags::MS_REC, None::<&str>).expect("rshared");
+        sources.push(src);
+    }
+    let pod = e.pod("propagation").await;
+    let ctr = e
+        .create(&pod, "prop", &["sleep", "1000"], |c| {
+            c.linux = Some(cri::LinuxContainerConfig {
+                security_context: Some(cri::LinuxContainerSecurityContext { privileged: true, ..Default::default() }),
+                ..Default::default()
+            });
+            c.mounts = kinds
+                .iter()
+                .zip(&sources)
+                .map(|((name, p), src)| cri::Mount {
+                    container_path: format!("/vol/{name}"),
+                    host_path: src.display().to_string(),
+                    propagation: *p as i32,
+                    selinux_relabel: *name == "slave",
+                    ..Default::default()
+                })
+                .collect();
+        })
+        .await;
+    let reported = e.status(&ctr).await.mounts;
+    let want: Vec<(String, String, bool, i32, bool)> = kinds
+        .iter()
+        .zip(&sources)
+        .map(|((name, p), src)| (format!("/vol/{name}"), src.display().to_string(), false, *p as i32, *name == "slave"))
+        .collect();
+    let got: Vec<(String, String, bool, i32, bool)> = reported
+        .iter()
+        .map(|m| (m.container_path.clone(), m.host_path.clone(), m.readonly, m.propagation, m.selinux_relabel))
+        .collect();
+    assert_eq!(got, want, "mounts as asked");
+    e.start(&ctr).await;
+
+    for src in &sources {
+        mount(Some(&flag_dir), &src.join("from-node"), None::<&str>, MsFlags::MS_BIND, None::<&str>)
+            .expect("node mount");
+    }
+    let mut in_container = Vec::new();
+    for (name, _) in kinds {
+        let out = common::exec_sync(&mut e.rt, &ctr, &["ls", "-A", &format!("/vol/{name}/from-node")]).await;
+        in_container.push(String::from_utf8_lossy(&out.stdout).trim().to_string());
+        let bind = format!("mount --bind /etc /vol/{name}/from-container");
+        let out = common::exec_sync(&mut e.rt, &ctr, &["sh", "-c", &bind]).await;
+        assert_eq!(out.exit_code, 0, "{name}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert_eq!(in_container, ["", "flagFile", "flagFile"], "node to container: rslave and rshared only");
+    let on_node: Vec<bool> = sources
+        .iter()
+        .map(|src| std::fs::read_dir(src.join("from-container")).map(|d| d.count() > 0).unwrap_or(false))
+        .collect();
+    assert_eq!(on_node, [false, false, true], "container to node: rshared only");
+
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove");
+    for src in &sources {
+        let _ = umount2(&src.join("from-container"), MntFlags::MNT_DETACH);
+        let _ = umount2(&src.join("from-node"), MntFlags::MNT_DETACH);
+        umount2(src, MntFlags::MNT_DETACH).expect("umount");
+    }
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }

@@ -478,6 +478,94 @@ async fn attach_writes_the_stdin_of_a_container_that_reads_it() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn attach_works_for_a_container_without_a_log_path() {
+    // what critest's attach spec does: a shell reading its stdin, no CRI log
+    let client = tokio::task::spawn_blocking(spdy_client);
+    let d = Daemon::start(&[]);
+    let mut rt = d.runtime().await;
+    let image = common::pull_busybox(&d).await;
+    let pod_cfg = host_network(pod_config("nolog", &[]));
+    assert!(pod_cfg.log_directory.is_empty());
+    let pod = common::run_pod(&mut rt, &pod_cfg).await;
+    let mut config = common::container_config("shell", &image, &["sh"]);
+    (config.stdin, config.stdin_once, config.log_path) = (true, true, String::new());
+    let ctr = common::create_container(&mut rt, &pod, &pod_cfg, config).await;
+    rt.start_container(cri::StartContainerRequest { container_id: ctr.clone() }).await.expect("start");
+    let created = rt
+        .container_status(cri::ContainerStatusRequest { container_id: ctr.clone(), verbose: false })
+        .await
+        .expect("status")
+        .into_inner()
+        .status
+        .expect("status");
+    assert_eq!(created.log_path, "", "the container has no CRI log");
+    client.await.expect("go build");
+
+    // a second container writes on both streams: a WebSocket session sees both
+    let talker = common::create_container(&mut rt, &pod, &pod_cfg, {
+        let mut c = common::container_config(
+            "talker",
+            &image,
+            &["sh", "-c", "sleep 1; for i in 1 2 3; do echo tick $i; echo err $i >&2; sleep 0.1; done"],
+        );
+        c.log_path = String::new();
+        c
+    })
+    .await;
+    rt.start_container(cri::StartContainerRequest { container_id: talker.clone() }).await.expect("start");
+    let url = rt
+        .attach(cri::AttachRequest { container_id: talker, stdout: true, stderr: true, ..Default::default() })
+        .await
+        .expect("Attach without a log path")
+        .into_inner()
+        .url;
+    let mut ws = connect(&url.replace("http://", "ws://"), "v4.channel.k8s.io").await.expect("connect");
+    let out = collect(&mut ws).await;
+    assert_eq!(channel(&out, 1), "tick 1\ntick 2\ntick 3\n", "{out:?}");
+    assert_eq!(channel(&out, 2), "err 1\nerr 2\nerr 3\n", "{out:?}");
+    assert_eq!(status(&out)["status"], "Success");
+
+    // Kubernetes' own client: a command on stdin, its output back; closing
+    // stdin (stdin_once) ends the shell and the session
+    let url = rt
+        .attach(cri::AttachRequest {
+            container_id: ctr.clone(),
+            stdin: true,
+            stdout: true,
+            stderr: true,
+            ..Default::default()
+        })
+        .await
+        .expect("Attach without a log path")
+        .into_inner()
+        .url;
+    let (stdout, stderr, spdy_status) =
+        tokio::task::spawn_blocking(move || spdy(&url, &["-stdin", "-stdout", "-stderr"], b"echo hello\n"))
+            .await
+            .expect("client");
+    assert_eq!((stdout.as_str(), stderr.as_str()), ("hello\n", ""));
+    assert_eq!(spdy_status["status"], "Success");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exited = loop {
+        let s = rt
+            .container_status(cri::ContainerStatusRequest { container_id: ctr.clone(), verbose: false })
+            .await
+            .expect("status")
+            .into_inner()
+            .status
+            .expect("status");
+        if s.state == cri::ContainerState::ContainerExited as i32 || Instant::now() > deadline {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!((exited.state, exited.exit_code), (cri::ContainerState::ContainerExited as i32, 0));
+
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
+    assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_tty_container_runs_on_a_terminal_that_attach_drives() {
     let d = Daemon::start(&[]);
     let mut rt = d.runtime().await;

@@ -140,6 +140,25 @@ fn node_devices(pod: &Pod, asked: &[meta::Device]) -> Result<Vec<meta::Device>, 
 
 /// The container's PID namespace as [`meta::PID_NAMESPACE`] records it
 /// (`None`: the pod's). A target must be another container of the same pod.
+/// What rktlet cannot do for a mount is refused rather than ignored.
+fn check_mounts(mounts: &[cri::Mount]) -> Result<(), Status> {
+    for m in mounts {
+        let path = &m.container_path;
+        if cri::MountPropagation::try_from(m.propagation).is_err() {
+            return Err(Status::invalid_argument(format!("mount {path}: unknown propagation {}", m.propagation)));
+        }
+        if !m.uid_mappings.is_empty() || !m.gid_mappings.is_empty() {
+            return Err(Status::invalid_argument(format!(
+                "mount {path}: id-mapped mounts are not supported (rktlet has no user namespaces)"
+            )));
+        }
+        if m.image.as_ref().is_some_and(|i| !i.image.is_empty()) {
+            return Err(Status::invalid_argument(format!("mount {path}: image volumes are not supported")));
+        }
+    }
+    Ok(())
+}
+
 fn pid_namespace(
     sc: Option<&cri::LinuxContainerSecurityContext>,
     pod_id: &str,
@@ -160,9 +179,9 @@ fn pid_namespace(
                 })?;
             Ok(Some(format!("target:{}", target.1)))
         }
-        Ok(cri::NamespaceMode::Node) => {
-            Err(Status::invalid_argument("host PID namespace is not supported: systemd is PID 1 of every rktlet pod"))
-        }
+        Ok(cri::NamespaceMode::Node) => Err(Status::invalid_argument(
+            "host PID namespace is not supported yet: systemd is PID 1 of every rktlet pod, and nothing it starts can enter the node's PID namespace (docs/architecture.md, Host PID pods)",
+        )),
         Err(_) => Err(Status::invalid_argument(format!("unknown PID namespace mode {}", ns.pid))),
     }
 }
@@ -475,11 +494,13 @@ pub async fn create_container(
                 Ok(cri::MountPropagation::PropagationBidirectional) => Propagation::Shared,
                 _ => Propagation::Private,
             },
+            selinux_relabel: m.selinux_relabel,
         })
         .collect();
     if config.mounts.iter().any(|m| !Path::new(&m.container_path).is_absolute() || m.host_path.is_empty()) {
         return Err(Status::invalid_argument("mounts need an absolute container_path and a host_path"));
     }
+    check_mounts(&config.mounts)?;
     let name = meta::app_name(&meta_);
     let spec = AppSpec {
         name: name.clone(),

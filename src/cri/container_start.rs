@@ -172,10 +172,13 @@ pub async fn start_container(
         }
     }
     let pid_mode = tokio::task::block_in_place(|| pid_mode(rt, &t, pid1))?;
-    // an app with a PID namespace of its own gets its masks from appexec
-    let appexec_paths = if pid_mode != PidMode::Pod {
+    // an app with a PID namespace of its own gets its masks from appexec;
+    // so does one with a volume whose mounts propagate both ways: systemd
+    // makes every mount of a unit's namespace a slave, for good
+    let shared = shared_volumes(&t.app);
+    let appexec_paths = if pid_mode != PidMode::Pod || !shared.is_empty() {
         api_binds_for_appexec(&t.app, &mut spec);
-        Some((masked, readonly))
+        Some((masked, readonly, shared))
     } else {
         tokio::task::block_in_place(|| api_file_systems(&t.pod, pid1, &mut spec, masked, readonly))?;
         None
@@ -226,9 +229,9 @@ pub async fn start_container(
         spec.extra.push(Property::str("StandardOutput", "tty"));
         spec.extra.push(Property::str("StandardError", "tty"));
         spec.extra.push(Property::str("TTYPath", pty.path_in_pod.clone()));
-        // someone must read the terminal, or the app blocks once its buffer fills
-        let sink = if log_path.is_empty() { "/dev/null" } else { log_path.as_str() };
-        crilog::attach(&socket, &t.app.name, Stream::Stdout, Path::new(sink), pty.master.as_raw_fd())
+        // someone must read the terminal, or the app blocks once its buffer
+        // fills (without a log path, for attach sessions only)
+        crilog::attach(&socket, &t.app.name, Stream::Stdout, Path::new(&log_path), pty.master.as_raw_fd())
             .map_err(|e| Status::internal(format!("attaching the terminal of {}: {e}", req.container_id)))?;
         crilog::keep_stdin(&socket, &t.app.name, pty.master.as_raw_fd())
             .map_err(|e| Status::internal(format!("keeping the terminal of {}: {e}", req.container_id)))?;
@@ -245,10 +248,9 @@ pub async fn start_container(
     }
     if meta::tty(&t.app) {
         // the terminal is stdout and stderr (above)
-    } else if log_path.is_empty() {
-        spec.stdout = Output::Null;
-        spec.stderr = Output::Null;
     } else {
+        // read by the pod's log writer, log path or not: attach sessions
+        // get the output from it
         for stream in [Stream::Stdout, Stream::Stderr] {
             let (r, w) =
                 nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Status::internal(e.to_string()))?;
@@ -378,6 +380,20 @@ fn device_nodes(paths: &AppPaths, devices: &[meta::Device]) -> Result<Vec<BindPa
 /// they come again on top, from where they are in the pod. (systemd 252
 /// cannot take a source below the unit's RootDirectory: apps in the pod's
 /// PID namespace do without.)
+/// The app's volumes whose mounts propagate both ways (their paths).
+fn shared_volumes(app: &RuntimeApp) -> Vec<String> {
+    app.mounts
+        .iter()
+        .filter(|m| {
+            m.app_volume.as_ref().is_some_and(|v| {
+                crate::stage1::inject::Propagation::parse(v.propagation.as_deref())
+                    == crate::stage1::inject::Propagation::Shared
+            })
+        })
+        .map(|m| m.path.clone())
+        .collect()
+}
+
 fn api_binds_for_appexec(app: &RuntimeApp, spec: &mut ServiceSpec) {
     spec.mount_api_vfs = false;
     let api = ["/sys", "/dev"];
@@ -486,7 +502,7 @@ fn own_pid_namespace(
     mode: &PidMode,
     spec: &mut ServiceSpec,
     filter: Option<(bool, Vec<String>, Option<i32>)>,
-    (masked, readonly): (Option<Vec<String>>, Option<Vec<String>>),
+    (masked, readonly, shared): (Option<Vec<String>>, Option<Vec<String>>, Vec<String>),
 ) -> Result<(), Status> {
     tokio::task::block_in_place(|| crate::stage1::appexec::ensure(&rt.data, &t.pod.path(), pid1))
         .map_err(|e| Status::internal(format!("putting appexec in pod {}: {e}", t.pod.uuid())))?;
@@ -511,6 +527,8 @@ fn own_pid_namespace(
             PidMode::Join(pid, start) => Some((*pid, start.clone())),
             _ => None,
         },
+        keep_pid: *mode == PidMode::Pod,
+        shared,
         masks: masked.unwrap_or_default(),
         read_only: readonly.unwrap_or_default(),
         // systemd makes no mount namespace for the unit: appexec makes the

@@ -11,6 +11,7 @@ use crate::pod::{Pod, PodDir};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::app::{self, AppPaths, AppState};
+use crate::stage1::inject::Propagation;
 use tonic::Status;
 
 /// An app as rkt's `app status` reports it: what `rktlet app status` prints
@@ -45,6 +46,8 @@ pub fn app_info(pod: &Pod, app: &RuntimeApp, running: bool) -> AppInfo {
                 container_path: m.path.clone(),
                 host_path: v.source.clone(),
                 read_only: v.read_only.unwrap_or(false),
+                propagation: Propagation::parse(v.propagation.as_deref()).as_str().to_string(),
+                selinux_relabel: v.selinux_relabel.unwrap_or(false),
             })
         })
         .collect();
@@ -90,6 +93,12 @@ pub fn status_from_info(pod_id: &str, info: AppInfo) -> cri::ContainerStatus {
             container_path: m.container_path.clone(),
             host_path: m.host_path.clone(),
             readonly: m.read_only,
+            selinux_relabel: m.selinux_relabel,
+            propagation: match Propagation::parse(Some(&m.propagation)) {
+                Propagation::Private => cri::MountPropagation::PropagationPrivate,
+                Propagation::Slave => cri::MountPropagation::PropagationHostToContainer,
+                Propagation::Shared => cri::MountPropagation::PropagationBidirectional,
+            } as i32,
             ..Default::default()
         })
         .collect();

@@ -53,7 +53,7 @@ fn validate(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Result<Requ
         .unwrap_or_default();
     if ns.pid == cri::NamespaceMode::Node as i32 {
         return Err(Status::invalid_argument(
-            "host PID namespace is not supported: systemd is PID 1 of every rktlet pod",
+            "host PID namespace is not supported yet: systemd is PID 1 of every rktlet pod, and nothing it starts can enter the node's PID namespace (docs/architecture.md, Host PID pods)",
         ));
     }
     if ns.userns_options.as_ref().is_some_and(|u| u.mode == cri::NamespaceMode::Pod as i32) {

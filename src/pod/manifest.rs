@@ -167,6 +167,16 @@ pub struct Volume {
     pub uid: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gid: Option<i64>,
+    /// rktlet's: how mounts below the volume propagate (`private`, `slave`
+    /// or `shared`, as [`crate::stage1::inject::Propagation`] names them);
+    /// none is private.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub propagation: Option<String>,
+    /// rktlet's: SELinux relabelling was asked for (rktlet does not relabel:
+    /// it is recorded to be reported as asked, as containerd does on a node
+    /// without SELinux).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selinux_relabel: Option<bool>,
 }
 
 /// A named isolator; its value's shape depends on the name (kept as raw JSON).

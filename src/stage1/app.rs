@@ -42,6 +42,8 @@ pub struct VolumeSpec {
     pub container_path: PathBuf,
     pub read_only: bool,
     pub propagation: Propagation,
+    /// Recorded only (see `manifest::Volume::selinux_relabel`).
+    pub selinux_relabel: bool,
 }
 
 /// Everything `App::add` needs; the caller has resolved the image.
@@ -309,6 +311,8 @@ impl AppSpec {
                             mode: None,
                             uid: None,
                             gid: None,
+                            propagation: Some(v.propagation.as_str().to_string()),
+                            selinux_relabel: v.selinux_relabel.then_some(true),
                         }),
                     }
                 })

@@ -195,6 +195,11 @@ pub fn widen(pid: &PidMode, allow_list: bool, entries: &[String]) -> (Vec<String
 pub struct Plan {
     /// A target's pid in the pod and its start time.
     pub join: Option<(i32, String)>,
+    /// No new PID namespace: the app stays in appexec's (`pid=keep`).
+    pub keep_pid: bool,
+    /// Paths in the app's root of volumes whose mounts propagate both ways
+    /// (appexec keeps them peers of the host's, `shared=`).
+    pub shared: Vec<String>,
     /// The app's paths to mask and to make read-only (after its new /proc
     /// is mounted; systemd makes none of them for such an app).
     pub masks: Vec<String>,
@@ -235,8 +240,10 @@ impl Plan {
     pub fn command(&self, app: &ExecCommand) -> ExecCommand {
         let mut args = vec![match &self.join {
             Some((pid, start)) => format!("pid={pid}@{start}"),
+            None if self.keep_pid => "pid=keep".into(),
             None => "pid=new".into(),
         }];
+        args.extend(self.shared.iter().map(|p| format!("shared={p}")));
         if let Some(root) = &self.root {
             args.push(format!("root={root}"));
         }

@@ -43,6 +43,26 @@ pub enum Propagation {
     Shared,
 }
 
+impl Propagation {
+    /// The name recorded in the pod manifest.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Propagation::Private => "private",
+            Propagation::Slave => "slave",
+            Propagation::Shared => "shared",
+        }
+    }
+
+    /// A recorded name; none (or an unknown one) is private.
+    pub fn parse(s: Option<&str>) -> Propagation {
+        match s {
+            Some("slave") => Propagation::Slave,
+            Some("shared") => Propagation::Shared,
+            _ => Propagation::Private,
+        }
+    }
+}
+
 fn cstr(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::other("path contains a NUL byte"))
 }
@@ -348,6 +368,15 @@ pub fn node_devices(dev: &Path, skip: impl Fn(&Path) -> bool) -> io::Result<Vec<
 #[cfg(test)]
 mod node_device_tests {
     use super::*;
+
+    #[test]
+    fn propagation_names_round_trip() {
+        for p in [Propagation::Private, Propagation::Slave, Propagation::Shared] {
+            assert_eq!(Propagation::parse(Some(p.as_str())), p);
+        }
+        assert_eq!(Propagation::parse(None), Propagation::Private, "volumes recorded before rktlet kept it");
+        assert_eq!(Propagation::parse(Some("bogus")), Propagation::Private);
+    }
 
     #[test]
     fn the_nodes_devices_but_the_pods_own() {

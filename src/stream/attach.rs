@@ -1,10 +1,13 @@
-//! Attach: a running container's output as it is written, followed from its
-//! CRI log file (the pod's log writer is the one reader of the app's pipes,
-//! so any number of attach sessions read the same output and the log keeps
-//! all of it). Lines come back without the CRI framing: `F` lines with their
+//! Attach: a running container's output as it is written. The pod's log
+//! writer is the one reader of the app's pipes, whether or not the
+//! container has a CRI log; each session subscribes to it and gets a copy
+//! of every piece of output as read (so any number of sessions read the
+//! same output, and the log, if any, keeps all of it). A pod whose log
+//! writer predates subscriptions has its container's CRI log followed
+//! instead: lines come back without the CRI framing, `F` lines with their
 //! newline, `P` pieces without. The session ends, with a success status,
-//! when the container has exited and its last output was sent, or when the
-//! client goes away. A container created with `stdin` reads a pipe whose
+//! when the container's output ended (or it has exited) and its last
+//! output was sent, or when the client goes away. A container created with `stdin` reads a pipe whose
 //! write end the pod's log writer keeps; an attach with stdin writes to a
 //! copy of it, and with `stdin_once` the first such session closes it. A
 //! container created with `tty` runs on a terminal of its pod whose master
@@ -25,11 +28,19 @@ const POLL: Duration = Duration::from_millis(25);
 /// still be draining the app's pipes when its exit is recorded.
 const QUIET_POLLS: u32 = 4;
 
+/// Where a container's output comes from.
+#[derive(Debug)]
+pub enum Origin {
+    /// A subscription to the pod's log writer (`stream::log::subscribe`).
+    Live(std::os::unix::net::UnixStream),
+    /// The CRI log file, followed (a log writer without subscriptions).
+    Log(PathBuf),
+}
+
 /// Where a container's output and exit are found, and its stdin.
 #[derive(Debug)]
 pub struct Source {
-    /// The CRI log file.
-    pub log: PathBuf,
+    pub origin: Origin,
     /// rkt's exit status file of the app (exists once it exited).
     pub exit_file: PathBuf,
     pub stdin: Option<Stdin>,
@@ -98,11 +109,115 @@ pub fn parse_line(line: &[u8]) -> Option<(u8, Vec<u8>)> {
     Some((channel, content))
 }
 
+/// The output a session relays, from either source.
+enum Feed {
+    /// Pieces read from the subscription by a thread (closed at its end),
+    /// and those already received.
+    Live {
+        rx: mpsc::Receiver<(u8, Vec<u8>)>,
+        pending: Vec<(u8, Vec<u8>)>,
+        ended: bool,
+        closer: std::os::unix::net::UnixStream,
+    },
+    Log {
+        follow: Follow,
+        path: PathBuf,
+        partial: Vec<u8>,
+    },
+}
+
+impl Feed {
+    fn open(origin: Origin) -> Result<Feed, String> {
+        match origin {
+            Origin::Live(conn) => {
+                let (tx, rx) = mpsc::channel(64);
+                // the session's end wakes the reader (the app's pipes may
+                // stay open long after: systemd keeps them for its unit)
+                let closer = conn.try_clone().map_err(|e| format!("cannot follow the container's output: {e}"))?;
+                std::thread::Builder::new()
+                    .name("attach-feed".into())
+                    .spawn(move || {
+                        let mut conn = conn;
+                        while let Ok(Some((stream, data))) = crate::stream::log::read_frame(&mut conn) {
+                            let channel = match stream {
+                                crate::stream::log::Stream::Stdout => STDOUT,
+                                crate::stream::log::Stream::Stderr => STDERR,
+                            };
+                            if tx.blocking_send((channel, data)).is_err() {
+                                return;
+                            }
+                        }
+                    })
+                    .map_err(|e| format!("cannot start the attach reader: {e}"))?;
+                Ok(Feed::Live { rx, pending: Vec::new(), ended: false, closer })
+            }
+            Origin::Log(path) => match Follow::open_at_end(&path) {
+                Ok(follow) => Ok(Feed::Log { follow, path, partial: Vec::new() }),
+                Err(e) => Err(format!("cannot follow the container's log {}: {e}", path.display())),
+            },
+        }
+    }
+
+    /// The output that came since the last call; `None` once there will be
+    /// no more (the subscription ended).
+    fn take(&mut self) -> Option<Vec<(u8, Vec<u8>)>> {
+        match self {
+            Feed::Live { rx, pending, ended, .. } => {
+                let mut out = std::mem::take(pending);
+                loop {
+                    match rx.try_recv() {
+                        Ok(piece) => out.push(piece),
+                        Err(mpsc::error::TryRecvError::Empty) => break,
+                        Err(mpsc::error::TryRecvError::Disconnected) => {
+                            *ended = true;
+                            break;
+                        }
+                    }
+                }
+                (!*ended || !out.is_empty()).then_some(out)
+            }
+            Feed::Log { follow, path, partial } => {
+                let new = follow.read_new(path).unwrap_or_default();
+                partial.extend_from_slice(&new);
+                let mut out = Vec::new();
+                while let Some(nl) = partial.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = partial.drain(..=nl).collect();
+                    if let Some(piece) = parse_line(&line[..line.len() - 1]) {
+                        out.push(piece);
+                    }
+                }
+                Some(out)
+            }
+        }
+    }
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        if let Feed::Live { closer, .. } = self {
+            let _ = closer.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+impl Feed {
+    /// Until there may be more output (a log is polled).
+    async fn wait(&mut self) {
+        match self {
+            Feed::Live { rx, pending, ended, .. } if !*ended => match rx.recv().await {
+                Some(piece) => pending.push(piece),
+                None => *ended = true,
+            },
+            Feed::Live { .. } => std::future::pending().await,
+            Feed::Log { .. } => tokio::time::sleep(POLL).await,
+        }
+    }
+}
+
 async fn session(source: Source, streams: Streams, mut input: mpsc::Receiver<Input>, output: mpsc::Sender<Output>) {
-    let mut follow = match Follow::open_at_end(&source.log) {
+    let mut feed = match Feed::open(source.origin) {
         Ok(f) => f,
-        Err(e) => {
-            let msg = format!("cannot follow the container's log {}: {e}", source.log.display());
+        Err(msg) => {
             let _ = output.send(Output::Status(status_json(&Err(msg)))).await;
             return;
         }
@@ -126,15 +241,14 @@ async fn session(source: Source, streams: Streams, mut input: mpsc::Receiver<Inp
             }
         }
     };
-    let mut partial: Vec<u8> = Vec::new();
     let mut quiet = 0;
     loop {
         let exited = source.exit_file.exists();
-        let new = follow.read_new(&source.log).unwrap_or_default();
-        partial.extend_from_slice(&new);
-        while let Some(nl) = partial.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = partial.drain(..=nl).collect();
-            let Some((channel, data)) = parse_line(&line[..line.len() - 1]) else { continue };
+        let new = feed.take();
+        let ended = new.is_none();
+        let new = new.unwrap_or_default();
+        let got = !new.is_empty();
+        for (channel, data) in new {
             // a terminal has one output; without one, each stream only if asked for
             let wanted = if streams.tty || channel == STDOUT { streams.stdout } else { streams.stderr };
             let channel = if streams.tty { STDOUT } else { channel };
@@ -142,10 +256,12 @@ async fn session(source: Source, streams: Streams, mut input: mpsc::Receiver<Inp
                 return;
             }
         }
-        // the exit was seen before these reads and the log writer wrote
-        // nothing for a few polls: everything the app wrote is out
-        quiet = if exited && new.is_empty() { quiet + 1 } else { 0 };
-        if quiet >= QUIET_POLLS {
+        // the output ended (every pipe of the app closed), or the exit was
+        // seen before these reads and nothing came for a few polls (the log
+        // writer may still be draining the app's pipes when its exit is
+        // recorded): everything the app wrote is out
+        quiet = if exited && !got { quiet + 1 } else { 0 };
+        if ended || quiet >= QUIET_POLLS {
             let _ = output.send(Output::Status(status_json(&Ok(0)))).await;
             break;
         }
@@ -167,6 +283,8 @@ async fn session(source: Source, streams: Streams, mut input: mpsc::Receiver<Inp
                     }
                 }
             },
+            () = feed.wait() => {}
+            // the exit file is looked at again
             () = tokio::time::sleep(POLL) => {}
         }
     }

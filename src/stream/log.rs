@@ -6,7 +6,12 @@
 //! daemon hands it the read ends of each app's stdout/stderr pipes over a unix
 //! socket in the pod directory; it writes kubelet's format,
 //! `<RFC3339Nano> <stdout|stderr> <P|F> <content>`, splitting long lines into
-//! `P` (partial) pieces. It exits when the pod's nspawn exits.
+//! `P` (partial) pieces. A container created without a log path gets its
+//! pipes read all the same (nothing is written then). Attach sessions
+//! subscribe to an app's output over the same socket: each piece read from
+//! its pipes is copied to them as it comes, framed ([`read_frame`]), and
+//! their connection is closed when the app's last pipe ends. It exits when
+//! the pod's nspawn exits.
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
@@ -23,6 +28,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub const SOCKET_FILE: &str = "logger.sock";
 /// Longest line written whole; longer ones are split into `P` pieces.
 pub const MAX_LINE: usize = 16 * 1024;
+/// Output kept for an attach session that does not read fast enough; past
+/// it the session is let go (the app is never held back by a reader).
+pub const SUBSCRIBER_BACKLOG: usize = 4 << 20;
+/// The largest frame a subscriber takes.
+const MAX_FRAME: usize = 1 << 20;
 
 /// Which stream a pipe carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,37 +140,130 @@ struct Source {
     stream: Stream,
     pipe: File,
     split: LineSplitter,
-    log: File,
-    path: PathBuf,
+    /// The CRI log and its path; none for a container without a log path.
+    log: Option<(File, PathBuf)>,
 }
 
 impl Source {
     fn write(&mut self, records: Vec<(bool, Vec<u8>)>) {
+        let Some((log, _)) = &mut self.log else { return };
         let now = SystemTime::now();
         for (partial, content) in records {
-            if let Err(e) = self.log.write_all(&record(now, self.stream, partial, &content)) {
+            if let Err(e) = log.write_all(&record(now, self.stream, partial, &content)) {
                 tracing::warn!(app = %self.app, error = %e, "cannot write container log");
             }
         }
     }
 }
 
+/// An attach session reading an app's output, and what it has yet to take.
+struct Subscriber {
+    app: String,
+    conn: UnixStream,
+    backlog: Vec<u8>,
+}
+
+impl Subscriber {
+    /// Queues a frame and writes what the socket takes now; false when the
+    /// session is gone or fell too far behind.
+    fn send(&mut self, frame: &[u8]) -> bool {
+        if self.backlog.len() + frame.len() > SUBSCRIBER_BACKLOG {
+            tracing::warn!(app = %self.app, "an attach session fell behind the output: let go");
+            return false;
+        }
+        self.backlog.extend_from_slice(frame);
+        self.flush()
+    }
+
+    fn flush(&mut self) -> bool {
+        while !self.backlog.is_empty() {
+            match self.conn.write(&self.backlog) {
+                Ok(0) => return false,
+                Ok(n) => drop(self.backlog.drain(..n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+}
+
+/// A piece of output as sent to attach sessions: the stream's byte (1
+/// stdout, 2 stderr), the length (u32, big-endian), the bytes.
+pub fn frame(stream: Stream, data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len() + 5);
+    out.push(match stream {
+        Stream::Stdout => 1,
+        Stream::Stderr => 2,
+    });
+    out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+/// Reads one frame of a subscription; `None` at its end.
+pub fn read_frame(r: &mut impl Read) -> io::Result<Option<(Stream, Vec<u8>)>> {
+    let mut head = [0u8; 5];
+    match r.read_exact(&mut head) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let stream = match head[0] {
+        1 => Stream::Stdout,
+        2 => Stream::Stderr,
+        b => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown stream {b} in a frame"))),
+    };
+    let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    // the writer sends what one read of a pipe gave (64 KiB at most)
+    if len > MAX_FRAME {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a frame of {len} bytes")));
+    }
+    let mut data = vec![0u8; len];
+    r.read_exact(&mut data)?;
+    Ok(Some((stream, data)))
+}
+
+/// What the writer keeps between requests.
+#[derive(Default)]
+struct State {
+    sources: HashMap<RawFd, Source>,
+    stdins: HashMap<String, OwnedFd>,
+    subscribers: HashMap<RawFd, Subscriber>,
+}
+
+impl State {
+    /// Lets go of the subscribers of apps none of whose pipes is left
+    /// (closing their connection ends their sessions).
+    fn drop_orphans(&mut self) {
+        let sources = &self.sources;
+        self.subscribers.retain(|_, s| sources.values().any(|src| src.app == s.app));
+    }
+}
+
 /// The writer's loop: serves `listener` until the process behind `pidfd` exits.
 pub fn serve(listener: UnixListener, pidfd: Option<OwnedFd>) -> io::Result<()> {
     listener.set_nonblocking(true)?;
-    let mut sources: HashMap<RawFd, Source> = HashMap::new();
-    let mut stdins: HashMap<String, OwnedFd> = HashMap::new();
+    let mut st = State::default();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let keys: Vec<RawFd> = sources.keys().copied().collect();
-        let (ready, pod_gone, incoming) = {
+        let keys: Vec<RawFd> = st.sources.keys().copied().collect();
+        let subs: Vec<RawFd> = st.subscribers.keys().copied().collect();
+        let (ready, ready_subs, pod_gone, incoming) = {
             let mut fds = vec![PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
             if let Some(p) = &pidfd {
                 fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
             }
             let base = fds.len();
             for k in &keys {
-                fds.push(PollFd::new(sources[k].pipe.as_fd(), PollFlags::POLLIN));
+                fds.push(PollFd::new(st.sources[k].pipe.as_fd(), PollFlags::POLLIN));
+            }
+            // a subscriber is read only to learn it left; written when it has a backlog
+            for k in &subs {
+                let s = &st.subscribers[k];
+                let out = if s.backlog.is_empty() { PollFlags::empty() } else { PollFlags::POLLOUT };
+                fds.push(PollFd::new(s.conn.as_fd(), PollFlags::POLLIN | out));
             }
             match poll(&mut fds, PollTimeout::NONE) {
                 Ok(_) | Err(nix::Error::EINTR) => {}
@@ -171,48 +274,71 @@ pub fn serve(listener: UnixListener, pidfd: Option<OwnedFd>) -> io::Result<()> {
             let pod_gone = pidfd.is_some() && hit(&fds[1]);
             let ready: Vec<RawFd> =
                 keys.iter().enumerate().filter(|(i, _)| hit(&fds[base + i])).map(|(_, k)| *k).collect();
-            (ready, pod_gone, incoming)
+            let sub_base = base + keys.len();
+            let ready_subs: Vec<RawFd> =
+                subs.iter().enumerate().filter(|(i, _)| hit(&fds[sub_base + i])).map(|(_, k)| *k).collect();
+            (ready, ready_subs, pod_gone, incoming)
         };
         for fd in ready {
-            let Some(src) = sources.get_mut(&fd) else { continue };
+            let Some(src) = st.sources.get_mut(&fd) else { continue };
             match src.pipe.read(&mut buf) {
                 Ok(0) | Err(_) => {
                     if let Some(rest) = src.split.finish() {
                         src.write(vec![rest]);
                     }
-                    sources.remove(&fd);
+                    st.sources.remove(&fd);
+                    st.drop_orphans();
                 }
                 Ok(n) => {
                     let records = src.split.feed(&buf[..n]);
                     src.write(records);
+                    let (app, piece) = (src.app.clone(), frame(src.stream, &buf[..n]));
+                    st.subscribers.retain(|_, s| s.app != app || s.send(&piece));
                 }
+            }
+        }
+        for fd in ready_subs {
+            let Some(s) = st.subscribers.get_mut(&fd) else { continue };
+            // anything to read is its end (a session never writes after subscribing)
+            let mut probe = [0u8; 64];
+            let gone = !matches!(s.conn.read(&mut probe), Err(ref e) if e.kind() == io::ErrorKind::WouldBlock);
+            if gone || !s.flush() {
+                st.subscribers.remove(&fd);
             }
         }
         if incoming {
             while let Ok((conn, _)) = listener.accept() {
-                handle(conn, &mut sources, &mut stdins);
+                handle(conn, &mut st);
             }
         }
-        if pod_gone && sources.is_empty() {
+        if pod_gone && st.sources.is_empty() {
             return Ok(());
         }
     }
 }
 
-fn handle(conn: UnixStream, sources: &mut HashMap<RawFd, Source>, stdins: &mut HashMap<String, OwnedFd>) {
+fn handle(conn: UnixStream, st: &mut State) {
     let reply = match receive(&conn) {
-        Ok((cmd, fd)) => apply(&cmd, fd, sources, stdins),
+        Ok((cmd, fd)) => apply(&cmd, fd, st),
         Err(e) => Err(e.to_string()),
     };
     let mut conn = conn;
     let _ = match reply {
-        Ok(None) => conn.write_all(b"ok\n"),
-        Ok(Some(fd)) => {
+        Ok(Reply::Done) => conn.write_all(b"ok\n"),
+        Ok(Reply::Fd(fd)) => {
             let fds = [fd.as_raw_fd()];
             let iov = [IoSlice::new(b"ok\n")];
             sendmsg::<()>(conn.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
                 .map(|_| ())
                 .map_err(io::Error::from)
+        }
+        Ok(Reply::Subscribe(app)) => {
+            let subscribed = conn.write_all(b"ok\n").and_then(|()| conn.set_nonblocking(true));
+            if subscribed.is_ok() {
+                let key = conn.as_raw_fd();
+                st.subscribers.insert(key, Subscriber { app, conn, backlog: Vec::new() });
+            }
+            subscribed
         }
         Err(e) => conn.write_all(format!("error: {e}\n").as_bytes()),
     };
@@ -235,46 +361,64 @@ fn receive(conn: &UnixStream) -> io::Result<(String, Option<OwnedFd>)> {
         }
     }
     let n = msg.bytes;
-    Ok((String::from_utf8_lossy(&data[..n]).trim_end().to_string(), fd))
+    Ok((String::from_utf8_lossy(&data[..n]).trim_end_matches('\n').to_string(), fd))
 }
 
-/// Carries out one request; a descriptor to hand back, if it asked for one.
-fn apply(
-    cmd: &str,
-    fd: Option<OwnedFd>,
-    sources: &mut HashMap<RawFd, Source>,
-    stdins: &mut HashMap<String, OwnedFd>,
-) -> Result<Option<OwnedFd>, String> {
+/// What a request is answered with.
+enum Reply {
+    Done,
+    /// A descriptor to hand back.
+    Fd(OwnedFd),
+    /// The connection stays, as an attach session of this app.
+    Subscribe(String),
+}
+
+/// Carries out one request.
+fn apply(cmd: &str, fd: Option<OwnedFd>, st: &mut State) -> Result<Reply, String> {
     let parts: Vec<&str> = cmd.split('\t').collect();
     match parts.as_slice() {
         // the write end of an app's stdin pipe: kept here, where it outlives the daemon
         ["stdin", app] => {
-            stdins.insert(app.to_string(), fd.ok_or("stdin without a pipe")?);
-            Ok(None)
+            st.stdins.insert(app.to_string(), fd.ok_or("stdin without a pipe")?);
+            Ok(Reply::Done)
         }
         ["getstdin", app] => {
-            let fd = stdins.get(*app).ok_or_else(|| format!("{app} has no stdin (closed, or never had one)"))?;
-            fd.try_clone().map(Some).map_err(|e| e.to_string())
+            let fd = st.stdins.get(*app).ok_or_else(|| format!("{app} has no stdin (closed, or never had one)"))?;
+            fd.try_clone().map(Reply::Fd).map_err(|e| e.to_string())
         }
         ["closestdin", app] => {
-            stdins.remove(*app);
-            Ok(None)
+            st.stdins.remove(*app);
+            Ok(Reply::Done)
         }
+        // an empty path: the app has no CRI log, its output is only read (for attach)
         ["attach", app, stream, path] => {
             let stream = Stream::parse(stream).ok_or_else(|| format!("unknown stream {stream}"))?;
             let pipe = File::from(fd.ok_or("attach without a pipe")?);
-            let path = PathBuf::from(path);
-            let log = open_log(&path).map_err(|e| format!("opening {}: {e}", path.display()))?;
+            let log = match path {
+                &"" => None,
+                path => {
+                    let path = PathBuf::from(path);
+                    let log = open_log(&path).map_err(|e| format!("opening {}: {e}", path.display()))?;
+                    Some((log, path))
+                }
+            };
             let key = pipe.as_raw_fd();
-            sources
-                .insert(key, Source { app: app.to_string(), stream, pipe, split: LineSplitter::default(), log, path });
-            Ok(None)
+            st.sources.insert(key, Source { app: app.to_string(), stream, pipe, split: LineSplitter::default(), log });
+            Ok(Reply::Done)
+        }
+        ["subscribe", app] => {
+            if !st.sources.values().any(|s| s.app == *app) {
+                return Err(format!("{app} has no output left (it exited, or was started before rktlet kept it)"));
+            }
+            Ok(Reply::Subscribe(app.to_string()))
         }
         ["reopen", app] => {
-            for src in sources.values_mut().filter(|s| s.app == *app) {
-                src.log = open_log(&src.path).map_err(|e| format!("reopening {}: {e}", src.path.display()))?;
+            for src in st.sources.values_mut().filter(|s| s.app == *app) {
+                if let Some((log, path)) = &mut src.log {
+                    *log = open_log(path).map_err(|e| format!("reopening {}: {e}", path.display()))?;
+                }
             }
-            Ok(None)
+            Ok(Reply::Done)
         }
         _ => Err(format!("unknown command {cmd:?}")),
     }
@@ -314,9 +458,42 @@ pub fn close_stdin(socket: &Path, app: &str) -> io::Result<()> {
 }
 
 /// Hands the read end of an app's stream to the pod's log writer.
+/// An empty `log_path`: the output is only read (for attach sessions).
 pub fn attach(socket: &Path, app: &str, stream: Stream, log_path: &Path, pipe: impl AsRawFd) -> io::Result<()> {
     let cmd = format!("attach\t{app}\t{}\t{}", stream.as_str(), log_path.display());
-    request(socket, &cmd, Some(pipe.as_raw_fd())).map(|_| ())
+    match request(socket, &cmd, Some(pipe.as_raw_fd())) {
+        // the writer of a pod booted by an older rktlet takes no empty path:
+        // it gets a log that keeps nothing, so the pipe is read all the same
+        Err(e) if log_path.as_os_str().is_empty() && e.to_string().starts_with("unknown command") => {
+            attach(socket, app, stream, Path::new("/dev/null"), pipe)
+        }
+        other => other.map(|_| ()),
+    }
+}
+
+/// An app's output from now on, until its last pipe ends: a connection
+/// to read [`read_frame`]s from (blocking).
+pub fn subscribe(socket: &Path, app: &str) -> io::Result<UnixStream> {
+    let mut conn = UnixStream::connect(socket)?;
+    conn.write_all(format!("subscribe\t{app}").as_bytes())?;
+    // the answer's line, a byte at a time: frames follow it on the same connection
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while line.last() != Some(&b'\n') {
+        if conn.read(&mut byte)? == 0 {
+            return Err(io::Error::other("the log writer closed the connection"));
+        }
+        line.push(byte[0]);
+        if line.len() > 4096 {
+            return Err(io::Error::other("the log writer's answer has no end"));
+        }
+    }
+    let reply = String::from_utf8_lossy(&line).trim_end().to_string();
+    match reply.strip_prefix("error: ") {
+        Some(e) => Err(io::Error::other(e.to_string())),
+        None if reply == "ok" => Ok(conn),
+        None => Err(io::Error::other(format!("log writer answered {reply:?}"))),
+    }
 }
 
 /// Reopens an app's log files (after kubelet rotated them).
@@ -393,5 +570,54 @@ mod tests {
         let _ = sleeper.kill();
         let _ = sleeper.wait();
         writer.join().expect("join").expect("writer exits with the pod");
+    }
+
+    #[test]
+    fn subscribers_get_the_output_of_an_app_without_a_log() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let sock = t.path().join(SOCKET_FILE);
+        let listener = UnixListener::bind(&sock).expect("bind");
+        let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
+        let pidfd = crate::stage1::launch::pidfd_open(sleeper.id() as i32).expect("pidfd");
+        let writer = std::thread::spawn(move || serve(listener, Some(pidfd)));
+        assert!(subscribe(&sock, "app").is_err(), "no output to subscribe to yet");
+        let (out_r, out_w) = nix::unistd::pipe().expect("pipe");
+        let (err_r, err_w) = nix::unistd::pipe().expect("pipe");
+        attach(&sock, "app", Stream::Stdout, Path::new(""), out_r.as_raw_fd()).expect("attach stdout");
+        attach(&sock, "app", Stream::Stderr, Path::new(""), err_r.as_raw_fd()).expect("attach stderr");
+        drop((out_r, err_r));
+        let (mut first, second) = (subscribe(&sock, "app").expect("sub"), subscribe(&sock, "app").expect("sub"));
+        let other = subscribe(&sock, "other");
+        assert!(other.is_err(), "an app without pipes");
+        let (mut out_w, mut err_w) = (File::from(out_w), File::from(err_w));
+        out_w.write_all(b"partial line").expect("write");
+        let got = read_frame(&mut first).expect("frame");
+        assert_eq!(got, Some((Stream::Stdout, b"partial line".to_vec())), "output as read, not as lines");
+        err_w.write_all(b"oops\n").expect("write");
+        assert_eq!(read_frame(&mut first).expect("frame"), Some((Stream::Stderr, b"oops\n".to_vec())));
+        // a session that left does not disturb the others
+        let _ = second.shutdown(std::net::Shutdown::Both);
+        drop(out_w);
+        err_w.write_all(b"last\n").expect("write");
+        assert_eq!(read_frame(&mut first).expect("frame"), Some((Stream::Stderr, b"last\n".to_vec())));
+        // the app's last pipe ends: so does the subscription
+        drop(err_w);
+        assert_eq!(read_frame(&mut first).expect("end"), None);
+        assert!(std::fs::read_dir(t.path()).expect("dir").count() == 1, "no log file was written");
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+        writer.join().expect("join").expect("writer exits with the pod");
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let mut bytes = frame(Stream::Stderr, b"abc");
+        bytes.extend(frame(Stream::Stdout, b""));
+        let mut r = &bytes[..];
+        assert_eq!(read_frame(&mut r).expect("f"), Some((Stream::Stderr, b"abc".to_vec())));
+        assert_eq!(read_frame(&mut r).expect("f"), Some((Stream::Stdout, Vec::new())));
+        assert_eq!(read_frame(&mut r).expect("end"), None);
+        assert!(read_frame(&mut &[9u8, 0, 0, 0, 0][..]).is_err());
+        assert!(read_frame(&mut &[1u8, 0xff, 0xff, 0xff, 0xff][..]).is_err(), "no 4 GiB allocation");
     }
 }

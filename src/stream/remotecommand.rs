@@ -410,6 +410,8 @@ where
 pub const SPDY_PROTOCOL: &str = "v4.channel.k8s.io";
 /// How long a SPDY client has to open the streams it asked for.
 const STREAM_SETUP: Duration = Duration::from_secs(30);
+/// Frames kept from before the streams were all open (the rest is refused).
+const EARLY_FRAMES: usize = 256;
 
 /// Serves one session over a connection upgraded to SPDY/3.1: the client
 /// opens one stream per channel (`streamtype` error, stdin, stdout, stderr,
@@ -435,6 +437,10 @@ where
         wanted.push("resize");
     }
     let mut ids: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+    // what comes on streams already open while the others are being opened
+    // (Kubernetes' client writes stdin as soon as its stream is open, and
+    // may close it before opening stdout): served once all are
+    let mut early: Vec<Frame> = Vec::new();
     let setup = async {
         while !wanted.iter().all(|k| ids.contains_key(*k)) {
             match spdy::read_frame(&mut rd, &mut rcodec).await {
@@ -448,6 +454,12 @@ where
                 }
                 Ok(Some(Frame::Ping { id })) => {
                     let _ = out_tx.send(spdy::ping(id)).await;
+                }
+                Ok(Some(f @ (Frame::Data { .. } | Frame::RstStream { .. }))) => {
+                    if early.len() >= EARLY_FRAMES {
+                        return Err("too many frames before the streams were opened".to_string());
+                    }
+                    early.push(f);
                 }
                 Ok(Some(_)) => {}
                 Ok(None) => return Err("the client left before opening its streams".to_string()),
@@ -477,7 +489,15 @@ where
     let pings = out_tx.clone();
     let reader = tokio::spawn(async move {
         let mut resize_buf = Vec::new();
-        while let Ok(Some(frame)) = spdy::read_frame(&mut rd, &mut rcodec).await {
+        let mut early = early.into_iter();
+        loop {
+            let frame = match early.next() {
+                Some(f) => f,
+                None => match spdy::read_frame(&mut rd, &mut rcodec).await {
+                    Ok(Some(f)) => f,
+                    _ => break,
+                },
+            };
             let input = match frame {
                 Frame::Data { stream, fin, data } => {
                     if !data.is_empty() {
