@@ -285,6 +285,9 @@ fn record_exits(bus: &PodBus, pod: &crate::pod::Pod, out: tokio::sync::broadcast
             // with RemainAfterExit an exited app stays "active (exited)": the exit code is what counts
             let Ok(pod) = crate::pod::Pod::open(&data, &uuid.to_string()) else { return };
             let paths = crate::stage1::app::AppPaths::new(&pod, app);
+            if status.result == "oom-kill" && paths.status_file("-started").exists() {
+                let _ = crate::stage1::app::record_oom_kill(&paths);
+            }
             if paths.status_file("-started").exists()
                 && crate::stage1::app::record_exit(&paths, crate::stage1::bus::exit_code(&exit)).unwrap_or(false)
             {

@@ -9,6 +9,7 @@
 pub mod app;
 pub mod pod;
 pub mod stats;
+pub mod v2;
 
 use std::fmt;
 use std::fs;
@@ -128,6 +129,17 @@ impl Layout {
             std::fs::read_to_string(m.join("cgroup.controllers"))
                 .is_ok_and(|c| c.split_whitespace().any(|c| c == "memory"))
         })
+    }
+
+    /// The unified hierarchy's mount on a pure cgroup v2 host whose root
+    /// offers the memory controller (the host's controllers are on v2):
+    /// where pod and app limits go.
+    pub fn v2_root(&self) -> Option<&std::path::Path> {
+        if !self.is_pure_v2() {
+            return None;
+        }
+        let root = self.hierarchies[0].mount.as_deref()?;
+        v2::available(root).iter().any(|c| c == "memory").then_some(root)
     }
 
     pub fn v1_controllers(&self) -> impl Iterator<Item = &Hierarchy> {
