@@ -823,6 +823,7 @@ mod tests {
             cpu_period_us: Some(100_000),
             pids: Some(100),
             oom_score_adj: Some(-997),
+            ..Default::default()
         };
         let got = values(&systemd_limits(&l));
         let want: Vec<(String, u64)> = [
@@ -864,6 +865,7 @@ mod tests {
                 cpu_period_us: None,
                 pids: Some(10),
                 oom_score_adj: Some(500),
+                ..Default::default()
             }
         );
     }
