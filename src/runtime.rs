@@ -88,7 +88,7 @@ impl Runtime {
         data.ensure()?;
         let host = Host::detect();
         crate::stage1::host::tune_node();
-        let cgroup_driver = cgroup::Driver::detect(host.pid1_is_systemd);
+        let cgroup_driver = cgroup::Driver::chosen(host.pid1_is_systemd);
         let image_err =
             |e: String| PodError::Io { context: "opening the image store".into(), source: std::io::Error::other(e) };
         let registries = RegistryConfig::load(&config.registry_config).map_err(image_err)?;

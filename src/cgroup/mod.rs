@@ -29,6 +29,17 @@ impl Driver {
         if pid1_is_systemd { Driver::Systemd } else { Driver::Cgroupfs }
     }
 
+    /// [`Driver::detect`], unless `RKTLET_CGROUP_DRIVER=cgroupfs` asks for
+    /// plain cgroup paths on a systemd host (pods then run detached, not
+    /// under `systemd-run`; kubelet must be told `--cgroup-driver=cgroupfs`).
+    /// `systemd` is only honoured where PID 1 is systemd.
+    pub fn chosen(pid1_is_systemd: bool) -> Self {
+        match std::env::var("RKTLET_CGROUP_DRIVER").as_deref() {
+            Ok("cgroupfs") => Driver::Cgroupfs,
+            _ => Self::detect(pid1_is_systemd),
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Driver::Systemd => "systemd",
