@@ -299,14 +299,13 @@ async fn updates_change_the_live_files_and_stats_are_read() {
     // stats: read until the shell holds its 10 MB
     let deadline = Instant::now() + Duration::from_secs(60);
     let stats = loop {
-        let s = e
-            .rt
-            .container_stats(cri::ContainerStatsRequest { container_id: id.clone() })
-            .await
-            .expect("ContainerStats")
-            .into_inner()
-            .stats
-            .expect("stats");
+        let s =
+            e.rt.container_stats(cri::ContainerStatsRequest { container_id: id.clone() })
+                .await
+                .expect("ContainerStats")
+                .into_inner()
+                .stats
+                .expect("stats");
         let ws = s.memory.as_ref().and_then(|m| m.working_set_bytes.as_ref()).map_or(0, |v| v.value);
         if ws > 5_000_000 {
             break s;
@@ -316,15 +315,14 @@ async fn updates_change_the_live_files_and_stats_are_read() {
     };
     let cpu = stats.cpu.and_then(|c| c.usage_core_nano_seconds).map_or(0, |v| v.value);
     assert!(cpu > 0, "cpu usage {cpu}");
-    let pod_stats = e
-        .rt
-        .pod_sandbox_stats(cri::PodSandboxStatsRequest { pod_sandbox_id: pod.0.clone() })
-        .await
-        .expect("PodSandboxStats")
-        .into_inner()
-        .stats
-        .and_then(|s| s.linux)
-        .expect("linux pod stats");
+    let pod_stats =
+        e.rt.pod_sandbox_stats(cri::PodSandboxStatsRequest { pod_sandbox_id: pod.0.clone() })
+            .await
+            .expect("PodSandboxStats")
+            .into_inner()
+            .stats
+            .and_then(|s| s.linux)
+            .expect("linux pod stats");
     let pod_mem = pod_stats.memory.and_then(|m| m.working_set_bytes).map_or(0, |v| v.value);
     assert!(pod_mem > 5_000_000, "pod working set {pod_mem}");
     e.remove_pod(&pod.0).await;
@@ -341,13 +339,12 @@ async fn unified_keys_outside_the_controllers_are_refused() {
         assert_eq!(err.code(), tonic::Code::InvalidArgument, "{key}: {err:?}");
         assert!(err.message().contains(key), "{key}: {}", err.message());
     }
-    let listed = e
-        .rt
-        .list_containers(cri::ListContainersRequest { filter: None })
-        .await
-        .expect("ListContainers")
-        .into_inner()
-        .containers;
+    let listed =
+        e.rt.list_containers(cri::ListContainersRequest { filter: None })
+            .await
+            .expect("ListContainers")
+            .into_inner()
+            .containers;
     assert!(listed.is_empty(), "a refused container was left: {listed:?}");
     e.remove_pod(&pod.0).await;
 }
