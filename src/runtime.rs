@@ -88,7 +88,7 @@ impl Runtime {
         data.ensure()?;
         let host = Host::detect();
         crate::stage1::host::tune_node();
-        let cgroup_driver = cgroup::Driver::detect(host.pid1_is_systemd);
+        let cgroup_driver = cgroup::Driver::chosen(host.pid1_is_systemd);
         let image_err =
             |e: String| PodError::Io { context: "opening the image store".into(), source: std::io::Error::other(e) };
         let registries = RegistryConfig::load(&config.registry_config).map_err(image_err)?;
@@ -285,6 +285,9 @@ fn record_exits(bus: &PodBus, pod: &crate::pod::Pod, out: tokio::sync::broadcast
             // with RemainAfterExit an exited app stays "active (exited)": the exit code is what counts
             let Ok(pod) = crate::pod::Pod::open(&data, &uuid.to_string()) else { return };
             let paths = crate::stage1::app::AppPaths::new(&pod, app);
+            if status.result == "oom-kill" && paths.status_file("-started").exists() {
+                let _ = crate::stage1::app::record_oom_kill(&paths);
+            }
             if paths.status_file("-started").exists()
                 && crate::stage1::app::record_exit(&paths, crate::stage1::bus::exit_code(&exit)).unwrap_or(false)
             {
