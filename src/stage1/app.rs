@@ -81,6 +81,11 @@ impl AppPaths {
         AppPaths { name: name.to_string(), pod_path: pod.path(), stage1: pod.stage1_rootfs() }
     }
 
+    /// The paths of app `name` of the pod whose directory is `pod_dir`.
+    pub fn in_pod_dir(pod_dir: &Path, name: &str) -> Self {
+        AppPaths { name: name.to_string(), pod_path: pod_dir.to_path_buf(), stage1: pod_dir.join("stage1/rootfs") }
+    }
+
     /// The app rootfs as the host sees it (the overlay's host mount).
     pub fn rootfs(&self) -> PathBuf {
         self.stage1.join("opt/stage2").join(&self.name).join("rootfs")
