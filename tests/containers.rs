@@ -1053,7 +1053,8 @@ async fn a_pid_namespace_per_container_and_targets_joining_it() {
     assert_eq!((s.exit_code, s.reason.as_str()), (127, "StartError"));
     assert!(s.message.contains("Exited(127)"), "{s:?}");
 
-    // a target must be a container of the same pod, and a host PID namespace is refused
+    // a target must be a container of the same pod, and the node's PID
+    // namespace is for the containers of a host-PID pod only
     for (sc, code) in [
         (pid_namespace(cri::NamespaceMode::Target, "nope:0-x"), tonic::Code::NotFound),
         (pid_namespace(cri::NamespaceMode::Node, ""), tonic::Code::InvalidArgument),

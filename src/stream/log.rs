@@ -250,6 +250,20 @@ struct State {
 struct HostApp {
     running: crate::stage1::exec::Running,
     template: OwnedFd,
+    /// `cgroup.kill` of its unit's cgroup (unified hierarchy): at its exit
+    /// what it left there goes too (runc's way for a container sharing the
+    /// node's PID namespace), the template with it.
+    cgroup_kill: Option<PathBuf>,
+}
+
+/// `cgroup.kill` of the unified cgroup of process `pid`, as this process sees it.
+fn cgroup_kill_of(pid: i32) -> Option<PathBuf> {
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let path = cgroups.lines().find_map(|l| l.strip_prefix("0::"))?.trim_start_matches('/');
+    let layout = crate::cgroup::Layout::cached().ok()?;
+    let mount = layout.hierarchies.iter().find(|h| h.is_unified())?.mount.clone()?;
+    // never the node's root cgroup, nor one above the pod's
+    (!path.is_empty()).then(|| mount.join(path).join("cgroup.kill"))
 }
 
 fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
@@ -332,7 +346,8 @@ impl State {
             Ok(running) => {
                 let pid = running.pid();
                 tracing::info!(app, pid, "host-PID app started");
-                self.hosts.insert(app.to_string(), HostApp { running, template: tpl });
+                let cgroup_kill = cgroup_kill_of(template);
+                self.hosts.insert(app.to_string(), HostApp { running, template: tpl, cgroup_kill });
                 Ok(pid)
             }
             Err(e) => {
@@ -354,6 +369,11 @@ impl State {
             }
         }
         pidfd_kill(&h.template, libc::SIGKILL);
+        if let Some(kill) = &h.cgroup_kill
+            && let Err(e) = std::fs::write(kill, "1")
+        {
+            tracing::warn!(app, error = %e, "cannot kill what a host-PID app left");
+        }
     }
 
     /// At the pod's end: every host-PID app killed, reaped and recorded.
