@@ -208,6 +208,25 @@ impl Runtime {
         };
         for name in started {
             let paths = crate::stage1::app::AppPaths::new(pod, &name);
+            if paths.status_file(crate::stage1::app::HOST_PID).exists() {
+                if crate::stage1::app::exit_recorded_by_writer(&paths) {
+                    continue;
+                }
+                // its writer is gone: nothing supervises the app (nor would
+                // record its exit), so it goes, its exit unknown
+                if let Some(cg) = pod.subcgroups().ok().flatten().and_then(|subs| {
+                    let layout = crate::cgroup::Layout::cached().ok()?;
+                    Some(crate::cgroup::app::AppCgroup::new(layout, &subs, &name))
+                }) && let Err(e) = cg.kill_unit()
+                {
+                    tracing::warn!(pod = %pod.uuid(), app = name, error = %e, "cannot kill a host-PID app without its log writer");
+                }
+                tracing::warn!(pod = %pod.uuid(), app = name, "the log writer of a host-PID app is gone: app killed, exit unknown");
+                if crate::stage1::app::record_exit(&paths, 255).unwrap_or(false) {
+                    self.emit(pod.uuid(), &name, EventKind::Stopped);
+                }
+                continue;
+            }
             let code = match bus.unit_status(&format!("{name}.service")) {
                 Ok(status) => match status.main_exit() {
                     Some(exit) => Some(crate::stage1::bus::exit_code(&exit)),
@@ -285,7 +304,9 @@ fn record_exits(bus: &PodBus, pod: &crate::pod::Pod, out: tokio::sync::broadcast
             // with RemainAfterExit an exited app stays "active (exited)": the exit code is what counts
             let Ok(pod) = crate::pod::Pod::open(&data, &uuid.to_string()) else { return };
             let paths = crate::stage1::app::AppPaths::new(&pod, app);
+            // a host-PID app's unit ends with its template: its own exit is the writer's to record
             if paths.status_file("-started").exists()
+                && !crate::stage1::app::exit_recorded_by_writer(&paths)
                 && crate::stage1::app::record_exit(&paths, crate::stage1::bus::exit_code(&exit)).unwrap_or(false)
             {
                 let _ = out.send(ContainerEvent::now(uuid, app, EventKind::Stopped));

@@ -46,7 +46,12 @@ fn host_container(name: &str, image: &str, script: &str) -> cri::ContainerConfig
     c
 }
 
-async fn start(rt: &mut RuntimeServiceClient<Channel>, pod: &str, config: &cri::PodSandboxConfig, c: cri::ContainerConfig) -> String {
+async fn start(
+    rt: &mut RuntimeServiceClient<Channel>,
+    pod: &str,
+    config: &cri::PodSandboxConfig,
+    c: cri::ContainerConfig,
+) -> String {
     let id = common::create_container(rt, pod, config, c).await;
     rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("StartContainer");
     id
@@ -88,16 +93,25 @@ async fn own_pid(rt: &mut RuntimeServiceClient<Channel>, id: &str) -> i32 {
 
 fn status_field(pid: i32, name: &str) -> String {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status of the app");
-    status.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')).map(|v| v.trim().to_string()).unwrap_or_default()
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default()
 }
 
 fn field_of(status: &str, name: &str) -> String {
-    status.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')).map(|v| v.trim().to_string()).unwrap_or_default()
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default()
 }
 
 fn alive(pid: i32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')))
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')))
 }
 
 /// A host-PID container sees the node's processes and is one of them (its
@@ -123,13 +137,22 @@ async fn host_pid_containers_are_node_processes_and_confined() {
     let ns = st.linux.and_then(|l| l.namespaces).and_then(|n| n.options).expect("namespace options");
     assert_eq!(ns.pid, cri::NamespaceMode::Node as i32, "{ns:?}");
 
-    let main = start(&mut rt, &pod, &config, host_container("main", &image, "echo $$ > /tmp/pid; echo started; exec sleep 1000")).await;
+    let main = start(
+        &mut rt,
+        &pod,
+        &config,
+        host_container("main", &image, "echo $$ > /tmp/pid; echo started; exec sleep 1000"),
+    )
+    .await;
     let pid = own_pid(&mut rt, &main).await;
     // the node's pid of its own process: a process of the node (one NSpid),
     // the container's (its root holds the file it wrote)
     assert_eq!(std::fs::read_to_string(format!("/proc/{pid}/cmdline")).expect("cmdline"), "sleep\u{0}1000\u{0}");
     assert_eq!(status_field(pid, "NSpid"), pid.to_string());
-    assert_eq!(std::fs::read_to_string(format!("/proc/{pid}/root/tmp/pid")).expect("its /tmp/pid").trim(), pid.to_string());
+    assert_eq!(
+        std::fs::read_to_string(format!("/proc/{pid}/root/tmp/pid")).expect("its /tmp/pid").trim(),
+        pid.to_string()
+    );
     // confined: its user, its filter, no_new_privs, kubelet's capabilities, its own mounts
     assert_eq!(status_field(pid, "Uid").split_whitespace().next(), Some("1000"));
     assert_eq!(status_field(pid, "Seccomp"), "2");
@@ -173,22 +196,33 @@ async fn host_pid_containers_are_node_processes_and_confined() {
     assert_eq!(s.exit_code, 3, "{s:?}");
 
     // StopContainer: SIGTERM (ignored here), SIGKILL at the timeout
-    let stubborn =
-        start(&mut rt, &pod, &config, host_container("stubborn", &image, "trap '' TERM; echo $$ > /tmp/pid; while :; do sleep 1; done")).await;
+    let stubborn = start(
+        &mut rt,
+        &pod,
+        &config,
+        host_container("stubborn", &image, "trap '' TERM; echo $$ > /tmp/pid; while :; do sleep 1; done"),
+    )
+    .await;
     let stubborn_pid = own_pid(&mut rt, &stubborn).await;
     let began = Instant::now();
-    rt.stop_container(cri::StopContainerRequest { container_id: stubborn.clone(), timeout: 2 }).await.expect("StopContainer");
+    rt.stop_container(cri::StopContainerRequest { container_id: stubborn.clone(), timeout: 2 })
+        .await
+        .expect("StopContainer");
     let took = began.elapsed();
     assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(10), "{took:?}");
     let s = status(&mut rt, &stubborn).await;
     assert_eq!((s.state, s.exit_code), (cri::ContainerState::ContainerExited as i32, 137), "{s:?}");
     assert!(!alive(stubborn_pid), "the stopped container's process lives on");
     // a graceful one exits at SIGTERM
-    rt.stop_container(cri::StopContainerRequest { container_id: other.clone(), timeout: 10 }).await.expect("StopContainer");
+    rt.stop_container(cri::StopContainerRequest { container_id: other.clone(), timeout: 10 })
+        .await
+        .expect("StopContainer");
     assert_eq!(status(&mut rt, &other).await.exit_code, 143);
 
     rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("StopPodSandbox");
-    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("RemovePodSandbox");
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() })
+        .await
+        .expect("RemovePodSandbox");
     assert!(!alive(pid), "a host-PID container outlived its pod");
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);
 }
@@ -203,7 +237,8 @@ async fn a_host_pid_exit_is_recorded_across_a_daemon_crash() {
     let logs = tempfile::tempdir().expect("logs");
     let config = host_pid_pod("hostpid-crash", logs.path());
     let pod = common::run_pod(&mut rt, &config).await;
-    let late = start(&mut rt, &pod, &config, host_container("late", &image, "echo $$ > /tmp/pid; sleep 2; exit 5")).await;
+    let late =
+        start(&mut rt, &pod, &config, host_container("late", &image, "echo $$ > /tmp/pid; sleep 2; exit 5")).await;
     let pid = own_pid(&mut rt, &late).await;
     d.signal_and_wait(nix::sys::signal::Signal::SIGKILL);
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -216,7 +251,9 @@ async fn a_host_pid_exit_is_recorded_across_a_daemon_crash() {
     let mut rt = d.runtime().await;
     let s = wait_exited(&mut rt, &late, Duration::from_secs(10)).await;
     assert_eq!(s.exit_code, 5, "{s:?}");
-    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("RemovePodSandbox");
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() })
+        .await
+        .expect("RemovePodSandbox");
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);
 }
 
@@ -237,6 +274,8 @@ async fn the_node_pid_namespace_needs_a_host_pid_pod() {
         .await
         .expect_err("refused");
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
-    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("RemovePodSandbox");
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() })
+        .await
+        .expect("RemovePodSandbox");
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);
 }

@@ -264,6 +264,9 @@ pub async fn start_container(
     }
     // marked before the start: the exit recorder only records started apps, and
     // a short-lived app can exit before StartTransientUnit's job is reported
+    if pid_mode == PidMode::Host {
+        std::fs::write(paths.status_file(app::HOST_PID), b"").map_err(|e| Status::internal(e.to_string()))?;
+    }
     app::mark_started(&paths).map_err(|e| Status::internal(e.to_string()))?;
     let began = std::time::Instant::now();
     // Ok(Err(..)): the job failed, so its process ran and could not become
