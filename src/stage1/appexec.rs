@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 /// Where apps find the program (the pod's /dev, which every app binds).
 pub const IN_POD: &str = "/dev/.rkt-appexec";
 /// What `comm` of its process reads: the file name as exec'd.
-const COMM: &str = ".rkt-appexec";
+pub const COMM: &str = ".rkt-appexec";
 const BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/appexec"));
 
 /// The PID namespace an app asks for.

@@ -296,19 +296,31 @@ fn pidfd_getfd(pidfd: &OwnedFd, fd: RawFd) -> io::Result<OwnedFd> {
 /// arguments after `--` (its options never are `--`: bind targets are
 /// absolute paths).
 fn template_command(template: i32) -> io::Result<(String, Vec<String>)> {
+    let comm = std::fs::read_to_string(format!("/proc/{template}/comm"))?;
     let cmdline = std::fs::read(format!("/proc/{template}/cmdline"))?;
+    parse_template(&comm, &cmdline)
+        .ok_or_else(|| io::Error::other(format!("process {template} is not a host-PID app's template")))
+}
+
+/// The program and argv of a template from its `comm` and `cmdline`: only
+/// a parked appexec of `pid=host` is one (not appexec before it confined
+/// itself, nor any other process).
+fn parse_template(comm: &str, cmdline: &[u8]) -> Option<(String, Vec<String>)> {
     let mut args = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned());
-    args.by_ref().find(|a| a == "--").ok_or_else(|| io::Error::other("the template has no command"))?;
+    if comm.trim_end() != crate::stage1::appexec::COMM || args.nth(1).as_deref() != Some("pid=host") {
+        return None;
+    }
+    args.by_ref().find(|a| a == "--")?;
     let mut rest: Vec<String> = args.collect();
     // the kernel's cmdline ends with a NUL: one empty piece after it
     if rest.last().is_some_and(String::is_empty) {
         rest.pop();
     }
     if rest.len() < 2 {
-        return Err(io::Error::other("the template has no command"));
+        return None;
     }
     let program = rest.remove(0);
-    Ok((program, rest))
+    Some((program, rest))
 }
 
 impl State {
@@ -326,8 +338,9 @@ impl State {
         if crate::stage1::appexec::start_time(template).as_deref() != Some(start) {
             return Err(format!("template {template} is gone"));
         }
+        // (not a template: refused, and left alone)
+        let (program, argv) = template_command(template).map_err(|e| e.to_string())?;
         let started = (|| -> Result<crate::stage1::exec::Running, String> {
-            let (program, argv) = template_command(template).map_err(|e| e.to_string())?;
             let stdio = [0, 1, 2].map(|fd| pidfd_getfd(&tpl, fd));
             let [Ok(i), Ok(o), Ok(e)] = stdio else {
                 return Err("cannot copy the template's stdio".into());
@@ -837,6 +850,19 @@ mod tests {
         let _ = sleeper.kill();
         let _ = sleeper.wait();
         writer.join().expect("join").expect("writer exits with the pod");
+    }
+
+    #[test]
+    fn only_a_host_pid_template_is_copied() {
+        let cmdline =
+            b".rkt-appexec\0pid=host\0root=/opt/stage2/a/rootfs\0bind=/dev\0/dev\0--\0/bin/busybox\0sh\0-c\0echo --\0";
+        let (program, argv) = parse_template(".rkt-appexec\n", cmdline).expect("a template");
+        assert_eq!((program.as_str(), argv), ("/bin/busybox", vec!["sh".to_string(), "-c".into(), "echo --".into()]));
+        // appexec of another mode, or not appexec (any process of the node)
+        let keep = b".rkt-appexec\0pid=keep\0--\0/bin/sh\0sh\0";
+        assert_eq!(parse_template(".rkt-appexec\n", keep), None);
+        assert_eq!(parse_template("sh\n", cmdline), None);
+        assert_eq!(parse_template(".rkt-appexec\n", b".rkt-appexec\0pid=host\0--\0/bin/sh\0"), None);
     }
 
     #[test]
