@@ -219,11 +219,14 @@ async fn host_pid_containers_are_node_processes_and_confined() {
         .expect("StopContainer");
     assert_eq!(status(&mut rt, &other).await.exit_code, 143);
 
+    // the pod's stop kills a running one; its exit is its own (SIGKILL), not its template's
     rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("StopPodSandbox");
+    assert!(!alive(pid), "a host-PID container outlived its pod");
+    let s = status(&mut rt, &main).await;
+    assert_eq!((s.state, s.exit_code), (cri::ContainerState::ContainerExited as i32, 137), "{s:?}");
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() })
         .await
         .expect("RemovePodSandbox");
-    assert!(!alive(pid), "a host-PID container outlived its pod");
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);
 }
 
@@ -274,6 +277,56 @@ async fn the_node_pid_namespace_needs_a_host_pid_pod() {
         .await
         .expect_err("refused");
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() })
+        .await
+        .expect("RemovePodSandbox");
+    assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+}
+
+/// The pod's log writer of a pod (a fork of its sandbox process, whose
+/// command line it keeps; nspawn replaced the sandbox's own).
+fn log_writer_of(pod: &str) -> i32 {
+    let found: Vec<i32> = common::processes_mentioning(&format!("--uuid={pod}"))
+        .iter()
+        .filter(|p| p.contains(" app sandbox "))
+        .filter_map(|p| p.split(':').next()?.parse().ok())
+        .collect();
+    assert_eq!(found.len(), 1, "the log writer of {pod}: {found:?}");
+    found[0]
+}
+
+/// A log writer SIGKILLed (nothing supervises its host-PID apps any more)
+/// while the daemon is down: the restarted daemon kills the app and records
+/// its exit as unknown (255).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_pid_app_without_its_writer_is_killed_at_a_restart() {
+    let mut d = Daemon::start(&[]);
+    let image = common::pull_busybox(&d).await;
+    let mut rt = d.runtime().await;
+    let logs = tempfile::tempdir().expect("logs");
+    let config = host_pid_pod("hostpid-orphan", logs.path());
+    let pod = common::run_pod(&mut rt, &config).await;
+    let app = start(&mut rt, &pod, &config, host_container("app", &image, "echo $$ > /tmp/pid; exec sleep 1000")).await;
+    let pid = own_pid(&mut rt, &app).await;
+    d.signal_and_wait(nix::sys::signal::Signal::SIGKILL);
+    let writer = log_writer_of(&pod);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(writer), nix::sys::signal::Signal::SIGKILL).expect("kill writer");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(writer) {
+        assert!(Instant::now() < deadline, "the writer did not die");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(alive(pid), "the app went with its writer");
+    d.child = Daemon::spawn(&d.socket, d.dir.path(), &[]);
+    d.wait_ready();
+    let mut rt = d.runtime().await;
+    let s = wait_exited(&mut rt, &app, Duration::from_secs(10)).await;
+    assert_eq!(s.exit_code, 255, "{s:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "the app outlived the reconcile");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() })
         .await
         .expect("RemovePodSandbox");
