@@ -535,10 +535,10 @@ async fn containers_survive_a_daemon_sigkill() {
 
 in_both_pid_namespaces!(exec_gets_the_seccomp_filters, exec_gets_the_seccomp_filters_pod_pid_namespace, exec_filters);
 
-/// ExecSync runs under the very filters of the container's main process:
-/// the same count, and a call the profile denies is denied to the command.
 in_the_node_pid_namespace!(exec_gets_the_seccomp_filters_node_pid_namespace, exec_filters);
 
+/// ExecSync runs under the very filters of the container's main process:
+/// the same count, and a call the profile denies is denied to the command.
 async fn exec_filters(pid: cri::NamespaceMode) {
     let mut e = env_with_pid(pid).await;
     let pod = e.pod("filtered").await;
@@ -1129,14 +1129,14 @@ fn cap_bnd(status: &str) -> u64 {
         .expect("CapBnd")
 }
 
-/// A capability a container adds is one it can use (NET_ADMIN: a bridge in
-/// the pod's network), and one it did not add is not; a privileged
-/// container holds everything the node has, and the node's devices.
 in_the_node_pid_namespace!(
     added_and_privileged_capabilities_work_node_pid_namespace,
     added_and_privileged_capabilities
 );
 
+/// A capability a container adds is one it can use (NET_ADMIN: a bridge in
+/// the pod's network), and one it did not add is not; a privileged
+/// container holds everything the node has, and the node's devices.
 async fn added_and_privileged_capabilities(pid: cri::NamespaceMode) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut e = env_on_network(pid, dir.path()).await;
@@ -1285,13 +1285,13 @@ in_both_pid_namespaces!(
     mount_propagation
 );
 
+in_the_node_pid_namespace!(mount_propagation_is_reported_and_works_node_pid_namespace, mount_propagation);
+
 /// Host paths bound with each CRI propagation: ContainerStatus reports
 /// each mount as asked; a mount made on the node below an rslave or rshared
 /// volume after the start appears in the container, one below a private
 /// volume does not; a mount the container makes below its rshared volume
 /// appears on the node, one below rslave does not.
-in_the_node_pid_namespace!(mount_propagation_is_reported_and_works_node_pid_namespace, mount_propagation);
-
 async fn mount_propagation(pid: cri::NamespaceMode) {
     use nix::mount::{MntFlags, MsFlags, mount, umount2};
     let mut e = env_with_pid(pid).await;
