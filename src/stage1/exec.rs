@@ -282,13 +282,15 @@ pub fn spawn(
 /// as a copy of its template `template` (appexec, parked confined: see
 /// appexec/main.rs) in every way but the PID namespace: the caller's (the
 /// pod's log writer, in the node's) is kept. Systemd's notification socket,
-/// in the template's environment for appexec, is left out. Returns once it
-/// has exec'd or failed to ([`Running::started`] tells which).
+/// in the template's environment for appexec, is left out. With `tty`,
+/// stdin is a terminal that becomes its controlling terminal. Returns once
+/// it has exec'd or failed to ([`Running::started`] tells which).
 pub fn spawn_in_own_pid_namespace(
     template: i32,
     program: &str,
     argv: &[String],
     stdio: [std::os::fd::BorrowedFd<'_>; 3],
+    tty: bool,
 ) -> Result<Running, ExecError> {
     if program.is_empty() || argv.is_empty() {
         return Err(ExecError::EmptyCommand);
@@ -296,7 +298,7 @@ pub fn spawn_in_own_pid_namespace(
     let mut target = Target::read(template)?;
     target.ns.retain(|(flag, _)| *flag != libc::CLONE_NEWPID);
     target.env.retain(|e| !e.to_bytes().starts_with(b"NOTIFY_SOCKET="));
-    spawn_as(target, program.to_string(), argv, stdio, false, None)
+    spawn_as(target, program.to_string(), argv, stdio, tty, None)
 }
 
 fn spawn_as(
@@ -689,7 +691,9 @@ unsafe fn command(
             fail(rep, 0);
         }
         // a terminal on stdin becomes the session's controlling terminal
-        if tty && libc::ioctl(stdio[0], libc::TIOCSCTTY, 0) != 0 {
+        // (1: taken even from another session, as a host-PID app takes its
+        // template's; an exec's own new terminal is nobody's yet)
+        if tty && libc::ioctl(stdio[0], libc::TIOCSCTTY, 1) != 0 {
             fail(rep, 5);
         }
         if libc::fchdir(t.root.as_raw_fd()) != 0 || libc::chroot(c".".as_ptr()) != 0 {

@@ -345,11 +345,14 @@ impl State {
             let [Ok(i), Ok(o), Ok(e)] = stdio else {
                 return Err("cannot copy the template's stdio".into());
             };
+            // a tty container's terminal becomes the app's controlling terminal
+            let tty = nix::unistd::isatty(&i).unwrap_or(false);
             let mut running = crate::stage1::exec::spawn_in_own_pid_namespace(
                 template,
                 &program,
                 &argv,
                 [i.as_fd(), o.as_fd(), e.as_fd()],
+                tty,
             )
             .map_err(|e| e.to_string())?;
             running.started().map_err(|e| e.to_string())?;
