@@ -298,17 +298,31 @@ fn record_exits(bus: &PodBus, pod: &crate::pod::Pod, out: tokio::sync::broadcast
     let Ok(events) = bus.subscribe() else { return };
     let (data, uuid) = (pod.data_dir().clone(), pod.uuid());
     let spawned = std::thread::Builder::new().name(format!("exits-{uuid}")).spawn(move || {
+        // host-PID apps whose Stopped event was sent
+        let mut host_stopped = std::collections::HashSet::new();
         for event in events {
             let BusEvent::UnitChanged { unit, status } = event else { continue };
             let (Some(app), Some(exit)) = (unit.strip_suffix(".service"), status.main_exit()) else { continue };
             // with RemainAfterExit an exited app stays "active (exited)": the exit code is what counts
             let Ok(pod) = crate::pod::Pod::open(&data, &uuid.to_string()) else { return };
             let paths = crate::stage1::app::AppPaths::new(&pod, app);
-            // a host-PID app's unit ends with its template: its own exit is the writer's to record
-            if paths.status_file("-started").exists()
-                && !crate::stage1::app::exit_recorded_by_writer(&paths)
-                && crate::stage1::app::record_exit(&paths, crate::stage1::bus::exit_code(&exit)).unwrap_or(false)
-            {
+            if !paths.status_file("-started").exists() {
+                continue;
+            }
+            // a host-PID app's unit ends with its template: the app's own exit
+            // is the writer's to record (first, or a moment after the
+            // template's end); the event is sent from here, once
+            if crate::stage1::app::exit_recorded_by_writer(&paths) {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+                while !paths.status_file("").exists() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                if paths.status_file("").exists() && host_stopped.insert(app.to_string()) {
+                    let _ = out.send(ContainerEvent::now(uuid, app, EventKind::Stopped));
+                }
+                continue;
+            }
+            if crate::stage1::app::record_exit(&paths, crate::stage1::bus::exit_code(&exit)).unwrap_or(false) {
                 let _ = out.send(ContainerEvent::now(uuid, app, EventKind::Stopped));
             }
         }
