@@ -624,6 +624,11 @@ fn stop_host_app(t: &Target, paths: &AppPaths, first_signal: i32, timeout: Durat
     }
     // SAFETY: the kernel just returned this descriptor; we own it.
     let pidfd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+    // opened, then checked: still a process of the unit, not a reused pid
+    let cgroup = app_cgroup(&t.pod, &t.app.name);
+    if !cgroup.is_some_and(|cg| cg.unit_processes().contains(&pid)) {
+        return;
+    }
     let signal = |sig: i32| {
         // SAFETY: pidfd_send_signal(2) on our pidfd with a null info.
         unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), sig, std::ptr::null::<u8>(), 0) }
