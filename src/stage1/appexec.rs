@@ -395,6 +395,15 @@ mod tests {
     }
 
     #[test]
+    fn a_host_pid_template_keeps_the_pid_namespace_and_needs_no_setns() {
+        let app = ExecCommand { path: "/bin/sh".into(), argv: list(&["sh"]), ignore_failure: false };
+        let plan = Plan { keep_pid: true, host: true, root: Some("/r".into()), ..Default::default() };
+        assert_eq!(plan.command(&app).argv[..3], list(&[COMM, "pid=host", "root=/r"])[..]);
+        let (_, deny) = widen(&PidMode::Host, true, &list(&["@system-service"]));
+        assert!(!deny.iter().any(|c| c == "setns"), "{deny:?}");
+    }
+
+    #[test]
     fn the_command_carries_the_plan_then_the_app() {
         let app = ExecCommand { path: "/bin/busybox".into(), argv: list(&["sh", "-c", "x"]), ignore_failure: false };
         let plan = Plan {
