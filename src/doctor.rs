@@ -122,12 +122,21 @@ fn cgroups() -> Vec<Check> {
         ));
     }
     if v1.is_empty() {
-        out.push(Check::warn(
-            "cgroups: limits",
-            "cgroup v2 only: rktlet applies container limits in v1 controller cgroups, so memory, \
-             cpu and pids limits are not enforced on this host yet (stats work)",
-            "boot with systemd.unified_cgroup_hierarchy=0 for a hybrid layout, or accept unenforced limits",
-        ));
+        out.push(if layout.v2_root().is_some() {
+            Check::ok(
+                "cgroups: limits",
+                "cgroup v2: container limits are enforced in each container's own cgroup (its unit's in \
+                 the pod's systemd: memory.max, memory.swap.max, cpu.weight from shares, cpu.max, \
+                 cpuset, hugetlb, and pids, memory.high, io and others through CRI's `unified` map), \
+                 updated live; stats and OOM kills (OOMKilled, 137) are read there; the pod pool is off",
+            )
+        } else {
+            Check::fail(
+                "cgroups: limits",
+                "cgroup v2 without the memory controller at its root: container limits cannot be enforced",
+                "enable the controllers in /sys/fs/cgroup/cgroup.subtree_control (systemd does at boot)",
+            )
+        });
     }
     let unmounted: Vec<String> = v1.iter().filter(|h| h.mount.is_none()).map(|h| h.controllers.join(",")).collect();
     if !unmounted.is_empty() {

@@ -1,7 +1,7 @@
 //! rktlet: a Kubernetes CRI runtime that runs rkt pods, doing in-process what
 //! the original rktlet exec'd the `rkt` binary for.
 //!
-//! Module map (see DESIGN.md): `cri` translates gRPC calls; `pod` owns pod
+//! Module map (see docs/design.md): `cri` translates gRPC calls; `pod` owns pod
 //! directories; `stage1` launches and drives pods; `image` owns the store;
 //! `cgroup` owns cgroup files; `net` owns pod networking; `stream` serves
 //! exec/attach/port-forward streams.

@@ -88,7 +88,7 @@ impl Runtime {
         data.ensure()?;
         let host = Host::detect();
         crate::stage1::host::tune_node();
-        let cgroup_driver = cgroup::Driver::detect(host.pid1_is_systemd);
+        let cgroup_driver = cgroup::Driver::chosen(host.pid1_is_systemd);
         let image_err =
             |e: String| PodError::Io { context: "opening the image store".into(), source: std::io::Error::other(e) };
         let registries = RegistryConfig::load(&config.registry_config).map_err(image_err)?;
@@ -308,6 +308,9 @@ fn record_exits(bus: &PodBus, pod: &crate::pod::Pod, out: tokio::sync::broadcast
             let paths = crate::stage1::app::AppPaths::new(&pod, app);
             if !paths.status_file("-started").exists() {
                 continue;
+            }
+            if status.result == "oom-kill" {
+                let _ = crate::stage1::app::record_oom_kill(&paths);
             }
             // a host-PID app's unit ends with its template: the app's own exit
             // is the writer's to record (first, or a moment after the

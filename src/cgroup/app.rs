@@ -8,7 +8,12 @@
 //! the next pass; later ones inherit the app cgroup.
 
 use super::Layout;
+use cgroups_rs::fs::MaxValue;
+use cgroups_rs::fs::cpu::CpuController;
+use cgroups_rs::fs::memory::MemController;
+use cgroups_rs::fs::pid::PidController;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::PathBuf;
@@ -21,6 +26,19 @@ pub struct Limits {
     pub cpu_quota_us: Option<i64>,
     pub cpu_period_us: Option<u64>,
     pub pids: Option<i64>,
+    /// CRI's memory plus swap (v1 `memsw`); on v2 `memory.swap.max` gets the swap part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_swap_bytes: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpuset_cpus: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpuset_mems: Option<String>,
+    /// Hugepage size (`2MB`) to limit in bytes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hugepages: BTreeMap<String, u64>,
+    /// CRI's `unified` map: cgroup v2 files written as given (checked by `v2::validate_unified`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unified: BTreeMap<String, String>,
     /// Not a cgroup file: the OOM score adjustment the app's unit starts with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom_score_adj: Option<i64>,
@@ -29,6 +47,27 @@ pub struct Limits {
 impl Limits {
     pub fn is_empty(&self) -> bool {
         *self == Limits::default()
+    }
+
+    /// Refuses what no host could apply: unknown or path-like `unified`
+    /// keys, `unified` on a host without cgroup v2 controllers, malformed
+    /// cpusets and hugepage sizes.
+    pub fn validate(&self) -> Result<(), String> {
+        super::v2::validate_unified(&self.unified)?;
+        if !self.unified.is_empty() && Layout::cached().ok().and_then(|l| l.v2_root()).is_none() {
+            return Err("unified (cgroup v2) resources were given, but this host has no cgroup v2 controllers".into());
+        }
+        for (what, v) in [("cpuset_cpus", &self.cpuset_cpus), ("cpuset_mems", &self.cpuset_mems)] {
+            if let Some(v) = v
+                && !v.bytes().all(|b| b.is_ascii_digit() || b == b',' || b == b'-')
+            {
+                return Err(format!("{what} {v:?} is not a list of numbers and ranges"));
+            }
+        }
+        if let Some(size) = self.hugepages.keys().find(|s| !super::v2::valid_page_size(s)) {
+            return Err(format!("hugepage size {size:?} is not one the kernel names (2MB, 1GB, ...)"));
+        }
+        Ok(())
     }
 }
 
@@ -42,10 +81,23 @@ pub struct AppCgroup {
     dirs: Vec<(&'static str, PathBuf)>,
     /// The unit's cgroup in the unified hierarchy, where its processes are found.
     unit: Option<PathBuf>,
+    /// Pure cgroup v2 with controllers: the unified hierarchy's root and the
+    /// unit's cgroup relative to it, which is the app's cgroup (no `dirs`).
+    v2: Option<(PathBuf, String)>,
+}
+
+/// The app's unit cgroup relative to the hierarchy root, below the pod's
+/// tracking cgroup (nspawn's `payload`, the pod systemd's `system.slice`).
+pub fn unit_subpath(tracking: &str, app: &str) -> String {
+    format!("{}/payload/system.slice/{app}.service", tracking.trim_end_matches('/'))
 }
 
 impl AppCgroup {
     pub fn new(layout: &Layout, pod: &super::pod::Subcgroups, app: &str) -> Self {
+        if let Some(root) = layout.v2_root() {
+            let rel = unit_subpath(&pod.tracking, app);
+            return AppCgroup { dirs: Vec::new(), unit: Some(root.join(&rel)), v2: Some((root.to_path_buf(), rel)) };
+        }
         let mut dirs = Vec::new();
         for c in CONTROLLERS {
             if let Some(h) = layout.hierarchies.iter().find(|h| h.controllers.iter().any(|x| x == c))
@@ -62,45 +114,81 @@ impl AppCgroup {
             .iter()
             .find(|h| h.is_unified())
             .and_then(|h| h.mount.as_ref())
-            .map(|m| m.join(&pod.tracking).join("payload/system.slice").join(format!("{app}.service")));
-        AppCgroup { dirs, unit }
+            .map(|m| m.join(unit_subpath(&pod.tracking, app)));
+        AppCgroup { dirs, unit, v2: None }
     }
 
     fn dir(&self, controller: &str) -> Option<&PathBuf> {
         self.dirs.iter().find(|(c, _)| *c == controller).map(|(_, d)| d)
     }
 
-    /// Creates the directories and writes `limits`.
+    /// Creates the directories and writes `limits`. On cgroup v2 the unit's
+    /// cgroup exists (the pod's systemd made it): the controllers are enabled
+    /// down to it and the limits written into it.
     pub fn apply(&self, limits: &Limits) -> io::Result<()> {
+        if let Some((root, rel)) = &self.v2 {
+            let parent = rel.rsplit_once('/').map_or("", |(p, _)| p);
+            super::v2::enable_down(root, parent, true).map_err(io::Error::other)?;
+            return super::v2::apply(&root.join(rel), limits).map_err(io::Error::other);
+        }
         for (_, d) in &self.dirs {
             fs::create_dir_all(d)?;
         }
-        let write = |c: &str, file: &str, v: String| -> io::Result<()> {
-            match self.dir(c) {
-                Some(d) => fs::write(d.join(file), v)
-                    .map_err(|e| io::Error::new(e.kind(), format!("{}/{file}: {e}", d.display()))),
-                None => Ok(()),
-            }
+        let context = |c: &str, file: &'static str| {
+            let d = self.dir(c).map(|d| d.display().to_string()).unwrap_or_default();
+            move |e: cgroups_rs::fs::error::Error| io::Error::other(format!("{d}/{file}: {e}"))
         };
-        if let Some(p) = limits.cpu_period_us {
-            write("cpu", "cpu.cfs_period_us", p.to_string())?;
+        if let Some(d) = self.dir("cpu") {
+            let cpu = CpuController::new(d.clone(), PathBuf::new(), false);
+            if let Some(p) = limits.cpu_period_us {
+                cpu.set_cfs_period(p).map_err(context("cpu", "cpu.cfs_period_us"))?;
+            }
+            cpu.set_cfs_quota(limits.cpu_quota_us.filter(|q| *q > 0).unwrap_or(-1))
+                .map_err(context("cpu", "cpu.cfs_quota_us"))?;
+            if let Some(s) = limits.cpu_shares {
+                cpu.set_shares(s.max(2)).map_err(context("cpu", "cpu.shares"))?;
+            }
         }
-        write("cpu", "cpu.cfs_quota_us", limits.cpu_quota_us.filter(|q| *q > 0).unwrap_or(-1).to_string())?;
-        if let Some(s) = limits.cpu_shares {
-            write("cpu", "cpu.shares", s.max(2).to_string())?;
+        if let Some(d) = self.dir("memory") {
+            MemController::new(d.clone(), PathBuf::new(), false)
+                .set_limit(limits.memory_bytes.filter(|m| *m > 0).unwrap_or(-1))
+                .map_err(context("memory", "memory.limit_in_bytes"))?;
         }
-        write("memory", "memory.limit_in_bytes", limits.memory_bytes.filter(|m| *m > 0).unwrap_or(-1).to_string())?;
-        write(
-            "pids",
-            "pids.max",
-            limits.pids.filter(|p| *p > 0).map(|p| p.to_string()).unwrap_or_else(|| "max".into()),
-        )?;
+        if let Some(d) = self.dir("pids") {
+            PidController::new(d.clone(), PathBuf::new(), false)
+                .set_pid_max(limits.pids.filter(|p| *p > 0).map_or(MaxValue::Max, MaxValue::Value))
+                .map_err(context("pids", "pids.max"))?;
+        }
         Ok(())
+    }
+
+    /// Where the app's usage is read from: its v1 cpuacct and memory
+    /// cgroups, or on cgroup v2 its unit's cgroup.
+    pub fn stat_dirs(&self) -> super::stats::StatDirs {
+        if let Some((root, rel)) = &self.v2 {
+            let dir = Some(root.join(rel));
+            return super::stats::StatDirs { cpu: dir.clone(), memory: dir.clone(), pids: dir, v2: true };
+        }
+        super::stats::StatDirs {
+            cpu: self.dir("cpuacct").cloned(),
+            memory: self.dir("memory").cloned(),
+            pids: self.dir("pids").cloned(),
+            v2: false,
+        }
+    }
+
+    /// The app's cgroup on cgroup v2 (its unit's), if this host is one.
+    pub fn v2_dir(&self) -> Option<PathBuf> {
+        self.v2.as_ref().map(|(root, rel)| root.join(rel))
     }
 
     /// Moves the unit's processes into the app cgroups until none is left behind.
     pub fn adopt_unit_processes(&self) -> io::Result<()> {
         let Some(unit) = &self.unit else { return Ok(()) };
+        if self.v2.is_some() {
+            // the unit's cgroup is the app's: its processes are where they belong
+            return Ok(());
+        }
         let mut moved: Vec<i32> = Vec::new();
         for _ in 0..20 {
             let pids: Vec<i32> = fs::read_to_string(unit.join("cgroup.procs"))
@@ -148,6 +236,9 @@ impl AppCgroup {
 
     /// Whether the kernel OOM-killed a process of this app (v1 `oom_kill` counter).
     pub fn oom_killed(&self) -> bool {
+        if let Some(d) = self.v2_dir() {
+            return super::v2::oom_kills(&d) > 0;
+        }
         let Some(d) = self.dir("memory") else { return false };
         fs::read_to_string(d.join("memory.oom_control"))
             .unwrap_or_default()
@@ -158,6 +249,9 @@ impl AppCgroup {
 
     /// A limit as currently written, for status and tests.
     pub fn read(&self, controller: &str, file: &str) -> Option<String> {
+        if let Some(d) = self.v2_dir() {
+            return super::v2::read(&d, file);
+        }
         fs::read_to_string(self.dir(controller)?.join(file)).ok().map(|s| s.trim().to_string())
     }
 }

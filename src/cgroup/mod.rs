@@ -9,6 +9,7 @@
 pub mod app;
 pub mod pod;
 pub mod stats;
+pub mod v2;
 
 use std::fmt;
 use std::fs;
@@ -26,6 +27,17 @@ impl Driver {
     /// systemd when the host's PID 1 is systemd, cgroupfs otherwise.
     pub fn detect(pid1_is_systemd: bool) -> Self {
         if pid1_is_systemd { Driver::Systemd } else { Driver::Cgroupfs }
+    }
+
+    /// [`Driver::detect`], unless `RKTLET_CGROUP_DRIVER=cgroupfs` asks for
+    /// plain cgroup paths on a systemd host (pods then run detached, not
+    /// under `systemd-run`; kubelet must be told `--cgroup-driver=cgroupfs`).
+    /// `systemd` is only honoured where PID 1 is systemd.
+    pub fn chosen(pid1_is_systemd: bool) -> Self {
+        match std::env::var("RKTLET_CGROUP_DRIVER").as_deref() {
+            Ok("cgroupfs") => Driver::Cgroupfs,
+            _ => Self::detect(pid1_is_systemd),
+        }
     }
 
     pub fn as_str(self) -> &'static str {
@@ -128,6 +140,17 @@ impl Layout {
             std::fs::read_to_string(m.join("cgroup.controllers"))
                 .is_ok_and(|c| c.split_whitespace().any(|c| c == "memory"))
         })
+    }
+
+    /// The unified hierarchy's mount on a pure cgroup v2 host whose root
+    /// offers the memory controller (the host's controllers are on v2):
+    /// where pod and app limits go.
+    pub fn v2_root(&self) -> Option<&std::path::Path> {
+        if !self.is_pure_v2() {
+            return None;
+        }
+        let root = self.hierarchies[0].mount.as_deref()?;
+        v2::available(root).iter().any(|c| c == "memory").then_some(root)
     }
 
     pub fn v1_controllers(&self) -> impl Iterator<Item = &Hierarchy> {

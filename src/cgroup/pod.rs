@@ -232,6 +232,10 @@ fn create_with_cpuset(dir: &Path) -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
         Err(e) => return Err(io::Error::new(e.kind(), format!("creating {}: {e}", dir.display()))),
     }
+    // cgroup v2: an empty cpuset means the parent's (and the root has none to copy)
+    if dir.join("cgroup.controllers").exists() {
+        return Ok(());
+    }
     for file in ["cpuset.cpus", "cpuset.mems"] {
         let own = dir.join(file);
         if !own.exists() {

@@ -57,6 +57,15 @@ impl StatDirs {
         StatDirs { cpu: v1("cpuacct"), memory: v1("memory"), pids: v1("pids"), v2: false }
     }
 
+    /// An app's directories: its unit's cgroup on a cgroup v2 host with
+    /// controllers, else its own `app-<name>` v1 cgroups below the pod's.
+    pub fn of_app(layout: &Layout, pod: &str, app: &str) -> StatDirs {
+        if layout.v2_root().is_some() {
+            return StatDirs::of(layout, &super::app::unit_subpath(pod, app));
+        }
+        StatDirs::of(layout, &format!("{pod}/app-{app}"))
+    }
+
     pub fn read(&self) -> Usage {
         let file = |dir: &Option<PathBuf>, name: &str| dir.as_ref().and_then(|d| fs::read_to_string(d.join(name)).ok());
         let cpu_ns = if self.v2 {

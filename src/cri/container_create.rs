@@ -466,6 +466,7 @@ pub async fn create_container(
             )));
         }
         let limits = meta::limits_from_cri(res);
+        limits.validate().map_err(Status::invalid_argument)?;
         if !limits.is_empty() {
             let json = serde_json::to_string(&limits).map_err(|e| Status::internal(e.to_string()))?;
             user_annotations.insert(meta::RESOURCES.into(), json);

@@ -193,6 +193,11 @@ pub fn limits_from_cri(r: &cri::LinuxContainerResources) -> crate::cgroup::app::
         cpu_quota_us: pos(r.cpu_quota),
         cpu_period_us: u64::try_from(r.cpu_period).ok().filter(|p| *p > 0),
         pids: None,
+        memory_swap_bytes: (r.memory_swap_limit_in_bytes != 0).then_some(r.memory_swap_limit_in_bytes),
+        cpuset_cpus: Some(r.cpuset_cpus.clone()).filter(|c| !c.is_empty()),
+        cpuset_mems: Some(r.cpuset_mems.clone()).filter(|c| !c.is_empty()),
+        hugepages: r.hugepage_limits.iter().map(|h| (h.page_size.clone(), h.limit)).collect(),
+        unified: r.unified.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         oom_score_adj: (r.oom_score_adj != 0).then_some(r.oom_score_adj),
     }
 }
@@ -210,7 +215,15 @@ pub fn resources(app: &RuntimeApp) -> Option<cri::ContainerResources> {
             cpu_shares: l.cpu_shares.and_then(|v| i64::try_from(v).ok()).unwrap_or(0),
             memory_limit_in_bytes: l.memory_bytes.unwrap_or(0),
             oom_score_adj: l.oom_score_adj.unwrap_or(0),
-            ..Default::default()
+            memory_swap_limit_in_bytes: l.memory_swap_bytes.unwrap_or(0),
+            cpuset_cpus: l.cpuset_cpus.clone().unwrap_or_default(),
+            cpuset_mems: l.cpuset_mems.clone().unwrap_or_default(),
+            hugepage_limits: l
+                .hugepages
+                .iter()
+                .map(|(size, limit)| cri::HugepageLimit { page_size: size.clone(), limit: *limit })
+                .collect(),
+            unified: l.unified.clone().into_iter().collect(),
         }),
         ..Default::default()
     })

@@ -204,6 +204,11 @@ pub async fn start_container(
     }
     let limits = meta::limits(&t.app);
     if crate::cgroup::Layout::cached().is_ok_and(|l| l.limits_through_systemd()) {
+        // accounting on for every app: the pod's systemd then keeps the
+        // controllers enabled down to the app's cgroup, which the host writes
+        for p in ["MemoryAccounting", "CPUAccounting", "TasksAccounting", "IOAccounting"] {
+            spec.extra.push(Property::new(p, Value::Bool(true)));
+        }
         spec.extra.extend(systemd_limits(&limits));
     }
     if let Some(adj) = limits.oom_score_adj.and_then(|adj| oom_score_adj_allowed(&t.pod, pid1, adj)) {
@@ -336,7 +341,11 @@ pub async fn start_container(
         Err(e) if limits.is_empty() => {
             tracing::warn!(container = req.container_id, error = %e, "no cgroups of its own: no stats for it")
         }
-        Err(e) => return Err(Status::internal(format!("limits of {}: {e}", req.container_id))),
+        Err(e) => {
+            // a container must not run without the limits it asked for
+            let _ = tokio::task::block_in_place(|| stop_app(rt, &t, Duration::ZERO));
+            return Err(Status::internal(format!("limits of {}: {e}", req.container_id)));
+        }
         Ok(()) => {}
     }
     rt.pods.warm(&rt.manifests, &t.pod.uuid().to_string());
@@ -741,13 +750,17 @@ pub async fn update_container_resources(
         return Err(Status::failed_precondition(format!("container {} is not running", req.container_id)));
     }
     // what is not given stays as it was: the merged limits are applied and recorded
-    let limits = merged_limits(&meta::limits(&t.app), &meta::limits_from_cri(&res));
+    let update = meta::limits_from_cri(&res);
+    update.validate().map_err(Status::invalid_argument)?;
+    let limits = merged_limits(&meta::limits(&t.app), &update);
     tokio::task::block_in_place(|| {
+        // on cgroup v2 the pod's systemd is told first (it rewrites the memory
+        // and cpu files of a unit whose properties change), then the host
+        // writes every file, those systemd does not know included
         if crate::cgroup::Layout::cached().is_ok_and(|l| l.limits_through_systemd()) {
             with_bus(rt, &t.pod, |bus| bus.set_unit_properties(&unit(&t.app.name), systemd_limits(&limits)))?;
-        } else {
-            apply_limits(&t, &limits).map_err(|e| Status::internal(format!("limits of {}: {e}", req.container_id)))?;
         }
+        apply_limits(&t, &limits).map_err(|e| Status::internal(format!("limits of {}: {e}", req.container_id)))?;
         store_limits(&t, &limits).map_err(pod_status)
     })?;
     Ok(cri::UpdateContainerResourcesResponse {})
@@ -788,6 +801,11 @@ fn merged_limits(
         cpu_quota_us: update.cpu_quota_us.or(current.cpu_quota_us),
         cpu_period_us: update.cpu_period_us.or(current.cpu_period_us),
         pids: update.pids.or(current.pids),
+        memory_swap_bytes: update.memory_swap_bytes.or(current.memory_swap_bytes),
+        cpuset_cpus: update.cpuset_cpus.clone().or_else(|| current.cpuset_cpus.clone()),
+        cpuset_mems: update.cpuset_mems.clone().or_else(|| current.cpuset_mems.clone()),
+        hugepages: current.hugepages.clone().into_iter().chain(update.hugepages.clone()).collect(),
+        unified: current.unified.clone().into_iter().chain(update.unified.clone()).collect(),
         oom_score_adj: current.oom_score_adj,
     }
 }
@@ -834,7 +852,11 @@ fn stop_app(rt: &Runtime, t: &Target, timeout: Duration) -> Result<(), Status> {
         // a crash here leaves the exit unrecorded: the restarted daemon reads
         // it from the pod's systemd (reconcile), a repeated stop is a no-op
         crate::fault::point("stop-before-record");
-        if let Some(exit) = bus.unit_status(&name).ok().and_then(|s| s.main_exit())
+        let status = bus.unit_status(&name).ok();
+        if status.as_ref().is_some_and(|s| s.result == "oom-kill") {
+            let _ = app::record_oom_kill(&paths);
+        }
+        if let Some(exit) = status.and_then(|s| s.main_exit())
             && app::record_exit(&paths, crate::stage1::bus::exit_code(&exit)).unwrap_or(false)
         {
             rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
@@ -916,6 +938,7 @@ mod tests {
             cpu_period_us: Some(100_000),
             pids: Some(100),
             oom_score_adj: Some(-997),
+            ..Default::default()
         };
         let got = values(&systemd_limits(&l));
         let want: Vec<(String, u64)> = [
@@ -957,6 +980,7 @@ mod tests {
                 cpu_period_us: None,
                 pids: Some(10),
                 oom_score_adj: Some(500),
+                ..Default::default()
             }
         );
     }

@@ -20,6 +20,9 @@ pub fn app_info(pod: &Pod, app: &RuntimeApp, running: bool) -> AppInfo {
     let paths = AppPaths::new(pod, &app.name);
     let f = app::facts(&paths, running);
     let oom = || {
+        if paths.status_file(app::OOM_KILLED).exists() {
+            return true;
+        }
         let subs = pod.subcgroups().ok().flatten();
         let layout = crate::cgroup::Layout::cached().ok();
         subs.zip(layout).is_some_and(|(s, l)| crate::cgroup::app::AppCgroup::new(l, &s, &app.name).oom_killed())

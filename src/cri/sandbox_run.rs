@@ -107,7 +107,7 @@ pub async fn run_pod_sandbox(
     rt: &Runtime,
     req: cri::RunPodSandboxRequest,
 ) -> Result<cri::RunPodSandboxResponse, Status> {
-    let req = validate(req, rt.host.pid1_is_systemd)?;
+    let req = validate(req, rt.cgroup_driver == crate::cgroup::Driver::Systemd)?;
     if let Some(uuid) = super::sandbox_pool::serve(rt, &req).await {
         rt.pods.warm(&rt.manifests, &uuid.to_string());
         return Ok(cri::RunPodSandboxResponse { pod_sandbox_id: uuid.to_string() });
@@ -208,7 +208,8 @@ pub(super) async fn boot(
 ) -> Result<Option<CniResult>, Status> {
     let cgroup_parent = args.cgroup_parent.clone().unwrap_or_default();
     let program = rt.sandbox_program().map_err(|e| internal(uuid, "locating the sandbox program", e))?;
-    let supervisor = if rt.host.pid1_is_systemd { Supervisor::SystemdRun } else { Supervisor::Detached };
+    let supervisor =
+        if rt.cgroup_driver == crate::cgroup::Driver::Systemd { Supervisor::SystemdRun } else { Supervisor::Detached };
     // the first cgroup migration waits for an RCU grace period per batch: the
     // sandbox joins only what nspawn needs, the daemon adds the controllers
     // while the pod boots

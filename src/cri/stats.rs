@@ -56,9 +56,7 @@ fn container_stats_of(
     let now = now_ns();
     let usage = match (sub, Layout::cached()) {
         // CRI has no process count per container: pids.current is not read
-        (Some(sub), Ok(layout)) => {
-            StatDirs { pids: None, ..StatDirs::of(layout, &format!("{sub}/app-{}", app.name)) }.read()
-        }
+        (Some(sub), Ok(layout)) => StatDirs { pids: None, ..StatDirs::of_app(layout, sub, &app.name) }.read(),
         _ => Usage::default(),
     };
     let (cpu, memory) = cpu_memory(rt, &status.id, &usage, now);

@@ -62,9 +62,17 @@ impl Drop for SocketGuard {
     }
 }
 
-/// Binds the CRI socket: creates its directory, refuses when a live server
-/// holds it, removes a stale socket file, and sets mode 0660.
-pub fn bind(path: &Path) -> Result<(UnixListener, SocketGuard), ServeError> {
+/// The CRI socket's path, claimed (its lock held, no live server on it) but
+/// not bound yet: a client must not connect before the runtime is built.
+#[derive(Debug)]
+pub struct SocketClaim {
+    path: PathBuf,
+    lock: HeldLock,
+}
+
+/// Claims the CRI socket: creates its directory, refuses when a live server
+/// holds it, removes a stale socket file.
+pub fn claim_socket(path: &Path) -> Result<SocketClaim, ServeError> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         fs::DirBuilder::new()
             .recursive(true)
@@ -90,11 +98,24 @@ pub fn bind(path: &Path) -> Result<(UnixListener, SocketGuard), ServeError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(io_err(format!("checking {}", path.display()))(e)),
     }
-    let listener = UnixListener::bind(path).map_err(io_err(format!("binding {}", path.display())))?;
-    let guard = SocketGuard { path: path.to_path_buf(), _lock: lock };
-    fs::set_permissions(path, fs::Permissions::from_mode(0o660))
-        .map_err(io_err(format!("setting mode of {}", path.display())))?;
-    Ok((listener, guard))
+    Ok(SocketClaim { path: path.to_path_buf(), lock })
+}
+
+impl SocketClaim {
+    /// Binds the claimed path and sets mode 0660.
+    pub fn listen(self) -> Result<(UnixListener, SocketGuard), ServeError> {
+        let path = self.path;
+        let listener = UnixListener::bind(&path).map_err(io_err(format!("binding {}", path.display())))?;
+        let guard = SocketGuard { path: path.clone(), _lock: self.lock };
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o660))
+            .map_err(io_err(format!("setting mode of {}", path.display())))?;
+        Ok((listener, guard))
+    }
+}
+
+/// Claims and binds the CRI socket at once.
+pub fn bind(path: &Path) -> Result<(UnixListener, SocketGuard), ServeError> {
+    claim_socket(path)?.listen()
 }
 
 /// Serves both CRI services on `listener` until `shutdown` completes; calls
@@ -170,12 +191,14 @@ pub fn claim_data_dir(dir: &Path, socket: &Path) -> Result<DataDirGuard, ServeEr
 /// remove the socket.
 pub async fn run_with(config: crate::config::Config) -> Result<(), ServeError> {
     let signals = shutdown_signal()?;
-    let (listener, socket_guard) = bind(&config.socket)?;
+    let claim = claim_socket(&config.socket)?;
     // exec mode is the original rktlet's design: every call execs the CLI,
     // which takes rkt's own locks; such a daemon owns nothing of the data
     // dir (no pool, no recovery) and may run beside the daemon that does
     let data_guard = if config.exec_mode { None } else { Some(claim_data_dir(&config.data_dir, &config.socket)?) };
     let runtime = Arc::new(Runtime::new(config).map_err(|e| ServeError::Runtime(e.to_string()))?);
+    // bound only now: a client that can connect finds the runtime ready
+    let (listener, socket_guard) = claim.listen()?;
     let result = run(runtime, listener, socket_guard, signals).await;
     drop(data_guard);
     result

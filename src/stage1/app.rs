@@ -382,7 +382,7 @@ fn remove_files(pod: &Pod, paths: &AppPaths, tree_id: Option<&str>) {
     let _ = fs::remove_dir_all(paths.appsinfo());
     let _ = fs::remove_file(paths.env_file());
     let _ = fs::remove_dir_all(paths.devices());
-    for suffix in ["", "-created", "-started", "-stopping", START_ERROR, HOST_PID] {
+    for suffix in ["", "-created", "-started", "-stopping", START_ERROR, OOM_KILLED, HOST_PID] {
         let _ = fs::remove_file(paths.status_file(suffix));
     }
     if let Some(id) = tree_id {
@@ -464,6 +464,16 @@ pub fn facts(paths: &AppPaths, pod_running: bool) -> AppFacts {
         Err(_) => (AppState::Exited(None), 0),
     };
     AppFacts { state, created_at, started_at, finished_at }
+}
+
+/// Status-file suffix marking an app the kernel OOM-killed, as the pod's
+/// systemd reported it (the service's `Result` was `oom-kill`): on cgroup v2
+/// the unit's cgroup, and its `memory.events`, go with the unit.
+pub const OOM_KILLED: &str = "-oom";
+
+/// Notes that the pod's systemd saw the app OOM-killed (idempotent).
+pub fn record_oom_kill(paths: &AppPaths) -> io::Result<()> {
+    fs::write(paths.status_file(OOM_KILLED), b"")
 }
 
 /// Records an app's exit code (once: the first record wins) so it survives

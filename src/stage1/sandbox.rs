@@ -19,7 +19,7 @@ use std::fs;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use uuid::Uuid;
 
 #[derive(Debug, thiserror::Error)]
@@ -120,6 +120,22 @@ fn prepare(opts: &SandboxOptions, pod: &mut Pod, cgroup_out: &mut Option<PodCgro
         *cgroup_out = Some(cg.clone());
         cg.join_self().map_err(io_err(format!("joining cgroup {sub}")))?;
     }
+    // cgroup v2 with controllers: the pod's cgroup may hold no process of its
+    // own, or nspawn cannot pass the controllers on to the pod's systemd
+    // ("no internal processes"); the log writer goes to `supervisor/`, where
+    // nspawn moves itself
+    let supervisor = match layout.v2_root() {
+        Some(root) => {
+            if !opts.systemd_unit {
+                crate::cgroup::v2::enable_down(root, &sub, false)
+                    .map_err(|e| SandboxError::Invalid(format!("cgroup controllers for pod {uuid}: {e}")))?;
+            }
+            let dir = root.join(&sub).join("supervisor");
+            fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
+            Some(dir)
+        }
+        None => None,
+    };
     pod.write_file(pod::SUBCGROUP_FILE, sub.as_bytes())?;
     pod.write_file(pod::TRACKING_SUBCGROUP_FILE, sub.as_bytes())?;
     lower_oom_score();
@@ -129,7 +145,7 @@ fn prepare(opts: &SandboxOptions, pod: &mut Pod, cgroup_out: &mut Option<PodCgro
 
     pod.to_run()?;
     pod.write_file(pod::PPID_FILE, format!("{}\n", std::process::id()).as_bytes())?;
-    spawn_log_writer(pod).map_err(io_err(format!("starting the log writer of pod {uuid}")))?;
+    spawn_log_writer(pod, supervisor.as_deref()).map_err(io_err(format!("starting the log writer of pod {uuid}")))?;
     if let Some(path) = &opts.uuid_file_save {
         fs::write(path, uuid.to_string()).map_err(io_err(format!("writing {}", path.display())))?;
     }
@@ -153,7 +169,7 @@ pub fn runtime_config(hostname: &str, net: &PodNet, host_ipc: bool) -> String {
 /// Forks the pod's CRI log writer (see `crate::stream::log`): a grandchild,
 /// so it is not nspawn's child, in the pod cgroup, without the pod lock, that
 /// exits with the sandbox process (watched through a pidfd made here).
-fn spawn_log_writer(pod: &Pod) -> io::Result<()> {
+fn spawn_log_writer(pod: &Pod, cgroup: Option<&Path>) -> io::Result<()> {
     use nix::unistd::{ForkResult, fork};
     let listener = std::os::unix::net::UnixListener::bind(pod.path().join(crate::stream::log::SOCKET_FILE))?;
     let me = super::launch::pidfd_open(std::process::id() as i32)?;
@@ -174,6 +190,9 @@ fn spawn_log_writer(pod: &Pod) -> io::Result<()> {
         ForkResult::Child => {
             let code = (|| -> io::Result<()> {
                 nix::unistd::setsid()?;
+                if let Some(dir) = cgroup {
+                    fs::write(dir.join("cgroup.procs"), b"0")?;
+                }
                 // SAFETY: still single-threaded after the first fork.
                 if let ForkResult::Parent { .. } = unsafe { fork() }? {
                     return Ok(());

@@ -29,6 +29,8 @@ pub struct UnitStatus {
     /// Realtime µs since the epoch; 0 when unknown.
     pub exec_main_start_us: u64,
     pub exec_main_exit_us: u64,
+    /// The service's `Result`: `success`, `exit-code`, `signal`, `oom-kill`, ...
+    pub result: String,
     /// False when the unit was unloaded and this is the last state seen in
     /// a signal (systemd forgets inactive units).
     pub loaded: bool,
@@ -67,6 +69,11 @@ impl UnitStatus {
                 m.exit()?;
                 if name == "ActiveState" { self.active_state = v } else { self.sub_state = v }
             }
+            "Result" => {
+                m.enter(b'v', "s")?;
+                self.result = m.read_str(b's')?;
+                m.exit()?;
+            }
             "MainPID" => {
                 m.enter(b'v', "u")?;
                 self.main_pid = m.read_u32()?;
@@ -100,6 +107,7 @@ impl UnitStatus {
             (SERVICE_IFACE, "ExecMainStatus"),
             (SERVICE_IFACE, "ExecMainStartTimestamp"),
             (SERVICE_IFACE, "ExecMainExitTimestamp"),
+            (SERVICE_IFACE, "Result"),
         ];
         for (iface, name) in props {
             let mut reply = get_property(bus, path, iface, name, timeout_us)?;

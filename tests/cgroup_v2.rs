@@ -1,0 +1,350 @@
+//! Limits on a pure cgroup v2 host (systemd as PID 1, every controller on
+//! the unified hierarchy): what `scripts/node-lane.sh vm` runs inside the
+//! node VM. Every check reads what a user would: the container's status, its
+//! stats, and the cgroup files of its unit. On any other host each test
+//! prints one `SKIPPED:` line and returns.
+//!
+//! The image comes from `RKTLET_TEST_IMAGE` (the VM reaches the host's
+//! registry at 10.0.2.2) or the seeded fixture registry.
+mod common;
+
+use common::{Daemon, container_config, host_network, pod_config};
+use rktlet::cgroup::Layout;
+use rktlet::proto::v1 as cri;
+use rktlet::proto::v1::runtime_service_client::RuntimeServiceClient;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+/// Why this host cannot run the suite, if it cannot.
+fn not_v2() -> Option<String> {
+    let layout = match Layout::read() {
+        Ok(l) => l,
+        Err(e) => return Some(format!("cannot read the cgroup layout: {e}")),
+    };
+    if !layout.is_pure_v2() {
+        return Some("this host is not pure cgroup v2 (v1 hierarchies are mounted)".into());
+    }
+    if layout.v2_root().is_none() {
+        return Some("the unified hierarchy has no memory controller here".into());
+    }
+    None
+}
+
+macro_rules! v2_only {
+    ($name:expr) => {
+        if let Some(reason) = not_v2() {
+            common::skipped(concat!("cgroup_v2::", $name), &reason);
+            return;
+        }
+    };
+}
+
+struct Env {
+    d: Daemon,
+    rt: RuntimeServiceClient<Channel>,
+    image: String,
+    logs: tempfile::TempDir,
+}
+
+/// A daemon with the host's cgroup driver, or `cgroupfs` when asked.
+async fn env(cgroupfs: bool) -> Env {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("run/rktlet.sock");
+    let vars: &[(&str, &str)] = if cgroupfs { &[("RKTLET_CGROUP_DRIVER", "cgroupfs")] } else { &[] };
+    let child = Daemon::spawn_env(&socket, dir.path(), &[], vars);
+    let cni_conf_dir = Daemon::cni_conf_dir(dir.path(), &[]);
+    let mut d = Daemon { child, socket, dir, cni_conf_dir };
+    d.wait_ready();
+    let image = match std::env::var("RKTLET_TEST_IMAGE") {
+        Ok(i) => common::pull(&d, &i).await,
+        Err(_) => common::pull_busybox(&d).await,
+    };
+    let rt = d.runtime().await;
+    Env { d, rt, image, logs: tempfile::tempdir().expect("logs") }
+}
+
+impl Env {
+    fn data(&self) -> PathBuf {
+        self.d.dir.path().join("data")
+    }
+
+    async fn pod(&mut self, name: &str, parent: &str) -> (String, cri::PodSandboxConfig) {
+        let mut config = host_network(pod_config(name, &[]));
+        config.log_directory = self.logs.path().join(name).display().to_string();
+        if let Some(l) = config.linux.as_mut() {
+            l.cgroup_parent = parent.to_string();
+        }
+        (common::run_pod(&mut self.rt, &config).await, config)
+    }
+
+    async fn container(
+        &mut self,
+        pod: &(String, cri::PodSandboxConfig),
+        name: &str,
+        command: &[&str],
+        resources: cri::LinuxContainerResources,
+    ) -> Result<String, tonic::Status> {
+        let mut config = container_config(name, &self.image, command);
+        if let Some(l) = config.linux.as_mut() {
+            l.resources = Some(resources);
+        }
+        self.rt
+            .create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: pod.0.clone(),
+                config: Some(config),
+                sandbox_config: Some(pod.1.clone()),
+            })
+            .await
+            .map(|r| r.into_inner().container_id)
+    }
+
+    async fn run(
+        &mut self,
+        pod: &(String, cri::PodSandboxConfig),
+        name: &str,
+        command: &[&str],
+        resources: cri::LinuxContainerResources,
+    ) -> String {
+        let id = self.container(pod, name, command, resources).await.expect("CreateContainer");
+        self.rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("StartContainer");
+        id
+    }
+
+    async fn status(&mut self, id: &str) -> cri::ContainerStatus {
+        self.rt
+            .container_status(cri::ContainerStatusRequest { container_id: id.into(), verbose: false })
+            .await
+            .expect("ContainerStatus")
+            .into_inner()
+            .status
+            .expect("status")
+    }
+
+    async fn wait_exited(&mut self, id: &str, within: Duration) -> cri::ContainerStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            let s = self.status(id).await;
+            if s.state == cri::ContainerState::ContainerExited as i32 {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "container {id} did not exit: {s:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The pod's cgroup path below the hierarchy root (its `subcgroup` file).
+    fn pod_cgroup(&self, pod: &str) -> String {
+        std::fs::read_to_string(self.data().join("pods/run").join(pod).join("subcgroup"))
+            .expect("subcgroup")
+            .trim()
+            .to_string()
+    }
+
+    /// The container's cgroup: its unit's in the pod's systemd.
+    fn app_cgroup(&self, pod: &str, app: &str) -> PathBuf {
+        let sub = self.pod_cgroup(pod);
+        root().join(rktlet::cgroup::app::unit_subpath(&sub, app))
+    }
+
+    async fn remove_pod(&mut self, pod: &str) {
+        self.rt
+            .stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.into() })
+            .await
+            .expect("StopPodSandbox");
+        self.rt
+            .remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.into() })
+            .await
+            .expect("RemovePodSandbox");
+    }
+}
+
+fn root() -> PathBuf {
+    Layout::read().ok().and_then(|l| l.v2_root().map(Path::to_path_buf)).expect("v2 root")
+}
+
+fn file(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| panic!("{}/{name}: {e}", dir.display())).trim().into()
+}
+
+fn stat(text: &str, key: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {text:?}"))
+}
+
+fn memory(bytes: i64) -> cri::LinuxContainerResources {
+    cri::LinuxContainerResources { memory_limit_in_bytes: bytes, ..Default::default() }
+}
+
+/// Over its memory limit a container is OOM-killed and reported so, under
+/// either cgroup driver; stopping and removing the pod leaves no cgroup.
+async fn oom_kill_and_cleanup(cgroupfs: bool, parent: &str) {
+    let mut e = env(cgroupfs).await;
+    let pod = e.pod(if cgroupfs { "oom-fs" } else { "oom-sd" }, parent).await;
+    let hog = e.run(&pod, "hog", &["sh", "-c", "v=$(yes | head -c 80000000); echo survived"], memory(32 << 20)).await;
+    let s = e.wait_exited(&hog, Duration::from_secs(120)).await;
+    assert_eq!((s.exit_code, s.reason.as_str()), (137, "OOMKilled"), "{s:?}");
+    let sub = e.pod_cgroup(&pod.0);
+    let pod_dir = root().join(&sub);
+    assert!(pod_dir.is_dir(), "the pod's cgroup {} exists while it runs", pod_dir.display());
+    e.remove_pod(&pod.0).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while pod_dir.exists() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!pod_dir.exists(), "{} left behind", pod_dir.display());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn oom_killed_under_cgroupfs_driver_and_no_cgroup_left() {
+    v2_only!("oom_killed_under_cgroupfs_driver_and_no_cgroup_left");
+    oom_kill_and_cleanup(true, "/kubepods/burstable/pod-oom-fs").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn oom_killed_under_the_hosts_driver_and_no_cgroup_left() {
+    v2_only!("oom_killed_under_the_hosts_driver_and_no_cgroup_left");
+    let systemd = rktlet::stage1::host::Host::detect().pid1_is_systemd;
+    let parent = if systemd { "kubepods-burstable-podoomsd.slice" } else { "/kubepods/burstable/pod-oom-sd" };
+    oom_kill_and_cleanup(false, parent).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cpu_quota_throttles_and_weight_follows_shares() {
+    v2_only!("cpu_quota_throttles_and_weight_follows_shares");
+    let mut e = env(false).await;
+    let pod = e.pod("cpu", "").await;
+    let res =
+        cri::LinuxContainerResources { cpu_shares: 512, cpu_quota: 10_000, cpu_period: 100_000, ..Default::default() };
+    e.run(&pod, "spin", &["sh", "-c", "while :; do :; done"], res).await;
+    let dir = e.app_cgroup(&pod.0, "0-spin");
+    assert_eq!(file(&dir, "cpu.max"), "10000 100000");
+    assert_eq!(file(&dir, "cpu.weight"), "20", "512 shares as kubelet converts them");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = file(&dir, "cpu.stat");
+        if stat(&s, "nr_throttled") > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never throttled: {s}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    e.remove_pod(&pod.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pids_max_from_unified_holds() {
+    v2_only!("pids_max_from_unified_holds");
+    let mut e = env(false).await;
+    let pod = e.pod("pids", "").await;
+    let res = cri::LinuxContainerResources { unified: [("pids.max".into(), "6".into())].into(), ..Default::default() };
+    let script = "i=0; while [ $i -lt 20 ]; do sleep 300 & i=$((i+1)); done; sleep 300";
+    e.run(&pod, "forker", &["sh", "-c", script], res).await;
+    let dir = e.app_cgroup(&pod.0, "0-forker");
+    assert_eq!(file(&dir, "pids.max"), "6");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let events = file(&dir, "pids.events");
+        if stat(&events, "max") > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no fork was refused: {events}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let current: u64 = file(&dir, "pids.current").parse().expect("pids.current");
+    assert!(current <= 6, "{current} tasks under pids.max 6");
+    e.remove_pod(&pod.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn updates_change_the_live_files_and_stats_are_read() {
+    v2_only!("updates_change_the_live_files_and_stats_are_read");
+    let mut e = env(false).await;
+    let pod = e.pod("update", "").await;
+    let res = cri::LinuxContainerResources {
+        memory_limit_in_bytes: 64 << 20,
+        cpu_shares: 1024,
+        cpu_quota: 50_000,
+        cpu_period: 100_000,
+        ..Default::default()
+    };
+    // about 10 MB held in a variable, then some CPU work and a long sleep
+    let id = e
+        .run(&pod, "steady", &["sh", "-c", "v=$(head -c 10000000 /dev/zero | tr '\\0' x); i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; sleep 1000"], res)
+        .await;
+    let dir = e.app_cgroup(&pod.0, "0-steady");
+    assert_eq!(file(&dir, "memory.max"), (64u64 << 20).to_string());
+    let procs = file(&dir, "cgroup.procs");
+    assert!(!procs.is_empty(), "the container's processes are in its cgroup");
+    let update = cri::LinuxContainerResources {
+        memory_limit_in_bytes: 128 << 20,
+        cpu_quota: 25_000,
+        unified: [("memory.high".into(), (100u64 << 20).to_string())].into(),
+        ..Default::default()
+    };
+    e.rt.update_container_resources(cri::UpdateContainerResourcesRequest {
+        container_id: id.clone(),
+        linux: Some(update),
+        ..Default::default()
+    })
+    .await
+    .expect("UpdateContainerResources");
+    assert_eq!(file(&dir, "memory.max"), (128u64 << 20).to_string());
+    assert_eq!(file(&dir, "cpu.max"), "25000 100000");
+    assert_eq!(file(&dir, "memory.high"), (100u64 << 20).to_string());
+    let linux = e.status(&id).await.resources.and_then(|r| r.linux).expect("resources in status");
+    assert_eq!((linux.memory_limit_in_bytes, linux.cpu_quota), (128 << 20, 25_000));
+
+    // stats: read until the shell holds its 10 MB
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let stats = loop {
+        let s =
+            e.rt.container_stats(cri::ContainerStatsRequest { container_id: id.clone() })
+                .await
+                .expect("ContainerStats")
+                .into_inner()
+                .stats
+                .expect("stats");
+        let ws = s.memory.as_ref().and_then(|m| m.working_set_bytes.as_ref()).map_or(0, |v| v.value);
+        if ws > 5_000_000 {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "working set stays at {ws}: {s:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let cpu = stats.cpu.and_then(|c| c.usage_core_nano_seconds).map_or(0, |v| v.value);
+    assert!(cpu > 0, "cpu usage {cpu}");
+    let pod_stats =
+        e.rt.pod_sandbox_stats(cri::PodSandboxStatsRequest { pod_sandbox_id: pod.0.clone() })
+            .await
+            .expect("PodSandboxStats")
+            .into_inner()
+            .stats
+            .and_then(|s| s.linux)
+            .expect("linux pod stats");
+    let pod_mem = pod_stats.memory.and_then(|m| m.working_set_bytes).map_or(0, |v| v.value);
+    assert!(pod_mem > 5_000_000, "pod working set {pod_mem}");
+    e.remove_pod(&pod.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unified_keys_outside_the_controllers_are_refused() {
+    v2_only!("unified_keys_outside_the_controllers_are_refused");
+    let mut e = env(false).await;
+    let pod = e.pod("badunified", "").await;
+    for key in ["../../memory.max", "cgroup.procs", "memory.current"] {
+        let res = cri::LinuxContainerResources { unified: [(key.into(), "1".into())].into(), ..Default::default() };
+        let err = e.container(&pod, "bad", &["true"], res).await.expect_err(key);
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{key}: {err:?}");
+        assert!(err.message().contains(key), "{key}: {}", err.message());
+    }
+    let listed =
+        e.rt.list_containers(cri::ListContainersRequest { filter: None })
+            .await
+            .expect("ListContainers")
+            .into_inner()
+            .containers;
+    assert!(listed.is_empty(), "a refused container was left: {listed:?}");
+    e.remove_pod(&pod.0).await;
+}
