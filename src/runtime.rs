@@ -320,7 +320,9 @@ fn record_exits(bus: &PodBus, pod: &crate::pod::Pod, out: tokio::sync::broadcast
                 while !paths.status_file("").exists() && std::time::Instant::now() < deadline {
                     std::thread::sleep(std::time::Duration::from_millis(10));
                 }
-                if paths.status_file("").exists() && host_stopped.insert(app.to_string()) {
+                // (a failed start sent its own)
+                let failed_start = paths.status_file(crate::stage1::app::START_ERROR).exists();
+                if paths.status_file("").exists() && !failed_start && host_stopped.insert(app.to_string()) {
                     let _ = out.send(ContainerEvent::now(uuid, app, EventKind::Stopped));
                 }
                 continue;
