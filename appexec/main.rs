@@ -9,7 +9,8 @@
 //!
 //! 1. enters a new PID namespace (`pid=new`) or the target's (`pid=<pid>`),
 //!    or stays in its own (`pid=keep`: the pod's for an app with a volume
-//!    whose mounts propagate both ways, which systemd cannot give it);
+//!    whose mounts propagate both ways, which systemd cannot give it;
+//!    `pid=host`: the same, for the template of a host-PID app, below);
 //! 2. forks: the child is the container (PID 1 of a new namespace); the
 //!    parent stays as the unit's main process, ignores the stop signals
 //!    (systemd signals every process of the unit) and ends as the child did,
@@ -26,6 +27,15 @@
 //!    the capability bounding set to the app's (`caps=`), sets its groups,
 //!    gid and uid (`groups=`, `gid=`, `uid=`), no_new_privs (`nnp`), and
 //!    exec's the app: `appexec OPTION... -- PATH ARGV0 ARG...`.
+//!
+//! With `pid=host` the child does all of the above but the exec, and
+//! mounts no /proc (the daemon binds the node's, `bind=`, masks on top): it
+//! is the template of an app of a host-PID pod, which nothing under the
+//! pod's systemd can start in the node's PID namespace. Once confined it
+//! tells the parent (a byte `r` on the pipe, which then tells systemd the
+//! unit started) and parks until its parent dies or it is killed; the pod's
+//! log writer, in the node's PID namespace, starts the app as a copy of it
+//! (`src/stage1/exec.rs`, `src/stream/log.rs`).
 //!
 //! Built by build.rs as a static executable (it runs inside any image) from
 //! this single file with the standard library only; the daemon embeds it and
@@ -71,6 +81,8 @@ unsafe extern "C" {
 /// In the child: the pipe end that tells the parent the app could not be
 /// exec'd (a byte) rather than exec'd (the end closed by the exec).
 static FAILED_FD: AtomicI32 = AtomicI32::new(-1);
+/// In the child: the read end of the pipe that tells it its parent died.
+static ALIVE_FD: AtomicI32 = AtomicI32::new(-1);
 
 const CLONE_NEWPID: c_int = 0x2000_0000;
 const CLONE_NEWNS: c_int = 0x0002_0000;
@@ -164,9 +176,12 @@ struct Plan {
     /// `None`: a new PID namespace; `Some((pid, start time))`: join that
     /// process's, if it is still the one that started then.
     join: Option<(u32, String)>,
-    /// `pid=keep`: the PID namespace this program runs in (the pod's, or
-    /// the host's for a host-PID app), no new one.
+    /// `pid=keep`: the PID namespace this program runs in (the pod's), no
+    /// new one.
     keep_pid: bool,
+    /// `pid=host`: as `keep`, but the child is a host-PID app's template:
+    /// no /proc mounted (the node's is bound), parked instead of the exec.
+    host: bool,
     /// Paths in the app's root of volumes whose mounts propagate both ways
     /// (`shared=`): copied from the pod before the namespace is made, so the
     /// copies stay peers of the host's mounts (the namespace's own are
@@ -248,6 +263,7 @@ fn parse() -> Plan {
             }
             "pid" if value == "new" => plan.join = None,
             "pid" if value == "keep" => plan.keep_pid = true,
+            "pid" if value == "host" => (plan.keep_pid, plan.host) = (true, true),
             "shared" => plan.shared.push(cstring(value.into())),
             "pid" => {
                 let (pid, start) = value.split_once('@').unwrap_or_else(|| fail("pid= is new or PID@STARTTIME", 0));
@@ -351,6 +367,7 @@ fn main() {
             close(execd[0]);
         }
         FAILED_FD.store(execd[1], Ordering::Relaxed);
+        ALIVE_FD.store(alive[0], Ordering::Relaxed);
         container(&plan, alive[0]);
     }
     // SAFETY: closing our copy of the child's end, then reading ours.
@@ -360,8 +377,9 @@ fn main() {
         loop {
             let n = read(execd[0], (&mut byte as *mut u8).cast(), 1);
             if n >= 0 || errno() != EINTR {
-                // a byte, or a read that failed: the app was not exec'd
-                break n != 0;
+                // a byte, or a read that failed: the app was not exec'd; a
+                // template says `r` once confined, and never execs
+                break if plan.host { !(n == 1 && byte == b'r') } else { n != 0 };
             }
         }
     } || killed_before_exec(child);
@@ -478,6 +496,9 @@ fn container(plan: &Plan, alive: c_int) -> ! {
             _exit(128 + SIGKILL);
         }
     }
+    if plan.host {
+        park();
+    }
     // systemd's notification socket is appexec's, not the app's
     // SAFETY: this program has a single thread.
     unsafe { std::env::remove_var("NOTIFY_SOCKET") };
@@ -486,6 +507,30 @@ fn container(plan: &Plan, alive: c_int) -> ! {
     // SAFETY: execv(2) with NUL-terminated strings and a NULL-terminated array; the environment is systemd's.
     unsafe { execv(plan.path.as_ptr(), argv.as_ptr()) };
     fail(&format!("exec {}", plan.path.to_string_lossy()), errno())
+}
+
+/// A host-PID app's template, confined: tells the parent (`r`, then it
+/// tells systemd), then waits, with the app's own filters, ids and
+/// capabilities, for its parent's end (or a signal: its dispositions are
+/// the defaults, so the unit's stop signal ends it). Only `write`, `poll`
+/// and `exit_group` are called here: calls every filter lets appexec make.
+fn park() -> ! {
+    let fd = FAILED_FD.load(Ordering::Relaxed);
+    // SAFETY: a byte to our own pipe.
+    if unsafe { write(fd, b"r".as_ptr().cast(), 1) } != 1 {
+        // SAFETY: ends this process.
+        unsafe { _exit(127) }
+    }
+    // the pipe whose other end only the parent holds: POLLHUP at its death
+    let alive = ALIVE_FD.load(Ordering::Relaxed);
+    loop {
+        let mut pfd = PollFd { fd: alive, events: 0, revents: 0 };
+        // SAFETY: poll(2) on our own descriptor.
+        if unsafe { poll(&mut pfd, 1, -1) } > 0 && pfd.revents & POLLHUP != 0 {
+            // SAFETY: ends this process.
+            unsafe { _exit(0) }
+        }
+    }
 }
 
 /// Opens (`O_PATH`) `inner`, relative to `root`, resolved as if `root` were
@@ -661,12 +706,21 @@ fn working_directory(cwd: &CStr) {
 /// A /proc of the new PID namespace, then the app's masks and read-only
 /// paths (below it and elsewhere).
 fn proc_mount(plan: &Plan) {
-    make_target("/proc", true);
-    // SAFETY: mount(2) with C string literals.
-    let rc = unsafe {
-        mount(c"proc".as_ptr(), c"/proc".as_ptr(), c"proc".as_ptr(), MS_NOSUID | MS_NODEV | MS_NOEXEC, std::ptr::null())
-    };
-    check(rc, "mounting /proc");
+    // a template's /proc is the node's, bound by the daemon (`bind=`)
+    if !plan.host {
+        make_target("/proc", true);
+        // SAFETY: mount(2) with C string literals.
+        let rc = unsafe {
+            mount(
+                c"proc".as_ptr(),
+                c"/proc".as_ptr(),
+                c"proc".as_ptr(),
+                MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                std::ptr::null(),
+            )
+        };
+        check(rc, "mounting /proc");
+    }
     for path in &plan.masks {
         let meta = match std::fs::metadata(path.to_string_lossy().as_ref()) {
             Ok(meta) => meta,

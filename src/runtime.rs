@@ -208,6 +208,25 @@ impl Runtime {
         };
         for name in started {
             let paths = crate::stage1::app::AppPaths::new(pod, &name);
+            if paths.status_file(crate::stage1::app::HOST_PID).exists() {
+                if crate::stage1::app::exit_recorded_by_writer(&paths) {
+                    continue;
+                }
+                // its writer is gone: nothing supervises the app (nor would
+                // record its exit), so it goes, its exit unknown
+                if let Some(cg) = pod.subcgroups().ok().flatten().and_then(|subs| {
+                    let layout = crate::cgroup::Layout::cached().ok()?;
+                    Some(crate::cgroup::app::AppCgroup::new(layout, &subs, &name))
+                }) && let Err(e) = cg.kill_unit()
+                {
+                    tracing::warn!(pod = %pod.uuid(), app = name, error = %e, "cannot kill a host-PID app without its log writer");
+                }
+                tracing::warn!(pod = %pod.uuid(), app = name, "the log writer of a host-PID app is gone: app killed, exit unknown");
+                if crate::stage1::app::record_exit(&paths, 255).unwrap_or(false) {
+                    self.emit(pod.uuid(), &name, EventKind::Stopped);
+                }
+                continue;
+            }
             let code = match bus.unit_status(&format!("{name}.service")) {
                 Ok(status) => match status.main_exit() {
                     Some(exit) => Some(crate::stage1::bus::exit_code(&exit)),
@@ -279,18 +298,36 @@ fn record_exits(bus: &PodBus, pod: &crate::pod::Pod, out: tokio::sync::broadcast
     let Ok(events) = bus.subscribe() else { return };
     let (data, uuid) = (pod.data_dir().clone(), pod.uuid());
     let spawned = std::thread::Builder::new().name(format!("exits-{uuid}")).spawn(move || {
+        // host-PID apps whose Stopped event was sent
+        let mut host_stopped = std::collections::HashSet::new();
         for event in events {
             let BusEvent::UnitChanged { unit, status } = event else { continue };
             let (Some(app), Some(exit)) = (unit.strip_suffix(".service"), status.main_exit()) else { continue };
             // with RemainAfterExit an exited app stays "active (exited)": the exit code is what counts
             let Ok(pod) = crate::pod::Pod::open(&data, &uuid.to_string()) else { return };
             let paths = crate::stage1::app::AppPaths::new(&pod, app);
-            if status.result == "oom-kill" && paths.status_file("-started").exists() {
+            if !paths.status_file("-started").exists() {
+                continue;
+            }
+            if status.result == "oom-kill" {
                 let _ = crate::stage1::app::record_oom_kill(&paths);
             }
-            if paths.status_file("-started").exists()
-                && crate::stage1::app::record_exit(&paths, crate::stage1::bus::exit_code(&exit)).unwrap_or(false)
-            {
+            // a host-PID app's unit ends with its template: the app's own exit
+            // is the writer's to record (first, or a moment after the
+            // template's end); the event is sent from here, once
+            if crate::stage1::app::exit_recorded_by_writer(&paths) {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+                while !paths.status_file("").exists() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                // (a failed start sent its own)
+                let failed_start = paths.status_file(crate::stage1::app::START_ERROR).exists();
+                if paths.status_file("").exists() && !failed_start && host_stopped.insert(app.to_string()) {
+                    let _ = out.send(ContainerEvent::now(uuid, app, EventKind::Stopped));
+                }
+                continue;
+            }
+            if crate::stage1::app::record_exit(&paths, crate::stage1::bus::exit_code(&exit)).unwrap_or(false) {
                 let _ = out.send(ContainerEvent::now(uuid, app, EventKind::Stopped));
             }
         }

@@ -47,6 +47,12 @@ async fn env_with_pid(pid: cri::NamespaceMode) -> Env {
 impl Env {
     async fn pod(&mut self, name: &str) -> (String, cri::PodSandboxConfig) {
         let mut config = if self.net.is_some() { pod_config(name, &[]) } else { host_network(pod_config(name, &[])) };
+        if self.pid == cri::NamespaceMode::Node {
+            // a host-PID pod, whose containers run in the node's PID namespace
+            let linux = config.linux.get_or_insert_default();
+            let sc = linux.security_context.get_or_insert_default();
+            sc.namespace_options.get_or_insert_default().pid = cri::NamespaceMode::Node as i32;
+        }
         config.log_directory = self.logs.path().join(name).display().to_string();
         let id = self
             .rt
@@ -142,6 +148,16 @@ macro_rules! in_both_pid_namespaces {
         #[tokio::test(flavor = "multi_thread")]
         async fn $pod() {
             $body(cri::NamespaceMode::Pod).await;
+        }
+    };
+}
+
+/// The same test in a host-PID pod (containers in the node's PID namespace).
+macro_rules! in_the_node_pid_namespace {
+    ($name:ident, $body:ident) => {
+        #[tokio::test(flavor = "multi_thread")]
+        async fn $name() {
+            $body(cri::NamespaceMode::Node).await;
         }
     };
 }
@@ -242,6 +258,11 @@ async fn sigterm_ignoring_container_is_killed_at_the_timeout() {
 in_both_pid_namespaces!(
     user_env_workdir_and_mounts_inside_the_container,
     user_env_workdir_and_mounts_inside_the_container_pod_pid_namespace,
+    identity_env_workdir_and_mounts
+);
+
+in_the_node_pid_namespace!(
+    user_env_workdir_and_mounts_inside_the_container_node_pid_namespace,
     identity_env_workdir_and_mounts
 );
 
@@ -514,6 +535,8 @@ async fn containers_survive_a_daemon_sigkill() {
 
 in_both_pid_namespaces!(exec_gets_the_seccomp_filters, exec_gets_the_seccomp_filters_pod_pid_namespace, exec_filters);
 
+in_the_node_pid_namespace!(exec_gets_the_seccomp_filters_node_pid_namespace, exec_filters);
+
 /// ExecSync runs under the very filters of the container's main process:
 /// the same count, and a call the profile denies is denied to the command.
 async fn exec_filters(pid: cri::NamespaceMode) {
@@ -541,7 +564,9 @@ async fn exec_filters(pid: cri::NamespaceMode) {
     e.start(&id).await;
     e.wait_state(&id, cri::ContainerState::ContainerRunning).await;
     let script = "grep -E '^Seccomp(_filters)?:' /proc/self/status; \
-                  for p in /proc/[0-9]*; do [ \"$(cat $p/comm)\" = sleep ] && grep '^Seccomp_filters:' $p/status; done; \
+                  me=$(readlink /proc/self/ns/mnt); \
+                  for p in /proc/[0-9]*; do [ \"$(cat $p/comm)\" = sleep ] && [ \"$(readlink $p/ns/mnt)\" = \"$me\" ] \
+                  && grep '^Seccomp_filters:' $p/status; done; \
                   mkdir /tmp/made 2>&1; echo rc=$?";
     let out = common::exec_sync(&mut e.rt, &id, &["sh", "-c", script]).await;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -555,6 +580,8 @@ async fn exec_filters(pid: cri::NamespaceMode) {
 }
 
 in_both_pid_namespaces!(seccomp_and_masked_paths, seccomp_and_masked_paths_pod_pid_namespace, seccomp_and_masks);
+
+in_the_node_pid_namespace!(seccomp_and_masked_paths_node_pid_namespace, seccomp_and_masks);
 
 async fn seccomp_and_masks(pid: cri::NamespaceMode) {
     let mut e = env_with_pid(pid).await;
@@ -682,6 +709,11 @@ in_both_pid_namespaces!(
     default_masks_and_privileged_apps
 );
 
+in_the_node_pid_namespace!(
+    default_masks_read_only_rootfs_and_privileged_apps_node_pid_namespace,
+    default_masks_and_privileged_apps
+);
+
 async fn default_masks_and_privileged_apps(pid: cri::NamespaceMode) {
     let mut e = env_with_pid(pid).await;
     let pod = e.pod("masks").await;
@@ -699,7 +731,14 @@ async fn default_masks_and_privileged_apps(pid: cri::NamespaceMode) {
     assert_eq!(out[2], "0", "{log}");
     assert!(out[3].contains("Read-only file system"), "{log}");
     // PID 1: the pod's systemd, or the app itself; the pod's hosts file is bound in the app
-    assert_eq!(out[4], if pid == cri::NamespaceMode::Pod { "systemd" } else { "sh" }, "{log}");
+    // (in a host-PID pod: the node's init)
+    let node_init = std::fs::read_to_string("/proc/1/comm").unwrap_or_default();
+    let pid1 = match pid {
+        cri::NamespaceMode::Pod => "systemd",
+        cri::NamespaceMode::Node => node_init.trim(),
+        _ => "sh",
+    };
+    assert_eq!(out[4], pid1, "{log}");
     assert_eq!(out[5], "1", "{log}");
     // a privileged app in the same pod sees the real files
     let privileged = e
@@ -1053,7 +1092,8 @@ async fn a_pid_namespace_per_container_and_targets_joining_it() {
     assert_eq!((s.exit_code, s.reason.as_str()), (127, "StartError"));
     assert!(s.message.contains("Exited(127)"), "{s:?}");
 
-    // a target must be a container of the same pod, and a host PID namespace is refused
+    // a target must be a container of the same pod, and the node's PID
+    // namespace is for the containers of a host-PID pod only
     for (sc, code) in [
         (pid_namespace(cri::NamespaceMode::Target, "nope:0-x"), tonic::Code::NotFound),
         (pid_namespace(cri::NamespaceMode::Node, ""), tonic::Code::InvalidArgument),
@@ -1088,6 +1128,11 @@ fn cap_bnd(status: &str) -> u64 {
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .expect("CapBnd")
 }
+
+in_the_node_pid_namespace!(
+    added_and_privileged_capabilities_work_node_pid_namespace,
+    added_and_privileged_capabilities
+);
 
 /// A capability a container adds is one it can use (NET_ADMIN: a bridge in
 /// the pod's network), and one it did not add is not; a privileged
@@ -1239,6 +1284,8 @@ in_both_pid_namespaces!(
     mount_propagation_is_reported_and_works_pod_pid_namespace,
     mount_propagation
 );
+
+in_the_node_pid_namespace!(mount_propagation_is_reported_and_works_node_pid_namespace, mount_propagation);
 
 /// Host paths bound with each CRI propagation: ContainerStatus reports
 /// each mount as asked; a mount made on the node below an rslave or rshared

@@ -12,16 +12,40 @@ use tokio_stream::StreamExt;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_subscriber_sees_a_container_lifecycle() {
+    lifecycle(false).await;
+}
+
+/// The same in a host-PID pod, whose apps' exits the pod's log writer records.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscriber_sees_a_host_pid_container_lifecycle() {
+    lifecycle(true).await;
+}
+
+/// `c` in the node's PID namespace.
+fn on_node(mut c: cri::ContainerConfig) -> cri::ContainerConfig {
+    let linux = c.linux.get_or_insert_default();
+    linux.security_context.get_or_insert_default().namespace_options.get_or_insert_default().pid =
+        cri::NamespaceMode::Node as i32;
+    c
+}
+
+async fn lifecycle(host_pid: bool) {
     let d = Daemon::start(&[]);
     let image = common::pull_busybox(&d).await;
     let mut rt = d.runtime().await;
     let logs = tempfile::tempdir().expect("logs");
     let mut config = host_network(pod_config("events", &[]));
     config.log_directory = logs.path().display().to_string();
+    if host_pid {
+        let linux = config.linux.get_or_insert_default();
+        linux.security_context.get_or_insert_default().namespace_options.get_or_insert_default().pid =
+            cri::NamespaceMode::Node as i32;
+    }
+    let tweak = |c| if host_pid { on_node(c) } else { c };
     let pod = common::run_pod(&mut rt, &config).await;
     let mut events = rt.get_container_events(cri::GetEventsRequest {}).await.expect("subscribe").into_inner();
 
-    let c = common::container_config("short", &image, &["sh", "-c", "sleep 0.3; exit 4"]);
+    let c = tweak(common::container_config("short", &image, &["sh", "-c", "sleep 0.3; exit 4"]));
     let id = common::create_container(&mut rt, &pod, &config, c).await;
     rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("start");
 
@@ -50,7 +74,7 @@ async fn a_subscriber_sees_a_container_lifecycle() {
     assert_eq!((status.state, status.exit_code), (cri::ContainerState::ContainerExited as i32, 4));
 
     // a StopContainer call is reported once, by the call
-    let c = common::container_config("long", &image, &["sleep", "1000"]);
+    let c = tweak(common::container_config("long", &image, &["sleep", "1000"]));
     let long = common::create_container(&mut rt, &pod, &config, c).await;
     rt.start_container(cri::StartContainerRequest { container_id: long.clone() }).await.expect("start");
     rt.stop_container(cri::StopContainerRequest { container_id: long.clone(), timeout: 5 }).await.expect("stop");

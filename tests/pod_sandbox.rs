@@ -155,16 +155,17 @@ async fn bad_requests_are_refused_and_leave_nothing() {
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("uid"), "{}", err.message());
 
-    let mut host_pid = host_network(pod_config("hostpid", &[]));
+    // (a host PID namespace is served: tests/host_pid.rs)
+    let mut user_ns = host_network(pod_config("userns", &[]));
     if let Some(ns) =
-        host_pid.linux.as_mut().and_then(|l| l.security_context.as_mut()).and_then(|s| s.namespace_options.as_mut())
+        user_ns.linux.as_mut().and_then(|l| l.security_context.as_mut()).and_then(|s| s.namespace_options.as_mut())
     {
-        ns.pid = cri::NamespaceMode::Node as i32;
+        ns.userns_options = Some(cri::UserNamespace { mode: cri::NamespaceMode::Pod as i32, ..Default::default() });
     }
     let err = rt
-        .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(host_pid), runtime_handler: String::new() })
+        .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(user_ns), runtime_handler: String::new() })
         .await
-        .expect_err("host pid");
+        .expect_err("user namespace");
     assert_eq!(err.code(), Code::InvalidArgument);
 
     // a sandbox that fails inside the sandbox process: its error is quoted, nothing stays

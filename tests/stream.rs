@@ -567,17 +567,37 @@ async fn attach_works_for_a_container_without_a_log_path() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tty_container_runs_on_a_terminal_that_attach_drives() {
+    tty_container(false).await;
+}
+
+/// The same in a host-PID pod: the app, started by the pod's log writer,
+/// has the terminal as its controlling terminal (resizes reach it).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_pid_tty_container_runs_on_a_terminal_that_attach_drives() {
+    tty_container(true).await;
+}
+
+async fn tty_container(host_pid: bool) {
     let d = Daemon::start(&[]);
     let mut rt = d.runtime().await;
     let image = common::pull_busybox(&d).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut pod_cfg = host_network(pod_config("terminal", &[]));
     pod_cfg.log_directory = dir.path().to_string_lossy().into_owned();
+    let node = cri::NamespaceMode::Node as i32;
+    if host_pid {
+        let linux = pod_cfg.linux.get_or_insert_default();
+        linux.security_context.get_or_insert_default().namespace_options.get_or_insert_default().pid = node;
+    }
     let pod = common::run_pod(&mut rt, &pod_cfg).await;
     // what `kubectl run -it` makes: a shell reading a terminal
-    let script = "tty; while read l; do case $l in size) stty size;; *) echo \"got $l\";; esac; done";
+    let script = "tty; echo ctty=$(cut -d' ' -f7 /proc/self/stat); while read l; do case $l in size) stty size;; *) echo \"got $l\";; esac; done";
     let mut config = common::container_config("term", &image, &["sh", "-c", script]);
     (config.stdin, config.tty) = (true, true);
+    if host_pid {
+        let linux = config.linux.get_or_insert_default();
+        linux.security_context.get_or_insert_default().namespace_options.get_or_insert_default().pid = node;
+    }
     let ctr = common::create_container(&mut rt, &pod, &pod_cfg, config).await;
     rt.start_container(cri::StartContainerRequest { container_id: ctr.clone() }).await.expect("start");
     // the terminal is the pod's own: its name exists inside the container
@@ -594,7 +614,9 @@ async fn a_tty_container_runs_on_a_terminal_that_attach_drives() {
             }
         }
     };
-    let log = log_has("/dev/pts/").await;
+    let log = log_has("ctty=").await;
+    // a controlling terminal (a non-zero tty_nr): resizes signal the shell
+    assert!(log.contains("ctty=") && !log.contains("ctty=0"), "{log}");
     let tty = log.lines().find_map(|l| l.split(" stdout F ").nth(1)).expect("tty line").trim().to_string();
     assert!(tty.starts_with("/dev/pts/"), "{log}");
     let out = rt

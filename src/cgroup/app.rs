@@ -214,6 +214,16 @@ impl AppCgroup {
         Ok(())
     }
 
+    /// SIGKILLs every process of the app's unit (`cgroup.kill` of its
+    /// unified cgroup), those the pod's systemd cannot see included.
+    pub fn kill_unit(&self) -> io::Result<()> {
+        let Some(unit) = &self.unit else { return Ok(()) };
+        match fs::write(unit.join("cgroup.kill"), "1") {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    }
+
     /// Host pids of the processes in the app's unit (its unified cgroup).
     pub fn unit_processes(&self) -> Vec<i32> {
         let Some(unit) = &self.unit else { return Vec::new() };

@@ -164,8 +164,13 @@ fn pid_namespace(
     pod_id: &str,
     pod: &manifest::PodManifest,
 ) -> Result<Option<String>, Status> {
-    let Some(ns) = sc.and_then(|s| s.namespace_options.as_ref()) else { return Ok(None) };
+    // a host-PID pod's PID namespace is the node's: its apps run there
+    let host_pod = pod.annotation(super::pod_meta::PID_MODE) == Some("node");
+    let Some(ns) = sc.and_then(|s| s.namespace_options.as_ref()) else {
+        return Ok(host_pod.then(|| "host".into()));
+    };
     match cri::NamespaceMode::try_from(ns.pid) {
+        Ok(cri::NamespaceMode::Pod | cri::NamespaceMode::Node) if host_pod => Ok(Some("host".into())),
         Ok(cri::NamespaceMode::Pod) => Ok(None),
         Ok(cri::NamespaceMode::Container) => Ok(Some("container".into())),
         Ok(cri::NamespaceMode::Target) => {
@@ -177,10 +182,14 @@ fn pid_namespace(
                         ns.target_id
                     ))
                 })?;
+            // a host-PID app's namespace is the node's
+            if pod.app(target.1).is_some_and(|a| meta::pid_namespace(a) == meta::PidNamespace::Host) {
+                return Ok(Some("host".into()));
+            }
             Ok(Some(format!("target:{}", target.1)))
         }
         Ok(cri::NamespaceMode::Node) => Err(Status::invalid_argument(
-            "host PID namespace is not supported yet: systemd is PID 1 of every rktlet pod, and nothing it starts can enter the node's PID namespace (docs/architecture.md, Host PID pods)",
+            "namespace_options.pid NODE: the pod was not created with the node's PID namespace (its namespace_options.pid)",
         )),
         Err(_) => Err(Status::invalid_argument(format!("unknown PID namespace mode {}", ns.pid))),
     }

@@ -20,8 +20,9 @@ pub const RESOURCES: &str = "k8s.io/reserved/resources";
 pub const DEVICES: &str = "k8s.io/reserved/devices";
 /// The signal that stops the container (a name such as `SIGQUIT`), when not SIGTERM.
 pub const STOP_SIGNAL: &str = "k8s.io/reserved/stop-signal";
-/// The container's PID namespace when not the pod's: `container` (its own)
-/// or `target:<app>` (that of another app of the pod).
+/// The container's PID namespace when not the pod's: `container` (its own),
+/// `target:<app>` (that of another app of the pod) or `host` (the node's,
+/// in a host-PID pod).
 pub const PID_NAMESPACE: &str = "k8s.io/reserved/pid-namespace";
 const RESERVED_PREFIX: &str = "k8s.io/reserved/";
 
@@ -34,11 +35,14 @@ pub enum PidNamespace {
     Container,
     /// That of another app of the pod (CRI `TARGET`).
     Target(String),
+    /// The node's (an app of a host-PID pod).
+    Host,
 }
 
 pub fn pid_namespace(app: &RuntimeApp) -> PidNamespace {
     match user_annotations(app).get(PID_NAMESPACE).map(String::as_str) {
         Some("container") => PidNamespace::Container,
+        Some("host") => PidNamespace::Host,
         Some(v) => v.strip_prefix("target:").map_or(PidNamespace::Pod, |a| PidNamespace::Target(a.to_string())),
         None => PidNamespace::Pod,
     }

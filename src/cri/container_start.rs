@@ -269,6 +269,9 @@ pub async fn start_container(
     }
     // marked before the start: the exit recorder only records started apps, and
     // a short-lived app can exit before StartTransientUnit's job is reported
+    if pid_mode == PidMode::Host {
+        std::fs::write(paths.status_file(app::HOST_PID), b"").map_err(|e| Status::internal(e.to_string()))?;
+    }
     app::mark_started(&paths).map_err(|e| Status::internal(e.to_string()))?;
     let began = std::time::Instant::now();
     // Ok(Err(..)): the job failed, so its process ran and could not become
@@ -314,6 +317,20 @@ pub async fn start_container(
     // are read from; without limits asked for, a failure only costs the stats
     let unit_started = began.elapsed();
     let limits_result = tokio::task::block_in_place(|| apply_limits(&t, &limits));
+    if pid_mode == PidMode::Host {
+        // after the limits: the app joins the cgroups its template is in now
+        if let Err(e) = tokio::task::block_in_place(|| run_host_app(&t, pid1)) {
+            let e = Status::internal(format!("starting {} in the node's PID namespace: {e}", req.container_id));
+            let _ = std::fs::write(paths.status_file(app::START_ERROR), e.message());
+            if app::record_exit(&paths, 128).unwrap_or(false) {
+                rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
+            }
+            let _ = tokio::task::block_in_place(|| {
+                with_bus(rt, &t.pod, |bus| bus.kill_unit(&unit(&t.app.name), libc::SIGKILL))
+            });
+            return Err(e);
+        }
+    }
     tracing::debug!(
         container = req.container_id,
         unit_micros = unit_started.as_micros() as u64,
@@ -480,6 +497,7 @@ fn pid_mode(rt: &Runtime, t: &Target, pid1: i32) -> Result<PidMode, Status> {
     Ok(match meta::pid_namespace(&t.app) {
         meta::PidNamespace::Pod => PidMode::Pod,
         meta::PidNamespace::Container => PidMode::Container,
+        meta::PidNamespace::Host => PidMode::Host,
         meta::PidNamespace::Target(app) => {
             let not_running = || {
                 Status::failed_precondition(format!(
@@ -529,6 +547,13 @@ fn own_pid_namespace(
     };
     let mut binds: Vec<Bind> = std::mem::take(&mut spec.bind_paths).into_iter().map(|b| bind(b, false)).collect();
     binds.extend(std::mem::take(&mut spec.bind_read_only_paths).into_iter().map(|b| bind(b, true)));
+    if *mode == PidMode::Host {
+        // the node's /proc (a procfs shows the PID namespace of its mounter:
+        // nothing in the pod can mount this one), masks on top by appexec
+        let source = host_proc(pid1, &t.app.name)
+            .map_err(|e| Status::internal(format!("the node's /proc for {}: {e}", t.app.name)))?;
+        binds.push(Bind { source, target: "/proc".into(), recursive: false, read_only: false, optional: false });
+    }
     let root_read_only = spec.read_only_paths.iter().any(|p| p == "/");
     spec.read_only_paths.clear();
     let mut plan = Plan {
@@ -536,7 +561,8 @@ fn own_pid_namespace(
             PidMode::Join(pid, start) => Some((*pid, start.clone())),
             _ => None,
         },
-        keep_pid: *mode == PidMode::Pod,
+        keep_pid: matches!(mode, PidMode::Pod | PidMode::Host),
+        host: *mode == PidMode::Host,
         shared,
         masks: masked.unwrap_or_default(),
         read_only: readonly.unwrap_or_default(),
@@ -569,6 +595,74 @@ fn own_pid_namespace(
     // StartContainer finds it); an app that cannot be makes the start fail
     spec.notify_ready = true;
     Ok(())
+}
+
+/// A copy of the node's /proc (this process's, not its submounts) attached
+/// in the pod at `/rkt/hostproc/<app>` for a host-PID app; its path in the pod.
+fn host_proc(pid1: i32, app: &str) -> std::io::Result<String> {
+    use crate::stage1::inject::{self, Attach, Propagation};
+    let in_pod = format!("/rkt/hostproc/{app}");
+    std::fs::create_dir_all(format!("/proc/{pid1}/root{in_pod}"))?;
+    let tree = inject::clone_tree(Path::new("/proc"), false, false, Propagation::Private)?;
+    inject::attach(pid1, &[Attach::new(tree, Path::new(&in_pod))?])?;
+    Ok(in_pod)
+}
+
+/// Starts a host-PID app: its unit runs its template (appexec, parked once
+/// confined); the pod's log writer, in the node's PID namespace, starts
+/// the app as a copy of it and supervises it. Its host pid.
+fn run_host_app(t: &Target, pid1: i32) -> Result<i32, String> {
+    let procs = app_cgroup(&t.pod, &t.app.name).map(|cg| cg.unit_processes()).unwrap_or_default();
+    let template = crate::stage1::appexec::template_pid(pid1, &procs).ok_or("its template is not running")?;
+    let start = crate::stage1::appexec::start_time(template).ok_or("its template is gone")?;
+    crilog::run_host_app(&t.pod.path().join(crilog::SOCKET_FILE), &t.app.name, template, &start)
+        .map_err(|e| e.to_string())
+}
+
+/// Stops a host-PID app (which the pod's systemd cannot see) before its
+/// unit: the stop signal through a pidfd (no reused pid is signalled),
+/// SIGKILL once `timeout` passed; then waits a moment for the log writer to
+/// record its exit. Nothing to do when it is not running.
+fn stop_host_app(t: &Target, paths: &AppPaths, first_signal: i32, timeout: Duration) {
+    let procs = app_cgroup(&t.pod, &t.app.name).map(|cg| cg.unit_processes()).unwrap_or_default();
+    let Some(pid) = crate::stage1::appexec::host_app_pid(&procs) else { return };
+    // SAFETY: pidfd_open(2) takes no pointers; a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: the kernel just returned this descriptor; we own it.
+    let pidfd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+    // opened, then checked: still a process of the unit, not a reused pid
+    let cgroup = app_cgroup(&t.pod, &t.app.name);
+    if !cgroup.is_some_and(|cg| cg.unit_processes().contains(&pid)) {
+        return;
+    }
+    let signal = |sig: i32| {
+        // SAFETY: pidfd_send_signal(2) on our pidfd with a null info.
+        unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), sig, std::ptr::null::<u8>(), 0) }
+    };
+    let exited_within = |wait: Duration| {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let mut fds = [PollFd::new(std::os::fd::AsFd::as_fd(&pidfd), PollFlags::POLLIN)];
+        let ms = PollTimeout::try_from(wait.as_millis().min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX);
+        matches!(poll(&mut fds, ms), Ok(n) if n > 0)
+    };
+    if first_signal != libc::SIGKILL {
+        signal(first_signal);
+    }
+    if first_signal == libc::SIGKILL || !exited_within(timeout) {
+        signal(libc::SIGKILL);
+        exited_within(Duration::from_secs(10));
+    }
+    // the writer reaps it and records the exit first, then ends the unit
+    for _ in 0..200 {
+        if paths.status_file("").exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    tracing::warn!(app = %t.app.name, "the log writer recorded no exit for a host-PID app");
 }
 
 /// Binds that mask `paths`: /dev/null over files, and (read-only) an empty
@@ -740,6 +834,9 @@ fn stop_app(rt: &Runtime, t: &Target, timeout: Duration) -> Result<(), Status> {
     let name = unit(&t.app.name);
     let first_signal = if timeout.is_zero() { libc::SIGKILL } else { meta::stop_signal(&t.app).0 };
     app::mark_stopping(&paths, first_signal).map_err(|e| Status::internal(e.to_string()))?;
+    if meta::pid_namespace(&t.app) == meta::PidNamespace::Host {
+        stop_host_app(t, &paths, first_signal, timeout);
+    }
     with_bus(rt, &t.pod, |bus| {
         if timeout.is_zero() {
             bus.kill_unit(&name, libc::SIGKILL)?;

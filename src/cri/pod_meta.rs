@@ -17,6 +17,8 @@ const RESERVED_PREFIX: &str = "k8s.io/reserved/";
 pub const NETWORK_MODE: &str = "rktlet.io/network-mode";
 /// Pod annotation: `node` when the pod shares the node's IPC namespace.
 pub const IPC_MODE: &str = "rktlet.io/ipc-mode";
+/// `node` for a host-PID pod (its apps in the node's PID namespace); absent otherwise.
+pub const PID_MODE: &str = "rktlet.io/pid-mode";
 /// Pod annotation: the pod's hostname.
 pub const HOSTNAME: &str = "rktlet.io/hostname";
 /// Pod annotation rkt uses for kubelet's pod log directory.
@@ -86,8 +88,9 @@ pub fn namespace_options(m: &PodManifest) -> cri::NamespaceOption {
     cri::NamespaceOption {
         network: mode(NETWORK_MODE) as i32,
         ipc: mode(IPC_MODE) as i32,
-        // every app of a pod runs in the pod's PID namespace under its systemd
-        pid: cri::NamespaceMode::Pod as i32,
+        // the apps of a host-PID pod run in the node's PID namespace, the
+        // others' in the pod's (under its systemd) or their own
+        pid: mode(PID_MODE) as i32,
         ..Default::default()
     }
 }

@@ -107,7 +107,8 @@ impl From<Status> for Unusable {
 /// (pool empty or off, request not eligible, or adaptation failed: the
 /// pool pod is then removed with whatever the attempt made).
 pub(super) async fn serve(rt: &Runtime, req: &Request) -> Option<Uuid> {
-    if req.host_network || req.host_ipc || !rt.pool.enabled() {
+    // a host-PID pod boots cold (its apps' /proc is the node's, bound at their start)
+    if req.host_network || req.host_ipc || req.host_pid || !rt.pool.enabled() {
         return None;
     }
     loop {

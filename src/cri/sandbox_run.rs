@@ -24,6 +24,8 @@ pub(super) struct Request {
     pub config: cri::PodSandboxConfig,
     pub host_network: bool,
     pub host_ipc: bool,
+    /// The node's PID namespace for the apps (`namespace_options.pid = NODE`).
+    pub host_pid: bool,
     pub hostname: String,
     pub cgroup_parent: String,
     /// `linux.sysctls`, checked against the pod's namespaces.
@@ -51,11 +53,9 @@ fn validate(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Result<Requ
         .and_then(|l| l.security_context.as_ref())
         .and_then(|s| s.namespace_options.clone())
         .unwrap_or_default();
-    if ns.pid == cri::NamespaceMode::Node as i32 {
-        return Err(Status::invalid_argument(
-            "host PID namespace is not supported yet: systemd is PID 1 of every rktlet pod, and nothing it starts can enter the node's PID namespace (docs/architecture.md, Host PID pods)",
-        ));
-    }
+    // the pod's infrastructure keeps a PID namespace of its own (systemd is
+    // its PID 1); its apps run in the node's (docs/architecture.md, Host PID pods)
+    let host_pid = ns.pid == cri::NamespaceMode::Node as i32;
     if ns.userns_options.as_ref().is_some_and(|u| u.mode == cri::NamespaceMode::Pod as i32) {
         return Err(Status::invalid_argument("user namespaces are not supported by rktlet yet"));
     }
@@ -80,7 +80,7 @@ fn validate(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Result<Requ
         .map_err(|e| Status::invalid_argument(format!("config.linux.cgroup_parent: {e}")))?;
     let sysctls = config.linux.as_ref().map(|l| l.sysctls.iter()).into_iter().flatten();
     let sysctls = sysctl::check(sysctls, PodNamespaces { host_network, host_ipc }).map_err(sysctl_status)?;
-    Ok(Request { config, host_network, host_ipc, hostname, cgroup_parent, sysctls })
+    Ok(Request { config, host_network, host_ipc, host_pid, hostname, cgroup_parent, sysctls })
 }
 
 pub(super) fn sysctl_status(e: SysctlError) -> Status {
@@ -113,7 +113,10 @@ pub async fn run_pod_sandbox(
         return Ok(cri::RunPodSandboxResponse { pod_sandbox_id: uuid.to_string() });
     }
     let uuid = Uuid::new_v4();
-    let manifest = pod_meta::manifest_from_config(&req.config, req.host_network, req.host_ipc, &req.hostname);
+    let mut manifest = pod_meta::manifest_from_config(&req.config, req.host_network, req.host_ipc, &req.hostname);
+    if req.host_pid {
+        manifest.set_annotation(pod_meta::PID_MODE, "node");
+    }
     let manifest_file = rt.data.tmp().join(format!("{uuid}{START_MARK}"));
     let bytes = serde_json::to_vec(&manifest).map_err(|e| internal(uuid, "encoding manifest", e))?;
     crate::fsutil::write_volatile(&manifest_file, &bytes, 0o600).map_err(|e| internal(uuid, "writing manifest", e))?;

@@ -81,6 +81,11 @@ impl AppPaths {
         AppPaths { name: name.to_string(), pod_path: pod.path(), stage1: pod.stage1_rootfs() }
     }
 
+    /// The paths of app `name` of the pod whose directory is `pod_dir`.
+    pub fn in_pod_dir(pod_dir: &Path, name: &str) -> Self {
+        AppPaths { name: name.to_string(), pod_path: pod_dir.to_path_buf(), stage1: pod_dir.join("stage1/rootfs") }
+    }
+
     /// The app rootfs as the host sees it (the overlay's host mount).
     pub fn rootfs(&self) -> PathBuf {
         self.stage1.join("opt/stage2").join(&self.name).join("rootfs")
@@ -363,13 +368,21 @@ fn remove_files(pod: &Pod, paths: &AppPaths, tree_id: Option<&str>) {
     {
         // MNT_DETACH on the rootfs takes the volumes and files below it along
         let _ = inject::detach(pid1, &[target]);
+        // a host-PID app's copy of the node's /proc
+        let host_proc = format!("/rkt/hostproc/{}", paths.name);
+        if let Ok(target) = CString::new(host_proc.as_bytes())
+            && Path::new(&format!("/proc/{pid1}/root{host_proc}")).exists()
+        {
+            let _ = inject::detach(pid1, &[target]);
+            let _ = fs::remove_dir(format!("/proc/{pid1}/root{host_proc}"));
+        }
     }
     let _ = super::stop::unmount_below(&paths.rootfs());
     let _ = fs::remove_dir_all(paths.rootfs().parent().unwrap_or(&paths.rootfs()));
     let _ = fs::remove_dir_all(paths.appsinfo());
     let _ = fs::remove_file(paths.env_file());
     let _ = fs::remove_dir_all(paths.devices());
-    for suffix in ["", "-created", "-started", "-stopping", START_ERROR, OOM_KILLED] {
+    for suffix in ["", "-created", "-started", "-stopping", START_ERROR, OOM_KILLED, HOST_PID] {
         let _ = fs::remove_file(paths.status_file(suffix));
     }
     if let Some(id) = tree_id {
@@ -515,6 +528,17 @@ pub fn vanished_exit(paths: &AppPaths) -> Option<i32> {
 /// `<app>-starterror`: why the app's start failed after its process ran
 /// (ContainerStatus reason `StartError`, as containerd reports it).
 pub const START_ERROR: &str = "-starterror";
+
+/// Marks an app of a host-PID pod (`<app>-host`): the pod's log writer
+/// supervises its process and records its exit, not the pod's systemd.
+pub const HOST_PID: &str = "-host";
+
+/// Whether the pod's log writer records this app's exit: a host-PID app
+/// whose writer is alive (accepts on its socket).
+pub fn exit_recorded_by_writer(paths: &AppPaths) -> bool {
+    paths.status_file(HOST_PID).exists()
+        && std::os::unix::net::UnixStream::connect(paths.pod_path.join(crate::stream::log::SOCKET_FILE)).is_ok()
+}
 
 /// Marks an app started (`<app>-started`, its mtime is StartedAt).
 pub fn mark_started(paths: &AppPaths) -> io::Result<()> {

@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 /// Where apps find the program (the pod's /dev, which every app binds).
 pub const IN_POD: &str = "/dev/.rkt-appexec";
 /// What `comm` of its process reads: the file name as exec'd.
-const COMM: &str = ".rkt-appexec";
+pub const COMM: &str = ".rkt-appexec";
 const BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/appexec"));
 
 /// The PID namespace an app asks for.
@@ -45,6 +45,9 @@ pub enum PidMode {
     /// That of the process with this pid in the pod's namespace, started at
     /// this time (`/proc/<pid>/stat` field 22: a reused pid is refused).
     Join(i32, String),
+    /// The node's (a host-PID pod): appexec parks as the app's template
+    /// and the pod's log writer starts the app as a copy of it.
+    Host,
 }
 
 /// `appexec-<digest>`: the name of this build's program, and of the marker
@@ -197,6 +200,8 @@ pub struct Plan {
     pub join: Option<(i32, String)>,
     /// No new PID namespace: the app stays in appexec's (`pid=keep`).
     pub keep_pid: bool,
+    /// The template of a host-PID app (`pid=host`): confined, not exec'd.
+    pub host: bool,
     /// Paths in the app's root of volumes whose mounts propagate both ways
     /// (appexec keeps them peers of the host's, `shared=`).
     pub shared: Vec<String>,
@@ -240,6 +245,7 @@ impl Plan {
     pub fn command(&self, app: &ExecCommand) -> ExecCommand {
         let mut args = vec![match &self.join {
             Some((pid, start)) => format!("pid={pid}@{start}"),
+            None if self.host => "pid=host".into(),
             None if self.keep_pid => "pid=keep".into(),
             None => "pid=new".into(),
         }];
@@ -306,12 +312,44 @@ fn is_appexec(pid: i32) -> Option<bool> {
 /// appexec, appexec's child once it has become the app (before, it is root
 /// with the pod's capabilities: nothing may be run as a copy of it).
 pub fn app_pid(pod_pid1: i32, unit_processes: &[i32]) -> Option<i32> {
+    if let Some(app) = host_app_pid(unit_processes) {
+        return Some(app);
+    }
     let main = unit_processes.iter().copied().find(|pid| parent_of(*pid) == Some(pod_pid1))?;
     if !is_appexec(main)? {
         return Some(main);
     }
     let app = unit_processes.iter().copied().find(|pid| parent_of(*pid) == Some(main))?;
     (!is_appexec(app)?).then_some(app)
+}
+
+/// The template of a host-PID app: the child of the unit's main process
+/// (appexec), itself still appexec (parked, never exec'd).
+pub fn template_pid(pod_pid1: i32, unit_processes: &[i32]) -> Option<i32> {
+    let main = unit_processes.iter().copied().find(|pid| parent_of(*pid) == Some(pod_pid1))?;
+    let template = unit_processes.iter().copied().find(|pid| parent_of(*pid) == Some(main))?;
+    is_appexec(template)?.then_some(template)
+}
+
+/// Whether a process is in the PID namespace of this /proc (the node's):
+/// its `NSpid` has one number.
+pub fn in_node_pid_namespace(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).ok().is_some_and(|status| {
+        status.lines().find_map(|l| l.strip_prefix("NSpid:")).is_some_and(|l| l.split_whitespace().count() == 1)
+    })
+}
+
+/// A host-PID app among its unit's processes: the first started of those
+/// in the node's PID namespace (the others are its children and commands
+/// exec'd into it, started later).
+pub fn host_app_pid(unit_processes: &[i32]) -> Option<i32> {
+    unit_processes
+        .iter()
+        .copied()
+        .filter(|pid| in_node_pid_namespace(*pid))
+        .filter_map(|pid| Some((start_time(pid)?.parse::<u64>().ok()?, pid)))
+        .min()
+        .map(|(_, pid)| pid)
 }
 
 /// When a process started (`/proc/<pid>/stat` field 22), the same in every namespace.
@@ -354,6 +392,15 @@ mod tests {
         assert_eq!(deny, mount_api);
         let (_, deny) = widen(&PidMode::Container, false, &list(&["unshare"]));
         assert_eq!(deny, ["unshare"]);
+    }
+
+    #[test]
+    fn a_host_pid_template_keeps_the_pid_namespace_and_needs_no_setns() {
+        let app = ExecCommand { path: "/bin/sh".into(), argv: list(&["sh"]), ignore_failure: false };
+        let plan = Plan { keep_pid: true, host: true, root: Some("/r".into()), ..Default::default() };
+        assert_eq!(plan.command(&app).argv[..3], list(&[COMM, "pid=host", "root=/r"])[..]);
+        let (_, deny) = widen(&PidMode::Host, true, &list(&["@system-service"]));
+        assert!(!deny.iter().any(|c| c == "setns"), "{deny:?}");
     }
 
     #[test]

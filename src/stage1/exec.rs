@@ -275,6 +275,40 @@ pub fn spawn(
 ) -> Result<Running, ExecError> {
     let program = argv.first().filter(|p| !p.is_empty()).ok_or(ExecError::EmptyCommand)?.clone();
     let target = Target::read(pid)?;
+    spawn_as(target, program, argv, stdio, tty, setup_timeout)
+}
+
+/// Starts the app of a host-PID pod (`program`, with `argv` from argv[0])
+/// as a copy of its template `template` (appexec, parked confined: see
+/// appexec/main.rs) in every way but the PID namespace: the caller's (the
+/// pod's log writer, in the node's) is kept. Systemd's notification socket,
+/// in the template's environment for appexec, is left out. With `tty`,
+/// stdin is a terminal that becomes its controlling terminal. Returns once
+/// it has exec'd or failed to ([`Running::started`] tells which).
+pub fn spawn_in_own_pid_namespace(
+    template: i32,
+    program: &str,
+    argv: &[String],
+    stdio: [std::os::fd::BorrowedFd<'_>; 3],
+    tty: bool,
+) -> Result<Running, ExecError> {
+    if program.is_empty() || argv.is_empty() {
+        return Err(ExecError::EmptyCommand);
+    }
+    let mut target = Target::read(template)?;
+    target.ns.retain(|(flag, _)| *flag != libc::CLONE_NEWPID);
+    target.env.retain(|e| !e.to_bytes().starts_with(b"NOTIFY_SOCKET="));
+    spawn_as(target, program.to_string(), argv, stdio, tty, None)
+}
+
+fn spawn_as(
+    target: Target,
+    program: String,
+    argv: &[String],
+    stdio: [std::os::fd::BorrowedFd<'_>; 3],
+    tty: bool,
+    setup_timeout: Option<Duration>,
+) -> Result<Running, ExecError> {
     let candidates = target.candidates(&program)?;
     let args: Vec<CString> = argv.iter().map(|a| cstring(a.as_bytes())).collect::<Result<_, _>>()?;
     let (rep_r, rep_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
@@ -530,6 +564,31 @@ impl Running {
     pub fn program(&self) -> &str {
         &self.program
     }
+
+    /// The child's pid.
+    pub fn pid(&self) -> i32 {
+        self.child
+    }
+
+    /// The child's pidfd (readable once it exited).
+    pub fn pidfd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.pidfd.as_ref().map(|fd| fd.as_fd())
+    }
+
+    /// Whether the child exec'd the command: its setup failure otherwise.
+    /// Does not block (the child has exec'd or exited when `spawn` returns).
+    pub fn started(&mut self) -> Result<(), ExecError> {
+        let mut bytes = Vec::new();
+        self.reports.read_to_end(&mut bytes)?;
+        match parse_reports(&bytes).setup {
+            Some((step, errno)) => Err(ExecError::Setup {
+                program: self.program.clone(),
+                step: STEPS.get(step as usize).copied().unwrap_or("setup"),
+                source: io::Error::from_raw_os_error(errno),
+            }),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Kills the command and its session (what it started). Through the pidfd:
@@ -632,7 +691,9 @@ unsafe fn command(
             fail(rep, 0);
         }
         // a terminal on stdin becomes the session's controlling terminal
-        if tty && libc::ioctl(stdio[0], libc::TIOCSCTTY, 0) != 0 {
+        // (1: taken even from another session, as a host-PID app takes its
+        // template's; an exec's own new terminal is nobody's yet)
+        if tty && libc::ioctl(stdio[0], libc::TIOCSCTTY, 1) != 0 {
             fail(rep, 5);
         }
         if libc::fchdir(t.root.as_raw_fd()) != 0 || libc::chroot(c".".as_ptr()) != 0 {

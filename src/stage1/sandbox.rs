@@ -174,6 +174,13 @@ fn spawn_log_writer(pod: &Pod, cgroup: Option<&Path>) -> io::Result<()> {
     let listener = std::os::unix::net::UnixListener::bind(pod.path().join(crate::stream::log::SOCKET_FILE))?;
     let me = super::launch::pidfd_open(std::process::id() as i32)?;
     let lock_fd = pod.lock_fd().ok();
+    // the pod directory as a descriptor: its path through /proc/self/fd holds
+    // across the renames of the directory (host-PID apps' exits are recorded there)
+    let dir = nix::fcntl::open(
+        &pod.path(),
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
     // SAFETY: the sandbox process is single-threaded, so the child may run any code.
     match unsafe { fork() }? {
         ForkResult::Parent { child } => {
@@ -199,7 +206,8 @@ fn spawn_log_writer(pod: &Pod, cgroup: Option<&Path>) -> io::Result<()> {
                     // SAFETY: dup2 of a valid descriptor onto a standard stream.
                     unsafe { libc::dup2(null.as_raw_fd(), target) };
                 }
-                crate::stream::log::serve(listener, Some(me))
+                let dir = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+                crate::stream::log::serve_pod(listener, Some(me), Some(dir))
             })();
             // SAFETY: leave without running the parent's atexit handlers or destructors.
             unsafe { libc::_exit(i32::from(code.is_err())) }

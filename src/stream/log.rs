@@ -12,6 +12,14 @@
 //! its pipes is copied to them as it comes, framed ([`read_frame`]), and
 //! their connection is closed when the app's last pipe ends. It exits when
 //! the pod's nspawn exits.
+//!
+//! It is also the parent of the apps of a host-PID pod (`run`): living in
+//! the node's PID namespace, it starts each as a copy of its template, a
+//! parked appexec the pod's systemd and appexec confined
+//! (`stage1::exec::spawn_in_own_pid_namespace`), and supervises it: at its
+//! exit it records the exit code (`rkt/status/<app>`, first record wins)
+//! and kills the template, so the unit ends; the template's end (the unit
+//! stopped) kills the app; the pod's end kills them all.
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
@@ -231,6 +239,174 @@ struct State {
     sources: HashMap<RawFd, Source>,
     stdins: HashMap<String, OwnedFd>,
     subscribers: HashMap<RawFd, Subscriber>,
+    /// The pod directory (a descriptor's path: it holds across renames),
+    /// where host-PID apps' exits are recorded; none: no `run`.
+    pod_dir: Option<PathBuf>,
+    /// Host-PID apps by name.
+    hosts: HashMap<String, HostApp>,
+}
+
+/// An app of a host-PID pod, this process's child, and its template.
+struct HostApp {
+    running: crate::stage1::exec::Running,
+    template: OwnedFd,
+    /// `cgroup.kill` of its unit's cgroup (unified hierarchy): at its exit
+    /// what it left there goes too (runc's way for a container sharing the
+    /// node's PID namespace), the template with it.
+    cgroup_kill: Option<PathBuf>,
+}
+
+/// `cgroup.kill` of the unified cgroup of process `pid`, as this process sees it.
+fn cgroup_kill_of(pid: i32) -> Option<PathBuf> {
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let path = cgroups.lines().find_map(|l| l.strip_prefix("0::"))?.trim_start_matches('/');
+    let layout = crate::cgroup::Layout::cached().ok()?;
+    let mount = layout.hierarchies.iter().find(|h| h.is_unified())?.mount.clone()?;
+    // never the node's root cgroup, nor one above the pod's
+    (!path.is_empty()).then(|| mount.join(path).join("cgroup.kill"))
+}
+
+fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open(2) takes no pointers; a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor; we own it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+fn pidfd_kill(pidfd: &OwnedFd, signal: i32) {
+    // SAFETY: pidfd_send_signal(2) on our pidfd with a null info.
+    unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), signal, std::ptr::null::<u8>(), 0) };
+}
+
+/// A copy of descriptor `fd` of the process behind `pidfd`.
+fn pidfd_getfd(pidfd: &OwnedFd, fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_getfd(2) takes no pointers; a new (close-on-exec) descriptor or -1.
+    let got = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if got < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor; we own it.
+    Ok(unsafe { OwnedFd::from_raw_fd(got as RawFd) })
+}
+
+/// The app's program and argv as its template holds them: appexec's
+/// arguments after `--` (its options never are `--`: bind targets are
+/// absolute paths).
+fn template_command(template: i32) -> io::Result<(String, Vec<String>)> {
+    let comm = std::fs::read_to_string(format!("/proc/{template}/comm"))?;
+    let cmdline = std::fs::read(format!("/proc/{template}/cmdline"))?;
+    parse_template(&comm, &cmdline)
+        .ok_or_else(|| io::Error::other(format!("process {template} is not a host-PID app's template")))
+}
+
+/// The program and argv of a template from its `comm` and `cmdline`: only
+/// a parked appexec of `pid=host` is one (not appexec before it confined
+/// itself, nor any other process).
+fn parse_template(comm: &str, cmdline: &[u8]) -> Option<(String, Vec<String>)> {
+    let mut args = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned());
+    if comm.trim_end() != crate::stage1::appexec::COMM || args.nth(1).as_deref() != Some("pid=host") {
+        return None;
+    }
+    args.by_ref().find(|a| a == "--")?;
+    let mut rest: Vec<String> = args.collect();
+    // the kernel's cmdline ends with a NUL: one empty piece after it
+    if rest.last().is_some_and(String::is_empty) {
+        rest.pop();
+    }
+    if rest.len() < 2 {
+        return None;
+    }
+    let program = rest.remove(0);
+    Some((program, rest))
+}
+
+impl State {
+    /// Starts host-PID app `app` as a copy of `template` (checked to be the
+    /// process that started at `start`); its pid.
+    fn run(&mut self, app: &str, template: i32, start: &str) -> Result<i32, String> {
+        if self.pod_dir.is_none() {
+            return Err("this log writer runs no apps".into());
+        }
+        if self.hosts.contains_key(app) {
+            return Err(format!("{app} already runs"));
+        }
+        let tpl = pidfd_open(template).map_err(|e| format!("template {template}: {e}"))?;
+        // opened, then checked: the pid was not reused meanwhile
+        if crate::stage1::appexec::start_time(template).as_deref() != Some(start) {
+            return Err(format!("template {template} is gone"));
+        }
+        // (not a template: refused, and left alone)
+        let (program, argv) = template_command(template).map_err(|e| e.to_string())?;
+        let started = (|| -> Result<crate::stage1::exec::Running, String> {
+            let stdio = [0, 1, 2].map(|fd| pidfd_getfd(&tpl, fd));
+            let [Ok(i), Ok(o), Ok(e)] = stdio else {
+                return Err("cannot copy the template's stdio".into());
+            };
+            // a tty container's terminal becomes the app's controlling terminal
+            let tty = nix::unistd::isatty(&i).unwrap_or(false);
+            let mut running = crate::stage1::exec::spawn_in_own_pid_namespace(
+                template,
+                &program,
+                &argv,
+                [i.as_fd(), o.as_fd(), e.as_fd()],
+                tty,
+            )
+            .map_err(|e| e.to_string())?;
+            running.started().map_err(|e| e.to_string())?;
+            Ok(running)
+        })();
+        match started {
+            Ok(running) => {
+                let pid = running.pid();
+                tracing::info!(app, pid, "host-PID app started");
+                let cgroup_kill = cgroup_kill_of(template);
+                self.hosts.insert(app.to_string(), HostApp { running, template: tpl, cgroup_kill });
+                Ok(pid)
+            }
+            Err(e) => {
+                // the unit ends with its template
+                pidfd_kill(&tpl, libc::SIGKILL);
+                Err(e)
+            }
+        }
+    }
+
+    /// Reaps host-PID app `app` (exited), records its exit and kills its template.
+    fn reap(&mut self, app: &str) {
+        let Some(h) = self.hosts.remove(app) else { return };
+        let code = h.running.wait().unwrap_or(255);
+        if let Some(dir) = &self.pod_dir {
+            let paths = crate::stage1::app::AppPaths::in_pod_dir(dir, app);
+            if let Err(e) = crate::stage1::app::record_exit(&paths, code) {
+                tracing::warn!(app, error = %e, "cannot record the exit of a host-PID app");
+            }
+        }
+        pidfd_kill(&h.template, libc::SIGKILL);
+        if let Some(kill) = &h.cgroup_kill
+            && let Err(e) = std::fs::write(kill, "1")
+        {
+            tracing::warn!(app, error = %e, "cannot kill what a host-PID app left");
+        }
+    }
+
+    /// At the pod's end: every host-PID app killed, reaped and recorded.
+    fn kill_hosts(&mut self) {
+        for h in self.hosts.values() {
+            if let Some(fd) = h.running.pidfd() {
+                // SAFETY: pidfd_send_signal(2) on the child's pidfd with a null info.
+                unsafe {
+                    libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), libc::SIGKILL, std::ptr::null::<u8>(), 0)
+                };
+            }
+        }
+        let apps: Vec<String> = self.hosts.keys().cloned().collect();
+        for app in apps {
+            self.reap(&app);
+        }
+    }
 }
 
 impl State {
@@ -244,13 +420,20 @@ impl State {
 
 /// The writer's loop: serves `listener` until the process behind `pidfd` exits.
 pub fn serve(listener: UnixListener, pidfd: Option<OwnedFd>) -> io::Result<()> {
+    serve_pod(listener, pidfd, None)
+}
+
+/// [`serve`] for a pod whose directory is `pod_dir` (a path that stays
+/// valid across its renames): host-PID apps may be run.
+pub fn serve_pod(listener: UnixListener, pidfd: Option<OwnedFd>, pod_dir: Option<PathBuf>) -> io::Result<()> {
     listener.set_nonblocking(true)?;
-    let mut st = State::default();
+    let mut st = State { pod_dir, ..State::default() };
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let keys: Vec<RawFd> = st.sources.keys().copied().collect();
         let subs: Vec<RawFd> = st.subscribers.keys().copied().collect();
-        let (ready, ready_subs, pod_gone, incoming) = {
+        let hosts: Vec<String> = st.hosts.keys().cloned().collect();
+        let (ready, ready_subs, pod_gone, incoming, exited, orphaned) = {
             let mut fds = vec![PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
             if let Some(p) = &pidfd {
                 fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
@@ -265,6 +448,15 @@ pub fn serve(listener: UnixListener, pidfd: Option<OwnedFd>) -> io::Result<()> {
                 let out = if s.backlog.is_empty() { PollFlags::empty() } else { PollFlags::POLLOUT };
                 fds.push(PollFd::new(s.conn.as_fd(), PollFlags::POLLIN | out));
             }
+            // each host-PID app's pidfd, then its template's
+            let host_base = fds.len();
+            for app in &hosts {
+                let h = &st.hosts[app];
+                if let Some(fd) = h.running.pidfd() {
+                    fds.push(PollFd::new(fd, PollFlags::POLLIN));
+                }
+                fds.push(PollFd::new(h.template.as_fd(), PollFlags::POLLIN));
+            }
             match poll(&mut fds, PollTimeout::NONE) {
                 Ok(_) | Err(nix::Error::EINTR) => {}
                 Err(e) => return Err(e.into()),
@@ -277,8 +469,34 @@ pub fn serve(listener: UnixListener, pidfd: Option<OwnedFd>) -> io::Result<()> {
             let sub_base = base + keys.len();
             let ready_subs: Vec<RawFd> =
                 subs.iter().enumerate().filter(|(i, _)| hit(&fds[sub_base + i])).map(|(_, k)| *k).collect();
-            (ready, ready_subs, pod_gone, incoming)
+            let (mut exited, mut orphaned) = (Vec::new(), Vec::new());
+            let mut i = host_base;
+            for app in &hosts {
+                if st.hosts[app].running.pidfd().is_some() {
+                    if hit(&fds[i]) {
+                        exited.push(app.clone());
+                    }
+                    i += 1;
+                }
+                if hit(&fds[i]) {
+                    orphaned.push(app.clone());
+                }
+                i += 1;
+            }
+            (ready, ready_subs, pod_gone, incoming, exited, orphaned)
         };
+        for app in &exited {
+            st.reap(app);
+        }
+        // the template gone (its unit stopped): the app goes too, reaped once its pidfd says so
+        for app in orphaned.iter().filter(|a| !exited.contains(a)) {
+            if let Some(fd) = st.hosts.get(app).and_then(|h| h.running.pidfd()) {
+                // SAFETY: pidfd_send_signal(2) on the child's pidfd with a null info.
+                unsafe {
+                    libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), libc::SIGKILL, std::ptr::null::<u8>(), 0)
+                };
+            }
+        }
         for fd in ready {
             let Some(src) = st.sources.get_mut(&fd) else { continue };
             match src.pipe.read(&mut buf) {
@@ -311,6 +529,9 @@ pub fn serve(listener: UnixListener, pidfd: Option<OwnedFd>) -> io::Result<()> {
                 handle(conn, &mut st);
             }
         }
+        if pod_gone {
+            st.kill_hosts();
+        }
         if pod_gone && st.sources.is_empty() {
             return Ok(());
         }
@@ -325,6 +546,7 @@ fn handle(conn: UnixStream, st: &mut State) {
     let mut conn = conn;
     let _ = match reply {
         Ok(Reply::Done) => conn.write_all(b"ok\n"),
+        Ok(Reply::Text(text)) => conn.write_all(format!("ok\t{text}\n").as_bytes()),
         Ok(Reply::Fd(fd)) => {
             let fds = [fd.as_raw_fd()];
             let iov = [IoSlice::new(b"ok\n")];
@@ -367,6 +589,8 @@ fn receive(conn: &UnixStream) -> io::Result<(String, Option<OwnedFd>)> {
 /// What a request is answered with.
 enum Reply {
     Done,
+    /// `ok` and a value.
+    Text(String),
     /// A descriptor to hand back.
     Fd(OwnedFd),
     /// The connection stays, as an attach session of this app.
@@ -411,6 +635,11 @@ fn apply(cmd: &str, fd: Option<OwnedFd>, st: &mut State) -> Result<Reply, String
                 return Err(format!("{app} has no output left (it exited, or was started before rktlet kept it)"));
             }
             Ok(Reply::Subscribe(app.to_string()))
+        }
+        // a host-PID app, started as a copy of its template (pid, start time)
+        ["run", app, template, start] => {
+            let template = template.parse().map_err(|_| format!("bad template pid {template:?}"))?;
+            st.run(app, template, start).map(|pid| Reply::Text(pid.to_string()))
         }
         ["reopen", app] => {
             for src in st.sources.values_mut().filter(|s| s.app == *app) {
@@ -493,6 +722,23 @@ pub fn subscribe(socket: &Path, app: &str) -> io::Result<UnixStream> {
         Some(e) => Err(io::Error::other(e.to_string())),
         None if reply == "ok" => Ok(conn),
         None => Err(io::Error::other(format!("log writer answered {reply:?}"))),
+    }
+}
+
+/// Has the pod's log writer start host-PID app `app` as a copy of its
+/// template (host pid `template`, started at `start`); the app's pid.
+pub fn run_host_app(socket: &Path, app: &str, template: i32, start: &str) -> io::Result<i32> {
+    let conn = UnixStream::connect(socket)?;
+    let cmd = format!("run\t{app}\t{template}\t{start}");
+    let iov = [IoSlice::new(cmd.as_bytes())];
+    sendmsg::<()>(conn.as_raw_fd(), &iov, &[], MsgFlags::empty(), None)?;
+    let (reply, _) = receive(&conn)?;
+    match reply.strip_prefix("error: ") {
+        Some(e) => Err(io::Error::other(e.to_string())),
+        None => reply
+            .strip_prefix("ok\t")
+            .and_then(|pid| pid.parse().ok())
+            .ok_or_else(|| io::Error::other(format!("log writer answered {reply:?}"))),
     }
 }
 
@@ -607,6 +853,19 @@ mod tests {
         let _ = sleeper.kill();
         let _ = sleeper.wait();
         writer.join().expect("join").expect("writer exits with the pod");
+    }
+
+    #[test]
+    fn only_a_host_pid_template_is_copied() {
+        let cmdline =
+            b".rkt-appexec\0pid=host\0root=/opt/stage2/a/rootfs\0bind=/dev\0/dev\0--\0/bin/busybox\0sh\0-c\0echo --\0";
+        let (program, argv) = parse_template(".rkt-appexec\n", cmdline).expect("a template");
+        assert_eq!((program.as_str(), argv), ("/bin/busybox", vec!["sh".to_string(), "-c".into(), "echo --".into()]));
+        // appexec of another mode, or not appexec (any process of the node)
+        let keep = b".rkt-appexec\0pid=keep\0--\0/bin/sh\0sh\0";
+        assert_eq!(parse_template(".rkt-appexec\n", keep), None);
+        assert_eq!(parse_template("sh\n", cmdline), None);
+        assert_eq!(parse_template(".rkt-appexec\n", b".rkt-appexec\0pid=host\0--\0/bin/sh\0"), None);
     }
 
     #[test]
