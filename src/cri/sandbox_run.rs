@@ -255,11 +255,12 @@ pub(super) async fn boot(
             r
         };
         let controllers = async {
-            if !args.defer_cgroup_controllers {
+            let systemd_unit = supervisor == Supervisor::SystemdRun;
+            if !args.defer_cgroup_controllers && !systemd_unit {
                 return Ok(());
             }
             let parent = cgroup_parent.clone();
-            tokio::task::spawn_blocking(move || crate::pool::adapt::adopt_controllers(&parent, uuid))
+            tokio::task::spawn_blocking(move || crate::pool::adapt::adopt_controllers(&parent, uuid, systemd_unit))
                 .await
                 .map_err(|e| internal(uuid, "cgroup worker", e))?
                 .map_err(|e| internal(uuid, "moving the pod into its controller cgroups", e))

@@ -70,12 +70,11 @@ pub fn systemd_run_argv(uuid: &str, slice: Option<&str>) -> Vec<OsString> {
     if let Some(s) = slice.filter(|s| !s.is_empty()) {
         a.push(format!("--slice={s}").into());
     }
-    // cgroup v2 with controllers: the unit's subtree is the pod's (nspawn
-    // splits it into payload/ and supervisor/, the pod's systemd manages
-    // payload/), and systemd enables the controllers down to it
-    if crate::cgroup::Layout::cached().ok().and_then(|l| l.v2_root()).is_some() {
-        a.push("--property=Delegate=yes".into());
-    }
+    // the unit's subtree is the pod's (nspawn splits it into payload/ and
+    // supervisor/, the pod's systemd manages payload/): on cgroup v2 systemd
+    // enables the controllers down to it, on v1 it gives the unit its own
+    // cgroup in every controller it manages (else cpu stays at the slice)
+    a.push("--property=Delegate=yes".into());
     a
 }
 
