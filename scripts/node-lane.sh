@@ -51,6 +51,11 @@ container_lane() {
   trap 'node stop '"$name"' >/dev/null 2>&1 || true' EXIT
   SYSTEMD_NSPAWN_API_VFS_WRITABLE=1 NET=host EXTRA_NSPAWN_ARGS=--capability=all node start "$name"
   node exec "$name" sh -c 'echo "node: PID 1 $(cat /proc/1/comm), $(systemctl is-system-running)"'
+  # data dirs go on a filesystem of their own, as /var/lib is on a node: the node's /tmp is
+  # systemd's tmp.mount, mounted nodev (a container's device nodes cannot be opened there),
+  # and its root is an overlay (no overlay upper dir may be on one)
+  local tmp=/var/tmp/node-lane
+  node exec "$name" sh -c "mkdir -p $tmp && mount -t tmpfs -o size=${NODE_TMPFS:-8g},mode=0755 node-lane $tmp"
   local t1 out passed=0 failed=0 skipped=0 broken=() rc
   t1=$(date +%s)
   echo "node-lane container: host side and node ready in $((t1 - t0)) s"
@@ -60,7 +65,8 @@ container_lane() {
     bin=$(sed -n "s/^$t //p" <<<"$bins")
     echo "=== node-lane container: tests/$t.rs"
     set +e
-    node exec "$name" env -C "$repo" RUST_BACKTRACE=0 RKTLET_TEST_LOG=rktlet=info "$repo/$bin" --test-threads=2 \
+    node exec "$name" env -C "$repo" TMPDIR="$tmp" RUST_BACKTRACE=0 RKTLET_TEST_LOG=rktlet=info \
+      "$repo/$bin" --test-threads=2 \
       >"$out" 2>&1
     rc=$?
     set -e
@@ -83,7 +89,7 @@ container_lane() {
   echo "=== node-lane container: conformance"
   set +e
   node exec "$name" env -C "$repo" SKIP_DEPS=1 REG_PORT="${NODE_REG_PORT:-5079}" CNI_BRIDGE=rktnode0 \
-    CNI_SUBNET=10.213.79.0/24 PEER_DIR=/tmp/rktlet-node-conformance ./scripts/conformance.sh >"$out" 2>&1
+    CNI_SUBNET=10.213.79.0/24 PEER_DIR=$tmp/conformance ./scripts/conformance.sh >"$out" 2>&1
   local crc=$?
   set -e
   cat "$out"

@@ -1140,7 +1140,8 @@ async fn added_and_privileged_capabilities(pid: cri::NamespaceMode) {
         assert_eq!(cap_bnd(&String::from_utf8_lossy(&out.stdout)), expected, "{id}");
     }
     // the node's devices, in the privileged container only
-    let device = ["/dev/loop-control", "/dev/kvm", "/dev/autofs", "/dev/cpu_dma_latency"]
+    // (a container node has few: nspawn gives it /dev/fuse and /dev/net/tun)
+    let device = ["/dev/loop-control", "/dev/kvm", "/dev/autofs", "/dev/cpu_dma_latency", "/dev/fuse", "/dev/net/tun"]
         .into_iter()
         .find(|d| Path::new(d).exists())
         .expect("a node device to look for");

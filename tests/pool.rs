@@ -35,6 +35,9 @@ async fn wait_pool(rt: &mut Client, n: u64) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let info = pool_info(rt).await;
+        if let Some(why) = info["disabled"].as_str() {
+            panic!("the pod pool is off on this host: {why}");
+        }
         if info["ready"].as_u64() == Some(n) {
             return info;
         }

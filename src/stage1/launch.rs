@@ -67,7 +67,7 @@ pub fn systemd_run_argv(uuid: &str, slice: Option<&str>) -> Vec<OsString> {
         "--quiet".into(),
         "--property=KillMode=mixed".into(),
     ];
-    if let Some(s) = slice.filter(|s| !s.is_empty()) {
+    if let Some(s) = slice.map(crate::cgroup::pod::slice_name).filter(|s| !s.is_empty()) {
         a.push(format!("--slice={s}").into());
     }
     // the unit's subtree is the pod's (nspawn splits it into payload/ and
@@ -342,6 +342,9 @@ mod tests {
         assert!(sr.contains(&"--unit=rktlet-u1".to_string()));
         assert!(sr.contains(&"--service-type=notify".to_string()));
         assert!(sr.contains(&"--slice=kubepods-pod1.slice".to_string()));
+        let path: Vec<String> =
+            systemd_run_argv("u1", Some("/test.slice")).iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert!(path.contains(&"--slice=test.slice".to_string()), "{path:?}");
         assert!(!systemd_run_argv("u1", None).iter().any(|a| a.to_string_lossy().starts_with("--slice")));
         // a failed unit must stay loaded for its result to be read
         assert!(!sr.contains(&"--collect".to_string()));
