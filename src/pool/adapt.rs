@@ -23,6 +23,10 @@ use uuid::Uuid;
 /// hugetlb, ...), as runc's systemd driver joins them.
 pub fn adopt_controllers(parent: &str, uuid: Uuid, systemd_unit: bool) -> io::Result<()> {
     let layout = Layout::cached()?;
+    if layout.v1_controllers().next().is_none() {
+        // pure v2: the pod's one cgroup is already its controllers' cgroup
+        return Ok(());
+    }
     let sub = crate::cgroup::pod::subcgroup(parent, &uuid.to_string(), systemd_unit).map_err(io::Error::other)?;
     move_controllers(layout, &sub, &sub)
 }
