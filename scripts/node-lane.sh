@@ -48,7 +48,9 @@ container_lane() {
 
   local name=node-lane-$$
   node() { bash "$node_sh" "$@"; }
-  trap 'node stop '"$name"' >/dev/null 2>&1 || true' EXIT
+  # (expanded now: the function's locals are gone when the trap runs)
+  trap "bash '$node_sh' stop '$name' >/dev/null 2>&1; rmdir /var/tmp/node-container/$name/root 2>/dev/null;
+    [ -e /var/tmp/node-container/$name/root ] || rm -rf /var/tmp/node-container/$name" EXIT
   # as a node: writable /proc/sys (CNI plugins set sysctls), no seccomp filter of nspawn's
   # over everything (an unconfined container must be unconfined)
   SYSTEMD_NSPAWN_API_VFS_WRITABLE=1 SYSTEMD_SECCOMP=0 NET=host EXTRA_NSPAWN_ARGS=--capability=all \
