@@ -49,7 +49,8 @@ container_lane() {
   local name=node-lane-$$
   node() { bash "$node_sh" "$@"; }
   # (expanded now: the function's locals are gone when the trap runs)
-  trap "bash '$node_sh' stop '$name' >/dev/null 2>&1; rmdir /var/tmp/node-container/$name/root 2>/dev/null;
+  # (set -e holds in the trap too: nothing in it may fail)
+  trap "bash '$node_sh' stop '$name' >/dev/null 2>&1 || true
     [ -e /var/tmp/node-container/$name/root ] || rm -rf /var/tmp/node-container/$name" EXIT
   # as a node: writable /proc/sys (CNI plugins set sysctls), no seccomp filter of nspawn's
   # over everything (an unconfined container must be unconfined)
