@@ -1,12 +1,25 @@
 #!/usr/bin/env bash
 # Runs a focused suite on a node like the ones users run.
 #
+#   scripts/node-lane.sh container  the node container (../shared/tools/node-container): systemd as
+#                             PID 1, cgroups as on this host; runs the integration tests that
+#                             exercise pods, containers, limits and the pool, then the CRI
+#                             conformance suite (scripts/conformance.sh), inside it
 #   scripts/node-lane.sh vm   the Debian 12 node VM (../shared/tools/node-vm): systemd as
 #                             PID 1, pure cgroup v2 with every controller; runs tests/cgroup_v2.rs
 #                             inside it (limits enforced, OOM kills reported, live updates,
 #                             stats, no cgroup left), under both cgroup drivers
 #
-# Host side: installs QEMU and mmdebstrap (node-vm/setup-host.sh) and builds the VM image
+# container: builds rktlet and the test binaries on the host, then boots the node (after the
+# build: the node sees the host's root read-only, through an overlay that keeps what it has
+# looked up, so binaries built later may not show) with the host's network and every
+# capability and writable /proc/sys (CNI plugins set sysctls), runs each test binary in it
+# (the tests start their own seeded registry on the shared loopback), then conformance.sh
+# with a bridge, subnet and registry port of its own. Prints passed/failed/SKIPPED counts,
+# the conformance line and the time; fails when a test or a conformance spec fails.
+# NODE_TESTS overrides the list of test targets.
+#
+# vm: installs QEMU and mmdebstrap (node-vm/setup-host.sh) and builds the VM image
 # (node-vm/build-rootfs.sh, about 40 s) when missing, builds rktlet and the test binary,
 # starts the seeded registry on the host's loopback (the guest reaches it at 10.0.2.2).
 # The guest sees this worktree at /host, linked to the same absolute path so the test
@@ -16,8 +29,102 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 lane=${1:-}
-[ "$lane" = vm ] || { echo "usage: $0 vm" >&2; exit 2; }
 t0=$(date +%s)
+
+container_lane() {
+  local node_sh=${NODE_CONTAINER_TOOLS:-$repo/../shared/tools/node-container}/node.sh
+  [ -f "$node_sh" ] || { echo "node-container tools not found at $node_sh (set NODE_CONTAINER_TOOLS)" >&2; exit 1; }
+  local tests=${NODE_TESTS:-pod_sandbox containers pool stats walkthrough exec}
+  ./scripts/install-deps.sh >/dev/null
+  cargo build --locked --bin rktlet
+  local args=() t
+  for t in $tests; do args+=(--test "$t"); done
+  local bins
+  bins=$(cargo test --locked --no-run "${args[@]}" 2>&1 | tee /dev/stderr |
+    sed -n 's/.*Executable tests\/\(.*\)\.rs (\(.*\))/\1 \2/p')
+  for t in $tests; do
+    grep -q "^$t " <<<"$bins" || { echo "node-lane container: no test binary for $t" >&2; exit 1; }
+  done
+
+  local name=node-lane-$$
+  node() { bash "$node_sh" "$@"; }
+  # (expanded now: the function's locals are gone when the trap runs)
+  # (set -e holds in the trap too: nothing in it may fail)
+  trap "bash '$node_sh' stop '$name' >/dev/null 2>&1 || true
+    [ -e /var/tmp/node-container/$name/root ] || rm -rf /var/tmp/node-container/$name" EXIT
+  # as a node: writable /proc/sys (CNI plugins set sysctls), no seccomp filter of nspawn's
+  # over everything (an unconfined container must be unconfined)
+  SYSTEMD_NSPAWN_API_VFS_WRITABLE=1 SYSTEMD_SECCOMP=0 NET=host EXTRA_NSPAWN_ARGS=--capability=all \
+    node start "$name"
+  node exec "$name" grep -q '^Seccomp:[[:space:]]*0' /proc/self/status ||
+    echo "node-lane container: the node runs under a seccomp filter: unconfined containers will not be" >&2
+  node exec "$name" sh -c 'echo "node: PID 1 $(cat /proc/1/comm), $(systemctl is-system-running)"'
+  # data dirs go on a filesystem of their own, as /var/lib is on a node: the node's /tmp is
+  # systemd's tmp.mount, mounted nodev (a container's device nodes cannot be opened there),
+  # and its root is an overlay (no overlay upper dir may be on one)
+  local tmp=/var/tmp/node-lane
+  node exec "$name" sh -c "mkdir -p $tmp && mount -t tmpfs -o size=${NODE_TMPFS:-8g},mode=0755 node-lane $tmp"
+  local t1 out passed=0 failed=0 skipped=0 broken=() rc
+  t1=$(date +%s)
+  echo "node-lane container: host side and node ready in $((t1 - t0)) s"
+  out=$(mktemp)
+  for t in $tests; do
+    local bin
+    bin=$(sed -n "s/^$t //p" <<<"$bins")
+    echo "=== node-lane container: tests/$t.rs"
+    set +e
+    node exec "$name" env -C "$repo" TMPDIR="$tmp" RUST_BACKTRACE=0 RKTLET_TEST_LOG=rktlet=info \
+      "$repo/$bin" --test-threads=2 \
+      >"$out" 2>&1
+    rc=$?
+    set -e
+    cat "$out"
+    local line
+    line=$(grep '^test result:' "$out" | tail -1 || true)
+    if [ -z "$line" ]; then
+      broken+=("$t (exit $rc, no result)")
+      failed=$((failed + 1))
+    else
+      passed=$((passed + $(sed -n 's/.* \([0-9]*\) passed.*/\1/p' <<<"$line")))
+      failed=$((failed + $(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")))
+      [ "$rc" = 0 ] || broken+=("$t")
+    fi
+    skipped=$((skipped + $(grep -c '^SKIPPED:' "$out" || true)))
+    grep '^SKIPPED:' "$out" >>"$out.skipped" || true
+  done
+  local t2
+  t2=$(date +%s)
+  echo "=== node-lane container: conformance"
+  set +e
+  node exec "$name" env -C "$repo" SKIP_DEPS=1 REG_PORT="${NODE_REG_PORT:-5079}" CNI_BRIDGE=rktnode0 \
+    CNI_SUBNET=10.213.79.0/24 PEER_DIR=$tmp/conformance ./scripts/conformance.sh >"$out" 2>&1
+  local crc=$?
+  set -e
+  cat "$out"
+  local conf
+  conf=$(tail -1 "$out")
+  # the node's filesystem goes with it: keep conformance's results (critest.log, rktlet.log)
+  local results=$repo/target/node-lane-results
+  rm -rf "$results" && mkdir -p "$results"
+  node exec "$name" tar -C "$tmp/conformance/results" -c . 2>/dev/null | tar -x -C "$results" ||
+    echo "node-lane container: no conformance results to keep" >&2
+  echo "node-lane container: conformance results in $results"
+  local t3
+  t3=$(date +%s)
+  echo "node-lane container: SKIPPED checks:"
+  cat "$out.skipped" 2>/dev/null || true
+  rm -f "$out" "$out.skipped"
+  echo "node-lane container: tests $passed passed, $failed failed; $skipped checks SKIPPED (their tests count as passed) (${broken[*]:-all binaries ok}) in $((t2 - t1)) s"
+  echo "node-lane container: conformance (exit $crc): $conf in $((t3 - t2)) s"
+  echo "node-lane container: total $((t3 - t0)) s"
+  [ "$failed" = 0 ] && [ ${#broken[@]} = 0 ] && [ "$crc" = 0 ]
+}
+
+case $lane in
+  container) container_lane; exit ;;
+  vm) ;;
+  *) echo "usage: $0 container|vm" >&2; exit 2 ;;
+esac
 tools=${NODE_VM_TOOLS:-$repo/../shared/tools/node-vm}
 export VMDIR=${VMDIR:-/var/tmp/node-vm/out}
 [ -d "$tools" ] || { echo "node-vm tools not found at $tools (set NODE_VM_TOOLS)" >&2; exit 1; }

@@ -29,13 +29,15 @@ async fn exec(
 
 /// Host pids of the processes in an app's unit cgroup.
 fn unit_processes(pod: &str, app: &str) -> Vec<String> {
-    let unit = format!("{pod}/payload/system.slice/{app}.service");
+    // the pod's cgroup is `rktlet-<pod>` (cgroupfs driver) or `rktlet-<pod>.service` (systemd)
+    let unit = format!("/payload/system.slice/{app}.service");
     std::fs::read_dir("/proc")
         .expect("proc")
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()))
         .filter(|e| {
-            std::fs::read_to_string(e.path().join("cgroup")).is_ok_and(|c| c.lines().any(|l| l.ends_with(&unit)))
+            std::fs::read_to_string(e.path().join("cgroup"))
+                .is_ok_and(|c| c.lines().any(|l| l.contains(pod) && l.ends_with(&unit)))
         })
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect()

@@ -63,7 +63,7 @@ async fn host_network_pod_lifecycle() {
             .lines()
             .find(|l| l.split(':').nth(1) == Some(h.controllers.join(",").as_str()))
             .unwrap_or_else(|| panic!("no {:?} line in {cgroups}", h.controllers));
-        assert!(line.contains(&format!("rktlet-{id}")), "{line}");
+        assert!(line.contains(&format!("rktlet-{id}")), "{line} (all: {cgroups})");
     }
 
     // the pod shares the node's network: it sees the same interfaces
@@ -177,7 +177,13 @@ async fn bad_requests_are_refused_and_leave_nothing() {
         .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(bad_parent), runtime_handler: String::new() })
         .await
         .expect_err("bad cgroup parent");
-    assert!(err.message().contains("invalid cgroup parent"), "{}", err.message());
+    // the systemd driver takes a slice name: the parent is refused before any sandbox runs
+    let refusal = if rktlet::stage1::host::pid1_is_systemd(std::path::Path::new("/")) {
+        "is not a systemd slice name"
+    } else {
+        "invalid cgroup parent"
+    };
+    assert!(err.message().contains(refusal), "{}", err.message());
     for state in ["embryo", "prepare", "run", "garbage", "exited-garbage"] {
         let left: Vec<_> = std::fs::read_dir(data.join("pods").join(state)).expect("readdir").collect();
         assert!(left.is_empty(), "pods/{state} not empty after failures");
@@ -416,4 +422,39 @@ async fn reads_follow_changes_made_outside_the_daemon() {
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: a.clone() }).await.expect("remove");
     assert!(listed(&mut rt).await.is_empty());
     assert_no_leaks(&data, &[a, b]);
+}
+
+/// A sandbox program that fails before booting the pod: RunPodSandbox says
+/// why (its output and exit status), under systemd-run as when detached, and
+/// no failed unit stays behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_sandbox_says_why() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let program = dir.path().join("broken-rkt");
+    std::fs::write(&program, "#!/bin/sh\necho 'sandbox-cause-4711: cannot go on' >&2\nexit 3\n").expect("script");
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let d = Daemon::start(&["--rkt-path", program.to_str().expect("utf-8 path")]);
+    let mut rt = d.runtime().await;
+    let err = rt
+        .run_pod_sandbox(cri::RunPodSandboxRequest {
+            config: Some(host_network(pod_config("broken", &[]))),
+            runtime_handler: String::new(),
+        })
+        .await
+        .expect_err("a sandbox that exits 3 cannot start a pod");
+    let msg = err.message();
+    assert!(msg.contains("sandbox-cause-4711: cannot go on"), "{msg}");
+    assert!(msg.len() < 4096, "unbounded error: {} bytes", msg.len());
+    if rktlet::stage1::host::pid1_is_systemd(std::path::Path::new("/")) {
+        assert!(msg.contains("result exit-code, main process exited with status 3"), "{msg}");
+        let failed = std::process::Command::new("systemctl")
+            .args(["list-units", "--all", "--state=failed", "--no-legend", "rktlet-*"])
+            .output()
+            .expect("systemctl");
+        let failed = String::from_utf8_lossy(&failed.stdout);
+        assert!(failed.trim().is_empty(), "failed units left: {failed}");
+    } else {
+        assert!(msg.contains("exit status: 3"), "{msg}");
+    }
 }

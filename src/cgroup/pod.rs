@@ -60,6 +60,13 @@ pub fn subcgroup(parent: &str, uuid: &str, systemd_driver: bool) -> Result<Strin
     Ok(join_rel(parent, &format!("rktlet-{uuid}")))
 }
 
+/// The slice a systemd-driver cgroup parent names: kubelet sends the slice
+/// itself (`kubepods-burstable-pod1.slice`), critest a path (`/test.slice`);
+/// systemd-run needs the name (a path would be read as a mount unit).
+pub fn slice_name(parent: &str) -> &str {
+    base_name(parent)
+}
+
 fn base_name(p: &str) -> &str {
     p.trim_end_matches('/').rsplit('/').next().unwrap_or(p)
 }
@@ -263,6 +270,13 @@ mod tests {
         assert_eq!(expand_slice("-.slice").as_deref(), Ok(""));
         assert!(expand_slice("kubepods").is_err());
         assert!(expand_slice("a--b.slice").is_err());
+    }
+
+    #[test]
+    fn slice_name_from_a_path_or_a_name() {
+        assert_eq!(slice_name("/test.slice"), "test.slice");
+        assert_eq!(slice_name("/kubepods.slice/kubepods-burstable.slice/"), "kubepods-burstable.slice");
+        assert_eq!(slice_name("kubepods-besteffort-pod1.slice"), "kubepods-besteffort-pod1.slice");
     }
 
     #[test]

@@ -226,10 +226,15 @@ pub(super) async fn boot(
         let pod_dir = rt.data.pod_parent(pod::PodDir::Run).join(uuid.to_string());
         let rootfs = pod_dir.join("stage1/rootfs");
         let ready = async {
-            let r = launch::wait_ready(rootfs, started.pidfd, READY_TIMEOUT).await.map_err(|e| match e {
-                launch::LaunchError::Timeout(_) => Status::deadline_exceeded(format!("pod {uuid}: {e}")),
-                e => internal(uuid, "waiting for the pod", e),
-            });
+            let r = match launch::wait_ready(rootfs, started.pidfd, READY_TIMEOUT).await {
+                Ok(fd) => Ok(fd),
+                Err(e @ launch::LaunchError::Timeout(_)) => Err(Status::deadline_exceeded(format!("pod {uuid}: {e}"))),
+                Err(launch::LaunchError::Exited(_)) if supervisor == Supervisor::SystemdRun => {
+                    let cause = format!(": {}", launch::unit_failure(&uuid.to_string()).await);
+                    Err(internal(uuid, "waiting for the pod", launch::LaunchError::Exited(cause)))
+                }
+                Err(e) => Err(internal(uuid, "waiting for the pod", e)),
+            };
             tracing::debug!(pod = %uuid, micros = micros(), "pod ready");
             if r.is_ok() {
                 // the masks apps share and appexec, now rather than in the first StartContainer
@@ -253,11 +258,12 @@ pub(super) async fn boot(
             r
         };
         let controllers = async {
-            if !args.defer_cgroup_controllers {
+            let systemd_unit = supervisor == Supervisor::SystemdRun;
+            if !args.defer_cgroup_controllers && !systemd_unit {
                 return Ok(());
             }
             let parent = cgroup_parent.clone();
-            tokio::task::spawn_blocking(move || crate::pool::adapt::adopt_controllers(&parent, uuid))
+            tokio::task::spawn_blocking(move || crate::pool::adapt::adopt_controllers(&parent, uuid, systemd_unit))
                 .await
                 .map_err(|e| internal(uuid, "cgroup worker", e))?
                 .map_err(|e| internal(uuid, "moving the pod into its controller cgroups", e))

@@ -17,9 +17,17 @@ use uuid::Uuid;
 /// Moves every process of a pod (found in its tracking cgroup) into its v1
 /// controller cgroups below `parent`, repeating until no newcomer is left
 /// behind (processes forked later inherit the controllers of their parent).
-pub fn adopt_controllers(parent: &str, uuid: Uuid) -> io::Result<()> {
+/// For a pod in a systemd unit (`systemd_unit`), the unit's cgroup below the
+/// `parent` slice: systemd has placed it in the controllers it manages
+/// (Delegate=yes), this adds those it leaves alone (cpuset, freezer,
+/// hugetlb, ...), as runc's systemd driver joins them.
+pub fn adopt_controllers(parent: &str, uuid: Uuid, systemd_unit: bool) -> io::Result<()> {
     let layout = Layout::cached()?;
-    let sub = crate::cgroup::pod::subcgroup(parent, &uuid.to_string(), false).map_err(io::Error::other)?;
+    if layout.v1_controllers().next().is_none() {
+        // pure v2: the pod's one cgroup is already its controllers' cgroup
+        return Ok(());
+    }
+    let sub = crate::cgroup::pod::subcgroup(parent, &uuid.to_string(), systemd_unit).map_err(io::Error::other)?;
     move_controllers(layout, &sub, &sub)
 }
 

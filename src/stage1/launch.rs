@@ -55,24 +55,26 @@ pub fn sandbox_argv(data_dir: &Path, args: &SandboxArgs) -> Vec<OsString> {
     argv
 }
 
-/// `systemd-run` prefix for the systemd supervisor.
+/// `systemd-run` prefix for the systemd supervisor. No `--collect`: a unit
+/// that ends cleanly is unloaded anyway, and a failed one stays loaded so its
+/// result and exit status can be read (`unit_failure`) until the pod is
+/// removed (`forget_unit`).
 pub fn systemd_run_argv(uuid: &str, slice: Option<&str>) -> Vec<OsString> {
     let mut a: Vec<OsString> = vec![
         format!("--unit=rktlet-{uuid}").into(),
+        format!("--description=rktlet pod {uuid}").into(),
         "--service-type=notify".into(),
-        "--collect".into(),
         "--quiet".into(),
         "--property=KillMode=mixed".into(),
     ];
-    if let Some(s) = slice.filter(|s| !s.is_empty()) {
+    if let Some(s) = slice.map(crate::cgroup::pod::slice_name).filter(|s| !s.is_empty()) {
         a.push(format!("--slice={s}").into());
     }
-    // cgroup v2 with controllers: the unit's subtree is the pod's (nspawn
-    // splits it into payload/ and supervisor/, the pod's systemd manages
-    // payload/), and systemd enables the controllers down to it
-    if crate::cgroup::Layout::cached().ok().and_then(|l| l.v2_root()).is_some() {
-        a.push("--property=Delegate=yes".into());
-    }
+    // the unit's subtree is the pod's (nspawn splits it into payload/ and
+    // supervisor/, the pod's systemd manages payload/): on cgroup v2 systemd
+    // enables the controllers down to it, on v1 it gives the unit its own
+    // cgroup in every controller it manages (else cpu stays at the slice)
+    a.push("--property=Delegate=yes".into());
     a
 }
 
@@ -147,10 +149,9 @@ async fn start_systemd_run(
         .await
         .map_err(|source| LaunchError::Spawn { program: "systemd-run".into(), source })?;
     if !out.status.success() {
-        return Err(LaunchError::Failed(format!(
-            "systemd-run: {} (see journalctl -u rktlet-{uuid})",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
+        let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        let said = if said.is_empty() { String::new() } else { format!(" ({})", bounded(&said, 300)) };
+        return Err(LaunchError::Failed(format!("systemd-run{said}: {}", unit_failure(&uuid).await)));
     }
     let ppid =
         crate::pod::DataDir::new(data_dir).pod_parent(crate::pod::PodDir::Run).join(&uuid).join(crate::pod::PPID_FILE);
@@ -160,6 +161,119 @@ async fn start_systemd_run(
         .ok_or_else(|| LaunchError::Failed(format!("no sandbox pid in {}", ppid.display())))?;
     let pidfd = pidfd_open(pid).map_err(|source| LaunchError::Io { context: "pidfd_open".into(), source })?;
     Ok(Started { pid, pidfd })
+}
+
+/// Longest cause `unit_failure` returns.
+const CAUSE_MAX: usize = 2048;
+/// Journal lines `unit_failure` quotes.
+const JOURNAL_LINES: &str = "10";
+
+/// Why the sandbox unit `rktlet-<uuid>.service` failed, for an error
+/// message: its state, result and main process's exit (`systemctl show`),
+/// then the last lines of its journal, at most `CAUSE_MAX` bytes. Resets the
+/// unit's failed state afterwards so no failed unit outlives the pod.
+pub async fn unit_failure(uuid: &str) -> String {
+    let unit = crate::cgroup::pod::unit_name(uuid);
+    let show = tokio::process::Command::new("systemctl")
+        .args(["show", "-p", "LoadState,ActiveState,Result,ExecMainCode,ExecMainStatus", &unit])
+        .stdin(Stdio::null())
+        .output()
+        .await;
+    let mut cause = match show {
+        Ok(o) if o.status.success() => describe_unit(&String::from_utf8_lossy(&o.stdout)),
+        Ok(o) => format!("systemctl show: {}", String::from_utf8_lossy(&o.stderr).trim()),
+        Err(e) => format!("systemctl show: {e}"),
+    };
+    // journald writes asynchronously: flush what the unit printed first
+    let _ = tokio::process::Command::new("journalctl").arg("--sync").stdin(Stdio::null()).output().await;
+    let journal = tokio::process::Command::new("journalctl")
+        .args(["-u", &unit, "-n", JOURNAL_LINES, "--no-pager", "-o", "cat"])
+        .stdin(Stdio::null())
+        .output()
+        .await;
+    match journal {
+        Ok(o) => {
+            let text = String::from_utf8_lossy(&o.stdout);
+            let lines = journal_lines(&text, &unit);
+            if !lines.is_empty() {
+                cause.push_str("; journal: ");
+                cause.push_str(&lines.join(" | "));
+            }
+        }
+        Err(e) => cause.push_str(&format!("; journalctl: {e}")),
+    }
+    forget_unit(uuid).await;
+    bounded(&cause, CAUSE_MAX)
+}
+
+/// The lines of a unit's journal worth quoting: systemd's start/stop
+/// announcements are left out (the result says as much) and its own lines
+/// lose the `<unit>: ` prefix.
+fn journal_lines<'a>(text: &'a str, unit: &str) -> Vec<&'a str> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .filter(|l| {
+            !["Starting ", "Started ", "Failed to start ", "Stopped ", "Stopping "].iter().any(|p| l.starts_with(p))
+        })
+        .map(|l| l.strip_prefix(unit).and_then(|r| r.strip_prefix(": ")).unwrap_or(l))
+        .collect()
+}
+
+/// Clears a failed sandbox unit's state (systemd then unloads it). A unit
+/// that is not loaded is no error: nothing is left to clear.
+pub async fn forget_unit(uuid: &str) {
+    let unit = crate::cgroup::pod::unit_name(uuid);
+    match tokio::process::Command::new("systemctl")
+        .args(["reset-failed", &unit])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .await
+    {
+        Ok(_) => {}
+        Err(e) => tracing::debug!(unit, error = %e, "systemctl reset-failed"),
+    }
+}
+
+/// One phrase from `systemctl show` output: `unit failed: result
+/// exit-code, main process exited with status 3`.
+pub fn describe_unit(show: &str) -> String {
+    let get =
+        |k: &str| show.lines().find_map(|l| l.strip_prefix(k).and_then(|r| r.strip_prefix('='))).unwrap_or("").trim();
+    let (load, active, result) = (get("LoadState"), get("ActiveState"), get("Result"));
+    if load != "loaded" {
+        return format!("unit {}", if load.is_empty() { "unknown" } else { load });
+    }
+    let status = get("ExecMainStatus");
+    // ExecMainCode is a CLD_* code from waitid(2)
+    let main = match get("ExecMainCode") {
+        "1" => format!("main process exited with status {status}"),
+        "2" => format!("main process killed by signal {}", signal_name(status)),
+        "3" => format!("main process dumped core on signal {}", signal_name(status)),
+        _ => "main process never ran".to_string(),
+    };
+    format!("unit {active}, result {result}, {main}")
+}
+
+fn signal_name(num: &str) -> String {
+    num.parse::<i32>()
+        .ok()
+        .and_then(|n| nix::sys::signal::Signal::try_from(n).ok())
+        .map(|s| s.as_str().to_string())
+        .unwrap_or_else(|| num.to_string())
+}
+
+/// `s` cut to at most `max` bytes at a char boundary, marked when cut.
+fn bounded(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
 }
 
 /// Waits until `<rootfs>/rkt/supervisor-status` points at `ready`, the pod
@@ -228,7 +342,34 @@ mod tests {
         assert!(sr.contains(&"--unit=rktlet-u1".to_string()));
         assert!(sr.contains(&"--service-type=notify".to_string()));
         assert!(sr.contains(&"--slice=kubepods-pod1.slice".to_string()));
+        let path: Vec<String> =
+            systemd_run_argv("u1", Some("/test.slice")).iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert!(path.contains(&"--slice=test.slice".to_string()), "{path:?}");
         assert!(!systemd_run_argv("u1", None).iter().any(|a| a.to_string_lossy().starts_with("--slice")));
+        // a failed unit must stay loaded for its result to be read
+        assert!(!sr.contains(&"--collect".to_string()));
+    }
+
+    #[test]
+    fn unit_failure_is_described() {
+        let exited = "LoadState=loaded\nActiveState=failed\nResult=exit-code\nExecMainCode=1\nExecMainStatus=3\n";
+        assert_eq!(describe_unit(exited), "unit failed, result exit-code, main process exited with status 3");
+        let killed = "Result=signal\nExecMainCode=2\nExecMainStatus=9\nLoadState=loaded\nActiveState=failed\n";
+        assert_eq!(describe_unit(killed), "unit failed, result signal, main process killed by signal SIGKILL");
+        let never = "LoadState=loaded\nActiveState=failed\nResult=resources\nExecMainCode=0\nExecMainStatus=0\n";
+        assert_eq!(describe_unit(never), "unit failed, result resources, main process never ran");
+        assert_eq!(describe_unit("LoadState=not-found\nActiveState=inactive\n"), "unit not-found");
+        let long = "é".repeat(3000);
+        let cut = bounded(&long, CAUSE_MAX);
+        assert!(cut.len() <= CAUSE_MAX + 3 && cut.ends_with("..."));
+        assert_eq!(bounded("short", CAUSE_MAX), "short");
+        let journal = "Starting rktlet-u1.service - rktlet pod u1...\nno such file\n\n\
+            rktlet-u1.service: Main process exited, code=exited, status=3/NOTIMPLEMENTED\n\
+            Failed to start rktlet-u1.service - rktlet pod u1.\n";
+        assert_eq!(
+            journal_lines(journal, "rktlet-u1.service"),
+            ["no such file", "Main process exited, code=exited, status=3/NOTIMPLEMENTED"]
+        );
     }
 
     #[test]

@@ -69,7 +69,18 @@ pub async fn remove_pod(data: &DataDir, id: &str, grace: Duration, net: &NetDirs
     stop_pod(data, id, grace, net).await?;
     crate::fault::point("remove-after-stop");
     let (data2, id2) = (data.clone(), id.to_string());
-    blocking(move || Ok(stop::delete(Pod::open(&data2, &id2)?)?)).await
+    let uuid = blocking(move || {
+        let pod = Pod::open(&data2, &id2)?;
+        let uuid = pod.uuid();
+        stop::delete(pod)?;
+        Ok(uuid)
+    })
+    .await?;
+    // a sandbox unit that failed stays loaded for inspection while its pod exists
+    if super::host::pid1_is_systemd(std::path::Path::new("/")) {
+        super::launch::forget_unit(&uuid.to_string()).await;
+    }
+    Ok(())
 }
 
 /// Removes whatever a pod start that failed left, even without a pod
