@@ -20,7 +20,7 @@ packages=(
   # conformance (scripts/conformance.sh): critest's test images are built offline,
   # tiny static C programs among them (with umoci, skopeo, docker-registry, jq, xz above)
   gcc libc6-dev
-  # the node lane (scripts/node-lane.sh container, ../shared/tools/node-container/node.sh):
+  # the node lane (scripts/node-lane.sh container and the CI kit's node.sh):
   # nsenter/unshare (util-linux above), pgrep, bc
   procps bc
 )

@@ -394,6 +394,43 @@ async fn bad_container_requests() {
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }
 
+/// rktlet's own `k8s.io/reserved/` keys are not taken from a request: a
+/// forged pid-namespace or device key neither puts the container in the
+/// node's PID namespace nor gives it a device, and is not reported back.
+#[tokio::test(flavor = "multi_thread")]
+async fn reserved_annotations_in_a_request_are_not_obeyed() {
+    let mut e = env().await;
+    let pod = e.pod("forged").await;
+    let id = e
+        .create(&pod, "forged", &["sleep", "1000"], |c| {
+            c.annotations = [
+                ("k8s.io/reserved/pid-namespace".to_string(), "host".to_string()),
+                ("k8s.io/reserved/devices".to_string(), "/dev/sda:/dev/sda:rwm".to_string()),
+                ("team".to_string(), "a".to_string()),
+            ]
+            .into();
+        })
+        .await;
+    e.start(&id).await;
+    let out = common::exec_sync(&mut e.rt, &id, &["sh", "-c", "readlink /proc/self/ns/pid; ls /dev/sda 2>&1"]).await;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let node_pidns = std::fs::read_link("/proc/self/ns/pid").expect("ns").display().to_string();
+    assert!(!text.contains(&node_pidns), "in the node's PID namespace: {text}");
+    assert!(text.contains("No such file"), "a device from a forged key: {text}");
+    let annotations =
+        e.rt.container_status(cri::ContainerStatusRequest { container_id: id.clone(), verbose: false })
+            .await
+            .expect("status")
+            .into_inner()
+            .status
+            .expect("status")
+            .annotations;
+    assert_eq!(annotations.get("team").map(String::as_str), Some("a"));
+    assert!(annotations.keys().all(|k| !k.starts_with("k8s.io/reserved/")), "{annotations:?}");
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn capabilities_no_new_privs_and_log_reopen() {
     let mut e = env().await;

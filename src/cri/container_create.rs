@@ -429,8 +429,14 @@ pub async fn create_container(
         (None, abs) if Path::new(abs).is_absolute() && !pod_meta::is_kubernetes_pod(&pod_manifest) => abs.to_string(),
         (None, _) => String::new(),
     };
-    let mut user_annotations: std::collections::BTreeMap<String, String> =
-        config.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    // rktlet's own keys (pid namespace, devices, resources, tty, log path...)
+    // are rktlet's to set: a request's copy of one would be obeyed at start
+    let mut user_annotations: std::collections::BTreeMap<String, String> = config
+        .annotations
+        .iter()
+        .filter(|(k, _)| !k.starts_with(meta::RESERVED_PREFIX))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     user_annotations.insert(meta::NAME.into(), meta_.name.clone());
     user_annotations.insert(meta::ATTEMPT.into(), meta_.attempt.to_string());
     user_annotations.insert(meta::IMAGE.into(), image_ref.clone());

@@ -24,7 +24,7 @@ pub const STOP_SIGNAL: &str = "k8s.io/reserved/stop-signal";
 /// `target:<app>` (that of another app of the pod) or `host` (the node's,
 /// in a host-PID pod).
 pub const PID_NAMESPACE: &str = "k8s.io/reserved/pid-namespace";
-const RESERVED_PREFIX: &str = "k8s.io/reserved/";
+pub(crate) const RESERVED_PREFIX: &str = "k8s.io/reserved/";
 
 /// The PID namespace a container asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]

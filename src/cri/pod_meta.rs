@@ -18,7 +18,7 @@ pub const NETWORK_MODE: &str = "rktlet.io/network-mode";
 /// Pod annotation: `node` when the pod shares the node's IPC namespace.
 pub const IPC_MODE: &str = "rktlet.io/ipc-mode";
 /// `node` for a host-PID pod (its apps in the node's PID namespace); absent otherwise.
-pub const PID_MODE: &str = "rktlet.io/pid-mode";
+pub const PID_MODE: &str = crate::pod::manifest::ANNOTATION_PID_MODE;
 /// Pod annotation: the pod's hostname.
 pub const HOSTNAME: &str = "rktlet.io/hostname";
 /// Pod annotation rkt uses for kubelet's pod log directory.

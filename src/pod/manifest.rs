@@ -14,6 +14,8 @@ pub const IMAGE_AC_VERSION: &str = "0.8.11";
 
 /// Pod annotation marking a pod whose app list may change (`app add`/`rm`).
 pub const ANNOTATION_MUTABLE: &str = "coreos.com/rkt/stage1/mutable";
+/// The pod's PID namespace mode (`node` for a host-PID pod; absent: its own).
+pub const ANNOTATION_PID_MODE: &str = "rktlet.io/pid-mode";
 
 /// A `{name, value}` pair: appc labels, annotations and environment entries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -132,6 +132,10 @@ impl Inbound {
                 self.skip = len;
                 continue;
             }
+            // nothing larger is buffered (the server would refuse it anyway)
+            if len > MAX_FRAME {
+                return Err(malformed(format!("a header frame of {len} bytes, over {MAX_FRAME}")));
+            }
             if raw.len() < FRAME_HEADER + len {
                 return Ok(());
             }
@@ -186,7 +190,9 @@ impl Inbound {
         if flags & END_HEADERS == 0 {
             return Ok(());
         }
-        let block = self.block.take().expect("checked above");
+        let Some(block) = self.block.take() else {
+            return Ok(());
+        };
         self.finish(block, out)
     }
 
@@ -194,8 +200,15 @@ impl Inbound {
     fn finish(&mut self, block: Block, out: &mut BytesMut) -> io::Result<()> {
         let mut fields: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         let mut refused = false;
+        // decoded size as HPACK counts it (name + value + 32): a small block
+        // of references to a large table entry must not decode to gigabytes
+        let mut decoded = 0usize;
         self.decoder
             .decode_with_cb(&block.fragment, |name, value| {
+                decoded += name.len() + value.len() + 32;
+                if decoded > MAX_BLOCK {
+                    return;
+                }
                 if name.as_ref() == b":authority" && !authority_is_valid(&value) {
                     refused = true;
                     tracing::debug!(
@@ -208,6 +221,9 @@ impl Inbound {
                 }
             })
             .map_err(|e| malformed(format!("undecodable header block from the client: {e:?}")))?;
+        if decoded > MAX_BLOCK {
+            return Err(malformed(format!("a header list over {MAX_BLOCK} bytes decoded")));
+        }
         if !refused && self.encoder.is_none() {
             out.extend_from_slice(&block.original);
             return Ok(());
@@ -543,10 +559,14 @@ mod tests {
         write_frame_header(&mut head, payload.len(), HEADERS, PADDED | PRIORITY | END_STREAM, 7);
         input.extend_from_slice(&head);
         input.extend_from_slice(&payload);
-        let mut cont = BytesMut::new();
-        write_frame_header(&mut cont, block.len() - 100, CONTINUATION, END_HEADERS, 7);
-        input.extend_from_slice(&cont);
-        input.extend_from_slice(&block[100..]);
+        let rest: Vec<&[u8]> = block[100..].chunks(MAX_FRAME).collect();
+        for (i, chunk) in rest.iter().enumerate() {
+            let mut cont = BytesMut::new();
+            let flags = if i + 1 == rest.len() { END_HEADERS } else { 0 };
+            write_frame_header(&mut cont, chunk.len(), CONTINUATION, flags, 7);
+            input.extend_from_slice(&cont);
+            input.extend_from_slice(chunk);
+        }
         let out = feed(&mut Inbound::new(), &input);
         let parsed = parse(&out[PREFACE.len()..]);
         assert!(parsed.len() >= 3, "40 kB is split into frames of at most 16 kB");
@@ -576,6 +596,28 @@ mod tests {
         let (mut raw, mut out) = (BytesMut::from(&input[..]), BytesMut::new());
         let err = Inbound::new().process(&mut raw, &mut out).expect_err("garbage");
         assert!(err.to_string().contains("undecodable header block"), "{err}");
+    }
+
+    #[test]
+    fn oversized_frames_and_header_bombs_end_the_connection() {
+        // a frame longer than the server takes is refused before it is buffered
+        let mut input = PREFACE.to_vec();
+        let mut head = BytesMut::new();
+        write_frame_header(&mut head, MAX_FRAME + 1, HEADERS, END_HEADERS, 1);
+        input.extend_from_slice(&head);
+        let (mut raw, mut out) = (BytesMut::from(&input[..]), BytesMut::new());
+        assert!(Inbound::new().process(&mut raw, &mut out).is_err());
+        // a 4000-byte table entry named 300 times decodes to over 1 MiB
+        // (a literal with incremental indexing: name "x", a 4000-byte value; then index 62, 300 times)
+        let mut block = vec![0x40, 1, b'x'];
+        loona_hpack::encoder::encode_integer_into(4000, 7, 0, &mut block).expect("length");
+        block.extend_from_slice(&[b'v'; 4000]);
+        block.extend(std::iter::repeat_n(0x80 | 62, 300));
+        let mut input = PREFACE.to_vec();
+        input.extend_from_slice(&frames(1, true, &block));
+        let (mut raw, mut out) = (BytesMut::from(&input[..]), BytesMut::new());
+        let err = Inbound::new().process(&mut raw, &mut out).expect_err("bomb");
+        assert!(err.to_string().contains("decoded"), "{err}");
     }
 
     #[test]

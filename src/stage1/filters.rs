@@ -20,9 +20,9 @@ pub struct Filters {
 /// `PTRACE_SECCOMP_GET_FILTER` of <linux/ptrace.h> (the libc crate lacks it).
 const PTRACE_SECCOMP_GET_FILTER: libc::c_uint = 0x420c;
 
-/// The most filters read from one process (the kernel caps a process's
-/// filter instructions at 32768 in all, so this is far above any real stack).
-const MAX_FILTERS: usize = 256;
+/// The most filters one process can have: the kernel caps a stack at 32768
+/// instructions, counting 4 more per filter, and a filter has at least one.
+const MAX_FILTERS: usize = 32768 / 5 + 1;
 
 /// Reads the filters of `pid`, whose `/proc/<pid>/status` said `Seccomp:
 /// mode` (0 none, 1 strict, 2 filters). Blocking; call from one thread.
@@ -85,6 +85,7 @@ fn stop(pid: i32) -> io::Result<Option<i32>> {
 
 fn read_stopped(pid: i32) -> io::Result<Filters> {
     let mut newest_first = Vec::new();
+    let mut complete = false;
     for index in 0..MAX_FILTERS {
         // SAFETY: with a null buffer the request returns the filter's length only.
         let len = unsafe { libc::ptrace(PTRACE_SECCOMP_GET_FILTER, pid, index as libc::c_long, 0) };
@@ -92,6 +93,7 @@ fn read_stopped(pid: i32) -> io::Result<Filters> {
             let e = io::Error::last_os_error();
             // ENOENT: past the oldest filter
             if e.raw_os_error() == Some(libc::ENOENT) && index > 0 {
+                complete = true;
                 break;
             }
             return Err(e);
@@ -103,6 +105,11 @@ fn read_stopped(pid: i32) -> io::Result<Filters> {
             return Err(io::Error::other("the filter changed while being read"));
         }
         newest_first.push(program);
+    }
+    // fail closed: copying only the newest filters would drop the oldest,
+    // which are the runtime's own
+    if !complete {
+        return Err(io::Error::other(format!("more than {MAX_FILTERS} seccomp filters")));
     }
     newest_first.reverse();
     Ok(Filters { programs: newest_first })

@@ -174,6 +174,11 @@ fn spawn_log_writer(pod: &Pod, cgroup: Option<&Path>) -> io::Result<()> {
     let listener = std::os::unix::net::UnixListener::bind(pod.path().join(crate::stream::log::SOCKET_FILE))?;
     let me = super::launch::pidfd_open(std::process::id() as i32)?;
     let lock_fd = pod.lock_fd().ok();
+    let host_pid = pod
+        .read_manifest()
+        .ok()
+        .and_then(|m| m.annotation(crate::pod::manifest::ANNOTATION_PID_MODE).map(str::to_string))
+        == Some("node".to_string());
     // the pod directory as a descriptor: its path through /proc/self/fd holds
     // across the renames of the directory (host-PID apps' exits are recorded there)
     let dir = nix::fcntl::open(
@@ -206,8 +211,10 @@ fn spawn_log_writer(pod: &Pod, cgroup: Option<&Path>) -> io::Result<()> {
                     // SAFETY: dup2 of a valid descriptor onto a standard stream.
                     unsafe { libc::dup2(null.as_raw_fd(), target) };
                 }
-                let dir = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
-                crate::stream::log::serve_pod(listener, Some(me), Some(dir))
+                // only a host-PID pod's writer starts apps (`run`): in any
+                // other pod nothing may reach the node's PID namespace
+                let dir = host_pid.then(|| PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd())));
+                crate::stream::log::serve_pod(listener, Some(me), dir)
             })();
             // SAFETY: leave without running the parent's atexit handlers or destructors.
             unsafe { libc::_exit(i32::from(code.is_err())) }
