@@ -213,7 +213,10 @@ impl Runtime {
                     continue;
                 }
                 // its writer is gone: nothing supervises the app (nor would
-                // record its exit), so it goes, its exit unknown
+                // record its exit), so it goes, its exit unknown. Recorded
+                // before the kill: the exit recorder would otherwise record
+                // the unit's end (137) first, and the first record wins
+                let recorded = crate::stage1::app::record_exit(&paths, 255).unwrap_or(false);
                 if let Some(cg) = pod.subcgroups().ok().flatten().and_then(|subs| {
                     let layout = crate::cgroup::Layout::cached().ok()?;
                     Some(crate::cgroup::app::AppCgroup::new(layout, &subs, &name))
@@ -222,7 +225,7 @@ impl Runtime {
                     tracing::warn!(pod = %pod.uuid(), app = name, error = %e, "cannot kill a host-PID app without its log writer");
                 }
                 tracing::warn!(pod = %pod.uuid(), app = name, "the log writer of a host-PID app is gone: app killed, exit unknown");
-                if crate::stage1::app::record_exit(&paths, 255).unwrap_or(false) {
+                if recorded {
                     self.emit(pod.uuid(), &name, EventKind::Stopped);
                 }
                 continue;
