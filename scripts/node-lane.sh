@@ -40,7 +40,7 @@ container_lane() {
   local args=() t
   for t in $tests; do args+=(--test "$t"); done
   local bins
-  bins=$(cargo test --locked --no-run "${args[@]}" 2>&1 | tee /dev/stderr |
+  bins=$(cargo test --locked --no-run "${args[@]}" 2>&1 | tee -a /dev/stderr |
     sed -n 's/.*Executable tests\/\(.*\)\.rs (\(.*\))/\1 \2/p')
   for t in $tests; do
     grep -q "^$t " <<<"$bins" || { echo "node-lane container: no test binary for $t" >&2; exit 1; }
@@ -133,7 +133,7 @@ command -v qemu-system-x86_64 >/dev/null && command -v mmdebstrap >/dev/null || 
 [ -f "$VMDIR/rootfs.ext4" ] || OUT=$VMDIR bash "$tools/build-rootfs.sh"
 
 cargo build --locked --bin rktlet
-testbin=$(cargo test --locked --no-run --test cgroup_v2 2>&1 | tee /dev/stderr |
+testbin=$(cargo test --locked --no-run --test cgroup_v2 2>&1 | tee -a /dev/stderr |
   sed -n 's/.*Executable tests\/cgroup_v2.rs (\(.*\))/\1/p' | tail -1)
 [ -x "$repo/$testbin" ] || { echo "no cgroup_v2 test binary found" >&2; exit 1; }
 

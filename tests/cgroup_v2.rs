@@ -242,7 +242,9 @@ async fn pids_max_from_unified_holds() {
     // the forks happen in a child shell, which dies at the first refused one
     // (ash gives up on "can't fork"); the container itself then execs, so it
     // keeps running (and its cgroup stays) whenever the limit bites
-    let script = "sh -c 'i=0; while [ $i -lt 20 ]; do sleep 300 & i=$((i+1)); done'; exec sleep 300";
+    // (the `unified` values are written right after the unit starts, which
+    // systemd does not know as properties: the forks wait for them)
+    let script = "sleep 2; sh -c 'i=0; while [ $i -lt 20 ]; do sleep 300 & i=$((i+1)); done'; exec sleep 300";
     e.run(&pod, "forker", &["sh", "-c", script], res).await;
     let dir = e.app_cgroup(&pod.0, "0-forker");
     assert_eq!(file(&dir, "pids.max"), "6");
