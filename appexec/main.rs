@@ -634,39 +634,32 @@ fn enter_root(plan: &Plan, root: &CStr) {
         check(chdir(c"/".as_ptr()), "chdir /");
     }
     for (fd, path) in shared {
-        // SAFETY: move_mount(2) of our tree descriptor onto a C string, resolved inside the new root.
-        let rc = unsafe {
-            syscall(
-                SYS_MOVE_MOUNT,
-                fd,
-                c"".as_ptr(),
-                AT_FDCWD,
-                path.as_ptr(),
-                MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_SYMLINKS,
-            )
-        };
-        check(rc as c_int, &format!("mounting the shared volume {}", path.to_string_lossy()));
-        // SAFETY: closing our own descriptor.
-        unsafe { close(fd) };
+        attach_tree(fd, path, &format!("mounting the shared volume {}", path.to_string_lossy()));
     }
     for (fd, bind, is_dir) in trees {
         let path = bind.target.to_string_lossy();
         make_target(&path, is_dir);
-        // SAFETY: move_mount(2) of our tree descriptor onto a prepared C string, following symlinks inside the root.
-        let rc = unsafe {
-            syscall(
-                SYS_MOVE_MOUNT,
-                fd,
-                c"".as_ptr(),
-                AT_FDCWD,
-                bind.target.as_ptr(),
-                MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_SYMLINKS,
-            )
-        };
-        check(rc as c_int, &format!("mounting {}", path));
-        // SAFETY: closing our own descriptor.
-        unsafe { close(fd) };
+        attach_tree(fd, &bind.target, &format!("mounting {}", path));
     }
+}
+
+/// Moves the detached tree `fd` onto `target` (resolved inside the current
+/// root, symlinks followed there), then closes `fd`.
+fn attach_tree(fd: c_int, target: &CStr, what: &str) {
+    // SAFETY: move_mount(2) of our own tree descriptor onto a C string.
+    let rc = unsafe {
+        syscall(
+            SYS_MOVE_MOUNT,
+            fd,
+            c"".as_ptr(),
+            AT_FDCWD,
+            target.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_SYMLINKS,
+        )
+    };
+    check(rc as c_int, what);
+    // SAFETY: closing our own descriptor.
+    unsafe { close(fd) };
 }
 
 /// A mount point at `path` in the app's root, as systemd makes one: a
