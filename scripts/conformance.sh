@@ -20,6 +20,10 @@
 #                                       config/data (rktlet/), results (results/: critest.log,
 #                                       critest.json, critest-specs.tsv, rktlet.log, bench/)
 #   REG_PORT (5070)         the loopback registry's port
+#   REGISTRY                host:port of a registry that already serves the test images (built
+#                           and pushed elsewhere, e.g. on a VM's host, reached at 10.0.2.2:PORT):
+#                           step 1 is skipped and every critest image name, 127.0.0.1:$REG_PORT/...
+#                           included, is mirrored to it
 #   CRITEST                 a critest binary (the official cri-tools v1.29.0 release's); default:
 #                           the kit's copy, unpacked into $PEER_DIR/bin/critest
 #   RKTLET                  the rktlet binary (default target/debug/rktlet, else target/release/rktlet)
@@ -64,7 +68,8 @@ export CRI_TOOLS_TAG=${CRI_TOOLS_TAG:-v1.29.0}
 mkdir -p "$PEER_DIR"
 P=$(cd "$PEER_DIR" && pwd -P)
 export PEER_DIR=$P
-REG=127.0.0.1:$REG_PORT
+REG=127.0.0.1:$REG_PORT            # the name critest's image files give the test images
+UPSTREAM=${REGISTRY:-$REG}        # where rktlet fetches them
 RT=$P/rktlet                      # rktlet's config, data, socket, CNI config and IPAM state
 RES=$P/results
 SOCK=$RT/rktlet.sock
@@ -163,18 +168,24 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # ---------------------------------------------------------------- test images and registry
-log "test images (kit stages images registry push, registry on $REG)"
-kit images registry push >&2
+if [ -n "${REGISTRY:-}" ]; then
+  log "test images: served by $REGISTRY"
+else
+  log "test images (kit stages images registry push, registry on $REG)"
+  kit images registry push >&2
+fi
 
 # ---------------------------------------------------------------- rktlet's configuration
 write_config() {
   mkdir -p "$RT/cni" "$RT/cni-ipam" "$RES"
   local h mirrors=""
-  for h in registry.k8s.io k8s.gcr.io gcr.io docker.io registry-1.docker.io public.ecr.aws; do
+  local hosts=(registry.k8s.io k8s.gcr.io gcr.io docker.io registry-1.docker.io public.ecr.aws)
+  [ "$UPSTREAM" = "$REG" ] || hosts+=("$REG")
+  for h in "${hosts[@]}"; do
     mirrors+="
 [hosts.\"$h\"]
 skip_upstream = true
-mirrors = [{ endpoint = \"http://$REG\", insecure = true }]
+mirrors = [{ endpoint = \"http://$UPSTREAM\", insecure = true }]
 "
   done
   # Image names keep their path on a mirror: gcr.io/k8s-staging-cri-tools/test-image-1
@@ -182,7 +193,7 @@ mirrors = [{ endpoint = \"http://$REG\", insecure = true }]
   # -> $REG/docker/library/busybox, docker.io/library/busybox -> $REG/library/busybox.
   cat >"$RT/registries.toml" <<EOF
 # Every image critest pulls comes from the loopback registry; nothing goes upstream.
-insecure = ["$REG"]
+insecure = ["$REG", "$UPSTREAM"]
 signature_policy = "policy.json"
 $mirrors
 EOF
