@@ -59,6 +59,7 @@ pub fn pod_cgroup(pod: &Pod) -> Result<Option<PodCgroup>, StopError> {
 /// cgroup. Returns when the pod reads as exited. Stopping a stopped pod is a no-op.
 pub fn stop(pod: &mut Pod, grace: Duration) -> Result<(), StopError> {
     let uuid = pod.uuid().to_string();
+    let t0 = Instant::now();
     if pod.state()? == PodState::Running
         && let Some(pid) = pod.sandbox_pid()?
         && let Ok(pidfd) = pidfd_open(pid)
@@ -75,6 +76,7 @@ pub fn stop(pod: &mut Pod, grace: Duration) -> Result<(), StopError> {
             }
         }
     }
+    let t_nspawn = t0.elapsed();
     // nspawn gone: anything still in the pod cgroup (a pod systemd orphaned by SIGKILL) goes too
     if let Some(cg) = pod_cgroup(pod)? {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -86,6 +88,7 @@ pub fn stop(pod: &mut Pod, grace: Duration) -> Result<(), StopError> {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
+    let t_drain = t0.elapsed();
     // the lock goes with the last process holding it
     let deadline = Instant::now() + Duration::from_secs(10);
     while pod.state()? == PodState::Running {
@@ -94,6 +97,13 @@ pub fn stop(pod: &mut Pod, grace: Duration) -> Result<(), StopError> {
         }
         std::thread::sleep(Duration::from_millis(2));
     }
+    tracing::debug!(
+        pod = %uuid,
+        nspawn_micros = t_nspawn.as_micros() as u64,
+        drain_micros = (t_drain - t_nspawn).as_micros() as u64,
+        lock_micros = (t0.elapsed() - t_drain).as_micros() as u64,
+        "pod stopped"
+    );
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use super::stop::{self, StopError};
 use crate::net::pod::{self as podnet, PodNetError};
 use crate::pod::{self, DataDir, Pod, PodError};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TeardownError {
@@ -52,15 +52,25 @@ async fn blocking<T: Send + 'static>(
 /// The pod directory stays (an exited pod can still be inspected).
 pub async fn stop_pod(data: &DataDir, id: &str, grace: Duration, net: &NetDirs) -> Result<(), TeardownError> {
     let (data2, id2) = (data.clone(), id.to_string());
-    let (uuid, netns) = blocking(move || {
+    let t0 = Instant::now();
+    let (uuid, netns, t_stop) = blocking(move || {
         let mut pod = Pod::open(&data2, &id2)?;
         stop::stop(&mut pod, grace)?;
+        let t_stop = t0.elapsed();
         stop::release(&pod)?;
         let netns = pod.read_file(pod::NETNS_FILE)?.map(PathBuf::from);
-        Ok((pod.uuid(), netns))
+        Ok((pod.uuid(), netns, t_stop))
     })
     .await?;
+    let t_release = t0.elapsed();
     podnet::teardown(data, uuid, netns, &net.conf_dir, &net.bin_dirs).await?;
+    tracing::debug!(
+        pod = %uuid,
+        stop_micros = t_stop.as_micros() as u64,
+        release_micros = (t_release - t_stop).as_micros() as u64,
+        network_micros = (t0.elapsed() - t_release).as_micros() as u64,
+        "pod sandbox stopped"
+    );
     Ok(())
 }
 
