@@ -7,7 +7,10 @@
 # scripts/containerd-baseline.sh; CONTAINERD=0 leaves it out) as a third
 # endpoint; then runs `rktlet bench` against them, one endpoint at a
 # time, and writes docs/bench.{md,json,svg}. Extra arguments go to
-# `rktlet bench` (e.g. --rounds 5 --list-pods 10). bench.md is rewritten
+# `rktlet bench` (e.g. --rounds 5 --list-pods 10), and renders README.md's
+# performance section (between `<!-- bench:begin -->` and `<!-- bench:end -->`)
+# from the new bench.json (`rktlet bench --render-only`, which measures
+# nothing: run it alone after editing the renderer). bench.md is rewritten
 # whole, except for the critest --benchmark section of
 # scripts/critest-bench.sh (the lines from `<!-- critest-benchmark:begin -->`
 # to `<!-- critest-benchmark:end -->`), which is kept at its end.
@@ -80,3 +83,8 @@ if [ -n "$critest_section" ] && ! grep -qxF "$crit_begin" "$out/bench.md"; then
   echo "kept the critest --benchmark section of $out/bench.md"
 fi
 echo "wrote $out/bench.md, $out/bench.json, $out/bench.svg"
+# the README's figures come from docs/bench.json only (its test compares them)
+if [ "$out" = "$root/docs" ]; then
+  "$bin" bench --render-only "$out/bench.json" --readme "$root/README.md"
+  echo "rendered README.md's performance section from $out/bench.json"
+fi

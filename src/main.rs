@@ -155,7 +155,7 @@ struct RktFlags {
 #[derive(Args)]
 struct BenchArgs {
     /// An endpoint to measure, NAME=SOCKET; repeat for several. The first is the ratios' baseline.
-    #[arg(long = "endpoint", required = true)]
+    #[arg(long = "endpoint", required_unless_present = "render_only")]
     endpoints: Vec<rktlet::bench::Endpoint>,
     /// The containers' image (needs `sh` and `sleep`).
     #[arg(long, default_value = "127.0.0.1:5000/busybox:latest")]
@@ -185,9 +185,22 @@ struct BenchArgs {
     /// Measure only the pod lifecycle on this endpoint (by NAME; repeatable).
     #[arg(long)]
     pods_only: Vec<String>,
+    /// Measure nothing: render the README's performance section from this
+    /// bench.json (printed, or written into --readme).
+    #[arg(long, value_name = "BENCH_JSON", conflicts_with = "endpoints")]
+    render_only: Option<PathBuf>,
+    /// With --render-only: replace the section between the lines
+    /// `<!-- bench:begin -->` and `<!-- bench:end -->` of this file.
+    #[arg(long, requires = "render_only")]
+    readme: Option<PathBuf>,
 }
 
 fn bench(args: BenchArgs) -> Result<(), String> {
+    if let Some(json) = &args.render_only {
+        let section = rktlet::bench::report::render_readme(json, args.readme.as_deref()).map_err(|e| e.to_string())?;
+        print!("{}", section.unwrap_or_default());
+        return Ok(());
+    }
     init_logging("info");
     let opts = rktlet::bench::Options {
         endpoints: args.endpoints,

@@ -1,13 +1,31 @@
-//! Benchmark results: percentiles per operation and endpoint, and the three
-//! renderings (Markdown table, JSON, SVG bar chart).
+//! Benchmark results: percentiles per operation and endpoint, and their
+//! renderings (Markdown table, JSON, SVG bar chart, and the README's short
+//! performance section, which is rendered from `docs/bench.json` only).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The lines around the README's generated performance section.
+pub const README_BEGIN: &str = "<!-- bench:begin -->";
+pub const README_END: &str = "<!-- bench:end -->";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path} is not a bench report: {source}")]
+    Parse { path: PathBuf, source: serde_json::Error },
+    #[error("{path} has no section between a line `{README_BEGIN}` and a later line `{README_END}`")]
+    Markers { path: PathBuf },
+    #[error("cannot write {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+}
+
 /// Percentiles of one operation on one endpoint, in milliseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
     pub p50: f64,
     pub p90: f64,
@@ -29,7 +47,7 @@ impl Stats {
 }
 
 /// Memory of an endpoint's daemon and of the pods it runs.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Memory {
     /// Daemon RSS in MiB by number of running pods.
     pub daemon_rss_mib: BTreeMap<usize, f64>,
@@ -40,7 +58,7 @@ pub struct Memory {
 }
 
 /// Everything one run measured.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Report {
     /// Endpoint names in column order; the first is the baseline of the ratios.
     pub endpoints: Vec<String>,
@@ -75,6 +93,112 @@ impl Report {
 
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Reads a report written by [`Report::to_json`] (`bench.json`).
+    pub fn read(path: &Path) -> Result<Report, RenderError> {
+        let text = std::fs::read_to_string(path).map_err(|source| RenderError::Read { path: path.into(), source })?;
+        serde_json::from_str(&text).map_err(|source| RenderError::Parse { path: path.into(), source })
+    }
+
+    /// The README's performance section: the p50 of each operation per
+    /// endpoint (list calls at the largest pod count only), the ratios to
+    /// the first endpoint, the sample counts, the memory at the smallest and
+    /// largest pod count, and the run's facts. Every figure comes from the
+    /// report; the full table is `to_markdown`'s (docs/bench.md).
+    pub fn to_readme_section(&self) -> String {
+        let mut out = String::new();
+        let base = self.endpoints.first().cloned().unwrap_or_default();
+        out.push_str(
+            "Generated from [docs/bench.json](docs/bench.json) by `./scripts/bench.sh` \
+             (`rktlet bench --render-only docs/bench.json --readme README.md` renders it again \
+             without measuring); a hand edit fails the tests. p50 per CRI call in ms; ratios are \
+             p50 over ",
+        );
+        let _ = writeln!(
+            out,
+            "{base}'s; n is the samples per endpoint. p90, p99 and every pod count: \
+             [docs/bench.md](docs/bench.md).\n"
+        );
+        let _ = write!(out, "| operation |");
+        for e in &self.endpoints {
+            let _ = write!(out, " {e} |");
+        }
+        for e in self.endpoints.iter().skip(1) {
+            let _ = write!(out, " {e} / {base} |");
+        }
+        out.push_str(" n |\n");
+        out.push_str(&"|---".repeat(self.endpoints.len() * 2 + 1));
+        out.push_str("|\n");
+        let largest = self.operations.iter().filter_map(|op| list_size(op)).max();
+        for op in self.operations.iter().filter(|op| list_size(op).is_none_or(|n| Some(n) == largest)) {
+            let _ = write!(out, "| {op} |");
+            let mut counts = Vec::new();
+            for e in &self.endpoints {
+                match self.get(op, e) {
+                    Some(s) => {
+                        let _ = write!(out, " {} |", fmt_ms(s.p50));
+                        counts.push(s.n.to_string());
+                    }
+                    None => {
+                        out.push_str(" n/a |");
+                        counts.push("-".into());
+                    }
+                }
+            }
+            for e in self.endpoints.iter().skip(1) {
+                match self.ratio(op, e) {
+                    Some(r) => {
+                        let _ = write!(out, " {r:.1}x |");
+                    }
+                    None => out.push_str(" |"),
+                }
+            }
+            let present: Vec<&String> = counts.iter().filter(|c| *c != "-").collect();
+            let n = if present.windows(2).all(|w| w[0] == w[1]) {
+                present.first().map(|c| c.to_string()).unwrap_or_default()
+            } else {
+                counts.join(" / ")
+            };
+            let _ = writeln!(out, " {n} |");
+        }
+        if !self.memory.is_empty() {
+            out.push_str("\n| memory (MiB) |");
+            for e in &self.endpoints {
+                let _ = write!(out, " {e} |");
+            }
+            out.push('\n');
+            out.push_str(&"|---".repeat(1 + self.endpoints.len()));
+            out.push_str("|\n");
+            let counts: std::collections::BTreeSet<usize> =
+                self.memory.values().flat_map(|m| m.daemon_rss_mib.keys().copied()).collect();
+            let ends: std::collections::BTreeSet<usize> =
+                counts.first().into_iter().chain(counts.last()).copied().collect();
+            let row = |out: &mut String, label: &str, pick: &dyn Fn(&Memory) -> Option<f64>| {
+                let _ = write!(out, "| {label} |");
+                for e in &self.endpoints {
+                    match self.memory.get(e).and_then(pick) {
+                        Some(v) => {
+                            let _ = write!(out, " {v:.1} |");
+                        }
+                        None => out.push_str(" n/a |"),
+                    }
+                }
+                out.push('\n');
+            };
+            for n in ends {
+                row(&mut out, &format!("daemon RSS, {n} pods"), &|m| m.daemon_rss_mib.get(&n).copied());
+            }
+            row(&mut out, "one pod's processes, PSS", &|m| m.pod_pss_mib);
+            row(&mut out, "processes per pod (count)", &|m| m.pod_processes);
+        }
+        if !self.context.is_empty() {
+            out.push('\n');
+            for (k, v) in &self.context {
+                let _ = writeln!(out, "- {k}: {v}");
+            }
+        }
+        out
     }
 
     pub fn to_markdown(&self) -> String {
@@ -236,6 +360,49 @@ impl Report {
     }
 }
 
+/// The pod or container count of a list operation (`ListPodSandbox (50 pods)`).
+fn list_size(op: &str) -> Option<usize> {
+    let inner = op.strip_suffix(')')?.rsplit_once('(')?.1;
+    inner.split_once(' ')?.0.parse().ok()
+}
+
+/// The text between the line `README_BEGIN` and the line `README_END`.
+pub fn readme_section(doc: &str) -> Option<&str> {
+    let (start, end) = section_bounds(doc)?;
+    Some(&doc[start..end])
+}
+
+/// Byte range of the section's body: after the begin line, up to the end line.
+fn section_bounds(doc: &str) -> Option<(usize, usize)> {
+    let mut offset = 0;
+    let mut start = None;
+    for line in doc.split_inclusive('\n') {
+        let text = line.trim_end_matches('\n');
+        match start {
+            None if text == README_BEGIN => start = Some(offset + line.len()),
+            Some(s) if text == README_END => return Some((s, offset)),
+            _ => {}
+        }
+        offset += line.len();
+    }
+    None
+}
+
+/// Renders the README section from `bench_json`; with `readme`, replaces
+/// the section in that file (nothing is written when its markers are
+/// missing) and returns `None`, else returns the section.
+pub fn render_readme(bench_json: &Path, readme: Option<&Path>) -> Result<Option<String>, RenderError> {
+    let section = Report::read(bench_json)?.to_readme_section();
+    let Some(path) = readme else { return Ok(Some(section)) };
+    let doc = std::fs::read_to_string(path).map_err(|source| RenderError::Read { path: path.into(), source })?;
+    let (start, end) = section_bounds(&doc).ok_or_else(|| RenderError::Markers { path: path.into() })?;
+    let new = format!("{}{section}{}", &doc[..start], &doc[end..]);
+    if new != doc {
+        std::fs::write(path, new).map_err(|source| RenderError::Write { path: path.into(), source })?;
+    }
+    Ok(None)
+}
+
 fn xml(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
@@ -285,5 +452,58 @@ mod tests {
         assert_eq!(svg.matches("<title>").count(), 3);
         let json: serde_json::Value = serde_json::from_str(&r.to_json()).expect("json");
         assert_eq!(json["results"]["StartContainer"]["exec-mode"]["p50"], 40.0);
+    }
+
+    #[test]
+    fn readme_section_keeps_the_largest_list_size_and_counts() {
+        let mut r = Report { endpoints: vec!["a".into(), "b".into()], ..Default::default() };
+        r.add("a", "Version", &ms(&[1; 10]));
+        r.add("b", "Version", &ms(&[2; 10]));
+        r.add("a", "ListPodSandbox (10 pods)", &ms(&[3]));
+        r.add("a", "ListPodSandbox (100 pods)", &ms(&[4, 4]));
+        r.add("b", "ListPodSandbox (100 pods)", &ms(&[8]));
+        let md = r.to_readme_section();
+        assert!(md.contains("| Version | 1.00 | 2.00 | 2.0x | 10 |"), "{md}");
+        assert!(md.contains("| ListPodSandbox (100 pods) | 4.00 | 8.00 | 2.0x | 2 / 1 |"), "{md}");
+        assert!(!md.contains("(10 pods)"), "{md}");
+    }
+
+    #[test]
+    fn readme_section_is_replaced_between_its_markers_only() {
+        let doc = format!("intro\n{README_BEGIN}\nold\n{README_END}\nrest\n");
+        assert_eq!(readme_section(&doc), Some("old\n"));
+        assert_eq!(readme_section("no markers\n"), None);
+        assert_eq!(readme_section(&format!("{README_END}\n{README_BEGIN}\n")), None);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let json = dir.path().join("bench.json");
+        let mut r = Report { endpoints: vec!["a".into()], ..Default::default() };
+        r.add("a", "Version", &ms(&[1]));
+        std::fs::write(&json, r.to_json()).expect("write json");
+        let readme = dir.path().join("README.md");
+        std::fs::write(&readme, &doc).expect("write readme");
+        assert_eq!(render_readme(&json, Some(&readme)).expect("render"), None);
+        let new = std::fs::read_to_string(&readme).expect("read readme");
+        assert!(new.starts_with(&format!("intro\n{README_BEGIN}\nGenerated from ")), "{new}");
+        assert!(new.ends_with(&format!("\n{README_END}\nrest\n")), "{new}");
+        assert_eq!(readme_section(&new), Some(r.to_readme_section().as_str()));
+        std::fs::write(&readme, "no markers\n").expect("write readme");
+        assert!(matches!(render_readme(&json, Some(&readme)), Err(RenderError::Markers { .. })));
+        assert_eq!(std::fs::read_to_string(&readme).expect("read readme"), "no markers\n");
+    }
+
+    /// README.md's performance section is exactly what `docs/bench.json`
+    /// renders to: a figure edited by hand there fails here.
+    #[test]
+    fn readme_performance_section_is_generated_from_docs_bench_json() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let report = Report::read(&root.join("docs/bench.json")).expect("docs/bench.json");
+        let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+        let section = readme_section(&readme).expect("README.md has the bench markers");
+        assert_eq!(
+            section,
+            report.to_readme_section(),
+            "README.md's performance section differs from docs/bench.json's rendering: \
+             run `rktlet bench --render-only docs/bench.json --readme README.md`"
+        );
     }
 }
