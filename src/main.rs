@@ -363,6 +363,7 @@ impl ServeArgs {
             None => FileConfig::default(),
         };
         let flags = FileConfig {
+            path: None,
             socket: self.socket,
             data_dir: self.data_dir,
             rkt_path: self.rkt_path,
