@@ -511,6 +511,12 @@ struct ServeArgs {
 
 impl ServeArgs {
     fn config(self) -> Result<Config, rktlet::config::ConfigError> {
+        self.config_with_origins().map(|(config, _)| config)
+    }
+
+    /// The configuration, with where its CNI config directory was set
+    /// (`--cni-conf-dir`, `cni_conf_dir in FILE`, or the default).
+    fn config_with_origins(self) -> Result<(Config, String), rktlet::config::ConfigError> {
         let file = match &self.config {
             Some(path) => FileConfig::load(path)?,
             None => FileConfig::default(),
@@ -531,7 +537,8 @@ impl ServeArgs {
             pod_pool_size: self.pod_pool_size,
             streaming_address: self.streaming_address,
         };
-        Config::resolve(file, flags)
+        let cni_origin = rktlet::config::origin("cni_conf_dir", &file, &flags);
+        Ok((Config::resolve(file, flags)?, cni_origin))
     }
 }
 
@@ -574,8 +581,21 @@ fn init_logging_as(level: &str, format: &str) {
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
-    let config = args.config().map_err(|e| e.to_string())?;
+    let (config, cni_origin) = args.config_with_origins().map_err(|e| e.to_string())?;
     init_logging_as(&config.log_level, &config.log_format);
+    // as containerd: the daemon starts (a CNI daemonset may write the config
+    // later) and Status says NetworkReady=false until then; but a mistyped
+    // directory is said once, loudly, with where it was set
+    if !config.cni_conf_dir.is_dir() {
+        let what = if config.cni_conf_dir.exists() { "is not a directory" } else { "does not exist" };
+        tracing::warn!(
+            cni_conf_dir = %config.cni_conf_dir.display(),
+            set_by = %cni_origin,
+            "the CNI config directory {} (set by {cni_origin}) {what}: NetworkReady stays false and pods on \
+             the pod network cannot start until a network config appears there (host-network pods can)",
+            config.cni_conf_dir.display()
+        );
+    }
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
