@@ -97,6 +97,40 @@ pub fn rm_pod(data: &DataDir, id: &str, net: &NetDirs) -> Result<(), TeardownErr
     block_on(teardown::remove_pod(data, id, Duration::from_secs(10), net))
 }
 
+/// How long ago `unix_ns` (nanoseconds since the epoch) was, as rkt's
+/// `image list` shows times: "now", "1 minute ago", "3 days ago"; "never" for 0.
+pub fn ago(unix_ns: i64, now: SystemTime) -> String {
+    if unix_ns <= 0 {
+        return "never".into();
+    }
+    let then = UNIX_EPOCH + Duration::from_nanos(unix_ns as u64);
+    let Ok(age) = now.duration_since(then) else { return "now".into() };
+    let secs = age.as_secs();
+    let (n, unit) = match secs {
+        0 => return "now".into(),
+        1..60 => (secs, "second"),
+        60..3600 => (secs / 60, "minute"),
+        3600..86_400 => (secs / 3600, "hour"),
+        86_400..604_800 => (secs / 86_400, "day"),
+        604_800..2_629_800 => (secs / 604_800, "week"),
+        2_629_800..31_557_600 => (secs / 2_629_800, "month"),
+        _ => (secs / 31_557_600, "year"),
+    };
+    format!("{n} {unit}{} ago", if n == 1 { "" } else { "s" })
+}
+
+/// A size in bytes as rkt's `image list` shows it: "512 B", "4.2 MiB".
+pub fn ibytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = bytes as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{bytes} B") } else { format!("{v:.1} {}", UNITS[unit]) }
+}
+
 /// `rktlet gc`: deletes exited pods older than `grace` (by pod-created time),
 /// aborted prepares and garbage. Returns the uuids removed.
 pub fn gc(data: &DataDir, grace: Duration, net: &NetDirs) -> Result<Vec<String>, TeardownError> {
@@ -117,4 +151,25 @@ pub fn gc(data: &DataDir, grace: Duration, net: &NetDirs) -> Result<Vec<String>,
         }
     }
     Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_and_sizes_read_like_rkts() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let ns = |secs_ago: u64| ((1_800_000_000 - secs_ago) * 1_000_000_000) as i64;
+        assert_eq!(ago(ns(0), now), "now");
+        assert_eq!(ago(ns(1), now), "1 second ago");
+        assert_eq!(ago(ns(125), now), "2 minutes ago");
+        assert_eq!(ago(ns(3600), now), "1 hour ago");
+        assert_eq!(ago(ns(3 * 86_400 + 5), now), "3 days ago");
+        assert_eq!(ago(ns(400 * 86_400), now), "1 year ago");
+        assert_eq!(ago(0, now), "never");
+        assert_eq!(ibytes(512), "512 B");
+        assert_eq!(ibytes(4_404_019), "4.2 MiB");
+        assert_eq!(ibytes(3 << 30), "3.0 GiB");
+    }
 }

@@ -282,7 +282,13 @@ pub fn lifecycle(data_dir: PathBuf, verb: &str, uuid: &str, app: &str, timeout: 
             "stop" => container_start::stop_container(&rt, cri::StopContainerRequest { container_id, timeout })
                 .await
                 .map(|_| ()),
-            _ => container_start::remove_container(&rt, cri::RemoveContainerRequest { container_id }).await.map(|_| ()),
+            _ => {
+                // CRI's RemoveContainer succeeds on a removed container (kubelet
+                // retries); an operator naming an app that is not there is told so
+                let status = cri::ContainerStatusRequest { container_id: container_id.clone(), verbose: false };
+                crate::cri::container_status::container_status(&rt, status).await?;
+                container_start::remove_container(&rt, cri::RemoveContainerRequest { container_id }).await.map(|_| ())
+            }
         }
     });
     result.map_err(|s| s.message().to_string())

@@ -28,8 +28,47 @@ pub async fn images(socket: &Path) -> Result<ImageServiceClient<Channel>, tonic:
     Ok(ImageServiceClient::new(channel(socket).await?))
 }
 
+/// Why nobody answers on `socket`, in an operator's words: no such file, not
+/// a socket, or a socket nobody listens on (no daemon running there); `None`
+/// when a connection succeeds.
+pub fn why_unreachable(socket: &Path) -> Option<String> {
+    use std::os::unix::fs::FileTypeExt;
+    let path = socket.display();
+    let meta = match std::fs::metadata(socket) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Some(format!(
+                "{path}: no such file: no daemon is serving there (start `rktlet serve`, or give --socket)"
+            ));
+        }
+        Err(e) => return Some(format!("{path}: {e}")),
+    };
+    let kind = meta.file_type();
+    if !kind.is_socket() {
+        let what = if kind.is_dir() {
+            "a directory"
+        } else if kind.is_file() {
+            "a regular file"
+        } else {
+            "not a file"
+        };
+        return Some(format!("{path} is not a socket ({what}): is --socket right?"));
+    }
+    match std::os::unix::net::UnixStream::connect(socket) {
+        Ok(_) => None,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Some(format!(
+            "{path}: connection refused: the socket is there but no daemon listens on it \
+             (the daemon is not running; a daemon that crashed leaves its socket)"
+        )),
+        Err(e) => Some(format!("{path}: cannot connect: {e}")),
+    }
+}
+
 /// `rktlet info`: the server's Version and verbose Status as one JSON object.
 pub async fn info(socket: &Path) -> Result<serde_json::Value, String> {
+    if let Some(why) = why_unreachable(socket) {
+        return Err(why);
+    }
     let mut rt = runtime(socket).await.map_err(|e| format!("cannot connect to {}: {e}", socket.display()))?;
     let v = rt
         .version(cri::VersionRequest { version: "v1".into() })

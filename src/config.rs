@@ -20,20 +20,23 @@ pub enum ConfigError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("invalid config file {path}: {source}")]
     Parse { path: PathBuf, source: toml::de::Error },
-    #[error("invalid log level {0:?}: use error, warn, info, debug or trace")]
-    LogLevel(String),
-    #[error("invalid log format {0:?}: use text or json")]
-    LogFormat(String),
-    #[error("metrics address {0} is not a loopback address: the metrics listener is for the node itself")]
-    MetricsAddress(std::net::SocketAddr),
-    #[error("pod pool size {0} is above the maximum of {MAX_POD_POOL_SIZE}")]
-    PoolSize(usize),
+    #[error("invalid log level {0:?} ({1}): use error, warn, info, debug or trace")]
+    LogLevel(String, String),
+    #[error("invalid log format {0:?} ({1}): use text or json")]
+    LogFormat(String, String),
+    #[error("metrics address {0} ({1}) is not a loopback address: the metrics listener is for the node itself")]
+    MetricsAddress(std::net::SocketAddr, String),
+    #[error("pod pool size {0} ({1}) is above the maximum of {MAX_POD_POOL_SIZE}")]
+    PoolSize(usize, String),
 }
 
 /// The config file: every key optional; unknown keys are an error so typos show.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
+    /// The file these values were read from (not a key: set by [`FileConfig::load`]).
+    #[serde(skip)]
+    pub path: Option<PathBuf>,
     pub socket: Option<PathBuf>,
     pub data_dir: Option<PathBuf>,
     pub rkt_path: Option<PathBuf>,
@@ -58,7 +61,46 @@ pub struct FileConfig {
 impl FileConfig {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
-        toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.into(), source })
+        let mut file: FileConfig =
+            toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.into(), source })?;
+        file.path = Some(path.into());
+        Ok(file)
+    }
+
+    /// Whether the key `key` (a config file key, e.g. `pod_pool_size`) has a value here.
+    pub fn has(&self, key: &str) -> bool {
+        match key {
+            "socket" => self.socket.is_some(),
+            "data_dir" => self.data_dir.is_some(),
+            "rkt_path" => self.rkt_path.is_some(),
+            "log_level" => self.log_level.is_some(),
+            "log_format" => self.log_format.is_some(),
+            "cni_conf_dir" => self.cni_conf_dir.is_some(),
+            "cni_bin_dirs" => self.cni_bin_dirs.is_some(),
+            "registry_config" => self.registry_config.is_some(),
+            "trust_dir" => self.trust_dir.is_some(),
+            "exec_mode" => self.exec_mode.is_some(),
+            "metrics_address" => self.metrics_address.is_some(),
+            "pod_pool_size" => self.pod_pool_size.is_some(),
+            "streaming_address" => self.streaming_address.is_some(),
+            _ => false,
+        }
+    }
+}
+
+/// Where the effective value of config key `key` came from, for messages:
+/// `--pod-pool-size`, `pod_pool_size in /etc/rktlet/config.toml`, or `the default`.
+pub fn origin(key: &str, file: &FileConfig, flags: &FileConfig) -> String {
+    if flags.has(key) {
+        let flag = if key == "cni_bin_dirs" { "cni-bin-dir".to_string() } else { key.replace('_', "-") };
+        format!("--{flag}")
+    } else if file.has(key) {
+        match &file.path {
+            Some(p) => format!("{key} in {}", p.display()),
+            None => format!("{key} in the config file"),
+        }
+    } else {
+        "the default".into()
     }
 }
 
@@ -116,8 +158,9 @@ impl Default for Config {
 impl Config {
     /// Layers `file` then `flags` (a `FileConfig` too: `None` = not given) over the defaults.
     pub fn resolve(file: FileConfig, flags: FileConfig) -> Result<Self, ConfigError> {
+        let from = |key: &str| origin(key, &file, &flags);
         let mut c = Config::default();
-        for layer in [file, flags] {
+        for layer in [file.clone(), flags.clone()] {
             if let Some(v) = layer.socket {
                 c.socket = v;
             }
@@ -159,18 +202,18 @@ impl Config {
             }
         }
         if !["error", "warn", "info", "debug", "trace"].contains(&c.log_level.as_str()) {
-            return Err(ConfigError::LogLevel(c.log_level));
+            return Err(ConfigError::LogLevel(c.log_level, from("log_level")));
         }
         if !["text", "json"].contains(&c.log_format.as_str()) {
-            return Err(ConfigError::LogFormat(c.log_format));
+            return Err(ConfigError::LogFormat(c.log_format, from("log_format")));
         }
         if let Some(a) = c.metrics_address
             && !a.ip().is_loopback()
         {
-            return Err(ConfigError::MetricsAddress(a));
+            return Err(ConfigError::MetricsAddress(a, from("metrics_address")));
         }
         if c.pod_pool_size > MAX_POD_POOL_SIZE {
-            return Err(ConfigError::PoolSize(c.pod_pool_size));
+            return Err(ConfigError::PoolSize(c.pod_pool_size, from("pod_pool_size")));
         }
         Ok(c)
     }
@@ -210,7 +253,7 @@ cni_bin_dirs = [{bins}]
 registry_config = "{registries}"
 
 # rkt's trust store: PullImage of an ACI ("aci:" + a file or https URL) needs
-# its signature by a key under trusted_dir/trustedkeys (see `rktlet trust`).
+# its signature by a key under trust_dir/trustedkeys (see `rktlet trust`).
 trust_dir = "{trust}"
 
 # The streaming server (the URLs Exec answers with; kubelet proxies them).
@@ -221,7 +264,7 @@ streaming_address = "{streaming}"
 # metrics_address = "127.0.0.1:9095"
 
 # Pods booted ahead for RunPodSandbox (0 turns the pool off, at most {max_pool}).
-# Each idle pool pod holds about 3-5 MiB of private memory.
+# Each idle pool pod holds a few MiB of private memory (docs/bench.md).
 pod_pool_size = {pool}
 
 # Serve every CRI call by exec'ing this binary's rkt-style CLI, as the
@@ -267,24 +310,53 @@ mod tests {
         assert_eq!(Config::resolve(FileConfig::default(), flags).expect("resolve").pod_pool_size, 0);
     }
 
+    /// The keys `FileConfig` takes, read from its `Debug` form (every field
+    /// but `path`, which is not a key), so a new key cannot be forgotten here.
+    fn file_keys() -> Vec<String> {
+        let debug = format!("{:?}", FileConfig::default());
+        let inner = debug.trim_start_matches("FileConfig {").trim_end_matches('}');
+        inner
+            .split(", ")
+            .filter_map(|f| f.split_once(':').map(|(k, _)| k.trim().to_string()))
+            .filter(|k| k != "path")
+            .collect()
+    }
+
     #[test]
     fn the_default_file_is_the_defaults() {
-        let file: FileConfig = toml::from_str(&default_toml()).expect("the printed default parses");
+        let text = default_toml();
+        let file: FileConfig = toml::from_str(&text).expect("the printed default parses");
         assert_eq!(Config::resolve(file, FileConfig::default()).expect("resolve"), Config::default());
-        // every key the file takes is named in it (commented out or set)
-        for key in ["socket", "data_dir", "rkt_path", "log_level", "cni_conf_dir", "cni_bin_dirs"] {
-            assert!(default_toml().contains(&format!("{key} =")), "{key}");
+        let keys = file_keys();
+        assert!(keys.len() >= 13, "{keys:?}");
+        for key in &keys {
+            // every key the file takes is named in it (commented out or set), and `has` knows it
+            assert!(
+                text.lines().any(|l| l.trim_start_matches("# ").starts_with(&format!("{key} ="))),
+                "{key} is not in `rktlet config default`"
+            );
         }
-        for key in [
-            "registry_config",
-            "trust_dir",
-            "metrics_address",
-            "pod_pool_size",
-            "exec_mode",
-            "log_format",
-            "streaming_address",
-        ] {
-            assert!(default_toml().contains(&format!("{key} =")), "{key}");
+        // the commented-out keys parse too, with their example values
+        let uncommented: String = text
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(rest) if keys.iter().any(|k| rest.starts_with(&format!("{k} ="))) => rest,
+                _ => l,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let all: FileConfig = toml::from_str(&uncommented).expect("every key of the default parses");
+        for key in &keys {
+            assert!(all.has(key), "{key} not set by the uncommented default (or `has` misses it)");
+        }
+        // every config-key-like word of the comments is a key (the comment once said `trusted_dir`)
+        for line in text.lines().filter(|l| l.starts_with('#')) {
+            for word in line.split(|c: char| !(c.is_ascii_lowercase() || c == '_')) {
+                let word = word.trim_matches('_');
+                if word.contains('_') {
+                    assert!(keys.iter().any(|k| k == word), "comment names {word:?}, not a config key: {line}");
+                }
+            }
         }
     }
 
@@ -297,8 +369,20 @@ mod tests {
         assert!(err.contains("sockit"), "{err}");
         assert!(matches!(FileConfig::load(&t.path().join("missing.toml")), Err(ConfigError::Read { .. })));
         let flags = FileConfig { log_level: Some("loud".into()), ..Default::default() };
-        assert!(matches!(Config::resolve(FileConfig::default(), flags), Err(ConfigError::LogLevel(_))));
+        assert!(matches!(Config::resolve(FileConfig::default(), flags), Err(ConfigError::LogLevel(..))));
         let flags = FileConfig { pod_pool_size: Some(10_000), ..Default::default() };
-        assert!(matches!(Config::resolve(FileConfig::default(), flags), Err(ConfigError::PoolSize(_))));
+        let err = Config::resolve(FileConfig::default(), flags).expect_err("too big").to_string();
+        assert!(err.contains("10000 (--pod-pool-size)"), "{err}");
+        // a value refused from the file names the file and the key
+        fs::write(&path, "pod_pool_size = 500\n").expect("w");
+        let file = FileConfig::load(&path).expect("load");
+        let err = Config::resolve(file.clone(), FileConfig::default()).expect_err("too big").to_string();
+        assert!(err.contains(&format!("500 (pod_pool_size in {})", path.display())), "{err}");
+        // and the flag, given, overrides the file's value
+        let flags = FileConfig { pod_pool_size: Some(1), ..Default::default() };
+        assert_eq!(Config::resolve(file, flags).expect("flag wins").pod_pool_size, 1);
+        let file = FileConfig { metrics_address: Some("10.0.0.1:9095".parse().expect("addr")), ..Default::default() };
+        let err = Config::resolve(file, FileConfig::default()).expect_err("not loopback").to_string();
+        assert!(err.contains("(metrics_address in the config file)"), "{err}");
     }
 }

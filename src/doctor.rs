@@ -304,29 +304,61 @@ fn socket(path: &Path) -> Check {
 }
 
 fn privileges() -> Check {
-    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
+    privileges_of(&fs::read_to_string("/proc/self/status").unwrap_or_default())
+}
+
+/// The capability check on a `/proc/PID/status` text: what the effective set
+/// (CapEff) and the bounding set (CapBnd, what any process here could ever
+/// gain) hold of the capabilities rktlet needs, with their bits as read.
+fn privileges_of(status: &str) -> Check {
+    let set = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(0)
+    };
+    let (eff, bnd) = (set("CapEff:"), set("CapBnd:"));
+    let bits = format!("CapEff={eff:016x} CapBnd={bnd:016x}");
+    let has = |mask: u64, cap: u32| mask & (1u64 << cap) != 0;
+    // why a capability is missing decides the fix: a process can be given
+    // what the bounding set allows; what it lacks, nothing started here gets
+    let missing = |cap: u32, name: &str| {
+        if has(bnd, cap) {
+            format!("{name} (bit {cap}) is in the bounding set but not in the effective set")
+        } else {
+            format!(
+                "{name} (bit {cap}) is in neither the effective nor the bounding set: \
+                 nothing started on this host (or in this container) can have it"
+            )
+        }
+    };
     const CAP_SYS_ADMIN: u32 = 21;
     const CAP_SYS_RESOURCE: u32 = 24;
-    if eff & (1 << CAP_SYS_ADMIN) == 0 {
+    if !has(eff, CAP_SYS_ADMIN) {
         return Check::fail(
             "privileges",
-            "no CAP_SYS_ADMIN: mounts, namespaces and cgroups need root",
-            "run rktlet as root",
+            format!("{}; mounts, namespaces and cgroups need it ({bits})", missing(CAP_SYS_ADMIN, "CAP_SYS_ADMIN")),
+            "run rktlet as root with the full capability set",
         );
     }
-    if eff & (1 << CAP_SYS_RESOURCE) == 0 {
+    if !has(eff, CAP_SYS_RESOURCE) {
+        let fix = if has(bnd, CAP_SYS_RESOURCE) {
+            "run rktlet as root without dropping CAP_SYS_RESOURCE (e.g. not under a CapabilityBoundingSet= or --cap-drop that removes it)"
+        } else {
+            "start the container or VM that runs rktlet with CAP_SYS_RESOURCE (e.g. docker --cap-add SYS_RESOURCE, \
+             or no CapabilityBoundingSet= removing it): it cannot be gained from inside"
+        };
         return Check::warn(
             "privileges",
-            "no CAP_SYS_RESOURCE: pods keep the inherited OOM score (a negative oom_score_adj is refused)",
-            "run with CAP_SYS_RESOURCE to let pods outlive their apps under memory pressure",
+            format!(
+                "{}; pods keep the inherited OOM score (a negative oom_score_adj is refused) ({bits})",
+                missing(CAP_SYS_RESOURCE, "CAP_SYS_RESOURCE")
+            ),
+            fix,
         );
     }
-    Check::ok("privileges", "root with the capabilities rktlet uses")
+    Check::ok("privileges", format!("CAP_SYS_ADMIN and CAP_SYS_RESOURCE are effective ({bits})"))
 }
 
 /// The checks as text, one per line with its fix below.
@@ -377,5 +409,33 @@ mod tests {
         assert!(text.contains("[FAIL] CNI network") && text.contains("fix: write a conflist"), "{text}");
         let json = serde_json::to_value(&checks).expect("json");
         assert_eq!(json[0]["outcome"], "ok");
+        // the capability check says what this process really has
+        let status = fs::read_to_string("/proc/self/status").expect("status");
+        let eff = status.lines().find_map(|l| l.strip_prefix("CapEff:")).expect("CapEff").trim().to_string();
+        let privileges = by("privileges");
+        assert!(privileges.detail.contains(&format!("CapEff={eff}")), "{privileges:?} vs CapEff {eff}");
+        let sys_resource = u64::from_str_radix(&eff, 16).expect("hex") & (1 << 24) != 0;
+        assert_eq!(privileges.outcome == Outcome::Ok, sys_resource, "{privileges:?}");
+    }
+
+    #[test]
+    fn capabilities_are_reported_as_read() {
+        let status = |eff: &str, bnd: &str| format!("Name:\ttest\nCapPrm:\t{eff}\nCapEff:\t{eff}\nCapBnd:\t{bnd}\n");
+        // every capability: ok, with the bits
+        let all = privileges_of(&status("000001ffffffffff", "000001ffffffffff"));
+        assert_eq!(all.outcome, Outcome::Ok, "{all:?}");
+        assert!(all.detail.contains("CapEff=000001ffffffffff"), "{all:?}");
+        // all but CAP_SYS_RESOURCE, also missing from the bounding set (a VM or container started without it)
+        let bounded = privileges_of(&status("000001fffeffffff", "000001fffeffffff"));
+        assert_eq!(bounded.outcome, Outcome::Warn);
+        assert!(bounded.detail.contains("CAP_SYS_RESOURCE (bit 24) is in neither"), "{bounded:?}");
+        assert!(bounded.fix.as_deref().is_some_and(|f| f.contains("cannot be gained from inside")), "{bounded:?}");
+        // dropped from the effective set only
+        let dropped = privileges_of(&status("000001fffeffffff", "000001ffffffffff"));
+        assert!(dropped.detail.contains("in the bounding set but not in the effective set"), "{dropped:?}");
+        // no CAP_SYS_ADMIN (not root): a failure
+        let user = privileges_of(&status("0000000000000000", "000001ffffffffff"));
+        assert_eq!(user.outcome, Outcome::Fail);
+        assert!(user.detail.contains("CAP_SYS_ADMIN (bit 21)"), "{user:?}");
     }
 }

@@ -7,10 +7,17 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "rktlet", version, about = "A Kubernetes CRI runtime that runs pods the rkt way")]
+#[command(
+    name = "rktlet",
+    version,
+    about = "A Kubernetes CRI runtime that runs pods the rkt way",
+    after_help = "The options above are rkt's global flags: given before the command (`rktlet --dir DIR list`), \
+                  as rkt takes them, they count for the commands that use them and are ignored by the others. \
+                  Each command's --help lists the ones it uses, which may also follow the command."
+)]
 struct Cli {
     #[command(flatten)]
-    rkt: RktFlags,
+    rkt: TopFlags,
     #[command(subcommand)]
     command: Command,
 }
@@ -20,8 +27,12 @@ enum Command {
     /// Serve the CRI RuntimeService and ImageService on a unix socket.
     Serve(ServeArgs),
     /// App-level commands on mutable pods.
-    #[command(subcommand)]
-    App(AppCommand),
+    App {
+        #[command(flatten)]
+        data: DataFlags,
+        #[command(subcommand)]
+        command: AppCommand,
+    },
     /// Trust an OpenPGP key for image names under --prefix (or every name: --root);
     /// `trust list` shows the trusted keys, `trust rm FINGERPRINT` removes one.
     Trust {
@@ -36,30 +47,52 @@ enum Command {
         format: String,
         /// KEYFILE, or `list`, or `rm FINGERPRINT`.
         args: Vec<String>,
+        #[command(flatten)]
+        dirs: ConfigDirs,
+        #[command(flatten)]
+        debug: DebugFlag,
     },
     /// List pods.
     List {
         #[arg(long, default_value = "table")]
         format: String,
+        #[command(flatten)]
+        data: DataFlags,
     },
     /// Show one pod.
     Status {
         uuid: String,
         #[arg(long, default_value = "table")]
         format: String,
+        #[command(flatten)]
+        data: DataFlags,
     },
     /// Stop pods (the pod's systemd powers off; --force kills at once).
     Stop {
         uuids: Vec<String>,
         #[arg(long)]
         force: bool,
+        #[command(flatten)]
+        data: DataFlags,
+        #[command(flatten)]
+        net: NetFlags,
     },
     /// Stop and delete pods.
-    Rm { uuids: Vec<String> },
+    Rm {
+        uuids: Vec<String>,
+        #[command(flatten)]
+        data: DataFlags,
+        #[command(flatten)]
+        net: NetFlags,
+    },
     /// Delete exited pods older than the grace period, and garbage.
     Gc {
         #[arg(long, default_value = "30m", value_parser = parse_duration)]
         grace_period: std::time::Duration,
+        #[command(flatten)]
+        data: DataFlags,
+        #[command(flatten)]
+        net: NetFlags,
     },
     /// Ask a running daemon for its Version and Status over the CRI socket (JSON).
     Info {
@@ -73,6 +106,12 @@ enum Command {
         /// file:///path/app.aci), an https URL, or `aci:NAME[:VERSION][,LABEL=VALUE...]`
         /// found by appc discovery; checked against its `.asc` and the trust store.
         image: String,
+        #[command(flatten)]
+        data: DataFlags,
+        #[command(flatten)]
+        dirs: ConfigDirs,
+        #[command(flatten)]
+        insecure: InsecureFlag,
     },
     /// Measure CRI endpoints side by side: p50/p90/p99 per operation, ratios to
     /// the first endpoint, memory (Markdown on stdout; JSON and SVG with --out).
@@ -81,9 +120,17 @@ enum Command {
     Stats {
         #[arg(long, default_value = "table")]
         format: String,
+        #[command(flatten)]
+        data: DataFlags,
     },
     /// Work with the image store.
     Image {
+        #[command(flatten)]
+        data: DataFlags,
+        #[command(flatten)]
+        dirs: LocalConfig,
+        #[command(flatten)]
+        insecure: InsecureFlag,
         #[command(subcommand)]
         command: ImageCommand,
     },
@@ -120,36 +167,142 @@ enum ConfigCommand {
     Default,
 }
 
-/// rkt's global flags.
+/// rkt's global flags, given before the command (`rktlet --dir DIR list`):
+/// each command uses those it needs (the groups below, which it also takes
+/// after its name), and rkt's callers pass them to every command alike.
 #[derive(Args)]
-struct RktFlags {
+struct TopFlags {
     /// rkt data directory [default: /var/lib/rktlet/data].
-    #[arg(long, global = true)]
+    #[arg(long)]
     dir: Option<PathBuf>,
     /// Local configuration directory: its `registries.toml` lists mirrors and insecure
     /// registries (default /etc/rktlet), its `trustedkeys/` holds trusted keys (default /etc/rkt).
-    #[arg(long, global = true)]
+    #[arg(long)]
     local_config: Option<PathBuf>,
     /// System configuration directory: its `trustedkeys/` holds the vendor's trusted keys,
-    /// which an empty file of the same name under --local-config masks.
-    #[arg(long, global = true, default_value = rktlet::trust::SYSTEM_CONFIG)]
-    system_config: PathBuf,
-    /// Comma-separated: http (plain HTTP to every registry and ACI URL), tls (no certificate
-    /// checks), image (ACIs are imported without checking their OpenPGP signature against the
-    /// trust store; registry pulls keep their signature policy), all-fetch, all (all three), none.
-    #[arg(long, global = true, default_value = "none")]
-    insecure_options: String,
+    /// which an empty file of the same name under --local-config masks [default: /usr/lib/rkt].
+    #[arg(long)]
+    system_config: Option<PathBuf>,
+    /// Comma-separated: http, tls, image, all-fetch, all, none (see `fetch --help`).
+    #[arg(long)]
+    insecure_options: Option<String>,
+    /// Debug logging to stderr.
+    #[arg(long)]
+    debug: bool,
+    /// Directory with CNI network configs, for the network release of `stop`, `rm`
+    /// and `gc` [default: /etc/cni/net.d].
+    #[arg(long)]
+    cni_conf_dir: Option<PathBuf>,
+    /// Directory with CNI plugins; repeat for several [default: /opt/cni/bin, /usr/lib/cni].
+    #[arg(long = "cni-bin-dir")]
+    cni_bin_dirs: Vec<PathBuf>,
+}
+
+/// The data directory, for the commands that work on it (`global`: an `app`
+/// or `image` subcommand takes it after its own name too).
+#[derive(Args, Clone, Default)]
+struct DataFlags {
+    /// rkt data directory [default: /var/lib/rktlet/data].
+    #[arg(long, global = true, alias = "data-dir")]
+    dir: Option<PathBuf>,
+    #[command(flatten)]
+    debug: DebugFlag,
+}
+
+#[derive(Args, Clone, Default)]
+struct DebugFlag {
     /// Debug logging to stderr.
     #[arg(long, global = true)]
     debug: bool,
-    /// Directory with CNI network configs (for the network release of `stop` and `rm`)
-    /// [default: /etc/cni/net.d]. No default value here: `serve` takes the same flag, and a
-    /// default would hide its config file's `cni_conf_dir`.
+}
+
+/// `registries.toml`'s directory, for the image store.
+#[derive(Args, Clone, Default)]
+struct LocalConfig {
+    /// Local configuration directory: its `registries.toml` lists mirrors and insecure
+    /// registries [default: /etc/rktlet].
     #[arg(long, global = true)]
+    local_config: Option<PathBuf>,
+}
+
+/// The trust store's directories, and `registries.toml`'s.
+#[derive(Args, Clone, Default)]
+struct ConfigDirs {
+    /// Local configuration directory: its `registries.toml` lists mirrors and insecure
+    /// registries (default /etc/rktlet), its `trustedkeys/` holds trusted keys (default /etc/rkt).
+    #[arg(long)]
+    local_config: Option<PathBuf>,
+    /// System configuration directory: its `trustedkeys/` holds the vendor's trusted keys,
+    /// which an empty file of the same name under --local-config masks [default: /usr/lib/rkt].
+    #[arg(long)]
+    system_config: Option<PathBuf>,
+}
+
+#[derive(Args, Clone, Default)]
+struct InsecureFlag {
+    /// Comma-separated: http (plain HTTP to every registry and ACI URL), tls (no certificate
+    /// checks), image (ACIs are imported without checking their OpenPGP signature against the
+    /// trust store; registry pulls keep their signature policy), all-fetch, all (all three),
+    /// none [default: none].
+    #[arg(long, global = true)]
+    insecure_options: Option<String>,
+}
+
+/// Where the CNI configs and plugins are, for releasing a pod's network.
+#[derive(Args, Clone, Default)]
+struct NetFlags {
+    /// Directory with CNI network configs, to release the pods' networks [default: /etc/cni/net.d].
+    #[arg(long)]
     cni_conf_dir: Option<PathBuf>,
     /// Directory with CNI plugins; repeat for several [default: /opt/cni/bin, /usr/lib/cni].
-    #[arg(long = "cni-bin-dir", global = true)]
+    #[arg(long = "cni-bin-dir")]
     cni_bin_dirs: Vec<PathBuf>,
+}
+
+/// The effective rkt flags of one command: its own, else the global ones
+/// given before it, else the defaults.
+#[derive(Default)]
+struct RktFlags {
+    dir: Option<PathBuf>,
+    local_config: Option<PathBuf>,
+    system_config: PathBuf,
+    insecure_options: String,
+    debug: bool,
+    cni_conf_dir: Option<PathBuf>,
+    cni_bin_dirs: Vec<PathBuf>,
+}
+
+/// What a command takes of the rkt flags (each `None`: it takes none of that group).
+#[derive(Default)]
+struct Given {
+    data: Option<DataFlags>,
+    debug: Option<DebugFlag>,
+    dirs: Option<ConfigDirs>,
+    insecure: Option<InsecureFlag>,
+    net: Option<NetFlags>,
+}
+
+impl TopFlags {
+    fn with(self, given: Given) -> RktFlags {
+        let Given { data, debug, dirs, insecure, net } = given;
+        let (data, debug) = (data.unwrap_or_default(), debug.unwrap_or_default());
+        let (dirs, insecure, net) = (dirs.unwrap_or_default(), insecure.unwrap_or_default(), net.unwrap_or_default());
+        if data.debug.debug || debug.debug {
+            init_logging("debug");
+        }
+        RktFlags {
+            dir: data.dir.or(self.dir),
+            local_config: dirs.local_config.or(self.local_config),
+            system_config: dirs
+                .system_config
+                .or(self.system_config)
+                .unwrap_or_else(|| PathBuf::from(rktlet::trust::SYSTEM_CONFIG)),
+            insecure_options: insecure.insecure_options.or(self.insecure_options).unwrap_or_else(|| "none".into()),
+            debug: self.debug || data.debug.debug || debug.debug,
+            cni_conf_dir: net.cni_conf_dir.or(self.cni_conf_dir),
+            cni_bin_dirs: if net.cni_bin_dirs.is_empty() { self.cni_bin_dirs } else { net.cni_bin_dirs },
+        }
+    }
 }
 
 #[derive(Args)]
@@ -330,7 +483,7 @@ struct ServeArgs {
     #[arg(long)]
     socket: Option<PathBuf>,
     /// rkt data directory [default: /var/lib/rktlet/data].
-    #[arg(long)]
+    #[arg(long, alias = "dir")]
     data_dir: Option<PathBuf>,
     /// Program run as `<rkt> app sandbox` [default: this binary].
     #[arg(long)]
@@ -371,11 +524,18 @@ struct ServeArgs {
 
 impl ServeArgs {
     fn config(self) -> Result<Config, rktlet::config::ConfigError> {
+        self.config_with_origins().map(|(config, _)| config)
+    }
+
+    /// The configuration, with where its CNI config directory was set
+    /// (`--cni-conf-dir`, `cni_conf_dir in FILE`, or the default).
+    fn config_with_origins(self) -> Result<(Config, String), rktlet::config::ConfigError> {
         let file = match &self.config {
             Some(path) => FileConfig::load(path)?,
             None => FileConfig::default(),
         };
         let flags = FileConfig {
+            path: None,
             socket: self.socket,
             data_dir: self.data_dir,
             rkt_path: self.rkt_path,
@@ -390,7 +550,8 @@ impl ServeArgs {
             pod_pool_size: self.pod_pool_size,
             streaming_address: self.streaming_address,
         };
-        Config::resolve(file, flags)
+        let cni_origin = rktlet::config::origin("cni_conf_dir", &file, &flags);
+        Ok((Config::resolve(file, flags)?, cni_origin))
     }
 }
 
@@ -433,8 +594,21 @@ fn init_logging_as(level: &str, format: &str) {
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
-    let config = args.config().map_err(|e| e.to_string())?;
+    let (config, cni_origin) = args.config_with_origins().map_err(|e| e.to_string())?;
     init_logging_as(&config.log_level, &config.log_format);
+    // as containerd: the daemon starts (a CNI daemonset may write the config
+    // later) and Status says NetworkReady=false until then; but a mistyped
+    // directory is said once, loudly, with where it was set
+    if !config.cni_conf_dir.is_dir() {
+        let what = if config.cni_conf_dir.exists() { "is not a directory" } else { "does not exist" };
+        tracing::warn!(
+            cni_conf_dir = %config.cni_conf_dir.display(),
+            set_by = %cni_origin,
+            "the CNI config directory {} (set by {cni_origin}) {what}: NetworkReady stays false and pods on \
+             the pod network cannot start until a network config appears there (host-network pods can)",
+            config.cni_conf_dir.display()
+        );
+    }
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -465,7 +639,9 @@ fn json_format(format: &str) -> Result<bool, String> {
 }
 
 fn for_each(ids: &[String], f: impl Fn(&str) -> Result<(), String>) -> Result<(), String> {
-    let errors: Vec<String> = ids.iter().filter_map(|id| f(id).err().map(|e| format!("{id}: {e}"))).collect();
+    // an error that names its pod already is not prefixed with it again
+    let named = |id: &str, e: String| if e.contains(id) { e } else { format!("{id}: {e}") };
+    let errors: Vec<String> = ids.iter().filter_map(|id| f(id).err().map(|e| named(id, e))).collect();
     if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
 }
 
@@ -584,7 +760,7 @@ fn image_cmd(rkt: RktFlags, command: ImageCommand) -> Result<(), String> {
     match command {
         ImageCommand::List { format } => {
             let images = store.list().map_err(|e| e.to_string())?;
-            let secs = |ns: i64| ns / 1_000_000_000;
+            let now = std::time::SystemTime::now();
             match format.as_str() {
                 "json" => {
                     let rows: Vec<rktlet::api_v1::ImageInfo> = images
@@ -605,7 +781,12 @@ fn image_cmd(rkt: RktFlags, command: ImageCommand) -> Result<(), String> {
                     println!("ID\tNAME\tSIZE\tIMPORT TIME\tLAST USED");
                     for i in &images {
                         let name = i.tags.first().cloned().unwrap_or_else(|| i.manifest.name.clone());
-                        println!("{}\t{}\t{}\t{}\t{}", i.id, name, i.size, secs(i.import_time), secs(i.last_used));
+                        let (size, import, used) = (
+                            rktlet::cli::ibytes(i.size),
+                            rktlet::cli::ago(i.import_time, now),
+                            rktlet::cli::ago(i.last_used, now),
+                        );
+                        println!("{}\t{name}\t{size}\t{import}\t{used}", i.id);
                     }
                 }
                 other => return Err(format!("unknown --format {other:?}: use tabbed or json")),
@@ -744,74 +925,105 @@ fn main() -> ExitCode {
         // SAFETY: signal(2) restoring the default action, before any thread starts.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
-    if cli.rkt.debug {
+    let top = cli.rkt;
+    if top.debug {
         init_logging("debug");
     }
-    let dir = cli.rkt.dir.clone();
+    // the daemon's own flags win over rkt's global ones given before `serve`
+    let daemon_flags = |mut args: ServeArgs, top: TopFlags| {
+        args.data_dir = args.data_dir.or(top.dir);
+        args.cni_conf_dir = args.cni_conf_dir.or(top.cni_conf_dir);
+        if args.cni_bin_dirs.is_empty() {
+            args.cni_bin_dirs = top.cni_bin_dirs;
+        }
+        args
+    };
+    let lines = |out: String| print!("{}", if out.ends_with('\n') { out } else { format!("{out}\n") });
 
     let result = match cli.command {
-        Command::Serve(mut args) => {
-            args.data_dir = args.data_dir.or(dir);
-            serve(args)
-        }
+        Command::Serve(args) => serve(daemon_flags(args, top)),
         Command::Info { socket } => info(socket),
-        Command::Doctor { mut daemon, format } => {
-            daemon.data_dir = daemon.data_dir.or(dir);
-            doctor(daemon, &format)
-        }
+        Command::Doctor { daemon, format } => doctor(daemon_flags(daemon, top), &format),
         Command::Demo { socket, image, log_dir } => demo(&socket, &image, &log_dir),
         Command::Config(ConfigCommand::Default) => {
             print!("{}", rktlet::config::default_toml());
             Ok(())
         }
-        Command::App(AppCommand::Add(args)) => {
-            rktlet::cli_app::add(data_dir(dir.clone()).root().to_path_buf(), args).map(|id| println!("{id}"))
+        Command::App { data, command } => {
+            let dir = top.with(Given { data: Some(data), ..Default::default() }).dir;
+            let root = || data_dir(dir.clone()).root().to_path_buf();
+            match command {
+                AppCommand::Add(args) => rktlet::cli_app::add(root(), args).map(|id| println!("{id}")),
+                AppCommand::Start { uuid, app } => rktlet::cli_app::lifecycle(root(), "start", &uuid, &app, 0),
+                AppCommand::Stop { uuid, app, timeout } => {
+                    rktlet::cli_app::lifecycle(root(), "stop", &uuid, &app, timeout)
+                }
+                AppCommand::Rm { uuid, app } => rktlet::cli_app::lifecycle(root(), "rm", &uuid, &app, 0),
+                AppCommand::List { uuid, format } => {
+                    json_format(&format).and_then(|json| rktlet::cli_app::show(root(), &uuid, None, json)).map(lines)
+                }
+                AppCommand::Status { uuid, app, format } => json_format(&format)
+                    .and_then(|json| rktlet::cli_app::show(root(), &uuid, Some(&app), json))
+                    .map(lines),
+                AppCommand::Exec { uuid, app, timeout, cmd } => return app_exec(dir, &uuid, &app, timeout, cmd),
+                AppCommand::Sandbox(args) => args
+                    .into_options(data_dir(dir.clone()))
+                    .and_then(rktlet::stage1::sandbox::run)
+                    .map(|never| match never {})
+                    .map_err(|e| e.to_string()),
+            }
         }
-        Command::App(AppCommand::Start { uuid, app }) => {
-            rktlet::cli_app::lifecycle(data_dir(dir.clone()).root().to_path_buf(), "start", &uuid, &app, 0)
+        Command::List { format, data } => {
+            let rkt = top.with(Given { data: Some(data), ..Default::default() });
+            json_format(&format)
+                .and_then(|json| rktlet::cli::list(&data_dir(rkt.dir), json).map_err(|e| e.to_string()))
+                .map(|out| print!("{out}"))
         }
-        Command::App(AppCommand::Stop { uuid, app, timeout }) => {
-            rktlet::cli_app::lifecycle(data_dir(dir.clone()).root().to_path_buf(), "stop", &uuid, &app, timeout)
+        Command::Status { uuid, format, data } => {
+            let rkt = top.with(Given { data: Some(data), ..Default::default() });
+            json_format(&format)
+                .and_then(|json| rktlet::cli::status(&data_dir(rkt.dir), &uuid, json).map_err(|e| e.to_string()))
+                .map(|out| println!("{}", out.trim_end()))
         }
-        Command::App(AppCommand::Rm { uuid, app }) => {
-            rktlet::cli_app::lifecycle(data_dir(dir.clone()).root().to_path_buf(), "rm", &uuid, &app, 0)
-        }
-        Command::App(AppCommand::List { uuid, format }) => json_format(&format)
-            .and_then(|json| rktlet::cli_app::show(data_dir(dir.clone()).root().to_path_buf(), &uuid, None, json))
-            .map(|out| print!("{}", if out.ends_with('\n') { out } else { format!("{out}\n") })),
-        Command::App(AppCommand::Status { uuid, app, format }) => json_format(&format)
-            .and_then(|json| rktlet::cli_app::show(data_dir(dir.clone()).root().to_path_buf(), &uuid, Some(&app), json))
-            .map(|out| print!("{}", if out.ends_with('\n') { out } else { format!("{out}\n") })),
-        Command::App(AppCommand::Exec { uuid, app, timeout, cmd }) => return app_exec(dir, &uuid, &app, timeout, cmd),
-        Command::App(AppCommand::Sandbox(args)) => args
-            .into_options(data_dir(dir.clone()))
-            .and_then(rktlet::stage1::sandbox::run)
-            .map(|never| match never {})
-            .map_err(|e| e.to_string()),
-        Command::List { format } => json_format(&format)
-            .and_then(|json| rktlet::cli::list(&data_dir(dir.clone()), json).map_err(|e| e.to_string()))
-            .map(|out| print!("{out}")),
-        Command::Status { uuid, format } => json_format(&format)
-            .and_then(|json| rktlet::cli::status(&data_dir(dir.clone()), &uuid, json).map_err(|e| e.to_string()))
-            .map(|out| println!("{}", out.trim_end())),
-        Command::Stop { uuids, force } => {
-            let (data, net) = (data_dir(dir.clone()), cli.rkt.net_dirs());
+        Command::Stop { uuids, force, data, net } => {
+            let rkt = top.with(Given { data: Some(data), net: Some(net), ..Default::default() });
+            let (data, net) = (data_dir(rkt.dir.clone()), rkt.net_dirs());
             for_each(&uuids, |id| rktlet::cli::stop_pod(&data, id, force, &net).map_err(|e| e.to_string()))
         }
-        Command::Rm { uuids } => {
-            let (data, net) = (data_dir(dir.clone()), cli.rkt.net_dirs());
+        Command::Rm { uuids, data, net } => {
+            let rkt = top.with(Given { data: Some(data), net: Some(net), ..Default::default() });
+            let (data, net) = (data_dir(rkt.dir.clone()), rkt.net_dirs());
             for_each(&uuids, |id| rktlet::cli::rm_pod(&data, id, &net).map_err(|e| e.to_string()))
         }
-        Command::Gc { grace_period } => rktlet::cli::gc(&data_dir(dir.clone()), grace_period, &cli.rkt.net_dirs())
-            .map(|removed| removed.iter().for_each(|u| println!("removed {u}")))
-            .map_err(|e| e.to_string()),
-        Command::Fetch { image } => fetch(cli.rkt, image),
-        Command::Trust { prefix, root, format, args } => trust(&cli.rkt, prefix, root, &format, &args),
-        Command::Image { command } => image_cmd(cli.rkt, command),
+        Command::Gc { grace_period, data, net } => {
+            let rkt = top.with(Given { data: Some(data), net: Some(net), ..Default::default() });
+            rktlet::cli::gc(&data_dir(rkt.dir.clone()), grace_period, &rkt.net_dirs())
+                .map(|removed| removed.iter().for_each(|u| println!("removed {u}")))
+                .map_err(|e| e.to_string())
+        }
+        Command::Fetch { image, data, dirs, insecure } => fetch(
+            top.with(Given { data: Some(data), dirs: Some(dirs), insecure: Some(insecure), ..Default::default() }),
+            image,
+        ),
+        Command::Trust { prefix, root, format, args, dirs, debug } => trust(
+            &top.with(Given { dirs: Some(dirs), debug: Some(debug), ..Default::default() }),
+            prefix,
+            root,
+            &format,
+            &args,
+        ),
+        Command::Image { data, dirs, insecure, command } => {
+            let dirs = ConfigDirs { local_config: dirs.local_config, system_config: None };
+            let given = Given { data: Some(data), dirs: Some(dirs), insecure: Some(insecure), ..Default::default() };
+            image_cmd(top.with(given), command)
+        }
         Command::Bench(args) => bench(args),
-        Command::Stats { format } => json_format(&format)
-            .and_then(|json| rktlet::cli_app::stats(data_dir(dir.clone()).root().to_path_buf(), json))
-            .map(|out| print!("{}", if out.ends_with('\n') { out } else { format!("{out}\n") })),
+        Command::Stats { format, data } => {
+            let rkt = top.with(Given { data: Some(data), ..Default::default() });
+            json_format(&format)
+                .and_then(|json| rktlet::cli_app::stats(data_dir(rkt.dir).root().to_path_buf(), json))
+                .map(lines)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

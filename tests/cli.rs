@@ -81,6 +81,13 @@ fn cli_runs_a_pod_and_an_app_without_the_daemon() {
     assert_eq!(apps.as_array().map(Vec::len), Some(1));
     rktlet(&dir, &["app", "rm", &uuid, "--app=0-hello"]);
     assert_eq!(json(&dir, &["app", "list", &uuid, "--format=json"]).as_array().map(Vec::len), Some(0));
+    // removing an app that is not there (again, or never added) fails and says so
+    for app in ["--app=0-hello", "--app=0-nosuch"] {
+        let out = Command::new(BIN).arg("--dir").arg(&dir).args(["app", "rm", &uuid, app]).output().expect("app rm");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "app rm {app} of a missing app succeeded");
+        assert!(err.contains("not found") && err.contains(app.trim_start_matches("--app=")), "{err}");
+    }
 
     // a running app's status shows what it uses: a 1 MB file in its writable layer, CPU, memory
     let script = "head -c 1000000 /dev/zero > /tmp/f; exec sleep 100";
@@ -121,4 +128,141 @@ fn a_closed_stdout_ends_a_command_quietly() {
     assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{stderr}");
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}", out.status);
+}
+
+/// The help text of `rktlet ARGS... --help`: its option names and their descriptions.
+fn options(args: &[&str]) -> Vec<(String, String)> {
+    let out = Command::new(BIN).args(args).arg("--help").output().expect("help");
+    assert!(out.status.success(), "{args:?} --help");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut opts: Vec<(String, String)> = Vec::new();
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("--") || trimmed.starts_with("-h, --help") || trimmed.starts_with("-V, ") {
+            let name = trimmed.trim_start_matches("-h, ").trim_start_matches("-V, ");
+            let name = name.split_whitespace().next().unwrap_or_default().to_string();
+            opts.push((name, String::new()));
+        } else if let Some(last) = opts.last_mut()
+            && !trimmed.is_empty()
+            && line.starts_with("          ")
+        {
+            last.1.push_str(trimmed);
+        }
+    }
+    opts
+}
+
+/// Each setting has one name, and a command's help lists only the flags it
+/// uses (`serve --help` listed `--dir` and `--data-dir` with one text, and
+/// every command listed rkt's global flags).
+#[test]
+fn each_command_lists_the_flags_it_uses_once() {
+    let names = |args: &[&str]| options(args).into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+    let serve = names(&["serve"]);
+    assert!(serve.contains(&"--data-dir".to_string()), "{serve:?}");
+    for absent in ["--dir", "--insecure-options", "--local-config", "--system-config", "--debug"] {
+        assert!(!serve.contains(&absent.to_string()), "serve lists {absent}: {serve:?}");
+    }
+    assert_eq!(names(&["info"]), ["--socket", "--help"]);
+    assert_eq!(names(&["config", "default"]), ["--help"]);
+    let list = names(&["list"]);
+    assert!(list.contains(&"--dir".to_string()) && !list.contains(&"--insecure-options".to_string()), "{list:?}");
+    let fetch = names(&["fetch"]);
+    for present in ["--dir", "--insecure-options", "--local-config", "--system-config"] {
+        assert!(fetch.contains(&present.to_string()), "fetch lacks {present}: {fetch:?}");
+    }
+    assert!(names(&["rm"]).contains(&"--cni-conf-dir".to_string()));
+    assert!(!names(&["app", "add"]).contains(&"--cni-conf-dir".to_string()));
+    // no two flags of any command share a description (one setting, two names)
+    let commands: &[&[&str]] = &[
+        &[],
+        &["serve"],
+        &["doctor"],
+        &["info"],
+        &["list"],
+        &["status"],
+        &["stop"],
+        &["rm"],
+        &["gc"],
+        &["fetch"],
+        &["trust"],
+        &["stats"],
+        &["image", "list"],
+        &["image", "rm"],
+        &["app", "add"],
+        &["app", "sandbox"],
+        &["app", "exec"],
+        &["bench"],
+        &["demo"],
+    ];
+    for args in commands {
+        let opts = options(args);
+        for (i, (name, text)) in opts.iter().enumerate() {
+            let twin = opts[i + 1..].iter().find(|(_, t)| !t.is_empty() && t == text);
+            assert!(twin.is_none(), "rktlet {args:?}: {name} and {:?} say the same: {text}", twin.map(|t| &t.0));
+        }
+    }
+}
+
+/// rkt's global flags work before the command, as rkt's callers pass them
+/// (`--insecure-options` to every command, exec mode does so), and a
+/// command's own flags after it; the command's own wins.
+#[test]
+fn rkt_global_flags_work_before_the_command_and_after_it() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (t.path().join("a"), t.path().join("b"));
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new(BIN).args(args).output().expect("run");
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let os = |s: &'static str| std::ffi::OsStr::new(s);
+    // `image list` makes the store it opens: which dir it made shows which --dir counted
+    run(&[os("--dir"), a.as_os_str(), os("--insecure-options=image,ondisk"), os("image"), os("list")]);
+    assert!(a.join("cas").is_dir(), "the global --dir was not used");
+    run(&[os("image"), os("list"), os("--dir"), b.as_os_str()]);
+    assert!(b.join("cas").is_dir(), "the command's --dir was not used");
+    // the command's own --dir wins over the global one
+    let c = t.path().join("c");
+    run(&[os("--dir"), t.path().join("d").as_os_str(), os("image"), os("list"), os("--dir"), c.as_os_str()]);
+    assert!(c.join("cas").is_dir() && !t.path().join("d").exists(), "the command's --dir did not win");
+    // rkt's global flags are taken before any command, as rkt's callers pass them all
+    let listed = run(&[os("--dir"), a.as_os_str(), os("--insecure-options=image,ondisk"), os("list")]);
+    assert!(listed.starts_with("UUID"), "{listed}");
+    run(&[os("--dir"), a.as_os_str(), os("--local-config"), t.path().as_os_str(), os("image"), os("list")]);
+}
+
+/// `rm` of a pod that is not there names it once, and fails.
+#[test]
+fn rm_of_an_unknown_pod_names_it_once() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let uuid = "2b7e6f0e-1111-2222-3333-444455556666";
+    let out = Command::new(BIN).arg("--dir").arg(t.path()).args(["rm", uuid]).output().expect("rm");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(err.matches(uuid).count(), 1, "{err}");
+    assert!(err.contains("not found"), "{err}");
+}
+
+/// `info` without a daemon says what is at the socket's path: nothing, not a
+/// socket, or a socket nobody listens on (no daemon running).
+#[test]
+fn info_without_a_daemon_says_why() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let info = |socket: &Path| {
+        let out = Command::new(BIN).arg("info").arg("--socket").arg(socket).output().expect("info");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let missing = info(&t.path().join("none.sock"));
+    assert!(missing.contains("no such file") && missing.contains("no daemon"), "{missing}");
+    let file = t.path().join("file");
+    std::fs::write(&file, b"x").expect("write");
+    let not_socket = info(&file);
+    assert!(not_socket.contains("is not a socket (a regular file)"), "{not_socket}");
+    let stale = t.path().join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).expect("bind"));
+    let refused = info(&stale);
+    assert!(refused.contains("connection refused") && refused.contains("daemon is not running"), "{refused}");
+    assert!(!refused.contains("transport error"), "{refused}");
 }

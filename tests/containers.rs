@@ -71,6 +71,16 @@ impl Env {
         command: &[&str],
         tweak: impl FnOnce(&mut cri::ContainerConfig),
     ) -> String {
+        self.try_create(pod, name, command, tweak).await.expect("CreateContainer")
+    }
+
+    async fn try_create(
+        &mut self,
+        pod: &(String, cri::PodSandboxConfig),
+        name: &str,
+        command: &[&str],
+        tweak: impl FnOnce(&mut cri::ContainerConfig),
+    ) -> Result<String, tonic::Status> {
         let mut config = cri::ContainerConfig {
             metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 0 }),
             image: Some(cri::ImageSpec { image: self.image.clone(), ..Default::default() }),
@@ -89,9 +99,7 @@ impl Env {
                 sandbox_config: Some(pod.1.clone()),
             })
             .await
-            .expect("CreateContainer")
-            .into_inner()
-            .container_id
+            .map(|r| r.into_inner().container_id)
     }
 
     async fn start(&mut self, id: &str) {
@@ -527,6 +535,67 @@ async fn memory_limit_oom_kill_and_resource_updates() {
     assert_eq!(app_cgroup_file(&data, &pod.0, "0-steady", "cpu", "cpu.shares"), "512");
     let procs = app_cgroup_file(&data, &pod.0, "0-steady", "memory", "cgroup.procs");
     assert!(!procs.is_empty(), "the app's process sits in its memory cgroup");
+    // cgroup v1 (this host): swap (memsw), cpusets and hugepages are written too, or refused
+    let v1 = rktlet::cgroup::Layout::read().expect("layout").v2_root().is_none();
+    let has = |c: &str| {
+        rktlet::cgroup::Layout::read()
+            .expect("layout")
+            .hierarchies
+            .iter()
+            .any(|h| h.mount.is_some() && h.controllers.iter().any(|x| x == c))
+    };
+    let memsw = |d: &Path| {
+        let layout = rktlet::cgroup::Layout::read().expect("layout");
+        let h = layout.hierarchies.iter().find(|h| h.controllers.iter().any(|c| c == "memory")).expect("memory");
+        h.mount.as_ref().is_some_and(|m| m.join("memory.memsw.limit_in_bytes").exists()) && d.exists()
+    };
+    let cpus = std::fs::read_to_string("/sys/fs/cgroup/cpuset/cpuset.cpus").unwrap_or_default();
+    let first_cpu = cpus.trim().split([',', '-']).next().unwrap_or("0").to_string();
+    if v1 && has("cpuset") && memsw(&data) {
+        let pinned = e
+            .create(&pod, "pinned", &["sleep", "1000"], |c| {
+                let mut r = resources(64 << 20, 50_000);
+                r.memory_swap_limit_in_bytes = 96 << 20;
+                r.cpuset_cpus = first_cpu.clone();
+                c.linux = Some(cri::LinuxContainerConfig { resources: Some(r), ..Default::default() });
+            })
+            .await;
+        e.start(&pinned).await;
+        e.wait_state(&pinned, cri::ContainerState::ContainerRunning).await;
+        let file = |c: &str, f: &str| app_cgroup_file(&data, &pod.0, "0-pinned", c, f);
+        assert_eq!(file("memory", "memory.memsw.limit_in_bytes"), (96u64 << 20).to_string());
+        assert_eq!(file("cpuset", "cpuset.cpus"), first_cpu);
+        assert!(!file("cpuset", "cgroup.procs").is_empty(), "the app's process sits in its cpuset cgroup");
+        // raising memory above the old memsw: memsw goes first
+        let mut r = resources(128 << 20, 25_000);
+        r.memory_swap_limit_in_bytes = 160 << 20;
+        e.rt.update_container_resources(cri::UpdateContainerResourcesRequest {
+            container_id: pinned.clone(),
+            linux: Some(r),
+            ..Default::default()
+        })
+        .await
+        .expect("UpdateContainerResources with swap");
+        assert_eq!(file("memory", "memory.limit_in_bytes"), (128u64 << 20).to_string());
+        assert_eq!(file("memory", "memory.memsw.limit_in_bytes"), (160u64 << 20).to_string());
+    } else {
+        common::skipped(
+            "memory_limit_oom_kill_and_resource_updates/v1 cpuset+memsw",
+            "not cgroup v1 with cpuset and swap accounting",
+        );
+    }
+    if v1 && !has("hugetlb") {
+        let mut r = resources(64 << 20, 50_000);
+        r.hugepage_limits = vec![cri::HugepageLimit { page_size: "2MB".into(), limit: 2 << 20 }];
+        let err = e
+            .try_create(&pod, "huge", &["sleep", "1"], |c| {
+                c.linux = Some(cri::LinuxContainerConfig { resources: Some(r), ..Default::default() });
+            })
+            .await
+            .expect_err("no hugetlb controller");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+        assert!(err.message().contains("hugepage_limits"), "{err:?}");
+    }
     e.rt.update_container_resources(cri::UpdateContainerResourcesRequest {
         container_id: steady.clone(),
         linux: Some(resources(128 << 20, 25_000)),
@@ -1416,5 +1485,78 @@ async fn mount_propagation(pid: cri::NamespaceMode) {
         let _ = umount2(&src.join("from-node"), MntFlags::MNT_DETACH);
         umount2(src, MntFlags::MNT_DETACH).expect("umount");
     }
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}
+
+/// CRI fields rktlet does not implement are refused naming the field, or
+/// ignored where containerd ignores them (the host lacks the LSM): CDI
+/// devices, AppArmor profiles, SELinux labels. Nothing is left of a refusal.
+#[tokio::test(flavor = "multi_thread")]
+async fn unsupported_security_fields_are_refused_or_ignored_as_containerd_does() {
+    let mut e = env().await;
+    let pod = e.pod("lsm").await;
+    let host = rktlet::stage1::lsm::Lsms::detect();
+    let refused = |r: Result<String, tonic::Status>, field: &str| {
+        let err = r.expect_err(field);
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+        assert!(err.message().contains(field), "{field}: {err:?}");
+    };
+    let r = e
+        .try_create(&pod, "cdi", &["true"], |c| {
+            c.cdi_devices = vec![cri::CdiDevice { name: "vendor.com/gpu=0".into() }];
+        })
+        .await;
+    refused(r, "config.CDI_devices");
+    let profile = |t: cri::security_profile::ProfileType, name: &str| cri::SecurityProfile {
+        profile_type: t as i32,
+        localhost_ref: name.into(),
+    };
+    use cri::security_profile::ProfileType;
+    let with_apparmor = |p: cri::SecurityProfile| {
+        move |c: &mut cri::ContainerConfig| {
+            c.linux.get_or_insert_default().security_context.get_or_insert_default().apparmor = Some(p);
+        }
+    };
+    let r = e.try_create(&pod, "aa-local", &["true"], with_apparmor(profile(ProfileType::Localhost, "mine"))).await;
+    refused(r, "config.linux.security_context.apparmor");
+    let r = e.try_create(&pod, "aa-default", &["true"], with_apparmor(profile(ProfileType::RuntimeDefault, ""))).await;
+    if host.apparmor {
+        refused(r, "config.linux.security_context.apparmor");
+    } else {
+        r.expect("RuntimeDefault AppArmor is ignored on a host without AppArmor, as containerd ignores it");
+    }
+    e.try_create(&pod, "aa-unconfined", &["true"], with_apparmor(profile(ProfileType::Unconfined, "")))
+        .await
+        .expect("Unconfined AppArmor");
+    let r = e
+        .try_create(&pod, "labels", &["true"], |c| {
+            c.linux.get_or_insert_default().security_context.get_or_insert_default().selinux_options =
+                Some(cri::SeLinuxOption { r#type: "container_t".into(), ..Default::default() });
+        })
+        .await;
+    if host.selinux {
+        refused(r, "config.linux.security_context.selinux_options");
+    } else {
+        r.expect("SELinux labels are ignored on a host without SELinux, as containerd ignores them");
+    }
+    // the refused ones left no container behind
+    let listed = e.rt.list_containers(cri::ListContainersRequest::default()).await.expect("list").into_inner();
+    let names: Vec<String> =
+        listed.containers.iter().filter_map(|c| c.metadata.as_ref().map(|m| m.name.clone())).collect();
+    assert!(!names.iter().any(|n| n == "cdi" || n == "aa-local"), "{names:?}");
+    // a pod asking for an AppArmor profile it cannot have is refused before it is made
+    let mut config = host_network(pod_config("lsm-pod", &[]));
+    config.linux.get_or_insert_default().security_context.get_or_insert_default().apparmor =
+        Some(profile(ProfileType::Localhost, "mine"));
+    let before = e.rt.list_pod_sandbox(cri::ListPodSandboxRequest::default()).await.expect("list").into_inner();
+    let err =
+        e.rt.run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() })
+            .await
+            .expect_err("Localhost AppArmor for the pod");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("config.linux.security_context.apparmor"), "{err:?}");
+    let after = e.rt.list_pod_sandbox(cri::ListPodSandboxRequest::default()).await.expect("list").into_inner();
+    assert_eq!(before.items.len(), after.items.len());
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }

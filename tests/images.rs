@@ -325,7 +325,14 @@ fn cli_list_cat_manifest_gc_rerender_and_rm() {
     assert!(id.starts_with("sha512-") && id.len() == 71, "{id}");
     let list: Vec<serde_json::Value> = serde_json::from_str(&run(&["image", "list", "--format=json"])).expect("json");
     assert_eq!(list[0]["id"], id.as_str());
-    assert!(run(&["image", "list"]).contains("cfg:latest"));
+    // the table shows times and sizes as rkt does, not Unix seconds and bytes
+    let table = run(&["image", "list"]);
+    let row = table.lines().find(|l| l.contains("cfg:latest")).unwrap_or_else(|| panic!("{table}"));
+    let cols: Vec<&str> = row.split('\t').collect();
+    assert_eq!(cols.len(), 5, "{row}");
+    assert!(cols[2].ends_with("B"), "size {row}");
+    assert!(cols[3] == "now" || cols[3].ends_with(" ago"), "import time {row}");
+    assert!(!cols[3].chars().all(|c| c.is_ascii_digit()), "{row}");
     let manifest: serde_json::Value = serde_json::from_str(&run(&["image", "cat-manifest", &id])).expect("manifest");
     assert_eq!(manifest["acKind"], "ImageManifest");
     assert_eq!(manifest["app"]["workingDirectory"], "/work");

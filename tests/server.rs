@@ -233,6 +233,59 @@ fn config_file_keys_count_and_flags_override_them() {
     assert_eq!(from_flag["cniConfDir"], flag.display().to_string(), "{from_flag}");
 }
 
+/// A CNI config directory that does not exist: the daemon starts (as
+/// containerd does: a CNI daemonset may write it later), says so at start
+/// naming the flag or config key, and Status says why the network is not ready.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_cni_conf_dir_is_said_at_start_and_in_status() {
+    let d = Daemon::start(&["--cni-conf-dir", "/nonexistent/rktlet-net.d"]);
+    let mut rt = d.runtime().await;
+    let status = rt.status(cri::StatusRequest { verbose: false }).await.expect("Status").into_inner();
+    let conditions = status.status.expect("status").conditions;
+    let net = conditions.iter().find(|c| c.r#type == "NetworkReady").expect("NetworkReady");
+    assert!(!net.status, "{net:?}");
+    assert!(net.message.contains("/nonexistent/rktlet-net.d does not exist"), "{net:?}");
+    let log = d.log();
+    let line = log.lines().find(|l| l.contains("the CNI config directory")).unwrap_or_else(|| panic!("{log}"));
+    assert!(line.contains("/nonexistent/rktlet-net.d (set by --cni-conf-dir) does not exist"), "{line}");
+
+    // set by the config file: the warning names the file and the key
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("config.toml");
+    std::fs::write(&cfg, "cni_conf_dir = \"/nonexistent/from-file\"\npod_pool_size = 0\n").expect("write");
+    let socket = dir.path().join("r.sock");
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("serve");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(std::time::Instant::now() < deadline, "serve did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), Signal::SIGTERM).expect("kill");
+    let out = wait_timeout(&mut child, Duration::from_secs(20)).expect("exit");
+    assert!(out.success(), "{out}");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err).expect("stderr");
+    let expected = format!("/nonexistent/from-file (set by cni_conf_dir in {}) does not exist", cfg.display());
+    assert!(err.contains(&expected), "{err}");
+
+    // a pool size refused from the file names the file and the key
+    std::fs::write(&cfg, "pod_pool_size = 1000\n").expect("write");
+    let out = Command::new(BIN).arg("serve").arg("--config").arg(&cfg).output().expect("serve");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("pod pool size 1000 (pod_pool_size in {})", cfg.display())), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn json_logs_are_one_object_per_line() {
     let mut d = Daemon::start(&["--log-format", "json"]);

@@ -51,11 +51,34 @@ impl Limits {
 
     /// Refuses what no host could apply: unknown or path-like `unified`
     /// keys, `unified` on a host without cgroup v2 controllers, malformed
-    /// cpusets and hugepage sizes.
+    /// cpusets and hugepage sizes; and on cgroup v1, a cpuset or a hugepage
+    /// limit the host has no controller for (a limit of 0, which kubelet
+    /// sends for every page size the node has, is kept where nothing is).
     pub fn validate(&self) -> Result<(), String> {
+        self.validate_on(Layout::cached().ok())
+    }
+
+    fn validate_on(&self, layout: Option<&Layout>) -> Result<(), String> {
         super::v2::validate_unified(&self.unified)?;
-        if !self.unified.is_empty() && Layout::cached().ok().and_then(|l| l.v2_root()).is_none() {
+        let v2 = layout.and_then(|l| l.v2_root()).is_some();
+        if !self.unified.is_empty() && !v2 {
             return Err("unified (cgroup v2) resources were given, but this host has no cgroup v2 controllers".into());
+        }
+        let v1_has = |c: &str| {
+            layout.is_some_and(|l| {
+                l.hierarchies.iter().any(|h| h.mount.is_some() && h.controllers.iter().any(|x| x == c))
+            })
+        };
+        if let Some(l) = layout
+            && !v2
+            && !l.hierarchies.is_empty()
+        {
+            if (self.cpuset_cpus.is_some() || self.cpuset_mems.is_some()) && !v1_has("cpuset") {
+                return Err("cpuset_cpus/cpuset_mems were given, but this host has no cpuset cgroup controller".into());
+            }
+            if self.hugepages.values().any(|l| *l > 0) && !v1_has("hugetlb") {
+                return Err("hugepage_limits were given, but this host has no hugetlb cgroup controller mounted".into());
+            }
         }
         for (what, v) in [("cpuset_cpus", &self.cpuset_cpus), ("cpuset_mems", &self.cpuset_mems)] {
             if let Some(v) = v
@@ -73,7 +96,7 @@ impl Limits {
 
 /// The controllers an app cgroup is made in (cpuacct for its CPU usage;
 /// often co-mounted with cpu, then one directory serves both).
-const CONTROLLERS: [&str; 4] = ["memory", "cpu", "cpuacct", "pids"];
+const CONTROLLERS: [&str; 6] = ["memory", "cpu", "cpuacct", "pids", "cpuset", "hugetlb"];
 
 /// An app's cgroup directories, one per controller that is mounted.
 #[derive(Debug, Clone)]
@@ -132,7 +155,8 @@ impl AppCgroup {
             return super::v2::apply(&root.join(rel), limits).map_err(io::Error::other);
         }
         for (_, d) in &self.dirs {
-            fs::create_dir_all(d)?;
+            // a v1 cpuset cgroup takes tasks only once its cpus and mems are set
+            super::pod::create_with_cpuset(d)?;
         }
         let context = |c: &str, file: &'static str| {
             let d = self.dir(c).map(|d| d.display().to_string()).unwrap_or_default();
@@ -150,9 +174,38 @@ impl AppCgroup {
             }
         }
         if let Some(d) = self.dir("memory") {
+            // memory plus swap: `memory.memsw.limit_in_bytes` exists with swap
+            // accounting; without it the swap limit is dropped, as containerd
+            // drops it where the kernel has no swap controller
+            let memsw = d.join("memory.memsw.limit_in_bytes");
+            let swap = limits.memory_swap_bytes.filter(|_| memsw.exists()).map(|s| if s > 0 { s } else { -1 });
+            // memsw may never be below the memory limit: raised first when
+            // it grows (a failure then means it shrinks: it goes after)
+            if let Some(s) = swap {
+                let _ = fs::write(&memsw, s.to_string());
+            }
             MemController::new(d.clone(), PathBuf::new(), false)
                 .set_limit(limits.memory_bytes.filter(|m| *m > 0).unwrap_or(-1))
                 .map_err(context("memory", "memory.limit_in_bytes"))?;
+            if let Some(s) = swap {
+                fs::write(&memsw, s.to_string())
+                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", memsw.display())))?;
+            }
+        }
+        if let Some(d) = self.dir("cpuset") {
+            for (file, value) in [("cpuset.cpus", &limits.cpuset_cpus), ("cpuset.mems", &limits.cpuset_mems)] {
+                if let Some(v) = value {
+                    fs::write(d.join(file), v)
+                        .map_err(|e| io::Error::new(e.kind(), format!("{}/{file}: {e}", d.display())))?;
+                }
+            }
+        }
+        if let Some(d) = self.dir("hugetlb") {
+            for (size, limit) in &limits.hugepages {
+                let file = d.join(format!("hugetlb.{size}.limit_in_bytes"));
+                fs::write(&file, limit.to_string())
+                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", file.display())))?;
+            }
         }
         if let Some(d) = self.dir("pids") {
             PidController::new(d.clone(), PathBuf::new(), false)
@@ -281,5 +334,32 @@ mod tests {
             Some(PathBuf::from("/sys/fs/cgroup/unified/rktlet-pool/rktlet-u/payload/system.slice/0-web.service"))
         );
         assert!(Limits::default().is_empty());
+    }
+
+    #[test]
+    fn v1_refuses_what_it_has_no_controller_for() {
+        let layout = Layout::parse(
+            "4:memory:/\n3:cpuset:/\n0::/\n",
+            "35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n\
+             39 31 0:36 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n\
+             41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n",
+        );
+        let cpuset = Limits { cpuset_cpus: Some("0".into()), ..Default::default() };
+        assert!(cpuset.validate_on(Some(&layout)).is_ok());
+        // kubelet's zero limit for each page size of the node: nothing to limit, kept
+        let zero = Limits { hugepages: [("2MB".to_string(), 0)].into(), ..Default::default() };
+        assert!(zero.validate_on(Some(&layout)).is_ok());
+        let huge = Limits { hugepages: [("2MB".to_string(), 4 << 20)].into(), ..Default::default() };
+        let e = huge.validate_on(Some(&layout)).expect_err("no hugetlb");
+        assert!(e.contains("hugepage_limits") && e.contains("hugetlb"), "{e}");
+        let no_cpuset =
+            Layout::parse("4:memory:/\n0::/\n", "35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n");
+        assert!(cpuset.validate_on(Some(&no_cpuset)).expect_err("no cpuset").contains("cpuset"));
+        let a = AppCgroup::new(
+            &layout,
+            &super::super::pod::Subcgroups { controllers: "p".into(), tracking: "p".into() },
+            "0-web",
+        );
+        assert_eq!(a.dir("cpuset"), Some(&PathBuf::from("/sys/fs/cgroup/cpuset/p/app-0-web")));
     }
 }

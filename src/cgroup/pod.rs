@@ -228,7 +228,7 @@ fn remove_tree(dir: &Path) -> io::Result<()> {
 
 /// `mkdir -p` for a cgroup, copying `cpuset.cpus`/`cpuset.mems` down from the
 /// parent into every level it creates (v1 cpuset starts them empty).
-fn create_with_cpuset(dir: &Path) -> io::Result<()> {
+pub(super) fn create_with_cpuset(dir: &Path) -> io::Result<()> {
     if dir.is_dir() {
         return Ok(());
     }

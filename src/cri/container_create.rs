@@ -65,6 +65,30 @@ fn stop_signal(config: &cri::ContainerConfig, image: &manifest::ImageManifest) -
     }
 }
 
+/// What rktlet does not do, refused before anything is written: CDI devices
+/// (no CDI registry is read), AppArmor profiles and SELinux labels on a host
+/// that enforces them (see `stage1::lsm`). A privileged container runs
+/// without the runtime's default AppArmor profile, as containerd runs it.
+#[allow(deprecated)] // older kubelets still send `apparmor_profile`
+fn check_unsupported(rt: &Runtime, config: &cri::ContainerConfig) -> Result<(), Status> {
+    if !config.cdi_devices.is_empty() {
+        let names: Vec<&str> = config.cdi_devices.iter().map(|d| d.name.as_str()).collect();
+        return Err(Status::invalid_argument(format!(
+            "config.CDI_devices: rktlet does not resolve CDI devices ({}); give the device nodes in config.devices",
+            names.join(", ")
+        )));
+    }
+    let sc = config.linux.as_ref().and_then(|l| l.security_context.as_ref());
+    let prefix = "config.linux.security_context";
+    let apparmor = match sc {
+        Some(sc) => super::apparmor_asked(&format!("{prefix}.apparmor"), sc.apparmor.as_ref(), &sc.apparmor_profile)?,
+        None => None,
+    };
+    let privileged = sc.is_some_and(|s| s.privileged);
+    let apparmor = apparmor.filter(|a| !(privileged && *a == crate::stage1::lsm::AppArmor::RuntimeDefault));
+    super::check_lsm(rt, prefix, apparmor, sc.and_then(|s| s.selinux_options.as_ref()))
+}
+
 /// Capabilities and no_new_privs as rkt's isolators (`os/linux/capabilities-retain-set`,
 /// `os/linux/no-new-privileges`): privileged keeps every capability.
 fn security_isolators(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result<Vec<manifest::Isolator>, Status> {
@@ -365,6 +389,7 @@ pub async fn create_container(
         return Err(Status::invalid_argument("config.image.image is required"));
     }
     super::check_metadata_size("container", &config.labels, &config.annotations)?;
+    check_unsupported(rt, &config)?;
     let t0 = std::time::Instant::now();
     let mut pod = Pod::open(&rt.data, &req.pod_sandbox_id).map_err(pod_status)?;
     let state = pod.state().map_err(pod_status)?;

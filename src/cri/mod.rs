@@ -107,6 +107,54 @@ fn pod_status(e: crate::pod::PodError) -> Status {
 /// status and list call reads.
 pub(crate) const MAX_METADATA_BYTES: usize = 256 << 10;
 
+/// The AppArmor profile a request names: its `apparmor` field, else the
+/// deprecated string (`runtime/default`, `unconfined`, `localhost/NAME`).
+pub(crate) fn apparmor_asked(
+    field: &str,
+    profile: Option<&cri::SecurityProfile>,
+    deprecated: &str,
+) -> Result<Option<crate::stage1::lsm::AppArmor>, Status> {
+    use crate::stage1::lsm::AppArmor;
+    use cri::security_profile::ProfileType;
+    if let Some(p) = profile {
+        return match ProfileType::try_from(p.profile_type) {
+            Ok(ProfileType::RuntimeDefault) => Ok(Some(AppArmor::RuntimeDefault)),
+            Ok(ProfileType::Unconfined) => Ok(Some(AppArmor::Unconfined)),
+            Ok(ProfileType::Localhost) if p.localhost_ref.is_empty() => {
+                Err(Status::invalid_argument(format!("{field}: a Localhost profile needs localhost_ref")))
+            }
+            Ok(ProfileType::Localhost) => Ok(Some(AppArmor::Localhost(p.localhost_ref.clone()))),
+            Err(_) => Err(Status::invalid_argument(format!("{field}: unknown profile type {}", p.profile_type))),
+        };
+    }
+    match deprecated {
+        "" => Ok(None),
+        "runtime/default" => Ok(Some(AppArmor::RuntimeDefault)),
+        "unconfined" => Ok(Some(AppArmor::Unconfined)),
+        other => match other.strip_prefix("localhost/") {
+            Some(name) if !name.is_empty() => Ok(Some(AppArmor::Localhost(name.to_string()))),
+            _ => Err(Status::invalid_argument(format!("{field}_profile: unknown AppArmor profile {other:?}"))),
+        },
+    }
+}
+
+/// Refuses the AppArmor and SELinux confinement a request asks for that
+/// rktlet cannot give on this host (see `stage1::lsm`), naming the field.
+pub(crate) fn check_lsm(
+    rt: &Runtime,
+    prefix: &str,
+    apparmor: Option<crate::stage1::lsm::AppArmor>,
+    selinux: Option<&cri::SeLinuxOption>,
+) -> Result<(), Status> {
+    let host = rt.host.lsm;
+    crate::stage1::lsm::check_apparmor(&format!("{prefix}.apparmor"), apparmor.as_ref(), host)
+        .map_err(Status::invalid_argument)?;
+    let labels =
+        selinux.is_some_and(|o| !(o.user.is_empty() && o.role.is_empty() && o.r#type.is_empty() && o.level.is_empty()));
+    crate::stage1::lsm::check_selinux(&format!("{prefix}.selinux_options"), labels, host)
+        .map_err(Status::invalid_argument)
+}
+
 /// Refuses labels and annotations over [`MAX_METADATA_BYTES`].
 pub(crate) fn check_metadata_size(
     what: &str,

@@ -107,6 +107,13 @@ pub async fn run_pod_sandbox(
     rt: &Runtime,
     req: cri::RunPodSandboxRequest,
 ) -> Result<cri::RunPodSandboxResponse, Status> {
+    let sc = req.config.as_ref().and_then(|c| c.linux.as_ref()).and_then(|l| l.security_context.as_ref());
+    if let Some(sc) = sc {
+        let prefix = "config.linux.security_context";
+        let apparmor = super::apparmor_asked(&format!("{prefix}.apparmor"), sc.apparmor.as_ref(), "")?;
+        let apparmor = apparmor.filter(|a| !(sc.privileged && *a == crate::stage1::lsm::AppArmor::RuntimeDefault));
+        super::check_lsm(rt, prefix, apparmor, sc.selinux_options.as_ref())?;
+    }
     let req = validate(req, rt.cgroup_driver == crate::cgroup::Driver::Systemd)?;
     if let Some(uuid) = super::sandbox_pool::serve(rt, &req).await {
         rt.pods.warm(&rt.manifests, &uuid.to_string());

@@ -23,6 +23,10 @@ use std::time::Duration;
 pub enum CniError {
     #[error("no network config found in {0}")]
     NoConfig(PathBuf),
+    #[error(
+        "no network config: the CNI config directory {0} does not exist (pods on the pod network wait for a config there)"
+    )]
+    NoConfDir(PathBuf),
     #[error("cannot read network config {path}: {source}")]
     Read { path: PathBuf, source: io::Error },
     #[error("invalid network config {path}: {reason}")]
@@ -144,7 +148,7 @@ pub fn find_plugin(name: &str, bin_dirs: &[PathBuf]) -> Option<PathBuf> {
 pub fn default_network(conf_dir: &Path) -> Result<NetworkConfig, CniError> {
     let entries = match fs::read_dir(conf_dir) {
         Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(CniError::NoConfig(conf_dir.to_path_buf())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(CniError::NoConfDir(conf_dir.to_path_buf())),
         Err(source) => return Err(CniError::Read { path: conf_dir.to_path_buf(), source }),
     };
     let mut files: Vec<PathBuf> = entries
@@ -178,6 +182,7 @@ mod tests {
         let bin = t.path().join("bin");
         fs::create_dir_all(&conf).expect("conf");
         fs::create_dir_all(&bin).expect("bin");
+        assert!(matches!(default_network(&conf.join("missing")), Err(CniError::NoConfDir(_))));
         assert!(matches!(default_network(&conf), Err(CniError::NoConfig(_))));
         fs::write(conf.join("05-broken.conflist"), b"{").expect("write");
         assert!(matches!(default_network(&conf), Err(CniError::Invalid { .. })));

@@ -10,11 +10,17 @@ pub struct Host {
     pub pid1_is_systemd: bool,
     /// Path of `systemd-nspawn`, if installed.
     pub nspawn: Option<PathBuf>,
+    /// The security modules the host enforces (requests for them are weighed against these).
+    pub lsm: super::lsm::Lsms,
 }
 
 impl Host {
     pub fn detect() -> Self {
-        Host { pid1_is_systemd: pid1_is_systemd(Path::new("/")), nspawn: find_in_path("systemd-nspawn") }
+        Host {
+            pid1_is_systemd: pid1_is_systemd(Path::new("/")),
+            nspawn: find_in_path("systemd-nspawn"),
+            lsm: super::lsm::Lsms::detect(),
+        }
     }
 }
 

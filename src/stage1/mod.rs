@@ -15,6 +15,7 @@ pub mod filters;
 pub mod host;
 pub mod inject;
 pub mod launch;
+pub mod lsm;
 pub mod nspawn;
 pub mod pty;
 pub mod rootfs;
