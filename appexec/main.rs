@@ -20,7 +20,8 @@
 //!    (`bind=`, `rbind=`, `robind=`, `rrobind=`); mounts a /proc of the new
 //!    PID namespace, then the app's masked (`mask=`) and read-only (`ro=`)
 //!    paths, /proc's and the others; makes the root read-only (`rootro`);
-//!    enters the working directory (`cwd=`, made when missing); installs a filter that denies again what the app's own
+//!    enters the working directory (`cwd=`, made when missing); asks AppArmor
+//!    for the app's profile at its execve (`aa=`); installs a filter that denies again what the app's own
 //!    seccomp profile denied and systemd had to let through (`deny=`: all
 //!    but the few calls still made after it: prctl, capget, capset,
 //!    setgroups, setresgid, setresuid, poll, execve, write, exit_group); drops
@@ -108,6 +109,7 @@ const SYS_PIVOT_ROOT: c_long = 155;
 #[cfg(target_arch = "aarch64")]
 const SYS_PIVOT_ROOT: c_long = 41;
 const O_RDONLY: c_int = 0;
+const O_WRONLY: c_int = 1;
 const O_CLOEXEC: c_int = 0o2_000_000;
 const MS_RDONLY: c_ulong = 1;
 const MS_NOSUID: c_ulong = 2;
@@ -197,6 +199,8 @@ struct Plan {
     gid: u32,
     groups: Vec<u32>,
     no_new_privs: bool,
+    /// The AppArmor profile the app's execve enters (`aa=`).
+    apparmor: Option<CString>,
     /// The app's root as the pod sees it (`root=`): this program makes the
     /// mount namespace and binds, then pivots into it (required).
     root: CString,
@@ -278,6 +282,7 @@ fn parse() -> Plan {
             "gid" => plan.gid = number(key, value),
             "groups" => plan.groups = value.split(',').filter(|s| !s.is_empty()).map(|g| number(key, g)).collect(),
             "nnp" => plan.no_new_privs = true,
+            "aa" => plan.apparmor = Some(cstring(format!("exec {value}").into_bytes())),
             _ => fail(&format!("unknown option {arg:?}"), 0),
         }
     }
@@ -481,6 +486,9 @@ fn container(plan: &Plan, alive: c_int) -> ! {
             unsafe { syscall(SYS_MOUNT_SETATTR, AT_FDCWD, c"/".as_ptr(), 0 as c_uint, &attr, size_of::<MountAttr>()) };
         check(rc as c_int, "making the root read-only");
     }
+    if let Some(attr) = &plan.apparmor {
+        apparmor_on_exec(attr);
+    }
     if !plan.deny.is_empty() {
         deny_again(plan);
     }
@@ -514,6 +522,23 @@ fn container(plan: &Plan, alive: c_int) -> ! {
 /// capabilities, for its parent's end (or a signal: its dispositions are
 /// the defaults, so the unit's stop signal ends it). Only `write`, `poll`
 /// and `exit_group` are called here: calls every filter lets appexec make.
+/// Asks AppArmor to confine this process from its next execve on
+/// (`exec PROFILE`); a profile that cannot be set fails the app.
+fn apparmor_on_exec(attr: &CStr) {
+    // SAFETY: open(2) of a C string literal; closed below.
+    let fd = unsafe { open(c"/proc/self/attr/apparmor/exec".as_ptr(), O_WRONLY | O_CLOEXEC) };
+    check(fd, "opening /proc/self/attr/apparmor/exec");
+    let bytes = attr.to_bytes();
+    // SAFETY: write(2) of our own buffer to our own descriptor.
+    let n = unsafe { write(fd, bytes.as_ptr().cast(), bytes.len()) };
+    let err = errno();
+    // SAFETY: close(2) of the descriptor opened above.
+    unsafe { close(fd) };
+    if n != bytes.len() as isize {
+        fail(&format!("setting AppArmor profile ({})", attr.to_string_lossy()), err);
+    }
+}
+
 fn park() -> ! {
     let fd = FAILED_FD.load(Ordering::Relaxed);
     // SAFETY: a byte to our own pipe.

@@ -6,7 +6,8 @@
 #                             exercise pods, containers, limits and the pool, then the CRI
 #                             conformance suite (scripts/conformance.sh), inside it
 #   scripts/node-lane.sh vm   the Debian 12 node VM (../shared/tools/node-vm): systemd as
-#                             PID 1, pure cgroup v2 with every controller; runs tests/cgroup_v2.rs
+#                             PID 1, pure cgroup v2 with every controller, AppArmor enforced;
+#                             runs tests/cgroup_v2.rs and tests/apparmor.rs
 #                             inside it (limits enforced, OOM kills reported, live updates,
 #                             stats, no cgroup left), under both cgroup drivers
 #
@@ -20,16 +21,17 @@
 # NODE_TESTS overrides the list of test targets.
 #
 # vm: installs QEMU and mmdebstrap (node-vm/setup-host.sh) and builds the VM image
-# (node-vm/build-rootfs.sh, about 40 s) when missing, builds rktlet and the test binary,
-# starts the seeded registry on the host's loopback (the guest reaches it at 10.0.2.2).
+# (node-vm/build-rootfs.sh, about 40 s) when missing, builds rktlet and the test binaries,
+# downloads the .debs the guest installs (it has no network): apparmor (the guest's kernel
+# enforces AppArmor: rktlet loads its default profile with apparmor_parser), sudo (critest
+# loads its AppArmor profiles with it), jq and xz-utils (conformance.sh and the kit), starts
+# the seeded registry on the host's loopback (the guest reaches it at 10.0.2.2).
 # The guest sees this worktree at /host, linked to the same absolute path so the test
 # binary finds the rktlet binary it was built against. Emulated (TCG): correctness only.
 # Fails when a test fails or prints a SKIPPED line (inside the VM nothing may skip).
 # Then, unless VM_CONFORMANCE=0, the CRI conformance suite in a second boot of the VM: the
 # test images are built and served on the host (the kit's images, registry and push stages),
-# jq and xz-utils (which conformance.sh and the kit use; the guest has no network to install
-# them) are downloaded here as .debs and installed in the guest, and conformance.sh runs there
-# against rktlet with REGISTRY=10.0.2.2:PORT; its results are kept in
+# and conformance.sh runs in the guest against rktlet with REGISTRY=10.0.2.2:PORT; its results are kept in
 # target/node-lane-vm-results. Fails when a spec fails. VM_TESTS=0 runs the conformance part alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -139,9 +141,21 @@ command -v qemu-system-x86_64 >/dev/null && command -v mmdebstrap >/dev/null || 
 [ -f "$VMDIR/rootfs.ext4" ] || OUT=$VMDIR bash "$tools/build-rootfs.sh"
 
 cargo build --locked --bin rktlet
-testbin=$(cargo test --locked --no-run --test cgroup_v2 2>&1 | tee -a /dev/stderr |
-  sed -n 's/.*Executable tests\/cgroup_v2.rs (\(.*\))/\1/p' | tail -1)
-[ -x "$repo/$testbin" ] || { echo "no cgroup_v2 test binary found" >&2; exit 1; }
+vm_tests="cgroup_v2 apparmor"
+built=$(cargo test --locked --no-run --test cgroup_v2 --test apparmor 2>&1 | tee -a /dev/stderr)
+testbins=()
+for t in $vm_tests; do
+  b=$(sed -n "s/.*Executable tests\/$t.rs (\(.*\))/\1/p" <<<"$built" | tail -1)
+  [ -n "$b" ] && [ -x "$repo/$b" ] || { echo "no $t test binary found" >&2; exit 1; }
+  testbins+=("$b")
+done
+# what the guest installs from .debs (it has no network): jq and xz-utils for conformance.sh
+# and the kit, apparmor (apparmor_parser: the guest's kernel enforces AppArmor, so rktlet loads
+# its default profile) and sudo (critest loads its AppArmor profiles with sudo apparmor_parser)
+debs=$repo/target/node-lane-debs
+rm -rf "$debs" && mkdir -p "$debs"
+(cd "$debs" && apt-get download -q -o APT::Sandbox::User=root jq libjq1 libonig5 xz-utils apparmor sudo >&2)
+guest_debs="dpkg -i $debs/*.deb >/dev/null 2>&1 || { echo 'guest: installing $(cd "$debs" && echo *.deb) failed' >&2; exit 1; }"
 
 # the seeded registry on the host's loopback, stopped when this script exits
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -164,13 +178,19 @@ set -e
 mkdir -p "$(dirname "$repo")"
 [ -e "$repo" ] || ln -s /host "$repo"
 $guest_binary
+$guest_debs
 mkdir -p /etc/rktlet
 printf 'insecure = ["10.0.2.2:$port"]\n' > /etc/rktlet/registries.toml
 modprobe overlay 2>/dev/null || true
 echo "guest: \$(uname -r), PID 1 \$(cat /proc/1/comm), controllers: \$(cat /sys/fs/cgroup/cgroup.controllers)"
 cd "$repo"
-RKTLET_TEST_IMAGE=10.0.2.2:$port/busybox:latest RKTLET_TEST_LOG=rktlet=info \
-  "$repo/$testbin" --test-threads=2
+rc=0
+for b in ${testbins[*]}; do
+  echo "=== guest: \$b"
+  RKTLET_TEST_IMAGE=10.0.2.2:$port/busybox:latest RKTLET_TEST_LOG=rktlet=info \
+    "$repo/\$b" --test-threads=2 || rc=1
+done
+exit \$rc
 GUEST
 rc=$?
 set -e
@@ -180,7 +200,7 @@ t2=$(date +%s)
 echo "node-lane vm: exit $rc, $skipped skipped, VM part $((t2 - t1)) s, total $((t2 - t0)) s"
 fi
 vm_failed=()
-[ "$rc" = 0 ] || vm_failed+=("tests/cgroup_v2.rs (exit $rc)")
+[ "$rc" = 0 ] || vm_failed+=("tests (exit $rc)")
 [ "$skipped" = 0 ] || vm_failed+=("a test skipped inside the VM")
 
 if [ "${VM_CONFORMANCE:-1}" != 0 ]; then
@@ -196,9 +216,6 @@ if [ "${VM_CONFORMANCE:-1}" != 0 ]; then
   PEER_DIR=$peer REG_PORT=$cport bash "$kit" images registry push >&2
   trap 'WORK=$work bash tests/fixtures/seed-registry.sh stop >/dev/null 2>&1 || true
     PEER_DIR=$peer bash "$kit" stop >/dev/null 2>&1 || true' EXIT
-  debs=$repo/target/node-lane-debs
-  rm -rf "$debs" && mkdir -p "$debs"
-  (cd "$debs" && apt-get download -q -o APT::Sandbox::User=root jq libjq1 libonig5 xz-utils >&2)
   results=$repo/target/node-lane-vm-results
   rm -rf "$results"
   t3=$(date +%s)
@@ -209,7 +226,7 @@ set -e
 mkdir -p "$(dirname "$repo")"
 [ -e "$repo" ] || ln -s /host "$repo"
 $guest_binary
-dpkg -i "$debs"/*.deb >/dev/null 2>&1 || { echo "guest: installing jq and xz-utils failed" >&2; exit 1; }
+$guest_debs
 modprobe overlay 2>/dev/null || true
 modprobe br_netfilter 2>/dev/null || true
 P=/var/tmp/conformance

@@ -66,11 +66,12 @@ fn stop_signal(config: &cri::ContainerConfig, image: &manifest::ImageManifest) -
 }
 
 /// What rktlet does not do, refused before anything is written: CDI devices
-/// (no CDI registry is read), AppArmor profiles and SELinux labels on a host
-/// that enforces them (see `stage1::lsm`). A privileged container runs
-/// without the runtime's default AppArmor profile, as containerd runs it.
+/// (no CDI registry is read), SELinux labels on a host that enforces them,
+/// a named AppArmor profile on a host without AppArmor (see `stage1::lsm`).
+/// Returns the container's AppArmor profile, made ready (the runtime's
+/// default unless privileged or unconfined, on a host with AppArmor).
 #[allow(deprecated)] // older kubelets still send `apparmor_profile`
-fn check_unsupported(rt: &Runtime, config: &cri::ContainerConfig) -> Result<(), Status> {
+fn check_unsupported(rt: &Runtime, config: &cri::ContainerConfig) -> Result<Option<String>, Status> {
     if !config.cdi_devices.is_empty() {
         let names: Vec<&str> = config.cdi_devices.iter().map(|d| d.name.as_str()).collect();
         return Err(Status::invalid_argument(format!(
@@ -85,8 +86,8 @@ fn check_unsupported(rt: &Runtime, config: &cri::ContainerConfig) -> Result<(), 
         None => None,
     };
     let privileged = sc.is_some_and(|s| s.privileged);
-    let apparmor = apparmor.filter(|a| !(privileged && *a == crate::stage1::lsm::AppArmor::RuntimeDefault));
-    super::check_lsm(rt, prefix, apparmor, sc.and_then(|s| s.selinux_options.as_ref()))
+    let confinement = super::check_lsm(rt, prefix, apparmor, privileged, sc.and_then(|s| s.selinux_options.as_ref()))?;
+    super::apparmor_profile(rt, &format!("{prefix}.apparmor"), &confinement)
 }
 
 /// Capabilities and no_new_privs as rkt's isolators (`os/linux/capabilities-retain-set`,
@@ -389,7 +390,7 @@ pub async fn create_container(
         return Err(Status::invalid_argument("config.image.image is required"));
     }
     super::check_metadata_size("container", &config.labels, &config.annotations)?;
-    check_unsupported(rt, &config)?;
+    let apparmor = check_unsupported(rt, &config)?;
     let t0 = std::time::Instant::now();
     let mut pod = Pod::open(&rt.data, &req.pod_sandbox_id).map_err(pod_status)?;
     let state = pod.state().map_err(pod_status)?;
@@ -466,6 +467,9 @@ pub async fn create_container(
     user_annotations.insert(meta::ATTEMPT.into(), meta_.attempt.to_string());
     user_annotations.insert(meta::IMAGE.into(), image_ref.clone());
     user_annotations.insert(meta::LOG_PATH.into(), log_path);
+    if let Some(profile) = apparmor {
+        user_annotations.insert(meta::APPARMOR.into(), profile);
+    }
     if config.tty {
         user_annotations.insert(meta::TTY.into(), "true".into());
     }

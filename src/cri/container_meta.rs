@@ -24,6 +24,8 @@ pub const STOP_SIGNAL: &str = "k8s.io/reserved/stop-signal";
 /// `target:<app>` (that of another app of the pod) or `host` (the node's,
 /// in a host-PID pod).
 pub const PID_NAMESPACE: &str = "k8s.io/reserved/pid-namespace";
+/// The AppArmor profile the container runs under (none: unconfined).
+pub const APPARMOR: &str = "k8s.io/reserved/apparmor";
 pub(crate) const RESERVED_PREFIX: &str = "k8s.io/reserved/";
 
 /// The PID namespace a container asked for.
@@ -174,6 +176,10 @@ impl Device {
             mode: None,
         })
     }
+}
+
+pub fn apparmor(app: &RuntimeApp) -> Option<String> {
+    user_annotations(app).get(APPARMOR).cloned()
 }
 
 pub fn devices(app: &RuntimeApp) -> Vec<Device> {

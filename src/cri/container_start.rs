@@ -176,9 +176,11 @@ pub async fn start_container(
     // so does one with a volume whose mounts propagate both ways: systemd
     // makes every mount of a unit's namespace a slave, for good
     let shared = shared_volumes(&t.app);
-    let appexec_paths = if pid_mode != PidMode::Pod || !shared.is_empty() {
+    // so does one with an AppArmor profile (set by appexec for the app's execve)
+    let apparmor = meta::apparmor(&t.app);
+    let appexec_paths = if pid_mode != PidMode::Pod || !shared.is_empty() || apparmor.is_some() {
         api_binds_for_appexec(&t.app, &mut spec);
-        Some((masked, readonly, shared))
+        Some((masked, readonly, shared, apparmor))
     } else {
         tokio::task::block_in_place(|| api_file_systems(&t.pod, pid1, &mut spec, masked, readonly))?;
         None
@@ -516,6 +518,10 @@ fn pid_mode(rt: &Runtime, t: &Target, pid1: i32) -> Result<PidMode, Status> {
     })
 }
 
+/// What appexec applies that systemd does not: masked and read-only paths,
+/// volumes shared both ways, the AppArmor profile.
+type AppexecPaths = (Option<Vec<String>>, Option<Vec<String>>, Vec<String>, Option<String>);
+
 /// Turns the unit into one that runs the app through appexec
 /// (`stage1/appexec.rs`): systemd keeps the environment, stdio and cgroup;
 /// appexec takes the PID and mount namespaces (the unit's root directory,
@@ -529,7 +535,7 @@ fn own_pid_namespace(
     mode: &PidMode,
     spec: &mut ServiceSpec,
     filter: Option<(bool, Vec<String>, Option<i32>)>,
-    (masked, readonly, shared): (Option<Vec<String>>, Option<Vec<String>>, Vec<String>),
+    (masked, readonly, shared, apparmor): AppexecPaths,
 ) -> Result<(), Status> {
     tokio::task::block_in_place(|| crate::stage1::appexec::ensure(&rt.data, &t.pod.path(), pid1))
         .map_err(|e| Status::internal(format!("putting appexec in pod {}: {e}", t.pod.uuid())))?;
@@ -576,6 +582,7 @@ fn own_pid_namespace(
         uid: id(spec.user.take().as_deref().unwrap_or("0"), "user")?,
         gid: id(spec.group.take().as_deref().unwrap_or("0"), "group")?,
         no_new_privs: spec.no_new_privileges.take().unwrap_or(false),
+        apparmor,
         ..Default::default()
     };
     plan.groups = std::mem::take(&mut spec.supplementary_groups)

@@ -138,21 +138,38 @@ pub(crate) fn apparmor_asked(
     }
 }
 
-/// Refuses the AppArmor and SELinux confinement a request asks for that
-/// rktlet cannot give on this host (see `stage1::lsm`), naming the field.
+/// The AppArmor confinement of a container (or a pod), and the refusal of
+/// what rktlet cannot give on this host (see `stage1::lsm`), naming the field.
 pub(crate) fn check_lsm(
     rt: &Runtime,
     prefix: &str,
     apparmor: Option<crate::stage1::lsm::AppArmor>,
+    privileged: bool,
     selinux: Option<&cri::SeLinuxOption>,
-) -> Result<(), Status> {
+) -> Result<crate::stage1::lsm::Confinement, Status> {
     let host = rt.host.lsm;
-    crate::stage1::lsm::check_apparmor(&format!("{prefix}.apparmor"), apparmor.as_ref(), host)
-        .map_err(Status::invalid_argument)?;
+    let confinement =
+        crate::stage1::lsm::apparmor_for(&format!("{prefix}.apparmor"), apparmor.as_ref(), privileged, host)
+            .map_err(Status::invalid_argument)?;
     let labels =
         selinux.is_some_and(|o| !(o.user.is_empty() && o.role.is_empty() && o.r#type.is_empty() && o.level.is_empty()));
     crate::stage1::lsm::check_selinux(&format!("{prefix}.selinux_options"), labels, host)
-        .map_err(Status::invalid_argument)
+        .map_err(Status::invalid_argument)?;
+    Ok(confinement)
+}
+
+/// The AppArmor profile a container runs under, made ready on the host.
+pub(crate) fn apparmor_profile(
+    rt: &Runtime,
+    field: &str,
+    confinement: &crate::stage1::lsm::Confinement,
+) -> Result<Option<String>, Status> {
+    use crate::stage1::apparmor::{AppArmorError, prepare};
+    prepare(confinement, &rt.data.root().join("apparmor")).map_err(|e| match e {
+        AppArmorError::NotLoaded(_) => Status::invalid_argument(format!("{field}: {e}")),
+        AppArmorError::NoParser => Status::failed_precondition(format!("{field}: {e}")),
+        AppArmorError::Load(_) | AppArmorError::Io { .. } => Status::internal(format!("{field}: {e}")),
+    })
 }
 
 /// Refuses labels and annotations over [`MAX_METADATA_BYTES`].

@@ -110,9 +110,15 @@ pub async fn run_pod_sandbox(
     let sc = req.config.as_ref().and_then(|c| c.linux.as_ref()).and_then(|l| l.security_context.as_ref());
     if let Some(sc) = sc {
         let prefix = "config.linux.security_context";
+        // the pod has no process of the user's to confine (no pause
+        // container): a named profile must still exist, as containerd's pause needs it
         let apparmor = super::apparmor_asked(&format!("{prefix}.apparmor"), sc.apparmor.as_ref(), "")?;
-        let apparmor = apparmor.filter(|a| !(sc.privileged && *a == crate::stage1::lsm::AppArmor::RuntimeDefault));
-        super::check_lsm(rt, prefix, apparmor, sc.selinux_options.as_ref())?;
+        if let crate::stage1::lsm::Confinement::Profile(name) =
+            super::check_lsm(rt, prefix, apparmor, sc.privileged, sc.selinux_options.as_ref())?
+        {
+            let field = format!("{prefix}.apparmor");
+            super::apparmor_profile(rt, &field, &crate::stage1::lsm::Confinement::Profile(name))?;
+        }
     }
     let req = validate(req, rt.cgroup_driver == crate::cgroup::Driver::Systemd)?;
     if let Some(uuid) = super::sandbox_pool::serve(rt, &req).await {

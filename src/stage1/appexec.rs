@@ -218,6 +218,8 @@ pub struct Plan {
     pub gid: u32,
     pub groups: Vec<u32>,
     pub no_new_privs: bool,
+    /// The AppArmor profile the app runs under (`stage1::apparmor`).
+    pub apparmor: Option<String>,
     /// The app's root in the pod: appexec makes its mount namespace (none
     /// from systemd), the binds, and pivots into it.
     pub root: Option<String>,
@@ -283,6 +285,7 @@ impl Plan {
         if self.no_new_privs {
             args.push("nnp".into());
         }
+        args.extend(self.apparmor.iter().map(|p| format!("aa={p}")));
         args.push("--".into());
         args.push(app.path.clone());
         args.extend(app.argv.iter().cloned());

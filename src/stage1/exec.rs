@@ -4,7 +4,7 @@
 //! The command becomes a copy of the app's main process in everything but
 //! its program: the same namespaces (mnt, pid, net, ipc, uts, cgroup), root,
 //! working directory, environment, uid/gid/groups, capability sets,
-//! no_new_privs and cgroups, all read from `/proc/<main pid>` beforehand, and
+//! no_new_privs, cgroups and AppArmor profile, all read from `/proc/<main pid>` beforehand, and
 //! the same seccomp filters, copied from the main process (`filters`).
 //!
 //! One child, made the way `posix_spawn` makes one, because copying the
@@ -121,6 +121,8 @@ struct Target {
     oom_score_adj: String,
     /// The main process's seccomp filters, oldest first.
     seccomp: super::filters::Filters,
+    /// `exec <profile>`: the AppArmor profile the main process runs under.
+    apparmor: Option<CString>,
 }
 
 fn cstring(bytes: &[u8]) -> Result<CString, ExecError> {
@@ -203,8 +205,11 @@ impl Target {
         // last: the main process is held for a moment while its filters are read
         let seccomp = super::filters::of_process(pid, status_field(&status, "Seccomp").unwrap_or("0"))
             .map_err(|e| bad(&format!("cannot read its seccomp filters: {e}")))?;
+        let apparmor =
+            super::apparmor::label_of(pid).map(|p| cstring(super::apparmor::exec_attr(&p).as_bytes())).transpose()?;
         Ok(Target {
             seccomp,
+            apparmor,
             ns,
             root,
             cwd: cstring(cwd.as_os_str().as_bytes())?,
@@ -610,7 +615,7 @@ fn kill_session(child: i32, pidfd: Option<&OwnedFd>) {
 }
 
 /// Names of the setup steps, indexed by the number the child reports.
-const STEPS: [&str; 13] = [
+const STEPS: [&str; 14] = [
     "setsid",
     "joining the app's cgroup",
     "joining the app's namespaces",
@@ -624,6 +629,7 @@ const STEPS: [&str; 13] = [
     "setting capabilities",
     "exec",
     "installing the app's seccomp filters",
+    "setting the app's AppArmor profile",
 ];
 
 /// Writes one report (two or three i32 words) to the status pipe.
@@ -706,6 +712,18 @@ unsafe fn command(
             if libc::dup2(*fd, i as RawFd) < 0 {
                 fail(rep, 5);
             }
+        }
+        // the app's AppArmor profile, entered at the execve below
+        if let Some(attr) = &t.apparmor {
+            let fd = libc::open(c"/proc/self/attr/apparmor/exec".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                fail(rep, 13);
+            }
+            let bytes = attr.as_bytes();
+            if libc::write(fd, bytes.as_ptr().cast(), bytes.len()) != bytes.len() as isize {
+                fail(rep, 13);
+            }
+            libc::close(fd);
         }
         let [eff, prm, inh, bnd, amb] = t.caps;
         for cap in 0..64u64 {
