@@ -244,7 +244,7 @@ async fn a_missing_cni_conf_dir_is_said_at_start_and_in_status() {
     let conditions = status.status.expect("status").conditions;
     let net = conditions.iter().find(|c| c.r#type == "NetworkReady").expect("NetworkReady");
     assert!(!net.status, "{net:?}");
-    assert!(net.message.contains("/nonexistent/rktlet-net.d does not exist"), "{net:?}");
+    assert!(net.message.contains("/nonexistent/rktlet-net.d: the directory does not exist"), "{net:?}");
     let log = d.log();
     let line = log.lines().find(|l| l.contains("the CNI config directory")).unwrap_or_else(|| panic!("{log}"));
     assert!(line.contains("/nonexistent/rktlet-net.d (set by --cni-conf-dir) does not exist"), "{line}");

@@ -24,7 +24,7 @@ pub enum CniError {
     #[error("no network config found in {0}")]
     NoConfig(PathBuf),
     #[error(
-        "no network config: the CNI config directory {0} does not exist (pods on the pod network wait for a config there)"
+        "no network config found in {0}: the directory does not exist (pods on the pod network wait for a config there)"
     )]
     NoConfDir(PathBuf),
     #[error("cannot read network config {path}: {source}")]
