@@ -217,6 +217,37 @@ async fn sleep_runs_stops_and_is_removed() {
     assert!(!e.d.log().contains("pod bus disconnected"), "{}", e.d.log());
 }
 
+/// StopPodSandbox kills what still runs, as the CRI asks: a container that
+/// was running reads as exited by SIGKILL (137, as containerd reports it),
+/// its output up to the kill is in its log, and no process of it is left.
+async fn stop_pod_kills_running_containers(pid: cri::NamespaceMode) {
+    let mut e = env_with_pid(pid).await;
+    let pod = e.pod("killed").await;
+    // the marker names the shell ($0) in every process list
+    let marker = format!("stop-kill-marker-{}-{pid:?}", std::process::id());
+    let script = "echo up; trap '' TERM; while :; do sleep 1; done";
+    let id = e.create(&pod, "busy", &["sh", "-c", script, &marker], |_| {}).await;
+    e.start(&id).await;
+    e.wait_log("killed", "busy", 1).await;
+    let before = e.status(&id).await;
+    assert_eq!(before.state, cri::ContainerState::ContainerRunning as i32);
+    e.rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("stop pod");
+    let s = e.status(&id).await;
+    assert_eq!(s.state, cri::ContainerState::ContainerExited as i32, "{s:?}");
+    assert_eq!((s.exit_code, s.reason.as_str()), (137, "Error"), "{s:?}");
+    assert!(s.finished_at >= s.started_at, "{s:?}");
+    assert!(e.log("killed", "busy").contains("up"), "{}", e.log("killed", "busy"));
+    assert!(common::processes_mentioning(&marker).is_empty(), "{:?}", common::processes_mentioning(&marker));
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}
+in_both_pid_namespaces!(
+    stop_pod_kills_running_containers_in_their_own_pid_namespace,
+    stop_pod_kills_running_containers_in_the_pods,
+    stop_pod_kills_running_containers
+);
+in_the_node_pid_namespace!(stop_pod_kills_running_containers_of_a_host_pid_pod, stop_pod_kills_running_containers);
+
 #[tokio::test(flavor = "multi_thread")]
 async fn exit_code_and_cri_logs() {
     let mut e = env().await;

@@ -56,20 +56,38 @@ pub async fn teardown(
     conf_dir: &Path,
     bin_dirs: &[PathBuf],
 ) -> Result<(), PodNetError> {
-    let netns = netns_file.unwrap_or_else(|| netns_path(uuid));
-    let cache = cache_dir(data, uuid);
-    let has_ns = netns.exists();
-    if cache.exists() {
+    release(data, uuid, netns_file.as_deref(), conf_dir, bin_dirs).await?;
+    free(data, uuid, netns_file)
+}
+
+/// CNI DEL of a pod's network (when it has one): its address and interfaces
+/// are freed; processes still in the namespace lose them. Idempotent.
+pub async fn release(
+    data: &DataDir,
+    uuid: Uuid,
+    netns_file: Option<&Path>,
+    conf_dir: &Path,
+    bin_dirs: &[PathBuf],
+) -> Result<(), PodNetError> {
+    let netns = netns_file.map(Path::to_path_buf).unwrap_or_else(|| netns_path(uuid));
+    if cache_dir(data, uuid).exists() {
+        let has_ns = netns.exists();
         match Network::load_default(conf_dir, bin_dirs) {
             Ok(network) => network.del(&request(data, uuid, if has_ns { &netns } else { Path::new("") })).await?,
             // nothing can run DEL without a config; say so and still free the namespace
             Err(e) => tracing::warn!(pod = %uuid, error = %e, "cannot run CNI DEL"),
         }
     }
-    if has_ns {
+    Ok(())
+}
+
+/// Removes a pod's network namespace (after [`release`]) and its CNI cache.
+pub fn free(data: &DataDir, uuid: Uuid, netns_file: Option<PathBuf>) -> Result<(), PodNetError> {
+    let netns = netns_file.unwrap_or_else(|| netns_path(uuid));
+    if netns.exists() {
         netns::remove_path(&netns)?;
     }
-    if let Err(e) = std::fs::remove_dir_all(&cache)
+    if let Err(e) = std::fs::remove_dir_all(cache_dir(data, uuid))
         && e.kind() != std::io::ErrorKind::NotFound
     {
         tracing::warn!(pod = %uuid, error = %e, "cannot remove CNI cache");

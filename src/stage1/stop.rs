@@ -5,6 +5,7 @@
 //! Runs in: the daemon (and the CLI). Every step is idempotent, so a stop or
 //! remove interrupted by a crash is simply run again.
 
+use super::app::{self, AppPaths, AppState};
 use super::launch::pidfd_open;
 use crate::cgroup::{Layout, pod::PodCgroup};
 use crate::pod::{Pod, PodError, PodState};
@@ -54,9 +55,27 @@ pub fn pod_cgroup(pod: &Pod) -> Result<Option<PodCgroup>, StopError> {
     Ok(Some(PodCgroup::of_pod(&layout, &subs)))
 }
 
-/// Stops a pod: SIGTERM to its nspawn (the pod's systemd powers off at once),
-/// then after `grace` SIGKILL to nspawn and to everything left in the pod
-/// cgroup. Returns when the pod reads as exited. Stopping a stopped pod is a no-op.
+/// Apps still running when their pod is killed are recorded as killed (137,
+/// as containerd reports the containers its StopPodSandbox kills), before
+/// the kill, so that no reader sees one without its exit.
+fn record_killed_apps(pod: &Pod) {
+    let Ok(manifest) = pod.read_manifest() else { return };
+    for app in &manifest.apps {
+        let paths = AppPaths::new(pod, &app.name);
+        if app::facts(&paths, true).state == AppState::Running
+            && let Err(e) = app::record_exit(&paths, 128 + libc::SIGKILL)
+        {
+            tracing::warn!(pod = %pod.uuid(), app = %app.name, error = %e, "cannot record a killed app's exit");
+        }
+    }
+}
+
+/// Stops a pod, forcibly as the CRI asks of StopPodSandbox: SIGKILL to the
+/// pod's PID 1, which takes every process of its PID namespaces with it
+/// (nspawn then exits), or, before the pod has a PID 1, SIGTERM to its
+/// nspawn (the pod's systemd powers off at once); after `grace`, SIGKILL to
+/// nspawn and to everything left in the pod cgroup. Returns when the pod
+/// reads as exited. Stopping a stopped pod is a no-op.
 pub fn stop(pod: &mut Pod, grace: Duration) -> Result<(), StopError> {
     let uuid = pod.uuid().to_string();
     let t0 = Instant::now();
@@ -64,7 +83,15 @@ pub fn stop(pod: &mut Pod, grace: Duration) -> Result<(), StopError> {
         && let Some(pid) = pod.sandbox_pid()?
         && let Ok(pidfd) = pidfd_open(pid)
     {
-        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        match super::inject::pod_pid1(pid) {
+            Ok(init) => {
+                record_killed_apps(pod);
+                let _ = kill(Pid::from_raw(init), Signal::SIGKILL);
+            }
+            Err(_) => {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+            }
+        }
         if !wait_exit(&pidfd, grace) {
             tracing::warn!(pod = %uuid, ?grace, "pod did not stop in time; killing it");
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);

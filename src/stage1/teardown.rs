@@ -51,24 +51,36 @@ async fn blocking<T: Send + 'static>(
 /// Stops a pod and releases what it holds on the host, network included.
 /// The pod directory stays (an exited pod can still be inspected).
 pub async fn stop_pod(data: &DataDir, id: &str, grace: Duration, net: &NetDirs) -> Result<(), TeardownError> {
-    let (data2, id2) = (data.clone(), id.to_string());
     let t0 = Instant::now();
-    let (uuid, netns, t_stop) = blocking(move || {
+    let (data2, id2) = (data.clone(), id.to_string());
+    let (uuid, netns) = blocking(move || {
+        let pod = Pod::open(&data2, &id2)?;
+        Ok((pod.uuid(), pod.read_file(pod::NETNS_FILE)?.map(PathBuf::from)))
+    })
+    .await?;
+    // CNI DEL while the pod's systemd powers off: a stopped pod is one whose
+    // processes are gone and whose network is released, in either order
+    let (data2, id2) = (data.clone(), id.to_string());
+    let processes = blocking(move || {
         let mut pod = Pod::open(&data2, &id2)?;
         stop::stop(&mut pod, grace)?;
         let t_stop = t0.elapsed();
         stop::release(&pod)?;
-        let netns = pod.read_file(pod::NETNS_FILE)?.map(PathBuf::from);
-        Ok((pod.uuid(), netns, t_stop))
-    })
-    .await?;
-    let t_release = t0.elapsed();
-    podnet::teardown(data, uuid, netns, &net.conf_dir, &net.bin_dirs).await?;
+        Ok((t_stop, t0.elapsed()))
+    });
+    let network = async {
+        podnet::release(data, uuid, netns.as_deref(), &net.conf_dir, &net.bin_dirs).await?;
+        Ok::<_, TeardownError>(t0.elapsed())
+    };
+    let (processes, network) = tokio::join!(processes, network);
+    let ((t_stop, t_release), t_network) = (processes?, network?);
+    podnet::free(data, uuid, netns)?;
     tracing::debug!(
         pod = %uuid,
         stop_micros = t_stop.as_micros() as u64,
         release_micros = (t_release - t_stop).as_micros() as u64,
-        network_micros = (t0.elapsed() - t_release).as_micros() as u64,
+        network_micros = t_network.as_micros() as u64,
+        total_micros = t0.elapsed().as_micros() as u64,
         "pod sandbox stopped"
     );
     Ok(())
