@@ -168,20 +168,22 @@ echo "node-lane vm: host side ready in $((t1 - t0)) s"
 # In the guest, rktlet runs from a copy on the guest's disk, bound over its path in /host: the
 # 9p share has no page cache, and every daemon a test starts would fault the 300 MB debug
 # binary in over it (under emulation, more than the 20 s a test waits for the socket).
-guest_binary="cp $repo/target/debug/rktlet /var/tmp/rktlet && mount --bind /var/tmp/rktlet $repo/target/debug/rktlet"
+# What both guest runs do first: the worktree at its host path, that binary, the .debs, modules.
+guest_setup="mkdir -p $(dirname "$repo")
+[ -e $repo ] || ln -s /host $repo
+cp $repo/target/debug/rktlet /var/tmp/rktlet && mount --bind /var/tmp/rktlet $repo/target/debug/rktlet
+$guest_debs
+modprobe overlay 2>/dev/null || true
+modprobe br_netfilter 2>/dev/null || true"
 out=$(mktemp)
 rc=0 skipped=0 t2=$t1
 if [ "${VM_TESTS:-1}" != 0 ]; then
 set +e
 bash "$tools/vm-run.sh" -d "$repo" -t "${VM_TIMEOUT:-1000}" - >"$out" 2>&1 <<GUEST
 set -e
-mkdir -p "$(dirname "$repo")"
-[ -e "$repo" ] || ln -s /host "$repo"
-$guest_binary
-$guest_debs
+$guest_setup
 mkdir -p /etc/rktlet
 printf 'insecure = ["10.0.2.2:$port"]\n' > /etc/rktlet/registries.toml
-modprobe overlay 2>/dev/null || true
 echo "guest: \$(uname -r), PID 1 \$(cat /proc/1/comm), controllers: \$(cat /sys/fs/cgroup/cgroup.controllers)"
 cd "$repo"
 rc=0
@@ -223,12 +225,7 @@ if [ "${VM_CONFORMANCE:-1}" != 0 ]; then
   set +e
   bash "$tools/vm-run.sh" -d "$repo" -t "${VM_CONFORMANCE_TIMEOUT:-3000}" - >"$out" 2>&1 <<GUEST
 set -e
-mkdir -p "$(dirname "$repo")"
-[ -e "$repo" ] || ln -s /host "$repo"
-$guest_binary
-$guest_debs
-modprobe overlay 2>/dev/null || true
-modprobe br_netfilter 2>/dev/null || true
+$guest_setup
 P=/var/tmp/conformance
 mkdir -p \$P/bin
 cp "$peer/bin/crictl" "$peer/bin/critest" \$P/bin/

@@ -163,13 +163,7 @@ impl Report {
             let _ = writeln!(out, " {n} |");
         }
         if !self.memory.is_empty() {
-            out.push_str("\n| memory (MiB) |");
-            for e in &self.endpoints {
-                let _ = write!(out, " {e} |");
-            }
-            out.push('\n');
-            out.push_str(&"|---".repeat(1 + self.endpoints.len()));
-            out.push_str("|\n");
+            self.memory_head(&mut out, "memory (MiB)");
             let counts: std::collections::BTreeSet<usize> =
                 self.memory.values().flat_map(|m| m.daemon_rss_mib.keys().copied()).collect();
             let ends: std::collections::BTreeSet<usize> =
@@ -199,6 +193,17 @@ impl Report {
             }
         }
         out
+    }
+
+    /// The head of a memory table: `title`, then a column per endpoint.
+    fn memory_head(&self, out: &mut String, title: &str) {
+        let _ = write!(out, "\n| {title} |");
+        for e in &self.endpoints {
+            let _ = write!(out, " {e} |");
+        }
+        out.push('\n');
+        out.push_str(&"|---".repeat(1 + self.endpoints.len()));
+        out.push_str("|\n");
     }
 
     pub fn to_markdown(&self) -> String {
@@ -235,13 +240,7 @@ impl Report {
             out.push('\n');
         }
         if !self.memory.is_empty() {
-            out.push_str("\n| memory |");
-            for e in &self.endpoints {
-                let _ = write!(out, " {e} |");
-            }
-            out.push('\n');
-            out.push_str(&"|---".repeat(1 + self.endpoints.len()));
-            out.push_str("|\n");
+            self.memory_head(&mut out, "memory");
             let counts: std::collections::BTreeSet<usize> =
                 self.memory.values().flat_map(|m| m.daemon_rss_mib.keys().copied()).collect();
             for n in counts {
