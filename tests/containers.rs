@@ -1418,3 +1418,60 @@ async fn mount_propagation(pid: cri::NamespaceMode) {
     }
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }
+
+in_both_pid_namespaces!(
+    runtime_default_refuses_user_namespaces,
+    runtime_default_refuses_user_namespaces_pod_pid_namespace,
+    user_namespaces
+);
+
+in_the_node_pid_namespace!(runtime_default_refuses_user_namespaces_node_pid_namespace, user_namespaces);
+
+/// RuntimeDefault without SYS_ADMIN refuses a user namespace however it is
+/// asked for, as containerd's profile does: clone with CLONE_NEWUSER and
+/// unshare fail with EPERM, clone3 with ENOSYS (its flags are behind a
+/// pointer: libc falls back to clone); forks and threads still work. The
+/// same for a command exec'd into the container. With SYS_ADMIN the
+/// profile lets all of them through.
+async fn user_namespaces(pid: cri::NamespaceMode) {
+    let mut e = env_with_pid(pid).await;
+    let pod = e.pod("userns").await;
+    let probe = common::static_program("nsprobe");
+    let probe_dir = probe.path().display().to_string();
+    let confined = |add: &[&str]| {
+        let add: Vec<String> = add.iter().map(|c| c.to_string()).collect();
+        let probe_dir = probe_dir.clone();
+        move |c: &mut cri::ContainerConfig| {
+            c.mounts = vec![cri::Mount {
+                container_path: "/probe".into(),
+                host_path: probe_dir,
+                readonly: true,
+                ..Default::default()
+            }];
+            c.linux = secured(cri::LinuxContainerSecurityContext {
+                seccomp: Some(cri::SecurityProfile {
+                    profile_type: cri::security_profile::ProfileType::RuntimeDefault as i32,
+                    localhost_ref: String::new(),
+                }),
+                capabilities: Some(cri::Capability { add_capabilities: add, ..Default::default() }),
+                ..Default::default()
+            });
+        }
+    };
+    let refused = "clone-userns=EPERM clone3-userns=ENOSYS clone3=ENOSYS unshare-userns=EPERM fork=ok thread=ok";
+    let script = "/probe/nsprobe; exec sleep 1000";
+    let id = e.create(&pod, "plain", &["sh", "-c", script], confined(&[])).await;
+    e.start(&id).await;
+    let log = e.wait_log("userns", "plain", 1).await;
+    assert_eq!(log_content(&log), [refused], "the container's process: {log}");
+    let out = common::exec_sync(&mut e.rt, &id, &["/probe/nsprobe"]).await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), refused, "an exec: {out:?}");
+
+    let admin = e.create(&pod, "admin", &["sh", "-c", script], confined(&["SYS_ADMIN"])).await;
+    e.start(&admin).await;
+    let log = e.wait_log("userns", "admin", 1).await;
+    let allowed = "clone-userns=ok clone3-userns=ok clone3=ok unshare-userns=ok fork=ok thread=ok";
+    assert_eq!(log_content(&log), [allowed], "with SYS_ADMIN: {log}");
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}

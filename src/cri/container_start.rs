@@ -138,7 +138,7 @@ pub async fn start_container(
     spec.user = Some(section.user.clone());
     spec.group = Some(section.group.clone());
     spec.supplementary_groups = section.supplementary_gids.iter().map(u32::to_string).collect();
-    let (mut masked, mut readonly, mut filter) = (None, None, None);
+    let (mut masked, mut readonly, mut filter, mut namespaces) = (None, None, None, None);
     for iso in &section.isolators {
         match iso.name.as_str() {
             super::container_create::ISOLATOR_CAPS => {
@@ -157,6 +157,7 @@ pub async fn start_container(
                     set_of(&iso.value),
                     seccomp::errno_of(&iso.value["errno"]),
                 ));
+                namespaces = seccomp::allowed_namespaces(&iso.value).map_err(Status::internal)?;
             }
             // InaccessiblePaths=/ReadOnlyPaths= do not reach below the /proc
             // and /sys that MountAPIVFS mounts; binds do (applied after them)
@@ -170,6 +171,10 @@ pub async fn start_container(
         if let Some(errno) = errno {
             spec.extra.push(Property::new("SystemCallErrorNumber", Value::I32(*errno)));
         }
+    }
+    // (appexec's own namespace calls, PID and mount, stay allowed)
+    if let Some(allowed) = namespaces {
+        spec.extra.push(Property::new("RestrictNamespaces", Value::U64(allowed)));
     }
     let pid_mode = tokio::task::block_in_place(|| pid_mode(rt, &t, pid1))?;
     // an app with a PID namespace of its own gets its masks from appexec;
