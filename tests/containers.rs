@@ -1475,3 +1475,59 @@ async fn user_namespaces(pid: cri::NamespaceMode) {
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }
+
+in_both_pid_namespaces!(tun_only_when_asked_for, tun_only_when_asked_for_pod_pid_namespace, tun_device);
+
+/// No /dev/net/tun in a container that did not ask for it, as with
+/// containerd (systemd-nspawn makes one in every pod's /dev); a container
+/// that asks for it (CRI devices) gets it, and a privileged one has the
+/// node's.
+async fn tun_device(pid: cri::NamespaceMode) {
+    const TEST: &str = "tun_only_when_asked_for";
+    if !Path::new("/dev/net/tun").exists() {
+        common::skipped(TEST, "the node has no /dev/net/tun");
+        return;
+    }
+    let mut e = env_with_pid(pid).await;
+    let pod = e.pod("tun").await;
+    // EBADFD: opened (a tun descriptor is bad until TUNSETIFF)
+    let script = "stat -c '%F %t:%T' /dev/net/tun 2>&1 || true; cat /dev/net/tun 2>&1; ls /dev/net 2>&1 | wc -l";
+    let id = e.create(&pod, "plain", &["sh", "-c", &format!("{script}; exec sleep 1000")], |_| {}).await;
+    e.start(&id).await;
+    let log = e.wait_log("tun", "plain", 3).await;
+    let out = log_content(&log);
+    assert!(out.len() == 3 && out[..2].iter().all(|l| l.contains("No such file")), "not asked for: {log}");
+    let ex = common::exec_sync(&mut e.rt, &id, &["sh", "-c", script]).await;
+    assert!(String::from_utf8_lossy(&ex.stdout).contains("No such file"), "an exec: {ex:?}");
+
+    let asked = e
+        .create(&pod, "asked", &["sh", "-c", script], |c| {
+            c.devices = vec![cri::Device {
+                container_path: "/dev/net/tun".into(),
+                host_path: "/dev/net/tun".into(),
+                permissions: "rw".into(),
+            }];
+        })
+        .await;
+    e.start(&asked).await;
+    e.wait_state(&asked, cri::ContainerState::ContainerExited).await;
+    let log = e.wait_log("tun", "asked", 3).await;
+    let out = log_content(&log);
+    assert_eq!(out[..2], ["character special file a:c8", "cat: read error: File descriptor in bad state"], "{log}");
+
+    let privileged = e
+        .create(&pod, "privileged", &["sh", "-c", script], |c| {
+            c.linux = secured(cri::LinuxContainerSecurityContext { privileged: true, ..Default::default() });
+        })
+        .await;
+    e.start(&privileged).await;
+    e.wait_state(&privileged, cri::ContainerState::ContainerExited).await;
+    let log = e.wait_log("tun", "privileged", 3).await;
+    assert_eq!(
+        log_content(&log)[..2],
+        ["character special file a:c8", "cat: read error: File descriptor in bad state"],
+        "{log}"
+    );
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}
