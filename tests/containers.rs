@@ -1531,3 +1531,50 @@ async fn tun_device(pid: cri::NamespaceMode) {
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }
+
+in_both_pid_namespaces!(
+    cgroups_are_read_only_unless_privileged,
+    cgroups_are_read_only_unless_privileged_pod_pid_namespace,
+    cgroup_fs
+);
+
+in_the_node_pid_namespace!(cgroups_are_read_only_unless_privileged_node_pid_namespace, cgroup_fs);
+
+/// A container that is not privileged cannot write its cgroup files (raise
+/// its own limits, move or kill other apps' processes): /sys/fs/cgroup is
+/// read-only in it and in a command exec'd into it, as containerd mounts
+/// it; a privileged container's is writable.
+async fn cgroup_fs(pid: cri::NamespaceMode) {
+    let mut e = env_with_pid(pid).await;
+    let pod = e.pod("cgroupfs").await;
+    // the options of the mount on top, then a write to the app's own cgroup
+    let script = "grep ' /sys/fs/cgroup ' /proc/self/mountinfo | tail -n 1 | cut -d' ' -f6 | cut -d, -f1; \
+                  cg=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup); \
+                  echo 100 2>&1 > $cg/cgroup.max.descendants && echo wrote; true";
+    let id = e.create(&pod, "plain", &["sh", "-c", &format!("{script}; exec sleep 1000")], |_| {}).await;
+    e.start(&id).await;
+    let log = e.wait_log("cgroupfs", "plain", 2).await;
+    let out = log_content(&log);
+    assert_eq!(out.first().map(String::as_str), Some("ro"), "{log}");
+    assert!(out.get(1).is_some_and(|l| l.contains("Read-only file system")), "{log}");
+    let ex = common::exec_sync(&mut e.rt, &id, &["sh", "-c", &format!("{{ {script}; }} 2>&1")]).await;
+    let text = String::from_utf8_lossy(&ex.stdout);
+    assert!(text.starts_with("ro\n") && text.contains("Read-only file system"), "an exec: {text}");
+
+    let privileged = e
+        .create(
+            &pod,
+            "privileged",
+            &["sh", "-c", "grep ' /sys/fs/cgroup ' /proc/self/mountinfo | tail -n 1 | cut -d' ' -f6"],
+            |c| {
+                c.linux = secured(cri::LinuxContainerSecurityContext { privileged: true, ..Default::default() });
+            },
+        )
+        .await;
+    e.start(&privileged).await;
+    e.wait_state(&privileged, cri::ContainerState::ContainerExited).await;
+    let log = e.wait_log("cgroupfs", "privileged", 1).await;
+    assert!(log_content(&log).first().is_some_and(|l| l.starts_with("rw")), "privileged: {log}");
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}

@@ -162,7 +162,9 @@ pub async fn start_container(
             // InaccessiblePaths=/ReadOnlyPaths= do not reach below the /proc
             // and /sys that MountAPIVFS mounts; binds do (applied after them)
             super::container_create::ISOLATOR_MASKED => masked = Some(set_of(&iso.value)),
-            super::container_create::ISOLATOR_READONLY => readonly = Some(set_of(&iso.value)),
+            super::container_create::ISOLATOR_READONLY => {
+                readonly = Some(crate::stage1::api_vfs::app_read_only(set_of(&iso.value)))
+            }
             _ => {}
         }
     }
