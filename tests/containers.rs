@@ -1578,3 +1578,55 @@ async fn cgroup_fs(pid: cri::NamespaceMode) {
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }
+
+in_both_pid_namespaces!(exec_takes_the_apps_rlimits, exec_takes_the_apps_rlimits_pod_pid_namespace, exec_rlimits);
+
+in_the_node_pid_namespace!(exec_takes_the_apps_rlimits_node_pid_namespace, exec_rlimits);
+
+/// A command exec'd into a container runs with the resource limits of the
+/// container's main process (here lowered by the app itself to a value
+/// nothing else has), not with those of the daemon; and the app starts with
+/// its unit's limits (a host-PID app too, which the pod's log writer starts).
+async fn exec_rlimits(pid: cri::NamespaceMode) {
+    let mut e = env_with_pid(pid).await;
+    let pod = e.pod("rlimits").await;
+    let main = "cat /proc/self/limits > /tmp/initial; ulimit -n 777; ulimit -s 4321; \
+                cat /proc/self/limits > /tmp/limits; exec sleep 1000";
+    // not root: the daemon copies the limits of a process of another user
+    let id = e
+        .create(&pod, "limited", &["sh", "-c", main], |c| {
+            c.linux = secured(cri::LinuxContainerSecurityContext {
+                run_as_user: Some(cri::Int64Value { value: 1000 }),
+                ..Default::default()
+            });
+        })
+        .await;
+    e.start(&id).await;
+    e.wait_state(&id, cri::ContainerState::ContainerRunning).await;
+    // once the app has lowered its limits (an exec copies them when it starts)
+    common::exec_sync(&mut e.rt, &id, &["sh", "-c", "while [ ! -s /tmp/limits ]; do sleep 0.1; done"]).await;
+    let out =
+        common::exec_sync(&mut e.rt, &id, &["sh", "-c", "cat /tmp/limits; echo ---; cat /proc/self/limits"]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (app, exec) = text.split_once("---\n").unwrap_or_else(|| panic!("{out:?}"));
+    let open_files = app.lines().find(|l| l.starts_with("Max open files")).unwrap_or_default();
+    assert_eq!(open_files.split_whitespace().collect::<Vec<_>>()[3..5], ["777", "777"], "{app}");
+    assert_eq!(exec, app, "the exec's limits are the app's");
+    if pid != cri::NamespaceMode::Pod {
+        // the unit's main process (appexec, the app's parent or its
+        // template's) has the limits the pod's systemd gave the unit
+        let data = e.d.dir.path().join("data");
+        let pid1 = common::pod_pid1(&data, &pod.0);
+        let procs = app_cgroup_file(&data, &pod.0, "0-limited", "memory", "cgroup.procs");
+        let parent = |p: &str| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
+        };
+        let unit_main = procs.lines().find(|p| parent(p) == Some(pid1)).unwrap_or_else(|| panic!("{procs}"));
+        let unit = std::fs::read_to_string(format!("/proc/{unit_main}/limits")).expect("the unit's limits");
+        let initial = common::exec_sync(&mut e.rt, &id, &["cat", "/tmp/initial"]).await;
+        assert_eq!(String::from_utf8_lossy(&initial.stdout), unit, "the app started with its unit's limits");
+    }
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}
