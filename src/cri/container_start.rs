@@ -516,7 +516,8 @@ fn pid_mode(rt: &Runtime, t: &Target, pid1: i32) -> Result<PidMode, Status> {
             let manifest = rt.manifests.read(&t.pod).map_err(pod_status)?;
             manifest.app(&app).ok_or_else(not_running)?;
             let procs = app_cgroup(&t.pod, &app).map(|cg| cg.unit_processes()).unwrap_or_default();
-            let host_pid = crate::stage1::appexec::app_pid(pid1, &procs).ok_or_else(not_running)?;
+            let host_app = app::host_app(&AppPaths::new(&t.pod, &app));
+            let host_pid = crate::stage1::appexec::app_pid(pid1, &procs, host_app).ok_or_else(not_running)?;
             let start = crate::stage1::appexec::start_time(host_pid).ok_or_else(not_running)?;
             PidMode::Join(crate::stage1::appexec::pid_in_pod(host_pid).ok_or_else(not_running)?, start)
         }
@@ -632,7 +633,7 @@ fn run_host_app(t: &Target, pid1: i32) -> Result<i32, String> {
 /// record its exit. Nothing to do when it is not running.
 fn stop_host_app(t: &Target, paths: &AppPaths, first_signal: i32, timeout: Duration) {
     let procs = app_cgroup(&t.pod, &t.app.name).map(|cg| cg.unit_processes()).unwrap_or_default();
-    let Some(pid) = crate::stage1::appexec::host_app_pid(&procs) else { return };
+    let Some(pid) = crate::stage1::appexec::host_app_pid(app::host_app(paths), &procs) else { return };
     // SAFETY: pidfd_open(2) takes no pointers; a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
