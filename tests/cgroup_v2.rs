@@ -391,7 +391,8 @@ async fn a_container_cannot_raise_its_own_limits() {
         let out = common::exec_sync(&mut e.rt, &id, &["sh", "-c", &check]).await;
         let text = String::from_utf8_lossy(&out.stdout);
         assert_eq!(text.matches("Read-only file system").count(), 4, "{name}: the app's and the exec's writes: {text}");
-        let dir = e.app_cgroup(&pod.0, &format!("{}-{name}", if pid == cri::NamespaceMode::Pod { 0 } else { 1 }));
+        // (the app's name: attempt-name)
+        let dir = e.app_cgroup(&pod.0, &format!("0-{name}"));
         assert_eq!(file(&dir, "memory.max"), (64u64 << 20).to_string(), "{name}");
         assert_eq!(file(&dir, "pids.max"), "50", "{name}");
     }
