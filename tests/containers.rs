@@ -1466,6 +1466,23 @@ async fn user_namespaces(pid: cri::NamespaceMode) {
     assert_eq!(log_content(&log), [refused], "the container's process: {log}");
     let out = common::exec_sync(&mut e.rt, &id, &["/probe/nsprobe"]).await;
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), refused, "an exec: {out:?}");
+    if pid == cri::NamespaceMode::Container {
+        // a debug container joining it (appexec's setns of a PID namespace is let through)
+        let joined = e
+            .create(&pod, "joined", &["/probe/nsprobe"], |c| {
+                confined(&[])(c);
+                let sc = c.linux.as_mut().and_then(|l| l.security_context.as_mut()).expect("security context");
+                sc.namespace_options = Some(cri::NamespaceOption {
+                    pid: cri::NamespaceMode::Target as i32,
+                    target_id: id.clone(),
+                    ..Default::default()
+                });
+            })
+            .await;
+        e.start(&joined).await;
+        let log = e.wait_log("userns", "joined", 1).await;
+        assert_eq!(log_content(&log), [refused], "a container joining it: {log}");
+    }
 
     let admin = e.create(&pod, "admin", &["sh", "-c", script], confined(&["SYS_ADMIN"])).await;
     e.start(&admin).await;
