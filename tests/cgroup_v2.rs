@@ -353,3 +353,48 @@ async fn unified_keys_outside_the_controllers_are_refused() {
     assert!(listed.is_empty(), "a refused container was left: {listed:?}");
     e.remove_pod(&pod.0).await;
 }
+
+/// A container that is not privileged cannot raise its own limits, neither
+/// its process nor a command exec'd into it, in its own PID namespace or
+/// the pod's: its cgroup files are read-only to it, as containerd mounts
+/// them; the limits stay what the node set.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_cannot_raise_its_own_limits() {
+    v2_only!("a_container_cannot_raise_its_own_limits");
+    let mut e = env(false).await;
+    let pod = e.pod("self-raise", "").await;
+    let raise = "cg=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup); \
+                 echo max 2>&1 > $cg/memory.max; echo max 2>&1 > $cg/pids.max; true";
+    let main = format!("{{ {raise}; }} > /tmp/raised 2>&1; touch /tmp/done; exec sleep 300");
+    for (name, pid) in [("pod-ns", cri::NamespaceMode::Pod), ("own-ns", cri::NamespaceMode::Container)] {
+        let mut config = container_config(name, &e.image, &["sh", "-c", &main]);
+        let linux = config.linux.get_or_insert_default();
+        linux.resources = Some(cri::LinuxContainerResources {
+            memory_limit_in_bytes: 64 << 20,
+            unified: [("pids.max".into(), "50".into())].into(),
+            ..Default::default()
+        });
+        let sc = linux.security_context.get_or_insert_default();
+        sc.namespace_options = Some(cri::NamespaceOption { pid: pid as i32, ..Default::default() });
+        let id =
+            e.rt.create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: pod.0.clone(),
+                config: Some(config),
+                sandbox_config: Some(pod.1.clone()),
+            })
+            .await
+            .expect("CreateContainer")
+            .into_inner()
+            .container_id;
+        e.rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("StartContainer");
+        let check = format!("while [ ! -e /tmp/done ]; do sleep 0.1; done; cat /tmp/raised; {raise}");
+        let out = common::exec_sync(&mut e.rt, &id, &["sh", "-c", &check]).await;
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text.matches("Read-only file system").count(), 4, "{name}: the app's and the exec's writes: {text}");
+        // (the app's name: attempt-name)
+        let dir = e.app_cgroup(&pod.0, &format!("0-{name}"));
+        assert_eq!(file(&dir, "memory.max"), (64u64 << 20).to_string(), "{name}");
+        assert_eq!(file(&dir, "pids.max"), "50", "{name}");
+    }
+    e.remove_pod(&pod.0).await;
+}

@@ -332,3 +332,41 @@ async fn a_host_pid_app_without_its_writer_is_killed_at_a_restart() {
         .expect("RemovePodSandbox");
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);
 }
+
+/// An exec into a host-PID container and its stop find the app's own
+/// process, as the pod's log writer recorded it when it started it, not
+/// whichever process of the node is oldest in the app's cgroup: a node
+/// process older than the app, put there (here by the node's root), is
+/// neither copied by an exec (it would run the command unconfined, in the
+/// node's root) nor signalled by StopContainer.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_pid_app_is_the_process_its_writer_started() {
+    let d = Daemon::start(&[]);
+    let image = common::pull_busybox(&d).await;
+    let mut rt = d.runtime().await;
+    let logs = tempfile::tempdir().expect("logs");
+    let config = host_pid_pod("recorded", logs.path());
+    let pod = common::run_pod(&mut rt, &config).await;
+    // older than the app: started before it
+    let mut older = std::process::Command::new("sleep").arg("1000").spawn().expect("sleep");
+    let script = "trap 'exit 143' TERM; echo $$ > /tmp/pid; while true; do sleep 0.05; done";
+    let id = start(&mut rt, &pod, &config, host_container("app", &image, script)).await;
+    let app = own_pid(&mut rt, &id).await;
+    // into the app's unit cgroup (the unified hierarchy's, where the unit's processes are read)
+    let cgroups = std::fs::read_to_string(format!("/proc/{app}/cgroup")).expect("the app's cgroups");
+    let unified = cgroups.lines().find_map(|l| l.strip_prefix("0::")).expect("a unified cgroup");
+    let layout = rktlet::cgroup::Layout::read().expect("layout");
+    let root = layout.hierarchies.iter().find(|h| h.id == 0).and_then(|h| h.mount.clone()).expect("unified mount");
+    let procs = root.join(unified.trim_start_matches('/')).join("cgroup.procs");
+    std::fs::write(&procs, older.id().to_string()).unwrap_or_else(|e| panic!("{}: {e}", procs.display()));
+
+    let out = exec_sync(&mut rt, &id, &["sh", "-c", "cat /tmp/pid; id -u"]).await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{app}\n1000\n"), "the exec copies the app: {out:?}");
+    rt.stop_container(cri::StopContainerRequest { container_id: id.clone(), timeout: 10 }).await.expect("stop");
+    let s = status(&mut rt, &id).await;
+    assert_eq!(s.exit_code, 143, "the app got the stop signal: {s:?}");
+    let _ = older.kill();
+    let _ = older.wait();
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove pod");
+    assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+}

@@ -139,7 +139,8 @@ fn security_isolators(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result
 }
 
 /// The node's devices for a privileged container (as containerd gives them),
-/// but those the pod has at the same path and those the container asked for.
+/// but those the pod has at the same path (an empty file is not one: it is
+/// the mount point of another app's device) and those the container asked for.
 fn node_devices(pod: &Pod, asked: &[meta::Device]) -> Result<Vec<meta::Device>, Status> {
     let internal = |e: &dyn std::fmt::Display| Status::internal(format!("the node's devices: {e}"));
     let sandbox = pod.sandbox_pid().map_err(|e| internal(&e))?.ok_or_else(|| internal(&"the pod has no sandbox"))?;
@@ -147,7 +148,9 @@ fn node_devices(pod: &Pod, asked: &[meta::Device]) -> Result<Vec<meta::Device>, 
     let pod_root = PathBuf::from(format!("/proc/{pid1}/root"));
     let found = crate::stage1::inject::node_devices(Path::new("/dev"), |p| {
         asked.iter().any(|d| Path::new(&d.path) == p)
-            || p.strip_prefix("/").is_ok_and(|rel| std::fs::symlink_metadata(pod_root.join(rel)).is_ok())
+            || p.strip_prefix("/").is_ok_and(|rel| {
+                std::fs::symlink_metadata(pod_root.join(rel)).is_ok_and(|m| !(m.is_file() && m.len() == 0))
+            })
     })
     .map_err(|e| internal(&e))?;
     Ok(found

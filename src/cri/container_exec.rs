@@ -25,7 +25,8 @@ pub(super) fn main_pid(t: &Target) -> Option<i32> {
     // StartContainer may have to wait that moment
     for _ in 0..50 {
         let procs = cgroup.unit_processes();
-        if let Some(pid) = crate::stage1::appexec::app_pid(pid1, &procs) {
+        let host_app = crate::stage1::app::host_app(&crate::stage1::app::AppPaths::new(&t.pod, &t.app.name));
+        if let Some(pid) = crate::stage1::appexec::app_pid(pid1, &procs, host_app) {
             return Some(pid);
         }
         if procs.is_empty() {

@@ -138,7 +138,7 @@ pub async fn start_container(
     spec.user = Some(section.user.clone());
     spec.group = Some(section.group.clone());
     spec.supplementary_groups = section.supplementary_gids.iter().map(u32::to_string).collect();
-    let (mut masked, mut readonly, mut filter) = (None, None, None);
+    let (mut masked, mut readonly, mut filter, mut namespaces) = (None, None, None, None);
     for iso in &section.isolators {
         match iso.name.as_str() {
             super::container_create::ISOLATOR_CAPS => {
@@ -157,11 +157,14 @@ pub async fn start_container(
                     set_of(&iso.value),
                     seccomp::errno_of(&iso.value["errno"]),
                 ));
+                namespaces = seccomp::allowed_namespaces(&iso.value).map_err(Status::internal)?;
             }
             // InaccessiblePaths=/ReadOnlyPaths= do not reach below the /proc
             // and /sys that MountAPIVFS mounts; binds do (applied after them)
             super::container_create::ISOLATOR_MASKED => masked = Some(set_of(&iso.value)),
-            super::container_create::ISOLATOR_READONLY => readonly = Some(set_of(&iso.value)),
+            super::container_create::ISOLATOR_READONLY => {
+                readonly = Some(crate::stage1::api_vfs::app_read_only(set_of(&iso.value)))
+            }
             _ => {}
         }
     }
@@ -170,6 +173,10 @@ pub async fn start_container(
         if let Some(errno) = errno {
             spec.extra.push(Property::new("SystemCallErrorNumber", Value::I32(*errno)));
         }
+    }
+    // (appexec's own namespace calls, PID and mount, stay allowed)
+    if let Some(allowed) = namespaces {
+        spec.extra.push(Property::new("RestrictNamespaces", Value::U64(allowed)));
     }
     let pid_mode = tokio::task::block_in_place(|| pid_mode(rt, &t, pid1))?;
     // an app with a PID namespace of its own gets its masks from appexec;
@@ -511,7 +518,8 @@ fn pid_mode(rt: &Runtime, t: &Target, pid1: i32) -> Result<PidMode, Status> {
             let manifest = rt.manifests.read(&t.pod).map_err(pod_status)?;
             manifest.app(&app).ok_or_else(not_running)?;
             let procs = app_cgroup(&t.pod, &app).map(|cg| cg.unit_processes()).unwrap_or_default();
-            let host_pid = crate::stage1::appexec::app_pid(pid1, &procs).ok_or_else(not_running)?;
+            let host_app = app::host_app(&AppPaths::new(&t.pod, &app));
+            let host_pid = crate::stage1::appexec::app_pid(pid1, &procs, host_app).ok_or_else(not_running)?;
             let start = crate::stage1::appexec::start_time(host_pid).ok_or_else(not_running)?;
             PidMode::Join(crate::stage1::appexec::pid_in_pod(host_pid).ok_or_else(not_running)?, start)
         }
@@ -632,7 +640,7 @@ fn run_host_app(t: &Target, pid1: i32) -> Result<i32, String> {
 /// record its exit. Nothing to do when it is not running.
 fn stop_host_app(t: &Target, paths: &AppPaths, first_signal: i32, timeout: Duration) {
     let procs = app_cgroup(&t.pod, &t.app.name).map(|cg| cg.unit_processes()).unwrap_or_default();
-    let Some(pid) = crate::stage1::appexec::host_app_pid(&procs) else { return };
+    let Some(pid) = crate::stage1::appexec::host_app_pid(app::host_app(paths), &procs) else { return };
     // SAFETY: pidfd_open(2) takes no pointers; a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {

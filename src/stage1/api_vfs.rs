@@ -35,6 +35,22 @@ pub const DEFAULT_MASKED: [&str; 11] = [
 /// kubelet's default read-only paths (`defaultReadonlyPaths`).
 pub const DEFAULT_READONLY: [&str; 5] = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"];
 
+/// The cgroup file system, read-only in every app that is not privileged,
+/// as containerd mounts it: root in the app could otherwise raise its own
+/// limits (cgroup v2), or freeze, kill or move the pod's other processes.
+/// Not done in the pod: its systemd writes there. A command exec'd into the
+/// app enters its mount namespace, so it sees the same.
+pub const CGROUP_FS: &str = "/sys/fs/cgroup";
+
+/// The read-only paths of an app that is not privileged: those it asked
+/// for (kubelet's), and [`CGROUP_FS`], which no CRI request names.
+pub fn app_read_only(mut asked: Vec<String>) -> Vec<String> {
+    if !asked.iter().any(|p| p == CGROUP_FS) {
+        asked.push(CGROUP_FS.into());
+    }
+    asked
+}
+
 const MARKER: &str = "api-masked";
 
 /// Whether the pod masks `path` itself: kubelet's default masks below /proc.
@@ -140,5 +156,9 @@ mod tests {
         assert!(covers(&more, &all(&DEFAULT_READONLY)));
         assert!(!covers(&all(&DEFAULT_MASKED[1..]), &all(&DEFAULT_READONLY)));
         assert!(!covers(&[], &[]));
+        // the cgroup file system is read-only whatever was asked for, once
+        let ro = app_read_only(all(&DEFAULT_READONLY));
+        assert!(covers(&all(&DEFAULT_MASKED), &ro) && ro.last().map(String::as_str) == Some(CGROUP_FS));
+        assert_eq!(app_read_only(ro.clone()), ro);
     }
 }

@@ -533,6 +533,22 @@ pub const START_ERROR: &str = "-starterror";
 /// supervises its process and records its exit, not the pod's systemd.
 pub const HOST_PID: &str = "-host";
 
+/// Records the process of a host-PID app (its log writer, which started it
+/// and has not reaped it: the pid is its): `<pid> <start time>` in
+/// `<app>-host`, written aside and renamed in. An exec copies that process
+/// and a stop signals it, nothing else that may be in the app's cgroup.
+pub fn record_host_app(paths: &AppPaths, pid: i32, start: &str) -> io::Result<()> {
+    crate::fsutil::write_volatile(&paths.status_file(HOST_PID), format!("{pid} {start}\n").as_bytes(), 0o644)
+}
+
+/// The process of a host-PID app as its log writer recorded it: its pid
+/// and start time (`/proc/<pid>/stat` field 22). None before it is recorded.
+pub fn host_app(paths: &AppPaths) -> Option<(i32, String)> {
+    let record = fs::read_to_string(paths.status_file(HOST_PID)).ok()?;
+    let (pid, start) = record.trim().split_once(' ')?;
+    Some((pid.parse().ok()?, start.to_string()))
+}
+
 /// Whether the pod's log writer records this app's exit: a host-PID app
 /// whose writer is alive (accepts on its socket).
 pub fn exit_recorded_by_writer(paths: &AppPaths) -> bool {

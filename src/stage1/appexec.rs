@@ -313,9 +313,11 @@ fn is_appexec(pid: i32) -> Option<bool> {
 /// The host pid of an app's own process among its unit's processes: the
 /// unit's main process (the child of the pod's systemd), or, when that is
 /// appexec, appexec's child once it has become the app (before, it is root
-/// with the pod's capabilities: nothing may be run as a copy of it).
-pub fn app_pid(pod_pid1: i32, unit_processes: &[i32]) -> Option<i32> {
-    if let Some(app) = host_app_pid(unit_processes) {
+/// with the pod's capabilities: nothing may be run as a copy of it); for a
+/// host-PID app, the process its log writer recorded (`host_app`, see
+/// [`host_app_pid`]).
+pub fn app_pid(pod_pid1: i32, unit_processes: &[i32], host_app: Option<(i32, String)>) -> Option<i32> {
+    if let Some(app) = host_app_pid(host_app, unit_processes) {
         return Some(app);
     }
     let main = unit_processes.iter().copied().find(|pid| parent_of(*pid) == Some(pod_pid1))?;
@@ -334,25 +336,14 @@ pub fn template_pid(pod_pid1: i32, unit_processes: &[i32]) -> Option<i32> {
     is_appexec(template)?.then_some(template)
 }
 
-/// Whether a process is in the PID namespace of this /proc (the node's):
-/// its `NSpid` has one number.
-pub fn in_node_pid_namespace(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/status")).ok().is_some_and(|status| {
-        status.lines().find_map(|l| l.strip_prefix("NSpid:")).is_some_and(|l| l.split_whitespace().count() == 1)
-    })
-}
-
-/// A host-PID app among its unit's processes: the first started of those
-/// in the node's PID namespace (the others are its children and commands
-/// exec'd into it, started later).
-pub fn host_app_pid(unit_processes: &[i32]) -> Option<i32> {
-    unit_processes
-        .iter()
-        .copied()
-        .filter(|pid| in_node_pid_namespace(*pid))
-        .filter_map(|pid| Some((start_time(pid)?.parse::<u64>().ok()?, pid)))
-        .min()
-        .map(|(_, pid)| pid)
+/// A host-PID app among its unit's processes: the process its log writer
+/// started and recorded (`stage1::app::host_app`: pid and start time), if
+/// it is still that process and in the unit. Not guessed from the unit's
+/// processes: any process of the node put in the app's cgroup (older than
+/// the app, say) would be taken for it, and an exec would copy it.
+pub fn host_app_pid(recorded: Option<(i32, String)>, unit_processes: &[i32]) -> Option<i32> {
+    let (pid, start) = recorded?;
+    (unit_processes.contains(&pid) && start_time(pid).as_deref() == Some(start.as_str())).then_some(pid)
 }
 
 /// When a process started (`/proc/<pid>/stat` field 22), the same in every namespace.

@@ -4,8 +4,9 @@
 //! The command becomes a copy of the app's main process in everything but
 //! its program: the same namespaces (mnt, pid, net, ipc, uts, cgroup), root,
 //! working directory, environment, uid/gid/groups, capability sets,
-//! no_new_privs, cgroups and AppArmor profile, all read from `/proc/<main pid>` beforehand, and
-//! the same seccomp filters, copied from the main process (`filters`).
+//! no_new_privs, cgroups, resource limits and AppArmor profile, all read
+//! from `/proc/<main pid>` beforehand, and the same seccomp filters, copied
+//! from the main process (`filters`).
 //!
 //! One child, made the way `posix_spawn` makes one, because copying the
 //! daemon's page tables for a fork was most of an exec's cost:
@@ -119,10 +120,38 @@ struct Target {
     cgroup_procs: Vec<CString>,
     /// The app's `oom_score_adj` (empty if unreadable).
     oom_score_adj: String,
+    /// The main process's resource limits (resource, limit), not the daemon's.
+    rlimits: Vec<(libc::c_int, libc::rlimit64)>,
     /// The main process's seccomp filters, oldest first.
     seccomp: super::filters::Filters,
     /// `exec <profile>`: the AppArmor profile the main process runs under.
     apparmor: Option<CString>,
+}
+
+/// The resource limits the kernel knows (RLIMIT_CPU to RLIMIT_RTTIME), in
+/// the order `/proc/<pid>/limits` lists them.
+const RLIMIT_COUNT: usize = 16;
+
+/// The resource limits in a `/proc/<pid>/limits` (world-readable, unlike
+/// `prlimit(2)` of another process, which needs CAP_SYS_RESOURCE): a header,
+/// then one line per resource, the name in 26 columns, then the soft and
+/// hard limits, numbers or `unlimited`.
+fn rlimits_of(limits: &str) -> Option<Vec<(libc::c_int, libc::rlimit64)>> {
+    let value = |v: &str| if v == "unlimited" { Some(libc::RLIM64_INFINITY) } else { v.parse().ok() };
+    let lines: Vec<&str> = limits.lines().skip(1).collect();
+    if lines.len() < RLIMIT_COUNT {
+        return None;
+    }
+    lines[..RLIMIT_COUNT]
+        .iter()
+        .enumerate()
+        .map(|(resource, line)| {
+            let mut fields = line.get(26..)?.split_whitespace();
+            let rlim_cur = value(fields.next()?)?;
+            let rlim_max = value(fields.next()?)?;
+            Some((resource as libc::c_int, libc::rlimit64 { rlim_cur, rlim_max }))
+        })
+        .collect()
 }
 
 fn cstring(bytes: &[u8]) -> Result<CString, ExecError> {
@@ -202,6 +231,8 @@ impl Target {
             })
             .map(|p| cstring(p.as_os_str().as_bytes()))
             .collect::<Result<_, _>>()?;
+        let limits = std::fs::read_to_string(proc.join("limits")).map_err(gone)?;
+        let rlimits = rlimits_of(&limits).ok_or_else(|| bad("its limits cannot be read"))?;
         // last: the main process is held for a moment while its filters are read
         let seccomp = super::filters::of_process(pid, status_field(&status, "Seccomp").unwrap_or("0"))
             .map_err(|e| bad(&format!("cannot read its seccomp filters: {e}")))?;
@@ -210,6 +241,7 @@ impl Target {
         Ok(Target {
             seccomp,
             apparmor,
+            rlimits,
             ns,
             root,
             cwd: cstring(cwd.as_os_str().as_bytes())?,
@@ -473,6 +505,25 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         if fd >= 0 {
             libc::close(fd);
         }
+        // the app's resource limits, not the daemon's (a hard limit above
+        // the daemon's needs CAP_SYS_RESOURCE: without it, the lower of both)
+        for (resource, limit) in &a.target.rlimits {
+            let none = std::ptr::null_mut::<libc::rlimit64>();
+            if libc::syscall(libc::SYS_prlimit64, 0, *resource, limit, none) == 0 {
+                continue;
+            }
+            let mut ours = libc::rlimit64 { rlim_cur: 0, rlim_max: 0 };
+            if *libc::__errno_location() != libc::EPERM
+                || libc::syscall(libc::SYS_prlimit64, 0, *resource, std::ptr::null::<libc::rlimit64>(), &mut ours) != 0
+            {
+                fail(a.rep, 13);
+            }
+            let max = limit.rlim_max.min(ours.rlim_max);
+            let lower = libc::rlimit64 { rlim_cur: limit.rlim_cur.min(max), rlim_max: max };
+            if libc::syscall(libc::SYS_prlimit64, 0, *resource, &lower, none) != 0 {
+                fail(a.rep, 13);
+            }
+        }
         for procs in &a.target.cgroup_procs {
             let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
             // "0" is the writing process itself
@@ -615,7 +666,7 @@ fn kill_session(child: i32, pidfd: Option<&OwnedFd>) {
 }
 
 /// Names of the setup steps, indexed by the number the child reports.
-const STEPS: [&str; 14] = [
+const STEPS: [&str; 15] = [
     "setsid",
     "joining the app's cgroup",
     "joining the app's namespaces",
@@ -629,6 +680,7 @@ const STEPS: [&str; 14] = [
     "setting capabilities",
     "exec",
     "installing the app's seccomp filters",
+    "setting the app's resource limits",
     "setting the app's AppArmor profile",
 ];
 
@@ -717,11 +769,11 @@ unsafe fn command(
         if let Some(attr) = &t.apparmor {
             let fd = libc::open(c"/proc/self/attr/apparmor/exec".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
             if fd < 0 {
-                fail(rep, 13);
+                fail(rep, 14);
             }
             let bytes = attr.as_bytes();
             if libc::write(fd, bytes.as_ptr().cast(), bytes.len()) != bytes.len() as isize {
-                fail(rep, 13);
+                fail(rep, 14);
             }
             libc::close(fd);
         }
@@ -911,6 +963,23 @@ mod tests {
         assert_eq!(parse_reports(&bytes), Reports { setup: Some((11, 2)) });
         assert_eq!(parse_reports(&bytes[..10]), Reports::default());
         assert_eq!(parse_reports(&[]), Reports::default());
+    }
+
+    #[test]
+    fn limits_are_read_as_the_kernel_writes_them() {
+        let own = std::fs::read_to_string("/proc/self/limits").expect("limits");
+        let limits = rlimits_of(&own).expect("parsed");
+        assert_eq!(limits.len(), RLIMIT_COUNT);
+        for (resource, limit) in &limits {
+            let mut ours = libc::rlimit64 { rlim_cur: 0, rlim_max: 0 };
+            // SAFETY: prlimit64(2) reading this process's own limit into a local.
+            let rc = unsafe {
+                libc::syscall(libc::SYS_prlimit64, 0, *resource, std::ptr::null::<libc::rlimit64>(), &mut ours)
+            };
+            assert_eq!(rc, 0);
+            assert_eq!((limit.rlim_cur, limit.rlim_max), (ours.rlim_cur, ours.rlim_max), "resource {resource}");
+        }
+        assert!(rlimits_of("Limit\nMax cpu time unlimited\n").is_none());
     }
 
     #[test]

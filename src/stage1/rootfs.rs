@@ -131,11 +131,16 @@ impl Stage1Root {
             ),
         )?;
         symlink(POD_TARGET, units.join("default.target"))?;
-        // ln is the host's (/usr is shared); it runs once per pod boot
+        // ln and rm are the host's (/usr is shared); they run once per pod
+        // boot. nspawn makes /dev/net/tun in every pod; containerd gives it
+        // to no container that does not ask for it (CRI devices, or
+        // privileged: the node's, which the pod then no longer hides): gone
+        // before the pod is ready, so no app ever sees it
         fs::write(
             units.join(READY_UNIT),
             "[Unit]\nDescription=Mark the pod ready for rktlet\nDefaultDependencies=no\n\n\
-             [Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/usr/bin/ln -sfn ready /rkt/supervisor-status\n",
+             [Service]\nType=oneshot\nRemainAfterExit=yes\nExecStartPre=/usr/bin/rm -rf /dev/net\n\
+             ExecStart=/usr/bin/ln -sfn ready /rkt/supervisor-status\n",
         )?;
         for unit in SHUTDOWN_UNITS {
             symlink(Path::new("/usr/lib/systemd/system").join(unit), units.join(unit))?;
@@ -180,6 +185,7 @@ mod tests {
         assert!(pod_target.contains("Wants=supervisor-ready.service"));
         let ready = fs::read_to_string(r.join("etc/systemd/system").join(READY_UNIT)).expect("ready unit");
         assert!(ready.contains("DefaultDependencies=no"));
+        assert!(ready.contains("ExecStartPre=/usr/bin/rm -rf /dev/net\n"), "{ready}");
         for unit in SHUTDOWN_UNITS {
             assert!(fs::symlink_metadata(r.join("etc/systemd/system").join(unit)).is_ok(), "{unit}");
         }

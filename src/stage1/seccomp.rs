@@ -125,8 +125,9 @@ pub fn isolator_from_profile(json: &[u8]) -> Result<(&'static str, serde_json::V
 /// as what it leaves out), as a deny list. systemd filters by name only:
 /// `clone` and `personality`, which containerd allows on argument
 /// conditions, are allowed whole (a `clone` with namespace flags still needs
-/// the capabilities the kernel asks for, but for a user namespace), and
-/// `unshare` is denied whole without SYS_ADMIN, as older docker profiles did.
+/// the capabilities the kernel asks for, but for a user namespace: that one
+/// is refused by [`RESTRICT_NAMESPACES`]), and `unshare` is denied whole
+/// without SYS_ADMIN, as older docker profiles did.
 const DEFAULT_DENIED: &[(&str, &[&str])] = &[
     ("acct", &["SYS_PACCT"]),
     ("add_key", &[]),
@@ -196,7 +197,51 @@ pub fn runtime_default(caps: u64) -> (&'static str, serde_json::Value) {
     let held = |names: &[&str]| names.iter().any(|n| crate::stage1::caps::bits(n).is_some_and(|b| caps & b != 0));
     let denied: Vec<&str> =
         DEFAULT_DENIED.iter().filter(|(_, needs)| needs.is_empty() || !held(needs)).map(|(call, _)| *call).collect();
-    (ISOLATOR_REMOVE, serde_json::json!({ "set": denied, "errno": libc::EPERM }))
+    let mut value = serde_json::json!({ "set": denied, "errno": libc::EPERM });
+    if !held(&["SYS_ADMIN"]) {
+        value[RESTRICT_NAMESPACES] = serde_json::json!(["user"]);
+    }
+    (ISOLATOR_REMOVE, value)
+}
+
+/// The key of a seccomp isolator's value naming the namespace types the app
+/// may not make (the runtime's default: a user namespace without
+/// SYS_ADMIN). containerd's profile refuses `clone` with a namespace flag
+/// and `clone3` (ENOSYS: its flags are behind a pointer, so libc falls back
+/// to `clone`) to such a container; only a user namespace needs no
+/// capability the container lacks. The app's unit gets systemd's
+/// `RestrictNamespaces=` for it, which filters `clone`, `unshare` and
+/// `setns` on their flags and answers `clone3` with ENOSYS; a command exec'd
+/// into the app copies the filter (`stage1/filters.rs`).
+pub const RESTRICT_NAMESPACES: &str = "restrictNamespaces";
+
+/// The namespace types systemd (252) knows, by the names it takes.
+const NAMESPACE_TYPES: [(&str, libc::c_int); 7] = [
+    ("cgroup", libc::CLONE_NEWCGROUP),
+    ("ipc", libc::CLONE_NEWIPC),
+    ("net", libc::CLONE_NEWNET),
+    ("mnt", libc::CLONE_NEWNS),
+    ("pid", libc::CLONE_NEWPID),
+    ("user", libc::CLONE_NEWUSER),
+    ("uts", libc::CLONE_NEWUTS),
+];
+
+/// `RestrictNamespaces=` for a seccomp isolator's value (the clone flags
+/// of the namespace types the app may make), or None when it restricts none.
+/// A name systemd does not know is an error: nothing is let through unread.
+pub fn allowed_namespaces(value: &serde_json::Value) -> Result<Option<u64>, String> {
+    let Some(refused) = value.get(RESTRICT_NAMESPACES) else { return Ok(None) };
+    let refused = refused.as_array().ok_or_else(|| format!("{RESTRICT_NAMESPACES} is not a list"))?;
+    let mut allowed: u64 = NAMESPACE_TYPES.iter().fold(0, |m, (_, flag)| m | *flag as u64);
+    for name in refused {
+        let flag = name
+            .as_str()
+            .and_then(|n| NAMESPACE_TYPES.iter().find(|(t, _)| *t == n))
+            .ok_or_else(|| format!("{RESTRICT_NAMESPACES}: unknown namespace type {name}"))?
+            .1;
+        allowed &= !(flag as u64);
+    }
+    Ok((!refused.is_empty()).then_some(allowed))
 }
 
 /// Reads the profile at `path` (a host path, as kubelet's `localhost_ref`).
@@ -299,6 +344,16 @@ mod tests {
             assert!(!denied.iter().any(|c| c == call), "{call} with SYS_ADMIN and SYS_TIME");
         }
         assert!(denied.iter().any(|c| c == "keyctl") && denied.iter().any(|c| c == "reboot"));
+        // a user namespace only with SYS_ADMIN
+        let all_but_user = (libc::CLONE_NEWCGROUP
+            | libc::CLONE_NEWIPC
+            | libc::CLONE_NEWNET
+            | libc::CLONE_NEWNS
+            | libc::CLONE_NEWPID
+            | libc::CLONE_NEWUTS) as u64;
+        assert_eq!(allowed_namespaces(&runtime_default(default).1), Ok(Some(all_but_user)));
+        assert_eq!(allowed_namespaces(&runtime_default(admin).1), Ok(None));
+        assert!(allowed_namespaces(&serde_json::json!({ RESTRICT_NAMESPACES: ["time"] })).is_err());
         // every name is one the list knows once
         let mut names: Vec<&str> = DEFAULT_DENIED.iter().map(|(c, _)| *c).collect();
         names.sort_unstable();

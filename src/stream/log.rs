@@ -356,6 +356,13 @@ impl State {
             )
             .map_err(|e| e.to_string())?;
             running.started().map_err(|e| e.to_string())?;
+            // ours and not reaped: the pid is the app's until we wait for it
+            let start = crate::stage1::appexec::start_time(running.pid()).ok_or("the app is gone")?;
+            if let Some(dir) = &self.pod_dir {
+                let paths = crate::stage1::app::AppPaths::in_pod_dir(dir, app);
+                crate::stage1::app::record_host_app(&paths, running.pid(), &start)
+                    .map_err(|e| format!("recording the app's process: {e}"))?;
+            }
             Ok(running)
         })();
         match started {

@@ -447,3 +447,19 @@ pub fn skipped(test: &str, reason: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {reason}");
 }
+
+/// A static program of `tests/fixtures/<name>.c` (cc from build-essential,
+/// static glibc from libc6-dev), built into a directory of its own, to
+/// bind read-only into containers (busybox cannot make every system call).
+pub fn static_program(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("program dir");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(format!("{name}.c"));
+    let out = Command::new("cc")
+        .args(["-static", "-O1", "-pthread", "-o"])
+        .arg(dir.path().join(name))
+        .arg(&source)
+        .output()
+        .expect("cc (apt build-essential)");
+    assert!(out.status.success(), "cc {}: {}", source.display(), String::from_utf8_lossy(&out.stderr));
+    dir
+}
