@@ -248,6 +248,60 @@ in_both_pid_namespaces!(
 );
 in_the_node_pid_namespace!(stop_pod_kills_running_containers_of_a_host_pid_pod, stop_pod_kills_running_containers);
 
+/// The pod manifest stays valid appc, so rkt's own tools can read the pod:
+/// appc refuses an isolator name it does not know (and with it the whole
+/// manifest); rktlet's masked and read-only paths are kept as annotations.
+#[tokio::test(flavor = "multi_thread")]
+async fn pod_manifest_isolators_are_appc_ones() {
+    // appc's isolator names (schema/types: isolator_linux_specific.go, isolator_resources.go)
+    const APPC: [&str; 14] = [
+        "os/linux/capabilities-retain-set",
+        "os/linux/capabilities-remove-set",
+        "os/linux/no-new-privileges",
+        "os/linux/seccomp-remove-set",
+        "os/linux/seccomp-retain-set",
+        "os/linux/selinux-context",
+        "os/linux/apparmor",
+        "os/linux/oom-score-adj",
+        "os/linux/cpu-shares",
+        "os/unix/sysctl",
+        "resource/block-bandwidth",
+        "resource/block-iops",
+        "resource/cpu",
+        "resource/memory",
+    ];
+    let mut e = env().await;
+    let pod = e.pod("appc").await;
+    let plain = e.create(&pod, "plain", &["sleep", "300"], |_| {}).await;
+    e.create(&pod, "privileged", &["true"], |c| {
+        c.linux.get_or_insert_default().security_context.get_or_insert_default().privileged = true;
+    })
+    .await;
+    let manifest = e.d.dir.path().join("data/pods/run").join(&pod.0).join("pod");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest).expect("pod manifest")).expect("pod manifest is JSON");
+    let apps = doc["apps"].as_array().expect("apps");
+    assert_eq!(apps.len(), 2, "{doc}");
+    for app in apps {
+        for iso in app["app"]["isolators"].as_array().into_iter().flatten() {
+            let name = iso["name"].as_str().unwrap_or_default();
+            assert!(APPC.contains(&name), "isolator {name:?} of {} is not appc's: {doc}", app["name"]);
+        }
+    }
+    // and the paths are still masked: kubelet's defaults in the plain one
+    e.start(&plain).await;
+    let out = common::exec_sync(&mut e.rt, &plain, &["cat", "/proc/kcore"]).await;
+    assert_eq!(out.stdout, b"", "/proc/kcore is masked: {out:?}");
+    let out = common::exec_sync(
+        &mut e.rt,
+        &plain,
+        &["sh", "-c", "awk '$5 == \"/proc/sys\" { print $6 }' /proc/self/mountinfo"],
+    )
+    .await;
+    let options = String::from_utf8_lossy(&out.stdout);
+    assert!(options.lines().last().is_some_and(|o| o.starts_with("ro")), "/proc/sys is read-only: {out:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn exit_code_and_cri_logs() {
     let mut e = env().await;

@@ -129,13 +129,29 @@ fn security_isolators(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result
         }
         Seccomp::Unconfined => {}
     }
+    Ok(out)
+}
+
+/// The masked and read-only paths of a container that is not privileged
+/// (kubelet's defaults when it sends none), kept as rktlet's annotations:
+/// appc refuses an isolator name it does not know, and with it the whole
+/// pod manifest, so rkt's tools could not read the pod.
+fn path_annotations(
+    sc: Option<&cri::LinuxContainerSecurityContext>,
+    annotations: &mut std::collections::BTreeMap<String, String>,
+) -> Result<(), Status> {
+    if sc.is_some_and(|s| s.privileged) {
+        return Ok(());
+    }
     let (masked, readonly) = sc.map(|s| (s.masked_paths.clone(), s.readonly_paths.clone())).unwrap_or_default();
     let masked = if masked.is_empty() { DEFAULT_MASKED.iter().map(|p| p.to_string()).collect() } else { masked };
     let readonly =
         if readonly.is_empty() { DEFAULT_READONLY.iter().map(|p| p.to_string()).collect() } else { readonly };
-    out.push(manifest::Isolator { name: ISOLATOR_MASKED.into(), value: serde_json::json!({ "set": masked }) });
-    out.push(manifest::Isolator { name: ISOLATOR_READONLY.into(), value: serde_json::json!({ "set": readonly }) });
-    Ok(out)
+    for (key, paths) in [(meta::MASKED_PATHS, masked), (meta::READONLY_PATHS, readonly)] {
+        let json = serde_json::to_string(&paths).map_err(|e| Status::internal(e.to_string()))?;
+        annotations.insert(key.into(), json);
+    }
+    Ok(())
 }
 
 /// The node's devices for a privileged container (as containerd gives them),
@@ -254,7 +270,8 @@ fn seccomp_profile(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result<Se
     }
 }
 
-/// rktlet's isolators for masked and read-only paths.
+/// The isolators older builds kept masked and read-only paths in (read
+/// from their manifests; appc does not know them, see [`path_annotations`]).
 pub const ISOLATOR_MASKED: &str = "rktlet.io/masked-paths";
 pub const ISOLATOR_READONLY: &str = "rktlet.io/readonly-paths";
 /// What kubelet's defaults mask and make read-only when it sends none.
@@ -518,6 +535,7 @@ pub async fn create_container(
     }
     let mut isolators = image_app.isolators.clone();
     isolators.extend(security_isolators(sc)?);
+    path_annotations(sc, &mut user_annotations)?;
     let app = AppSection {
         exec: Some(exec),
         user: uid.to_string(),

@@ -24,6 +24,10 @@ pub const STOP_SIGNAL: &str = "k8s.io/reserved/stop-signal";
 /// `target:<app>` (that of another app of the pod) or `host` (the node's,
 /// in a host-PID pod).
 pub const PID_NAMESPACE: &str = "k8s.io/reserved/pid-namespace";
+/// The container's masked and read-only paths (JSON lists; none for a
+/// privileged container).
+pub const MASKED_PATHS: &str = "k8s.io/reserved/masked-paths";
+pub const READONLY_PATHS: &str = "k8s.io/reserved/readonly-paths";
 /// The AppArmor profile the container runs under (none: unconfined).
 pub const APPARMOR: &str = "k8s.io/reserved/apparmor";
 pub(crate) const RESERVED_PREFIX: &str = "k8s.io/reserved/";
@@ -176,6 +180,13 @@ impl Device {
             mode: None,
         })
     }
+}
+
+/// The masked and read-only paths, when the container has them.
+pub fn path_lists(app: &RuntimeApp) -> (Option<Vec<String>>, Option<Vec<String>>) {
+    let ann = user_annotations(app);
+    let list = |key: &str| ann.get(key).and_then(|j| serde_json::from_str(j).ok());
+    (list(MASKED_PATHS), list(READONLY_PATHS))
 }
 
 pub fn apparmor(app: &RuntimeApp) -> Option<String> {

@@ -138,7 +138,8 @@ pub async fn start_container(
     spec.user = Some(section.user.clone());
     spec.group = Some(section.group.clone());
     spec.supplementary_groups = section.supplementary_gids.iter().map(u32::to_string).collect();
-    let (mut masked, mut readonly, mut filter, mut namespaces) = (None, None, None, None);
+    let (mut masked, mut readonly) = meta::path_lists(&t.app);
+    let (mut filter, mut namespaces) = (None, None);
     for iso in &section.isolators {
         match iso.name.as_str() {
             super::container_create::ISOLATOR_CAPS => {
@@ -159,15 +160,15 @@ pub async fn start_container(
                 ));
                 namespaces = seccomp::allowed_namespaces(&iso.value).map_err(Status::internal)?;
             }
-            // InaccessiblePaths=/ReadOnlyPaths= do not reach below the /proc
-            // and /sys that MountAPIVFS mounts; binds do (applied after them)
-            super::container_create::ISOLATOR_MASKED => masked = Some(set_of(&iso.value)),
-            super::container_create::ISOLATOR_READONLY => {
-                readonly = Some(crate::stage1::api_vfs::app_read_only(set_of(&iso.value)))
-            }
+            // as older builds kept them (the annotations, when there, win)
+            super::container_create::ISOLATOR_MASKED if masked.is_none() => masked = Some(set_of(&iso.value)),
+            super::container_create::ISOLATOR_READONLY if readonly.is_none() => readonly = Some(set_of(&iso.value)),
             _ => {}
         }
     }
+    // InaccessiblePaths=/ReadOnlyPaths= do not reach below the /proc and
+    // /sys that MountAPIVFS mounts; binds do (applied after them)
+    let readonly = readonly.map(crate::stage1::api_vfs::app_read_only);
     if let Some((allow, entries, errno)) = &filter {
         spec.extra.push(Property::new("SystemCallFilter", Value::FilterList(*allow, entries.clone())));
         if let Some(errno) = errno {
