@@ -168,23 +168,11 @@ impl Report {
                 self.memory.values().flat_map(|m| m.daemon_rss_mib.keys().copied()).collect();
             let ends: std::collections::BTreeSet<usize> =
                 counts.first().into_iter().chain(counts.last()).copied().collect();
-            let row = |out: &mut String, label: &str, pick: &dyn Fn(&Memory) -> Option<f64>| {
-                let _ = write!(out, "| {label} |");
-                for e in &self.endpoints {
-                    match self.memory.get(e).and_then(pick) {
-                        Some(v) => {
-                            let _ = write!(out, " {v:.1} |");
-                        }
-                        None => out.push_str(" n/a |"),
-                    }
-                }
-                out.push('\n');
-            };
             for n in ends {
-                row(&mut out, &format!("daemon RSS, {n} pods"), &|m| m.daemon_rss_mib.get(&n).copied());
+                self.memory_row(&mut out, &format!("daemon RSS, {n} pods"), &|m| m.daemon_rss_mib.get(&n).copied());
             }
-            row(&mut out, "one pod's processes, PSS", &|m| m.pod_pss_mib);
-            row(&mut out, "processes per pod (count)", &|m| m.pod_processes);
+            self.memory_row(&mut out, "one pod's processes, PSS", &|m| m.pod_pss_mib);
+            self.memory_row(&mut out, "processes per pod (count)", &|m| m.pod_processes);
         }
         if !self.context.is_empty() {
             out.push('\n');
@@ -193,6 +181,21 @@ impl Report {
             }
         }
         out
+    }
+
+    /// A row of a memory table: `label`, then what `pick` reads of each
+    /// endpoint's memory (`n/a` where there is nothing).
+    fn memory_row(&self, out: &mut String, label: &str, pick: &dyn Fn(&Memory) -> Option<f64>) {
+        let _ = write!(out, "| {label} |");
+        for e in &self.endpoints {
+            match self.memory.get(e).and_then(pick) {
+                Some(v) => {
+                    let _ = write!(out, " {v:.1} |");
+                }
+                None => out.push_str(" n/a |"),
+            }
+        }
+        out.push('\n');
     }
 
     /// The head of a memory table: `title`, then a column per endpoint.
@@ -244,32 +247,11 @@ impl Report {
             let counts: std::collections::BTreeSet<usize> =
                 self.memory.values().flat_map(|m| m.daemon_rss_mib.keys().copied()).collect();
             for n in counts {
-                let _ = write!(out, "| daemon RSS, {n} pods (MiB) |");
-                for e in &self.endpoints {
-                    match self.memory.get(e).and_then(|m| m.daemon_rss_mib.get(&n)) {
-                        Some(v) => {
-                            let _ = write!(out, " {v:.1} |");
-                        }
-                        None => out.push_str(" n/a |"),
-                    }
-                }
-                out.push('\n');
+                let label = format!("daemon RSS, {n} pods (MiB)");
+                self.memory_row(&mut out, &label, &|m| m.daemon_rss_mib.get(&n).copied());
             }
-            for (label, pick) in [
-                ("per-pod processes, PSS (MiB)", (|m: &Memory| m.pod_pss_mib) as fn(&Memory) -> Option<f64>),
-                ("per-pod process count", |m: &Memory| m.pod_processes),
-            ] {
-                let _ = write!(out, "| {label} |");
-                for e in &self.endpoints {
-                    match self.memory.get(e).and_then(pick) {
-                        Some(v) => {
-                            let _ = write!(out, " {v:.1} |");
-                        }
-                        None => out.push_str(" n/a |"),
-                    }
-                }
-                out.push('\n');
-            }
+            self.memory_row(&mut out, "per-pod processes, PSS (MiB)", &|m| m.pod_pss_mib);
+            self.memory_row(&mut out, "per-pod process count", &|m| m.pod_processes);
         }
         if !self.context.is_empty() {
             out.push('\n');
