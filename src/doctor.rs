@@ -54,7 +54,37 @@ pub fn run(config: &Config) -> Vec<Check> {
     out.extend(data_dir(&config.data_dir));
     out.push(socket(&config.socket));
     out.push(privileges());
+    out.push(security_modules(crate::stage1::lsm::Lsms::detect(), crate::stage1::apparmor::parser().is_some()));
     out
+}
+
+/// What AppArmor and SELinux mean for containers on this host.
+fn security_modules(host: crate::stage1::lsm::Lsms, parser: bool) -> Check {
+    let name = "security modules";
+    let selinux = if host.selinux {
+        "; SELinux is enabled: rktlet does not label, containers asking for SELinux labels are refused"
+    } else {
+        ""
+    };
+    match (host.apparmor, parser) {
+        (true, true) => Check::ok(
+            name,
+            format!(
+                "AppArmor is enforced: containers that are not privileged or unconfined run under                  rktlet-default, or the Localhost profile they name{selinux}"
+            ),
+        ),
+        (true, false) => Check::fail(
+            name,
+            format!(
+                "AppArmor is enforced but apparmor_parser is missing: rktlet cannot load its default                  profile, so containers that name no profile cannot be created{selinux}"
+            ),
+            "install the apparmor package (apt-get install apparmor)",
+        ),
+        (false, _) => Check::ok(
+            name,
+            format!("AppArmor is not enabled: no profile applies, Localhost profiles are refused{selinux}"),
+        ),
+    }
 }
 
 fn kernel_overlay() -> Check {
@@ -416,6 +446,21 @@ mod tests {
         assert!(privileges.detail.contains(&format!("CapEff={eff}")), "{privileges:?} vs CapEff {eff}");
         let sys_resource = u64::from_str_radix(&eff, 16).expect("hex") & (1 << 24) != 0;
         assert_eq!(privileges.outcome == Outcome::Ok, sys_resource, "{privileges:?}");
+    }
+
+    #[test]
+    fn security_modules_say_what_containers_get() {
+        use crate::stage1::lsm::Lsms;
+        let enforced = Lsms { apparmor: true, selinux: false };
+        let c = security_modules(enforced, true);
+        assert_eq!(c.outcome, Outcome::Ok);
+        assert!(c.detail.contains("rktlet-default"), "{}", c.detail);
+        let c = security_modules(enforced, false);
+        assert_eq!(c.outcome, Outcome::Fail);
+        assert!(c.detail.contains("apparmor_parser") && c.fix.as_deref().is_some_and(|f| f.contains("apparmor")));
+        let c = security_modules(Lsms { apparmor: false, selinux: true }, false);
+        assert_eq!(c.outcome, Outcome::Ok);
+        assert!(c.detail.contains("not enabled") && c.detail.contains("SELinux"), "{}", c.detail);
     }
 
     #[test]

@@ -94,6 +94,11 @@ fn profiles_list_has(list: &str, name: &str) -> bool {
     list.lines().any(|l| l.rsplit_once(" (").map_or(l, |(n, _)| n) == name)
 }
 
+/// The `apparmor_parser` that loads profiles (Debian's `apparmor` package).
+pub fn parser() -> Option<PathBuf> {
+    ["/sbin/apparmor_parser", "/usr/sbin/apparmor_parser"].into_iter().map(PathBuf::from).find(|p| p.exists())
+}
+
 /// Loaded once per daemon (a failure is retried at the next request).
 static DEFAULT_LOADED: Mutex<bool> = Mutex::new(false);
 
@@ -104,11 +109,7 @@ pub fn ensure_default(dir: &Path) -> Result<(), AppArmorError> {
     if *loaded {
         return Ok(());
     }
-    let parser = ["/sbin/apparmor_parser", "/usr/sbin/apparmor_parser"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-        .ok_or(AppArmorError::NoParser)?;
+    let parser = parser().ok_or(AppArmorError::NoParser)?;
     let io_err = |context: String| move |source| AppArmorError::Io { context, source };
     std::fs::create_dir_all(dir).map_err(io_err(format!("creating {}", dir.display())))?;
     let file = dir.join(DEFAULT_PROFILE);
