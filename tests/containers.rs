@@ -277,17 +277,30 @@ async fn pod_manifest_isolators_are_appc_ones() {
         c.linux.get_or_insert_default().security_context.get_or_insert_default().privileged = true;
     })
     .await;
+    // no capability at all: appc wants a capability set non-empty
+    let nocaps = e
+        .create(&pod, "nocaps", &["sleep", "300"], |c| {
+            c.linux.get_or_insert_default().security_context.get_or_insert_default().capabilities =
+                Some(cri::Capability { drop_capabilities: vec!["ALL".into()], ..Default::default() });
+        })
+        .await;
     let manifest = e.d.dir.path().join("data/pods/run").join(&pod.0).join("pod");
     let doc: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&manifest).expect("pod manifest")).expect("pod manifest is JSON");
     let apps = doc["apps"].as_array().expect("apps");
-    assert_eq!(apps.len(), 2, "{doc}");
+    assert_eq!(apps.len(), 3, "{doc}");
     for app in apps {
         for iso in app["app"]["isolators"].as_array().into_iter().flatten() {
             let name = iso["name"].as_str().unwrap_or_default();
             assert!(APPC.contains(&name), "isolator {name:?} of {} is not appc's: {doc}", app["name"]);
+            if name.starts_with("os/linux/capabilities-") {
+                assert!(iso["value"]["set"].as_array().is_some_and(|s| !s.is_empty()), "empty set: {iso}");
+            }
         }
     }
+    e.start(&nocaps).await;
+    let out = common::exec_sync(&mut e.rt, &nocaps, &["grep", "CapBnd", "/proc/1/status"]).await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout).split_whitespace().nth(1), Some("0000000000000000"), "{out:?}");
     // and the paths are still masked: kubelet's defaults in the plain one
     e.start(&plain).await;
     let out = common::exec_sync(&mut e.rt, &plain, &["cat", "/proc/kcore"]).await;

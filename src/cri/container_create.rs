@@ -105,8 +105,15 @@ fn security_isolators(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result
     };
     let names: Vec<String> =
         caps::NAMES.iter().enumerate().filter(|(i, _)| set & (1 << i) != 0).map(|(_, n)| format!("CAP_{n}")).collect();
+    // appc wants a non-empty set: no capability at all is written as all of them removed
+    let caps = if names.is_empty() {
+        let all: Vec<String> = caps::NAMES.iter().map(|n| format!("CAP_{n}")).collect();
+        manifest::Isolator { name: ISOLATOR_CAPS_REMOVE.into(), value: serde_json::json!({ "set": all }) }
+    } else {
+        manifest::Isolator { name: ISOLATOR_CAPS.into(), value: serde_json::json!({ "set": names }) }
+    };
     let mut out = vec![
-        manifest::Isolator { name: ISOLATOR_CAPS.into(), value: serde_json::json!({ "set": names }) },
+        caps,
         manifest::Isolator {
             name: ISOLATOR_NO_NEW_PRIVS.into(),
             value: serde_json::Value::Bool(sc.is_some_and(|s| s.no_new_privs)),
@@ -279,6 +286,7 @@ pub use crate::stage1::api_vfs::{DEFAULT_MASKED, DEFAULT_READONLY};
 
 /// rkt's isolator names for the capability set and no_new_privs.
 pub const ISOLATOR_CAPS: &str = "os/linux/capabilities-retain-set";
+pub const ISOLATOR_CAPS_REMOVE: &str = "os/linux/capabilities-remove-set";
 pub const ISOLATOR_NO_NEW_PRIVS: &str = "os/linux/no-new-privileges";
 
 /// A text file of the image, its symlinks followed inside the image.

@@ -142,13 +142,12 @@ pub async fn start_container(
     let (mut filter, mut namespaces) = (None, None);
     for iso in &section.isolators {
         match iso.name.as_str() {
-            super::container_create::ISOLATOR_CAPS => {
-                let names: Vec<String> = iso.value["set"]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
-                    .unwrap_or_default();
+            super::container_create::ISOLATOR_CAPS | super::container_create::ISOLATOR_CAPS_REMOVE => {
+                let named =
+                    set_of(&iso.value).iter().filter_map(|n| crate::stage1::caps::bits(n)).fold(0, |a, b| a | b);
+                let all = u64::MAX >> (64 - crate::stage1::caps::NAMES.len());
                 spec.capability_bounding_set =
-                    Some(names.iter().filter_map(|n| crate::stage1::caps::bits(n)).fold(0, |a, b| a | b));
+                    Some(if iso.name == super::container_create::ISOLATOR_CAPS { named } else { all & !named });
             }
             super::container_create::ISOLATOR_NO_NEW_PRIVS => spec.no_new_privileges = iso.value.as_bool(),
             seccomp::ISOLATOR_RETAIN | seccomp::ISOLATOR_REMOVE => {
