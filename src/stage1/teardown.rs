@@ -58,8 +58,8 @@ pub async fn stop_pod(data: &DataDir, id: &str, grace: Duration, net: &NetDirs) 
         Ok((pod.uuid(), pod.read_file(pod::NETNS_FILE)?.map(PathBuf::from)))
     })
     .await?;
-    // CNI DEL while the pod's systemd powers off: a stopped pod is one whose
-    // processes are gone and whose network is released, in either order
+    // CNI DEL while the pod is killed: a stopped pod is one whose processes
+    // are gone and whose network is released, in either order
     let (data2, id2) = (data.clone(), id.to_string());
     let processes = blocking(move || {
         let mut pod = Pod::open(&data2, &id2)?;
