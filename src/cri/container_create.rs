@@ -98,11 +98,7 @@ fn security_isolators(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result
         .and_then(|s| s.capabilities.as_ref())
         .map(|c| (c.add_capabilities.clone(), c.drop_capabilities.clone()))
         .unwrap_or_default();
-    let set = if privileged {
-        u64::MAX >> (64 - caps::NAMES.len())
-    } else {
-        caps::bounding_set(&add, &drop).map_err(Status::invalid_argument)?
-    };
+    let set = if privileged { caps::ALL } else { caps::bounding_set(&add, &drop).map_err(Status::invalid_argument)? };
     let names: Vec<String> =
         caps::NAMES.iter().enumerate().filter(|(i, _)| set & (1 << i) != 0).map(|(_, n)| format!("CAP_{n}")).collect();
     // appc wants a non-empty set: no capability at all is written as all of them removed

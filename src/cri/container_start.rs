@@ -145,9 +145,11 @@ pub async fn start_container(
             super::container_create::ISOLATOR_CAPS | super::container_create::ISOLATOR_CAPS_REMOVE => {
                 let named =
                     set_of(&iso.value).iter().filter_map(|n| crate::stage1::caps::bits(n)).fold(0, |a, b| a | b);
-                let all = u64::MAX >> (64 - crate::stage1::caps::NAMES.len());
-                spec.capability_bounding_set =
-                    Some(if iso.name == super::container_create::ISOLATOR_CAPS { named } else { all & !named });
+                spec.capability_bounding_set = Some(if iso.name == super::container_create::ISOLATOR_CAPS {
+                    named
+                } else {
+                    crate::stage1::caps::ALL & !named
+                });
             }
             super::container_create::ISOLATOR_NO_NEW_PRIVS => spec.no_new_privileges = iso.value.as_bool(),
             seccomp::ISOLATOR_RETAIN | seccomp::ISOLATOR_REMOVE => {

@@ -63,12 +63,15 @@ pub const DEFAULT: [&str; 14] = [
     "AUDIT_WRITE",
 ];
 
+/// Every capability in [`NAMES`], as bits.
+pub const ALL: u64 = (1u64 << NAMES.len()) - 1;
+
 /// Bit of a capability given as `NAME`, `CAP_NAME` or any case; `ALL` is every bit.
 pub fn bits(name: &str) -> Option<u64> {
     let n = name.trim().to_ascii_uppercase();
     let n = n.strip_prefix("CAP_").unwrap_or(&n);
     if n == "ALL" {
-        return Some((1u64 << NAMES.len()) - 1);
+        return Some(ALL);
     }
     NAMES.iter().position(|c| *c == n).map(|i| 1u64 << i)
 }
