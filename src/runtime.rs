@@ -114,6 +114,11 @@ impl Runtime {
         })
     }
 
+    /// Where the runtime's default AppArmor profile is written.
+    pub fn apparmor_dir(&self) -> std::path::PathBuf {
+        self.data.root().join("apparmor")
+    }
+
     /// RuntimeReady: the data dir is usable and pods can be launched.
     pub fn runtime_ready(&self) -> Result<(), NotReady> {
         self.data.ensure().map_err(|e| NotReady { reason: "DataDirUnavailable", message: e.to_string() })?;

@@ -165,7 +165,8 @@ pub(crate) fn apparmor_profile(
     confinement: &crate::stage1::lsm::Confinement,
 ) -> Result<Option<String>, Status> {
     use crate::stage1::apparmor::{AppArmorError, prepare};
-    prepare(confinement, &rt.data.root().join("apparmor")).map_err(|e| match e {
+    // apparmor_parser may run (once per daemon, unless `serve` loaded it first)
+    tokio::task::block_in_place(|| prepare(confinement, &rt.apparmor_dir())).map_err(|e| match e {
         AppArmorError::NotLoaded(_) => Status::invalid_argument(format!("{field}: {e}")),
         AppArmorError::NoParser => Status::failed_precondition(format!("{field}: {e}")),
         AppArmorError::Load(_) | AppArmorError::Io { .. } => Status::internal(format!("{field}: {e}")),

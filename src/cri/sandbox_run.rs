@@ -113,11 +113,9 @@ pub async fn run_pod_sandbox(
         // the pod has no process of the user's to confine (no pause
         // container): a named profile must still exist, as containerd's pause needs it
         let apparmor = super::apparmor_asked(&format!("{prefix}.apparmor"), sc.apparmor.as_ref(), "")?;
-        if let crate::stage1::lsm::Confinement::Profile(name) =
-            super::check_lsm(rt, prefix, apparmor, sc.privileged, sc.selinux_options.as_ref())?
-        {
-            let field = format!("{prefix}.apparmor");
-            super::apparmor_profile(rt, &field, &crate::stage1::lsm::Confinement::Profile(name))?;
+        let confinement = super::check_lsm(rt, prefix, apparmor, sc.privileged, sc.selinux_options.as_ref())?;
+        if matches!(confinement, crate::stage1::lsm::Confinement::Profile(_)) {
+            super::apparmor_profile(rt, &format!("{prefix}.apparmor"), &confinement)?;
         }
     }
     let req = validate(req, rt.cgroup_driver == crate::cgroup::Driver::Systemd)?;

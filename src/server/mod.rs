@@ -220,6 +220,15 @@ async fn run(
     );
     let rt = runtime.clone();
     tokio::task::spawn_blocking(move || rt.reconcile());
+    // the default AppArmor profile loaded now, not by the first CreateContainer
+    if runtime.host.lsm.apparmor {
+        let dir = runtime.apparmor_dir();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = crate::stage1::apparmor::ensure_default(&dir) {
+                tracing::warn!(error = %e, "AppArmor: the default profile is not loaded yet (CreateContainer retries)");
+            }
+        });
+    }
     // what pulls cut short by a crash left in cas/tmp (before the first
     // request: a pull of ours holds its lock, one by the CLI too)
     let cleaned = runtime.images.clean_leftovers();
