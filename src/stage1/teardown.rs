@@ -53,16 +53,15 @@ async fn blocking<T: Send + 'static>(
 pub async fn stop_pod(data: &DataDir, id: &str, grace: Duration, net: &NetDirs) -> Result<(), TeardownError> {
     let t0 = Instant::now();
     let (data2, id2) = (data.clone(), id.to_string());
-    let (uuid, netns) = blocking(move || {
+    let (mut pod, uuid, netns) = blocking(move || {
         let pod = Pod::open(&data2, &id2)?;
-        Ok((pod.uuid(), pod.read_file(pod::NETNS_FILE)?.map(PathBuf::from)))
+        let (uuid, netns) = (pod.uuid(), pod.read_file(pod::NETNS_FILE)?.map(PathBuf::from));
+        Ok((pod, uuid, netns))
     })
     .await?;
     // CNI DEL while the pod is killed: a stopped pod is one whose processes
     // are gone and whose network is released, in either order
-    let (data2, id2) = (data.clone(), id.to_string());
     let processes = blocking(move || {
-        let mut pod = Pod::open(&data2, &id2)?;
         stop::stop(&mut pod, grace)?;
         let t_stop = t0.elapsed();
         stop::release(&pod)?;
