@@ -419,12 +419,19 @@ impl Pod {
         }
     }
 
+    /// Takes the pod's lock for a state change. Another reader's state
+    /// probe holds it for a moment (a status or an event handler of the
+    /// daemon as the pod stops, seen once in CI as a Busy RemovePodSandbox),
+    /// so a lock held is tried again for up to 50 ms; a pod still running
+    /// holds it for good and stays Busy.
     fn take_lock(&mut self) -> Result<()> {
-        if self.lock.is_none() {
-            let lock = lock::try_exclusive_dir(&self.path())
-                .map_err(io_err(format!("locking pod {}", self.uuid)))?
-                .ok_or(PodError::Busy(self.uuid))?;
-            self.lock = Some(lock);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(50);
+        while self.lock.is_none() {
+            match lock::try_exclusive_dir(&self.path()).map_err(io_err(format!("locking pod {}", self.uuid)))? {
+                Some(lock) => self.lock = Some(lock),
+                None if std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(1)),
+                None => return Err(PodError::Busy(self.uuid)),
+            }
         }
         Ok(())
     }
