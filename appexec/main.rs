@@ -7,6 +7,10 @@
 //! stdio, with the app's seccomp filter widened by what this program needs
 //! and without dropping root or any capability. This program then:
 //!
+//! 0. with `cgwait=`, waits until the daemon has moved it into the app's
+//!    cgroup v1 directories (nothing in the pod can, and on v1 what a
+//!    process charged before its move stays where it was: an app moved
+//!    after its exec could outgrow its memory limit unseen);
 //! 1. enters a new PID namespace (`pid=new`) or the target's (`pid=<pid>`),
 //!    or stays in its own (`pid=keep`: the pod's for an app with a volume
 //!    whose mounts propagate both ways, which systemd cannot give it;
@@ -201,6 +205,11 @@ struct Plan {
     no_new_privs: bool,
     /// The AppArmor profile the app's execve enters (`aa=`).
     apparmor: Option<CString>,
+    /// `cgwait=NAME:N`: wait, before anything else, until N of this
+    /// process's cgroup v1 hierarchies place it in a cgroup named NAME (the
+    /// app's, where the daemon moves it): the app then runs under its
+    /// limits from its first instruction, as children inherit cgroups.
+    cgroup_wait: Option<(String, usize)>,
     /// The app's root as the pod sees it (`root=`): this program makes the
     /// mount namespace and binds, then pivots into it (required).
     root: CString,
@@ -283,6 +292,10 @@ fn parse() -> Plan {
             "groups" => plan.groups = value.split(',').filter(|s| !s.is_empty()).map(|g| number(key, g)).collect(),
             "nnp" => plan.no_new_privs = true,
             "aa" => plan.apparmor = Some(cstring(format!("exec {value}").into_bytes())),
+            "cgwait" => {
+                let (name, n) = value.rsplit_once(':').unwrap_or_else(|| fail("cgwait= is NAME:COUNT", 0));
+                plan.cgroup_wait = Some((format!("/{name}"), number(key, n)));
+            }
             _ => fail(&format!("unknown option {arg:?}"), 0),
         }
     }
@@ -327,6 +340,9 @@ fn check(rc: c_int, what: &str) {
 
 fn main() {
     let plan = parse();
+    if let Some((name, count)) = &plan.cgroup_wait {
+        wait_for_cgroups(name, *count);
+    }
     // the parent outlives every stop signal systemd sends the unit; the
     // child puts the defaults back before its exec (ignored signals would
     // stay ignored across it)
@@ -394,6 +410,22 @@ fn main() {
         unsafe { kill(child, SIGKILL) };
     }
     wait_and_mirror(child);
+}
+
+/// Waits until `count` lines of /proc/self/cgroup (v1 hierarchies) end
+/// with `suffix`, checking every 100 µs; after 10 s the app does not run
+/// (the daemon that was to move it is gone, or could not).
+fn wait_for_cgroups(suffix: &str, count: usize) {
+    let own = || std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let placed = || own().lines().filter(|l| !l.starts_with("0::") && l.ends_with(suffix)).count() >= count;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !placed() {
+        if std::time::Instant::now() > deadline {
+            let now = own().replace('\n', " ");
+            fail(&format!("not placed in {count} cgroups named {suffix} within 10 s; in: {now}"), 0);
+        }
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
 }
 
 /// Whether the child is already gone by a signal as its end of the pipe

@@ -617,6 +617,28 @@ async fn memory_limit_oom_kill_and_resource_updates() {
     let s = e.wait_state(&hog, cri::ContainerState::ContainerExited).await;
     assert_eq!((s.exit_code, s.reason.as_str()), (137, "OOMKilled"), "{s:?}");
 
+    // the limits hold from the app's first instruction: on cgroup v1 the
+    // daemon moves the app, and a process moved once it ran keeps what it
+    // had charged elsewhere (critest's `dd bs=20M` under 15 MiB then ran on)
+    let early = e
+        .create(&pod, "early", &["cat", "/proc/self/cgroup"], |c| {
+            c.linux =
+                Some(cri::LinuxContainerConfig { resources: Some(resources(32 << 20, 50_000)), ..Default::default() });
+        })
+        .await;
+    e.start(&early).await;
+    e.wait_state(&early, cri::ContainerState::ContainerExited).await;
+    let log = e.wait_log("limits", "early", 1).await;
+    let limited: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.split_once(" F ").map(|(_, line)| line))
+        .filter(|l| l.split(':').nth(1).is_some_and(|c| c.split(',').any(|c| c == "memory" || c == "pids")))
+        .collect();
+    assert!(!limited.is_empty(), "no memory or pids cgroup in the app's /proc/self/cgroup: {log}");
+    for line in limited {
+        assert!(line.ends_with("/app-0-early"), "the app ran before it was in its cgroups: {line} ({log})");
+    }
+
     let steady = e
         .create(&pod, "steady", &["sleep", "1000"], |c| {
             c.linux =

@@ -49,6 +49,11 @@ impl Limits {
         *self == Limits::default()
     }
 
+    /// Whether any of them is a cgroup's (the OOM score adjustment is not).
+    pub fn in_cgroups(&self) -> bool {
+        !Limits { oom_score_adj: None, ..self.clone() }.is_empty()
+    }
+
     /// Refuses what no host could apply: unknown or path-like `unified`
     /// keys, `unified` on a host without cgroup v2 controllers, malformed
     /// cpusets and hugepage sizes; and on cgroup v1, a cpuset or a hugepage
@@ -233,6 +238,40 @@ impl AppCgroup {
     /// The app's cgroup on cgroup v2 (its unit's), if this host is one.
     pub fn v2_dir(&self) -> Option<PathBuf> {
         self.v2.as_ref().map(|(root, rel)| root.join(rel))
+    }
+
+    /// On cgroup v1, where the daemon moves the app's processes into its
+    /// cgroups: their directory name and how many hierarchies have one,
+    /// for appexec to wait on before the app runs (`cgwait=`). None on v2
+    /// (the unit's cgroup is the app's) or without a unified hierarchy to
+    /// find the unit's processes in.
+    pub fn placement(&self, app: &str) -> Option<(String, usize)> {
+        (self.v2.is_none() && self.unit.is_some() && !self.dirs.is_empty())
+            .then(|| (format!("app-{app}"), self.dirs.len()))
+    }
+
+    /// While the app's unit starts: moves its first processes into the app
+    /// cgroups as soon as they appear (appexec waits for that, `placement`),
+    /// while `starting` stays set. A process that cannot be moved is killed:
+    /// it must not run without its limits.
+    pub fn adopt_while_starting(&self, starting: &std::sync::atomic::AtomicBool) -> io::Result<()> {
+        use std::sync::atomic::Ordering;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while starting.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
+            let pids = self.unit_processes();
+            if pids.is_empty() {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+                continue;
+            }
+            return self.adopt_unit_processes().inspect_err(|_| {
+                for pid in self.unit_processes() {
+                    // SAFETY: kill(2) with a plain signal number; a pid that was reused meanwhile
+                    // would be one of the same unit cgroup's, which goes anyway.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            });
+        }
+        Ok(())
     }
 
     /// Moves the unit's processes into the app cgroups until none is left behind.

@@ -187,9 +187,23 @@ pub async fn start_container(
     let shared = shared_volumes(&t.app);
     // so does one with an AppArmor profile (set by appexec for the app's execve)
     let apparmor = meta::apparmor(&t.app);
-    let appexec_paths = if pid_mode != PidMode::Pod || !shared.is_empty() || apparmor.is_some() {
+    let limits = meta::limits(&t.app);
+    // on cgroup v1 the daemon places the app in its cgroups: one with limits
+    // is started by appexec, which waits for that before anything runs
+    let placed = match app_cgroup(&t.pod, &t.app.name) {
+        Some(cg) if limits.in_cgroups() && pid_mode != PidMode::Host => {
+            cg.placement(&t.app.name).map(|wait| (cg, wait))
+        }
+        _ => None,
+    };
+    if let Some((cg, _)) = &placed {
+        // written before the start: nothing of the app runs without them
+        tokio::task::block_in_place(|| cg.apply(&limits))
+            .map_err(|e| Status::internal(format!("limits of {}: {e}", req.container_id)))?;
+    }
+    let appexec_paths = if pid_mode != PidMode::Pod || !shared.is_empty() || apparmor.is_some() || placed.is_some() {
         api_binds_for_appexec(&t.app, &mut spec);
-        Some((masked, readonly, shared, apparmor))
+        Some((masked, readonly, shared, apparmor, placed.as_ref().map(|(_, wait)| wait.clone())))
     } else {
         tokio::task::block_in_place(|| api_file_systems(&t.pod, pid1, &mut spec, masked, readonly))?;
         None
@@ -213,7 +227,6 @@ pub async fn start_container(
     if stop_signal != libc::SIGTERM {
         spec.extra.push(Property::new("KillSignal", Value::I32(stop_signal)));
     }
-    let limits = meta::limits(&t.app);
     if crate::cgroup::Layout::cached().is_ok_and(|l| l.limits_through_systemd()) {
         // accounting on for every app: the pod's systemd then keeps the
         // controllers enabled down to the app's cgroup, which the host writes
@@ -288,16 +301,31 @@ pub async fn start_container(
     // Ok(Err(..)): the job failed, so its process ran and could not become
     // the app, which ends the container (containerd reports a start error as
     // an exit too); Err(..): the call was refused, nothing ran
-    let started = tokio::task::block_in_place(|| {
-        with_bus(rt, &t.pod, |bus| match bus.start_transient_service(&spec) {
-            Err(e @ BusError::JobFailed { .. }) => Ok(Err(e)),
-            other => other.map(Ok),
+    // an app placed by the daemon (cgroup v1) is moved while its unit starts:
+    // appexec waits for it, and the start job ends once the app is exec'd
+    let (started, placement) = tokio::task::block_in_place(|| {
+        let starting = std::sync::atomic::AtomicBool::new(true);
+        std::thread::scope(|scope| {
+            let adopter = placed.as_ref().map(|(cg, _)| scope.spawn(|| cg.adopt_while_starting(&starting)));
+            let started = with_bus(rt, &t.pod, |bus| match bus.start_transient_service(&spec) {
+                Err(e @ BusError::JobFailed { .. }) => Ok(Err(e)),
+                other => other.map(Ok),
+            });
+            starting.store(false, std::sync::atomic::Ordering::Release);
+            let placement = adopter.map(|a| a.join().unwrap_or_else(|_| Err(std::io::Error::other("panicked"))));
+            (started, placement)
         })
     });
+    let placement =
+        placement.map(|r| r.map_err(|e| Status::internal(format!("placing {} in its cgroups: {e}", req.container_id))));
     let failed = match started {
         Ok(Ok(())) => None,
         Ok(Err(job)) => {
-            let e = bus_status(job);
+            // (the app killed, as it could not be placed: that is the cause)
+            let e = match placement {
+                Some(Err(e)) => e,
+                _ => bus_status(job),
+            };
             let exit = tokio::task::block_in_place(|| with_bus(rt, &t.pod, |bus| bus.unit_status(&spec.name)))
                 .ok()
                 .and_then(|s| s.main_exit());
@@ -327,7 +355,11 @@ pub async fn start_container(
     // every app gets its own cgroups, limits or not: they are what its stats
     // are read from; without limits asked for, a failure only costs the stats
     let unit_started = began.elapsed();
-    let limits_result = tokio::task::block_in_place(|| apply_limits(&t, &limits));
+    let limits_result = match &placed {
+        // anything the app started since, too
+        Some((cg, _)) => tokio::task::block_in_place(|| cg.adopt_unit_processes()),
+        None => tokio::task::block_in_place(|| apply_limits(&t, &limits)),
+    };
     if pid_mode == PidMode::Host {
         // after the limits: the app joins the cgroups its template is in now
         if let Err(e) = tokio::task::block_in_place(|| run_host_app(&t, pid1)) {
@@ -529,8 +561,9 @@ fn pid_mode(rt: &Runtime, t: &Target, pid1: i32) -> Result<PidMode, Status> {
 }
 
 /// What appexec applies that systemd does not: masked and read-only paths,
-/// volumes shared both ways, the AppArmor profile.
-type AppexecPaths = (Option<Vec<String>>, Option<Vec<String>>, Vec<String>, Option<String>);
+/// volumes shared both ways, the AppArmor profile, the wait for the app's
+/// cgroups (cgroup v1).
+type AppexecPaths = (Option<Vec<String>>, Option<Vec<String>>, Vec<String>, Option<String>, Option<(String, usize)>);
 
 /// Turns the unit into one that runs the app through appexec
 /// (`stage1/appexec.rs`): systemd keeps the environment, stdio and cgroup;
@@ -545,7 +578,7 @@ fn own_pid_namespace(
     mode: &PidMode,
     spec: &mut ServiceSpec,
     filter: Option<(bool, Vec<String>, Option<i32>)>,
-    (masked, readonly, shared, apparmor): AppexecPaths,
+    (masked, readonly, shared, apparmor, cgroup_wait): AppexecPaths,
 ) -> Result<(), Status> {
     tokio::task::block_in_place(|| crate::stage1::appexec::ensure(&rt.data, &t.pod.path(), pid1))
         .map_err(|e| Status::internal(format!("putting appexec in pod {}: {e}", t.pod.uuid())))?;
@@ -593,6 +626,7 @@ fn own_pid_namespace(
         gid: id(spec.group.take().as_deref().unwrap_or("0"), "group")?,
         no_new_privs: spec.no_new_privileges.take().unwrap_or(false),
         apparmor,
+        cgroup_wait,
         ..Default::default()
     };
     plan.groups = std::mem::take(&mut spec.supplementary_groups)

@@ -138,8 +138,10 @@ fn needs(pid: &PidMode) -> Vec<&'static str> {
 /// The other calls appexec makes under the app's filter (besides its
 /// start-up) that its child no longer needs once its own filter is in:
 /// let through, then denied again like the namespace calls.
-const DENIED_AGAIN: [&str; 18] = [
+const DENIED_AGAIN: [&str; 20] = [
     "waitid",
+    "nanosleep",
+    "clock_nanosleep",
     "chdir",
     "mkdir",
     "mkdirat",
@@ -220,6 +222,9 @@ pub struct Plan {
     pub no_new_privs: bool,
     /// The AppArmor profile the app runs under (`stage1::apparmor`).
     pub apparmor: Option<String>,
+    /// The app's cgroup v1 directory name and how many hierarchies have
+    /// one: appexec waits until the daemon has moved it into all of them.
+    pub cgroup_wait: Option<(String, usize)>,
     /// The app's root in the pod: appexec makes its mount namespace (none
     /// from systemd), the binds, and pivots into it.
     pub root: Option<String>,
@@ -286,6 +291,7 @@ impl Plan {
             args.push("nnp".into());
         }
         args.extend(self.apparmor.iter().map(|p| format!("aa={p}")));
+        args.extend(self.cgroup_wait.iter().map(|(name, n)| format!("cgwait={name}:{n}")));
         args.push("--".into());
         args.push(app.path.clone());
         args.extend(app.argv.iter().cloned());
