@@ -1904,3 +1904,81 @@ async fn exec_rlimits(pid: cri::NamespaceMode) {
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }
+
+/// An image volume (CRI `Mount.image`, kubelet's `image` volume source):
+/// the pulled image's files at the mount point, read-only, a sub path of it
+/// on its own; the image stays while a container has it; what cannot be
+/// mounted is refused with the code a client expects and nothing is left.
+#[tokio::test(flavor = "multi_thread")]
+async fn image_volumes_are_the_images_files_read_only() {
+    use common::registry::{raw_tar, registry};
+    use tar::EntryType::{Directory, Regular, Symlink};
+    let mut e = env().await;
+    let layer = raw_tar(&[
+        ("data/", Directory, b"", ""),
+        ("data/hello.txt", Regular, b"from an image\n", ""),
+        ("data/out", Symlink, b"", "/etc"),
+    ]);
+    registry().push("volume-data", &[layer]).await;
+    let volume_image = common::pull(&e.d, &format!("{}/volume-data:latest", registry().main)).await;
+    let mut images = e.d.images().await;
+    let pod = e.pod("imagevol").await;
+    let mount = |path: &str, sub: &str| cri::Mount {
+        container_path: path.into(),
+        image: Some(cri::ImageSpec { image: volume_image.clone(), ..Default::default() }),
+        image_sub_path: sub.into(),
+        // read-only whatever is asked (kubelet asks for it)
+        readonly: false,
+        ..Default::default()
+    };
+    let script = "cat /vol/data/hello.txt /sub/hello.txt; touch /vol/x 2>/dev/null && echo writable || echo read-only";
+    let reader = e
+        .create(&pod, "reader", &["sh", "-c", script], |c| c.mounts = vec![mount("/vol", ""), mount("/sub", "data")])
+        .await;
+    e.start(&reader).await;
+    e.wait_state(&reader, cri::ContainerState::ContainerExited).await;
+    let log = e.wait_log("imagevol", "reader", 3).await;
+    let lines: Vec<&str> = log.lines().filter_map(|l| l.split_once(" F ").map(|(_, x)| x)).collect();
+    assert_eq!(lines, ["from an image", "from an image", "read-only"], "{log}");
+
+    // kept while a container has it, removable once it is gone
+    let remove =
+        cri::RemoveImageRequest { image: Some(cri::ImageSpec { image: volume_image.clone(), ..Default::default() }) };
+    let refused = images.remove_image(remove.clone()).await.expect_err("an image mounted as a volume was removed");
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+    assert!(refused.message().contains("volume"), "{refused:?}");
+    e.rt.remove_container(cri::RemoveContainerRequest { container_id: reader.clone() }).await.expect("remove");
+
+    // refused: a sub path out of the image (by `..` or by a link), a missing
+    // one, both a host path and an image, an image that was not pulled
+    let missing = format!("{}/volume-data:nosuchtag", registry().main);
+    let cases: [(&str, cri::Mount, tonic::Code); 5] = [
+        ("dotdot", mount("/v", "data/../.."), tonic::Code::InvalidArgument),
+        ("link", mount("/v", "data/out"), tonic::Code::InvalidArgument),
+        ("missing", mount("/v", "nothere"), tonic::Code::InvalidArgument),
+        ("both", cri::Mount { host_path: "/tmp".into(), ..mount("/v", "") }, tonic::Code::InvalidArgument),
+        (
+            "unpulled",
+            cri::Mount { image: Some(cri::ImageSpec { image: missing, ..Default::default() }), ..mount("/v", "") },
+            tonic::Code::NotFound,
+        ),
+    ];
+    for (name, m, code) in cases {
+        let err =
+            e.try_create(&pod, name, &["true"], |c| c.mounts = vec![m]).await.expect_err(&format!("{name}: created"));
+        assert_eq!(err.code(), code, "{name}: {err:?}");
+    }
+    let listed =
+        e.rt.list_containers(cri::ListContainersRequest {
+            filter: Some(cri::ContainerFilter { pod_sandbox_id: pod.0.clone(), ..Default::default() }),
+        })
+        .await
+        .expect("list")
+        .into_inner()
+        .containers;
+    assert!(listed.is_empty(), "refused containers were left: {listed:?}");
+    images.remove_image(remove).await.expect("the image, no longer mounted, is removed");
+    let data = e.d.dir.path().join("data");
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&data, &[pod.0]);
+}

@@ -199,8 +199,15 @@ fn check_mounts(mounts: &[cri::Mount]) -> Result<(), Status> {
                 "mount {path}: id-mapped mounts are not supported (rktlet has no user namespaces)"
             )));
         }
-        if m.image.as_ref().is_some_and(|i| !i.image.is_empty()) {
-            return Err(Status::invalid_argument(format!("mount {path}: image volumes are not supported")));
+        let image = m.image.as_ref().is_some_and(|i| !i.image.is_empty());
+        if image && !m.host_path.is_empty() {
+            return Err(Status::invalid_argument(format!("mount {path}: a host_path or an image, not both")));
+        }
+        if !image && !m.image_sub_path.is_empty() {
+            return Err(Status::invalid_argument(format!("mount {path}: image_sub_path without an image")));
+        }
+        if !Path::new(path).is_absolute() || (!image && m.host_path.is_empty()) {
+            return Err(Status::invalid_argument("mounts need an absolute container_path and a host_path or an image"));
         }
     }
     Ok(())
@@ -552,25 +559,33 @@ pub async fn create_container(
         isolators,
         ..Default::default()
     };
-    let volumes = config
-        .mounts
-        .iter()
-        .map(|m| VolumeSpec {
-            host_path: PathBuf::from(&m.host_path),
+    check_mounts(&config.mounts)?;
+    let mut volumes = Vec::with_capacity(config.mounts.len());
+    for m in &config.mounts {
+        let image = m.image.as_ref().map(|i| i.image.as_str()).filter(|i| !i.is_empty());
+        // an image volume is the image's tree, read-only (as containerd mounts it)
+        let (host_path, image) = match image {
+            Some(reference) => {
+                let v = tokio::task::block_in_place(|| rt.images.volume_source(reference, &m.image_sub_path))
+                    .map_err(|e| Status::new(e.code(), format!("image volume {}: {e}", m.container_path)))?;
+                (v.source, Some((v.image_id, v.tree_id)))
+            }
+            None => (PathBuf::from(&m.host_path), None),
+        };
+        volumes.push(VolumeSpec {
+            host_path,
             container_path: PathBuf::from(&m.container_path),
-            read_only: m.readonly,
+            read_only: m.readonly || image.is_some(),
             propagation: match cri::MountPropagation::try_from(m.propagation) {
+                _ if image.is_some() => Propagation::Private,
                 Ok(cri::MountPropagation::PropagationHostToContainer) => Propagation::Slave,
                 Ok(cri::MountPropagation::PropagationBidirectional) => Propagation::Shared,
                 _ => Propagation::Private,
             },
             selinux_relabel: m.selinux_relabel,
-        })
-        .collect();
-    if config.mounts.iter().any(|m| !Path::new(&m.container_path).is_absolute() || m.host_path.is_empty()) {
-        return Err(Status::invalid_argument("mounts need an absolute container_path and a host_path"));
+            image,
+        });
     }
-    check_mounts(&config.mounts)?;
     let name = meta::app_name(&meta_);
     let spec = AppSpec {
         name: name.clone(),

@@ -89,6 +89,9 @@ pub enum ImageError {
     /// The signature policy refused the image.
     #[error("{0}")]
     Policy(String),
+    /// An image volume's sub path is not a directory of the image.
+    #[error("{0}")]
+    InvalidVolume(String),
     #[error(transparent)]
     PolicyFile(#[from] policy::PolicyError),
     /// The registry stopped sending or closed the connection mid-blob.
@@ -106,7 +109,7 @@ impl ImageError {
     pub fn code(&self) -> tonic::Code {
         use tonic::Code;
         match self {
-            ImageError::Reference(_) | ImageError::Ambiguous(_) => Code::InvalidArgument,
+            ImageError::Reference(_) | ImageError::Ambiguous(_) | ImageError::InvalidVolume(_) => Code::InvalidArgument,
             ImageError::NotFound(_) => Code::NotFound,
             ImageError::Registry(e) => match e {
                 RegistryError::Unauthorized { .. } => Code::Unauthenticated,
@@ -376,9 +379,40 @@ impl Store {
         Ok(Tree { id, path, image_id: image.id, manifest: image.manifest })
     }
 
+    /// The source of an image volume (CRI `Mount.image`, KEP-4639): the
+    /// image's rendered tree, or `sub_path` inside it, which must be a
+    /// directory of the image (no `..`, no link leading out of it). The
+    /// image must have been pulled; it is marked used.
+    pub fn volume_source(&self, reference: &str, sub_path: &str) -> Result<ImageVolume, ImageError> {
+        let tree = self.tree(reference)?;
+        let rootfs = tree.rootfs();
+        let mut source = rootfs.clone();
+        if !sub_path.is_empty() {
+            let relative = Path::new(sub_path);
+            if relative.is_absolute() || relative.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
+                return Err(ImageError::InvalidVolume(format!(
+                    "image volume sub path {sub_path:?} of {reference}: a relative path without `..` is needed"
+                )));
+            }
+            // the image's own links resolve on the host: they may not lead out
+            let resolved = fs::canonicalize(rootfs.join(relative)).map_err(|e| {
+                ImageError::InvalidVolume(format!("image volume sub path {sub_path:?} of {reference}: {e}"))
+            })?;
+            let root = fs::canonicalize(&rootfs).map_err(io_ctx(format!("resolving {}", rootfs.display())))?;
+            if !resolved.starts_with(&root) || !resolved.is_dir() {
+                return Err(ImageError::InvalidVolume(format!(
+                    "image volume sub path {sub_path:?} of {reference} is not a directory of the image"
+                )));
+            }
+            source = resolved;
+        }
+        Ok(ImageVolume { image_id: tree.image_id, tree_id: tree.id, source })
+    }
+
     /// Removes an image (by id, tag or digest) with all its names, its tree
     /// when no pod uses it, and the layers no other image needs. `Ok(None)`
-    /// when there was no such image (removal is idempotent).
+    /// when there was no such image (removal is idempotent). An image a
+    /// container has as a volume stays (`InUse`).
     pub fn remove(&self, reference_or_id: &str) -> Result<Option<String>, ImageError> {
         let image = match self.resolve(reference_or_id) {
             Ok(i) => i,
@@ -387,6 +421,12 @@ impl Store {
         };
         let _lock = self.cas.lock_image(&image.id).map_err(io_ctx("locking the image"))?;
         let used = self.used_by_pods();
+        if let Some(app) = used.volume_images.get(&image.id) {
+            return Err(ImageError::InUse(format!(
+                "image {} ({}) is mounted as a volume by {app}: remove that container first",
+                image.id, image.manifest.name
+            )));
+        }
         // checked inside the index update, which imports also pass through
         // last (they check their dependencies are still there in theirs)
         let dependent = self
@@ -480,6 +520,17 @@ impl Store {
                         if let Ok(id) = fs::read_to_string(app.path().join("treeStoreID")) {
                             used.trees.insert(id.trim().to_string());
                         }
+                        let volumes = fs::read_to_string(app.path().join(IMAGE_VOLUMES)).unwrap_or_default();
+                        for (image, tree) in volumes.lines().filter_map(|l| l.split_once(' ')) {
+                            used.trees.insert(tree.to_string());
+                            used.images.insert(image.to_string());
+                            let who = format!(
+                                "app {} of pod {}",
+                                app.file_name().to_string_lossy(),
+                                pod.file_name().to_string_lossy()
+                            );
+                            used.volume_images.insert(image.to_string(), who);
+                        }
                     }
                 }
                 if let Ok(bytes) = fs::read(p.join("pod"))
@@ -562,6 +613,20 @@ impl Store {
 pub struct UsedByPods {
     pub trees: std::collections::HashSet<String>,
     pub images: std::collections::HashSet<String>,
+    /// Images mounted as volumes, and by which app of which pod.
+    pub volume_images: std::collections::HashMap<String, String>,
+}
+
+/// The file in an app's `appsinfo/<app>/` that lists its image volumes, a
+/// line `<image id> <tree id>` each (rktlet's own; rkt ignores it).
+pub const IMAGE_VOLUMES: &str = "imageVolumes";
+
+/// An image volume's source in the store ([`Store::volume_source`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImageVolume {
+    pub image_id: String,
+    pub tree_id: String,
+    pub source: PathBuf,
 }
 
 /// An image key from an id prefix or a reference.

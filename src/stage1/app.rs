@@ -44,6 +44,9 @@ pub struct VolumeSpec {
     pub propagation: Propagation,
     /// Recorded only (see `manifest::Volume::selinux_relabel`).
     pub selinux_relabel: bool,
+    /// An image volume: the image's id and tree id (`host_path` is in the
+    /// tree), recorded so the image is kept while the app has it.
+    pub image: Option<(String, String)>,
 }
 
 /// Everything `App::add` needs; the caller has resolved the image.
@@ -222,6 +225,15 @@ impl AppSpec {
         let image_manifest = serde_json::to_vec(&self.image_manifest).map_err(|e| AppError::Invalid(e.to_string()))?;
         fs::write(info.join("manifest"), image_manifest).map_err(io("writing appsinfo manifest"))?;
         fs::write(info.join("treeStoreID"), &self.tree_id).map_err(io("writing treeStoreID"))?;
+        let image_volumes: String = self
+            .volumes
+            .iter()
+            .filter_map(|v| v.image.as_ref())
+            .map(|(image, tree)| format!("{image} {tree}\n"))
+            .collect();
+        if !image_volumes.is_empty() {
+            fs::write(info.join(crate::image::IMAGE_VOLUMES), image_volumes).map_err(io("writing imageVolumes"))?;
+        }
 
         let (upper, work, rootfs) =
             (paths.overlay_upper(&self.tree_id), paths.overlay_work(&self.tree_id), paths.rootfs());
