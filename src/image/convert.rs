@@ -51,9 +51,10 @@ pub fn appc_arch(arch: &str, variant: Option<&str>) -> String {
 }
 
 fn platform_labels(config: &ImageConfig) -> Vec<NameValue> {
-    let os = if config.os.is_empty() { "linux" } else { &config.os };
-    let arch = if config.architecture.is_empty() { "amd64" } else { &config.architecture };
-    vec![NameValue::new("os", os), NameValue::new("arch", appc_arch(arch, config.variant.as_deref()))]
+    let (os, arch) = (config.os().to_string(), config.architecture().to_string());
+    let os = if os.is_empty() { "linux" } else { &os };
+    let arch = if arch.is_empty() { "amd64" } else { &arch };
+    vec![NameValue::new("os", os), NameValue::new("arch", appc_arch(arch, config.variant().as_deref()))]
 }
 
 /// The manifest of one layer's ACI.
@@ -81,10 +82,18 @@ pub fn image_manifest(
 ) -> ImageManifest {
     let mut m = ImageManifest::new(sanitize_ac_identifier(&reference.name()));
     m.labels = platform_labels(config);
-    let c = config.config.clone().unwrap_or_default();
-    let entrypoint = c.entrypoint.clone().unwrap_or_default();
-    let cmd = c.cmd.clone().unwrap_or_default();
-    let user_field = c.user.clone().unwrap_or_default();
+    let c = config.config().clone().unwrap_or_default();
+    let entrypoint = c.entrypoint().clone().unwrap_or_default();
+    let cmd = c.cmd().clone().unwrap_or_default();
+    let user_field = c.user().clone().unwrap_or_default();
+    // the config's maps arrive as lists in document order: sorted, so the
+    // same image always gives the same manifest (and key)
+    let sorted = |v: &Option<Vec<String>>| {
+        let mut v = v.clone().unwrap_or_default();
+        v.sort();
+        v.dedup();
+        v
+    };
     let (user, group) = match user_field.split_once(':') {
         _ if user_field.is_empty() => ("0".to_string(), "0".to_string()),
         Some((u, g)) => (u.to_string(), g.to_string()),
@@ -94,7 +103,7 @@ pub fn image_manifest(
     let exec: Vec<String> = entrypoint.iter().chain(cmd.iter()).cloned().collect();
     app.exec = (!exec.is_empty()).then_some(exec);
     app.environment = c
-        .env
+        .env()
         .clone()
         .unwrap_or_default()
         .iter()
@@ -103,9 +112,9 @@ pub fn image_manifest(
             None => NameValue::new(e.as_str(), ""),
         })
         .collect();
-    app.working_directory = c.working_dir.clone().unwrap_or_default();
+    app.working_directory = c.working_dir().clone().unwrap_or_default();
     let mut names: Vec<String> = Vec::new();
-    for path in c.volumes.as_ref().map(|v| v.keys().cloned().collect::<Vec<_>>()).unwrap_or_default() {
+    for path in sorted(c.volumes()) {
         let base = sanitize_ac_name(&format!("volume/{path}"));
         let mut name = base.clone();
         let mut n = 1;
@@ -116,7 +125,7 @@ pub fn image_manifest(
         names.push(name.clone());
         app.mount_points.push(MountPoint { name, path, read_only: false });
     }
-    for spec in c.exposed_ports.as_ref().map(|p| p.keys().cloned().collect::<Vec<_>>()).unwrap_or_default() {
+    for spec in sorted(c.exposed_ports()) {
         let (port, proto) = spec.split_once('/').unwrap_or((spec.as_str(), "tcp"));
         if let Ok(port) = port.parse::<u32>() {
             app.ports.push(Port {
@@ -128,16 +137,16 @@ pub fn image_manifest(
             });
         }
     }
-    if let Some(labels) = &c.labels {
+    if let Some(labels) = c.labels() {
         app.user_labels = labels.clone().into_iter().collect();
     }
     m.app = Some(app);
     let json = |v: &Vec<String>| serde_json::to_string(v).unwrap_or_default();
     let mut ann = Vec::new();
-    if let Some(a) = config.author.as_ref().filter(|a| !a.is_empty()) {
+    if let Some(a) = config.author().as_ref().filter(|a| !a.is_empty()) {
         ann.push(NameValue::new("author", a.as_str()));
     }
-    if let Some(c) = config.created.as_ref().filter(|c| !c.is_empty()) {
+    if let Some(c) = config.created().as_ref().filter(|c| !c.is_empty()) {
         ann.push(NameValue::new("created", c.as_str()));
     }
     ann.push(NameValue::new(ANN_REGISTRY, reference.domain.as_str()));
@@ -147,7 +156,7 @@ pub fn image_manifest(
     ann.push(NameValue::new(ANN_ENTRYPOINT, json(&entrypoint)));
     ann.push(NameValue::new(ANN_CMD, json(&cmd)));
     ann.push(NameValue::new(ANN_USER, user_field));
-    if let Some(sig) = c.stop_signal.as_ref().filter(|s| !s.is_empty()) {
+    if let Some(sig) = c.stop_signal().as_ref().filter(|s| !s.is_empty()) {
         ann.push(NameValue::new(ANN_STOP_SIGNAL, sig.as_str()));
     }
     m.annotations = ann;
@@ -198,8 +207,8 @@ mod tests {
 
     #[test]
     fn docker_config_becomes_app() {
-        let config: ImageConfig = serde_json::from_str(
-            r#"{"architecture":"amd64","os":"linux","created":"2024-01-01T00:00:00Z",
+        let config: ImageConfig = super::super::oci::parse_config(
+            br#"{"architecture":"amd64","os":"linux","created":"2024-01-01T00:00:00Z",
                "config":{"User":"1000:1000","Env":["PATH=/bin","FOO=a=b"],"Entrypoint":["/bin/sh","-c"],
                "Cmd":["echo hi"],"WorkingDir":"/work","ExposedPorts":{"8080/tcp":{},"9090/udp":{}},
                "Volumes":{"/data":{}},"Labels":{"a":"b"},"StopSignal":"SIGQUIT"}}"#,

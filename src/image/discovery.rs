@@ -52,7 +52,7 @@ pub fn with_defaults(labels: &BTreeMap<String, String>) -> BTreeMap<String, Stri
 /// The host's architecture as appc names it (`amd64`, `aarch64`, ...).
 pub fn host_arch() -> String {
     let p = super::oci::host_platform();
-    super::convert::appc_arch(&p.architecture, p.variant.as_deref())
+    super::convert::appc_arch(&p.architecture().to_string(), p.variant().as_deref())
 }
 
 /// `content` attributes of `<meta name="ac-discovery" ...>` tags in a page.

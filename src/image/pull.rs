@@ -118,8 +118,12 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f).await.map_err(|e| ImageError::Task(e.to_string()))?
 }
 
-fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, ImageError> {
-    serde_json::from_slice(bytes).map_err(|e| ImageError::Unsupported(format!("invalid {what}: {e}")))
+fn parse_manifest(bytes: &[u8], content_type: &str, what: &str) -> Result<AnyManifest, ImageError> {
+    oci::parse_manifest(bytes, content_type).map_err(|e| ImageError::Unsupported(format!("invalid {what}: {e}")))
+}
+
+fn digest_of(d: &oci::Descriptor) -> Result<Digest, ImageError> {
+    oci::digest_of(d).map_err(|e| ImageError::Unsupported(e.to_string()))
 }
 
 /// Applies the signature policy to the manifest `reference` resolved to
@@ -140,7 +144,10 @@ async fn check_policy(
     }
     let tag = policy::signature_tag(digest);
     let signatures = match session.manifest(&tag).await {
-        Ok((b, _, _)) => parse_json::<AnyManifest>(&b, "signature manifest")?,
+        Ok((b, content_type, _)) => match parse_manifest(&b, &content_type, "signature manifest")? {
+            AnyManifest::Image(m) => m.layers().clone(),
+            AnyManifest::Index(_) => Vec::new(),
+        },
         Err(super::RegistryError::NotFound { .. }) => {
             return Err(refused(format!("scope {:?} requires a signature and {tag} does not exist", decision.scope)));
         }
@@ -148,11 +155,11 @@ async fn check_policy(
     };
     let mut checked = Vec::new();
     let mut payloads = Vec::new();
-    for layer in signatures.layers.iter().filter(|l| l.media_type == policy::SIMPLE_SIGNING) {
-        let Some(sig) = layer.annotations.get(policy::SIGNATURE_ANNOTATION) else { continue };
-        let d: Digest =
-            layer.digest.parse().map_err(|e: super::verify::InvalidDigest| ImageError::Unsupported(e.to_string()))?;
-        let payload = session.small_blob(&d, layer.size, policy::MAX_PAYLOAD_BYTES).await?;
+    for layer in signatures.iter().filter(|l| l.media_type().to_string() == policy::SIMPLE_SIGNING) {
+        let Some(sig) = layer.annotations().as_ref().and_then(|a| a.get(policy::SIGNATURE_ANNOTATION)) else {
+            continue;
+        };
+        let payload = session.small_blob(&digest_of(layer)?, layer.size(), policy::MAX_PAYLOAD_BYTES).await?;
         payloads.push((payload, sig.clone()));
     }
     // every signedBy of the scope needs one signature of its own keys
@@ -188,42 +195,43 @@ pub async fn pull(
     let began = std::time::Instant::now();
     let session = store.registry().session(reference, creds);
     let (bytes, content_type, top_digest) = session.manifest(&reference.object()).await?;
-    let top: AnyManifest = parse_json(&bytes, "manifest")?;
+    let top = parse_manifest(&bytes, &content_type, "manifest")?;
     check_policy(store, &session, reference, &top_digest).await?;
-    let (manifest, manifest_digest) = if top.is_index(&content_type) {
-        let want = oci::host_platform();
-        let chosen = oci::select_platform(&top.manifests, &want).ok_or_else(|| {
-            ImageError::Registry(super::RegistryError::NotFound {
-                registry: reference.domain.clone(),
-                what: format!("a {}/{} manifest in index {reference}", want.os, want.architecture),
-            })
-        })?;
-        let (b, _, d) = session.manifest(&chosen.digest).await?;
-        (parse_json::<AnyManifest>(&b, "manifest")?, d)
-    } else {
-        (top, top_digest.clone())
-    };
-    let config_desc = match (&manifest.config, manifest.schema_version) {
-        (Some(c), 2) => c.clone(),
-        _ => {
-            return Err(ImageError::Unsupported(format!(
-                "{reference}: only schema 2 / OCI image manifests are supported"
-            )));
+    let not_schema2 =
+        || ImageError::Unsupported(format!("{reference}: only schema 2 / OCI image manifests are supported"));
+    let (manifest, manifest_digest) = match top {
+        AnyManifest::Index(index) => {
+            let want = oci::host_platform();
+            let chosen = oci::select_platform(index.manifests(), &want).ok_or_else(|| {
+                ImageError::Registry(super::RegistryError::NotFound {
+                    registry: reference.domain.clone(),
+                    what: format!("a {}/{} manifest in index {reference}", want.os(), want.architecture()),
+                })
+            })?;
+            let (b, content_type, d) = session.manifest(chosen.digest().as_ref()).await?;
+            match parse_manifest(&b, &content_type, "manifest")? {
+                AnyManifest::Image(m) => (*m, d),
+                AnyManifest::Index(_) => return Err(not_schema2()),
+            }
         }
+        AnyManifest::Image(m) => (*m, top_digest.clone()),
     };
-    let config_digest: Digest =
-        config_desc.digest.parse().map_err(|e: super::verify::InvalidDigest| ImageError::Unsupported(e.to_string()))?;
-    let config_bytes = session.small_blob(&config_digest, config_desc.size, oci::MAX_CONFIG_BYTES).await?;
-    let config: ImageConfig = parse_json(&config_bytes, "image config")?;
+    if manifest.schema_version() != 2 {
+        return Err(not_schema2());
+    }
+    let config_desc = manifest.config();
+    let config_digest = digest_of(config_desc)?;
+    let config_bytes = session.small_blob(&config_digest, config_desc.size(), oci::MAX_CONFIG_BYTES).await?;
+    let config: ImageConfig =
+        oci::parse_config(&config_bytes).map_err(|e| ImageError::Unsupported(format!("invalid image config: {e}")))?;
     tracing::debug!(image = %reference, micros = began.elapsed().as_micros() as u64, "manifest and config fetched");
     let mut layers = Vec::new();
-    for l in &manifest.layers {
-        let compression = Compression::from_media_type(&l.media_type).ok_or_else(|| {
-            ImageError::Unsupported(format!("{reference}: unsupported layer media type {:?}", l.media_type))
+    for l in manifest.layers() {
+        let media_type = l.media_type().to_string();
+        let compression = Compression::from_media_type(&media_type).ok_or_else(|| {
+            ImageError::Unsupported(format!("{reference}: unsupported layer media type {media_type:?}"))
         })?;
-        let digest: Digest =
-            l.digest.parse().map_err(|e: super::verify::InvalidDigest| ImageError::Unsupported(e.to_string()))?;
-        layers.push(LayerDesc { digest, size: l.size, media_type: l.media_type.clone(), compression });
+        layers.push(LayerDesc { digest: digest_of(l)?, size: l.size(), media_type, compression });
     }
 
     // one downloader per layer across processes: key-locks in digest order (no deadlock)
