@@ -43,7 +43,7 @@ async fn version_status_and_runtime_config_over_the_socket() {
         s.runtime_handlers.iter().map(|h| (h.name.clone(), h.features)).collect();
     let off = cri::RuntimeHandlerFeatures { recursive_read_only_mounts: false, user_namespaces: false };
     assert_eq!(handlers, vec![(String::new(), Some(off))]);
-    assert_eq!(s.features.map(|f| f.supplemental_groups_policy), Some(false));
+    assert_eq!(s.features.map(|f| f.supplemental_groups_policy), Some(true));
 
     let conf_dir = d.dir.path().join("net.d");
     std::fs::create_dir_all(&conf_dir).expect("net.d");

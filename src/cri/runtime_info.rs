@@ -72,9 +72,10 @@ fn runtime_handlers() -> Vec<cri::RuntimeHandler> {
     }]
 }
 
-/// Runtime-wide features: none of the optional ones yet.
+/// Runtime-wide features: `SupplementalGroupsPolicy` and the identity in
+/// ContainerStatus (`stage1::identity`); no user namespaces.
 fn runtime_features() -> cri::RuntimeFeatures {
-    cri::RuntimeFeatures { supplemental_groups_policy: false, user_namespaces_host_network: false }
+    cri::RuntimeFeatures { supplemental_groups_policy: true, user_namespaces_host_network: false }
 }
 
 pub async fn runtime_config(
