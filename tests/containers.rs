@@ -1697,6 +1697,97 @@ async fn mount_propagation(pid: cri::NamespaceMode) {
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }
 
+in_both_pid_namespaces!(
+    recursive_read_only_volumes,
+    recursive_read_only_volumes_pod_pid_namespace,
+    read_only_submounts
+);
+
+/// A host directory with a tmpfs mounted inside it, as a volume: writable
+/// through and through, read-only, and recursively read-only. A read-only
+/// volume is read-only below too (rktlet makes its tree read-only as a
+/// whole at CreateContainer), which `recursive_read_only` asks for
+/// explicitly; ContainerStatus reports each mount as asked. Runtime
+/// announces the feature (this kernel has mount_setattr). Asking for it
+/// without `readonly` or with a propagation other than private is refused
+/// and leaves no container behind.
+async fn read_only_submounts(pid: cri::NamespaceMode) {
+    use nix::mount::{MntFlags, MsFlags, mount, umount2};
+    let mut e = env_with_pid(pid).await;
+    let status = e.rt.status(cri::StatusRequest { verbose: false }).await.expect("Status").into_inner();
+    let features: Vec<_> =
+        status.runtime_handlers.iter().map(|h| h.features.map(|f| f.recursive_read_only_mounts)).collect();
+    assert_eq!(features, [Some(true)], "{status:?}");
+    let host = tempfile::tempdir().expect("host dir");
+    let sub = host.path().join("sub");
+    std::fs::create_dir_all(&sub).expect("sub");
+    mount(Some("tmpfs"), &sub, Some("tmpfs"), MsFlags::empty(), Some("size=1m")).expect("tmpfs");
+    let volume = |readonly: bool, recursive_read_only: bool| cri::Mount {
+        container_path: "/vol".into(),
+        host_path: host.path().display().to_string(),
+        readonly,
+        recursive_read_only,
+        ..Default::default()
+    };
+    let pod = e.pod("rro").await;
+    // (name, readonly, recursive_read_only) -> (the top writable, the submount writable)
+    let cases = [
+        ("rw", false, false, true, true),
+        ("ro", true, false, false, false),
+        ("rro", true, true, false, false),
+        ("rwpath", false, false, false, false),
+    ];
+    let mut ids = Vec::new();
+    for (name, ro, rro, _, _) in cases {
+        let id = e
+            .create(&pod, name, &["sleep", "1000"], |c| {
+                c.mounts = vec![volume(ro, rro)];
+                // a writable volume made read-only as a path: systemd's
+                // BindReadOnlyPaths= in the pod's PID namespace, appexec's
+                // recursive mount_setattr in a namespace of its own
+                if name == "rwpath" {
+                    c.linux = secured(cri::LinuxContainerSecurityContext {
+                        readonly_paths: vec!["/vol".into()],
+                        ..Default::default()
+                    });
+                }
+            })
+            .await;
+        let m = e.status(&id).await.mounts;
+        let got: Vec<_> = m.iter().map(|m| (m.container_path.as_str(), m.readonly, m.recursive_read_only)).collect();
+        assert_eq!(got, [("/vol", ro, rro)], "{name}: reported as asked");
+        e.start(&id).await;
+        ids.push(id);
+    }
+    for ((name, _, _, top, below), id) in cases.iter().zip(&ids) {
+        for (path, writable) in [(format!("/vol/top-{name}"), top), (format!("/vol/sub/below-{name}"), below)] {
+            let out = common::exec_sync(&mut e.rt, id, &["touch", &path]).await;
+            let err = String::from_utf8_lossy(&out.stderr);
+            if *writable {
+                assert_eq!((out.exit_code, err.as_ref()), (0, ""), "{name}: {path} writable");
+            } else {
+                assert_ne!(out.exit_code, 0, "{name}: {path} read-only");
+                assert!(err.contains("Read-only file system"), "{name}: {path}: {err}");
+            }
+        }
+    }
+    assert!(host.path().join("top-rw").exists() && sub.join("below-rw").exists());
+    // refused: without readonly, or with mounts propagating from the node
+    let slave =
+        cri::Mount { propagation: cri::MountPropagation::PropagationHostToContainer as i32, ..volume(true, true) };
+    for (name, m, says) in [("notro", volume(false, true), "readonly"), ("slave", slave, "PROPAGATION_PRIVATE")] {
+        let err = e.try_create(&pod, name, &["true"], |c| c.mounts = vec![m]).await.expect_err(name);
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{name}: {err:?}");
+        assert!(err.message().contains("recursive_read_only") && err.message().contains(says), "{name}: {err:?}");
+    }
+    let listed =
+        e.rt.list_containers(cri::ListContainersRequest::default()).await.expect("list").into_inner().containers;
+    assert_eq!(listed.len(), cases.len(), "{listed:?}");
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    umount2(&sub, MntFlags::MNT_DETACH).expect("umount");
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}
+
 /// CRI fields rktlet does not implement are refused naming the field, or
 /// ignored where containerd ignores them (the host lacks the LSM): CDI
 /// devices, AppArmor profiles, SELinux labels. Nothing is left of a refusal.

@@ -203,6 +203,25 @@ fn check_mounts(mounts: &[cri::Mount]) -> Result<(), Status> {
         if m.image.as_ref().is_some_and(|i| !i.image.is_empty()) {
             return Err(Status::invalid_argument(format!("mount {path}: image volumes are not supported")));
         }
+        if m.recursive_read_only {
+            // as CRI says and containerd checks
+            if !m.readonly {
+                return Err(Status::invalid_argument(format!(
+                    "mount {path}: recursive_read_only needs readonly to be true"
+                )));
+            }
+            if m.propagation != cri::MountPropagation::PropagationPrivate as i32 {
+                return Err(Status::invalid_argument(format!(
+                    "mount {path}: recursive_read_only needs propagation PROPAGATION_PRIVATE \
+                     (mounts propagated later would not be read-only)"
+                )));
+            }
+            if !crate::stage1::inject::recursive_read_only_supported() {
+                return Err(Status::invalid_argument(format!(
+                    "mount {path}: recursive_read_only needs mount_setattr(2), which this kernel lacks (Linux 5.12+)"
+                )));
+            }
+        }
     }
     Ok(())
 }
@@ -483,6 +502,7 @@ pub async fn create_container(
                 _ => Propagation::Private,
             },
             selinux_relabel: m.selinux_relabel,
+            recursive_read_only: m.recursive_read_only,
         })
         .collect();
     if config.mounts.iter().any(|m| !Path::new(&m.container_path).is_absolute() || m.host_path.is_empty()) {

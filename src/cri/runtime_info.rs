@@ -64,9 +64,10 @@ fn runtime_handlers() -> Vec<cri::RuntimeHandler> {
     vec![cri::RuntimeHandler {
         name: String::new(),
         features: Some(cri::RuntimeHandlerFeatures {
-            // neither is implemented yet: mounts are made read-only one level
-            // deep, and pods share the node's user namespace
-            recursive_read_only_mounts: false,
+            // a volume's tree is made read-only with mount_setattr(2), when
+            // the kernel has it (checked once, as containerd does); pods
+            // share the node's user namespace
+            recursive_read_only_mounts: crate::stage1::inject::recursive_read_only_supported(),
             user_namespaces: false,
         }),
     }]
