@@ -1526,6 +1526,8 @@ in_both_pid_namespaces!(
     supplemental_groups_policy
 );
 
+in_the_node_pid_namespace!(supplemental_groups_policy_merge_and_strict_node_pid_namespace, supplemental_groups_policy);
+
 /// SupplementalGroupsPolicy as containerd applies it, seen by the app's
 /// first process (`id -G`, the kernel's `Groups:`), by an exec, and in
 /// ContainerStatus' user (the primary gid among the groups): Merge (the
@@ -1702,6 +1704,8 @@ in_both_pid_namespaces!(
     recursive_read_only_volumes_pod_pid_namespace,
     read_only_submounts
 );
+
+in_the_node_pid_namespace!(recursive_read_only_volumes_node_pid_namespace, read_only_submounts);
 
 /// A host directory with a tmpfs mounted inside it, as a volume: writable
 /// through and through, read-only, and recursively read-only. A read-only
