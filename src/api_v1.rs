@@ -65,6 +65,9 @@ pub struct MountInfo {
     pub propagation: String,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub selinux_relabel: bool,
+    /// Asked to be read-only recursively (it is whenever `read_only` is).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recursive_read_only: bool,
 }
 
 /// One app of a pod (rkt's `v1.App`).

@@ -1435,40 +1435,8 @@ async fn added_and_privileged_capabilities(pid: cri::NamespaceMode) {
 /// name or by uid, and the SupplementalGroups of the security context.
 #[tokio::test(flavor = "multi_thread")]
 async fn image_groups_and_supplemental_groups() {
-    use common::registry::{raw_tar, registry};
-    use tar::EntryType as T;
     let mut e = env().await;
-    let busybox = std::fs::read("/bin/busybox").expect("the node's static busybox");
-    let layer = raw_tar(&[
-        ("bin/", T::Directory, b"", ""),
-        ("etc/", T::Directory, b"", ""),
-        ("bin/busybox", T::Regular, &busybox, ""),
-        ("bin/sh", T::Symlink, b"", "busybox"),
-        ("bin/id", T::Symlink, b"", "busybox"),
-        ("bin/sleep", T::Symlink, b"", "busybox"),
-        ("etc/passwd", T::Regular, b"root:x:0:0::/:/bin/sh\nuser1:x:1000:1000::/:/bin/sh\n", ""),
-        ("etc/group", T::Regular, b"root:x:0:\nwheel:x:10:root\nuser1:x:1000:\ngroup1:x:50000:user1\n", ""),
-    ]);
-    // the layer's files are 0644: the test's busybox must be executable
-    let layer = {
-        let mut a = tar::Archive::new(&layer[..]);
-        let mut b = tar::Builder::new(Vec::new());
-        for entry in a.entries().expect("entries") {
-            let mut entry = entry.expect("entry");
-            let mut h = entry.header().clone();
-            if entry.path().expect("path").ends_with("busybox") {
-                h.set_mode(0o755);
-                h.set_cksum();
-            }
-            let mut data = Vec::new();
-            std::io::Read::read_to_end(&mut entry, &mut data).expect("read");
-            b.append(&h, &data[..]).expect("append");
-        }
-        b.into_inner().expect("tar")
-    };
-    let reg = registry();
-    reg.push("rktlet-test/groups", &[layer]).await;
-    e.image = common::pull(&e.d, &format!("{}/rktlet-test/groups:latest", reg.main)).await;
+    e.image = groups_image(&e.d).await;
     let pod = e.pod("groups").await;
     let by_uid = e
         .create(&pod, "byuid", &["sh", "-c", "id -G"], |c| {
@@ -1508,6 +1476,129 @@ async fn image_groups_and_supplemental_groups() {
     let listed =
         e.rt.list_containers(cri::ListContainersRequest::default()).await.expect("list").into_inner().containers;
     assert_eq!(listed.len(), 2, "{listed:?}");
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}
+
+/// An image of the node's static busybox whose `user1` (uid 1000, primary
+/// group 1000) is a member of `group1` (50000) in its /etc/group, and root
+/// of `wheel` (10); pushed to the test registry and pulled.
+async fn groups_image(d: &common::Daemon) -> String {
+    use common::registry::{raw_tar, registry};
+    use tar::EntryType as T;
+    let busybox = std::fs::read("/bin/busybox").expect("the node's static busybox");
+    let layer = raw_tar(&[
+        ("bin/", T::Directory, b"", ""),
+        ("etc/", T::Directory, b"", ""),
+        ("bin/busybox", T::Regular, &busybox, ""),
+        ("bin/sh", T::Symlink, b"", "busybox"),
+        ("bin/id", T::Symlink, b"", "busybox"),
+        ("bin/grep", T::Symlink, b"", "busybox"),
+        ("bin/sleep", T::Symlink, b"", "busybox"),
+        ("etc/passwd", T::Regular, b"root:x:0:0::/:/bin/sh\nuser1:x:1000:1000::/:/bin/sh\n", ""),
+        ("etc/group", T::Regular, b"root:x:0:\nwheel:x:10:root\nuser1:x:1000:\ngroup1:x:50000:user1\n", ""),
+    ]);
+    // the layer's files are 0644: the test's busybox must be executable
+    let layer = {
+        let mut a = tar::Archive::new(&layer[..]);
+        let mut b = tar::Builder::new(Vec::new());
+        for entry in a.entries().expect("entries") {
+            let mut entry = entry.expect("entry");
+            let mut h = entry.header().clone();
+            if entry.path().expect("path").ends_with("busybox") {
+                h.set_mode(0o755);
+                h.set_cksum();
+            }
+            let mut data = Vec::new();
+            std::io::Read::read_to_end(&mut entry, &mut data).expect("read");
+            b.append(&h, &data[..]).expect("append");
+        }
+        b.into_inner().expect("tar")
+    };
+    let reg = registry();
+    reg.push("rktlet-test/groups", &[layer]).await;
+    common::pull(d, &format!("{}/rktlet-test/groups:latest", reg.main)).await
+}
+
+in_both_pid_namespaces!(
+    supplemental_groups_policy_merge_and_strict,
+    supplemental_groups_policy_merge_and_strict_pod_pid_namespace,
+    supplemental_groups_policy
+);
+
+in_the_node_pid_namespace!(supplemental_groups_policy_merge_and_strict_node_pid_namespace, supplemental_groups_policy);
+
+/// SupplementalGroupsPolicy as containerd applies it, seen by the app's
+/// first process (`id -G`, the kernel's `Groups:`), by an exec, and in
+/// ContainerStatus' user (the primary gid among the groups): Merge (the
+/// default) adds the groups the image's /etc/group gives the user, Strict
+/// keeps only the primary gid and the ones asked for. Runtime announces it.
+async fn supplemental_groups_policy(pid: cri::NamespaceMode) {
+    let mut e = env_with_pid(pid).await;
+    let features = e.rt.status(cri::StatusRequest { verbose: false }).await.expect("Status").into_inner().features;
+    assert_eq!(features.map(|f| f.supplemental_groups_policy), Some(true));
+    e.image = groups_image(&e.d).await;
+    let pod = e.pod("policy").await;
+    let script = "id -G; grep ^Groups: /proc/self/status; exec sleep 1000";
+    // (name, run_as_group, policy) -> (gid, groups)
+    type Case = (&'static str, Option<i64>, cri::SupplementalGroupsPolicy, u32, &'static [i64]);
+    let cases: [Case; 4] = [
+        ("merge", None, cri::SupplementalGroupsPolicy::Merge, 1000, &[1000, 1234, 50000]),
+        ("strict", None, cri::SupplementalGroupsPolicy::Strict, 1000, &[1000, 1234]),
+        ("mergegroup", Some(3000), cri::SupplementalGroupsPolicy::Merge, 3000, &[1234, 3000, 50000]),
+        ("strictgroup", Some(3000), cri::SupplementalGroupsPolicy::Strict, 3000, &[1234, 3000]),
+    ];
+    let mut ids = Vec::new();
+    for (name, group, policy, _, _) in cases {
+        let id = e
+            .create(&pod, name, &["sh", "-c", script], |c| {
+                c.linux = secured(cri::LinuxContainerSecurityContext {
+                    run_as_user: Some(cri::Int64Value { value: 1000 }),
+                    run_as_group: group.map(|value| cri::Int64Value { value }),
+                    supplemental_groups: vec![1234],
+                    supplemental_groups_policy: policy as i32,
+                    ..Default::default()
+                });
+            })
+            .await;
+        e.start(&id).await;
+        ids.push(id);
+    }
+    for ((name, _, _, gid, groups), id) in cases.iter().zip(&ids) {
+        let s = e.wait_state(id, cri::ContainerState::ContainerRunning).await;
+        let user = s.user.and_then(|u| u.linux).expect("user in status");
+        assert_eq!(
+            (user.uid, user.gid, user.supplemental_groups.as_slice()),
+            (1000, i64::from(*gid), *groups),
+            "{name}"
+        );
+        // `id -G`: the gid first, then the others
+        let rest: Vec<String> = groups.iter().filter(|g| **g != i64::from(*gid)).map(|g| g.to_string()).collect();
+        let id_g = std::iter::once(gid.to_string()).chain(rest).collect::<Vec<_>>().join(" ");
+        let listed = groups.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(" ");
+        let log = log_content(&e.wait_log("policy", name, 2).await);
+        assert_eq!(log, [id_g.clone(), format!("Groups:\t{listed} ")], "{name}: first process");
+        let out = common::exec_sync(&mut e.rt, id, &["id", "-G"]).await;
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), id_g, "{name}: exec");
+        let out = common::exec_sync(&mut e.rt, id, &["grep", "^Groups:", "/proc/self/status"]).await;
+        assert_eq!(String::from_utf8_lossy(&out.stdout), format!("Groups:\t{listed} \n"), "{name}: exec");
+    }
+    // an unknown policy is refused, and leaves no container behind
+    let err = e
+        .try_create(&pod, "badpolicy", &["id"], |c| {
+            c.linux = secured(cri::LinuxContainerSecurityContext {
+                run_as_user: Some(cri::Int64Value { value: 1000 }),
+                supplemental_groups_policy: 7,
+                ..Default::default()
+            });
+        })
+        .await
+        .expect_err("unknown policy");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("supplemental_groups_policy"), "{err:?}");
+    let listed =
+        e.rt.list_containers(cri::ListContainersRequest::default()).await.expect("list").into_inner().containers;
+    assert_eq!(listed.len(), cases.len(), "{listed:?}");
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }
@@ -1605,6 +1696,99 @@ async fn mount_propagation(pid: cri::NamespaceMode) {
         let _ = umount2(&src.join("from-node"), MntFlags::MNT_DETACH);
         umount2(src, MntFlags::MNT_DETACH).expect("umount");
     }
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}
+
+in_both_pid_namespaces!(
+    recursive_read_only_volumes,
+    recursive_read_only_volumes_pod_pid_namespace,
+    read_only_submounts
+);
+
+in_the_node_pid_namespace!(recursive_read_only_volumes_node_pid_namespace, read_only_submounts);
+
+/// A host directory with a tmpfs mounted inside it, as a volume: writable
+/// through and through, read-only, and recursively read-only. A read-only
+/// volume is read-only below too (rktlet makes its tree read-only as a
+/// whole at CreateContainer), which `recursive_read_only` asks for
+/// explicitly; ContainerStatus reports each mount as asked. Runtime
+/// announces the feature (this kernel has mount_setattr). Asking for it
+/// without `readonly` or with a propagation other than private is refused
+/// and leaves no container behind.
+async fn read_only_submounts(pid: cri::NamespaceMode) {
+    use nix::mount::{MntFlags, MsFlags, mount, umount2};
+    let mut e = env_with_pid(pid).await;
+    let status = e.rt.status(cri::StatusRequest { verbose: false }).await.expect("Status").into_inner();
+    let features: Vec<_> =
+        status.runtime_handlers.iter().map(|h| h.features.map(|f| f.recursive_read_only_mounts)).collect();
+    assert_eq!(features, [Some(true)], "{status:?}");
+    let host = tempfile::tempdir().expect("host dir");
+    let sub = host.path().join("sub");
+    std::fs::create_dir_all(&sub).expect("sub");
+    mount(Some("tmpfs"), &sub, Some("tmpfs"), MsFlags::empty(), Some("size=1m")).expect("tmpfs");
+    let volume = |readonly: bool, recursive_read_only: bool| cri::Mount {
+        container_path: "/vol".into(),
+        host_path: host.path().display().to_string(),
+        readonly,
+        recursive_read_only,
+        ..Default::default()
+    };
+    let pod = e.pod("rro").await;
+    // (name, readonly, recursive_read_only) -> (the top writable, the submount writable)
+    let cases = [
+        ("rw", false, false, true, true),
+        ("ro", true, false, false, false),
+        ("rro", true, true, false, false),
+        ("rwpath", false, false, false, false),
+    ];
+    let mut ids = Vec::new();
+    for (name, ro, rro, _, _) in cases {
+        let id = e
+            .create(&pod, name, &["sleep", "1000"], |c| {
+                c.mounts = vec![volume(ro, rro)];
+                // a writable volume made read-only as a path: systemd's
+                // BindReadOnlyPaths= in the pod's PID namespace, appexec's
+                // recursive mount_setattr in a namespace of its own
+                if name == "rwpath" {
+                    c.linux = secured(cri::LinuxContainerSecurityContext {
+                        readonly_paths: vec!["/vol".into()],
+                        ..Default::default()
+                    });
+                }
+            })
+            .await;
+        let m = e.status(&id).await.mounts;
+        let got: Vec<_> = m.iter().map(|m| (m.container_path.as_str(), m.readonly, m.recursive_read_only)).collect();
+        assert_eq!(got, [("/vol", ro, rro)], "{name}: reported as asked");
+        e.start(&id).await;
+        ids.push(id);
+    }
+    for ((name, _, _, top, below), id) in cases.iter().zip(&ids) {
+        for (path, writable) in [(format!("/vol/top-{name}"), top), (format!("/vol/sub/below-{name}"), below)] {
+            let out = common::exec_sync(&mut e.rt, id, &["touch", &path]).await;
+            let err = String::from_utf8_lossy(&out.stderr);
+            if *writable {
+                assert_eq!((out.exit_code, err.as_ref()), (0, ""), "{name}: {path} writable");
+            } else {
+                assert_ne!(out.exit_code, 0, "{name}: {path} read-only");
+                assert!(err.contains("Read-only file system"), "{name}: {path}: {err}");
+            }
+        }
+    }
+    assert!(host.path().join("top-rw").exists() && sub.join("below-rw").exists());
+    // refused: without readonly, or with mounts propagating from the node
+    let slave =
+        cri::Mount { propagation: cri::MountPropagation::PropagationHostToContainer as i32, ..volume(true, true) };
+    for (name, m, says) in [("notro", volume(false, true), "readonly"), ("slave", slave, "PROPAGATION_PRIVATE")] {
+        let err = e.try_create(&pod, name, &["true"], |c| c.mounts = vec![m]).await.expect_err(name);
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{name}: {err:?}");
+        assert!(err.message().contains("recursive_read_only") && err.message().contains(says), "{name}: {err:?}");
+    }
+    let listed =
+        e.rt.list_containers(cri::ListContainersRequest::default()).await.expect("list").into_inner().containers;
+    assert_eq!(listed.len(), cases.len(), "{listed:?}");
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    umount2(&sub, MntFlags::MNT_DETACH).expect("umount");
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }
 

@@ -41,9 +41,14 @@ async fn version_status_and_runtime_config_over_the_socket() {
     // the default runtime handler, announcing only what works
     let handlers: Vec<(String, Option<cri::RuntimeHandlerFeatures>)> =
         s.runtime_handlers.iter().map(|h| (h.name.clone(), h.features)).collect();
-    let off = cri::RuntimeHandlerFeatures { recursive_read_only_mounts: false, user_namespaces: false };
-    assert_eq!(handlers, vec![(String::new(), Some(off))]);
-    assert_eq!(s.features.map(|f| f.supplemental_groups_policy), Some(false));
+    // recursive read-only mounts where the kernel has mount_setattr (5.12)
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
+    let mut numbers = release.trim().split(['.', '-']).map(|n| n.parse::<u32>().unwrap_or(0));
+    let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+    let features =
+        cri::RuntimeHandlerFeatures { recursive_read_only_mounts: version >= (5, 12), user_namespaces: false };
+    assert_eq!(handlers, vec![(String::new(), Some(features))], "kernel {release}");
+    assert_eq!(s.features.map(|f| f.supplemental_groups_policy), Some(true));
 
     let conf_dir = d.dir.path().join("net.d");
     std::fs::create_dir_all(&conf_dir).expect("net.d");

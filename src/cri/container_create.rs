@@ -10,6 +10,7 @@ use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::app::{AppError, AppSpec, VolumeSpec};
 use crate::stage1::caps;
+use crate::stage1::identity;
 use crate::stage1::inject::Propagation;
 use std::path::{Path, PathBuf};
 use tonic::Status;
@@ -209,6 +210,25 @@ fn check_mounts(mounts: &[cri::Mount]) -> Result<(), Status> {
         if !Path::new(path).is_absolute() || (!image && m.host_path.is_empty()) {
             return Err(Status::invalid_argument("mounts need an absolute container_path and a host_path or an image"));
         }
+        if m.recursive_read_only {
+            // as CRI says and containerd checks
+            if !m.readonly {
+                return Err(Status::invalid_argument(format!(
+                    "mount {path}: recursive_read_only needs readonly to be true"
+                )));
+            }
+            if m.propagation != cri::MountPropagation::PropagationPrivate as i32 {
+                return Err(Status::invalid_argument(format!(
+                    "mount {path}: recursive_read_only needs propagation PROPAGATION_PRIVATE \
+                     (mounts propagated later would not be read-only)"
+                )));
+            }
+            if !crate::stage1::inject::recursive_read_only_supported() {
+                return Err(Status::invalid_argument(format!(
+                    "mount {path}: recursive_read_only needs mount_setattr(2), which this kernel lacks (Linux 5.12+)"
+                )));
+            }
+        }
     }
     Ok(())
 }
@@ -292,119 +312,36 @@ pub const ISOLATOR_CAPS: &str = "os/linux/capabilities-retain-set";
 pub const ISOLATOR_CAPS_REMOVE: &str = "os/linux/capabilities-remove-set";
 pub const ISOLATOR_NO_NEW_PRIVS: &str = "os/linux/no-new-privileges";
 
-/// A text file of the image, its symlinks followed inside the image.
-fn read_in_image(rootfs: &Path, file: &str) -> Option<String> {
-    std::fs::read_to_string(crate::stage1::app::target_in(rootfs, Path::new(file)).ok()?).ok()
-}
-
-/// Looks `name` up in a passwd/group style file of the image: returns (id, primary gid).
-fn lookup(rootfs: &Path, file: &str, name: &str) -> Option<(u32, u32)> {
-    let text = read_in_image(rootfs, &format!("/etc/{file}"))?;
-    text.lines().find_map(|l| {
-        let f: Vec<&str> = l.split(':').collect();
-        if f.first() != Some(&name) {
-            return None;
-        }
-        Some((f.get(2)?.parse().ok()?, f.get(3).and_then(|g| g.parse().ok()).unwrap_or(0)))
-    })
-}
-
-/// The groups the image's /etc/group lists `user` as a member of, as
-/// containerd adds them: the member lists name users, so a numeric uid
-/// counts by the name the image's /etc/passwd gives it (uid 0 is `root`
-/// there too); its primary group is not repeated.
-fn member_groups(rootfs: &Path, user: &str, uid: u32, primary: u32) -> Vec<u32> {
-    let name = if user.is_empty() || user.parse::<u32>().is_ok() {
-        match passwd_field(rootfs, uid, 0) {
-            Some(name) if !name.is_empty() => name,
-            _ => return Vec::new(),
-        }
-    } else {
-        user.to_string()
-    };
-    let text = read_in_image(rootfs, "/etc/group").unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(':').collect();
-            let members = f.get(3)?;
-            if !members.split(',').any(|m| m.trim() == name) {
-                return None;
-            }
-            f.get(2)?.parse().ok()
-        })
-        .filter(|g| *g != primary)
-        .collect()
-}
-
-/// Resolves the user and groups: the security context wins over the image's
-/// `user[:group]`; names are looked up in the image's /etc files.
+/// The app's identity (`stage1::identity`) from the image's user and the
+/// security context.
 fn resolve_user(
     rootfs: &Path,
     image_user: &str,
     image_group: &str,
     sc: Option<&cri::LinuxContainerSecurityContext>,
-) -> Result<(u32, u32, Vec<u32>), Status> {
-    let (mut user, mut group) = match image_user.split_once(':') {
-        Some((u, g)) => (u.to_string(), g.to_string()),
-        None => (image_user.to_string(), image_group.to_string()),
+) -> Result<identity::Identity, Status> {
+    let Some(sc) = sc else {
+        return identity::resolve(rootfs, image_user, image_group, &identity::Asked::default())
+            .map_err(|e| Status::invalid_argument(e.to_string()));
     };
-    if let Some(sc) = sc {
-        // as containerd: a group alone would run as the image's user with a
-        // group it did not choose
-        if sc.run_as_group.is_some() && sc.run_as_user.is_none() && sc.run_as_username.is_empty() {
-            return Err(Status::invalid_argument("run_as_group is set without run_as_user or run_as_username"));
-        }
-        // a user of the security context replaces the image's `user:group`
-        // whole: its group is the user's primary one unless run_as_group says
-        if let Some(u) = &sc.run_as_user {
-            (user, group) = (u.value.to_string(), String::new());
-        } else if !sc.run_as_username.is_empty() {
-            (user, group) = (sc.run_as_username.clone(), String::new());
-        }
-        if let Some(g) = &sc.run_as_group {
-            group = g.value.to_string();
-        }
-    }
-    let (uid, primary) = match user.parse::<u32>() {
-        Ok(uid) => (uid, lookup_by_id(rootfs, uid)),
-        Err(_) if user.is_empty() => (0, Some(0)),
+    let policy = match cri::SupplementalGroupsPolicy::try_from(sc.supplemental_groups_policy) {
+        Ok(cri::SupplementalGroupsPolicy::Merge) => identity::GroupsPolicy::Merge,
+        Ok(cri::SupplementalGroupsPolicy::Strict) => identity::GroupsPolicy::Strict,
         Err(_) => {
-            let (uid, gid) = lookup(rootfs, "passwd", &user).ok_or_else(|| {
-                Status::invalid_argument(format!("user {user:?} not found in the image's /etc/passwd"))
-            })?;
-            (uid, Some(gid))
+            return Err(Status::invalid_argument(format!(
+                "config.linux.security_context.supplemental_groups_policy: unknown policy {}",
+                sc.supplemental_groups_policy
+            )));
         }
     };
-    let gid = match group.parse::<u32>() {
-        Ok(g) => g,
-        Err(_) if group.is_empty() || group == user => primary.unwrap_or(uid),
-        Err(_) => lookup(rootfs, "group", &group)
-            .map(|(g, _)| g)
-            .ok_or_else(|| Status::invalid_argument(format!("group {group:?} not found in the image's /etc/group")))?,
+    let asked = identity::Asked {
+        run_as_user: sc.run_as_user.as_ref().map(|u| u.value),
+        run_as_username: sc.run_as_username.clone(),
+        run_as_group: sc.run_as_group.as_ref().map(|g| g.value),
+        supplemental_groups: sc.supplemental_groups.clone(),
+        policy,
     };
-    let mut extra = member_groups(rootfs, &user, uid, gid);
-    if let Some(sc) = sc {
-        extra.extend(sc.supplemental_groups.iter().filter_map(|g| u32::try_from(*g).ok()));
-    }
-    extra.sort_unstable();
-    extra.dedup();
-    Ok((uid, gid, extra))
-}
-
-fn lookup_by_id(rootfs: &Path, uid: u32) -> Option<u32> {
-    passwd_field(rootfs, uid, 3)?.parse().ok()
-}
-
-/// Field `n` of the image's `/etc/passwd` entry of `uid`.
-fn passwd_field(rootfs: &Path, uid: u32, n: usize) -> Option<String> {
-    let text = read_in_image(rootfs, "/etc/passwd")?;
-    text.lines().find_map(|l| {
-        let f: Vec<&str> = l.split(':').collect();
-        if f.get(2).and_then(|u| u.parse::<u32>().ok()) != Some(uid) {
-            return None;
-        }
-        f.get(n).map(|v| v.to_string())
-    })
+    identity::resolve(rootfs, image_user, image_group, &asked).map_err(|e| Status::invalid_argument(e.to_string()))
 }
 
 pub async fn create_container(
@@ -446,7 +383,7 @@ pub async fn create_container(
         )));
     }
     let sc = config.linux.as_ref().and_then(|l| l.security_context.as_ref());
-    let (uid, gid, groups) = resolve_user(&rootfs, &image_app.user, &image_app.group, sc)?;
+    let identity::Identity { uid, gid, groups } = resolve_user(&rootfs, &image_app.user, &image_app.group, sc)?;
 
     let mut env: Vec<NameValue> = image_app.environment.clone();
     for kv in &config.envs {
@@ -457,7 +394,7 @@ pub async fn create_container(
     }
     // HOME as runc sets it: the user's home in the image, else /
     if !env.iter().any(|e| e.name == "HOME") {
-        let home = passwd_field(&rootfs, uid, 5).filter(|h| !h.is_empty()).unwrap_or_else(|| "/".into());
+        let home = identity::home(&rootfs, uid).unwrap_or_else(|| "/".into());
         env.push(NameValue::new("HOME", home));
     }
     if !env.iter().any(|e| e.name == "HOSTNAME")
@@ -584,6 +521,7 @@ pub async fn create_container(
             },
             selinux_relabel: m.selinux_relabel,
             image,
+            recursive_read_only: m.recursive_read_only,
         });
     }
     let name = meta::app_name(&meta_);
@@ -609,8 +547,8 @@ pub async fn create_container(
         if !ids_for_systemd {
             return Ok(());
         }
-        let mut gids = vec![gid];
-        gids.extend(groups);
+        // the primary gid first: it names the user's group
+        let gids: Vec<u32> = std::iter::once(gid).chain(groups.into_iter().filter(|g| *g != gid)).collect();
         crate::stage1::app::ensure_ids(&stage1, uid, &gids).map_err(|source| AppError::Io {
             pod: pod.uuid().to_string(),
             app: name.clone(),
@@ -658,49 +596,5 @@ mod tests {
         assert_eq!(merge_exec(&img, &s(&["/bin/sh"]), &s(&["-c", "true"])), s(&["/bin/sh", "-c", "true"]));
         let cmd_only = image("null", r#"["sh"]"#);
         assert_eq!(merge_exec(&cmd_only, &[], &s(&["echo"])), s(&["echo"]));
-    }
-
-    #[test]
-    fn users_and_groups_from_the_image() {
-        let t = tempfile::tempdir().expect("tempdir");
-        std::fs::create_dir_all(t.path().join("etc")).expect("etc");
-        std::fs::write(t.path().join("etc/passwd"), "root:x:0:0::/root:/bin/sh\nweb:x:1000:1001::/:/bin/sh\n")
-            .expect("w");
-        std::fs::write(t.path().join("etc/group"), "root:x:0:\nweb:x:1001:\nextra:x:2000:web,other\n").expect("w");
-        assert_eq!(resolve_user(t.path(), "web", "", None).expect("web"), (1000, 1001, vec![2000]));
-        assert_eq!(resolve_user(t.path(), "1000:extra", "", None).expect("ids"), (1000, 2000, vec![]));
-        let sc = cri::LinuxContainerSecurityContext {
-            run_as_user: Some(cri::Int64Value { value: 4242 }),
-            run_as_group: Some(cri::Int64Value { value: 77 }),
-            supplemental_groups: vec![5, 6],
-            ..Default::default()
-        };
-        assert_eq!(resolve_user(t.path(), "web", "", Some(&sc)).expect("sc"), (4242, 77, vec![5, 6]));
-        assert_eq!(resolve_user(t.path(), "", "", None).expect("root"), (0, 0, vec![]));
-        // a numeric uid gets its name's groups; the SC's are added
-        assert_eq!(resolve_user(t.path(), "1000", "", None).expect("uid"), (1000, 1001, vec![2000]));
-        let by_uid = cri::LinuxContainerSecurityContext {
-            run_as_user: Some(cri::Int64Value { value: 1000 }),
-            supplemental_groups: vec![7],
-            ..Default::default()
-        };
-        assert_eq!(resolve_user(t.path(), "", "", Some(&by_uid)).expect("by uid"), (1000, 1001, vec![7, 2000]));
-        // the image's group goes with the image's user
-        assert_eq!(resolve_user(t.path(), "0", "0", Some(&by_uid)).expect("image group"), (1000, 1001, vec![7, 2000]));
-        // a group without a user is refused, by uid or by name
-        let group_only = cri::LinuxContainerSecurityContext {
-            run_as_group: Some(cri::Int64Value { value: 5 }),
-            ..Default::default()
-        };
-        assert_eq!(
-            resolve_user(t.path(), "web", "", Some(&group_only)).expect_err("group only").code(),
-            tonic::Code::InvalidArgument
-        );
-        let by_name = cri::LinuxContainerSecurityContext { run_as_username: "web".into(), ..group_only.clone() };
-        assert_eq!(resolve_user(t.path(), "", "", Some(&by_name)).expect("by name"), (1000, 5, vec![2000]));
-        assert_eq!(
-            resolve_user(t.path(), "nobody", "", None).expect_err("unknown").code(),
-            tonic::Code::InvalidArgument
-        );
     }
 }

@@ -51,6 +51,7 @@ pub fn app_info(pod: &Pod, app: &RuntimeApp, running: bool) -> AppInfo {
                 read_only: v.read_only.unwrap_or(false),
                 propagation: Propagation::parse(v.propagation.as_deref()).as_str().to_string(),
                 selinux_relabel: v.selinux_relabel.unwrap_or(false),
+                recursive_read_only: v.recursive_read_only.unwrap_or(false),
             })
         })
         .collect();
@@ -102,6 +103,7 @@ pub fn status_from_info(pod_id: &str, info: AppInfo) -> cri::ContainerStatus {
                 Propagation::Slave => cri::MountPropagation::PropagationHostToContainer,
                 Propagation::Shared => cri::MountPropagation::PropagationBidirectional,
             } as i32,
+            recursive_read_only: m.recursive_read_only,
             ..Default::default()
         })
         .collect();

@@ -64,17 +64,19 @@ fn runtime_handlers() -> Vec<cri::RuntimeHandler> {
     vec![cri::RuntimeHandler {
         name: String::new(),
         features: Some(cri::RuntimeHandlerFeatures {
-            // neither is implemented yet: mounts are made read-only one level
-            // deep, and pods share the node's user namespace
-            recursive_read_only_mounts: false,
+            // a volume's tree is made read-only with mount_setattr(2), when
+            // the kernel has it (checked once, as containerd does); pods
+            // share the node's user namespace
+            recursive_read_only_mounts: crate::stage1::inject::recursive_read_only_supported(),
             user_namespaces: false,
         }),
     }]
 }
 
-/// Runtime-wide features: none of the optional ones yet.
+/// Runtime-wide features: `SupplementalGroupsPolicy` and the identity in
+/// ContainerStatus (`stage1::identity`); no user namespaces.
 fn runtime_features() -> cri::RuntimeFeatures {
-    cri::RuntimeFeatures { supplemental_groups_policy: false, user_namespaces_host_network: false }
+    cri::RuntimeFeatures { supplemental_groups_policy: true, user_namespaces_host_network: false }
 }
 
 pub async fn runtime_config(

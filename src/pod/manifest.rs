@@ -179,6 +179,11 @@ pub struct Volume {
     /// without SELinux).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selinux_relabel: Option<bool>,
+    /// rktlet's: the volume was asked to be read-only recursively (CRI's
+    /// `recursive_read_only`). A read-only volume is, either way: its whole
+    /// tree is made read-only when it is mounted (`stage1::inject::clone_tree`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recursive_read_only: Option<bool>,
 }
 
 /// A named isolator; its value's shape depends on the name (kept as raw JSON).

@@ -47,6 +47,10 @@ pub struct VolumeSpec {
     /// An image volume: the image's id and tree id (`host_path` is in the
     /// tree), recorded so the image is kept while the app has it.
     pub image: Option<(String, String)>,
+    /// Asked for explicitly (see `manifest::Volume::recursive_read_only`):
+    /// the volume must be read-only and private; its tree is made read-only
+    /// as a whole, as any read-only volume's.
+    pub recursive_read_only: bool,
 }
 
 /// Everything `App::add` needs; the caller has resolved the image.
@@ -283,7 +287,9 @@ impl AppSpec {
             }
             let target = target_in(&rootfs, &v.container_path)?;
             ensure_target(&target, v.host_path.is_dir()).map_err(io("creating mount target"))?;
-            let tree = inject::clone_tree(&v.host_path, true, v.read_only, v.propagation)
+            // read-only with every mount below it (mount_setattr's AT_RECURSIVE),
+            // the same tree the app's unit or appexec later sees
+            let tree = inject::clone_tree(&v.host_path, true, v.read_only || v.recursive_read_only, v.propagation)
                 .map_err(io(&format!("cloning {}", v.host_path.display())))?;
             // resolved again in the pod, inside the app's root: there the
             // volumes mounted before are in the way, and their links too
@@ -330,6 +336,7 @@ impl AppSpec {
                             gid: None,
                             propagation: Some(v.propagation.as_str().to_string()),
                             selinux_relabel: v.selinux_relabel.then_some(true),
+                            recursive_read_only: v.recursive_read_only.then_some(true),
                         }),
                     }
                 })

@@ -111,6 +111,25 @@ pub fn clone_tree(src: &Path, recursive: bool, read_only: bool, propagation: Pro
     Ok(tree)
 }
 
+/// Whether the kernel has mount_setattr(2) (Linux 5.12), which makes a
+/// mount tree read-only as a whole (`AT_RECURSIVE`); asked once.
+pub fn recursive_read_only_supported() -> bool {
+    static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SUPPORTED.get_or_init(|| {
+        // no descriptor and no attributes: a kernel with the call says EBADF
+        // or EINVAL, one without it ENOSYS
+        // SAFETY: mount_setattr(2) with an invalid descriptor and a null struct of size 0 touches no memory.
+        let rc = unsafe {
+            libc::syscall(libc::SYS_mount_setattr, -1, c"".as_ptr(), 0, std::ptr::null::<MountAttr>(), 0usize)
+        };
+        let supported = rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS);
+        if !supported {
+            tracing::info!("the kernel has no mount_setattr(2): recursive read-only mounts are not offered");
+        }
+        supported
+    })
+}
+
 /// Hardening bits for mounts that must not carry setuid binaries or devices.
 pub fn nosuid_nodev(tree: &OwnedFd) -> io::Result<()> {
     let attr = MountAttr { attr_set: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, attr_clr: 0, propagation: 0, userns_fd: 0 };

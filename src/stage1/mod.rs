@@ -14,6 +14,7 @@ pub mod caps;
 pub mod exec;
 pub mod filters;
 pub mod host;
+pub mod identity;
 pub mod inject;
 pub mod launch;
 pub mod lsm;
