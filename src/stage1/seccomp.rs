@@ -9,7 +9,8 @@
 //! difference remains: systemd adds its `@default` set (exit, rt_sigreturn,
 //! futex and the like, which no process runs without) to every allow list.
 
-use serde::Deserialize;
+use oci_spec::runtime::{LinuxSeccomp, LinuxSeccompAction as Action};
+use serde_json::Value;
 
 pub const ISOLATOR_RETAIN: &str = "os/linux/seccomp-retain-set";
 pub const ISOLATOR_REMOVE: &str = "os/linux/seccomp-remove-set";
@@ -17,82 +18,79 @@ pub const ISOLATOR_REMOVE: &str = "os/linux/seccomp-remove-set";
 /// The largest profile read.
 const MAX_PROFILE_BYTES: u64 = 1 << 20;
 
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Profile {
-    default_action: String,
-    #[serde(default)]
-    default_errno_ret: Option<i64>,
-    #[serde(default)]
-    syscalls: Vec<Rule>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Rule {
-    #[serde(default)]
-    names: Vec<String>,
-    /// docker's older single-name form.
-    #[serde(default)]
-    name: Option<String>,
-    action: String,
-    #[serde(default)]
-    args: Option<Vec<serde_json::Value>>,
-    #[serde(default)]
-    errno_ret: Option<i64>,
-    #[serde(default)]
-    includes: Option<serde_json::Value>,
-    #[serde(default)]
-    excludes: Option<serde_json::Value>,
-}
-
 /// What a denied call gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Deny {
-    Errno(i64),
+    Errno(u32),
     Kill,
 }
 
-fn deny_of(action: &str, errno: Option<i64>) -> Option<Deny> {
+fn deny_of(action: Action, errno: Option<u32>) -> Option<Deny> {
     match action {
-        "SCMP_ACT_ERRNO" => Some(Deny::Errno(errno.unwrap_or(libc::EPERM as i64))),
-        "SCMP_ACT_KILL" | "SCMP_ACT_KILL_THREAD" | "SCMP_ACT_KILL_PROCESS" | "SCMP_ACT_TRAP" => Some(Deny::Kill),
+        Action::ScmpActErrno => Some(Deny::Errno(errno.unwrap_or(libc::EPERM as u32))),
+        Action::ScmpActKill | Action::ScmpActKillThread | Action::ScmpActKillProcess | Action::ScmpActTrap => {
+            Some(Deny::Kill)
+        }
         _ => None,
     }
 }
 
+fn allows(action: Action) -> bool {
+    matches!(action, Action::ScmpActAllow | Action::ScmpActLog)
+}
+
+/// Reads a Localhost profile into the runtime spec's seccomp type
+/// (oci-spec's `LinuxSeccomp`). kubelet's profiles are docker's form, a
+/// superset: a rule's single `name` becomes its `names`, and a rule with
+/// `includes`/`excludes` conditions (which the runtime spec does not have,
+/// and oci-spec would drop unseen) is refused, named.
+fn parse_profile(json: &[u8]) -> Result<LinuxSeccomp, String> {
+    let mut doc: Value = serde_json::from_slice(json).map_err(|e| format!("not a seccomp profile: {e}"))?;
+    let rules = doc.get_mut("syscalls").and_then(Value::as_array_mut).into_iter().flatten();
+    for (i, rule) in rules.enumerate() {
+        let Some(r) = rule.as_object_mut() else { continue };
+        if let Some(name) = r.remove("name") {
+            let names = r.entry("names").or_insert(Value::Array(Vec::new()));
+            if let Some(names) = names.as_array_mut() {
+                names.push(name);
+            }
+        }
+        r.entry("names").or_insert(Value::Array(Vec::new()));
+        let conditional = |k: &str| r.get(k).and_then(Value::as_object).is_some_and(|o| !o.is_empty());
+        if conditional("includes") || conditional("excludes") {
+            let names: Vec<&str> = r["names"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+            return Err(format!(
+                "rule {i} ({}) has includes/excludes conditions; flatten the profile for this node",
+                names.join(",")
+            ));
+        }
+    }
+    serde_json::from_value(doc).map_err(|e| format!("not a seccomp profile: {e}"))
+}
+
 /// The isolator (name, value) for the profile in `json`.
 pub fn isolator_from_profile(json: &[u8]) -> Result<(&'static str, serde_json::Value), String> {
-    let p: Profile = serde_json::from_slice(json).map_err(|e| format!("not a seccomp profile: {e}"))?;
-    let default_allows = match p.default_action.as_str() {
-        "SCMP_ACT_ALLOW" | "SCMP_ACT_LOG" => true,
-        a => {
-            deny_of(a, p.default_errno_ret).ok_or_else(|| format!("defaultAction {a} is not supported"))?;
-            false
-        }
-    };
+    let p = parse_profile(json)?;
+    let default_allows = allows(p.default_action());
+    if !default_allows {
+        deny_of(p.default_action(), p.default_errno_ret())
+            .ok_or_else(|| format!("defaultAction {} is not supported", p.default_action()))?;
+    }
     let mut names = Vec::new();
-    let mut deny: Option<Deny> = if default_allows { None } else { deny_of(&p.default_action, p.default_errno_ret) };
-    for (i, r) in p.syscalls.iter().enumerate() {
-        let rule_names: Vec<String> = r.names.iter().cloned().chain(r.name.clone()).collect();
-        let which = format!("rule {i} ({})", rule_names.join(","));
-        if r.args.as_ref().is_some_and(|a| !a.is_empty()) {
+    let mut deny: Option<Deny> = if default_allows { None } else { deny_of(p.default_action(), p.default_errno_ret()) };
+    for (i, r) in p.syscalls().iter().flatten().enumerate() {
+        let which = format!("rule {i} ({})", r.names().join(","));
+        if r.args().as_ref().is_some_and(|a| !a.is_empty()) {
             return Err(format!("{which} has argument conditions; systemd filters by syscall name only"));
         }
-        let conditional =
-            |v: &Option<serde_json::Value>| v.as_ref().is_some_and(|v| v.as_object().is_some_and(|o| !o.is_empty()));
-        if conditional(&r.includes) || conditional(&r.excludes) {
-            return Err(format!("{which} has includes/excludes conditions; flatten the profile for this node"));
-        }
-        let allows = r.action == "SCMP_ACT_ALLOW" || r.action == "SCMP_ACT_LOG";
-        if allows {
+        if allows(r.action()) {
             if !default_allows {
-                names.extend(rule_names);
+                names.extend(r.names().iter().cloned());
             }
             continue;
         }
-        let d =
-            deny_of(&r.action, r.errno_ret).ok_or_else(|| format!("{which}: action {} is not supported", r.action))?;
+        let d = deny_of(r.action(), r.errno_ret())
+            .ok_or_else(|| format!("{which}: action {} is not supported", r.action()))?;
         // one way of denying per filter: under a deny default, a rule that
         // denies differently (clone3 with ENOSYS, say) cannot be kept
         match deny {
@@ -102,7 +100,7 @@ pub fn isolator_from_profile(json: &[u8]) -> Result<(&'static str, serde_json::V
             _ => deny = Some(d),
         }
         if default_allows {
-            names.extend(rule_names);
+            names.extend(r.names().iter().cloned());
         }
     }
     if !default_allows && names.is_empty() {
@@ -322,6 +320,24 @@ mod tests {
         }
         assert!(isolator_from_file("relative.json").is_err());
         assert!(isolator_from_file("/nonexistent/profile.json").is_err());
+    }
+
+    /// kubelet's profiles are docker's form, where oci-spec's runtime type
+    /// falls short: a single `name` does not parse, and `includes` would be
+    /// dropped unseen (a conditional rule read as unconditional).
+    #[test]
+    fn docker_forms_oci_spec_does_not_take() {
+        let single = r#"{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"name":"exit","action":"SCMP_ACT_ALLOW"}]}"#;
+        assert!(serde_json::from_str::<LinuxSeccomp>(single).is_err(), "oci-spec takes `name` now");
+        assert_eq!(
+            isolator_from_profile(single.as_bytes()).expect("single name").1["set"],
+            serde_json::json!(["exit"])
+        );
+        let conditional = r#"{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["mount"],"action":"SCMP_ACT_ALLOW",
+            "includes":{"caps":["CAP_SYS_ADMIN"]}}]}"#;
+        assert!(serde_json::from_str::<LinuxSeccomp>(conditional).is_ok(), "oci-spec keeps the condition now");
+        let err = isolator_from_profile(conditional.as_bytes()).expect_err("a condition dropped");
+        assert!(err.contains("rule 0 (mount)") && err.contains("includes"), "{err}");
     }
 
     #[test]
