@@ -188,6 +188,9 @@ pub async fn start_container(
     // so does one with an AppArmor profile (set by appexec for the app's execve)
     let apparmor = meta::apparmor(&t.app);
     let limits = meta::limits(&t.app);
+    // the pod's own limits with this app counted (they only grow: the pod's
+    // cgroup goes before the app's)
+    tokio::task::block_in_place(|| super::sandbox_resources::refresh_for_app(rt, &t.pod))?;
     // on cgroup v1 the daemon places the app in its cgroups: one with limits
     // is started by appexec, which waits for that before anything runs
     let placed = match app_cgroup(&t.pod, &t.app.name) {
