@@ -218,3 +218,67 @@ async fn unknown_pods_and_bad_values_are_refused() {
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
     assert!(err.message().contains("config.linux.overhead"), "{err:?}");
 }
+
+/// A file of an app's own cgroup (`<pod>/app-<app>`) in the hierarchy of `controller`.
+fn app_file(data: &Path, pod: &str, app: &str, controller: &str, file: &str) -> String {
+    pod_file(data, pod, controller, &format!("app-{app}/{file}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_update_the_kernel_refuses_changes_nothing() {
+    if let Some(reason) = not_v1() {
+        common::skipped("resize::a_container_update_the_kernel_refuses_changes_nothing", &reason);
+        return;
+    }
+    let d = Daemon::start(&[]);
+    let image = common::pull_busybox(&d).await;
+    let mut rt = d.runtime().await;
+    let data = d.dir.path().join("data");
+    let logs = tempfile::tempdir().expect("logs");
+    let mut config = host_network(pod_config("resize-app", &[]));
+    config.log_directory = logs.path().display().to_string();
+    let pod = common::run_pod(&mut rt, &config).await;
+    let script = "v=$(yes | head -c 60000000); echo filled; while true; do sleep 1; done";
+    let mut hog = container_config("hog", &image, &["sh", "-c", script]);
+    hog.linux.get_or_insert_default().resources = Some(resources(192 * MIB, 512));
+    let id = start(&mut rt, &pod, &config, hog).await;
+    let hog_log = logs.path().join("hog.log");
+    wait_for("hog's 60 MB", || std::fs::read_to_string(&hog_log).is_ok_and(|l| l.contains("filled")));
+
+    // the quota is written before the memory limit, which the kernel refuses (EBUSY)
+    let below = cri::LinuxContainerResources { cpu_quota: 20_000, ..resources(16 * MIB, 256) };
+    let err = rt
+        .update_container_resources(cri::UpdateContainerResourcesRequest {
+            container_id: id.clone(),
+            linux: Some(below),
+            ..Default::default()
+        })
+        .await
+        .expect_err("below the app's usage");
+    assert!(err.message().contains("memory.limit_in_bytes"), "{err:?}");
+    assert_eq!(app_file(&data, &pod, "0-hog", "memory", "memory.limit_in_bytes"), (192 * MIB).to_string());
+    assert_eq!(app_file(&data, &pod, "0-hog", "cpu", "cpu.cfs_quota_us"), "50000", "the quota was put back");
+    assert_eq!(app_file(&data, &pod, "0-hog", "cpu", "cpu.shares"), "512");
+    let status = rt
+        .container_status(cri::ContainerStatusRequest { container_id: id.clone(), verbose: false })
+        .await
+        .expect("ContainerStatus")
+        .into_inner()
+        .status
+        .expect("status");
+    let linux = status.resources.and_then(|r| r.linux).expect("resources reported");
+    assert_eq!((linux.memory_limit_in_bytes, linux.cpu_quota), (192 * MIB, 50_000));
+
+    // what the kernel takes is taken
+    rt.update_container_resources(cri::UpdateContainerResourcesRequest {
+        container_id: id.clone(),
+        linux: Some(cri::LinuxContainerResources { cpu_quota: 20_000, ..resources(128 * MIB, 256) }),
+        ..Default::default()
+    })
+    .await
+    .expect("UpdateContainerResources");
+    assert_eq!(app_file(&data, &pod, "0-hog", "memory", "memory.limit_in_bytes"), (128 * MIB).to_string());
+    assert_eq!(app_file(&data, &pod, "0-hog", "cpu", "cpu.cfs_quota_us"), "20000");
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
+    common::assert_no_leaks(&data, &[pod]);
+}
