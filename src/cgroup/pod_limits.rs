@@ -120,17 +120,18 @@ impl PodResources {
 enum Target {
     /// cgroup v1: the pod's memory and cpu controller cgroups.
     V1 { memory: Option<PathBuf>, cpu: Option<PathBuf> },
-    /// cgroup v2 with the cgroupfs driver: the pod's cgroup files.
+    /// cgroup v2: the pod's cgroup.
     V2 { dir: PathBuf },
-    /// cgroup v2 with the pod a unit of the host's systemd: its properties
-    /// (systemd writes the files and keeps them across reloads).
-    V2Unit { dir: PathBuf, unit: String },
 }
 
 /// A pod's cgroup as far as its own limits go.
 #[derive(Debug, Clone)]
 pub struct PodCgroupLimits {
     target: Target,
+    /// The pod's unit of the host's systemd (systemd driver): its
+    /// properties are set, systemd writes the files (and keeps them across
+    /// its reloads; on v1 it manages the unit's memory and cpu cgroups).
+    unit: Option<String>,
 }
 
 /// The pod's limits as its cgroup files read now.
@@ -164,13 +165,7 @@ impl PodCgroupLimits {
     /// pod runs under one (systemd driver).
     pub fn new(layout: &Layout, subs: &Subcgroups, unit: Option<String>) -> Self {
         if let Some(root) = layout.v2_root() {
-            let dir = root.join(&subs.tracking);
-            return PodCgroupLimits {
-                target: match unit {
-                    Some(unit) => Target::V2Unit { dir, unit },
-                    None => Target::V2 { dir },
-                },
-            };
+            return PodCgroupLimits { target: Target::V2 { dir: root.join(&subs.tracking) }, unit };
         }
         let dir_of = |c: &str| {
             layout
@@ -179,13 +174,13 @@ impl PodCgroupLimits {
                 .and_then(|h| h.mount.as_ref())
                 .map(|m| m.join(&subs.controllers))
         };
-        PodCgroupLimits { target: Target::V1 { memory: dir_of("memory"), cpu: dir_of("cpu") } }
+        PodCgroupLimits { target: Target::V1 { memory: dir_of("memory"), cpu: dir_of("cpu") }, unit }
     }
 
     fn memory_dir(&self) -> Option<&Path> {
         match &self.target {
             Target::V1 { memory, .. } => memory.as_deref(),
-            Target::V2 { dir } | Target::V2Unit { dir, .. } => Some(dir),
+            Target::V2 { dir } => Some(dir),
         }
     }
 
@@ -201,7 +196,7 @@ impl PodCgroupLimits {
                 cpu_shares: cpu.as_ref().and_then(|d| read_num(&d.join("cpu.shares"))),
                 cpu_weight: None,
             },
-            Target::V2 { dir } | Target::V2Unit { dir, .. } => CurrentLimits {
+            Target::V2 { dir } => CurrentLimits {
                 memory_limit_bytes: read_num(&dir.join("memory.max")),
                 memory_usage_bytes: read_num(&dir.join("memory.current")),
                 cpu_shares: None,
@@ -225,6 +220,9 @@ impl PodCgroupLimits {
                 return Err(PodLimitsError::BelowUsage { usage, limit });
             }
         }
+        if let Some(unit) = &self.unit {
+            return self.apply_to_unit(unit, limits);
+        }
         match &self.target {
             Target::V1 { memory, cpu } => {
                 let mut files = Vec::new();
@@ -240,27 +238,48 @@ impl PodCgroupLimits {
                 FileWrite::v2_memory(dir, limits.memory_bytes),
                 FileWrite::v2_weight(dir, limits.cpu_shares),
             ]),
-            Target::V2Unit { dir, unit } => {
-                let old = [read_trim(&dir.join("memory.max")), read_trim(&dir.join("cpu.weight"))];
-                let memory = limits.memory_bytes.filter(|m| *m > 0).map_or("infinity".to_string(), |m| m.to_string());
-                let weight = limits.cpu_shares.map_or(100, super::v2::weight_from_shares).max(1);
-                set_properties(unit, &[format!("MemoryMax={memory}"), format!("CPUWeight={weight}")]).inspect_err(
-                    |_| {
-                        // systemd may have changed one of them before the other failed
-                        let mut back = Vec::new();
-                        if let Some(m) = &old[0] {
-                            back.push(format!("MemoryMax={}", if m == "max" { "infinity" } else { m }));
-                        }
-                        if let Some(w) = &old[1] {
-                            back.push(format!("CPUWeight={w}"));
-                        }
-                        if let Err(e) = set_properties(unit, &back) {
-                            tracing::warn!(unit, error = %e, "restoring the pod unit's limits");
-                        }
-                    },
-                )
-            }
         }
+    }
+
+    /// The systemd driver: `MemoryMax=` and `CPUShares=` (v1) or
+    /// `CPUWeight=` (v2) of the pod's unit; on a failure the values read
+    /// before are set again (systemd may have applied one of them).
+    fn apply_to_unit(&self, unit: &str, limits: PodLimits) -> Result<(), PodLimitsError> {
+        let (new, old) = self.unit_properties(limits);
+        set_properties(unit, &new).inspect_err(|_| {
+            if let Err(e) = set_properties(unit, &old) {
+                tracing::warn!(unit, error = %e, "restoring the pod unit's limits");
+            }
+        })
+    }
+
+    /// The unit properties for `limits`, and those that give back what
+    /// the files hold now.
+    fn unit_properties(&self, limits: PodLimits) -> (Vec<String>, Vec<String>) {
+        let memory = |v: Option<String>| {
+            v.map(|m| match m.parse::<u64>() {
+                Ok(n) if n < V1_UNLIMITED => format!("MemoryMax={n}"),
+                _ => "MemoryMax=infinity".to_string(),
+            })
+        };
+        let (old, cpu) = match &self.target {
+            Target::V1 { memory: mem, cpu } => (
+                [
+                    memory(mem.as_ref().and_then(|d| read_trim(&d.join("memory.limit_in_bytes")))),
+                    cpu.as_ref().and_then(|d| read_num(&d.join("cpu.shares"))).map(|s| format!("CPUShares={s}")),
+                ],
+                format!("CPUShares={}", limits.cpu_shares.unwrap_or(1024).max(2)),
+            ),
+            Target::V2 { dir } => (
+                [
+                    memory(read_trim(&dir.join("memory.max"))),
+                    read_num(&dir.join("cpu.weight")).map(|w| format!("CPUWeight={w}")),
+                ],
+                format!("CPUWeight={}", limits.cpu_shares.map_or(100, super::v2::weight_from_shares).max(1)),
+            ),
+        };
+        let memory = limits.memory_bytes.filter(|m| *m > 0).map_or("infinity".to_string(), |m| m.to_string());
+        (vec![format!("MemoryMax={memory}"), cpu], old.into_iter().flatten().collect())
     }
 }
 
@@ -403,7 +422,7 @@ mod tests {
         fs::write(mem.join("memory.limit_in_bytes"), "9223372036854771712").expect("seed");
         fs::write(mem.join("memory.usage_in_bytes"), "4096").expect("seed");
         fs::write(cpu.join("cpu.shares"), "1024").expect("seed");
-        (t, PodCgroupLimits { target: Target::V1 { memory: Some(mem), cpu: Some(cpu) } })
+        (t, PodCgroupLimits { target: Target::V1 { memory: Some(mem), cpu: Some(cpu) }, unit: None })
     }
 
     #[test]
@@ -444,13 +463,31 @@ mod tests {
     }
 
     #[test]
+    fn unit_properties_per_hierarchy() {
+        let (_t, mut cg) = v1_dirs();
+        cg.unit = Some("rktlet-u.service".into());
+        let (new, old) = cg.unit_properties(PodLimits { memory_bytes: Some(64 << 20), cpu_shares: Some(612) });
+        assert_eq!(new, ["MemoryMax=67108864", "CPUShares=612"]);
+        assert_eq!(old, ["MemoryMax=infinity", "CPUShares=1024"], "v1's unlimited value is infinity");
+        let t = tempfile::tempdir().expect("tempdir");
+        fs::write(t.path().join("memory.max"), "335544320\n").expect("seed");
+        fs::write(t.path().join("cpu.weight"), "24\n").expect("seed");
+        let v2 = PodCgroupLimits { target: Target::V2 { dir: t.path().to_path_buf() }, unit: cg.unit.clone() };
+        let (new, old) = v2.unit_properties(PodLimits { memory_bytes: None, cpu_shares: Some(1024) });
+        assert_eq!(new, ["MemoryMax=infinity", "CPUWeight=39"]);
+        assert_eq!(old, ["MemoryMax=335544320", "CPUWeight=24"]);
+        fs::write(t.path().join("memory.max"), "max\n").expect("seed");
+        assert_eq!(v2.unit_properties(PodLimits::default()).1[0], "MemoryMax=infinity");
+    }
+
+    #[test]
     fn v2_files_written_and_read() {
         let t = tempfile::tempdir().expect("tempdir");
         let d = t.path();
         for (f, v) in [("memory.max", "max"), ("memory.current", "8192"), ("cpu.weight", "100")] {
             fs::write(d.join(f), v).expect("seed");
         }
-        let cg = PodCgroupLimits { target: Target::V2 { dir: d.to_path_buf() } };
+        let cg = PodCgroupLimits { target: Target::V2 { dir: d.to_path_buf() }, unit: None };
         assert_eq!(cg.read().memory_limit_bytes, None);
         cg.apply(PodLimits { memory_bytes: Some(64 << 20), cpu_shares: Some(1024) }).expect("apply");
         assert_eq!(read_trim(&d.join("memory.max")).as_deref(), Some("67108864"));
