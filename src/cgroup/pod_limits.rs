@@ -205,11 +205,14 @@ impl PodCgroupLimits {
         }
     }
 
-    /// Writes `limits`, all or nothing: a memory limit below the pod's usage
-    /// is refused before any write; a failed write restores what was
-    /// written before it.
+    /// Writes `limits`, all or nothing: a memory limit lowered below the
+    /// pod's usage is refused before any write; a failed write restores what
+    /// was written before it.
     pub fn apply(&self, limits: PodLimits) -> Result<(), PodLimitsError> {
-        if let Some(limit) = limits.memory_bytes
+        let current = self.read().memory_limit_bytes;
+        // only a shrink can be below usage (a limit kept or raised never is)
+        let shrinks = |limit: i64| current.is_none_or(|c| u64::try_from(limit).is_ok_and(|l| l < c));
+        if let Some(limit) = limits.memory_bytes.filter(|l| shrinks(*l))
             && let Some(dir) = self.memory_dir()
         {
             let usage = match &self.target {
@@ -444,6 +447,17 @@ mod tests {
         let e = cg.apply(PodLimits { memory_bytes: Some(32 << 20), cpu_shares: Some(256) }).expect_err("below usage");
         assert!(matches!(e, PodLimitsError::BelowUsage { usage, limit } if usage == 40 << 20 && limit == 32 << 20));
         assert_eq!((cg.read().memory_limit_bytes, cg.read().cpu_shares), (Some(64 << 20), Some(512)));
+    }
+
+    #[test]
+    fn a_limit_kept_or_raised_is_not_checked_against_usage() {
+        let (t, cg) = v1_dirs();
+        cg.apply(PodLimits { memory_bytes: Some(64 << 20), cpu_shares: None }).expect("apply");
+        // usage a shade above the limit, as v2's memory.current may read for a moment
+        fs::write(t.path().join("memory/memory.usage_in_bytes"), ((64u64 << 20) + 4096).to_string()).expect("usage");
+        cg.apply(PodLimits { memory_bytes: Some(64 << 20), cpu_shares: Some(512) }).expect("kept");
+        cg.apply(PodLimits { memory_bytes: Some(65 << 20), cpu_shares: Some(512) }).expect("raised");
+        assert!(cg.apply(PodLimits { memory_bytes: Some(63 << 20), cpu_shares: None }).is_err(), "shrunk");
     }
 
     #[test]
