@@ -458,7 +458,7 @@ async fn pod_resize(cgroupfs: bool, parent: &str) {
     assert_eq!(file(&dir, "cpu.weight"), weight(612));
     let s = pod_status_resources(&mut e, &id).await;
     assert_eq!(s["resources"]["memoryLimitInBytes"], 300 << 20, "{s}");
-    assert_eq!(s["podCgroup"]["memory_limit_bytes"], 320 << 20, "{s}");
+    assert_eq!(s["podCgroup"]["memoryLimitBytes"], 320 << 20, "{s}");
 
     update_pod(&mut e, &id, pod_res(500 << 20, 1024), overhead.clone()).await.expect("grow");
     assert_eq!(file(&dir, "memory.max"), (520u64 << 20).to_string());

@@ -125,7 +125,7 @@ async fn pod_limits_grow_shrink_and_survive_a_restart() {
     assert_eq!(s["resources"]["memoryLimitInBytes"], 300 * MIB, "{s}");
     assert_eq!(s["resources"]["cpuQuota"], 50_000, "{s}");
     assert_eq!(s["overhead"]["memoryLimitInBytes"], 20 * MIB, "{s}");
-    assert_eq!(s["podCgroup"]["memory_limit_bytes"], 320 * MIB, "{s}");
+    assert_eq!(s["podCgroup"]["memoryLimitBytes"], 320 * MIB, "{s}");
 
     // grow
     update(&mut rt, &pod, resources(500 * MIB, 1024), overhead.clone()).await.expect("grow");
@@ -133,7 +133,7 @@ async fn pod_limits_grow_shrink_and_survive_a_restart() {
     assert_eq!(pod_file(&data, &pod, "cpu", "cpu.shares"), "1124");
     let s = status_resources(&mut rt, &pod).await;
     assert_eq!(s["resources"]["memoryLimitInBytes"], 500 * MIB, "{s}");
-    assert_eq!(s["podCgroup"]["cpu_shares"], 1124, "{s}");
+    assert_eq!(s["podCgroup"]["cpuShares"], 1124, "{s}");
 
     // an app with a memory limit of its own holds 60 MB in the pod
     // (the loop keeps the shell: busybox would exec a last `sleep` in its place)
@@ -175,7 +175,7 @@ async fn pod_limits_grow_shrink_and_survive_a_restart() {
     assert_eq!(pod_memory_limit(&data, &pod), None);
     let s = status_resources(&mut rt, &pod).await;
     assert_eq!(s["resources"]["memoryLimitInBytes"], 200 * MIB, "still recorded: {s}");
-    assert!(s["podCgroup"]["memory_limit_bytes"].is_null(), "{s}");
+    assert!(s["podCgroup"]["memoryLimitBytes"].is_null(), "{s}");
 
     // a restarted daemon reports and changes them as before
     d.signal_and_wait(nix::sys::signal::Signal::SIGKILL);

@@ -136,6 +136,7 @@ pub struct PodCgroupLimits {
 
 /// The pod's limits as its cgroup files read now.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct CurrentLimits {
     /// `None`: unlimited.
     pub memory_limit_bytes: Option<u64>,
