@@ -93,7 +93,13 @@ pub(super) fn apply_at_start(rt: &Runtime, uuid: uuid::Uuid) -> Result<(), Statu
 /// without a memory limit lifts the pod's, as kubelet's pod cgroup has none
 /// then). Growing only, so the pod's cgroup goes before the app's. Blocking.
 pub(super) fn refresh_for_app(rt: &Runtime, pod: &Pod) -> Result<(), Status> {
-    let m = rt.manifests.read(pod).map_err(pod_status)?;
+    let cached = rt.manifests.read(pod).map_err(pod_status)?;
+    if recorded(&cached).is_none_or(|r| r.is_empty()) {
+        return Ok(());
+    }
+    // as UpdatePodSandboxResources: under `pod.lck`, from the manifest on disk
+    let _lock = pod.lock_manifest().map_err(pod_status)?;
+    let m = pod.read_manifest().map_err(pod_status)?;
     match recorded(&m) {
         Some(res) if !res.is_empty() => apply(rt, pod, &m, &res),
         _ => Ok(()),
