@@ -398,3 +398,115 @@ async fn a_container_cannot_raise_its_own_limits() {
     }
     e.remove_pod(&pod.0).await;
 }
+
+fn pod_res(memory: i64, shares: i64) -> cri::LinuxContainerResources {
+    cri::LinuxContainerResources {
+        memory_limit_in_bytes: memory,
+        cpu_shares: shares,
+        cpu_quota: 50_000,
+        cpu_period: 100_000,
+        ..Default::default()
+    }
+}
+
+/// `podResources` of the verbose PodSandboxStatus.
+async fn pod_status_resources(e: &mut Env, pod: &str) -> serde_json::Value {
+    let r =
+        e.rt.pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: pod.into(), verbose: true })
+            .await
+            .expect("PodSandboxStatus")
+            .into_inner();
+    let info: serde_json::Value = serde_json::from_str(&r.info["info"]).expect("info is JSON");
+    info["podResources"].clone()
+}
+
+async fn update_pod(
+    e: &mut Env,
+    pod: &str,
+    res: cri::LinuxContainerResources,
+    overhead: cri::LinuxContainerResources,
+) -> Result<(), tonic::Status> {
+    e.rt.update_pod_sandbox_resources(cri::UpdatePodSandboxResourcesRequest {
+        pod_sandbox_id: pod.into(),
+        resources: Some(res),
+        overhead: Some(overhead),
+    })
+    .await
+    .map(drop)
+}
+
+/// A pod's own limits (containers plus overhead) on its cgroup: its
+/// `memory.max` and `cpu.weight`, written by rktlet (cgroupfs driver) or by
+/// the host's systemd for the pod's unit (systemd driver); grown and shrunk
+/// live by UpdatePodSandboxResources; a shrink below the pod's usage is
+/// refused without a write (on v2 the kernel would OOM-kill instead).
+async fn pod_resize(cgroupfs: bool, parent: &str) {
+    let mut e = env(cgroupfs).await;
+    let weight = |shares: u64| rktlet::cgroup::v2::weight_from_shares(shares).to_string();
+    let mut config = host_network(pod_config(if cgroupfs { "resize-fs" } else { "resize-sd" }, &[]));
+    config.log_directory = e.logs.path().display().to_string();
+    let overhead = pod_res(20 << 20, 100);
+    if let Some(l) = config.linux.as_mut() {
+        l.cgroup_parent = parent.to_string();
+        l.resources = Some(pod_res(300 << 20, 512));
+        l.overhead = Some(overhead.clone());
+    }
+    let id = common::run_pod(&mut e.rt, &config).await;
+    let pod = (id.clone(), config);
+    let dir = root().join(e.pod_cgroup(&id));
+    assert_eq!(file(&dir, "memory.max"), (320u64 << 20).to_string());
+    assert_eq!(file(&dir, "cpu.weight"), weight(612));
+    let s = pod_status_resources(&mut e, &id).await;
+    assert_eq!(s["resources"]["memoryLimitInBytes"], 300 << 20, "{s}");
+    assert_eq!(s["podCgroup"]["memoryLimitBytes"], 320 << 20, "{s}");
+
+    update_pod(&mut e, &id, pod_res(500 << 20, 1024), overhead.clone()).await.expect("grow");
+    assert_eq!(file(&dir, "memory.max"), (520u64 << 20).to_string());
+    assert_eq!(file(&dir, "cpu.weight"), weight(1124));
+
+    // 60 MB held by an app with a limit of its own (the loop keeps the shell)
+    let hog = e
+        .run(
+            &pod,
+            "hog",
+            &["sh", "-c", "v=$(yes | head -c 60000000); echo filled; while true; do sleep 1; done"],
+            memory(256 << 20),
+        )
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while file(&dir, "memory.current").parse::<u64>().unwrap_or(0) < 60_000_000 {
+        assert!(Instant::now() < deadline, "the pod never used 60 MB: {}", file(&dir, "memory.current"));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let err = update_pod(&mut e, &id, pod_res(20 << 20, 256), overhead.clone()).await.expect_err("below usage");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert_eq!(file(&dir, "memory.max"), (520u64 << 20).to_string());
+    assert_eq!(file(&dir, "cpu.weight"), weight(1124), "nothing written");
+    assert_eq!(e.status(&hog).await.state, cri::ContainerState::ContainerRunning as i32, "nothing OOM-killed");
+    let err = update_pod(&mut e, &id, pod_res(-1, 256), overhead.clone()).await.expect_err("negative");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+
+    update_pod(&mut e, &id, pod_res(200 << 20, 256), overhead.clone()).await.expect("shrink");
+    assert_eq!(file(&dir, "memory.max"), (220u64 << 20).to_string());
+    assert_eq!(file(&dir, "cpu.weight"), weight(356));
+    assert_eq!(pod_status_resources(&mut e, &id).await["resources"]["memoryLimitInBytes"], 200 << 20);
+
+    // an app without a memory limit lifts the pod's, as kubelet's pod cgroup has none then
+    e.run(&pod, "free", &["sleep", "1000"], cri::LinuxContainerResources::default()).await;
+    assert_eq!(file(&dir, "memory.max"), "max");
+    e.remove_pod(&id).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pod_resources_resize_live_under_cgroupfs_driver() {
+    v2_only!("pod_resources_resize_live_under_cgroupfs_driver");
+    pod_resize(true, "/kubepods/burstable/pod-resize-fs").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pod_resources_resize_live_under_the_hosts_driver() {
+    v2_only!("pod_resources_resize_live_under_the_hosts_driver");
+    let systemd = rktlet::stage1::host::Host::detect().pid1_is_systemd;
+    let parent = if systemd { "kubepods-burstable-podresizesd.slice" } else { "/kubepods/burstable/pod-resize-sd" };
+    pod_resize(false, parent).await;
+}

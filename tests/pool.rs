@@ -536,3 +536,58 @@ async fn sysctls_apply_to_pool_and_cold_pods_and_node_wide_ones_are_refused() {
     let all: Vec<String> = [pooled, cold_net, cold_ipc].into_iter().chain(pool_pods(&data)).collect();
     stop_and_check(&mut d, all);
 }
+
+/// A pod served by the pool gets its pod-level limits on the cgroup of the
+/// requested parent, as a cold pod does, and resizes the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_pod_gets_its_pod_level_limits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (net, d) = pool_daemon(dir.path(), "1");
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    if pool_off(&mut rt, "a_pool_pod_gets_its_pod_level_limits").await {
+        return;
+    }
+    let layout = rktlet::cgroup::Layout::read().expect("layout");
+    let Some(mem) =
+        layout.v1_controllers().find(|h| h.controllers.iter().any(|c| c == "memory")).and_then(|h| h.mount.clone())
+    else {
+        common::skipped(
+            "pool::a_pool_pod_gets_its_pod_level_limits",
+            "no cgroup v1 memory controller (v2: tests/cgroup_v2.rs)",
+        );
+        return;
+    };
+    wait_pool(&mut rt, 1).await;
+    let pooled = pool_pods(&data).into_iter().next().expect("a pool pod");
+    let parent = format!("rktlet-test-{}/pod-limits", &net.name);
+    let mut config = pod_config("pooled-limits", &[]);
+    let res = |memory: i64| cri::LinuxContainerResources {
+        memory_limit_in_bytes: memory,
+        cpu_shares: 256,
+        ..Default::default()
+    };
+    config.linux = Some(cri::LinuxPodSandboxConfig {
+        cgroup_parent: format!("/{parent}"),
+        resources: Some(res(100 << 20)),
+        overhead: Some(res(10 << 20)),
+        ..Default::default()
+    });
+    config.log_directory = dir.path().join("logs/pooled-limits").to_string_lossy().into_owned();
+    let id = run(&mut rt, &config).await;
+    assert_eq!(id, pooled, "served by the pool");
+    let pod_dir = mem.join(&parent).join(format!("rktlet-{id}"));
+    let limit = || std::fs::read_to_string(pod_dir.join("memory.limit_in_bytes")).expect("limit").trim().to_string();
+    assert_eq!(limit(), (110u64 << 20).to_string());
+    rt.update_pod_sandbox_resources(cri::UpdatePodSandboxResourcesRequest {
+        pod_sandbox_id: id.clone(),
+        resources: Some(res(200 << 20)),
+        overhead: None,
+    })
+    .await
+    .expect("UpdatePodSandboxResources");
+    assert_eq!(limit(), (210u64 << 20).to_string(), "the overhead left out is kept");
+    remove(&mut rt, &id).await;
+    drop(d);
+    remove_cgroup_parent(&parent);
+}

@@ -8,6 +8,7 @@
 
 pub mod app;
 pub mod pod;
+pub mod pod_limits;
 pub mod stats;
 pub mod v2;
 

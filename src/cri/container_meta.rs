@@ -225,25 +225,27 @@ pub fn resources(app: &RuntimeApp) -> Option<cri::ContainerResources> {
     if l.is_empty() {
         return None;
     }
-    Some(cri::ContainerResources {
-        linux: Some(cri::LinuxContainerResources {
-            cpu_period: l.cpu_period_us.and_then(|v| i64::try_from(v).ok()).unwrap_or(0),
-            cpu_quota: l.cpu_quota_us.unwrap_or(0),
-            cpu_shares: l.cpu_shares.and_then(|v| i64::try_from(v).ok()).unwrap_or(0),
-            memory_limit_in_bytes: l.memory_bytes.unwrap_or(0),
-            oom_score_adj: l.oom_score_adj.unwrap_or(0),
-            memory_swap_limit_in_bytes: l.memory_swap_bytes.unwrap_or(0),
-            cpuset_cpus: l.cpuset_cpus.clone().unwrap_or_default(),
-            cpuset_mems: l.cpuset_mems.clone().unwrap_or_default(),
-            hugepage_limits: l
-                .hugepages
-                .iter()
-                .map(|(size, limit)| cri::HugepageLimit { page_size: size.clone(), limit: *limit })
-                .collect(),
-            unified: l.unified.clone().into_iter().collect(),
-        }),
-        ..Default::default()
-    })
+    Some(cri::ContainerResources { linux: Some(limits_to_cri(&l)), ..Default::default() })
+}
+
+/// Limits as CRI's resources (0 and empty where none is set).
+pub fn limits_to_cri(l: &crate::cgroup::app::Limits) -> cri::LinuxContainerResources {
+    cri::LinuxContainerResources {
+        cpu_period: l.cpu_period_us.and_then(|v| i64::try_from(v).ok()).unwrap_or(0),
+        cpu_quota: l.cpu_quota_us.unwrap_or(0),
+        cpu_shares: l.cpu_shares.and_then(|v| i64::try_from(v).ok()).unwrap_or(0),
+        memory_limit_in_bytes: l.memory_bytes.unwrap_or(0),
+        oom_score_adj: l.oom_score_adj.unwrap_or(0),
+        memory_swap_limit_in_bytes: l.memory_swap_bytes.unwrap_or(0),
+        cpuset_cpus: l.cpuset_cpus.clone().unwrap_or_default(),
+        cpuset_mems: l.cpuset_mems.clone().unwrap_or_default(),
+        hugepage_limits: l
+            .hugepages
+            .iter()
+            .map(|(size, limit)| cri::HugepageLimit { page_size: size.clone(), limit: *limit })
+            .collect(),
+        unified: l.unified.clone().into_iter().collect(),
+    }
 }
 
 pub fn labels(app: &RuntimeApp) -> HashMap<String, String> {

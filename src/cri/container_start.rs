@@ -188,6 +188,9 @@ pub async fn start_container(
     // so does one with an AppArmor profile (set by appexec for the app's execve)
     let apparmor = meta::apparmor(&t.app);
     let limits = meta::limits(&t.app);
+    // the pod's own limits with this app counted (they only grow: the pod's
+    // cgroup goes before the app's)
+    tokio::task::block_in_place(|| super::sandbox_resources::refresh_for_app(rt, &t.pod))?;
     // on cgroup v1 the daemon places the app in its cgroups: one with limits
     // is started by appexec, which waits for that before anything runs
     let placed = match app_cgroup(&t.pod, &t.app.name) {
@@ -803,15 +806,30 @@ pub async fn update_container_resources(
     // what is not given stays as it was: the merged limits are applied and recorded
     let update = meta::limits_from_cri(&res);
     update.validate().map_err(Status::invalid_argument)?;
-    let limits = merged_limits(&meta::limits(&t.app), &update);
+    let old = meta::limits(&t.app);
+    let limits = merged_limits(&old, &update);
     tokio::task::block_in_place(|| {
         // on cgroup v2 the pod's systemd is told first (it rewrites the memory
         // and cpu files of a unit whose properties change), then the host
         // writes every file, those systemd does not know included
-        if crate::cgroup::Layout::cached().is_ok_and(|l| l.limits_through_systemd()) {
+        let through_systemd = crate::cgroup::Layout::cached().is_ok_and(|l| l.limits_through_systemd());
+        if through_systemd {
             with_bus(rt, &t.pod, |bus| bus.set_unit_properties(&unit(&t.app.name), systemd_limits(&limits)))?;
         }
-        apply_limits(&t, &limits).map_err(|e| Status::internal(format!("limits of {}: {e}", req.container_id)))?;
+        if let Err(e) = apply_limits(&t, &limits) {
+            // nothing half-applied: a limit the kernel refused (v1 memory
+            // below usage: EBUSY) after others were written puts those back
+            if through_systemd
+                && let Err(e) =
+                    with_bus(rt, &t.pod, |bus| bus.set_unit_properties(&unit(&t.app.name), systemd_limits(&old)))
+            {
+                tracing::warn!(container = %req.container_id, error = %e.message(), "restoring the unit's limits");
+            }
+            if let Err(e) = apply_limits(&t, &old) {
+                tracing::warn!(container = %req.container_id, error = %e, "restoring the app's limits");
+            }
+            return Err(Status::internal(format!("limits of {}: {e}", req.container_id)));
+        }
         store_limits(&t, &limits).map_err(pod_status)
     })?;
     Ok(cri::UpdateContainerResourcesResponse {})

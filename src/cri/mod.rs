@@ -15,6 +15,7 @@ mod pod_metrics;
 pub(crate) mod pod_table;
 mod runtime_info;
 pub(crate) mod sandbox_pool;
+pub(crate) mod sandbox_resources;
 pub(crate) mod sandbox_run;
 pub(crate) mod sandbox_status;
 mod sandbox_stop;
@@ -270,6 +271,8 @@ cri_impl! {
                 => container_status::container_status | exec exec_mode::container_status;
             "UpdateContainerResources": update_container_resources(UpdateContainerResourcesRequest)
                 -> cri::UpdateContainerResourcesResponse => container_start::update_container_resources;
+            "UpdatePodSandboxResources": update_pod_sandbox_resources(UpdatePodSandboxResourcesRequest)
+                -> cri::UpdatePodSandboxResourcesResponse => sandbox_resources::update_pod_sandbox_resources;
             "ReopenContainerLog": reopen_container_log(ReopenContainerLogRequest) -> cri::ReopenContainerLogResponse
                 => container_start::reopen_container_log;
             "ExecSync": exec_sync(ExecSyncRequest) -> cri::ExecSyncResponse
@@ -305,8 +308,6 @@ cri_impl! {
         }
         pending {
             "CheckpointContainer": checkpoint_container(CheckpointContainerRequest) -> cri::CheckpointContainerResponse;
-            "UpdatePodSandboxResources": update_pod_sandbox_resources(UpdatePodSandboxResourcesRequest)
-                -> cri::UpdatePodSandboxResourcesResponse;
         }
     }
 }

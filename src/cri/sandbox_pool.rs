@@ -178,7 +178,8 @@ async fn adapt(rt: &Runtime, req: &Request, member: &Member) -> Result<(), Unusa
     let result = added.map_err(|e| internal(uuid, "CNI ADD", e))?;
     record_network(rt, uuid, &net, &result, &req.hostname)?;
     adapt::set_created(&pod.path(), served_at).map_err(|e| internal(uuid, "setting the creation time", e))?;
-    let manifest = pod_meta::manifest_from_config(config, false, false, &req.hostname);
+    let mut manifest = pod_meta::manifest_from_config(config, false, false, &req.hostname);
+    super::sandbox_resources::record(&mut manifest, &req.pod_resources)?;
     let _lock = pod.lock_manifest().map_err(|e| internal(uuid, "locking the manifest", e))?;
     pod.write_manifest(&manifest).map_err(|e| internal(uuid, "writing the manifest", e))?;
     let _ = std::fs::remove_file(pod.path().join(pool::TAKING_FILE));

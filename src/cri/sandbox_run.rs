@@ -30,6 +30,8 @@ pub(super) struct Request {
     pub cgroup_parent: String,
     /// `linux.sysctls`, checked against the pod's namespaces.
     pub sysctls: Vec<Sysctl>,
+    /// `linux.resources` and `linux.overhead`: the pod's own limits.
+    pub pod_resources: crate::cgroup::pod_limits::PodResources,
 }
 
 fn validate(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Result<Request, Status> {
@@ -80,7 +82,13 @@ fn validate(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Result<Requ
         .map_err(|e| Status::invalid_argument(format!("config.linux.cgroup_parent: {e}")))?;
     let sysctls = config.linux.as_ref().map(|l| l.sysctls.iter()).into_iter().flatten();
     let sysctls = sysctl::check(sysctls, PodNamespaces { host_network, host_ipc }).map_err(sysctl_status)?;
-    Ok(Request { config, host_network, host_ipc, host_pid, hostname, cgroup_parent, sysctls })
+    let linux = config.linux.as_ref();
+    let pod_resources = super::sandbox_resources::from_cri(
+        linux.and_then(|l| l.resources.as_ref()),
+        linux.and_then(|l| l.overhead.as_ref()),
+        "config.linux.",
+    )?;
+    Ok(Request { config, host_network, host_ipc, host_pid, hostname, cgroup_parent, sysctls, pod_resources })
 }
 
 pub(super) fn sysctl_status(e: SysctlError) -> Status {
@@ -120,6 +128,10 @@ pub async fn run_pod_sandbox(
     }
     let req = validate(req, rt.cgroup_driver == crate::cgroup::Driver::Systemd)?;
     if let Some(uuid) = super::sandbox_pool::serve(rt, &req).await {
+        if let Err(status) = tokio::task::block_in_place(|| super::sandbox_resources::apply_at_start(rt, uuid)) {
+            cleanup(rt, uuid).await;
+            return Err(status);
+        }
         rt.pods.warm(&rt.manifests, &uuid.to_string());
         return Ok(cri::RunPodSandboxResponse { pod_sandbox_id: uuid.to_string() });
     }
@@ -128,6 +140,7 @@ pub async fn run_pod_sandbox(
     if req.host_pid {
         manifest.set_annotation(pod_meta::PID_MODE, "node");
     }
+    super::sandbox_resources::record(&mut manifest, &req.pod_resources)?;
     let manifest_file = rt.data.tmp().join(format!("{uuid}{START_MARK}"));
     let bytes = serde_json::to_vec(&manifest).map_err(|e| internal(uuid, "encoding manifest", e))?;
     crate::fsutil::write_volatile(&manifest_file, &bytes, 0o600).map_err(|e| internal(uuid, "writing manifest", e))?;
@@ -190,7 +203,8 @@ async fn start(rt: &Runtime, req: &Request, uuid: Uuid, manifest_file: PathBuf) 
             crate::stage1::inject::pod_pid1(sandbox).map_err(|e| internal(uuid, "finding the pod's systemd", e))?;
         apply_sysctls(pid1, &req.sysctls).await?;
     }
-    Ok(())
+    // the pod is in its controller cgroups now
+    tokio::task::block_in_place(|| super::sandbox_resources::apply_at_start(rt, uuid))
 }
 
 /// The default CNI network, or FailedPrecondition while there is none.

@@ -122,6 +122,7 @@ pub async fn pod_sandbox_status(
             "sandboxLog": p.path().join(pod::SANDBOX_LOG_FILE),
             "netns": p.read_file(pod::NETNS_FILE).ok().flatten(),
             "hostname": view.manifest.annotation(pod_meta::HOSTNAME),
+            "podResources": super::sandbox_resources::status_info(rt, p, &view.manifest),
         });
         info.insert("info".to_string(), detail.to_string());
     }
