@@ -1,6 +1,6 @@
 //! The head of an HTTP/1.1 request, read whole however the client's bytes
-//! are segmented, for the two small HTTP servers of the daemon (streaming
-//! and metrics).
+//! are segmented, for the metrics listener (the streaming server's HTTP is
+//! hyper's).
 
 use std::collections::HashMap;
 use tokio::io::{AsyncRead, AsyncReadExt};

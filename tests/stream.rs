@@ -665,3 +665,85 @@ async fn tty_container(host_pid: bool) {
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);
 }
+
+/// The official crictl (client-go's SPDY executor and port-forwarder) through
+/// the streaming server: exec with stdin, exec with a failing command, and
+/// port-forward from a local port into the pod.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_official_crictl_execs_with_stdin_and_forwards_a_port() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let net = common::TestNetwork::new(dir.path());
+    let conf = net.conf_dir.to_string_lossy().to_string();
+    let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni"]);
+    let mut rt = d.runtime().await;
+    let pod_cfg = pod_config("crictl-streams", &[]);
+    let pod = common::run_pod(&mut rt, &pod_cfg).await;
+    let image = common::pull_busybox(&d).await;
+    let httpd = "mkdir -p /tmp/www && echo hello from httpd > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www";
+    let web = common::create_container(
+        &mut rt,
+        &pod,
+        &pod_cfg,
+        common::container_config("web", &image, &["sh", "-c", httpd]),
+    )
+    .await;
+    rt.start_container(cri::StartContainerRequest { container_id: web.clone() }).await.expect("start httpd");
+    let sock = d.socket.clone();
+    let endpoint = format!("unix://{}", sock.display());
+    let crictl = |args: &[&str]| {
+        let mut c = std::process::Command::new(common::crictl::binary());
+        c.args(["--runtime-endpoint", &endpoint, "--image-endpoint", &endpoint, "--timeout", "60s"]).args(args);
+        c
+    };
+
+    // exec -i: stdin reaches the command, which ends when stdin does
+    let mut child = crictl(&["exec", "-i", &web, "tr", "a-z", "A-Z"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("crictl exec -i");
+    child.stdin.take().expect("stdin").write_all(b"hello through spdy\n").expect("write stdin");
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await.expect("join").expect("wait");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "HELLO THROUGH SPDY\n");
+    let failed = crictl(&["exec", &web, "sh", "-c", "echo bye >&2; exit 4"]).output().expect("crictl exec");
+    let why = String::from_utf8_lossy(&failed.stderr);
+    assert!(!failed.status.success() && why.starts_with("bye\n"), "{failed:?}");
+    // the exit status on the error stream, as crictl reads it
+    assert!(why.contains("command terminated with exit code 4"), "{why}");
+
+    // port-forward: a local port into the pod's 8080
+    let local = common::ports::free_port();
+    let mut forward = crictl(&["port-forward", &pod, &format!("{local}:8080")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("crictl port-forward");
+    let got = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            // crictl listens once its streams are up; httpd may need a moment
+            let attempt = std::net::TcpStream::connect(("127.0.0.1", local)).and_then(|mut c| {
+                c.write_all(b"GET /index.html HTTP/1.0\r\n\r\n")?;
+                let mut s = String::new();
+                c.read_to_string(&mut s)?;
+                Ok(s)
+            });
+            match attempt {
+                Ok(s) if s.ends_with("hello from httpd\n") => return s,
+                other if Instant::now() > deadline => return format!("{other:?}"),
+                _ => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    })
+    .await
+    .expect("join");
+    let _ = forward.kill();
+    let _ = forward.wait();
+    assert!(got.starts_with("HTTP/1.") && got.ends_with("hello from httpd\n"), "{got}");
+
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
+    assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+}

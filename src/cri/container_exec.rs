@@ -184,3 +184,24 @@ pub async fn exec_sync(rt: &Runtime, req: cri::ExecSyncRequest) -> Result<cri::E
     .await
     .map_err(|e| Status::internal(format!("exec task: {e}")))?
 }
+
+/// The streaming server's lookups: a URL handed out here leads to these
+/// when the client connects (the server is `stream::server`, which knows
+/// nothing of the CRI side).
+impl crate::stream::server::Lookup for Runtime {
+    fn streams(&self) -> &crate::stream::server::StreamServer {
+        &self.streams
+    }
+
+    fn main_pid(&self, container_id: &str) -> Result<i32, String> {
+        running_main_pid(self, container_id).map_err(|s| s.message().to_string())
+    }
+
+    fn attach_source(&self, container_id: &str, stdin: bool) -> Result<crate::stream::attach::Source, String> {
+        attach_source(self, container_id, stdin).map_err(|s| s.message().to_string())
+    }
+
+    fn netns(&self, pod_id: &str) -> Result<Option<std::path::PathBuf>, String> {
+        super::sandbox_status::running_netns(self, pod_id).map_err(|s| s.message().to_string())
+    }
+}

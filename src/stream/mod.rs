@@ -1,5 +1,6 @@
-//! The streaming server for Exec, Attach and PortForward: `server` (HTTP,
-//! routing), `token` (single-use expiring URLs), `ws` (WebSocket), `spdy`
+//! The streaming server for Exec, Attach and PortForward: `server` (HTTP/1.1
+//! on hyper: routing, upgrades), `token` (single-use expiring URLs), `ws`
+//! (WebSocket on tokio-tungstenite), `spdy`
 //! (SPDY/3.1), `remotecommand` (the Kubernetes stream protocol; exec),
 //! `attach` (a container's output followed from its log), `portforward`.
 //! `log` is the per-pod CRI log writer containers use.

@@ -7,11 +7,13 @@
 //! starting with the port number as two little-endian bytes).
 
 use super::spdy::{self, Frame};
-use super::ws;
+use futures::{SinkExt, StreamExt};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
 
 pub const SPDY_PROTOCOL: &str = "portforward.k8s.io";
 /// Connections half-opened (one of their two streams) at most per session.
@@ -194,19 +196,22 @@ async fn forward_spdy(
 
 /// Serves port-forwarding over a WebSocket for the ports of the URL's
 /// `port` query parameters.
-pub async fn websocket<S>(conn: S, framing: super::remotecommand::Framing, target: Target, ports: Vec<u16>)
-where
+pub async fn websocket<S>(
+    ws: WebSocketStream<S>,
+    framing: super::remotecommand::Framing,
+    target: Target,
+    ports: Vec<u16>,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut rd, mut wr) = tokio::io::split(conn);
+    let (mut wr, mut rd) = ws.split();
     let (out_tx, mut out_rx) = mpsc::channel::<(u8, Vec<u8>)>(64);
     let mut to_pods = Vec::new();
     let mut tasks = tokio::task::JoinSet::new();
     for (i, port) in ports.iter().enumerate() {
         let (data_ch, err_ch) = ((2 * i) as u8, (2 * i + 1) as u8);
         for ch in [data_ch, err_ch] {
-            let (op, p) = framing.encode(ch, &port.to_le_bytes());
-            if ws::write_frame(&mut wr, op, &p).await.is_err() {
+            if wr.send(framing.encode(ch, &port.to_le_bytes())).await.is_err() {
                 return;
             }
         }
@@ -216,8 +221,8 @@ where
     }
     drop(out_tx);
     let mut reader = tokio::spawn(async move {
-        while let Ok(Some(m)) = ws::read_message(&mut rd).await {
-            if m.opcode == ws::OP_CLOSE {
+        while let Some(Ok(m)) = rd.next().await {
+            if let Message::Close(_) = m {
                 break;
             }
             if let Some((ch, data)) = framing.decode(&m)
@@ -233,8 +238,7 @@ where
         tokio::select! {
             m = out_rx.recv() => {
                 let Some((ch, data)) = m else { break };
-                let (op, p) = framing.encode(ch, &data);
-                if ws::write_frame(&mut wr, op, &p).await.is_err() {
+                if wr.send(framing.encode(ch, &data)).await.is_err() {
                     break;
                 }
             }
@@ -243,7 +247,7 @@ where
         }
     }
     tasks.abort_all();
-    let _ = ws::write_frame(&mut wr, ws::OP_CLOSE, &1000u16.to_be_bytes()).await;
+    let _ = wr.send(super::remotecommand::normal_close()).await;
     reader.abort();
 }
 

@@ -8,8 +8,8 @@
 //! pipes or a pty as its stdio. Blocking descriptor I/O runs on threads of
 //! its own; one task writes frames, one reads them.
 
-use super::ws::{self, Message};
 use crate::stage1::exec::{self, Running};
+use futures::{SinkExt, StreamExt};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
 
 pub const STDIN: u8 = 0;
 pub const STDOUT: u8 = 1;
@@ -46,25 +48,37 @@ impl Framing {
         Framing { base64: protocol.contains("base64"), v5: protocol.starts_with("v5.") }
     }
 
-    /// One channel message as a frame (opcode, payload).
-    pub fn encode(self, channel: u8, data: &[u8]) -> (u8, Vec<u8>) {
+    /// One channel message as a WebSocket message: binary, or text (the
+    /// channel as a digit, then base64) in the `base64` variants.
+    pub fn encode(self, channel: u8, data: &[u8]) -> Message {
         use base64::Engine;
         if self.base64 {
-            let mut p = vec![b'0' + channel];
+            let mut p = vec![b'0'.wrapping_add(channel)];
             p.extend_from_slice(base64::engine::general_purpose::STANDARD.encode(data).as_bytes());
-            (ws::OP_TEXT, p)
+            // a text message is UTF-8: channels past 79 (port-forward's many
+            // ports) have no one-byte digit that is, and go out as binary
+            match String::from_utf8(p) {
+                Ok(text) => Message::text(text),
+                Err(e) => Message::binary(e.into_bytes()),
+            }
         } else {
             let mut p = Vec::with_capacity(data.len() + 1);
             p.push(channel);
             p.extend_from_slice(data);
-            (ws::OP_BINARY, p)
+            Message::binary(p)
         }
     }
 
-    /// A client message as (channel, data).
+    /// A client's data message as (channel, data); `None` for control
+    /// messages and for what does not decode.
     pub fn decode(self, m: &Message) -> Option<(u8, Vec<u8>)> {
         use base64::Engine;
-        let (&first, rest) = m.payload.split_first()?;
+        let payload: &[u8] = match m {
+            Message::Binary(b) => b,
+            Message::Text(t) => t.as_bytes(),
+            _ => return None,
+        };
+        let (&first, rest) = payload.split_first()?;
         if self.base64 {
             let data = base64::engine::general_purpose::STANDARD.decode(rest).ok()?;
             Some((first.checked_sub(b'0')?, data))
@@ -72,6 +86,12 @@ impl Framing {
             Some((first, rest.to_vec()))
         }
     }
+}
+
+/// The close frame a session ends with (1000, normal closure).
+pub(super) fn normal_close() -> Message {
+    use tokio_tungstenite::tungstenite::protocol::{CloseFrame, frame::coding::CloseCode};
+    Message::Close(Some(CloseFrame { code: CloseCode::Normal, reason: "".into() }))
 }
 
 /// The `metav1.Status` the error channel carries at the end.
@@ -351,24 +371,20 @@ pub fn exec(main_pid: i32, cmd: Vec<String>, streams: Streams) -> impl Run {
     move |input, output| session(main_pid, cmd, streams, input, output)
 }
 
-/// Serves one session over a connection upgraded to a WebSocket.
-pub async fn serve_ws<S>(conn: S, framing: Framing, run: impl Run)
+/// Serves one session over a WebSocket (tungstenite answers pings and a
+/// client's close).
+pub async fn serve_ws<S>(ws: WebSocketStream<S>, framing: Framing, run: impl Run)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut rd, mut wr) = tokio::io::split(conn);
+    let (mut wr, mut rd) = ws.split();
     let (in_tx, in_rx) = mpsc::channel::<Input>(64);
     let (out_tx, mut out_rx) = mpsc::channel::<Output>(64);
-    let (pong_tx, mut pongs) = mpsc::channel::<Vec<u8>>(4);
     let reader = tokio::spawn(async move {
-        while let Ok(Some(m)) = ws::read_message(&mut rd).await {
-            let input = match m.opcode {
-                ws::OP_CLOSE => break,
-                ws::OP_PING => {
-                    let _ = pong_tx.send(m.payload).await;
-                    continue;
-                }
-                _ => match framing.decode(&m) {
+        while let Some(Ok(m)) = rd.next().await {
+            let input = match m {
+                Message::Close(_) => break,
+                m => match framing.decode(&m) {
                     Some((STDIN, data)) => Input::Stdin(data),
                     Some((RESIZE, data)) => Input::Resize(data),
                     Some((CLOSE, data)) if framing.v5 && data.first() == Some(&STDIN) => Input::StdinClosed,
@@ -381,27 +397,19 @@ where
         }
     });
     let session = tokio::spawn(run(in_rx, out_tx));
-    loop {
-        tokio::select! {
-            o = out_rx.recv() => match o {
-                Some(Output::Data(channel, data)) => {
-                    let (op, p) = framing.encode(channel, &data);
-                    if ws::write_frame(&mut wr, op, &p).await.is_err() {
-                        break;
-                    }
+    while let Some(o) = out_rx.recv().await {
+        match o {
+            Output::Data(channel, data) => {
+                if wr.send(framing.encode(channel, &data)).await.is_err() {
+                    break;
                 }
-                Some(Output::Status(json)) => {
-                    let (op, p) = framing.encode(ERROR, json.as_bytes());
-                    let _ = ws::write_frame(&mut wr, op, &p).await;
-                }
-                None => break,
-            },
-            Some(p) = pongs.recv() => {
-                let _ = ws::write_frame(&mut wr, ws::OP_PONG, &p).await;
+            }
+            Output::Status(json) => {
+                let _ = wr.send(framing.encode(ERROR, json.as_bytes())).await;
             }
         }
     }
-    let _ = ws::write_frame(&mut wr, ws::OP_CLOSE, &1000u16.to_be_bytes()).await;
+    let _ = wr.send(normal_close()).await;
     reader.abort();
     let _ = session.await;
 }
@@ -618,11 +626,10 @@ mod tests {
     fn frames_round_trip_in_both_framings() {
         for proto in PROTOCOLS {
             let f = Framing::of(proto);
-            let (op, payload) = f.encode(STDOUT, b"hi\n");
-            let m = Message { opcode: op, payload };
+            let m = f.encode(STDOUT, b"hi\n");
             assert_eq!(f.decode(&m), Some((STDOUT, b"hi\n".to_vec())), "{proto}");
         }
-        assert_eq!(Framing::of("v4.base64.channel.k8s.io").encode(ERROR, b"x").1, b"3eA==".to_vec());
+        assert_eq!(Framing::of("v4.base64.channel.k8s.io").encode(ERROR, b"x"), Message::text("3eA=="));
         assert!(Framing::of("v5.channel.k8s.io").v5);
     }
 

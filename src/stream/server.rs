@@ -1,25 +1,42 @@
-//! The streaming server: HTTP/1.1 on the streaming address (loopback by
-//! default, an ephemeral port unless configured), serving the URLs that
-//! Exec, Attach and PortForward hand out. A URL's token is taken
-//! on first use; the connection is then upgraded to a WebSocket with one of
-//! Kubernetes' channel sub-protocols, or to SPDY/3.1 with the v4 stream
-//! protocol (what kubelet's clients speak).
+//! The streaming server: HTTP/1.1 on hyper on the streaming address
+//! (loopback by default, an ephemeral port unless configured), serving the
+//! URLs that Exec, Attach and PortForward hand out. A URL's token is taken
+//! on first use; the connection is then upgraded (hyper's 101 answer and
+//! `hyper::upgrade`) to a WebSocket with one of Kubernetes' channel
+//! sub-protocols (`ws`, on tokio-tungstenite), or to SPDY/3.1 with the v4
+//! stream protocol (`spdy`: what kubelet's clients speak).
+//!
+//! What a URL leads to (a container's main process, its output, a pod's
+//! network namespace) is looked up through [`Lookup`], which the runtime's
+//! CRI side implements.
 
 use super::attach;
 use super::portforward;
 use super::remotecommand::{self, Framing, Streams};
 use super::token::{StreamRequest, Tokens};
 use super::ws;
-use crate::http_head::{Head, read_head};
-use crate::runtime::Runtime;
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
 /// A client has this long to send its request head.
-const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest request head accepted (hyper answers 431 past it).
+pub const MAX_HEAD: usize = 16 << 10;
 
 /// The server's shared state: pending tokens and its base URL once bound.
 #[derive(Debug, Default)]
@@ -41,6 +58,19 @@ impl StreamServer {
     }
 }
 
+/// What the server needs from the runtime: its tokens, and the targets of
+/// requests. The lookups read the pod's files (they are called off the
+/// async threads); an `Err` is why there is no target, answered with 404.
+pub trait Lookup: Send + Sync + 'static {
+    fn streams(&self) -> &StreamServer;
+    /// The main process of a running container (exec enters its namespaces).
+    fn main_pid(&self, container_id: &str) -> Result<i32, String>;
+    /// Where a container's output is read from and its stdin written.
+    fn attach_source(&self, container_id: &str, stdin: bool) -> Result<attach::Source, String>;
+    /// A running pod's network namespace (`None`: the host's).
+    fn netns(&self, pod_id: &str) -> Result<Option<PathBuf>, String>;
+}
+
 /// Binds the streaming address; a non-loopback address gets a warning (no TLS).
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     if !addr.ip().is_loopback() {
@@ -50,9 +80,9 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 }
 
 /// Serves connections on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, rt: Arc<Runtime>) {
+pub async fn serve<L: Lookup>(listener: TcpListener, rt: Arc<L>) {
     if let Ok(addr) = listener.local_addr() {
-        rt.streams.set_base(addr);
+        rt.streams().set_base(addr);
         tracing::info!(%addr, "streaming server for exec");
     }
     loop {
@@ -74,72 +104,249 @@ pub async fn serve(listener: TcpListener, rt: Arc<Runtime>) {
     }
 }
 
-async fn reply(conn: &mut TcpStream, status: &str, body: &str) -> std::io::Result<()> {
-    let text = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    conn.write_all(text.as_bytes()).await
+/// The connection as hyper reads and writes it, shared with [`handle`]:
+/// a client that has not sent its request head in time is answered on it
+/// after hyper's side is dropped (hyper's own header timeout closes the
+/// connection without a word).
+struct Shared(Arc<TcpStream>);
+
+impl AsyncRead for Shared {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        loop {
+            ready!(self.0.poll_read_ready(cx))?;
+            match self.0.try_read_buf(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                r => return Poll::Ready(r.map(|_| ())),
+            }
+        }
+    }
 }
 
-async fn handle(mut conn: TcpStream, rt: Arc<Runtime>) -> std::io::Result<()> {
-    let _ = conn.set_nodelay(true);
-    let head = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut conn)).await {
-        Ok(Ok(Some(h))) => h,
-        Ok(Err(e)) => return Err(e),
-        _ => return reply(&mut conn, "400 Bad Request", "malformed request\n").await,
-    };
-    if head.method != "GET" && head.method != "POST" {
-        return reply(&mut conn, "405 Method Not Allowed", "use GET or POST\n").await;
+impl AsyncWrite for Shared {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        loop {
+            ready!(self.0.poll_write_ready(cx))?;
+            match self.0.try_write(data) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                r => return Poll::Ready(r),
+            }
+        }
     }
-    let path = head.path.split('?').next().unwrap_or_default();
-    let mut parts = path.trim_start_matches('/').splitn(2, '/');
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        loop {
+            ready!(self.0.poll_write_ready(cx))?;
+            match self.0.try_write_vectored(bufs) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        use std::os::fd::AsRawFd;
+        let r = nix::sys::socket::shutdown(self.0.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+        Poll::Ready(r.or_else(|e| if e == nix::Error::ENOTCONN { Ok(()) } else { Err(e.into()) }))
+    }
+}
+
+async fn handle<L: Lookup>(conn: TcpStream, rt: Arc<L>) -> Result<(), hyper::Error> {
+    let _ = conn.set_nodelay(true);
+    let sock = Arc::new(conn);
+    let started = Arc::new(AtomicBool::new(false));
+    let svc = {
+        let started = started.clone();
+        hyper::service::service_fn(move |req| {
+            started.store(true, Ordering::Relaxed);
+            route(req, rt.clone())
+        })
+    };
+    // boxed, not pinned in place: it is dropped on a timeout to free `sock`
+    let mut conn = Box::pin(
+        hyper::server::conn::http1::Builder::new()
+            .max_buf_size(MAX_HEAD)
+            .serve_connection(TokioIo::new(Shared(sock.clone())), svc)
+            .with_upgrades(),
+    );
+    tokio::select! {
+        r = &mut conn => return r,
+        () = tokio::time::sleep(HEAD_TIMEOUT) => {}
+    }
+    if started.load(Ordering::Relaxed) {
+        // the request is in: the rest is the session's time
+        return conn.await;
+    }
+    drop(conn);
+    if let Ok(mut sock) = Arc::try_unwrap(sock) {
+        let body = "request head not received in time\n";
+        let text = format!(
+            "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = sock.write_all(text.as_bytes()).await;
+    }
+    Ok(())
+}
+
+type Reply = Response<Full<Bytes>>;
+
+/// A plain-text answer that ends the connection (`Connection: close`; not
+/// hyper's `keep_alive(false)`, which would add `close` to a 101's `Upgrade`).
+fn reply(status: StatusCode, body: impl Into<String>) -> Reply {
+    let mut r = Response::new(Full::new(Bytes::from(body.into())));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
+}
+
+/// The comma-separated tokens of every `name` header, trimmed, empty ones left out.
+fn tokens(headers: &HeaderMap, name: HeaderName) -> Vec<String> {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
+    tokens(headers, name).iter().any(|t| t.eq_ignore_ascii_case(token))
+}
+
+/// Runs `session` on the connection once hyper has sent the 101 answer and
+/// handed it over.
+fn on_upgrade<F, Fut>(req: &mut Request<Incoming>, session: F)
+where
+    F: FnOnce(Upgraded) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let upgrade = hyper::upgrade::on(req);
+    tokio::spawn(async move {
+        match upgrade.await {
+            Ok(io) => session(io).await,
+            Err(e) => tracing::debug!(error = %e, "streaming upgrade"),
+        }
+    });
+}
+
+async fn route<L: Lookup>(req: Request<Incoming>, rt: Arc<L>) -> Result<Reply, Infallible> {
+    if req.method() != Method::GET && req.method() != Method::POST {
+        return Ok(reply(StatusCode::METHOD_NOT_ALLOWED, "use GET or POST\n"));
+    }
+    let mut parts = req.uri().path().trim_start_matches('/').splitn(2, '/');
     let (kind, token) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
     if !["exec", "attach", "portforward"].contains(&kind) || token.is_empty() {
-        return reply(&mut conn, "404 Not Found", "no such streaming endpoint\n").await;
+        return Ok(reply(StatusCode::NOT_FOUND, "no such streaming endpoint\n"));
     }
     // the token is used up by any attempt, as a single-use URL must be
-    let Some(req) = rt.streams.tokens.take(token, kind) else {
-        return reply(&mut conn, "404 Not Found", "unknown or expired streaming token\n").await;
+    let Some(sreq) = rt.streams().tokens.take(token, kind) else {
+        return Ok(reply(StatusCode::NOT_FOUND, "unknown or expired streaming token\n"));
     };
-    if head.has_token("upgrade", "SPDY/3.1") {
-        return spdy_upgrade(conn, &head, req, rt).await;
+    if has_token(req.headers(), header::UPGRADE, "SPDY/3.1") {
+        return Ok(spdy_upgrade(req, sreq, rt).await);
     }
-    if !head.has_token("upgrade", "websocket") || !head.has_token("connection", "upgrade") {
-        return reply(&mut conn, "400 Bad Request", "a WebSocket upgrade is required\n").await;
+    Ok(ws_upgrade(req, sreq, rt).await)
+}
+
+/// Looks the target of a request up (a blocking read of the pod's files),
+/// or the 404 answer that says why there is none.
+async fn lookup<L: Lookup, T: Send + 'static>(
+    rt: &Arc<L>,
+    find: impl FnOnce(&L) -> Result<T, String> + Send + 'static,
+) -> Result<T, Reply> {
+    let rt = rt.clone();
+    match tokio::task::spawn_blocking(move || find(&rt)).await {
+        Ok(Ok(found)) => Ok(found),
+        Ok(Err(why)) => Err(reply(StatusCode::NOT_FOUND, format!("{why}\n"))),
+        Err(e) => Err(reply(StatusCode::INTERNAL_SERVER_ERROR, format!("lookup failed: {e}\n"))),
     }
-    if head.header("sec-websocket-version") != "13" || head.header("sec-websocket-key").is_empty() {
-        return reply(&mut conn, "400 Bad Request", "WebSocket version 13 with a key is required\n").await;
+}
+
+async fn pod_target<L: Lookup>(rt: &Arc<L>, pod_id: String, ports: Vec<u16>) -> Result<portforward::Target, Reply> {
+    let netns = lookup(rt, move |rt| rt.netns(&pod_id)).await?;
+    Ok(portforward::Target { netns, ports })
+}
+
+/// The 101 answer to a WebSocket handshake, with `protocol` chosen (none
+/// when empty: a client that offered none must not be answered one).
+fn ws_switch(key: &[u8], protocol: &'static str) -> Reply {
+    let mut r = Response::new(Full::new(Bytes::new()));
+    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = r.headers_mut();
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    if let Ok(accept) = HeaderValue::try_from(ws::accept_key(key)) {
+        h.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
     }
-    let offered: Vec<&str> =
-        head.header("sec-websocket-protocol").split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
-    match req {
+    if !protocol.is_empty() {
+        h.insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(protocol));
+    }
+    r
+}
+
+/// Completes a WebSocket upgrade: version 13, a key, and a sub-protocol of
+/// ours (port-forward may offer none).
+async fn ws_upgrade<L: Lookup>(mut req: Request<Incoming>, sreq: StreamRequest, rt: Arc<L>) -> Reply {
+    let headers = req.headers();
+    if !has_token(headers, header::UPGRADE, "websocket") || !has_token(headers, header::CONNECTION, "upgrade") {
+        return reply(StatusCode::BAD_REQUEST, "a WebSocket upgrade is required\n");
+    }
+    let key = headers.get(header::SEC_WEBSOCKET_KEY).map(|k| k.as_bytes().to_vec()).unwrap_or_default();
+    if headers.get(header::SEC_WEBSOCKET_VERSION).map(HeaderValue::as_bytes) != Some(b"13") || key.is_empty() {
+        return reply(StatusCode::BAD_REQUEST, "WebSocket version 13 with a key is required\n");
+    }
+    let offered = tokens(headers, header::SEC_WEBSOCKET_PROTOCOL);
+    let chosen = |ours: &[&'static str]| ours.iter().copied().find(|p| offered.iter().any(|o| o == p));
+    let no_protocol = |ours: &[&str]| {
+        reply(StatusCode::BAD_REQUEST, format!("no supported sub-protocol offered; rktlet speaks {ours:?}\n"))
+    };
+    match sreq {
         StreamRequest::Exec { container_id, cmd, tty, stdin, stdout, stderr } => {
-            let Some(protocol) = remotecommand::PROTOCOLS.iter().find(|p| offered.contains(p)) else {
-                let body = format!("no supported sub-protocol offered; rktlet speaks {:?}\n", remotecommand::PROTOCOLS);
-                return reply(&mut conn, "400 Bad Request", &body).await;
+            let Some(protocol) = chosen(&remotecommand::PROTOCOLS) else {
+                return no_protocol(&remotecommand::PROTOCOLS);
             };
-            let Some(pid) = main_pid(&mut conn, &rt, container_id).await? else { return Ok(()) };
-            let key = head.header("sec-websocket-key").to_string();
-            conn.write_all(ws::handshake_response(&key, protocol).as_bytes()).await?;
+            let pid = match lookup(&rt, move |rt| rt.main_pid(&container_id)).await {
+                Ok(pid) => pid,
+                Err(answer) => return answer,
+            };
             let streams = Streams { tty, stdin, stdout, stderr };
-            remotecommand::serve_ws(conn, Framing::of(protocol), remotecommand::exec(pid, cmd, streams)).await;
-            Ok(())
+            on_upgrade(&mut req, move |io| async move {
+                let socket = ws::upgraded(io).await;
+                remotecommand::serve_ws(socket, Framing::of(protocol), remotecommand::exec(pid, cmd, streams)).await;
+            });
+            ws_switch(&key, protocol)
         }
         StreamRequest::PortForward { pod_id, ports } => {
             // no sub-protocol at all: kubelet's server takes that as binary channels too
             let protocol = match offered.is_empty() {
                 true => Some(""),
-                false => portforward::WS_PROTOCOLS.iter().copied().find(|p| offered.contains(p)),
+                false => chosen(&portforward::WS_PROTOCOLS),
             };
             let Some(protocol) = protocol else {
-                let body =
-                    format!("no supported sub-protocol offered; rktlet speaks {:?}\n", portforward::WS_PROTOCOLS);
-                return reply(&mut conn, "400 Bad Request", &body).await;
+                return no_protocol(&portforward::WS_PROTOCOLS);
             };
             // the ports to forward come from the URL (`?port=80&port=443`)
-            let query = head.path.split_once('?').map(|(_, q)| q).unwrap_or_default();
-            let url_ports: Vec<u16> = query
+            let url_ports: Vec<u16> = req
+                .uri()
+                .query()
+                .unwrap_or_default()
                 .split('&')
                 .filter_map(|kv| kv.strip_prefix("port="))
                 .flat_map(|v| v.split(','))
@@ -147,118 +354,96 @@ async fn handle(mut conn: TcpStream, rt: Arc<Runtime>) -> std::io::Result<()> {
                 .collect();
             if url_ports.is_empty() || url_ports.len() > portforward::MAX_WS_PORTS {
                 let body = format!("name 1 to {} ports to forward: ?port=N\n", portforward::MAX_WS_PORTS);
-                return reply(&mut conn, "400 Bad Request", &body).await;
+                return reply(StatusCode::BAD_REQUEST, body);
             }
-            let Some(target) = pod_target(&mut conn, &rt, pod_id, ports).await? else { return Ok(()) };
-            let key = head.header("sec-websocket-key").to_string();
-            conn.write_all(ws::handshake_response(&key, protocol).as_bytes()).await?;
-            portforward::websocket(conn, Framing::of(protocol), target, url_ports).await;
-            Ok(())
+            let target = match pod_target(&rt, pod_id, ports).await {
+                Ok(target) => target,
+                Err(answer) => return answer,
+            };
+            on_upgrade(&mut req, move |io| async move {
+                let socket = ws::upgraded(io).await;
+                portforward::websocket(socket, Framing::of(protocol), target, url_ports).await;
+            });
+            ws_switch(&key, protocol)
         }
         StreamRequest::Attach { container_id, tty, stdin, stdout, stderr } => {
-            let Some(protocol) = remotecommand::PROTOCOLS.iter().find(|p| offered.contains(p)) else {
-                let body = format!("no supported sub-protocol offered; rktlet speaks {:?}\n", remotecommand::PROTOCOLS);
-                return reply(&mut conn, "400 Bad Request", &body).await;
+            let Some(protocol) = chosen(&remotecommand::PROTOCOLS) else {
+                return no_protocol(&remotecommand::PROTOCOLS);
             };
-            let Some(source) = attach_source(&mut conn, &rt, container_id, stdin).await? else { return Ok(()) };
-            let key = head.header("sec-websocket-key").to_string();
-            conn.write_all(ws::handshake_response(&key, protocol).as_bytes()).await?;
+            let source = match lookup(&rt, move |rt| rt.attach_source(&container_id, stdin)).await {
+                Ok(source) => source,
+                Err(answer) => return answer,
+            };
             let streams = Streams { tty, stdin, stdout, stderr };
-            remotecommand::serve_ws(conn, Framing::of(protocol), attach::attach(source, streams)).await;
-            Ok(())
+            on_upgrade(&mut req, move |io| async move {
+                let socket = ws::upgraded(io).await;
+                remotecommand::serve_ws(socket, Framing::of(protocol), attach::attach(source, streams)).await;
+            });
+            ws_switch(&key, protocol)
         }
     }
 }
 
-/// Looks the target of a request up (a blocking read of the pod's files),
-/// or answers 404 with why and returns `None`.
-async fn lookup<T: Send + 'static>(
-    conn: &mut TcpStream,
-    rt: &Arc<Runtime>,
-    find: impl FnOnce(&Runtime) -> Result<T, tonic::Status> + Send + 'static,
-) -> std::io::Result<Option<T>> {
-    let rt = rt.clone();
-    match tokio::task::spawn_blocking(move || find(&rt)).await.map_err(std::io::Error::other)? {
-        Ok(found) => Ok(Some(found)),
-        Err(status) => reply(conn, "404 Not Found", &format!("{}\n", status.message())).await.map(|()| None),
-    }
-}
-
-async fn main_pid(conn: &mut TcpStream, rt: &Arc<Runtime>, id: String) -> std::io::Result<Option<i32>> {
-    lookup(conn, rt, move |rt| crate::cri::container_exec::running_main_pid(rt, &id)).await
-}
-
-async fn attach_source(
-    conn: &mut TcpStream,
-    rt: &Arc<Runtime>,
-    id: String,
-    stdin: bool,
-) -> std::io::Result<Option<attach::Source>> {
-    lookup(conn, rt, move |rt| crate::cri::container_exec::attach_source(rt, &id, stdin)).await
-}
-
-async fn pod_target(
-    conn: &mut TcpStream,
-    rt: &Arc<Runtime>,
-    pod_id: String,
-    ports: Vec<u16>,
-) -> std::io::Result<Option<portforward::Target>> {
-    let netns = lookup(conn, rt, move |rt| crate::cri::sandbox_status::running_netns(rt, &pod_id)).await?;
-    Ok(netns.map(|netns| portforward::Target { netns, ports }))
+/// The 101 answer to a SPDY/3.1 upgrade with `protocol` chosen.
+fn spdy_switch(protocol: &'static str) -> Reply {
+    let mut r = Response::new(Full::new(Bytes::new()));
+    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = r.headers_mut();
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    h.insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
+    h.insert("x-stream-protocol-version", HeaderValue::from_static(protocol));
+    r
 }
 
 /// Completes a `Upgrade: SPDY/3.1` request: the stream protocol is chosen
 /// from `X-Stream-Protocol-Version` (kubelet answers 403 without a match).
-async fn spdy_upgrade(mut conn: TcpStream, head: &Head, req: StreamRequest, rt: Arc<Runtime>) -> std::io::Result<()> {
-    let offered: Vec<&str> = head.header("x-stream-protocol-version").split(',').map(str::trim).collect();
-    match req {
+async fn spdy_upgrade<L: Lookup>(mut req: Request<Incoming>, sreq: StreamRequest, rt: Arc<L>) -> Reply {
+    let offered = tokens(req.headers(), HeaderName::from_static("x-stream-protocol-version"));
+    let refuse = |protocol: &str, how: &str| {
+        reply(StatusCode::FORBIDDEN, format!("no supported stream protocol offered; rktlet speaks {protocol}{how}\n"))
+    };
+    match sreq {
         StreamRequest::Exec { container_id, cmd, tty, stdin, stdout, stderr } => {
             let protocol = remotecommand::SPDY_PROTOCOL;
-            if !offered.contains(&protocol) {
-                let body = format!("no supported stream protocol offered; rktlet speaks {protocol} over SPDY\n");
-                return reply(&mut conn, "403 Forbidden", &body).await;
+            if !offered.iter().any(|o| o == protocol) {
+                return refuse(protocol, " over SPDY");
             }
-            let Some(pid) = main_pid(&mut conn, &rt, container_id).await? else { return Ok(()) };
-            let response = format!(
-                "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
-                 X-Stream-Protocol-Version: {protocol}\r\n\r\n"
-            );
-            conn.write_all(response.as_bytes()).await?;
+            let pid = match lookup(&rt, move |rt| rt.main_pid(&container_id)).await {
+                Ok(pid) => pid,
+                Err(answer) => return answer,
+            };
             let streams = Streams { tty, stdin, stdout, stderr };
-            remotecommand::serve_spdy(conn, streams, remotecommand::exec(pid, cmd, streams)).await;
-            Ok(())
+            on_upgrade(&mut req, move |io| async move {
+                remotecommand::serve_spdy(TokioIo::new(io), streams, remotecommand::exec(pid, cmd, streams)).await;
+            });
+            spdy_switch(protocol)
         }
         StreamRequest::PortForward { pod_id, ports } => {
-            if !offered.contains(&portforward::SPDY_PROTOCOL) {
-                let body =
-                    format!("no supported stream protocol offered; rktlet speaks {}\n", portforward::SPDY_PROTOCOL);
-                return reply(&mut conn, "403 Forbidden", &body).await;
+            let protocol = portforward::SPDY_PROTOCOL;
+            if !offered.iter().any(|o| o == protocol) {
+                return refuse(protocol, "");
             }
-            let Some(target) = pod_target(&mut conn, &rt, pod_id, ports).await? else { return Ok(()) };
-            let response = format!(
-                "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
-                 X-Stream-Protocol-Version: {}\r\n\r\n",
-                portforward::SPDY_PROTOCOL
-            );
-            conn.write_all(response.as_bytes()).await?;
-            portforward::spdy(conn, target).await;
-            Ok(())
+            let target = match pod_target(&rt, pod_id, ports).await {
+                Ok(target) => target,
+                Err(answer) => return answer,
+            };
+            on_upgrade(&mut req, move |io| portforward::spdy(TokioIo::new(io), target));
+            spdy_switch(protocol)
         }
         StreamRequest::Attach { container_id, tty, stdin, stdout, stderr } => {
             let protocol = remotecommand::SPDY_PROTOCOL;
-            if !offered.contains(&protocol) {
-                let body = format!("no supported stream protocol offered; rktlet speaks {protocol} over SPDY\n");
-                return reply(&mut conn, "403 Forbidden", &body).await;
+            if !offered.iter().any(|o| o == protocol) {
+                return refuse(protocol, " over SPDY");
             }
-            let Some(source) = attach_source(&mut conn, &rt, container_id, stdin).await? else { return Ok(()) };
-            let response = format!(
-                "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
-                 X-Stream-Protocol-Version: {protocol}\r\n\r\n"
-            );
-            conn.write_all(response.as_bytes()).await?;
+            let source = match lookup(&rt, move |rt| rt.attach_source(&container_id, stdin)).await {
+                Ok(source) => source,
+                Err(answer) => return answer,
+            };
             let streams = Streams { tty, stdin, stdout, stderr };
-            remotecommand::serve_spdy(conn, streams, attach::attach(source, streams)).await;
-            Ok(())
+            on_upgrade(&mut req, move |io| async move {
+                remotecommand::serve_spdy(TokioIo::new(io), streams, attach::attach(source, streams)).await;
+            });
+            spdy_switch(protocol)
         }
     }
 }
