@@ -409,17 +409,6 @@ fn pod_res(memory: i64, shares: i64) -> cri::LinuxContainerResources {
     }
 }
 
-/// `podResources` of the verbose PodSandboxStatus.
-async fn pod_status_resources(e: &mut Env, pod: &str) -> serde_json::Value {
-    let r =
-        e.rt.pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: pod.into(), verbose: true })
-            .await
-            .expect("PodSandboxStatus")
-            .into_inner();
-    let info: serde_json::Value = serde_json::from_str(&r.info["info"]).expect("info is JSON");
-    info["podResources"].clone()
-}
-
 async fn update_pod(
     e: &mut Env,
     pod: &str,
@@ -456,7 +445,7 @@ async fn pod_resize(cgroupfs: bool, parent: &str) {
     let dir = root().join(e.pod_cgroup(&id));
     assert_eq!(file(&dir, "memory.max"), (320u64 << 20).to_string());
     assert_eq!(file(&dir, "cpu.weight"), weight(612));
-    let s = pod_status_resources(&mut e, &id).await;
+    let s = common::pod_resources_status(&mut e.rt, &id).await;
     assert_eq!(s["resources"]["memoryLimitInBytes"], 300 << 20, "{s}");
     assert_eq!(s["podCgroup"]["memoryLimitBytes"], 320 << 20, "{s}");
 
@@ -489,7 +478,7 @@ async fn pod_resize(cgroupfs: bool, parent: &str) {
     update_pod(&mut e, &id, pod_res(200 << 20, 256), overhead.clone()).await.expect("shrink");
     assert_eq!(file(&dir, "memory.max"), (220u64 << 20).to_string());
     assert_eq!(file(&dir, "cpu.weight"), weight(356));
-    assert_eq!(pod_status_resources(&mut e, &id).await["resources"]["memoryLimitInBytes"], 200 << 20);
+    assert_eq!(common::pod_resources_status(&mut e.rt, &id).await["resources"]["memoryLimitInBytes"], 200 << 20);
 
     // an app without a memory limit lifts the pod's, as kubelet's pod cgroup has none then
     e.run(&pod, "free", &["sleep", "1000"], cri::LinuxContainerResources::default()).await;

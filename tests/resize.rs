@@ -51,17 +51,6 @@ fn pod_memory_limit(data: &Path, pod: &str) -> Option<i64> {
     (v < 1 << 62).then(|| i64::try_from(v).expect("fits"))
 }
 
-/// `podResources` of the verbose PodSandboxStatus.
-async fn status_resources(rt: &mut RuntimeServiceClient<Channel>, pod: &str) -> serde_json::Value {
-    let r = rt
-        .pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: pod.into(), verbose: true })
-        .await
-        .expect("PodSandboxStatus")
-        .into_inner();
-    let info: serde_json::Value = serde_json::from_str(&r.info["info"]).expect("info is JSON");
-    info["podResources"].clone()
-}
-
 async fn update(
     rt: &mut RuntimeServiceClient<Channel>,
     pod: &str,
@@ -121,7 +110,7 @@ async fn pod_limits_grow_shrink_and_survive_a_restart() {
     assert_eq!(pod_file(&data, &pod, "cpu", "cpu.shares"), "612");
     // the CPU quota stays kubelet's pod cgroup's (v1 children may not exceed it)
     assert_eq!(pod_file(&data, &pod, "cpu", "cpu.cfs_quota_us"), "-1");
-    let s = status_resources(&mut rt, &pod).await;
+    let s = common::pod_resources_status(&mut rt, &pod).await;
     assert_eq!(s["resources"]["memoryLimitInBytes"], 300 * MIB, "{s}");
     assert_eq!(s["resources"]["cpuQuota"], 50_000, "{s}");
     assert_eq!(s["overhead"]["memoryLimitInBytes"], 20 * MIB, "{s}");
@@ -131,7 +120,7 @@ async fn pod_limits_grow_shrink_and_survive_a_restart() {
     update(&mut rt, &pod, resources(500 * MIB, 1024), overhead.clone()).await.expect("grow");
     assert_eq!(pod_memory_limit(&data, &pod), Some(520 * MIB));
     assert_eq!(pod_file(&data, &pod, "cpu", "cpu.shares"), "1124");
-    let s = status_resources(&mut rt, &pod).await;
+    let s = common::pod_resources_status(&mut rt, &pod).await;
     assert_eq!(s["resources"]["memoryLimitInBytes"], 500 * MIB, "{s}");
     assert_eq!(s["podCgroup"]["cpuShares"], 1124, "{s}");
 
@@ -152,7 +141,7 @@ async fn pod_limits_grow_shrink_and_survive_a_restart() {
     assert!(err.message().contains("more than the new limit"), "{err:?}");
     assert_eq!(pod_memory_limit(&data, &pod), Some(520 * MIB));
     assert_eq!(pod_file(&data, &pod, "cpu", "cpu.shares"), "1124", "the shares were not written either");
-    assert_eq!(status_resources(&mut rt, &pod).await["resources"]["memoryLimitInBytes"], 500 * MIB);
+    assert_eq!(common::pod_resources_status(&mut rt, &pod).await["resources"]["memoryLimitInBytes"], 500 * MIB);
 
     // bad values: refused before anything is written
     for bad in [
@@ -173,7 +162,7 @@ async fn pod_limits_grow_shrink_and_survive_a_restart() {
     // an app without a memory limit: the pod's goes (kubelet's figure leaves it out)
     start(&mut rt, &pod, &config, container_config("free", &image, &["sleep", "1000"])).await;
     assert_eq!(pod_memory_limit(&data, &pod), None);
-    let s = status_resources(&mut rt, &pod).await;
+    let s = common::pod_resources_status(&mut rt, &pod).await;
     assert_eq!(s["resources"]["memoryLimitInBytes"], 200 * MIB, "still recorded: {s}");
     assert!(s["podCgroup"]["memoryLimitBytes"].is_null(), "{s}");
 
@@ -182,7 +171,7 @@ async fn pod_limits_grow_shrink_and_survive_a_restart() {
     d.child = Daemon::spawn(&d.socket, d.dir.path(), &[]);
     d.wait_ready();
     let mut rt = d.runtime().await;
-    let s = status_resources(&mut rt, &pod).await;
+    let s = common::pod_resources_status(&mut rt, &pod).await;
     assert_eq!(s["resources"]["memoryLimitInBytes"], 200 * MIB, "{s}");
     assert_eq!(s["overhead"]["cpuShares"], 100, "{s}");
     update(&mut rt, &pod, resources(200 * MIB, 2048), overhead).await.expect("update after a restart");

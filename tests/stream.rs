@@ -271,17 +271,26 @@ async fn exec_streams_over_spdy_to_kubernetes_own_client_library() {
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn port_forward_over_spdy_and_websocket_into_the_pod_network() {
-    let client = tokio::task::spawn_blocking(spdy_client);
+/// A pod on a test network of its own whose container `web` serves
+/// "hello from httpd" on port 8080 (busybox httpd). Fields drop in order:
+/// the daemon, then the network, then its directory.
+struct HttpdPod {
+    d: Daemon,
+    rt: RuntimeServiceClient<Channel>,
+    pod: String,
+    web: String,
+    _net: common::TestNetwork,
+    _dir: tempfile::TempDir,
+}
+
+async fn httpd_pod(name: &str) -> HttpdPod {
     let dir = tempfile::tempdir().expect("tempdir");
     let net = common::TestNetwork::new(dir.path());
     let conf = net.conf_dir.to_string_lossy().to_string();
     let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni"]);
     let mut rt = d.runtime().await;
-    let pod_cfg = pod_config("forwarded", &[]);
+    let pod_cfg = pod_config(name, &[]);
     let pod = common::run_pod(&mut rt, &pod_cfg).await;
-    // busybox httpd in a container of the pod, on the pod network
     let image = common::pull_busybox(&d).await;
     let httpd = "mkdir -p /tmp/www && echo hello from httpd > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www";
     let web = common::create_container(
@@ -291,7 +300,14 @@ async fn port_forward_over_spdy_and_websocket_into_the_pod_network() {
         common::container_config("web", &image, &["sh", "-c", httpd]),
     )
     .await;
-    rt.start_container(cri::StartContainerRequest { container_id: web }).await.expect("start httpd");
+    rt.start_container(cri::StartContainerRequest { container_id: web.clone() }).await.expect("start httpd");
+    HttpdPod { d, rt, pod, web, _net: net, _dir: dir }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn port_forward_over_spdy_and_websocket_into_the_pod_network() {
+    let client = tokio::task::spawn_blocking(spdy_client);
+    let HttpdPod { d, mut rt, pod, _net, _dir, .. } = httpd_pod("forwarded").await;
     client.await.expect("go build");
     let get = "GET /index.html HTTP/1.0\r\n\r\n";
     // httpd may need a moment to listen
@@ -672,23 +688,7 @@ async fn tty_container(host_pid: bool) {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_official_crictl_execs_with_stdin_and_forwards_a_port() {
     use std::io::{Read, Write};
-    let dir = tempfile::tempdir().expect("tempdir");
-    let net = common::TestNetwork::new(dir.path());
-    let conf = net.conf_dir.to_string_lossy().to_string();
-    let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni"]);
-    let mut rt = d.runtime().await;
-    let pod_cfg = pod_config("crictl-streams", &[]);
-    let pod = common::run_pod(&mut rt, &pod_cfg).await;
-    let image = common::pull_busybox(&d).await;
-    let httpd = "mkdir -p /tmp/www && echo hello from httpd > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www";
-    let web = common::create_container(
-        &mut rt,
-        &pod,
-        &pod_cfg,
-        common::container_config("web", &image, &["sh", "-c", httpd]),
-    )
-    .await;
-    rt.start_container(cri::StartContainerRequest { container_id: web.clone() }).await.expect("start httpd");
+    let HttpdPod { d, mut rt, pod, web, _net, _dir } = httpd_pod("crictl-streams").await;
     let sock = d.socket.clone();
     let endpoint = format!("unix://{}", sock.display());
     let crictl = |args: &[&str]| {

@@ -463,3 +463,16 @@ pub fn static_program(name: &str) -> tempfile::TempDir {
     assert!(out.status.success(), "cc {}: {}", source.display(), String::from_utf8_lossy(&out.stderr));
     dir
 }
+
+/// `podResources` of the verbose PodSandboxStatus (the pod-level limits
+/// recorded and those its cgroup holds).
+pub async fn pod_resources_status(rt: &mut RuntimeServiceClient<Channel>, pod: &str) -> serde_json::Value {
+    use rktlet::proto::v1 as cri;
+    let r = rt
+        .pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: pod.into(), verbose: true })
+        .await
+        .expect("PodSandboxStatus")
+        .into_inner();
+    let info: serde_json::Value = serde_json::from_str(&r.info["info"]).expect("info is JSON");
+    info["podResources"].clone()
+}
