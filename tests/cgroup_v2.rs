@@ -399,16 +399,6 @@ async fn a_container_cannot_raise_its_own_limits() {
     e.remove_pod(&pod.0).await;
 }
 
-fn pod_res(memory: i64, shares: i64) -> cri::LinuxContainerResources {
-    cri::LinuxContainerResources {
-        memory_limit_in_bytes: memory,
-        cpu_shares: shares,
-        cpu_quota: 50_000,
-        cpu_period: 100_000,
-        ..Default::default()
-    }
-}
-
 async fn update_pod(
     e: &mut Env,
     pod: &str,
@@ -434,10 +424,10 @@ async fn pod_resize(cgroupfs: bool, parent: &str) {
     let weight = |shares: u64| rktlet::cgroup::v2::weight_from_shares(shares).to_string();
     let mut config = host_network(pod_config(if cgroupfs { "resize-fs" } else { "resize-sd" }, &[]));
     config.log_directory = e.logs.path().display().to_string();
-    let overhead = pod_res(20 << 20, 100);
+    let overhead = common::pod_resources(20 << 20, 100);
     if let Some(l) = config.linux.as_mut() {
         l.cgroup_parent = parent.to_string();
-        l.resources = Some(pod_res(300 << 20, 512));
+        l.resources = Some(common::pod_resources(300 << 20, 512));
         l.overhead = Some(overhead.clone());
     }
     let id = common::run_pod(&mut e.rt, &config).await;
@@ -449,7 +439,7 @@ async fn pod_resize(cgroupfs: bool, parent: &str) {
     assert_eq!(s["resources"]["memoryLimitInBytes"], 300 << 20, "{s}");
     assert_eq!(s["podCgroup"]["memoryLimitBytes"], 320 << 20, "{s}");
 
-    update_pod(&mut e, &id, pod_res(500 << 20, 1024), overhead.clone()).await.expect("grow");
+    update_pod(&mut e, &id, common::pod_resources(500 << 20, 1024), overhead.clone()).await.expect("grow");
     assert_eq!(file(&dir, "memory.max"), (520u64 << 20).to_string());
     assert_eq!(file(&dir, "cpu.weight"), weight(1124));
 
@@ -467,15 +457,16 @@ async fn pod_resize(cgroupfs: bool, parent: &str) {
         assert!(Instant::now() < deadline, "the pod never used 60 MB: {}", file(&dir, "memory.current"));
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let err = update_pod(&mut e, &id, pod_res(20 << 20, 256), overhead.clone()).await.expect_err("below usage");
+    let err =
+        update_pod(&mut e, &id, common::pod_resources(20 << 20, 256), overhead.clone()).await.expect_err("below usage");
     assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
     assert_eq!(file(&dir, "memory.max"), (520u64 << 20).to_string());
     assert_eq!(file(&dir, "cpu.weight"), weight(1124), "nothing written");
     assert_eq!(e.status(&hog).await.state, cri::ContainerState::ContainerRunning as i32, "nothing OOM-killed");
-    let err = update_pod(&mut e, &id, pod_res(-1, 256), overhead.clone()).await.expect_err("negative");
+    let err = update_pod(&mut e, &id, common::pod_resources(-1, 256), overhead.clone()).await.expect_err("negative");
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
 
-    update_pod(&mut e, &id, pod_res(200 << 20, 256), overhead.clone()).await.expect("shrink");
+    update_pod(&mut e, &id, common::pod_resources(200 << 20, 256), overhead.clone()).await.expect("shrink");
     assert_eq!(file(&dir, "memory.max"), (220u64 << 20).to_string());
     assert_eq!(file(&dir, "cpu.weight"), weight(356));
     assert_eq!(common::pod_resources_status(&mut e.rt, &id).await["resources"]["memoryLimitInBytes"], 200 << 20);

@@ -26,16 +26,6 @@ fn not_v1() -> Option<String> {
     None
 }
 
-fn resources(memory: i64, shares: i64) -> cri::LinuxContainerResources {
-    cri::LinuxContainerResources {
-        memory_limit_in_bytes: memory,
-        cpu_shares: shares,
-        cpu_quota: 50_000,
-        cpu_period: 100_000,
-        ..Default::default()
-    }
-}
-
 /// A file of the pod's own cgroup in the hierarchy of `controller`.
 fn pod_file(data: &Path, pod: &str, controller: &str, file: &str) -> String {
     let sub = std::fs::read_to_string(data.join("pods/run").join(pod).join("subcgroup")).expect("subcgroup");
@@ -98,9 +88,9 @@ async fn pod_limits_grow_shrink_and_survive_a_restart() {
     let logs = tempfile::tempdir().expect("logs");
     let mut config = host_network(pod_config("resize", &[]));
     config.log_directory = logs.path().display().to_string();
-    let overhead = resources(20 * MIB, 100);
+    let overhead = common::pod_resources(20 * MIB, 100);
     if let Some(l) = config.linux.as_mut() {
-        l.resources = Some(resources(300 * MIB, 512));
+        l.resources = Some(common::pod_resources(300 * MIB, 512));
         l.overhead = Some(overhead.clone());
     }
     let pod = common::run_pod(&mut rt, &config).await;
@@ -117,7 +107,7 @@ async fn pod_limits_grow_shrink_and_survive_a_restart() {
     assert_eq!(s["podCgroup"]["memoryLimitBytes"], 320 * MIB, "{s}");
 
     // grow
-    update(&mut rt, &pod, resources(500 * MIB, 1024), overhead.clone()).await.expect("grow");
+    update(&mut rt, &pod, common::pod_resources(500 * MIB, 1024), overhead.clone()).await.expect("grow");
     assert_eq!(pod_memory_limit(&data, &pod), Some(520 * MIB));
     assert_eq!(pod_file(&data, &pod, "cpu", "cpu.shares"), "1124");
     let s = common::pod_resources_status(&mut rt, &pod).await;
@@ -128,7 +118,7 @@ async fn pod_limits_grow_shrink_and_survive_a_restart() {
     // (the loop keeps the shell: busybox would exec a last `sleep` in its place)
     let script = "v=$(yes | head -c 60000000); echo filled; while true; do sleep 1; done";
     let mut hog = container_config("hog", &image, &["sh", "-c", script]);
-    hog.linux.get_or_insert_default().resources = Some(resources(256 * MIB, 2));
+    hog.linux.get_or_insert_default().resources = Some(common::pod_resources(256 * MIB, 2));
     start(&mut rt, &pod, &config, hog).await;
     let hog_log = logs.path().join("hog.log");
     wait_for("hog's 60 MB", || std::fs::read_to_string(&hog_log).is_ok_and(|l| l.contains("filled")));
@@ -136,7 +126,8 @@ async fn pod_limits_grow_shrink_and_survive_a_restart() {
     assert!(usage > 60_000_000, "the pod's usage counts its apps': {usage}");
 
     // a shrink below what the pod uses fails and changes nothing
-    let err = update(&mut rt, &pod, resources(20 * MIB, 256), overhead.clone()).await.expect_err("below usage");
+    let err =
+        update(&mut rt, &pod, common::pod_resources(20 * MIB, 256), overhead.clone()).await.expect_err("below usage");
     assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
     assert!(err.message().contains("more than the new limit"), "{err:?}");
     assert_eq!(pod_memory_limit(&data, &pod), Some(520 * MIB));
@@ -145,9 +136,9 @@ async fn pod_limits_grow_shrink_and_survive_a_restart() {
 
     // bad values: refused before anything is written
     for bad in [
-        resources(-1, 512),
-        resources(200 * MIB, -3),
-        cri::LinuxContainerResources { cpu_quota: 10, ..resources(0, 0) },
+        common::pod_resources(-1, 512),
+        common::pod_resources(200 * MIB, -3),
+        cri::LinuxContainerResources { cpu_quota: 10, ..common::pod_resources(0, 0) },
     ] {
         let err = update(&mut rt, &pod, bad, overhead.clone()).await.expect_err("invalid");
         assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
@@ -155,7 +146,7 @@ async fn pod_limits_grow_shrink_and_survive_a_restart() {
     assert_eq!(pod_memory_limit(&data, &pod), Some(520 * MIB));
 
     // a shrink the usage allows
-    update(&mut rt, &pod, resources(200 * MIB, 256), overhead.clone()).await.expect("shrink");
+    update(&mut rt, &pod, common::pod_resources(200 * MIB, 256), overhead.clone()).await.expect("shrink");
     assert_eq!(pod_memory_limit(&data, &pod), Some(220 * MIB));
     assert_eq!(pod_file(&data, &pod, "cpu", "cpu.shares"), "356");
 
@@ -174,12 +165,14 @@ async fn pod_limits_grow_shrink_and_survive_a_restart() {
     let s = common::pod_resources_status(&mut rt, &pod).await;
     assert_eq!(s["resources"]["memoryLimitInBytes"], 200 * MIB, "{s}");
     assert_eq!(s["overhead"]["cpuShares"], 100, "{s}");
-    update(&mut rt, &pod, resources(200 * MIB, 2048), overhead).await.expect("update after a restart");
+    update(&mut rt, &pod, common::pod_resources(200 * MIB, 2048), overhead).await.expect("update after a restart");
     assert_eq!(pod_file(&data, &pod, "cpu", "cpu.shares"), "2148");
     assert_eq!(pod_memory_limit(&data, &pod), None, "still an app without a memory limit");
 
     rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("stop");
-    let err = update(&mut rt, &pod, resources(200 * MIB, 2), resources(0, 0)).await.expect_err("stopped pod");
+    let err = update(&mut rt, &pod, common::pod_resources(200 * MIB, 2), common::pod_resources(0, 0))
+        .await
+        .expect_err("stopped pod");
     assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
     common::assert_no_leaks(&data, &[pod]);
@@ -189,16 +182,22 @@ async fn pod_limits_grow_shrink_and_survive_a_restart() {
 async fn unknown_pods_and_bad_values_are_refused() {
     let d = Daemon::start(&[]);
     let mut rt = d.runtime().await;
-    let err = update(&mut rt, "0b9e5c1e-0000-4000-8000-00000000dead", resources(64 * MIB, 2), resources(0, 0))
-        .await
-        .expect_err("unknown pod");
+    let err = update(
+        &mut rt,
+        "0b9e5c1e-0000-4000-8000-00000000dead",
+        common::pod_resources(64 * MIB, 2),
+        common::pod_resources(0, 0),
+    )
+    .await
+    .expect_err("unknown pod");
     assert_eq!(err.code(), tonic::Code::NotFound, "{err:?}");
-    let err = update(&mut rt, "", resources(64 * MIB, 2), resources(0, 0)).await.expect_err("no id");
+    let err =
+        update(&mut rt, "", common::pod_resources(64 * MIB, 2), common::pod_resources(0, 0)).await.expect_err("no id");
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
     // RunPodSandbox checks the same numbers
     let mut config = host_network(pod_config("bad-resources", &[]));
     if let Some(l) = config.linux.as_mut() {
-        l.overhead = Some(resources(-5, 0));
+        l.overhead = Some(common::pod_resources(-5, 0));
     }
     let err = rt
         .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() })
@@ -229,13 +228,13 @@ async fn a_container_update_the_kernel_refuses_changes_nothing() {
     let pod = common::run_pod(&mut rt, &config).await;
     let script = "v=$(yes | head -c 60000000); echo filled; while true; do sleep 1; done";
     let mut hog = container_config("hog", &image, &["sh", "-c", script]);
-    hog.linux.get_or_insert_default().resources = Some(resources(192 * MIB, 512));
+    hog.linux.get_or_insert_default().resources = Some(common::pod_resources(192 * MIB, 512));
     let id = start(&mut rt, &pod, &config, hog).await;
     let hog_log = logs.path().join("hog.log");
     wait_for("hog's 60 MB", || std::fs::read_to_string(&hog_log).is_ok_and(|l| l.contains("filled")));
 
     // the quota is written before the memory limit, which the kernel refuses (EBUSY)
-    let below = cri::LinuxContainerResources { cpu_quota: 20_000, ..resources(16 * MIB, 256) };
+    let below = cri::LinuxContainerResources { cpu_quota: 20_000, ..common::pod_resources(16 * MIB, 256) };
     let err = rt
         .update_container_resources(cri::UpdateContainerResourcesRequest {
             container_id: id.clone(),
@@ -261,7 +260,7 @@ async fn a_container_update_the_kernel_refuses_changes_nothing() {
     // what the kernel takes is taken
     rt.update_container_resources(cri::UpdateContainerResourcesRequest {
         container_id: id.clone(),
-        linux: Some(cri::LinuxContainerResources { cpu_quota: 20_000, ..resources(128 * MIB, 256) }),
+        linux: Some(cri::LinuxContainerResources { cpu_quota: 20_000, ..common::pod_resources(128 * MIB, 256) }),
         ..Default::default()
     })
     .await

@@ -476,3 +476,15 @@ pub async fn pod_resources_status(rt: &mut RuntimeServiceClient<Channel>, pod: &
     let info: serde_json::Value = serde_json::from_str(&r.info["info"]).expect("info is JSON");
     info["podResources"].clone()
 }
+
+/// Pod-level resources for the resize tests: `memory` bytes, `shares`, and
+/// a quota of half a CPU.
+pub fn pod_resources(memory: i64, shares: i64) -> rktlet::proto::v1::LinuxContainerResources {
+    rktlet::proto::v1::LinuxContainerResources {
+        memory_limit_in_bytes: memory,
+        cpu_shares: shares,
+        cpu_quota: 50_000,
+        cpu_period: 100_000,
+        ..Default::default()
+    }
+}
