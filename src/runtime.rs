@@ -30,7 +30,7 @@ pub struct Runtime {
     /// against the file on every use.
     pub manifests: crate::pod::cache::ManifestCache,
     /// What the read verbs last read about each pod, kept until it changes.
-    pub pods: crate::cri::pod_table::PodTable,
+    pub pods: crate::pod::table::PodTable<crate::proto::v1::ContainerStatus>,
     /// Previous CPU samples, for the usage rates in stats.
     pub cpu_rates: crate::cgroup::stats::CpuRates,
     /// Container lifecycle events for GetContainerEvents subscribers. A
@@ -106,7 +106,7 @@ impl Runtime {
             pod_cidr: RwLock::new(String::new()),
             buses: Mutex::new(HashMap::new()),
             manifests: Default::default(),
-            pods: crate::cri::pod_table::PodTable::new(data.clone()),
+            pods: crate::pod::table::PodTable::new(data.clone()),
             cpu_rates: Default::default(),
             events: tokio::sync::broadcast::channel(EVENT_BACKLOG).0,
             reconciled: tokio::sync::watch::channel(false).0,

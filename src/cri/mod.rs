@@ -12,7 +12,6 @@ pub(crate) mod image;
 mod list_streams;
 pub(crate) mod pod_meta;
 mod pod_metrics;
-pub(crate) mod pod_table;
 mod runtime_info;
 pub(crate) mod sandbox_pool;
 pub(crate) mod sandbox_resources;

@@ -7,8 +7,7 @@
 
 use super::container_start;
 use super::container_status::status_of;
-use super::pod_table::PodView;
-use super::sandbox_status::list_views;
+use super::sandbox_status::{PodView, list_views};
 use super::{pod_meta, pod_status};
 use crate::cgroup::Layout;
 use crate::cgroup::stats::{StatDirs, Usage};
