@@ -146,6 +146,16 @@ impl Runtime {
         }
     }
 
+    /// Who supervises a pod's sandbox process: systemd (`systemd-run`) with
+    /// the systemd cgroup driver, the daemon otherwise.
+    pub fn supervisor(&self) -> crate::stage1::launch::Supervisor {
+        if self.cgroup_driver == cgroup::Driver::Systemd {
+            crate::stage1::launch::Supervisor::SystemdRun
+        } else {
+            crate::stage1::launch::Supervisor::Detached
+        }
+    }
+
     /// The pod's bus connection, connecting (and starting its exit recorder)
     /// on first use. Blocking: call from a blocking thread.
     pub fn pod_bus(&self, pod: &crate::pod::Pod) -> Result<Arc<PodBus>, String> {

@@ -13,7 +13,7 @@ mod list_streams;
 pub(crate) mod pod_meta;
 mod pod_metrics;
 mod runtime_info;
-pub(crate) mod sandbox_pool;
+mod sandbox_pool;
 pub(crate) mod sandbox_resources;
 pub(crate) mod sandbox_run;
 pub(crate) mod sandbox_status;
