@@ -77,16 +77,6 @@ async fn observe<T>(
     result.map(Response::new)
 }
 
-/// Every pod sandbox as ListPodSandbox shows it (for the metrics page).
-pub(crate) async fn list_pods_for_metrics(rt: &Runtime) -> Result<Vec<cri::PodSandbox>, Status> {
-    Ok(sandbox_status::list_pod_sandbox(rt, cri::ListPodSandboxRequest::default()).await?.items)
-}
-
-/// Every container as ListContainers shows it (for the metrics page).
-pub(crate) async fn list_containers_for_metrics(rt: &Runtime) -> Result<Vec<cri::Container>, Status> {
-    Ok(container_status::list_containers(rt, cri::ListContainersRequest::default()).await?.containers)
-}
-
 /// Maps pod-directory errors to the codes CRI clients expect.
 fn pod_status(e: crate::pod::PodError) -> Status {
     use crate::pod::PodError;
