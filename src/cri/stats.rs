@@ -11,11 +11,11 @@ use super::sandbox_status::{PodView, list_views};
 use super::{pod_meta, pod_status};
 use crate::cgroup::Layout;
 use crate::cgroup::stats::{StatDirs, Usage};
-use crate::image::cas::now_nanos as now_ns;
 use crate::pod::{self, Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::app::AppPaths;
+use crate::time::now_nanos as now_ns;
 use std::sync::Arc;
 use tonic::Status;
 
