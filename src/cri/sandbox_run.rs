@@ -137,7 +137,7 @@ pub async fn run_pod_sandbox(
         manifest.set_annotation(pod_meta::PID_MODE, "node");
     }
     super::sandbox_resources::record(&mut manifest, &req.pod_resources)?;
-    let manifest_file = rt.data.tmp().join(format!("{uuid}{START_MARK}"));
+    let manifest_file = crate::stage1::boot::start_manifest(&rt.data, uuid);
     let bytes = serde_json::to_vec(&manifest).map_err(|e| internal(uuid, "encoding manifest", e))?;
     crate::fsutil::write_volatile(&manifest_file, &bytes, 0o600).map_err(|e| internal(uuid, "writing manifest", e))?;
     let result = start(rt, &req, uuid, manifest_file.clone()).await;
@@ -270,40 +270,6 @@ pub(super) fn record_network(
     let hosts = crate::net::dns::hosts(hostname, &result.pod_ips());
     let path = pod.stage1_rootfs().join("etc/hosts");
     crate::fsutil::write_volatile(&path, hosts.as_bytes(), 0o644).map_err(|e| internal(uuid, "writing /etc/hosts", e))
-}
-
-/// Suffix of the manifest a pod start writes to the data dir's `tmp/`
-/// before anything else (netns, CNI, the sandbox) and removes at the end.
-const START_MARK: &str = ".pod-manifest";
-
-/// Starts that a crash interrupted, found at daemon start: a start's
-/// manifest in `tmp/` whose pod never got a directory. Call before serving
-/// (a start in flight has the same look); [`recover_interrupted`] cleans them.
-pub fn interrupted_starts(rt: &Runtime) -> Vec<Uuid> {
-    let Ok(entries) = std::fs::read_dir(rt.data.tmp()) else { return Vec::new() };
-    let known: std::collections::HashSet<Uuid> =
-        rt.data.list_pods().unwrap_or_default().into_iter().map(|(u, _)| u).collect();
-    let marks: Vec<Uuid> = entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.strip_suffix(START_MARK)?.parse::<Uuid>().ok())
-        .collect();
-    // a start that got as far as its pod directory is the pod's business now
-    for u in marks.iter().filter(|u| known.contains(u)) {
-        let _ = std::fs::remove_file(rt.data.tmp().join(format!("{u}{START_MARK}")));
-    }
-    marks.into_iter().filter(|u| !known.contains(u)).collect()
-}
-
-/// Recovery rule for a start interrupted before its sandbox made the pod
-/// directory: what it made on the host goes (CNI DEL from the cached result,
-/// the netns `rktlet-<uuid>`), then its manifest. A start whose sandbox got
-/// further has a pod directory, and stop/remove/gc handle it as any pod.
-pub async fn recover_interrupted(rt: &Runtime, uuids: Vec<Uuid>) {
-    for uuid in uuids {
-        tracing::info!(pod = %uuid, "cleaning up a pod start a crash interrupted");
-        cleanup(rt, uuid).await;
-        let _ = std::fs::remove_file(rt.data.tmp().join(format!("{uuid}{START_MARK}")));
-    }
 }
 
 /// Last lines of the pod's console log, for error messages.

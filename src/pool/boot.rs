@@ -22,8 +22,8 @@ pub async fn boot_member(rt: &Runtime) -> Result<(Member, u64), BootError> {
     let uuid = Uuid::new_v4();
     let mut manifest = PodManifest::mutable();
     manifest.set_annotation(super::POOL_ANNOTATION, super::fingerprint(rt));
-    // see cri::sandbox_run::interrupted_starts
-    let manifest_file = rt.data.tmp().join(format!("{uuid}.pod-manifest"));
+    // see stage1::boot::interrupted_starts
+    let manifest_file = crate::stage1::boot::start_manifest(&rt.data, uuid);
     let bytes = serde_json::to_vec(&manifest).map_err(|e| BootError::failed(uuid, "encoding manifest", e))?;
     crate::fsutil::write_volatile(&manifest_file, &bytes, 0o600)
         .map_err(|e| BootError::failed(uuid, "writing manifest", e))?;

@@ -12,6 +12,47 @@ use std::path::Path;
 use std::time::Duration;
 use uuid::Uuid;
 
+/// Suffix of the manifest a pod start writes to the data dir's `tmp/`
+/// before anything else (netns, CNI, the sandbox) and removes at the end.
+const START_MARK: &str = ".pod-manifest";
+
+/// Where a start of pod `uuid` writes its manifest first (see [`interrupted_starts`]).
+pub fn start_manifest(data: &DataDir, uuid: Uuid) -> std::path::PathBuf {
+    data.tmp().join(format!("{uuid}{START_MARK}"))
+}
+
+/// Starts that a crash interrupted, found at daemon start: a start's
+/// manifest in `tmp/` whose pod never got a directory. Call before serving
+/// (a start in flight has the same look); [`recover_interrupted`] cleans them.
+pub fn interrupted_starts(data: &DataDir) -> Vec<Uuid> {
+    let Ok(entries) = std::fs::read_dir(data.tmp()) else { return Vec::new() };
+    let known: std::collections::HashSet<Uuid> =
+        data.list_pods().unwrap_or_default().into_iter().map(|(u, _)| u).collect();
+    let marks: Vec<Uuid> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_suffix(START_MARK)?.parse::<Uuid>().ok())
+        .collect();
+    // a start that got as far as its pod directory is the pod's business now
+    for u in marks.iter().filter(|u| known.contains(u)) {
+        let _ = std::fs::remove_file(start_manifest(data, *u));
+    }
+    marks.into_iter().filter(|u| !known.contains(u)).collect()
+}
+
+/// Recovery rule for a start interrupted before its sandbox made the pod
+/// directory: what it made on the host goes (CNI DEL from the cached result,
+/// the netns `rktlet-<uuid>`), then its manifest. A start whose sandbox got
+/// further has a pod directory, and stop/remove/gc handle it as any pod.
+pub async fn recover_interrupted(data: &DataDir, net: &crate::stage1::teardown::NetDirs, uuids: Vec<Uuid>) {
+    for uuid in uuids {
+        tracing::info!(pod = %uuid, "cleaning up a pod start a crash interrupted");
+        if let Err(e) = crate::stage1::teardown::abort_start(data, uuid, net).await {
+            tracing::error!(pod = %uuid, error = %e, "cleanup after a failed start");
+        }
+        let _ = std::fs::remove_file(start_manifest(data, uuid));
+    }
+}
+
 /// How long a pod may take to boot before its start gives up.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
