@@ -32,4 +32,5 @@ pub mod runtime;
 pub mod server;
 pub mod stage1;
 pub mod stream;
+pub mod time;
 pub mod trust;

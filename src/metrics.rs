@@ -138,19 +138,33 @@ struct Live {
 }
 
 async fn live(rt: &Runtime) -> Live {
+    use crate::pod::PodDir;
     use crate::proto::v1 as cri;
     let mut l = Live::default();
-    if let Ok(pods) = crate::cri::list_pods_for_metrics(rt).await {
-        for p in pods {
-            let state = if p.state == cri::PodSandboxState::SandboxReady as i32 { "ready" } else { "notready" };
-            *l.pods.entry(state.into()).or_default() += 1;
+    // the pods in run/, as ListPodSandbox and ListContainers see them (from the pod table)
+    let in_run =
+        |pods: &[(uuid::Uuid, PodDir)]| Ok(pods.iter().filter(|(_, dir)| *dir == PodDir::Run).copied().collect());
+    if let Ok(views) = rt.pods.views(&rt.manifests, in_run) {
+        for (uuid, view) in views {
+            match view {
+                // the pods kubelet sees: CRI-made ones
+                Ok(v) if v.sandbox.manifest.is_kubernetes_pod() => {
+                    let state = if v.sandbox.ready { "ready" } else { "notready" };
+                    *l.pods.entry(state.into()).or_default() += 1;
+                }
+                Ok(_) | Err(crate::pod::PodError::NotFound(_)) => {}
+                Err(e) => tracing::warn!(pod = %uuid, error = %e, "skipping unreadable pod"),
+            }
         }
     }
-    if let Ok(containers) = crate::cri::list_containers_for_metrics(rt).await {
-        for c in containers {
-            let state = cri::ContainerState::try_from(c.state)
-                .map_or("unknown".to_string(), |s| s.as_str_name().trim_start_matches("CONTAINER_").to_lowercase());
-            *l.containers.entry(state).or_default() += 1;
+    rt.wait_reconciled().await;
+    if let Ok(views) = rt.pods.views(&rt.manifests, in_run) {
+        for view in views.into_iter().filter_map(|(_, v)| v.ok()) {
+            for c in &view.containers {
+                let state = cri::ContainerState::try_from(c.state)
+                    .map_or("unknown".to_string(), |s| s.as_str_name().trim_start_matches("CONTAINER_").to_lowercase());
+                *l.containers.entry(state).or_default() += 1;
+            }
         }
     }
     l.store_bytes = tokio::task::block_in_place(|| rt.images.usage().0);

@@ -30,7 +30,7 @@ pub struct Runtime {
     /// against the file on every use.
     pub manifests: crate::pod::cache::ManifestCache,
     /// What the read verbs last read about each pod, kept until it changes.
-    pub pods: crate::cri::pod_table::PodTable,
+    pub pods: crate::pod::table::PodTable<crate::proto::v1::ContainerStatus>,
     /// Previous CPU samples, for the usage rates in stats.
     pub cpu_rates: crate::cgroup::stats::CpuRates,
     /// Container lifecycle events for GetContainerEvents subscribers. A
@@ -67,7 +67,7 @@ pub struct ContainerEvent {
 
 impl ContainerEvent {
     pub fn now(pod: Uuid, app: &str, kind: EventKind) -> Self {
-        ContainerEvent { pod, app: app.to_string(), kind, at: crate::image::cas::now_nanos() }
+        ContainerEvent { pod, app: app.to_string(), kind, at: crate::time::now_nanos() }
     }
 }
 
@@ -106,7 +106,7 @@ impl Runtime {
             pod_cidr: RwLock::new(String::new()),
             buses: Mutex::new(HashMap::new()),
             manifests: Default::default(),
-            pods: crate::cri::pod_table::PodTable::new(data.clone()),
+            pods: crate::pod::table::PodTable::new(data.clone()),
             cpu_rates: Default::default(),
             events: tokio::sync::broadcast::channel(EVENT_BACKLOG).0,
             reconciled: tokio::sync::watch::channel(false).0,
@@ -143,6 +143,16 @@ impl Runtime {
         match &self.config.rkt_path {
             Some(p) => Ok(p.clone()),
             None => std::env::current_exe(),
+        }
+    }
+
+    /// Who supervises a pod's sandbox process: systemd (`systemd-run`) with
+    /// the systemd cgroup driver, the daemon otherwise.
+    pub fn supervisor(&self) -> crate::stage1::launch::Supervisor {
+        if self.cgroup_driver == cgroup::Driver::Systemd {
+            crate::stage1::launch::Supervisor::SystemdRun
+        } else {
+            crate::stage1::launch::Supervisor::Detached
         }
     }
 

@@ -186,7 +186,7 @@ fn every_code_path_the_docs_name_exists() {
 #[test]
 fn the_checker_tells_real_paths_from_invented_ones() {
     let modules = modules();
-    for real in ["stage1::appexec::host_app_pid", "cri::pod_table::PodTable", "Runtime::reconcile", "launch::start"] {
+    for real in ["stage1::appexec::host_app_pid", "pod::table::PodTable", "Runtime::reconcile", "launch::start"] {
         assert_eq!(missing(&modules, real), None, "{real}");
     }
     for invented in [

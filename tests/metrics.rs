@@ -69,6 +69,27 @@ async fn metrics_count_the_calls_made() {
     assert!(head.starts_with("HTTP/1.1 404"), "{head}");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_count_pods_and_containers_by_state() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let d = Daemon::start(&["--metrics-address", &addr]);
+    let mut rt = d.runtime().await;
+    let image = common::pull_busybox(&d).await;
+    let config = common::host_network(common::pod_config("metrics", &[]));
+    let pod = common::run_pod(&mut rt, &config).await;
+    common::create_container(&mut rt, &pod, &config, common::container_config("c", &image, &["sleep", "60"])).await;
+    let s = samples(&scrape(port, "/metrics").1);
+    assert_eq!(value(&s, "rktlet_pods{state=\"ready\"}"), 1.0, "{s:?}");
+    assert_eq!(value(&s, "rktlet_containers{state=\"created\"}"), 1.0, "{s:?}");
+
+    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("stop");
+    let s = samples(&scrape(port, "/metrics").1);
+    assert_eq!(value(&s, "rktlet_pods{state=\"ready\"}"), 0.0, "{s:?}");
+    assert_eq!(value(&s, "rktlet_pods{state=\"notready\"}"), 1.0, "{s:?}");
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod }).await.expect("remove");
+}
+
 #[test]
 fn a_non_loopback_metrics_address_is_refused() {
     let dir = tempfile::tempdir().expect("tmp");

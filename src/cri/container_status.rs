@@ -157,6 +157,13 @@ pub(super) fn status_of(pod: &Pod, app: &RuntimeApp, running: bool) -> cri::Cont
     status_from_info(&pod.uuid().to_string(), app_info(pod, app, running))
 }
 
+/// What the daemon's pod table keeps of each app: its CRI status.
+impl crate::pod::table::AppStatus for cri::ContainerStatus {
+    fn read(pod: &Pod, app: &RuntimeApp, running: bool) -> Self {
+        status_of(pod, app, running)
+    }
+}
+
 /// The statuses of every container of one pod (none if the pod is gone).
 pub(super) fn pod_container_statuses(rt: &Runtime, pod_id: &str) -> Vec<cri::ContainerStatus> {
     rt.pods.view_of(&rt.manifests, pod_id).map(|v| v.containers.clone()).unwrap_or_default()

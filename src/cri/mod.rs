@@ -12,9 +12,8 @@ pub(crate) mod image;
 mod list_streams;
 pub(crate) mod pod_meta;
 mod pod_metrics;
-pub(crate) mod pod_table;
 mod runtime_info;
-pub(crate) mod sandbox_pool;
+mod sandbox_pool;
 pub(crate) mod sandbox_resources;
 pub(crate) mod sandbox_run;
 pub(crate) mod sandbox_status;
@@ -76,16 +75,6 @@ async fn observe<T>(
         Err(s) => tracing::warn!(method, micros, code = ?s.code(), message = s.message(), "cri"),
     }
     result.map(Response::new)
-}
-
-/// Every pod sandbox as ListPodSandbox shows it (for the metrics page).
-pub(crate) async fn list_pods_for_metrics(rt: &Runtime) -> Result<Vec<cri::PodSandbox>, Status> {
-    Ok(sandbox_status::list_pod_sandbox(rt, cri::ListPodSandboxRequest::default()).await?.items)
-}
-
-/// Every container as ListContainers shows it (for the metrics page).
-pub(crate) async fn list_containers_for_metrics(rt: &Runtime) -> Result<Vec<cri::Container>, Status> {
-    Ok(container_status::list_containers(rt, cri::ListContainersRequest::default()).await?.containers)
 }
 
 /// Maps pod-directory errors to the codes CRI clients expect.

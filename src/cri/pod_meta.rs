@@ -7,7 +7,7 @@ use crate::pod::manifest::PodManifest;
 use crate::proto::v1 as cri;
 use std::collections::HashMap;
 
-pub const POD_UID: &str = "k8s.io/reserved/pod-uid";
+pub const POD_UID: &str = crate::pod::manifest::USER_ANNOTATION_POD_UID;
 pub const POD_NAME: &str = "k8s.io/reserved/pod-name";
 pub const POD_NAMESPACE: &str = "k8s.io/reserved/pod-namespace";
 pub const POD_ATTEMPT: &str = "k8s.io/reserved/pod-attempt";
@@ -55,7 +55,7 @@ pub fn manifest_from_config(
 
 /// Whether a pod was made through CRI (CLI-made pods are not listed to kubelet).
 pub fn is_kubernetes_pod(m: &PodManifest) -> bool {
-    m.user_annotations.contains_key(POD_UID)
+    m.is_kubernetes_pod()
 }
 
 pub fn metadata(m: &PodManifest) -> cri::PodSandboxMetadata {

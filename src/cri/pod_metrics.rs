@@ -8,13 +8,12 @@
 //! cgroup), `id` (the cgroup path), `image`, `name` (the runtime's id),
 //! `namespace` and `pod`; network counters add `interface`.
 
-use super::pod_table::PodView;
-use super::sandbox_status::list_views;
+use super::sandbox_status::{PodView, list_views};
 use super::stats::{par_flat_map, pod_stats_of};
 use super::{container_meta as meta, pod_meta, pod_status};
-use crate::image::cas::now_nanos as now_ns;
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
+use crate::time::now_nanos as now_ns;
 use std::sync::Arc;
 use tonic::Status;
 

@@ -1,92 +1,22 @@
-//! RunPodSandbox served from the pod pool (see `crate::pool`): booting pool
-//! pods, and adapting a taken one to the request so that it is the pod a
-//! cold start would have made: same files, same manifest, requested
-//! hostname, DNS, network, cgroup parent, and created at the time of the
-//! request. The network's identity-free plugins (bridge with host-local:
-//! the slow part, two Go execs and iptables for masquerading) run while the
-//! pool pod boots, with the pod's uuid as the container id it keeps; a take
-//! runs the rest of the chain (portmap with the pod's port mappings) with
-//! the pod's identity, started first, and the local steps meanwhile on a
-//! blocking thread.
+//! RunPodSandbox served from the pod pool (see `crate::pool`; its pods are
+//! booted by `pool::boot`): adapting a taken one to the request so that it
+//! is the pod a cold start would have made: same files, same manifest,
+//! requested hostname, DNS, network, cgroup parent, and created at the time
+//! of the request. The network's identity-free plugins ran while the pool
+//! pod booted; a take runs the rest of the chain (portmap with the pod's
+//! port mappings) with the pod's identity, started first, and the local
+//! steps meanwhile on a blocking thread.
 
 use super::pod_meta;
-use super::sandbox_run::{
-    Request, boot, cleanup, cni_request, internal, make_log_directory, pod_network, record_network,
-};
-use crate::net::pod as podnet;
-use crate::pod::manifest::PodManifest;
+use super::sandbox_run::{Request, cni_request, internal, make_log_directory, pod_network, record_network};
 use crate::pod::{self, Pod, PodState};
 use crate::pool::{self, Member, adapt};
 use crate::runtime::Runtime;
 use crate::stage1::nspawn::PodNet;
 use crate::stage1::rootfs::{Identity, Stage1Root};
-use crate::stage1::sandbox::SandboxArgs;
 use std::time::SystemTime;
 use tonic::Status;
 use uuid::Uuid;
-
-/// Boots one pool pod: pre-made netns, no CNI, pool cgroup parent, low
-/// priority, marked with the pool annotation. Returns it with the CPU time
-/// its boot used (µs).
-pub(crate) async fn boot_member(rt: &Runtime) -> Result<(Member, u64), Status> {
-    let uuid = Uuid::new_v4();
-    let mut manifest = PodManifest::mutable();
-    manifest.set_annotation(pool::POOL_ANNOTATION, pool::fingerprint(rt));
-    let manifest_file = rt.data.tmp().join(format!("{uuid}.pod-manifest")); // see sandbox_run::interrupted_starts
-    let bytes = serde_json::to_vec(&manifest).map_err(|e| internal(uuid, "encoding manifest", e))?;
-    crate::fsutil::write_volatile(&manifest_file, &bytes, 0o600).map_err(|e| internal(uuid, "writing manifest", e))?;
-    let booted = async {
-        let netns = podnet::create_netns(uuid).map_err(|e| internal(uuid, "creating network namespace", e))?;
-        let args = SandboxArgs {
-            uuid: Some(uuid),
-            pod_manifest: Some(manifest_file.clone()),
-            net: "default".into(),
-            netns: Some(netns.path().to_path_buf()),
-            cgroup_parent: Some(pool::POOL_PARENT.into()),
-            nice: Some(pool::POOL_NICE),
-            ..Default::default()
-        };
-        let netns = netns.path().to_path_buf();
-        let (booted, ()) = tokio::join!(boot(rt, uuid, args, None), prewire(rt, uuid, &netns));
-        booted?;
-        Ok::<_, Status>(netns)
-    }
-    .await;
-    let _ = std::fs::remove_file(&manifest_file);
-    match booted {
-        Ok(netns) => {
-            let cpu = pool_subcgroup(uuid)
-                .ok()
-                .zip(crate::cgroup::Layout::cached().ok())
-                .and_then(|(sub, layout)| adapt::cpu_micros(layout, &sub))
-                .unwrap_or(0);
-            Ok((Member { uuid, netns }, cpu))
-        }
-        Err(e) => {
-            cleanup(rt, uuid).await;
-            Err(e)
-        }
-    }
-}
-
-/// Runs the identity-free head of the pod network's plugin chain (e.g.
-/// bridge + host-local, not portmap) while the pool pod boots, so a take
-/// only runs the rest with the pod's identity and port mappings. Without a
-/// network config yet, or with nothing identity-free, the take runs all.
-async fn prewire(rt: &Runtime, uuid: Uuid, netns: &std::path::Path) {
-    let Ok(net) = pod_network(rt) else { return };
-    let n = net.identity_free_prefix();
-    if n == 0 {
-        return;
-    }
-    if let Err(e) = net.add_prefix(&podnet::request(&rt.data, uuid, netns), n).await {
-        tracing::warn!(pod = %uuid, error = %e, "cannot wire the pool pod's network ahead; its take will");
-    }
-}
-
-fn pool_subcgroup(uuid: Uuid) -> Result<String, String> {
-    crate::cgroup::pod::subcgroup(pool::POOL_PARENT, &uuid.to_string(), false)
-}
 
 /// Why a taken pod was not used.
 enum Unusable {
@@ -219,7 +149,7 @@ fn adapt_identity(
 fn adapt_cgroups(pod: &Pod, cgroup_parent: &str) -> Result<(), Status> {
     let uuid = pod.uuid();
     let layout = crate::cgroup::Layout::cached().map_err(|e| internal(uuid, "reading the cgroup layout", e))?;
-    let from = pool_subcgroup(uuid).map_err(|e| internal(uuid, "pool cgroup", e))?;
+    let from = pool::subcgroup(uuid).map_err(|e| internal(uuid, "pool cgroup", e))?;
     let to = crate::cgroup::pod::subcgroup(cgroup_parent, &uuid.to_string(), false)
         .map_err(|e| internal(uuid, "cgroup parent", e))?;
     // recorded first, so that a failed move is undone by the pod's teardown

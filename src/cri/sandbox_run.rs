@@ -8,16 +8,12 @@ use crate::net::pod as podnet;
 use crate::pod::{self, Pod};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
-use crate::stage1::launch::{self, Supervisor};
+use crate::stage1::boot::BootError;
 use crate::stage1::sandbox::SandboxArgs;
 use crate::stage1::sysctl::{self, PodNamespaces, Sysctl, SysctlError};
 use std::path::PathBuf;
-use std::time::Duration;
 use tonic::Status;
 use uuid::Uuid;
-
-/// How long a pod may take to boot before RunPodSandbox gives up.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Checked request: what the sandbox needs.
 pub(super) struct Request {
@@ -141,7 +137,7 @@ pub async fn run_pod_sandbox(
         manifest.set_annotation(pod_meta::PID_MODE, "node");
     }
     super::sandbox_resources::record(&mut manifest, &req.pod_resources)?;
-    let manifest_file = rt.data.tmp().join(format!("{uuid}{START_MARK}"));
+    let manifest_file = crate::stage1::boot::start_manifest(&rt.data, uuid);
     let bytes = serde_json::to_vec(&manifest).map_err(|e| internal(uuid, "encoding manifest", e))?;
     crate::fsutil::write_volatile(&manifest_file, &bytes, 0o600).map_err(|e| internal(uuid, "writing manifest", e))?;
     let result = start(rt, &req, uuid, manifest_file.clone()).await;
@@ -222,91 +218,24 @@ pub(super) fn make_log_directory(uuid: Uuid, config: &cri::PodSandboxConfig) -> 
     Ok(())
 }
 
-/// Boots a pod: `<rkt> app sandbox` with `args`, then waits until it is
-/// ready while the daemon moves it into its controller cgroups and `cni`
-/// (a network and its request) is ADDed. Returns the CNI result.
+/// Boots a pod (`stage1::boot::boot`) with `args` and `cni` (a network and
+/// its request). Returns the CNI result.
 pub(super) async fn boot(
     rt: &Runtime,
     uuid: Uuid,
-    mut args: SandboxArgs,
+    args: SandboxArgs,
     cni: Option<(&Network, crate::net::cni::CniRequest)>,
 ) -> Result<Option<CniResult>, Status> {
-    let cgroup_parent = args.cgroup_parent.clone().unwrap_or_default();
     let program = rt.sandbox_program().map_err(|e| internal(uuid, "locating the sandbox program", e))?;
-    let supervisor =
-        if rt.cgroup_driver == crate::cgroup::Driver::Systemd { Supervisor::SystemdRun } else { Supervisor::Detached };
-    // the first cgroup migration waits for an RCU grace period per batch: the
-    // sandbox joins only what nspawn needs, the daemon adds the controllers
-    // while the pod boots
-    args.defer_cgroup_controllers = supervisor == Supervisor::Detached;
-    let t0 = std::time::Instant::now();
-    let micros = move || u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
-    // the sandbox boots while CNI ADD runs in the netns made before
-    let boot = async {
-        let started = launch::start(&program, rt.data.root(), &args, supervisor, Some(&cgroup_parent))
-            .await
-            .map_err(|e| internal(uuid, "starting sandbox", e))?;
-        tracing::debug!(pod = %uuid, micros = micros(), "sandbox exec'd nspawn");
-        let sandbox_pid = started.pid;
-        let pod_dir = rt.data.pod_parent(pod::PodDir::Run).join(uuid.to_string());
-        let rootfs = pod_dir.join("stage1/rootfs");
-        let ready = async {
-            let r = match launch::wait_ready(rootfs, started.pidfd, READY_TIMEOUT).await {
-                Ok(fd) => Ok(fd),
-                Err(e @ launch::LaunchError::Timeout(_)) => Err(Status::deadline_exceeded(format!("pod {uuid}: {e}"))),
-                Err(launch::LaunchError::Exited(_)) if supervisor == Supervisor::SystemdRun => {
-                    let cause = format!(": {}", launch::unit_failure(&uuid.to_string()).await);
-                    Err(internal(uuid, "waiting for the pod", launch::LaunchError::Exited(cause)))
-                }
-                Err(e) => Err(internal(uuid, "waiting for the pod", e)),
-            };
-            tracing::debug!(pod = %uuid, micros = micros(), "pod ready");
-            if r.is_ok() {
-                // the masks apps share and appexec, now rather than in the first StartContainer
-                let data = rt.data.clone();
-                // directories for the first app, made while the pod is set up
-                crate::stage1::spare::replenish_later(pod_dir.clone());
-                let masked = tokio::task::spawn_blocking(move || {
-                    let pid1 = crate::stage1::inject::pod_pid1(sandbox_pid)?;
-                    crate::stage1::api_vfs::ensure(&pod_dir, pid1)?;
-                    crate::stage1::appexec::ensure(&data, &pod_dir, pid1)
-                })
-                .await;
-                match masked {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
-                        tracing::warn!(pod = %uuid, error = %e, "masking the pod's /proc or binding appexec (left to the first start)")
-                    }
-                    Err(e) => tracing::warn!(pod = %uuid, error = %e, "masking task failed (left to the first start)"),
-                }
-            }
-            r
-        };
-        let controllers = async {
-            let systemd_unit = supervisor == Supervisor::SystemdRun;
-            if !args.defer_cgroup_controllers && !systemd_unit {
-                return Ok(());
-            }
-            let parent = cgroup_parent.clone();
-            tokio::task::spawn_blocking(move || crate::pool::adapt::adopt_controllers(&parent, uuid, systemd_unit))
-                .await
-                .map_err(|e| internal(uuid, "cgroup worker", e))?
-                .map_err(|e| internal(uuid, "moving the pod into its controller cgroups", e))
-        };
-        let (ready, controllers) = tokio::join!(ready, controllers);
-        ready.and(controllers)
-    };
-    let added = async {
-        let r = match cni {
-            Some((net, request)) => net.add(&request).await.map(Some).map_err(|e| internal(uuid, "CNI ADD", e)),
-            None => Ok(None),
-        };
-        tracing::debug!(pod = %uuid, micros = micros(), "CNI ADD done");
-        r
-    };
-    let (boot, added) = tokio::join!(boot, added);
-    boot?;
-    added
+    crate::stage1::boot::boot(&rt.data, &program, rt.supervisor(), uuid, args, cni).await.map_err(boot_status)
+}
+
+/// A failed boot's status: DeadlineExceeded when the pod was not ready in time.
+fn boot_status(e: BootError) -> Status {
+    match e {
+        BootError::Timeout { .. } => Status::deadline_exceeded(e.to_string()),
+        BootError::Failed { .. } => Status::internal(e.to_string()),
+    }
 }
 
 /// The CNI request for a new pod: its identity, port mappings and DNS.
@@ -341,40 +270,6 @@ pub(super) fn record_network(
     let hosts = crate::net::dns::hosts(hostname, &result.pod_ips());
     let path = pod.stage1_rootfs().join("etc/hosts");
     crate::fsutil::write_volatile(&path, hosts.as_bytes(), 0o644).map_err(|e| internal(uuid, "writing /etc/hosts", e))
-}
-
-/// Suffix of the manifest a pod start writes to the data dir's `tmp/`
-/// before anything else (netns, CNI, the sandbox) and removes at the end.
-const START_MARK: &str = ".pod-manifest";
-
-/// Starts that a crash interrupted, found at daemon start: a start's
-/// manifest in `tmp/` whose pod never got a directory. Call before serving
-/// (a start in flight has the same look); [`recover_interrupted`] cleans them.
-pub fn interrupted_starts(rt: &Runtime) -> Vec<Uuid> {
-    let Ok(entries) = std::fs::read_dir(rt.data.tmp()) else { return Vec::new() };
-    let known: std::collections::HashSet<Uuid> =
-        rt.data.list_pods().unwrap_or_default().into_iter().map(|(u, _)| u).collect();
-    let marks: Vec<Uuid> = entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.strip_suffix(START_MARK)?.parse::<Uuid>().ok())
-        .collect();
-    // a start that got as far as its pod directory is the pod's business now
-    for u in marks.iter().filter(|u| known.contains(u)) {
-        let _ = std::fs::remove_file(rt.data.tmp().join(format!("{u}{START_MARK}")));
-    }
-    marks.into_iter().filter(|u| !known.contains(u)).collect()
-}
-
-/// Recovery rule for a start interrupted before its sandbox made the pod
-/// directory: what it made on the host goes (CNI DEL from the cached result,
-/// the netns `rktlet-<uuid>`), then its manifest. A start whose sandbox got
-/// further has a pod directory, and stop/remove/gc handle it as any pod.
-pub async fn recover_interrupted(rt: &Runtime, uuids: Vec<Uuid>) {
-    for uuid in uuids {
-        tracing::info!(pod = %uuid, "cleaning up a pod start a crash interrupted");
-        cleanup(rt, uuid).await;
-        let _ = std::fs::remove_file(rt.data.tmp().join(format!("{uuid}{START_MARK}")));
-    }
 }
 
 /// Last lines of the pod's console log, for error messages.

@@ -3,80 +3,31 @@
 //! exec'd, and the only thing kept between calls is the parsed manifest,
 //! checked against its file every time (`pod::cache`).
 
-use super::pod_table::PodView;
 use super::{pod_meta, pod_status};
-use crate::pod::cache::ManifestCache;
-use crate::pod::manifest::PodManifest;
-use crate::pod::{self, Pod, PodDir, PodError, PodState};
+use crate::pod::table::SandboxView;
+use crate::pod::{self, Pod, PodDir, PodError};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
-use crate::stage1::rootfs::Stage1Root;
 use std::sync::Arc;
-use std::time::UNIX_EPOCH;
 use tonic::Status;
 
-/// What CRI needs to know about one pod.
-pub struct SandboxView {
-    pub pod: Pod,
-    pub state: PodState,
-    pub ready: bool,
-    pub manifest: Arc<PodManifest>,
-    pub created_at: i64,
-    pub ips: Vec<String>,
+/// A pod as the read verbs show it, with its containers' CRI statuses.
+pub type PodView = crate::pod::table::PodView<cri::ContainerStatus>;
+
+fn cri_state(view: &SandboxView) -> cri::PodSandboxState {
+    if view.ready { cri::PodSandboxState::SandboxReady } else { cri::PodSandboxState::SandboxNotready }
 }
 
-impl SandboxView {
-    /// Everything, read from the pod directory (the pod table keeps it).
-    pub fn load(mut pod: Pod, manifests: &ManifestCache) -> Result<Self, PodError> {
-        let state = pod.state()?;
-        let manifest = manifests.read(&pod)?;
-        let ready = state == PodState::Running && Stage1Root::new(pod.stage1_rootfs()).is_ready();
-        let created_at = pod
-            .created_at()?
-            .duration_since(UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-            .unwrap_or(0);
-        let ips = pod.read_file(pod::NET_INFO_FILE)?.map(|s| ips_from_net_info(&s)).unwrap_or_default();
-        Ok(SandboxView { pod, state, ready, manifest, created_at, ips })
+fn to_sandbox(view: &SandboxView) -> cri::PodSandbox {
+    cri::PodSandbox {
+        id: view.pod.uuid().to_string(),
+        metadata: Some(pod_meta::metadata(&view.manifest)),
+        state: cri_state(view) as i32,
+        created_at: view.created_at,
+        labels: pod_meta::labels(&view.manifest),
+        annotations: pod_meta::annotations(&view.manifest),
+        runtime_handler: String::new(),
     }
-
-    /// The same view for another handle of the same pod.
-    pub fn same(&self, pod: Pod) -> Self {
-        SandboxView {
-            pod,
-            state: self.state,
-            ready: self.ready,
-            manifest: self.manifest.clone(),
-            created_at: self.created_at,
-            ips: self.ips.clone(),
-        }
-    }
-
-    fn cri_state(&self) -> cri::PodSandboxState {
-        if self.ready { cri::PodSandboxState::SandboxReady } else { cri::PodSandboxState::SandboxNotready }
-    }
-
-    fn to_sandbox(&self) -> cri::PodSandbox {
-        cri::PodSandbox {
-            id: self.pod.uuid().to_string(),
-            metadata: Some(pod_meta::metadata(&self.manifest)),
-            state: self.cri_state() as i32,
-            created_at: self.created_at,
-            labels: pod_meta::labels(&self.manifest),
-            annotations: pod_meta::annotations(&self.manifest),
-            runtime_handler: String::new(),
-        }
-    }
-}
-
-/// Pod IPs from rkt's `net-info.json` (array of `{.., "ip": ..}`), first network first.
-pub fn ips_from_net_info(text: &str) -> Vec<String> {
-    let Ok(serde_json::Value::Array(nets)) = serde_json::from_str(text) else { return Vec::new() };
-    nets.iter()
-        .filter_map(|n| n.get("ip").and_then(|ip| ip.as_str()))
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect()
 }
 
 pub async fn pod_sandbox_status(
@@ -99,7 +50,7 @@ pub async fn pod_sandbox_status(
     let status = cri::PodSandboxStatus {
         id: view.pod.uuid().to_string(),
         metadata: Some(pod_meta::metadata(&view.manifest)),
-        state: view.cri_state() as i32,
+        state: cri_state(view) as i32,
         created_at: view.created_at,
         network,
         linux: Some(cri::LinuxPodSandboxStatus {
@@ -165,7 +116,7 @@ fn matches(view: &SandboxView, filter: &cri::PodSandboxFilter) -> bool {
         return false;
     }
     if let Some(s) = &filter.state
-        && s.state != view.cri_state() as i32
+        && s.state != cri_state(view) as i32
     {
         return false;
     }
@@ -199,21 +150,7 @@ pub async fn list_pod_sandbox(
         .map_err(pod_status)?
         .iter()
         .filter(|v| matches(&v.sandbox, &filter))
-        .map(|v| v.sandbox.to_sandbox())
+        .map(|v| to_sandbox(&v.sandbox))
         .collect();
     Ok(cri::ListPodSandboxResponse { items })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn net_info_ips() {
-        let text = r#"[{"netName":"pods","netConf":"/etc/cni/net.d/10.conflist","pluginPath":"/usr/lib/cni/bridge",
-            "ifName":"eth0","ip":"10.88.0.5","args":"","mask":"255.255.0.0"},
-            {"netName":"b","netConf":"","pluginPath":"","ifName":"eth1","ip":"fd00::5","args":"","mask":""}]"#;
-        assert_eq!(ips_from_net_info(text), ["10.88.0.5", "fd00::5"]);
-        assert!(ips_from_net_info("garbage").is_empty());
-    }
 }

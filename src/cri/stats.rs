@@ -7,16 +7,15 @@
 
 use super::container_start;
 use super::container_status::status_of;
-use super::pod_table::PodView;
-use super::sandbox_status::list_views;
+use super::sandbox_status::{PodView, list_views};
 use super::{pod_meta, pod_status};
 use crate::cgroup::Layout;
 use crate::cgroup::stats::{StatDirs, Usage};
-use crate::image::cas::now_nanos as now_ns;
 use crate::pod::{self, Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::app::AppPaths;
+use crate::time::now_nanos as now_ns;
 use std::sync::Arc;
 use tonic::Status;
 

@@ -20,12 +20,13 @@
 //! of the response. Within max-age the stored image is used without asking;
 //! after it, the fetch is conditional (`If-None-Match`) and a 304 keeps it.
 
-use super::cas::{AciInfo, Remote, now_nanos};
+use super::cas::{AciInfo, Remote};
 use super::discovery;
 use super::verify::cas_key_of;
 use super::{Image, ImageError, Store, io_ctx};
 use crate::fsutil;
 use crate::pod::manifest::ImageManifest;
+use crate::time::now_nanos;
 use crate::trust::TrustStore;
 use std::collections::BTreeMap;
 use std::fs;

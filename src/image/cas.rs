@@ -16,7 +16,6 @@ use serde::{Deserialize, Serialize};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 pub const INDEX_VERSION: u32 = 1;
 
@@ -125,10 +124,6 @@ fn boot_id() -> &'static str {
     ID.get_or_init(|| {
         fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()
     })
-}
-
-pub fn now_nanos() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// rkt's tables, and rktlet's `layerdigest`.

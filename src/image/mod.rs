@@ -366,7 +366,7 @@ impl Store {
         if !self.cas.tree_rendered(&id) {
             pull::render_stored(self, &image)?;
         }
-        let now = cas::now_nanos();
+        let now = crate::time::now_nanos();
         if now - image.last_used >= LAST_USED_STEP_NANOS {
             self.cas
                 .update_index(|i| {
@@ -562,7 +562,7 @@ impl Store {
                 }
             }
         }
-        let cutoff = cas::now_nanos() - grace.as_nanos() as i64;
+        let cutoff = crate::time::now_nanos() - grace.as_nanos() as i64;
         // newest first: an ACI's dependencies were imported before it, and
         // stay as long as an image that needs them does
         let mut images = self.list()?;

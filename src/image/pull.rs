@@ -3,7 +3,7 @@
 //! once), run every layer through the pipeline concurrently, merge the staged
 //! layers in order, sync, then commit blobs, tree and index in that order.
 
-use super::cas::{AciInfo, Cas, Remote, now_nanos};
+use super::cas::{AciInfo, Cas, Remote};
 use super::convert::{self, LayerRef};
 use super::extract::{self, Unpacked};
 use super::layer::{self, ChannelReader, Compression, LayerDone, LayerJob};
@@ -15,6 +15,7 @@ use super::{Credentials, Image, ImageError, Store, io_ctx};
 use crate::fsutil;
 use crate::lock::{self, HeldLock};
 use crate::pod::manifest::ImageManifest;
+use crate::time::now_nanos;
 use futures::StreamExt;
 use std::fs;
 use std::io;

@@ -16,6 +16,9 @@ pub const IMAGE_AC_VERSION: &str = "0.8.11";
 pub const ANNOTATION_MUTABLE: &str = "coreos.com/rkt/stage1/mutable";
 /// The pod's PID namespace mode (`node` for a host-PID pod; absent: its own).
 pub const ANNOTATION_PID_MODE: &str = "rktlet.io/pid-mode";
+/// User annotation holding the Kubernetes pod's uid: only pods made through
+/// CRI have it.
+pub const USER_ANNOTATION_POD_UID: &str = "k8s.io/reserved/pod-uid";
 
 /// A `{name, value}` pair: appc labels, annotations and environment entries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,6 +111,11 @@ impl PodManifest {
 
     pub fn is_mutable(&self) -> bool {
         self.annotation(ANNOTATION_MUTABLE) == Some("true")
+    }
+
+    /// Whether the pod was made through CRI (CLI-made pods are not listed to kubelet).
+    pub fn is_kubernetes_pod(&self) -> bool {
+        self.user_annotations.contains_key(USER_ANNOTATION_POD_UID)
     }
 
     pub fn app(&self, name: &str) -> Option<&RuntimeApp> {

@@ -13,6 +13,7 @@
 
 pub mod cache;
 pub mod manifest;
+pub mod table;
 pub mod watch;
 
 use crate::fsutil;

@@ -20,6 +20,7 @@
 //! that one and only its v1 controller cgroups move to the requested parent.
 
 pub mod adapt;
+pub mod boot;
 
 use crate::pod::{Pod, PodDir, PodState};
 use crate::runtime::Runtime;
@@ -48,6 +49,11 @@ const REFILL_PAUSE: Duration = Duration::from_millis(50);
 /// First and longest wait after a failed pool boot.
 const RETRY_MIN: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// A pool pod's cgroup below the hierarchies' roots while it waits.
+pub fn subcgroup(uuid: Uuid) -> Result<String, String> {
+    crate::cgroup::pod::subcgroup(POOL_PARENT, &uuid.to_string(), false)
+}
 
 /// A booted pool pod, ready to be taken.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -280,7 +286,7 @@ pub async fn refill(rt: Arc<Runtime>) {
             Some(true) => {}
         }
         let started = std::time::Instant::now();
-        let booted = crate::cri::sandbox_pool::boot_member(&rt).await;
+        let booted = boot::boot_member(&rt).await;
         let member = match booted {
             Ok((member, cpu_micros)) => {
                 let c = &pool.counters;

@@ -238,9 +238,11 @@ async fn run(
     // listed before the first request can start a pod of its own (not in
     // exec mode: that daemon owns no pod starts)
     if !runtime.config.exec_mode {
-        let interrupted = crate::cri::sandbox_run::interrupted_starts(&runtime);
+        let interrupted = crate::stage1::boot::interrupted_starts(&runtime.data);
         let rt = runtime.clone();
-        tokio::spawn(async move { crate::cri::sandbox_run::recover_interrupted(&rt, interrupted).await });
+        tokio::spawn(
+            async move { crate::stage1::boot::recover_interrupted(&rt.data, &rt.net_dirs(), interrupted).await },
+        );
     }
     let metrics = match runtime.config.metrics_address {
         Some(addr) => {

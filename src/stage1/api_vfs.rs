@@ -9,7 +9,7 @@
 //!
 //! The pod's systemd sees the same masks; nspawn already hides or protects
 //! most of these paths from it. The /sys ones stay per app. Done when the
-//! pod has booted (`sandbox_run::boot`, so pool pods have it before they are
+//! pod has booted (`stage1::boot`, so pool pods have it before they are
 //! taken), else at the first start that needs it. Applied once per pod, on first need, under a
 //! lock; `api-masked` in the pod directory records it.
 

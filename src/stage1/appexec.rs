@@ -95,7 +95,7 @@ fn host_copy(data: &DataDir) -> io::Result<PathBuf> {
 
 /// Binds the program read-only at [`IN_POD`] in the pod, once per build of
 /// the daemon (a pod booted by an older one gets this build's on top). Done
-/// when the pod has booted (`sandbox_run::boot`), else by the first start
+/// when the pod has booted (`stage1::boot`), else by the first start
 /// needing it.
 pub fn ensure(data: &DataDir, pod_dir: &Path, pod_pid1: i32) -> io::Result<()> {
     super::once_per_pod(pod_dir, name(), || {

@@ -9,6 +9,7 @@ pub mod api_vfs;
 pub mod app;
 pub mod apparmor;
 pub mod appexec;
+pub mod boot;
 pub mod bus;
 pub mod caps;
 pub mod exec;

@@ -17,22 +17,77 @@
 //! - Without inotify (or if the pod state directories cannot be watched) the
 //!   table is off and every request reads from disk.
 
-use super::container_status::status_of;
-use super::sandbox_status::SandboxView;
 use crate::pod::cache::ManifestCache;
+use crate::pod::manifest::{PodManifest, RuntimeApp};
 use crate::pod::watch::{Change, PodWatch};
-use crate::pod::{DataDir, Pod, PodDir, PodError, PodState};
-use crate::proto::v1 as cri;
+use crate::pod::{self, DataDir, Pod, PodDir, PodError, PodState};
+use crate::stage1::rootfs::Stage1Root;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::UNIX_EPOCH;
 use uuid::Uuid;
 
+/// What the table keeps of each app of a pod, read from the pod's files
+/// (the daemon keeps CRI's `ContainerStatus`, made by `cri::container_status`).
+pub trait AppStatus: Clone {
+    /// The app's status, read from its pod (`running`: the pod's state).
+    fn read(pod: &Pod, app: &RuntimeApp, running: bool) -> Self;
+}
+
+/// What the read verbs need to know about one pod.
+pub struct SandboxView {
+    pub pod: Pod,
+    pub state: PodState,
+    pub ready: bool,
+    pub manifest: Arc<PodManifest>,
+    pub created_at: i64,
+    pub ips: Vec<String>,
+}
+
+impl SandboxView {
+    /// Everything, read from the pod directory (the pod table keeps it).
+    pub fn load(mut pod: Pod, manifests: &ManifestCache) -> Result<Self, PodError> {
+        let state = pod.state()?;
+        let manifest = manifests.read(&pod)?;
+        let ready = state == PodState::Running && Stage1Root::new(pod.stage1_rootfs()).is_ready();
+        let created_at = pod
+            .created_at()?
+            .duration_since(UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        let ips = pod.read_file(pod::NET_INFO_FILE)?.map(|s| ips_from_net_info(&s)).unwrap_or_default();
+        Ok(SandboxView { pod, state, ready, manifest, created_at, ips })
+    }
+
+    /// The same view for another handle of the same pod.
+    pub fn same(&self, pod: Pod) -> Self {
+        SandboxView {
+            pod,
+            state: self.state,
+            ready: self.ready,
+            manifest: self.manifest.clone(),
+            created_at: self.created_at,
+            ips: self.ips.clone(),
+        }
+    }
+}
+
+/// Pod IPs from rkt's `net-info.json` (array of `{.., "ip": ..}`), first network first.
+pub fn ips_from_net_info(text: &str) -> Vec<String> {
+    let Ok(serde_json::Value::Array(nets)) = serde_json::from_str(text) else { return Vec::new() };
+    nets.iter()
+        .filter_map(|n| n.get("ip").and_then(|ip| ip.as_str()))
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
 /// A pod as the read verbs show it.
-pub struct PodView {
+pub struct PodView<S> {
     pub sandbox: SandboxView,
     /// The statuses of its containers, in manifest order.
-    pub containers: Vec<cri::ContainerStatus>,
+    pub containers: Vec<S>,
     /// Its cgroup below the hierarchies' roots (`subcgroup`).
     pub subcgroup: Option<String>,
     /// Its sandbox process (`ppid`).
@@ -40,22 +95,22 @@ pub struct PodView {
 }
 
 /// A pod's view, or why it could not be read.
-pub type ViewResult = Result<Arc<PodView>, PodError>;
+pub type ViewResult<S> = Result<Arc<PodView<S>>, PodError>;
 
-struct Slot {
+struct Slot<S> {
     /// Changes whenever something about the pod was reported changed.
     epoch: u64,
-    view: Option<Arc<PodView>>,
+    view: Option<Arc<PodView<S>>>,
     /// The view before the changes reported since: what of it did not
     /// change is taken into the next read instead of being read again.
-    last: Option<Arc<PodView>>,
+    last: Option<Arc<PodView<S>>>,
     /// Changed since `last`: something besides app status files.
     pod_changed: bool,
     /// Changed since `last`: these entries of `/rkt/status`.
     statuses: Vec<String>,
 }
 
-impl Slot {
+impl<S> Slot<S> {
     fn new(epoch: u64) -> Self {
         Slot { epoch, view: None, last: None, pod_changed: false, statuses: Vec::new() }
     }
@@ -73,34 +128,40 @@ impl Slot {
 
 /// How a request gets a pod's view: kept, or read (from the epoch the read
 /// starts at, stored only if the pod is watched).
-enum Plan {
-    Kept(Arc<PodView>),
-    Read { epoch: u64, watched: bool, base: Base },
+enum Plan<S> {
+    Kept(Arc<PodView<S>>),
+    Read { epoch: u64, watched: bool, base: Base<S> },
 }
 
 /// What a read of a pod can take from its last view instead of the disk.
-#[derive(Clone, Default)]
-struct Base {
-    last: Option<Arc<PodView>>,
+struct Base<S> {
+    last: Option<Arc<PodView<S>>>,
     pod_changed: bool,
     statuses: Vec<String>,
 }
 
-struct Inner {
+impl<S> Base<S> {
+    /// Nothing to take: the pod is read whole.
+    fn none() -> Self {
+        Base { last: None, pod_changed: false, statuses: Vec::new() }
+    }
+}
+
+struct Inner<S> {
     watch: PodWatch,
     listing: Option<Arc<Vec<(Uuid, PodDir)>>>,
     listing_epoch: u64,
-    slots: HashMap<Uuid, Slot>,
+    slots: HashMap<Uuid, Slot<S>>,
     /// Source of epochs: never repeats, so a slot made again after its pod
     /// was gone cannot be mistaken for the one a read started with.
     next_epoch: u64,
 }
 
-impl Inner {
+impl<S> Inner<S> {
     /// Stores a view read from disk if nothing was reported about its pod
     /// since the read started and its state can only change in watched ways:
     /// running with its sandbox's exit watched, or exited.
-    fn keep(&mut self, uuid: Uuid, epoch: u64, view: Arc<PodView>, pidfd: Option<OwnedFd>) {
+    fn keep(&mut self, uuid: Uuid, epoch: u64, view: Arc<PodView<S>>, pidfd: Option<OwnedFd>) {
         if self.watch.is_broken() {
             return;
         }
@@ -184,7 +245,7 @@ impl Inner {
 /// Whether any of these `/rkt/status` entries is the app's (`<app>` or
 /// `<app>-<what>`; one that another app's name also prefixes counts for
 /// both), or belongs to none of `apps` (then it counts for every app).
-fn touched(app: &str, apps: &[crate::pod::manifest::RuntimeApp], statuses: &[String]) -> bool {
+fn touched(app: &str, apps: &[RuntimeApp], statuses: &[String]) -> bool {
     touched_by_name(app, || apps.iter().map(|a| a.name.as_str()), statuses)
 }
 
@@ -199,18 +260,18 @@ fn touched_by_name<'a, I: Iterator<Item = &'a str>>(app: &str, apps: impl Fn() -
 /// Status entries changed since a pod's last view beyond which it is read whole.
 const MAX_STATUS_CHANGES: usize = 64;
 
-pub struct PodTable {
+pub struct PodTable<S> {
     data: DataDir,
-    inner: Option<Mutex<Inner>>,
+    inner: Option<Mutex<Inner<S>>>,
 }
 
-impl std::fmt::Debug for PodTable {
+impl<S> std::fmt::Debug for PodTable<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PodTable").field("enabled", &self.inner.is_some()).finish()
     }
 }
 
-impl PodTable {
+impl<S: AppStatus> PodTable<S> {
     /// A table over `data`'s pods; off (every read from disk) if the state
     /// directories cannot be watched.
     pub fn new(data: DataDir) -> Self {
@@ -226,7 +287,7 @@ impl PodTable {
         Self { data, inner }
     }
 
-    fn lock(&self) -> Option<MutexGuard<'_, Inner>> {
+    fn lock(&self) -> Option<MutexGuard<'_, Inner<S>>> {
         let mut inner = self.inner.as_ref()?.lock().ok()?;
         inner.sync();
         Some(inner)
@@ -234,7 +295,7 @@ impl PodTable {
 
     /// Every pod directory and the state directory it is in: kept in
     /// `inner` (already synced), or read from disk.
-    fn listing_in(&self, inner: Option<MutexGuard<'_, Inner>>) -> Result<Arc<Vec<(Uuid, PodDir)>>, PodError> {
+    fn listing_in(&self, inner: Option<MutexGuard<'_, Inner<S>>>) -> Result<Arc<Vec<(Uuid, PodDir)>>, PodError> {
         let epoch = match &inner {
             None => return Ok(Arc::new(self.data.list_pods()?)),
             Some(inner) => match &inner.listing {
@@ -261,7 +322,7 @@ impl PodTable {
         &self,
         manifests: &ManifestCache,
         select: impl FnOnce(&[(Uuid, PodDir)]) -> Result<Vec<(Uuid, PodDir)>, PodError>,
-    ) -> Result<Vec<(Uuid, ViewResult)>, PodError> {
+    ) -> Result<Vec<(Uuid, ViewResult<S>)>, PodError> {
         let mut inner = self.lock();
         let listing = match inner.as_ref().and_then(|i| i.listing.clone()) {
             Some(l) => l,
@@ -275,10 +336,10 @@ impl PodTable {
         };
         let wanted = select(&listing)?;
         // what is kept, and for the rest the epoch their read starts at
-        let mut out: Vec<(Uuid, Plan)> = Vec::with_capacity(wanted.len());
+        let mut out: Vec<(Uuid, Plan<S>)> = Vec::with_capacity(wanted.len());
         for &(uuid, dir) in &wanted {
             let Some(inner) = inner.as_mut() else {
-                out.push((uuid, Plan::Read { epoch: 0, watched: false, base: Base::default() }));
+                out.push((uuid, Plan::Read { epoch: 0, watched: false, base: Base::none() }));
                 continue;
             };
             if let Some(view) = inner.slots.get(&uuid).and_then(|s| s.view.clone()) {
@@ -293,12 +354,12 @@ impl PodTable {
                 None => {
                     let epoch = inner.epoch();
                     inner.slots.insert(uuid, Slot::new(epoch));
-                    (epoch, Base::default())
+                    (epoch, Base::none())
                 }
             };
             let watched = inner.watch.watch_pod(uuid, &self.data.pod_parent(dir).join(uuid.to_string()));
             // what was read before the watches were in place is not to be trusted
-            let base = if watched { base } else { Base::default() };
+            let base = if watched { base } else { Base::none() };
             out.push((uuid, Plan::Read { epoch, watched, base }));
         }
         drop(inner);
@@ -335,8 +396,8 @@ impl PodTable {
         manifests: &ManifestCache,
         uuid: Uuid,
         dir: PodDir,
-        base: &Base,
-    ) -> Result<(Arc<PodView>, Option<OwnedFd>), PodError> {
+        base: &Base<S>,
+    ) -> Result<(Arc<PodView<S>>, Option<OwnedFd>), PodError> {
         let pod = Pod::at(&self.data, uuid, dir);
         // only app status files changed: the pod as it was read last
         let (sandbox, subcgroup, sandbox_pid, pidfd) =
@@ -346,7 +407,7 @@ impl PodTable {
                     // the exit watch exists before the lock is probed: an exit after the probe is reported
                     let sandbox_pid = pod.sandbox_pid().ok().flatten();
                     let pidfd = sandbox_pid.and_then(|pid| crate::stage1::launch::pidfd_open(pid).ok());
-                    let subcgroup = pod.read_file(crate::pod::SUBCGROUP_FILE).ok().flatten();
+                    let subcgroup = pod.read_file(pod::SUBCGROUP_FILE).ok().flatten();
                     (SandboxView::load(pod, manifests)?, subcgroup, sandbox_pid, pidfd)
                 }
             };
@@ -354,7 +415,7 @@ impl PodTable {
         // an app whose entry, status files and pod state are as in the last
         // view keeps its status (after a manifest rewrite for an app added or
         // removed, too)
-        let unchanged = |(at, app): (usize, &crate::pod::manifest::RuntimeApp)| {
+        let unchanged = |(at, app): (usize, &RuntimeApp)| {
             let last = base.last.as_ref().filter(|l| l.sandbox.state == sandbox.state)?;
             let before = &last.sandbox.manifest.apps;
             // (where it was, unless apps before it went)
@@ -372,7 +433,7 @@ impl PodTable {
             .apps
             .iter()
             .enumerate()
-            .map(|(i, a)| unchanged((i, a)).unwrap_or_else(|| status_of(&sandbox.pod, a, running)))
+            .map(|(i, a)| unchanged((i, a)).unwrap_or_else(|| S::read(&sandbox.pod, a, running)))
             .collect();
         let view = Arc::new(PodView { sandbox, containers, subcgroup, sandbox_pid });
         Ok((view, pidfd.filter(|_| running)))
@@ -395,7 +456,7 @@ impl PodTable {
     }
 
     /// The view of a pod named by id (UUID or unique prefix).
-    pub fn view_of(&self, manifests: &ManifestCache, id: &str) -> Result<Arc<PodView>, PodError> {
+    pub fn view_of(&self, manifests: &ManifestCache, id: &str) -> Result<Arc<PodView<S>>, PodError> {
         let data = &self.data;
         let mut views = self.views(manifests, |listing| {
             let uuid = match Uuid::parse_str(id) {
@@ -414,7 +475,16 @@ impl PodTable {
 
 #[cfg(test)]
 mod tests {
-    use super::touched_by_name;
+    use super::{ips_from_net_info, touched_by_name};
+
+    #[test]
+    fn net_info_ips() {
+        let text = r#"[{"netName":"pods","netConf":"/etc/cni/net.d/10.conflist","pluginPath":"/usr/lib/cni/bridge",
+            "ifName":"eth0","ip":"10.88.0.5","args":"","mask":"255.255.0.0"},
+            {"netName":"b","netConf":"","pluginPath":"","ifName":"eth1","ip":"fd00::5","args":"","mask":""}]"#;
+        assert_eq!(ips_from_net_info(text), ["10.88.0.5", "fd00::5"]);
+        assert!(ips_from_net_info("garbage").is_empty());
+    }
 
     #[test]
     fn status_entries_name_their_apps() {

@@ -1,0 +1,163 @@
+//! A pod's boot as the daemon runs it, cold or for the pool: `<rkt> app
+//! sandbox` started, then waited for until ready while the daemon moves it
+//! into its controller cgroups and CNI ADD runs in its network namespace.
+//!
+//! Runs in: the daemon.
+
+use crate::net::cni::{CniRequest, CniResult, Network};
+use crate::pod::{self, DataDir};
+use crate::stage1::launch::{self, LaunchError, Supervisor};
+use crate::stage1::sandbox::SandboxArgs;
+use std::path::Path;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// Suffix of the manifest a pod start writes to the data dir's `tmp/`
+/// before anything else (netns, CNI, the sandbox) and removes at the end.
+const START_MARK: &str = ".pod-manifest";
+
+/// Where a start of pod `uuid` writes its manifest first (see [`interrupted_starts`]).
+pub fn start_manifest(data: &DataDir, uuid: Uuid) -> std::path::PathBuf {
+    data.tmp().join(format!("{uuid}{START_MARK}"))
+}
+
+/// Starts that a crash interrupted, found at daemon start: a start's
+/// manifest in `tmp/` whose pod never got a directory. Call before serving
+/// (a start in flight has the same look); [`recover_interrupted`] cleans them.
+pub fn interrupted_starts(data: &DataDir) -> Vec<Uuid> {
+    let Ok(entries) = std::fs::read_dir(data.tmp()) else { return Vec::new() };
+    let known: std::collections::HashSet<Uuid> =
+        data.list_pods().unwrap_or_default().into_iter().map(|(u, _)| u).collect();
+    let marks: Vec<Uuid> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_suffix(START_MARK)?.parse::<Uuid>().ok())
+        .collect();
+    // a start that got as far as its pod directory is the pod's business now
+    for u in marks.iter().filter(|u| known.contains(u)) {
+        let _ = std::fs::remove_file(start_manifest(data, *u));
+    }
+    marks.into_iter().filter(|u| !known.contains(u)).collect()
+}
+
+/// Recovery rule for a start interrupted before its sandbox made the pod
+/// directory: what it made on the host goes (CNI DEL from the cached result,
+/// the netns `rktlet-<uuid>`), then its manifest. A start whose sandbox got
+/// further has a pod directory, and stop/remove/gc handle it as any pod.
+pub async fn recover_interrupted(data: &DataDir, net: &crate::stage1::teardown::NetDirs, uuids: Vec<Uuid>) {
+    for uuid in uuids {
+        tracing::info!(pod = %uuid, "cleaning up a pod start a crash interrupted");
+        if let Err(e) = crate::stage1::teardown::abort_start(data, uuid, net).await {
+            tracing::error!(pod = %uuid, error = %e, "cleanup after a failed start");
+        }
+        let _ = std::fs::remove_file(start_manifest(data, uuid));
+    }
+}
+
+/// How long a pod may take to boot before its start gives up.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Why a pod's boot failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    /// The pod did not get ready within [`READY_TIMEOUT`].
+    #[error("pod {uuid}: {source}")]
+    Timeout { uuid: Uuid, source: LaunchError },
+    /// A step failed (`what`: the step).
+    #[error("pod {uuid}: {what}: {reason}")]
+    Failed { uuid: Uuid, what: &'static str, reason: String },
+}
+
+impl BootError {
+    pub fn failed(uuid: Uuid, what: &'static str, e: impl std::fmt::Display) -> Self {
+        BootError::Failed { uuid, what, reason: e.to_string() }
+    }
+}
+
+/// Boots a pod: `program` (`<rkt> app sandbox`) with `args` under
+/// `supervisor`, then waits until it is ready while the daemon moves it into
+/// its controller cgroups and `cni` (a network and its request) is ADDed.
+/// Returns the CNI result.
+pub async fn boot(
+    data: &DataDir,
+    program: &Path,
+    supervisor: Supervisor,
+    uuid: Uuid,
+    mut args: SandboxArgs,
+    cni: Option<(&Network, CniRequest)>,
+) -> Result<Option<CniResult>, BootError> {
+    let cgroup_parent = args.cgroup_parent.clone().unwrap_or_default();
+    // the first cgroup migration waits for an RCU grace period per batch: the
+    // sandbox joins only what nspawn needs, the daemon adds the controllers
+    // while the pod boots
+    args.defer_cgroup_controllers = supervisor == Supervisor::Detached;
+    let t0 = std::time::Instant::now();
+    let micros = move || u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
+    // the sandbox boots while CNI ADD runs in the netns made before
+    let boot = async {
+        let started = launch::start(program, data.root(), &args, supervisor, Some(&cgroup_parent))
+            .await
+            .map_err(|e| BootError::failed(uuid, "starting sandbox", e))?;
+        tracing::debug!(pod = %uuid, micros = micros(), "sandbox exec'd nspawn");
+        let sandbox_pid = started.pid;
+        let pod_dir = data.pod_parent(pod::PodDir::Run).join(uuid.to_string());
+        let rootfs = pod_dir.join("stage1/rootfs");
+        let ready = async {
+            let r = match launch::wait_ready(rootfs, started.pidfd, READY_TIMEOUT).await {
+                Ok(fd) => Ok(fd),
+                Err(e @ LaunchError::Timeout(_)) => Err(BootError::Timeout { uuid, source: e }),
+                Err(LaunchError::Exited(_)) if supervisor == Supervisor::SystemdRun => {
+                    let cause = format!(": {}", launch::unit_failure(&uuid.to_string()).await);
+                    Err(BootError::failed(uuid, "waiting for the pod", LaunchError::Exited(cause)))
+                }
+                Err(e) => Err(BootError::failed(uuid, "waiting for the pod", e)),
+            };
+            tracing::debug!(pod = %uuid, micros = micros(), "pod ready");
+            if r.is_ok() {
+                // the masks apps share and appexec, now rather than in the first StartContainer
+                let data = data.clone();
+                // directories for the first app, made while the pod is set up
+                crate::stage1::spare::replenish_later(pod_dir.clone());
+                let masked = tokio::task::spawn_blocking(move || {
+                    let pid1 = crate::stage1::inject::pod_pid1(sandbox_pid)?;
+                    crate::stage1::api_vfs::ensure(&pod_dir, pid1)?;
+                    crate::stage1::appexec::ensure(&data, &pod_dir, pid1)
+                })
+                .await;
+                match masked {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(pod = %uuid, error = %e, "masking the pod's /proc or binding appexec (left to the first start)")
+                    }
+                    Err(e) => tracing::warn!(pod = %uuid, error = %e, "masking task failed (left to the first start)"),
+                }
+            }
+            r
+        };
+        let controllers = async {
+            let systemd_unit = supervisor == Supervisor::SystemdRun;
+            if !args.defer_cgroup_controllers && !systemd_unit {
+                return Ok(());
+            }
+            let parent = cgroup_parent.clone();
+            tokio::task::spawn_blocking(move || crate::pool::adapt::adopt_controllers(&parent, uuid, systemd_unit))
+                .await
+                .map_err(|e| BootError::failed(uuid, "cgroup worker", e))?
+                .map_err(|e| BootError::failed(uuid, "moving the pod into its controller cgroups", e))
+        };
+        let (ready, controllers) = tokio::join!(ready, controllers);
+        ready.and(controllers)
+    };
+    let added = async {
+        let r = match cni {
+            Some((net, request)) => {
+                net.add(&request).await.map(Some).map_err(|e| BootError::failed(uuid, "CNI ADD", e))
+            }
+            None => Ok(None),
+        };
+        tracing::debug!(pod = %uuid, micros = micros(), "CNI ADD done");
+        r
+    };
+    let (boot, added) = tokio::join!(boot, added);
+    boot?;
+    added
+}
