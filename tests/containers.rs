@@ -1008,7 +1008,9 @@ async fn default_masks_and_privileged_apps(pid: cri::NamespaceMode) {
         .await;
     e.start(&rofs).await;
     e.wait_state(&rofs, cri::ContainerState::ContainerExited).await;
-    let log = e.wait_log("masks", "rofs", 3).await;
+    // all four lines: the exit can be reported before the log writer has
+    // the last one
+    let log = e.wait_log("masks", "rofs", 4).await;
     // the root itself (EROFS), and the identity files
     assert_eq!(log.matches("Read-only file system").count(), 3, "{log}");
     assert!(log.contains("/written"), "{log}");
