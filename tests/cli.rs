@@ -116,7 +116,9 @@ fn cli_runs_a_pod_and_an_app_without_the_daemon() {
 /// command quietly by SIGPIPE, as Unix tools end, instead of a panic.
 #[test]
 fn a_closed_stdout_ends_a_command_quietly() {
-    let (read, write) = nix::unistd::pipe().expect("pipe");
+    // close-on-exec: a command another test spawns meanwhile must not
+    // inherit the read end and keep the pipe open (the write then succeeds)
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
     drop(read);
     let out = Command::new(BIN)
         .args(["config", "default"])
