@@ -20,6 +20,7 @@ pub mod exec_mode;
 pub mod fault;
 pub mod filecache;
 pub mod fsutil;
+pub mod heap;
 pub mod http_head;
 pub mod image;
 pub mod lock;

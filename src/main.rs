@@ -609,6 +609,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             config.cni_conf_dir.display()
         );
     }
+    // before the runtime's threads ask for arenas of their own
+    rktlet::heap::tune();
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

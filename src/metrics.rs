@@ -43,6 +43,7 @@ pub fn global() -> &'static Metrics {
 impl Metrics {
     /// One CRI call: its method, how long it took, its gRPC code.
     pub fn record_call(&self, method: &'static str, took: Duration, code: tonic::Code) {
+        crate::heap::note_call();
         let Ok(mut r) = self.recorded.lock() else { return };
         let secs = took.as_secs_f64();
         let h = r.latency.entry(method).or_default();

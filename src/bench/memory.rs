@@ -19,6 +19,12 @@ fn kib_field(path: &Path, field: &str) -> Option<u64> {
     crate::fsutil::kib_field(&std::fs::read_to_string(path).ok()?, field)
 }
 
+/// How long a daemon is left without calls before its RSS is read: the
+/// figure is of an idle daemon, after whatever it does once calls stop
+/// (rktlet trims its heap after half a second of quiet; Go's runtime
+/// returns memory on its own schedule). The same wait for every endpoint.
+pub const SETTLE: std::time::Duration = std::time::Duration::from_millis(1500);
+
 /// Resident set size of `pid`, MiB.
 pub fn rss_mib(pid: i32) -> Option<f64> {
     kib_field(&Path::new("/proc").join(pid.to_string()).join("status"), "VmRSS:").map(|k| k as f64 / 1024.0)

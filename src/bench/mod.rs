@@ -234,6 +234,7 @@ impl<'a> Session<'a> {
         self.pod_lifecycle().await?;
         self.note_pool().await;
         self.container_lifecycle().await?;
+        tokio::time::sleep(memory::SETTLE).await;
         if let Some(rss) = daemon.and_then(memory::rss_mib) {
             mem.daemon_rss_mib.insert(0, rss);
         }
@@ -244,6 +245,7 @@ impl<'a> Session<'a> {
         for n in levels {
             self.grow_to(n).await?;
             self.lists(n).await?;
+            tokio::time::sleep(memory::SETTLE).await;
             if let Some(rss) = daemon.and_then(memory::rss_mib) {
                 mem.daemon_rss_mib.insert(n, rss);
             }

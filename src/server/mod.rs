@@ -257,11 +257,13 @@ async fn run(
     let listener_s = crate::stream::server::bind(addr).await.map_err(|e| ServeError::Streaming { addr, source: e })?;
     let streaming = tokio::spawn(crate::stream::server::serve(listener_s, runtime.clone()));
     let refill = tokio::spawn(crate::pool::refill(runtime.clone()));
+    let trimmer = tokio::spawn(crate::heap::trim_when_quiet());
     let result = serve(runtime.clone(), listener, signals).await;
     if let Some(m) = metrics {
         m.abort();
     }
     streaming.abort();
+    trimmer.abort();
     crate::pool::drain(&runtime, refill).await;
     drop(guard);
     tracing::info!(socket = %socket.display(), "socket removed, bye");
