@@ -47,11 +47,22 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# rktlet's endpoints get the same CNI work as the containerd baseline
+# (scripts/containerd-baseline.sh): bridge + host-local + portmap, no
+# masquerade, on a bridge and subnet of their own. The default network
+# (contrib/cni, ipMasq on) adds iptables calls to every pod start and stop
+# that the baseline's pods do not make.
+mkdir -p "$work/net.d"
+sed -e 's/"ipMasq": true/"ipMasq": false/' -e 's/"bridge": "rktlet0"/"bridge": "rkbench0"/' \
+  -e 's|10.66.0.0/16|10.67.0.0/16|' contrib/cni/10-rktlet.conflist >"$work/net.d/10-bench.conflist"
+grep -q '"ipMasq": false' "$work/net.d/10-bench.conflist" \
+  || { echo "bench: could not turn masquerade off in $work/net.d/10-bench.conflist" >&2; exit 1; }
+
 endpoints=()
 for mode in in-process pool exec-mode; do
-  flag=(--pod-pool-size 0)
-  [ "$mode" = pool ] && flag=(--pod-pool-size "${POOL_SIZE:-2}")
-  [ "$mode" = exec-mode ] && flag=(--exec-mode)
+  flag=(--pod-pool-size 0 --cni-conf-dir "$work/net.d")
+  [ "$mode" = pool ] && flag=(--pod-pool-size "${POOL_SIZE:-2}" --cni-conf-dir "$work/net.d")
+  [ "$mode" = exec-mode ] && flag=(--exec-mode --cni-conf-dir "$work/net.d")
   rm -f "$work/$mode.sock"
   "$bin" serve --socket "$work/$mode.sock" --data-dir "$work/$mode/data" "${flag[@]}" \
     --log-level warn 2>"$work/$mode.log" &

@@ -458,3 +458,57 @@ async fn a_failing_sandbox_says_why() {
         assert!(msg.contains("exit status: 3"), "{msg}");
     }
 }
+
+/// The inotify instances a process holds.
+fn inotify_instances(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("fd dir")
+        .flatten()
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == "anon_inode:inotify"))
+        .count()
+}
+
+/// Running, sleeping or dying, not yet a zombie or gone.
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with(['Z', 'X'])))
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_pods_processes_are_gone_and_the_daemon_keeps_nothing_of_it() {
+    let d = Daemon::start(&[]);
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    let id = run(&mut rt, host_network(pod_config("stopped", &[]))).await;
+    let pid1 = pod_pid1(&data, &id);
+    let nspawn: i32 = std::fs::read_to_string(data.join("pods/run").join(&id).join("ppid"))
+        .expect("ppid")
+        .trim()
+        .parse()
+        .expect("pid");
+    // the pod's systemd watches files: the stop takes these over while it dies
+    assert!(inotify_instances(pid1 as u32) > 0, "the pod's systemd has no inotify instance");
+    let before = inotify_instances(d.child.id());
+
+    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("stop");
+    // stopped means gone, not dying
+    assert!(!alive(pid1), "the pod's systemd (pid {pid1}) outlived StopPodSandbox");
+    assert!(!alive(nspawn), "nspawn (pid {nspawn}) outlived StopPodSandbox");
+    // what the daemon held for the dying pod is closed soon after, not kept
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let now = inotify_instances(d.child.id());
+        if now <= before {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon still holds {now} inotify instances ({before} before)"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("remove");
+    assert_no_leaks(&data, &[id]);
+}

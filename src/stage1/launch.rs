@@ -10,7 +10,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -87,6 +87,17 @@ pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     }
     // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// A copy of descriptor `fd` of the process behind `pidfd` (close-on-exec).
+pub fn pidfd_getfd(pidfd: &OwnedFd, fd: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_getfd(2) takes no pointers; a new descriptor or -1.
+    let got = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if got < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(got as i32) })
 }
 
 /// Starts the sandbox process and returns once it has exec'd nspawn (or

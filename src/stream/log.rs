@@ -21,6 +21,7 @@
 //! and kills the template, so the unit ends; the template's end (the unit
 //! stopped) kills the app; the pod's end kills them all.
 
+use crate::stage1::launch::{pidfd_getfd, pidfd_open};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use std::collections::HashMap;
@@ -266,30 +267,9 @@ fn cgroup_kill_of(pid: i32) -> Option<PathBuf> {
     (!path.is_empty()).then(|| mount.join(path).join("cgroup.kill"))
 }
 
-fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open(2) takes no pointers; a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just returned this descriptor; we own it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
 fn pidfd_kill(pidfd: &OwnedFd, signal: i32) {
     // SAFETY: pidfd_send_signal(2) on our pidfd with a null info.
     unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), signal, std::ptr::null::<u8>(), 0) };
-}
-
-/// A copy of descriptor `fd` of the process behind `pidfd`.
-fn pidfd_getfd(pidfd: &OwnedFd, fd: RawFd) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_getfd(2) takes no pointers; a new (close-on-exec) descriptor or -1.
-    let got = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
-    if got < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just returned this descriptor; we own it.
-    Ok(unsafe { OwnedFd::from_raw_fd(got as RawFd) })
 }
 
 /// The app's program and argv as its template holds them: appexec's
