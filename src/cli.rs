@@ -94,7 +94,7 @@ pub fn stop_pod(data: &DataDir, id: &str, force: bool, net: &NetDirs) -> Result<
 
 /// `rktlet rm UUID`: stop if needed and delete a pod with its network.
 pub fn rm_pod(data: &DataDir, id: &str, net: &NetDirs) -> Result<(), TeardownError> {
-    block_on(teardown::remove_pod(data, id, Duration::from_secs(10), net))
+    block_on(teardown::remove_pod(data, id, Duration::from_secs(10), net, teardown::Deletion::Now))
 }
 
 /// How long ago `unix_ns` (nanoseconds since the epoch) was, as rkt's

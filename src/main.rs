@@ -319,6 +319,9 @@ struct BenchArgs {
     /// Lifecycles per operation.
     #[arg(long, default_value_t = 20)]
     rounds: usize,
+    /// Rounds of the image lifecycle (each pulls the pull image again) [default: --rounds].
+    #[arg(long)]
+    image_rounds: Option<usize>,
     /// Pod counts (each pod running one container) at which the list calls are measured.
     #[arg(long, value_delimiter = ',', default_value = "10,50,100")]
     list_pods: Vec<usize>,
@@ -360,6 +363,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         image: args.image,
         pull_image: args.pull_image,
         rounds: args.rounds,
+        image_rounds: args.image_rounds.unwrap_or(args.rounds),
         list_pods: args.list_pods,
         host_network: args.host_network,
         shared_pid_namespace: args.shared_pid_namespace,

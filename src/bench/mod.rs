@@ -56,6 +56,8 @@ pub struct Options {
     pub pull_image: String,
     /// Lifecycles per operation.
     pub rounds: usize,
+    /// Rounds of the image lifecycle (a pull of the pull image each).
+    pub image_rounds: usize,
     /// Pod counts at which the list calls are measured.
     pub list_pods: Vec<usize>,
     /// Pods on the host network instead of the runtime's pod network (CNI).
@@ -116,8 +118,8 @@ pub async fn run(opts: &Options) -> Result<Report, BenchError> {
     if opts.endpoints.is_empty() {
         return Err(BenchError::Invalid("no endpoint to measure: give --endpoint NAME=SOCKET".into()));
     }
-    if opts.rounds == 0 {
-        return Err(BenchError::Invalid("--rounds must be at least 1".into()));
+    if opts.rounds == 0 || opts.image_rounds == 0 {
+        return Err(BenchError::Invalid("--rounds and --image-rounds must be at least 1".into()));
     }
     if opts.image == opts.pull_image {
         return Err(BenchError::Invalid("the pull image must differ from the container image (it is removed)".into()));
@@ -125,6 +127,7 @@ pub async fn run(opts: &Options) -> Result<Report, BenchError> {
     let mut report =
         Report { endpoints: opts.endpoints.iter().map(|e| e.name.clone()).collect(), ..Default::default() };
     report.context.insert("rounds".into(), opts.rounds.to_string());
+    report.context.insert("image rounds".into(), opts.image_rounds.to_string());
     report.context.insert("image".into(), opts.image.clone());
     report.context.insert("pull image".into(), opts.pull_image.clone());
     report.context.insert("pod network".into(), if opts.host_network { "host" } else { "pod (CNI)" }.into());
@@ -281,7 +284,7 @@ impl<'a> Session<'a> {
         let pull = self.opts.pull_image.clone();
         // a copy left by an earlier run would make the first pull a no-op
         let _ = self.img.remove_image(cri::RemoveImageRequest { image: Self::image_spec(&pull) }).await;
-        for _ in 0..self.opts.rounds {
+        for _ in 0..self.opts.image_rounds {
             let call =
                 self.img.pull_image(cri::PullImageRequest { image: Self::image_spec(&pull), ..Default::default() });
             timed(&mut self.samples, &mut self.order, "PullImage", call)

@@ -52,7 +52,9 @@ pub async fn remove_pod_sandbox(
         return Err(Status::invalid_argument("pod_sandbox_id is required"));
     }
     forget_bus(rt, &req.pod_sandbox_id);
-    match teardown::remove_pod(&rt.data, &req.pod_sandbox_id, STOP_GRACE, &rt.net_dirs()).await {
+    match teardown::remove_pod(&rt.data, &req.pod_sandbox_id, STOP_GRACE, &rt.net_dirs(), teardown::Deletion::Later)
+        .await
+    {
         Ok(()) => Ok(cri::RemovePodSandboxResponse {}),
         Err(e) => match e.pod_error() {
             // already gone: removal is idempotent

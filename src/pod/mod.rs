@@ -216,6 +216,27 @@ impl DataDir {
         self.root.join("tmp")
     }
 
+    /// Where the daemon moves removed pods' directories to delete them after
+    /// the call that removed them (rkt never looks there).
+    pub fn trash(&self) -> PathBuf {
+        self.tmp().join("rktlet-trash")
+    }
+
+    /// Deletes whatever is in the trash (what a daemon that died left there).
+    pub fn empty_trash(&self) -> usize {
+        let Ok(entries) = fs::read_dir(self.trash()) else { return 0 };
+        let mut emptied = 0;
+        for e in entries.flatten() {
+            match fs::remove_dir_all(e.path()) {
+                Ok(()) => emptied += 1,
+                Err(err) => {
+                    tracing::warn!(path = %e.path().display(), error = %err, "cannot delete a removed pod's directory")
+                }
+            }
+        }
+        emptied
+    }
+
     /// Creates the layout (0750 directories, as rkt does when they are missing). Idempotent.
     pub fn ensure(&self) -> Result<()> {
         let mut dirs = vec![self.root.clone(), self.tmp(), self.locks(), self.cas(), self.pods()];
@@ -506,6 +527,24 @@ impl Pod {
         self.take_lock()?;
         let path = self.path();
         fs::remove_dir_all(&path).map_err(io_err(format!("removing {}", path.display())))
+    }
+
+    /// What [`Pod::delete`] does, in two steps: the directory leaves the pod
+    /// tree at once (a rename into [`DataDir::trash`], under the pod lock), and
+    /// the returned path is the caller's to delete when it has time. Deleting a
+    /// pod's few dozen directories took 4 to 100 ms of RemovePodSandbox here.
+    pub fn discard(mut self) -> Result<PathBuf> {
+        match self.refresh()? {
+            PodState::ExitedGarbage | PodState::Garbage => {}
+            PodState::ExitedDeleting | PodState::Deleting if self.lock.is_some() => {}
+            _ => return Err(self.wrong_state("delete")),
+        }
+        self.take_lock()?;
+        let trash = self.data.trash();
+        fs::create_dir_all(&trash).map_err(io_err(format!("creating {}", trash.display())))?;
+        let to = trash.join(self.uuid.to_string());
+        fs::rename(self.path(), &to).map_err(io_err(format!("moving pod {} to {}", self.uuid, trash.display())))?;
+        Ok(to)
     }
 
     /// The locked pod-directory descriptor (still close-on-exec), for

@@ -336,7 +336,14 @@ pub async fn drain(rt: &Runtime, refill: tokio::task::JoinHandle<()>) {
 /// controller cgroups, left behind by a take that failed while moving it).
 pub async fn discard(rt: &Runtime, uuid: Uuid) {
     let id = uuid.to_string();
-    if let Err(e) = crate::stage1::teardown::remove_pod(&rt.data, &id, Duration::from_secs(5), &rt.net_dirs()).await
+    if let Err(e) = crate::stage1::teardown::remove_pod(
+        &rt.data,
+        &id,
+        Duration::from_secs(5),
+        &rt.net_dirs(),
+        crate::stage1::teardown::Deletion::Later,
+    )
+    .await
         && !matches!(e.pod_error(), Ok(crate::pod::PodError::NotFound(_)))
     {
         tracing::warn!(pod = %uuid, "cannot remove pool pod");

@@ -231,6 +231,17 @@ async fn run(
     }
     // what pulls cut short by a crash left in cas/tmp (before the first
     // request: a pull of ours holds its lock, one by the CLI too)
+    // removed pods a daemon that died had not finished deleting (exec mode
+    // deletes none later, and may run beside the daemon whose trash it is)
+    if !runtime.config.exec_mode {
+        let data = runtime.data.clone();
+        tokio::task::spawn_blocking(move || {
+            let emptied = data.empty_trash();
+            if emptied > 0 {
+                tracing::info!(emptied, "deleted the directories of pods removed before a restart");
+            }
+        });
+    }
     let cleaned = runtime.images.clean_leftovers();
     if cleaned > 0 {
         tracing::info!(cleaned, "removed leftovers of interrupted pulls");
@@ -265,6 +276,8 @@ async fn run(
     streaming.abort();
     trimmer.abort();
     crate::pool::drain(&runtime, refill).await;
+    // removed pods' directories are deleted before the daemon exits
+    let _ = tokio::task::spawn_blocking(crate::stage1::stop::finish_deletions).await;
     drop(guard);
     tracing::info!(socket = %socket.display(), "socket removed, bye");
     result

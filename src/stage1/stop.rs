@@ -212,13 +212,56 @@ pub fn destroy(mut pod: Pod, grace: Duration) -> Result<(), StopError> {
     delete(pod)
 }
 
-/// Deletes a stopped and released pod's directory.
-pub fn delete(mut pod: Pod) -> Result<(), StopError> {
+/// Marks a stopped and released pod as garbage, as rkt's gc does first.
+fn to_garbage(pod: &mut Pod) -> Result<(), StopError> {
     match pod.state()? {
         PodState::Exited => pod.to_exited_garbage()?,
         PodState::Embryo | PodState::AbortedPrepare | PodState::Prepared => pod.to_garbage()?,
         _ => {}
     }
+    Ok(())
+}
+
+/// Deletes a stopped and released pod's directory.
+pub fn delete(mut pod: Pod) -> Result<(), StopError> {
+    to_garbage(&mut pod)?;
     pod.delete()?;
     Ok(())
+}
+
+/// Takes a stopped and released pod's directory out of the pod tree now and
+/// deletes it on a thread of its own (the daemon's removals; what a crash
+/// leaves in the trash is deleted at the next start).
+pub fn delete_later(mut pod: Pod) -> Result<(), StopError> {
+    to_garbage(&mut pod)?;
+    let uuid = pod.uuid();
+    let path = pod.discard()?;
+    let spawned = std::thread::Builder::new().name("pod-delete".into()).spawn(move || {
+        if let Err(e) = fs::remove_dir_all(&path) {
+            tracing::warn!(pod = %uuid, path = %path.display(), error = %e, "cannot delete a removed pod's directory");
+        }
+    });
+    match spawned {
+        Ok(handle) => {
+            if let Ok(mut pending) = DELETIONS.lock() {
+                pending.retain(|h| !h.is_finished());
+                pending.push(handle);
+            }
+        }
+        Err(e) => {
+            tracing::warn!(pod = %uuid, error = %e, "no thread to delete a removed pod's directory; the next start will")
+        }
+    }
+    Ok(())
+}
+
+/// The deletions [`delete_later`] started that may still run.
+static DELETIONS: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> = std::sync::Mutex::new(Vec::new());
+
+/// Waits for the deletions [`delete_later`] started (the daemon, before it exits).
+pub fn finish_deletions() {
+    let pending = DELETIONS.lock().map(|mut p| std::mem::take(&mut *p)).unwrap_or_default();
+    for handle in pending {
+        let _ = handle.join();
+    }
 }

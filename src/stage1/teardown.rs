@@ -85,29 +85,58 @@ pub async fn stop_pod(data: &DataDir, id: &str, grace: Duration, net: &NetDirs) 
     Ok(())
 }
 
+/// When a removed pod's directory is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deletion {
+    /// Before the removal returns (the CLI, whose process ends next).
+    Now,
+    /// Taken out of the pod tree before the removal returns, deleted after it
+    /// (the daemon: see [`stop::delete_later`]).
+    Later,
+}
+
 /// Stops (if needed) and deletes a pod with its network.
-pub async fn remove_pod(data: &DataDir, id: &str, grace: Duration, net: &NetDirs) -> Result<(), TeardownError> {
+pub async fn remove_pod(
+    data: &DataDir,
+    id: &str,
+    grace: Duration,
+    net: &NetDirs,
+    deletion: Deletion,
+) -> Result<(), TeardownError> {
+    let t0 = Instant::now();
     stop_pod(data, id, grace, net).await?;
+    let t_stop = t0.elapsed();
     crate::fault::point("remove-after-stop");
     let (data2, id2) = (data.clone(), id.to_string());
     let uuid = blocking(move || {
         let pod = Pod::open(&data2, &id2)?;
         let uuid = pod.uuid();
-        stop::delete(pod)?;
+        match deletion {
+            Deletion::Now => stop::delete(pod)?,
+            Deletion::Later => stop::delete_later(pod)?,
+        }
         Ok(uuid)
     })
     .await?;
+    let t_delete = t0.elapsed();
     // a sandbox unit that failed stays loaded for inspection while its pod exists
     if super::host::pid1_is_systemd(std::path::Path::new("/")) {
         super::launch::forget_unit(&uuid.to_string()).await;
     }
+    tracing::debug!(
+        pod = %uuid,
+        stop_micros = t_stop.as_micros() as u64,
+        delete_micros = (t_delete - t_stop).as_micros() as u64,
+        unit_micros = (t0.elapsed() - t_delete).as_micros() as u64,
+        "pod sandbox removed"
+    );
     Ok(())
 }
 
 /// Removes whatever a pod start that failed left, even without a pod
 /// directory (the network may exist before the sandbox made the pod).
 pub async fn abort_start(data: &DataDir, uuid: uuid::Uuid, net: &NetDirs) -> Result<(), TeardownError> {
-    match remove_pod(data, &uuid.to_string(), Duration::from_secs(5), net).await {
+    match remove_pod(data, &uuid.to_string(), Duration::from_secs(5), net, Deletion::Now).await {
         Ok(()) => Ok(()),
         Err(e) => match e.pod_error() {
             Ok(PodError::NotFound(_)) => {

@@ -158,6 +158,13 @@ pub fn assert_no_leaks(data_dir: &Path, uuids: &[String]) {
         mounts.lines().filter(|l| l.split(' ').nth(4).is_some_and(|m| m.starts_with(&data))).collect();
     assert!(leaked.is_empty(), "mounts left under {data}: {leaked:?}");
     for uuid in uuids {
+        // the daemon deletes a removed pod's directory just after the removal
+        let trashed = data_dir.join("tmp/rktlet-trash").join(uuid);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while trashed.exists() {
+            assert!(std::time::Instant::now() < deadline, "removed pod's directory not deleted: {}", trashed.display());
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         for state in ["embryo", "prepare", "prepared", "run", "exited-garbage", "garbage"] {
             let dir = data_dir.join("pods").join(state).join(uuid);
             assert!(!dir.exists(), "pod directory left: {}", dir.display());
