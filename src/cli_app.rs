@@ -6,7 +6,7 @@
 
 use crate::api_v1::AppInfo;
 use crate::config::Config;
-use crate::cri::{container_create, container_start, container_status};
+use crate::cri::{container_create, container_status};
 use crate::pod::{Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
@@ -276,22 +276,20 @@ pub fn lifecycle(data_dir: PathBuf, verb: &str, uuid: &str, app: &str, timeout: 
     let container_id = id(uuid, app);
     let result = tokio.block_on(async {
         match verb {
-            "start" => {
-                container_start::start_container(&rt, cri::StartContainerRequest { container_id }).await.map(|_| ())
+            "start" => crate::container::start::start(&rt, &container_id).await,
+            "stop" => {
+                let grace = std::time::Duration::from_secs(u64::try_from(timeout).unwrap_or(0));
+                crate::container::stop::stop(&rt, &container_id, grace).await
             }
-            "stop" => container_start::stop_container(&rt, cri::StopContainerRequest { container_id, timeout })
-                .await
-                .map(|_| ()),
             _ => {
                 // CRI's RemoveContainer succeeds on a removed container (kubelet
                 // retries); an operator naming an app that is not there is told so
-                let status = cri::ContainerStatusRequest { container_id: container_id.clone(), verbose: false };
-                crate::cri::container_status::container_status(&rt, status).await?;
-                container_start::remove_container(&rt, cri::RemoveContainerRequest { container_id }).await.map(|_| ())
+                crate::container::open(&rt, &container_id)?;
+                crate::container::remove::remove(&rt, &container_id).await
             }
         }
     });
-    result.map_err(|s| s.message().to_string())
+    result.map_err(|e| e.to_string())
 }
 
 /// The exit code of `app exec` when rktlet itself failed (the command did

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod cli_app;
 pub mod client;
 pub mod config;
+pub mod container;
 pub mod cri;
 pub mod demo;
 pub mod doctor;

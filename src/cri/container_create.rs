@@ -15,15 +15,8 @@ use crate::stage1::inject::Propagation;
 use std::path::{Path, PathBuf};
 use tonic::Status;
 
-pub(super) fn app_status(e: AppError) -> Status {
-    match e {
-        AppError::Pod(p) => pod_status(p),
-        AppError::Exists { .. } => Status::already_exists(e.to_string()),
-        AppError::NotFound { .. } => Status::not_found(e.to_string()),
-        AppError::PodNotRunning { .. } => Status::failed_precondition(e.to_string()),
-        AppError::Invalid(_) => Status::invalid_argument(e.to_string()),
-        AppError::Io { .. } => Status::internal(e.to_string()),
-    }
+fn app_status(e: AppError) -> Status {
+    super::container_error(crate::container::ContainerError::App(e))
 }
 
 /// The command line: CRI command replaces the entrypoint, CRI args replace cmd.
@@ -300,17 +293,9 @@ fn seccomp_profile(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result<Se
     }
 }
 
-/// The isolators older builds kept masked and read-only paths in (read
-/// from their manifests; appc does not know them, see [`path_annotations`]).
-pub const ISOLATOR_MASKED: &str = "rktlet.io/masked-paths";
-pub const ISOLATOR_READONLY: &str = "rktlet.io/readonly-paths";
-/// What kubelet's defaults mask and make read-only when it sends none.
-pub use crate::stage1::api_vfs::{DEFAULT_MASKED, DEFAULT_READONLY};
-
-/// rkt's isolator names for the capability set and no_new_privs.
-pub const ISOLATOR_CAPS: &str = "os/linux/capabilities-retain-set";
-pub const ISOLATOR_CAPS_REMOVE: &str = "os/linux/capabilities-remove-set";
-pub const ISOLATOR_NO_NEW_PRIVS: &str = "os/linux/no-new-privileges";
+use crate::container::meta::{
+    DEFAULT_MASKED, DEFAULT_READONLY, ISOLATOR_CAPS, ISOLATOR_CAPS_REMOVE, ISOLATOR_NO_NEW_PRIVS,
+};
 
 /// The app's identity (`stage1::identity`) from the image's user and the
 /// security context.

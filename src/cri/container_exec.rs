@@ -4,7 +4,7 @@
 //! with a single-use URL of the streaming server (`crate::stream`), which
 //! runs the command when the client connects.
 
-use super::container_start::{self, Target};
+use crate::container::{self as container_start, Target};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::exec::{self, ExecError};

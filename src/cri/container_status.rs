@@ -3,9 +3,9 @@
 //! no exec, and no bus round trip: exits are recorded by the pod's exit
 //! recorder as systemd reports them.
 
-use super::container_start::{app_index, container_not_found, split_container_id};
 use super::{container_meta as meta, pod_status};
 use crate::api_v1::{AppInfo, MountInfo};
+use crate::container::{app_index, container_not_found, split_container_id};
 use crate::pod::manifest::{App, RuntimeApp, RuntimeImage};
 use crate::pod::{Pod, PodDir};
 use crate::proto::v1 as cri;

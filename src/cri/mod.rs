@@ -4,9 +4,12 @@
 
 pub(crate) mod container_create;
 pub(crate) mod container_exec;
-pub(crate) mod container_meta;
+mod container_remove;
+mod container_reopen_log;
 pub(crate) mod container_start;
 pub(crate) mod container_status;
+mod container_stop;
+mod container_update_resources;
 mod events;
 pub(crate) mod image;
 mod list_streams;
@@ -20,6 +23,10 @@ pub(crate) mod sandbox_status;
 mod sandbox_stop;
 pub(crate) mod stats;
 
+/// Container ids and the app annotations CreateContainer records (the
+/// domain's, `container::meta`; CRI's conversions are there too).
+pub(crate) use crate::container::meta as container_meta;
+use crate::container::{ContainerError, ErrorKind};
 use crate::exec_mode::{self, ExecMode};
 use crate::proto::v1 as cri;
 use crate::proto::v1::image_service_server::ImageService;
@@ -75,6 +82,29 @@ async fn observe<T>(
         Err(s) => tracing::warn!(method, micros, code = ?s.code(), message = s.message(), "cri"),
     }
     result.map(Response::new)
+}
+
+/// The gRPC code of a domain error's class.
+fn code_of(kind: ErrorKind) -> tonic::Code {
+    match kind {
+        ErrorKind::NotFound => tonic::Code::NotFound,
+        ErrorKind::InvalidArgument => tonic::Code::InvalidArgument,
+        ErrorKind::AlreadyExists => tonic::Code::AlreadyExists,
+        ErrorKind::FailedPrecondition => tonic::Code::FailedPrecondition,
+        ErrorKind::Unavailable => tonic::Code::Unavailable,
+        ErrorKind::Internal => tonic::Code::Internal,
+    }
+}
+
+/// Maps a container verb's error to the code CRI clients expect; its text is the message.
+pub(crate) fn container_error(e: ContainerError) -> Status {
+    Status::new(code_of(e.kind()), e.to_string())
+}
+
+impl From<ContainerError> for Status {
+    fn from(e: ContainerError) -> Status {
+        container_error(e)
+    }
 }
 
 /// Maps pod-directory errors to the codes CRI clients expect.
@@ -251,19 +281,19 @@ cri_impl! {
             "StartContainer": start_container(StartContainerRequest) -> cri::StartContainerResponse
                 => container_start::start_container | exec exec_mode::start_container;
             "StopContainer": stop_container(StopContainerRequest) -> cri::StopContainerResponse
-                => container_start::stop_container | exec exec_mode::stop_container;
+                => container_stop::stop_container | exec exec_mode::stop_container;
             "RemoveContainer": remove_container(RemoveContainerRequest) -> cri::RemoveContainerResponse
-                => container_start::remove_container | exec exec_mode::remove_container;
+                => container_remove::remove_container | exec exec_mode::remove_container;
             "ListContainers": list_containers(ListContainersRequest) -> cri::ListContainersResponse
                 => container_status::list_containers | exec exec_mode::list_containers;
             "ContainerStatus": container_status(ContainerStatusRequest) -> cri::ContainerStatusResponse
                 => container_status::container_status | exec exec_mode::container_status;
             "UpdateContainerResources": update_container_resources(UpdateContainerResourcesRequest)
-                -> cri::UpdateContainerResourcesResponse => container_start::update_container_resources;
+                -> cri::UpdateContainerResourcesResponse => container_update_resources::update_container_resources;
             "UpdatePodSandboxResources": update_pod_sandbox_resources(UpdatePodSandboxResourcesRequest)
                 -> cri::UpdatePodSandboxResourcesResponse => sandbox_resources::update_pod_sandbox_resources;
             "ReopenContainerLog": reopen_container_log(ReopenContainerLogRequest) -> cri::ReopenContainerLogResponse
-                => container_start::reopen_container_log;
+                => container_reopen_log::reopen_container_log;
             "ExecSync": exec_sync(ExecSyncRequest) -> cri::ExecSyncResponse
                 => container_exec::exec_sync | exec exec_mode::exec_sync;
             "Exec": exec(ExecRequest) -> cri::ExecResponse => container_exec::exec;
@@ -314,5 +344,68 @@ cri_impl! {
                 => list_streams::stream_images;
         }
         pending {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::PodError;
+    use tonic::Code;
+
+    #[test]
+    fn container_errors_as_grpc_codes() {
+        let cases: Vec<(ContainerError, Code, &str)> = vec![
+            (ContainerError::NotFound("container p:a not found".into()), Code::NotFound, "container p:a not found"),
+            (ContainerError::InvalidArgument("bad".into()), Code::InvalidArgument, "bad"),
+            (ContainerError::FailedPrecondition("not running".into()), Code::FailedPrecondition, "not running"),
+            (ContainerError::Unavailable("no bus".into()), Code::Unavailable, "no bus"),
+            (ContainerError::Internal("broken".into()), Code::Internal, "broken"),
+            (
+                ContainerError::io("limits of p:a")(std::io::Error::other("EBUSY")),
+                Code::Internal,
+                "limits of p:a: EBUSY",
+            ),
+            (ContainerError::Pod(PodError::NotFound("x".into())), Code::NotFound, "pod x not found"),
+            (ContainerError::Pod(PodError::InvalidId("x".into())), Code::NotFound, ""),
+            (ContainerError::Pod(PodError::Ambiguous("x".into())), Code::InvalidArgument, ""),
+            (ContainerError::Pod(PodError::Busy(uuid::Uuid::nil())), Code::FailedPrecondition, ""),
+            (ContainerError::Pod(PodError::Exists(uuid::Uuid::nil())), Code::AlreadyExists, ""),
+            (ContainerError::App(crate::stage1::app::AppError::Invalid("no".into())), Code::InvalidArgument, ""),
+            (
+                ContainerError::App(crate::stage1::app::AppError::Pod(PodError::NotFound("y".into()))),
+                Code::NotFound,
+                "pod y not found",
+            ),
+            (
+                ContainerError::PodLimits(crate::cgroup::pod_limits::PodLimitsError::BelowUsage { usage: 2, limit: 1 }),
+                Code::FailedPrecondition,
+                "",
+            ),
+        ];
+        for (e, code, message) in cases {
+            let text = e.to_string();
+            let s = container_error(e);
+            assert_eq!(s.code(), code, "{text}");
+            assert_eq!(s.message(), text);
+            if !message.is_empty() {
+                assert_eq!(s.message(), message);
+            }
+        }
+    }
+
+    #[test]
+    fn pod_errors_keep_their_codes() {
+        // the domain's classes of pod errors and `pod_status` agree
+        for e in [
+            PodError::NotFound("x".into()),
+            PodError::InvalidId("x".into()),
+            PodError::Ambiguous("x".into()),
+            PodError::Exists(uuid::Uuid::nil()),
+            PodError::Busy(uuid::Uuid::nil()),
+        ] {
+            let kind = crate::container::pod_kind(&e);
+            assert_eq!(pod_status(e).code(), code_of(kind));
+        }
     }
 }

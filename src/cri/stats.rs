@@ -5,12 +5,12 @@
 //! `usage_nano_cores` is the rate since the previous sample of the same
 //! container or pod taken by this daemon.
 
-use super::container_start;
 use super::container_status::status_of;
 use super::sandbox_status::{PodView, list_views};
 use super::{pod_meta, pod_status};
 use crate::cgroup::Layout;
 use crate::cgroup::stats::{StatDirs, Usage};
+use crate::container as container_start;
 use crate::pod::{self, Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
