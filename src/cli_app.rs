@@ -6,7 +6,7 @@
 
 use crate::api_v1::AppInfo;
 use crate::config::Config;
-use crate::cri::{container_create, container_status};
+use crate::cri::container_create;
 use crate::pod::{Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
@@ -304,10 +304,9 @@ pub fn exec(
     app: &str,
     timeout: i64,
     cmd: Vec<String>,
-) -> Result<cri::ExecSyncResponse, String> {
+) -> Result<crate::stage1::exec::ExecOutput, String> {
     let (tokio, rt) = runtime(data_dir)?;
-    let req = cri::ExecSyncRequest { container_id: id(uuid, app), cmd, timeout };
-    tokio.block_on(crate::cri::container_exec::exec_sync(&rt, req)).map_err(|s| s.message().to_string())
+    tokio.block_on(crate::container::exec::exec_sync(&rt, &id(uuid, app), cmd, timeout)).map_err(|e| e.to_string())
 }
 
 /// `app exec` on a terminal: the command gets a terminal of its own, sized
@@ -320,7 +319,7 @@ pub fn exec_tty(data_dir: PathBuf, uuid: &str, app: &str, cmd: Vec<String>) -> R
     use std::io::{Read, Write};
     let (tokio, rt) = runtime(data_dir)?;
     let id = id(uuid, app);
-    let pid = crate::cri::container_exec::running_main_pid(&rt, &id).map_err(|s| s.message().to_string())?;
+    let pid = crate::container::exec::running_main_pid(&rt, &id).map_err(|e| e.to_string())?;
     let stdin = std::io::stdin();
     let saved = tcgetattr(&stdin).map_err(|e| format!("reading the terminal's mode: {e}"))?;
     let mut raw = saved.clone();
@@ -387,7 +386,7 @@ fn exit_code_of(status: &str) -> Result<i32, String> {
 
 /// `app list UUID` / `app status UUID --app=NAME`, as JSON or a table.
 pub fn show(data_dir: PathBuf, uuid: &str, app: Option<&str>, json: bool) -> Result<String, String> {
-    let (tokio, rt) = runtime(data_dir)?;
+    let (_tokio, rt) = runtime(data_dir)?;
     let mut pod = Pod::open(&rt.data, uuid).map_err(|e| e.to_string())?;
     // no daemon may be listening to the pod: read its apps' exits from its systemd first
     rt.reconcile_pod(&mut pod);
@@ -397,27 +396,13 @@ pub fn show(data_dir: PathBuf, uuid: &str, app: Option<&str>, json: bool) -> Res
         .apps
         .iter()
         .filter(|a| app.is_none_or(|name| a.name == name))
-        .map(|a| container_status::app_info(&pod, a, running))
+        .map(|a| crate::container::status::app_info(&pod, a, running))
         .collect();
     if let (Some(name), Some(one)) = (app, rows.first_mut())
         && one.state == "running"
     {
-        let id = crate::cri::container_meta::container_id(&pod.uuid().to_string(), name);
-        let stats = tokio
-            .block_on(crate::cri::stats::container_stats(&rt, cri::ContainerStatsRequest { container_id: id }))
-            .ok()
-            .and_then(|r| r.stats);
-        one.usage = stats.map(|s| {
-            let v = |x: &Option<cri::UInt64Value>| x.as_ref().map(|v| v.value);
-            crate::api_v1::AppUsage {
-                cpu_total_ns: s.cpu.as_ref().and_then(|c| v(&c.usage_core_nano_seconds)),
-                memory_usage_bytes: s.memory.as_ref().and_then(|m| v(&m.usage_bytes)),
-                memory_working_set_bytes: s.memory.as_ref().and_then(|m| v(&m.working_set_bytes)),
-                memory_rss_bytes: s.memory.as_ref().and_then(|m| v(&m.rss_bytes)),
-                writable_layer_bytes: s.writable_layer.as_ref().and_then(|w| v(&w.used_bytes)),
-                writable_layer_inodes: s.writable_layer.as_ref().and_then(|w| v(&w.inodes_used)),
-            }
-        });
+        let id = crate::container::meta::container_id(&pod.uuid().to_string(), name);
+        one.usage = crate::container::status::usage(&rt, &id).ok();
     }
     let encoded = |r: serde_json::Result<String>| r.map_err(|e| e.to_string());
     match (app, rows.first()) {

@@ -11,15 +11,19 @@
 //! - `remove`: RemoveContainer
 //! - `resources`: UpdateContainerResources, the app's limits
 //! - `log`: ReopenContainerLog
+//! - `exec`: ExecSync's command, and the main process a streaming exec copies
+//! - `status`: an app as `rktlet app status` and ContainerStatus see it, its usage
 //! - `pod_resources`: the pod's own limits as its apps change
 //! - `meta`: container ids and what CreateContainer records in the app's annotations
 
+pub mod exec;
 pub mod log;
 pub mod meta;
 pub mod pod_resources;
 pub mod remove;
 pub mod resources;
 pub mod start;
+pub mod status;
 pub mod stop;
 
 use crate::cgroup::pod_limits::PodLimitsError;
@@ -56,6 +60,21 @@ pub enum ContainerError {
     Bus(#[from] BusError),
     #[error(transparent)]
     PodLimits(#[from] PodLimitsError),
+    /// A command run in container `id` failed.
+    #[error("{}", exec_message(id, source))]
+    Exec { id: String, source: crate::stage1::exec::ExecError },
+}
+
+/// The message of an exec's failure in container `id`.
+fn exec_message(id: &str, e: &crate::stage1::exec::ExecError) -> String {
+    use crate::stage1::exec::ExecError;
+    match e {
+        ExecError::TargetGone { .. } => format!("container {id} is not running"),
+        ExecError::EmptyCommand | ExecError::Nul => e.to_string(),
+        ExecError::Timeout { .. } | ExecError::Setup { .. } | ExecError::Target { .. } | ExecError::Io(_) => {
+            format!("exec in container {id}: {e}")
+        }
+    }
 }
 
 /// The class of a [`ContainerError`], as gRPC's codes name them.
@@ -66,6 +85,10 @@ pub enum ErrorKind {
     AlreadyExists,
     FailedPrecondition,
     Unavailable,
+    /// A command did not finish in time.
+    DeadlineExceeded,
+    /// What went wrong is not known to rktlet (a command that could not start).
+    Unknown,
     Internal,
 }
 
@@ -88,6 +111,16 @@ impl ContainerError {
             },
             ContainerError::Bus(e) if e.is_not_found() => ErrorKind::NotFound,
             ContainerError::Bus(_) => ErrorKind::Internal,
+            ContainerError::Exec { source, .. } => {
+                use crate::stage1::exec::ExecError;
+                match source {
+                    ExecError::Timeout { .. } => ErrorKind::DeadlineExceeded,
+                    ExecError::TargetGone { .. } => ErrorKind::FailedPrecondition,
+                    ExecError::EmptyCommand | ExecError::Nul => ErrorKind::InvalidArgument,
+                    ExecError::Setup { .. } => ErrorKind::Unknown,
+                    ExecError::Target { .. } | ExecError::Io(_) => ErrorKind::Internal,
+                }
+            }
             ContainerError::PodLimits(e) => match e {
                 PodLimitsError::Invalid(_) => ErrorKind::InvalidArgument,
                 PodLimitsError::BelowUsage { .. } => ErrorKind::FailedPrecondition,

@@ -92,6 +92,8 @@ fn code_of(kind: ErrorKind) -> tonic::Code {
         ErrorKind::AlreadyExists => tonic::Code::AlreadyExists,
         ErrorKind::FailedPrecondition => tonic::Code::FailedPrecondition,
         ErrorKind::Unavailable => tonic::Code::Unavailable,
+        ErrorKind::DeadlineExceeded => tonic::Code::DeadlineExceeded,
+        ErrorKind::Unknown => tonic::Code::Unknown,
         ErrorKind::Internal => tonic::Code::Internal,
     }
 }
@@ -355,7 +357,7 @@ mod tests {
 
     #[test]
     fn container_errors_as_grpc_codes() {
-        let cases: Vec<(ContainerError, Code, &str)> = vec![
+        let mut cases: Vec<(ContainerError, Code, &str)> = vec![
             (ContainerError::NotFound("container p:a not found".into()), Code::NotFound, "container p:a not found"),
             (ContainerError::InvalidArgument("bad".into()), Code::InvalidArgument, "bad"),
             (ContainerError::FailedPrecondition("not running".into()), Code::FailedPrecondition, "not running"),
@@ -383,6 +385,31 @@ mod tests {
                 "",
             ),
         ];
+        use crate::stage1::exec::ExecError;
+        let exec = |source| ContainerError::Exec { id: "p:a".into(), source };
+        cases.extend([
+            (
+                exec(ExecError::Timeout { program: "sleep".into(), timeout: std::time::Duration::from_secs(1) }),
+                Code::DeadlineExceeded,
+                "exec in container p:a: \"sleep\" did not finish within 1s and was killed",
+            ),
+            (
+                exec(ExecError::TargetGone { pid: 1, source: std::io::Error::other("gone") }),
+                Code::FailedPrecondition,
+                "container p:a is not running",
+            ),
+            (exec(ExecError::EmptyCommand), Code::InvalidArgument, "the command is empty"),
+            (
+                exec(ExecError::Setup { program: "x".into(), step: "execve", source: std::io::Error::other("ENOENT") }),
+                Code::Unknown,
+                "exec in container p:a: cannot start \"x\" in the app: execve: ENOENT",
+            ),
+            (
+                exec(ExecError::Io(std::io::Error::other("EIO"))),
+                Code::Internal,
+                "exec in container p:a: exec in the app: EIO",
+            ),
+        ]);
         for (e, code, message) in cases {
             let text = e.to_string();
             let s = container_error(e);

@@ -10,7 +10,6 @@ use super::sandbox_status::{PodView, list_views};
 use super::{pod_meta, pod_status};
 use crate::cgroup::Layout;
 use crate::cgroup::stats::{StatDirs, Usage};
-use crate::container as container_start;
 use crate::pod::{self, Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
@@ -98,7 +97,7 @@ pub async fn container_stats(
     rt: &Runtime,
     req: cri::ContainerStatsRequest,
 ) -> Result<cri::ContainerStatsResponse, Status> {
-    let t = container_start::open(rt, &req.container_id)?;
+    let t = crate::container::open(rt, &req.container_id)?;
     if !t.running {
         return Err(Status::not_found(format!("container {} has no stats: its pod is not running", req.container_id)));
     }
