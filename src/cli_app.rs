@@ -6,7 +6,6 @@
 
 use crate::api_v1::AppInfo;
 use crate::config::Config;
-use crate::cri::container_create;
 use crate::pod::{Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
@@ -265,9 +264,11 @@ pub fn add(data_dir: PathBuf, a: AddArgs) -> Result<String, String> {
     let req = a.to_cri()?;
     let (tokio, rt) = runtime(data_dir)?;
     tokio
-        .block_on(container_create::create_container(&rt, req))
-        .map(|r| r.container_id)
-        .map_err(|s| s.message().to_string())
+        .block_on(async {
+            let request = crate::container::from_cri::create_request(&rt, &req)?;
+            crate::container::create::create(&rt, request).await
+        })
+        .map_err(|e| e.to_string())
 }
 
 /// `app start|stop|rm UUID --app=NAME`.

@@ -55,7 +55,12 @@ pub fn pid_namespace(app: &RuntimeApp) -> PidNamespace {
 }
 
 pub fn app_name(meta: &cri::ContainerMetadata) -> String {
-    format!("{}-{}", meta.attempt, crate::pod::manifest::sanitize_ac_name(&meta.name))
+    app_name_of(&meta.name, meta.attempt)
+}
+
+/// The app name of attempt `attempt` of container `name`.
+pub fn app_name_of(name: &str, attempt: u32) -> String {
+    format!("{attempt}-{}", crate::pod::manifest::sanitize_ac_name(name))
 }
 
 pub fn container_id(pod: &str, app: &str) -> String {

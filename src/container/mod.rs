@@ -16,7 +16,9 @@
 //! - `pod_resources`: the pod's own limits as its apps change
 //! - `meta`: container ids and what CreateContainer records in the app's annotations
 
+pub mod create;
 pub mod exec;
+pub mod from_cri;
 pub mod log;
 pub mod meta;
 pub mod pod_resources;
@@ -60,6 +62,9 @@ pub enum ContainerError {
     Bus(#[from] BusError),
     #[error(transparent)]
     PodLimits(#[from] PodLimitsError),
+    /// The image store's answer (with what it was asked for, if not the container's image).
+    #[error("{}", match context { Some(c) => format!("{c}: {source}"), None => source.to_string() })]
+    Image { context: Option<String>, source: crate::image::ImageError },
     /// A command run in container `id` failed.
     #[error("{}", exec_message(id, source))]
     Exec { id: String, source: crate::stage1::exec::ExecError },
@@ -111,6 +116,9 @@ impl ContainerError {
             },
             ContainerError::Bus(e) if e.is_not_found() => ErrorKind::NotFound,
             ContainerError::Bus(_) => ErrorKind::Internal,
+            // (the store's own code is finer: `cri` asks it)
+            ContainerError::Image { source: crate::image::ImageError::NotFound(_), .. } => ErrorKind::NotFound,
+            ContainerError::Image { .. } => ErrorKind::Internal,
             ContainerError::Exec { source, .. } => {
                 use crate::stage1::exec::ExecError;
                 match source {

@@ -100,7 +100,12 @@ fn code_of(kind: ErrorKind) -> tonic::Code {
 
 /// Maps a container verb's error to the code CRI clients expect; its text is the message.
 pub(crate) fn container_error(e: ContainerError) -> Status {
-    Status::new(code_of(e.kind()), e.to_string())
+    let code = match &e {
+        // the image store names its own codes (a reference, a registry...)
+        ContainerError::Image { source, .. } => source.code(),
+        e => code_of(e.kind()),
+    };
+    Status::new(code, e.to_string())
 }
 
 impl From<ContainerError> for Status {
@@ -123,93 +128,9 @@ fn pod_status(e: crate::pod::PodError) -> Status {
     }
 }
 
+pub(crate) use crate::container::from_cri::{apparmor_asked, apparmor_profile, check_lsm, check_metadata_size};
+
 /// The answer of an RPC rktlet does not implement yet.
-/// Labels and annotations of one object, together, at most (Kubernetes'
-/// own limit for annotations): they are stored in manifests that every
-/// status and list call reads.
-pub(crate) const MAX_METADATA_BYTES: usize = 256 << 10;
-
-/// The AppArmor profile a request names: its `apparmor` field, else the
-/// deprecated string (`runtime/default`, `unconfined`, `localhost/NAME`).
-pub(crate) fn apparmor_asked(
-    field: &str,
-    profile: Option<&cri::SecurityProfile>,
-    deprecated: &str,
-) -> Result<Option<crate::stage1::lsm::AppArmor>, Status> {
-    use crate::stage1::lsm::AppArmor;
-    use cri::security_profile::ProfileType;
-    if let Some(p) = profile {
-        return match ProfileType::try_from(p.profile_type) {
-            Ok(ProfileType::RuntimeDefault) => Ok(Some(AppArmor::RuntimeDefault)),
-            Ok(ProfileType::Unconfined) => Ok(Some(AppArmor::Unconfined)),
-            Ok(ProfileType::Localhost) if p.localhost_ref.is_empty() => {
-                Err(Status::invalid_argument(format!("{field}: a Localhost profile needs localhost_ref")))
-            }
-            Ok(ProfileType::Localhost) => Ok(Some(AppArmor::Localhost(p.localhost_ref.clone()))),
-            Err(_) => Err(Status::invalid_argument(format!("{field}: unknown profile type {}", p.profile_type))),
-        };
-    }
-    match deprecated {
-        "" => Ok(None),
-        "runtime/default" => Ok(Some(AppArmor::RuntimeDefault)),
-        "unconfined" => Ok(Some(AppArmor::Unconfined)),
-        other => match other.strip_prefix("localhost/") {
-            Some(name) if !name.is_empty() => Ok(Some(AppArmor::Localhost(name.to_string()))),
-            _ => Err(Status::invalid_argument(format!("{field}_profile: unknown AppArmor profile {other:?}"))),
-        },
-    }
-}
-
-/// The AppArmor confinement of a container (or a pod), and the refusal of
-/// what rktlet cannot give on this host (see `stage1::lsm`), naming the field.
-pub(crate) fn check_lsm(
-    rt: &Runtime,
-    prefix: &str,
-    apparmor: Option<crate::stage1::lsm::AppArmor>,
-    privileged: bool,
-    selinux: Option<&cri::SeLinuxOption>,
-) -> Result<crate::stage1::lsm::Confinement, Status> {
-    let host = rt.host.lsm;
-    let confinement =
-        crate::stage1::lsm::apparmor_for(&format!("{prefix}.apparmor"), apparmor.as_ref(), privileged, host)
-            .map_err(Status::invalid_argument)?;
-    let labels =
-        selinux.is_some_and(|o| !(o.user.is_empty() && o.role.is_empty() && o.r#type.is_empty() && o.level.is_empty()));
-    crate::stage1::lsm::check_selinux(&format!("{prefix}.selinux_options"), labels, host)
-        .map_err(Status::invalid_argument)?;
-    Ok(confinement)
-}
-
-/// The AppArmor profile a container runs under, made ready on the host.
-pub(crate) fn apparmor_profile(
-    rt: &Runtime,
-    field: &str,
-    confinement: &crate::stage1::lsm::Confinement,
-) -> Result<Option<String>, Status> {
-    use crate::stage1::apparmor::{AppArmorError, prepare};
-    // apparmor_parser may run (once per daemon, unless `serve` loaded it first)
-    tokio::task::block_in_place(|| prepare(confinement, &rt.apparmor_dir())).map_err(|e| match e {
-        AppArmorError::NotLoaded(_) => Status::invalid_argument(format!("{field}: {e}")),
-        AppArmorError::NoParser => Status::failed_precondition(format!("{field}: {e}")),
-        AppArmorError::Load(_) | AppArmorError::Io { .. } => Status::internal(format!("{field}: {e}")),
-    })
-}
-
-/// Refuses labels and annotations over [`MAX_METADATA_BYTES`].
-pub(crate) fn check_metadata_size(
-    what: &str,
-    labels: &std::collections::HashMap<String, String>,
-    annotations: &std::collections::HashMap<String, String>,
-) -> Result<(), Status> {
-    let size: usize = labels.iter().chain(annotations).map(|(k, v)| k.len() + v.len()).sum();
-    if size > MAX_METADATA_BYTES {
-        return Err(Status::invalid_argument(format!(
-            "{what} labels and annotations take {size} bytes; at most {MAX_METADATA_BYTES} are accepted"
-        )));
-    }
-    Ok(())
-}
-
 fn unimplemented(method: &str) -> Status {
     Status::unimplemented(format!("{method} is not implemented by rktlet yet"))
 }

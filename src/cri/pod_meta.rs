@@ -20,9 +20,9 @@ pub const IPC_MODE: &str = "rktlet.io/ipc-mode";
 /// `node` for a host-PID pod (its apps in the node's PID namespace); absent otherwise.
 pub const PID_MODE: &str = crate::pod::manifest::ANNOTATION_PID_MODE;
 /// Pod annotation: the pod's hostname.
-pub const HOSTNAME: &str = "rktlet.io/hostname";
+pub const HOSTNAME: &str = crate::pod::manifest::ANNOTATION_HOSTNAME;
 /// Pod annotation rkt uses for kubelet's pod log directory.
-pub const LOG_DIR: &str = "coreos.com/rkt/experiment/kubernetes-log-dir";
+pub const LOG_DIR: &str = crate::pod::manifest::ANNOTATION_LOG_DIR;
 
 /// The manifest of a new sandbox for `config`.
 pub fn manifest_from_config(
