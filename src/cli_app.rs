@@ -1,11 +1,14 @@
 //! `rktlet app add|start|stop|rm|list|status`: rkt's app-level commands on a
-//! running pod, on the same data directory as the daemon. They go through the
-//! same code as the CRI verbs (a CRI request built from rkt's flags), so the
-//! CLI and the daemon cannot disagree; the CLI is what the exec design of the
-//! benchmark runs per call.
+//! running pod, on the same data directory as the daemon. They call the same
+//! domain functions as the CRI verbs (`container`; `app add` builds a CRI
+//! request from rkt's flags and decodes it with `container::from_cri`, as
+//! CreateContainer does), so the CLI and the daemon cannot disagree; the CLI
+//! is what the exec design of the benchmark runs per call.
 
 use crate::api_v1::AppInfo;
 use crate::config::Config;
+use crate::container::stats;
+use crate::pod::manifest::USER_ANNOTATION_POD_NAME;
 use crate::pod::{Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
@@ -447,25 +450,24 @@ pub struct StatsRow {
 }
 
 impl StatsRow {
+    /// A row from one sample (`writable`: a container's writable layer's bytes).
     fn new(
         pod: &str,
         pod_name: &str,
         container: String,
         name: String,
-        cpu: &Option<cri::CpuUsage>,
-        memory: &Option<cri::MemoryUsage>,
-        writable: Option<&cri::FilesystemUsage>,
+        s: &stats::Sample,
+        writable: Option<u64>,
     ) -> Self {
-        let v = |x: &Option<cri::UInt64Value>| x.as_ref().map(|v| v.value);
         StatsRow {
             pod: pod.to_string(),
             pod_name: pod_name.to_string(),
             container,
             name,
-            cpu_nano_cores: cpu.as_ref().and_then(|c| v(&c.usage_nano_cores)),
-            cpu_total_ns: cpu.as_ref().and_then(|c| v(&c.usage_core_nano_seconds)),
-            memory_working_set_bytes: memory.as_ref().and_then(|m| v(&m.working_set_bytes)),
-            writable_layer_bytes: writable.and_then(|w| v(&w.used_bytes)),
+            cpu_nano_cores: s.usage.cpu_ns.and(s.cpu_rate),
+            cpu_total_ns: s.usage.cpu_ns,
+            memory_working_set_bytes: s.usage.memory.map(|m| m.working_set_bytes),
+            writable_layer_bytes: writable,
         }
     }
 }
@@ -473,24 +475,35 @@ impl StatsRow {
 /// `rktlet stats`: every ready pod and its running containers, with CPU as a
 /// rate over 200 ms, memory working set and writable layer, as a table or JSON.
 pub fn stats(data_dir: PathBuf, json: bool) -> Result<String, String> {
-    let (tokio, rt) = runtime(data_dir)?;
-    let sample = || {
-        tokio
-            .block_on(crate::cri::stats::list_pod_sandbox_stats(&rt, cri::ListPodSandboxStatsRequest { filter: None }))
-            .map_err(|s| s.message().to_string())
+    let (_tokio, rt) = runtime(data_dir)?;
+    let no_labels = std::collections::HashMap::new();
+    // two samples: the CPU rates are those since the first
+    let pods = || stats::ready_pods(&rt, "", &no_labels).map_err(|e| e.to_string());
+    let sample = |view: &stats::PodView| {
+        let pod = stats::pod_sample(&rt, view);
+        let apps: Vec<_> = stats::running_apps(view)
+            .map(|(app, status)| {
+                let sub = view.subcgroup.as_deref();
+                let (s, writable) = stats::app_sample(&rt, &view.sandbox.pod, &app.name, &status.id, sub);
+                (status.clone(), s, writable)
+            })
+            .collect();
+        (pod, apps)
     };
-    sample()?;
+    for view in pods()? {
+        sample(&view);
+    }
     std::thread::sleep(std::time::Duration::from_millis(200));
     let mut rows = Vec::new();
-    for pod in sample()?.stats {
-        let (id, pod_name) =
-            pod.attributes.map(|a| (a.id, a.metadata.map(|m| m.name).unwrap_or_default())).unwrap_or_default();
-        let Some(linux) = pod.linux else { continue };
-        rows.push(StatsRow::new(&id, &pod_name, String::new(), String::new(), &linux.cpu, &linux.memory, None));
-        for c in linux.containers {
-            let (cid, name) =
-                c.attributes.map(|a| (a.id, a.metadata.map(|m| m.name).unwrap_or_default())).unwrap_or_default();
-            rows.push(StatsRow::new(&id, &pod_name, cid, name, &c.cpu, &c.memory, c.writable_layer.as_ref()));
+    for view in pods()? {
+        let (pod, apps) = sample(&view);
+        let id = view.sandbox.pod.uuid().to_string();
+        let pod_name =
+            view.sandbox.manifest.user_annotations.get(USER_ANNOTATION_POD_NAME).cloned().unwrap_or_default();
+        rows.push(StatsRow::new(&id, &pod_name, String::new(), String::new(), &pod, None));
+        for (status, s, writable) in apps {
+            let name = status.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default();
+            rows.push(StatsRow::new(&id, &pod_name, status.id.clone(), name, &s, writable.map(|(b, _)| b)));
         }
     }
     if json {

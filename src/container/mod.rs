@@ -12,6 +12,7 @@
 //! - `resources`: UpdateContainerResources, the app's limits
 //! - `log`: ReopenContainerLog
 //! - `exec`: ExecSync's command, and the main process a streaming exec copies
+//! - `stats`: the usage of pods and their running containers, CPU rates
 //! - `status`: an app as `rktlet app status` and ContainerStatus see it, its usage
 //! - `pod_resources`: the pod's own limits as its apps change
 //! - `meta`: container ids and what CreateContainer records in the app's annotations
@@ -25,6 +26,7 @@ pub mod pod_resources;
 pub mod remove;
 pub mod resources;
 pub mod start;
+pub mod stats;
 pub mod status;
 pub mod stop;
 

@@ -5,7 +5,6 @@
 
 use super::{ContainerError, open};
 use crate::api_v1::{AppInfo, AppUsage, MountInfo};
-use crate::cgroup::stats::{StatDirs, Usage};
 use crate::pod::Pod;
 use crate::pod::manifest::RuntimeApp;
 use crate::runtime::Runtime;
@@ -88,12 +87,8 @@ pub fn usage(rt: &Runtime, id: &str) -> Result<AppUsage, ContainerError> {
         return Err(ContainerError::NotFound(format!("container {id} has no stats: its pod is not running")));
     }
     let sub = t.pod.read_file(crate::pod::SUBCGROUP_FILE).ok().flatten();
-    let usage = match (sub, crate::cgroup::Layout::cached()) {
-        // as ContainerStats: pids.current is not read
-        (Some(sub), Ok(layout)) => StatDirs { pids: None, ..StatDirs::of_app(layout, &sub, &t.app.name) }.read(),
-        _ => Usage::default(),
-    };
-    let writable = AppPaths::new(&t.pod, &t.app.name).writable_usage();
+    let (sample, writable) = super::stats::app_sample(rt, &t.pod, &t.app.name, id, sub.as_deref());
+    let usage = sample.usage;
     Ok(AppUsage {
         cpu_total_ns: usage.cpu_ns,
         memory_usage_bytes: usage.memory.map(|m| m.usage_bytes),
