@@ -11,6 +11,8 @@ pub(crate) mod container_status;
 mod container_stop;
 mod container_update_resources;
 mod events;
+/// `serve --exec-mode`: the same RPCs served by exec'ing the CLI.
+pub mod exec_mode;
 pub(crate) mod image;
 mod list_streams;
 pub(crate) mod pod_meta;
@@ -27,11 +29,11 @@ pub(crate) mod stats;
 /// domain's, `container::meta`; CRI's conversions are there too).
 pub(crate) use crate::container::meta as container_meta;
 use crate::container::{ContainerError, ErrorKind};
-use crate::exec_mode::{self, ExecMode};
 use crate::proto::v1 as cri;
 use crate::proto::v1::image_service_server::ImageService;
 use crate::proto::v1::runtime_service_server::RuntimeService;
 use crate::runtime::Runtime;
+use exec_mode::ExecMode;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
