@@ -1,12 +1,14 @@
 //! `rktlet app add|start|stop|rm|list|status`: rkt's app-level commands on a
-//! running pod, on the same data directory as the daemon. They go through the
-//! same code as the CRI verbs (a CRI request built from rkt's flags), so the
-//! CLI and the daemon cannot disagree; the CLI is what the exec design of the
-//! benchmark runs per call.
+//! running pod, on the same data directory as the daemon. They call the same
+//! domain functions as the CRI verbs (`container`; `app add` builds a CRI
+//! request from rkt's flags and decodes it with `container::from_cri`, as
+//! CreateContainer does), so the CLI and the daemon cannot disagree; the CLI
+//! is what the exec design of the benchmark runs per call.
 
 use crate::api_v1::AppInfo;
 use crate::config::Config;
-use crate::cri::{container_create, container_start, container_status};
+use crate::container::stats;
+use crate::pod::manifest::USER_ANNOTATION_POD_NAME;
 use crate::pod::{Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
@@ -265,9 +267,11 @@ pub fn add(data_dir: PathBuf, a: AddArgs) -> Result<String, String> {
     let req = a.to_cri()?;
     let (tokio, rt) = runtime(data_dir)?;
     tokio
-        .block_on(container_create::create_container(&rt, req))
-        .map(|r| r.container_id)
-        .map_err(|s| s.message().to_string())
+        .block_on(async {
+            let request = crate::container::from_cri::create_request(&rt, &req)?;
+            crate::container::create::create(&rt, request).await
+        })
+        .map_err(|e| e.to_string())
 }
 
 /// `app start|stop|rm UUID --app=NAME`.
@@ -276,22 +280,20 @@ pub fn lifecycle(data_dir: PathBuf, verb: &str, uuid: &str, app: &str, timeout: 
     let container_id = id(uuid, app);
     let result = tokio.block_on(async {
         match verb {
-            "start" => {
-                container_start::start_container(&rt, cri::StartContainerRequest { container_id }).await.map(|_| ())
+            "start" => crate::container::start::start(&rt, &container_id).await,
+            "stop" => {
+                let grace = std::time::Duration::from_secs(u64::try_from(timeout).unwrap_or(0));
+                crate::container::stop::stop(&rt, &container_id, grace).await
             }
-            "stop" => container_start::stop_container(&rt, cri::StopContainerRequest { container_id, timeout })
-                .await
-                .map(|_| ()),
             _ => {
                 // CRI's RemoveContainer succeeds on a removed container (kubelet
                 // retries); an operator naming an app that is not there is told so
-                let status = cri::ContainerStatusRequest { container_id: container_id.clone(), verbose: false };
-                crate::cri::container_status::container_status(&rt, status).await?;
-                container_start::remove_container(&rt, cri::RemoveContainerRequest { container_id }).await.map(|_| ())
+                crate::container::open(&rt, &container_id)?;
+                crate::container::remove::remove(&rt, &container_id).await
             }
         }
     });
-    result.map_err(|s| s.message().to_string())
+    result.map_err(|e| e.to_string())
 }
 
 /// The exit code of `app exec` when rktlet itself failed (the command did
@@ -306,10 +308,9 @@ pub fn exec(
     app: &str,
     timeout: i64,
     cmd: Vec<String>,
-) -> Result<cri::ExecSyncResponse, String> {
+) -> Result<crate::stage1::exec::ExecOutput, String> {
     let (tokio, rt) = runtime(data_dir)?;
-    let req = cri::ExecSyncRequest { container_id: id(uuid, app), cmd, timeout };
-    tokio.block_on(crate::cri::container_exec::exec_sync(&rt, req)).map_err(|s| s.message().to_string())
+    tokio.block_on(crate::container::exec::exec_sync(&rt, &id(uuid, app), cmd, timeout)).map_err(|e| e.to_string())
 }
 
 /// `app exec` on a terminal: the command gets a terminal of its own, sized
@@ -322,7 +323,7 @@ pub fn exec_tty(data_dir: PathBuf, uuid: &str, app: &str, cmd: Vec<String>) -> R
     use std::io::{Read, Write};
     let (tokio, rt) = runtime(data_dir)?;
     let id = id(uuid, app);
-    let pid = crate::cri::container_exec::running_main_pid(&rt, &id).map_err(|s| s.message().to_string())?;
+    let pid = crate::container::exec::running_main_pid(&rt, &id).map_err(|e| e.to_string())?;
     let stdin = std::io::stdin();
     let saved = tcgetattr(&stdin).map_err(|e| format!("reading the terminal's mode: {e}"))?;
     let mut raw = saved.clone();
@@ -389,7 +390,7 @@ fn exit_code_of(status: &str) -> Result<i32, String> {
 
 /// `app list UUID` / `app status UUID --app=NAME`, as JSON or a table.
 pub fn show(data_dir: PathBuf, uuid: &str, app: Option<&str>, json: bool) -> Result<String, String> {
-    let (tokio, rt) = runtime(data_dir)?;
+    let (_tokio, rt) = runtime(data_dir)?;
     let mut pod = Pod::open(&rt.data, uuid).map_err(|e| e.to_string())?;
     // no daemon may be listening to the pod: read its apps' exits from its systemd first
     rt.reconcile_pod(&mut pod);
@@ -399,27 +400,13 @@ pub fn show(data_dir: PathBuf, uuid: &str, app: Option<&str>, json: bool) -> Res
         .apps
         .iter()
         .filter(|a| app.is_none_or(|name| a.name == name))
-        .map(|a| container_status::app_info(&pod, a, running))
+        .map(|a| crate::container::status::app_info(&pod, a, running))
         .collect();
     if let (Some(name), Some(one)) = (app, rows.first_mut())
         && one.state == "running"
     {
-        let id = crate::cri::container_meta::container_id(&pod.uuid().to_string(), name);
-        let stats = tokio
-            .block_on(crate::cri::stats::container_stats(&rt, cri::ContainerStatsRequest { container_id: id }))
-            .ok()
-            .and_then(|r| r.stats);
-        one.usage = stats.map(|s| {
-            let v = |x: &Option<cri::UInt64Value>| x.as_ref().map(|v| v.value);
-            crate::api_v1::AppUsage {
-                cpu_total_ns: s.cpu.as_ref().and_then(|c| v(&c.usage_core_nano_seconds)),
-                memory_usage_bytes: s.memory.as_ref().and_then(|m| v(&m.usage_bytes)),
-                memory_working_set_bytes: s.memory.as_ref().and_then(|m| v(&m.working_set_bytes)),
-                memory_rss_bytes: s.memory.as_ref().and_then(|m| v(&m.rss_bytes)),
-                writable_layer_bytes: s.writable_layer.as_ref().and_then(|w| v(&w.used_bytes)),
-                writable_layer_inodes: s.writable_layer.as_ref().and_then(|w| v(&w.inodes_used)),
-            }
-        });
+        let id = crate::container::meta::container_id(&pod.uuid().to_string(), name);
+        one.usage = crate::container::status::usage(&rt, &id).ok();
     }
     let encoded = |r: serde_json::Result<String>| r.map_err(|e| e.to_string());
     match (app, rows.first()) {
@@ -463,25 +450,24 @@ pub struct StatsRow {
 }
 
 impl StatsRow {
+    /// A row from one sample (`writable`: a container's writable layer's bytes).
     fn new(
         pod: &str,
         pod_name: &str,
         container: String,
         name: String,
-        cpu: &Option<cri::CpuUsage>,
-        memory: &Option<cri::MemoryUsage>,
-        writable: Option<&cri::FilesystemUsage>,
+        s: &stats::Sample,
+        writable: Option<u64>,
     ) -> Self {
-        let v = |x: &Option<cri::UInt64Value>| x.as_ref().map(|v| v.value);
         StatsRow {
             pod: pod.to_string(),
             pod_name: pod_name.to_string(),
             container,
             name,
-            cpu_nano_cores: cpu.as_ref().and_then(|c| v(&c.usage_nano_cores)),
-            cpu_total_ns: cpu.as_ref().and_then(|c| v(&c.usage_core_nano_seconds)),
-            memory_working_set_bytes: memory.as_ref().and_then(|m| v(&m.working_set_bytes)),
-            writable_layer_bytes: writable.and_then(|w| v(&w.used_bytes)),
+            cpu_nano_cores: s.usage.cpu_ns.and(s.cpu_rate),
+            cpu_total_ns: s.usage.cpu_ns,
+            memory_working_set_bytes: s.usage.memory.map(|m| m.working_set_bytes),
+            writable_layer_bytes: writable,
         }
     }
 }
@@ -489,24 +475,35 @@ impl StatsRow {
 /// `rktlet stats`: every ready pod and its running containers, with CPU as a
 /// rate over 200 ms, memory working set and writable layer, as a table or JSON.
 pub fn stats(data_dir: PathBuf, json: bool) -> Result<String, String> {
-    let (tokio, rt) = runtime(data_dir)?;
-    let sample = || {
-        tokio
-            .block_on(crate::cri::stats::list_pod_sandbox_stats(&rt, cri::ListPodSandboxStatsRequest { filter: None }))
-            .map_err(|s| s.message().to_string())
+    let (_tokio, rt) = runtime(data_dir)?;
+    let no_labels = std::collections::HashMap::new();
+    // two samples: the CPU rates are those since the first
+    let pods = || stats::ready_pods(&rt, "", &no_labels).map_err(|e| e.to_string());
+    let sample = |view: &stats::PodView| {
+        let pod = stats::pod_sample(&rt, view);
+        let apps: Vec<_> = stats::running_apps(view)
+            .map(|(app, status)| {
+                let sub = view.subcgroup.as_deref();
+                let (s, writable) = stats::app_sample(&rt, &view.sandbox.pod, &app.name, &status.id, sub);
+                (status.clone(), s, writable)
+            })
+            .collect();
+        (pod, apps)
     };
-    sample()?;
+    for view in pods()? {
+        sample(&view);
+    }
     std::thread::sleep(std::time::Duration::from_millis(200));
     let mut rows = Vec::new();
-    for pod in sample()?.stats {
-        let (id, pod_name) =
-            pod.attributes.map(|a| (a.id, a.metadata.map(|m| m.name).unwrap_or_default())).unwrap_or_default();
-        let Some(linux) = pod.linux else { continue };
-        rows.push(StatsRow::new(&id, &pod_name, String::new(), String::new(), &linux.cpu, &linux.memory, None));
-        for c in linux.containers {
-            let (cid, name) =
-                c.attributes.map(|a| (a.id, a.metadata.map(|m| m.name).unwrap_or_default())).unwrap_or_default();
-            rows.push(StatsRow::new(&id, &pod_name, cid, name, &c.cpu, &c.memory, c.writable_layer.as_ref()));
+    for view in pods()? {
+        let (pod, apps) = sample(&view);
+        let id = view.sandbox.pod.uuid().to_string();
+        let pod_name =
+            view.sandbox.manifest.user_annotations.get(USER_ANNOTATION_POD_NAME).cloned().unwrap_or_default();
+        rows.push(StatsRow::new(&id, &pod_name, String::new(), String::new(), &pod, None));
+        for (status, s, writable) in apps {
+            let name = status.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default();
+            rows.push(StatsRow::new(&id, &pod_name, status.id.clone(), name, &s, writable.map(|(b, _)| b)));
         }
     }
     if json {

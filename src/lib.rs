@@ -1,7 +1,8 @@
 //! rktlet: a Kubernetes CRI runtime that runs rkt pods, doing in-process what
 //! the original rktlet exec'd the `rkt` binary for.
 //!
-//! Module map (see docs/design.md): `cri` translates gRPC calls; `pod` owns pod
+//! Module map (see docs/architecture.md): `cri` translates gRPC calls;
+//! `container` does the container verbs (for `cri` and the CLI); `pod` owns pod
 //! directories; `stage1` launches and drives pods; `image` owns the store;
 //! `cgroup` owns cgroup files; `net` owns pod networking; `stream` serves
 //! exec/attach/port-forward streams.
@@ -13,10 +14,10 @@ pub mod cli;
 pub mod cli_app;
 pub mod client;
 pub mod config;
+pub mod container;
 pub mod cri;
 pub mod demo;
 pub mod doctor;
-pub mod exec_mode;
 pub mod fault;
 pub mod filecache;
 pub mod fsutil;

@@ -256,6 +256,41 @@ pub(super) fn create_with_cpuset(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Moves every process of a pod (found in its tracking cgroup) into its v1
+/// controller cgroups below `parent`, repeating until no newcomer is left
+/// behind (processes forked later inherit the controllers of their parent).
+/// For a pod in a systemd unit (`systemd_unit`), the unit's cgroup below the
+/// `parent` slice: systemd has placed it in the controllers it manages
+/// (Delegate=yes), this adds those it leaves alone (cpuset, freezer,
+/// hugetlb, ...), as runc's systemd driver joins them.
+pub fn adopt_controllers(parent: &str, uuid: uuid::Uuid, systemd_unit: bool) -> io::Result<()> {
+    let layout = Layout::cached()?;
+    if layout.v1_controllers().next().is_none() {
+        // pure v2: the pod's one cgroup is already its controllers' cgroup
+        return Ok(());
+    }
+    let sub = subcgroup(parent, &uuid.to_string(), systemd_unit).map_err(io::Error::other)?;
+    move_controllers(layout, &sub, &sub)
+}
+
+/// Creates the pod's controller cgroups at `to` and moves into them every
+/// process of the pod's tracking cgroup at `tracking`.
+pub fn move_controllers(layout: &Layout, tracking: &str, to: &str) -> io::Result<()> {
+    let tracking = PodCgroup::tracking(layout, tracking);
+    let controllers = PodCgroup::controllers(layout, to);
+    controllers.create()?;
+    let mut moved: Vec<i32> = Vec::new();
+    for _ in 0..20 {
+        let pids: Vec<i32> = tracking.pids().into_iter().filter(|p| !moved.contains(p)).collect();
+        if pids.is_empty() {
+            break;
+        }
+        controllers.adopt(&pids)?;
+        moved.extend(pids);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

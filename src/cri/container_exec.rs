@@ -4,47 +4,11 @@
 //! with a single-use URL of the streaming server (`crate::stream`), which
 //! runs the command when the client connects.
 
-use super::container_start::{self, Target};
+use crate::container::exec::running_main_pid;
+use crate::container::{self, Target};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
-use crate::stage1::exec::{self, ExecError};
-use std::time::Duration;
 use tonic::Status;
-
-/// Output kept per stream; the rest is read and dropped.
-const OUTPUT_CAP: usize = 16 << 20;
-
-/// The host pid of the app's own process, if it runs (past appexec, when
-/// the app has a PID namespace of its own).
-pub(super) fn main_pid(t: &Target) -> Option<i32> {
-    let cgroup = container_start::app_cgroup(&t.pod, &t.app.name)?;
-    let sandbox = t.pod.sandbox_pid().ok()??;
-    let pid1 = crate::stage1::inject::pod_pid1(sandbox).ok()?;
-    // appexec says the app started as its exec closes a pipe, a moment before
-    // the kernel has given the process its new name: an exec right after
-    // StartContainer may have to wait that moment
-    for _ in 0..50 {
-        let procs = cgroup.unit_processes();
-        let host_app = crate::stage1::app::host_app(&crate::stage1::app::AppPaths::new(&t.pod, &t.app.name));
-        if let Some(pid) = crate::stage1::appexec::app_pid(pid1, &procs, host_app) {
-            return Some(pid);
-        }
-        if procs.is_empty() {
-            return None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-    None
-}
-
-/// The main pid of a running container (for a streaming exec). Blocking.
-pub(crate) fn running_main_pid(rt: &Runtime, id: &str) -> Result<i32, Status> {
-    let t = container_start::open(rt, id)?;
-    if !t.running {
-        return Err(Status::failed_precondition(format!("pod of container {id} is not running")));
-    }
-    main_pid(&t).ok_or_else(|| Status::failed_precondition(format!("container {id} is not running")))
-}
 
 /// The streams a streaming call asks for must make sense together.
 fn check_streams(stdin: bool, stdout: bool, stderr: bool, tty: bool) -> Result<(), Status> {
@@ -85,7 +49,7 @@ fn attachable(
     id: &str,
     stdin: bool,
 ) -> Result<(Target, Option<super::container_meta::StdinMode>), Status> {
-    let t = container_start::open(rt, id)?;
+    let t = container::open(rt, id)?;
     let paths = crate::stage1::app::AppPaths::new(&t.pod, &t.app.name);
     if !t.running || crate::stage1::app::facts(&paths, t.running).state != crate::stage1::app::AppState::Running {
         return Err(Status::failed_precondition(format!("container {id} is not running")));
@@ -149,40 +113,9 @@ pub async fn attach(rt: &Runtime, req: cri::AttachRequest) -> Result<cri::Attach
     Ok(cri::AttachResponse { url })
 }
 
-fn exec_status(id: &str, e: ExecError) -> Status {
-    match e {
-        ExecError::Timeout { .. } => Status::deadline_exceeded(format!("exec in container {id}: {e}")),
-        ExecError::TargetGone { .. } => Status::failed_precondition(format!("container {id} is not running")),
-        ExecError::EmptyCommand | ExecError::Nul => Status::invalid_argument(e.to_string()),
-        ExecError::Setup { .. } => Status::unknown(format!("exec in container {id}: {e}")),
-        ExecError::Target { .. } | ExecError::Io(_) => Status::internal(format!("exec in container {id}: {e}")),
-    }
-}
-
 pub async fn exec_sync(rt: &Runtime, req: cri::ExecSyncRequest) -> Result<cri::ExecSyncResponse, Status> {
-    if req.cmd.is_empty() {
-        return Err(Status::invalid_argument("cmd is required"));
-    }
-    if req.timeout < 0 {
-        return Err(Status::invalid_argument(format!("timeout {} is negative", req.timeout)));
-    }
-    let t = container_start::open(rt, &req.container_id)?;
-    let id = req.container_id;
-    if !t.running {
-        return Err(Status::failed_precondition(format!("pod of container {id} is not running")));
-    }
-    let timeout = (req.timeout > 0).then(|| Duration::from_secs(req.timeout as u64));
-    let cmd = req.cmd;
-    tokio::task::spawn_blocking(move || {
-        let pid = main_pid(&t).ok_or_else(|| Status::failed_precondition(format!("container {id} is not running")))?;
-        let out = exec::run(pid, &cmd, timeout, OUTPUT_CAP).map_err(|e| exec_status(&id, e))?;
-        if out.truncated {
-            tracing::warn!(container = id, cap = OUTPUT_CAP, "exec output truncated");
-        }
-        Ok(cri::ExecSyncResponse { stdout: out.stdout, stderr: out.stderr, exit_code: out.exit_code })
-    })
-    .await
-    .map_err(|e| Status::internal(format!("exec task: {e}")))?
+    let out = crate::container::exec::exec_sync(rt, &req.container_id, req.cmd, req.timeout).await?;
+    Ok(cri::ExecSyncResponse { stdout: out.stdout, stderr: out.stderr, exit_code: out.exit_code })
 }
 
 /// The streaming server's lookups: a URL handed out here leads to these
@@ -194,7 +127,7 @@ impl crate::stream::server::Lookup for Runtime {
     }
 
     fn main_pid(&self, container_id: &str) -> Result<i32, String> {
-        running_main_pid(self, container_id).map_err(|s| s.message().to_string())
+        running_main_pid(self, container_id).map_err(|e| e.to_string())
     }
 
     fn attach_source(&self, container_id: &str, stdin: bool) -> Result<crate::stream::attach::Source, String> {

@@ -3,84 +3,18 @@
 //! no exec, and no bus round trip: exits are recorded by the pod's exit
 //! recorder as systemd reports them.
 
-use super::container_start::{app_index, container_not_found, split_container_id};
 use super::{container_meta as meta, pod_status};
-use crate::api_v1::{AppInfo, MountInfo};
+use crate::api_v1::AppInfo;
+use crate::container::{app_index, container_not_found, split_container_id};
 use crate::pod::manifest::{App, RuntimeApp, RuntimeImage};
 use crate::pod::{Pod, PodDir};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
-use crate::stage1::app::{self, AppPaths, AppState};
+use crate::stage1::app::AppPaths;
 use crate::stage1::inject::Propagation;
 use tonic::Status;
 
-/// An app as rkt's `app status` reports it: what `rktlet app status` prints
-/// and what ContainerStatus is made from.
-pub fn app_info(pod: &Pod, app: &RuntimeApp, running: bool) -> AppInfo {
-    let paths = AppPaths::new(pod, &app.name);
-    let f = app::facts(&paths, running);
-    let oom = || {
-        if paths.status_file(app::OOM_KILLED).exists() {
-            return true;
-        }
-        let subs = pod.subcgroups().ok().flatten();
-        let layout = crate::cgroup::Layout::cached().ok();
-        subs.zip(layout).is_some_and(|(s, l)| crate::cgroup::app::AppCgroup::new(l, &s, &app.name).oom_killed())
-    };
-    let start_error = match f.state {
-        AppState::Exited(_) => std::fs::read_to_string(paths.status_file(app::START_ERROR)).ok(),
-        _ => None,
-    };
-    let (exit_code, reason) = match f.state {
-        AppState::Exited(Some(c)) if start_error.is_some() => (c, "StartError"),
-        AppState::Exited(Some(137)) if oom() => (137, "OOMKilled"),
-        AppState::Exited(Some(0)) => (0, "Completed"),
-        AppState::Exited(Some(c)) => (c, "Error"),
-        AppState::Exited(None) => (255, "Unknown"),
-        _ => (0, ""),
-    };
-    let mounts = app
-        .mounts
-        .iter()
-        .filter_map(|m| {
-            let v = m.app_volume.as_ref()?;
-            Some(MountInfo {
-                name: m.volume.clone(),
-                container_path: m.path.clone(),
-                host_path: v.source.clone(),
-                read_only: v.read_only.unwrap_or(false),
-                propagation: Propagation::parse(v.propagation.as_deref()).as_str().to_string(),
-                selinux_relabel: v.selinux_relabel.unwrap_or(false),
-                recursive_read_only: v.recursive_read_only.unwrap_or(false),
-            })
-        })
-        .collect();
-    let section = app.app.clone().unwrap_or_default();
-    AppInfo {
-        name: app.name.clone(),
-        state: match f.state {
-            AppState::Created => "created",
-            AppState::Running => "running",
-            AppState::Exited(_) => "exited",
-        }
-        .into(),
-        created_at: f.created_at,
-        started_at: f.started_at,
-        finished_at: f.finished_at,
-        exit_code,
-        reason: reason.into(),
-        message: start_error.unwrap_or_default(),
-        image_id: app.image.id.clone(),
-        image_name: app.image.name.clone(),
-        mounts,
-        user_annotations: section.user_annotations,
-        user_labels: section.user_labels,
-        user: section.user,
-        group: section.group,
-        supplementary_gids: section.supplementary_gids,
-        usage: None,
-    }
-}
+pub use crate::container::status::app_info;
 
 /// The CRI status of an app of pod `pod_id`, from what `app status` reports.
 pub fn status_from_info(pod_id: &str, info: AppInfo) -> cri::ContainerStatus {

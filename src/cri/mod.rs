@@ -4,10 +4,15 @@
 
 pub(crate) mod container_create;
 pub(crate) mod container_exec;
-pub(crate) mod container_meta;
+mod container_remove;
+mod container_reopen_log;
 pub(crate) mod container_start;
 pub(crate) mod container_status;
+mod container_stop;
+mod container_update_resources;
 mod events;
+/// `serve --exec-mode`: the same RPCs served by exec'ing the CLI.
+pub mod exec_mode;
 pub(crate) mod image;
 mod list_streams;
 pub(crate) mod pod_meta;
@@ -20,11 +25,15 @@ pub(crate) mod sandbox_status;
 mod sandbox_stop;
 pub(crate) mod stats;
 
-use crate::exec_mode::{self, ExecMode};
+/// Container ids and the app annotations CreateContainer records (the
+/// domain's, `container::meta`; CRI's conversions are there too).
+pub(crate) use crate::container::meta as container_meta;
+use crate::container::{ContainerError, ErrorKind};
 use crate::proto::v1 as cri;
 use crate::proto::v1::image_service_server::ImageService;
 use crate::proto::v1::runtime_service_server::RuntimeService;
 use crate::runtime::Runtime;
+use exec_mode::ExecMode;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
@@ -77,6 +86,36 @@ async fn observe<T>(
     result.map(Response::new)
 }
 
+/// The gRPC code of a domain error's class.
+fn code_of(kind: ErrorKind) -> tonic::Code {
+    match kind {
+        ErrorKind::NotFound => tonic::Code::NotFound,
+        ErrorKind::InvalidArgument => tonic::Code::InvalidArgument,
+        ErrorKind::AlreadyExists => tonic::Code::AlreadyExists,
+        ErrorKind::FailedPrecondition => tonic::Code::FailedPrecondition,
+        ErrorKind::Unavailable => tonic::Code::Unavailable,
+        ErrorKind::DeadlineExceeded => tonic::Code::DeadlineExceeded,
+        ErrorKind::Unknown => tonic::Code::Unknown,
+        ErrorKind::Internal => tonic::Code::Internal,
+    }
+}
+
+/// Maps a container verb's error to the code CRI clients expect; its text is the message.
+pub(crate) fn container_error(e: ContainerError) -> Status {
+    let code = match &e {
+        // the image store names its own codes (a reference, a registry...)
+        ContainerError::Image { source, .. } => source.code(),
+        e => code_of(e.kind()),
+    };
+    Status::new(code, e.to_string())
+}
+
+impl From<ContainerError> for Status {
+    fn from(e: ContainerError) -> Status {
+        container_error(e)
+    }
+}
+
 /// Maps pod-directory errors to the codes CRI clients expect.
 fn pod_status(e: crate::pod::PodError) -> Status {
     use crate::pod::PodError;
@@ -91,93 +130,9 @@ fn pod_status(e: crate::pod::PodError) -> Status {
     }
 }
 
+pub(crate) use crate::container::from_cri::{apparmor_asked, apparmor_profile, check_lsm, check_metadata_size};
+
 /// The answer of an RPC rktlet does not implement yet.
-/// Labels and annotations of one object, together, at most (Kubernetes'
-/// own limit for annotations): they are stored in manifests that every
-/// status and list call reads.
-pub(crate) const MAX_METADATA_BYTES: usize = 256 << 10;
-
-/// The AppArmor profile a request names: its `apparmor` field, else the
-/// deprecated string (`runtime/default`, `unconfined`, `localhost/NAME`).
-pub(crate) fn apparmor_asked(
-    field: &str,
-    profile: Option<&cri::SecurityProfile>,
-    deprecated: &str,
-) -> Result<Option<crate::stage1::lsm::AppArmor>, Status> {
-    use crate::stage1::lsm::AppArmor;
-    use cri::security_profile::ProfileType;
-    if let Some(p) = profile {
-        return match ProfileType::try_from(p.profile_type) {
-            Ok(ProfileType::RuntimeDefault) => Ok(Some(AppArmor::RuntimeDefault)),
-            Ok(ProfileType::Unconfined) => Ok(Some(AppArmor::Unconfined)),
-            Ok(ProfileType::Localhost) if p.localhost_ref.is_empty() => {
-                Err(Status::invalid_argument(format!("{field}: a Localhost profile needs localhost_ref")))
-            }
-            Ok(ProfileType::Localhost) => Ok(Some(AppArmor::Localhost(p.localhost_ref.clone()))),
-            Err(_) => Err(Status::invalid_argument(format!("{field}: unknown profile type {}", p.profile_type))),
-        };
-    }
-    match deprecated {
-        "" => Ok(None),
-        "runtime/default" => Ok(Some(AppArmor::RuntimeDefault)),
-        "unconfined" => Ok(Some(AppArmor::Unconfined)),
-        other => match other.strip_prefix("localhost/") {
-            Some(name) if !name.is_empty() => Ok(Some(AppArmor::Localhost(name.to_string()))),
-            _ => Err(Status::invalid_argument(format!("{field}_profile: unknown AppArmor profile {other:?}"))),
-        },
-    }
-}
-
-/// The AppArmor confinement of a container (or a pod), and the refusal of
-/// what rktlet cannot give on this host (see `stage1::lsm`), naming the field.
-pub(crate) fn check_lsm(
-    rt: &Runtime,
-    prefix: &str,
-    apparmor: Option<crate::stage1::lsm::AppArmor>,
-    privileged: bool,
-    selinux: Option<&cri::SeLinuxOption>,
-) -> Result<crate::stage1::lsm::Confinement, Status> {
-    let host = rt.host.lsm;
-    let confinement =
-        crate::stage1::lsm::apparmor_for(&format!("{prefix}.apparmor"), apparmor.as_ref(), privileged, host)
-            .map_err(Status::invalid_argument)?;
-    let labels =
-        selinux.is_some_and(|o| !(o.user.is_empty() && o.role.is_empty() && o.r#type.is_empty() && o.level.is_empty()));
-    crate::stage1::lsm::check_selinux(&format!("{prefix}.selinux_options"), labels, host)
-        .map_err(Status::invalid_argument)?;
-    Ok(confinement)
-}
-
-/// The AppArmor profile a container runs under, made ready on the host.
-pub(crate) fn apparmor_profile(
-    rt: &Runtime,
-    field: &str,
-    confinement: &crate::stage1::lsm::Confinement,
-) -> Result<Option<String>, Status> {
-    use crate::stage1::apparmor::{AppArmorError, prepare};
-    // apparmor_parser may run (once per daemon, unless `serve` loaded it first)
-    tokio::task::block_in_place(|| prepare(confinement, &rt.apparmor_dir())).map_err(|e| match e {
-        AppArmorError::NotLoaded(_) => Status::invalid_argument(format!("{field}: {e}")),
-        AppArmorError::NoParser => Status::failed_precondition(format!("{field}: {e}")),
-        AppArmorError::Load(_) | AppArmorError::Io { .. } => Status::internal(format!("{field}: {e}")),
-    })
-}
-
-/// Refuses labels and annotations over [`MAX_METADATA_BYTES`].
-pub(crate) fn check_metadata_size(
-    what: &str,
-    labels: &std::collections::HashMap<String, String>,
-    annotations: &std::collections::HashMap<String, String>,
-) -> Result<(), Status> {
-    let size: usize = labels.iter().chain(annotations).map(|(k, v)| k.len() + v.len()).sum();
-    if size > MAX_METADATA_BYTES {
-        return Err(Status::invalid_argument(format!(
-            "{what} labels and annotations take {size} bytes; at most {MAX_METADATA_BYTES} are accepted"
-        )));
-    }
-    Ok(())
-}
-
 fn unimplemented(method: &str) -> Status {
     Status::unimplemented(format!("{method} is not implemented by rktlet yet"))
 }
@@ -251,19 +206,19 @@ cri_impl! {
             "StartContainer": start_container(StartContainerRequest) -> cri::StartContainerResponse
                 => container_start::start_container | exec exec_mode::start_container;
             "StopContainer": stop_container(StopContainerRequest) -> cri::StopContainerResponse
-                => container_start::stop_container | exec exec_mode::stop_container;
+                => container_stop::stop_container | exec exec_mode::stop_container;
             "RemoveContainer": remove_container(RemoveContainerRequest) -> cri::RemoveContainerResponse
-                => container_start::remove_container | exec exec_mode::remove_container;
+                => container_remove::remove_container | exec exec_mode::remove_container;
             "ListContainers": list_containers(ListContainersRequest) -> cri::ListContainersResponse
                 => container_status::list_containers | exec exec_mode::list_containers;
             "ContainerStatus": container_status(ContainerStatusRequest) -> cri::ContainerStatusResponse
                 => container_status::container_status | exec exec_mode::container_status;
             "UpdateContainerResources": update_container_resources(UpdateContainerResourcesRequest)
-                -> cri::UpdateContainerResourcesResponse => container_start::update_container_resources;
+                -> cri::UpdateContainerResourcesResponse => container_update_resources::update_container_resources;
             "UpdatePodSandboxResources": update_pod_sandbox_resources(UpdatePodSandboxResourcesRequest)
                 -> cri::UpdatePodSandboxResourcesResponse => sandbox_resources::update_pod_sandbox_resources;
             "ReopenContainerLog": reopen_container_log(ReopenContainerLogRequest) -> cri::ReopenContainerLogResponse
-                => container_start::reopen_container_log;
+                => container_reopen_log::reopen_container_log;
             "ExecSync": exec_sync(ExecSyncRequest) -> cri::ExecSyncResponse
                 => container_exec::exec_sync | exec exec_mode::exec_sync;
             "Exec": exec(ExecRequest) -> cri::ExecResponse => container_exec::exec;
@@ -314,5 +269,93 @@ cri_impl! {
                 => list_streams::stream_images;
         }
         pending {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::PodError;
+    use tonic::Code;
+
+    #[test]
+    fn container_errors_as_grpc_codes() {
+        let mut cases: Vec<(ContainerError, Code, &str)> = vec![
+            (ContainerError::NotFound("container p:a not found".into()), Code::NotFound, "container p:a not found"),
+            (ContainerError::InvalidArgument("bad".into()), Code::InvalidArgument, "bad"),
+            (ContainerError::FailedPrecondition("not running".into()), Code::FailedPrecondition, "not running"),
+            (ContainerError::Unavailable("no bus".into()), Code::Unavailable, "no bus"),
+            (ContainerError::Internal("broken".into()), Code::Internal, "broken"),
+            (
+                ContainerError::io("limits of p:a")(std::io::Error::other("EBUSY")),
+                Code::Internal,
+                "limits of p:a: EBUSY",
+            ),
+            (ContainerError::Pod(PodError::NotFound("x".into())), Code::NotFound, "pod x not found"),
+            (ContainerError::Pod(PodError::InvalidId("x".into())), Code::NotFound, ""),
+            (ContainerError::Pod(PodError::Ambiguous("x".into())), Code::InvalidArgument, ""),
+            (ContainerError::Pod(PodError::Busy(uuid::Uuid::nil())), Code::FailedPrecondition, ""),
+            (ContainerError::Pod(PodError::Exists(uuid::Uuid::nil())), Code::AlreadyExists, ""),
+            (ContainerError::App(crate::stage1::app::AppError::Invalid("no".into())), Code::InvalidArgument, ""),
+            (
+                ContainerError::App(crate::stage1::app::AppError::Pod(PodError::NotFound("y".into()))),
+                Code::NotFound,
+                "pod y not found",
+            ),
+            (
+                ContainerError::PodLimits(crate::cgroup::pod_limits::PodLimitsError::BelowUsage { usage: 2, limit: 1 }),
+                Code::FailedPrecondition,
+                "",
+            ),
+        ];
+        use crate::stage1::exec::ExecError;
+        let exec = |source| ContainerError::Exec { id: "p:a".into(), source };
+        cases.extend([
+            (
+                exec(ExecError::Timeout { program: "sleep".into(), timeout: std::time::Duration::from_secs(1) }),
+                Code::DeadlineExceeded,
+                "exec in container p:a: \"sleep\" did not finish within 1s and was killed",
+            ),
+            (
+                exec(ExecError::TargetGone { pid: 1, source: std::io::Error::other("gone") }),
+                Code::FailedPrecondition,
+                "container p:a is not running",
+            ),
+            (exec(ExecError::EmptyCommand), Code::InvalidArgument, "the command is empty"),
+            (
+                exec(ExecError::Setup { program: "x".into(), step: "execve", source: std::io::Error::other("ENOENT") }),
+                Code::Unknown,
+                "exec in container p:a: cannot start \"x\" in the app: execve: ENOENT",
+            ),
+            (
+                exec(ExecError::Io(std::io::Error::other("EIO"))),
+                Code::Internal,
+                "exec in container p:a: exec in the app: EIO",
+            ),
+        ]);
+        for (e, code, message) in cases {
+            let text = e.to_string();
+            let s = container_error(e);
+            assert_eq!(s.code(), code, "{text}");
+            assert_eq!(s.message(), text);
+            if !message.is_empty() {
+                assert_eq!(s.message(), message);
+            }
+        }
+    }
+
+    #[test]
+    fn pod_errors_keep_their_codes() {
+        // the domain's classes of pod errors and `pod_status` agree
+        for e in [
+            PodError::NotFound("x".into()),
+            PodError::InvalidId("x".into()),
+            PodError::Ambiguous("x".into()),
+            PodError::Exists(uuid::Uuid::nil()),
+            PodError::Busy(uuid::Uuid::nil()),
+        ] {
+            let kind = crate::container::pod_kind(&e);
+            assert_eq!(pod_status(e).code(), code_of(kind));
+        }
     }
 }

@@ -8,7 +8,7 @@ use crate::proto::v1 as cri;
 use std::collections::HashMap;
 
 pub const POD_UID: &str = crate::pod::manifest::USER_ANNOTATION_POD_UID;
-pub const POD_NAME: &str = "k8s.io/reserved/pod-name";
+pub const POD_NAME: &str = crate::pod::manifest::USER_ANNOTATION_POD_NAME;
 pub const POD_NAMESPACE: &str = "k8s.io/reserved/pod-namespace";
 pub const POD_ATTEMPT: &str = "k8s.io/reserved/pod-attempt";
 const RESERVED_PREFIX: &str = "k8s.io/reserved/";
@@ -20,9 +20,9 @@ pub const IPC_MODE: &str = "rktlet.io/ipc-mode";
 /// `node` for a host-PID pod (its apps in the node's PID namespace); absent otherwise.
 pub const PID_MODE: &str = crate::pod::manifest::ANNOTATION_PID_MODE;
 /// Pod annotation: the pod's hostname.
-pub const HOSTNAME: &str = "rktlet.io/hostname";
+pub const HOSTNAME: &str = crate::pod::manifest::ANNOTATION_HOSTNAME;
 /// Pod annotation rkt uses for kubelet's pod log directory.
-pub const LOG_DIR: &str = "coreos.com/rkt/experiment/kubernetes-log-dir";
+pub const LOG_DIR: &str = crate::pod::manifest::ANNOTATION_LOG_DIR;
 
 /// The manifest of a new sandbox for `config`.
 pub fn manifest_from_config(
@@ -51,11 +51,6 @@ pub fn manifest_from_config(
         m.set_annotation(LOG_DIR, config.log_directory.clone());
     }
     m
-}
-
-/// Whether a pod was made through CRI (CLI-made pods are not listed to kubelet).
-pub fn is_kubernetes_pod(m: &PodManifest) -> bool {
-    m.is_kubernetes_pod()
 }
 
 pub fn metadata(m: &PodManifest) -> cri::PodSandboxMetadata {
@@ -119,7 +114,7 @@ mod tests {
         };
         let m = manifest_from_config(&config, true, false, "web");
         let back: PodManifest = serde_json::from_str(&serde_json::to_string(&m).expect("ser")).expect("de");
-        assert!(is_kubernetes_pod(&back));
+        assert!(back.is_kubernetes_pod());
         assert_eq!(metadata(&back), config.metadata.clone().expect("meta"));
         assert_eq!(labels(&back), config.labels);
         assert_eq!(annotations(&back), [("a".to_string(), "b".to_string())].into());

@@ -5,15 +5,14 @@
 //! daemon finds them.
 
 use super::{container_meta as meta, pod_status};
-use crate::cgroup::pod_limits::{self, PodCgroupLimits, PodLimitsError, PodResources};
+use crate::cgroup::pod_limits::{self, PodLimitsError, PodResources};
 use crate::pod::manifest::PodManifest;
 use crate::pod::{Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use tonic::Status;
 
-/// Pod annotation: the pod-level resources in force (`PodResources` as JSON).
-pub const POD_RESOURCES: &str = "rktlet.io/pod-resources";
+pub use crate::container::pod_resources::{POD_RESOURCES, pod_cgroup, recorded};
 
 /// The pod-level resources of a request, checked.
 pub(super) fn from_cri(
@@ -49,11 +48,6 @@ pub(super) fn record(m: &mut PodManifest, res: &PodResources) -> Result<(), Stat
     Ok(())
 }
 
-/// The pod-level resources recorded in a manifest.
-pub(crate) fn recorded(m: &PodManifest) -> Option<PodResources> {
-    m.annotation(POD_RESOURCES).and_then(|j| serde_json::from_str(j).ok())
-}
-
 fn limits_status(e: PodLimitsError) -> Status {
     match e {
         PodLimitsError::Invalid(_) => Status::invalid_argument(e.to_string()),
@@ -62,20 +56,9 @@ fn limits_status(e: PodLimitsError) -> Status {
     }
 }
 
-/// The pod's cgroup, if it has one (a pod the CLI ran may not).
-pub(crate) fn pod_cgroup(rt: &Runtime, pod: &Pod) -> Option<PodCgroupLimits> {
-    let subs = pod.subcgroups().ok().flatten()?;
-    let layout = crate::cgroup::Layout::cached().ok()?;
-    let unit = (rt.cgroup_driver == crate::cgroup::Driver::Systemd)
-        .then(|| crate::cgroup::pod::unit_name(&pod.uuid().to_string()));
-    Some(PodCgroupLimits::new(layout, &subs, unit))
-}
-
 /// Writes the limits `res` makes for the pod with the apps of `m` (blocking).
 fn apply(rt: &Runtime, pod: &Pod, m: &PodManifest, res: &PodResources) -> Result<(), Status> {
-    let Some(cg) = pod_cgroup(rt, pod) else { return Ok(()) };
-    let apps: Vec<_> = m.apps.iter().map(meta::limits).collect();
-    cg.apply(res.limits(&apps)).map_err(limits_status)
+    crate::container::pod_resources::apply(rt, pod, m, res).map_err(limits_status)
 }
 
 /// At RunPodSandbox, once the pod is in its cgroups: the recorded limits
@@ -85,23 +68,6 @@ pub(super) fn apply_at_start(rt: &Runtime, uuid: uuid::Uuid) -> Result<(), Statu
     let m = pod.read_manifest().map_err(pod_status)?;
     match recorded(&m) {
         Some(res) if !res.is_empty() => apply(rt, &pod, &m, &res),
-        _ => Ok(()),
-    }
-}
-
-/// Before an app starts: the pod's limits again with it counted (an app
-/// without a memory limit lifts the pod's, as kubelet's pod cgroup has none
-/// then). Growing only, so the pod's cgroup goes before the app's. Blocking.
-pub(super) fn refresh_for_app(rt: &Runtime, pod: &Pod) -> Result<(), Status> {
-    let cached = rt.manifests.read(pod).map_err(pod_status)?;
-    if recorded(&cached).is_none_or(|r| r.is_empty()) {
-        return Ok(());
-    }
-    // as UpdatePodSandboxResources: under `pod.lck`, from the manifest on disk
-    let _lock = pod.lock_manifest().map_err(pod_status)?;
-    let m = pod.read_manifest().map_err(pod_status)?;
-    match recorded(&m) {
-        Some(res) if !res.is_empty() => apply(rt, pod, &m, &res),
         _ => Ok(()),
     }
 }

@@ -5,14 +5,12 @@
 
 use super::{pod_meta, pod_status};
 use crate::pod::table::SandboxView;
-use crate::pod::{self, Pod, PodDir, PodError};
+use crate::pod::{self, Pod};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
-use std::sync::Arc;
 use tonic::Status;
 
-/// A pod as the read verbs show it, with its containers' CRI statuses.
-pub type PodView = crate::pod::table::PodView<cri::ContainerStatus>;
+pub use crate::container::stats::{PodView, list_views};
 
 fn cri_state(view: &SandboxView) -> cri::PodSandboxState {
     if view.ready { cri::PodSandboxState::SandboxReady } else { cri::PodSandboxState::SandboxNotready }
@@ -121,24 +119,6 @@ fn matches(view: &SandboxView, filter: &cri::PodSandboxFilter) -> bool {
         return false;
     }
     filter.label_selector.iter().all(|(k, v)| view.manifest.user_labels.get(k) == Some(v))
-}
-
-/// Pods kubelet should see: CRI-made pods in `run/` (running or exited).
-pub fn list_views(rt: &Runtime) -> Result<Vec<Arc<PodView>>, PodError> {
-    let views = rt
-        .pods
-        .views(&rt.manifests, |pods| Ok(pods.iter().filter(|(_, dir)| *dir == PodDir::Run).copied().collect()))?;
-    let mut out = Vec::with_capacity(views.len());
-    for (uuid, view) in views {
-        match view {
-            Ok(v) if pod_meta::is_kubernetes_pod(&v.sandbox.manifest) => out.push(v),
-            Ok(_) => {}
-            // removed between the listing and the read
-            Err(PodError::NotFound(_)) => {}
-            Err(e) => tracing::warn!(pod = %uuid, error = %e, "skipping unreadable pod"),
-        }
-    }
-    Ok(out)
 }
 
 pub async fn list_pod_sandbox(

@@ -5,17 +5,13 @@
 //! `usage_nano_cores` is the rate since the previous sample of the same
 //! container or pod taken by this daemon.
 
-use super::container_start;
 use super::container_status::status_of;
 use super::sandbox_status::{PodView, list_views};
 use super::{pod_meta, pod_status};
-use crate::cgroup::Layout;
-use crate::cgroup::stats::{StatDirs, Usage};
+use crate::container::stats::{self, Sample};
 use crate::pod::{self, Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
-use crate::stage1::app::AppPaths;
-use crate::time::now_nanos as now_ns;
 use std::sync::Arc;
 use tonic::Status;
 
@@ -23,15 +19,16 @@ fn value(v: u64) -> Option<cri::UInt64Value> {
     Some(cri::UInt64Value { value: v })
 }
 
-/// CPU and memory of one cgroup as CRI reports them.
-fn cpu_memory(rt: &Runtime, key: &str, usage: &Usage, now: i64) -> (Option<cri::CpuUsage>, Option<cri::MemoryUsage>) {
-    let cpu = usage.cpu_ns.map(|ns| cri::CpuUsage {
+/// CPU and memory of one sample as CRI reports them.
+fn cpu_memory(s: &Sample) -> (Option<cri::CpuUsage>, Option<cri::MemoryUsage>) {
+    let now = s.at;
+    let cpu = s.usage.cpu_ns.map(|ns| cri::CpuUsage {
         timestamp: now,
         usage_core_nano_seconds: value(ns),
-        usage_nano_cores: rt.cpu_rates.rate(key, now, ns).and_then(value),
+        usage_nano_cores: s.cpu_rate.and_then(value),
         psi: None,
     });
-    let memory = usage.memory.map(|m| cri::MemoryUsage {
+    let memory = s.usage.memory.map(|m| cri::MemoryUsage {
         timestamp: now,
         working_set_bytes: value(m.working_set_bytes),
         available_bytes: m.available_bytes.and_then(value),
@@ -52,15 +49,10 @@ fn container_stats_of(
     status: cri::ContainerStatus,
     sub: Option<&str>,
 ) -> cri::ContainerStats {
-    let now = now_ns();
-    let usage = match (sub, Layout::cached()) {
-        // CRI has no process count per container: pids.current is not read
-        (Some(sub), Ok(layout)) => StatDirs { pids: None, ..StatDirs::of_app(layout, sub, &app.name) }.read(),
-        _ => Usage::default(),
-    };
-    let (cpu, memory) = cpu_memory(rt, &status.id, &usage, now);
-    let paths = AppPaths::new(pod, &app.name);
-    let writable_layer = paths.writable_usage().map(|(bytes, inodes)| cri::FilesystemUsage {
+    let (sample, writable) = stats::app_sample(rt, pod, &app.name, &status.id, sub);
+    let now = sample.at;
+    let (cpu, memory) = cpu_memory(&sample);
+    let writable_layer = writable.map(|(bytes, inodes)| cri::FilesystemUsage {
         timestamp: now,
         fs_id: Some(cri::FilesystemIdentifier { mountpoint: rt.data.root().display().to_string() }),
         used_bytes: value(bytes),
@@ -84,12 +76,7 @@ fn container_stats_of(
 /// The running apps of a running pod, with their stats.
 fn running_containers(rt: &Runtime, view: &PodView) -> Vec<cri::ContainerStats> {
     let pod = &view.sandbox.pod;
-    view.sandbox
-        .manifest
-        .apps
-        .iter()
-        .zip(&view.containers)
-        .filter(|(_, s)| s.state == cri::ContainerState::ContainerRunning as i32)
+    stats::running_apps(view)
         .map(|(a, status)| container_stats_of(rt, pod, a, status.clone(), view.subcgroup.as_deref()))
         .collect()
 }
@@ -98,7 +85,7 @@ pub async fn container_stats(
     rt: &Runtime,
     req: cri::ContainerStatsRequest,
 ) -> Result<cri::ContainerStatsResponse, Status> {
-    let t = container_start::open(rt, &req.container_id)?;
+    let t = crate::container::open(rt, &req.container_id)?;
     if !t.running {
         return Err(Status::not_found(format!("container {} has no stats: its pod is not running", req.container_id)));
     }
@@ -160,14 +147,11 @@ pub(super) fn par_flat_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> Vec<
 }
 
 pub(super) fn pod_stats_of(rt: &Runtime, pod_view: &PodView) -> cri::PodSandboxStats {
-    let now = now_ns();
+    let sample = stats::pod_sample(rt, pod_view);
+    let (now, usage) = (sample.at, &sample.usage);
     let view = &pod_view.sandbox;
     let id = view.pod.uuid().to_string();
-    let usage = match (&pod_view.subcgroup, Layout::cached()) {
-        (Some(sub), Ok(layout)) => StatDirs::of(layout, sub).read(),
-        _ => Usage::default(),
-    };
-    let (cpu, memory) = cpu_memory(rt, &id, &usage, now);
+    let (cpu, memory) = cpu_memory(&sample);
     let host_network = pod_meta::namespace_options(&view.manifest).network == cri::NamespaceMode::Node as i32;
     let network = (!host_network)
         .then(|| pod_view.sandbox_pid.and_then(|p| crate::stage1::inject::pod_pid1(p).ok()))
@@ -229,12 +213,7 @@ pub async fn list_pod_sandbox_stats(
 ) -> Result<cri::ListPodSandboxStatsResponse, Status> {
     let filter = req.filter.unwrap_or_default();
     tokio::task::block_in_place(|| {
-        let views: Vec<Arc<PodView>> = list_views(rt)
-            .map_err(pod_status)?
-            .into_iter()
-            .filter(|v| v.sandbox.ready && v.sandbox.pod.uuid().to_string().starts_with(&filter.id))
-            .filter(|v| filter.label_selector.iter().all(|(k, val)| v.sandbox.manifest.user_labels.get(k) == Some(val)))
-            .collect();
+        let views = stats::ready_pods(rt, &filter.id, &filter.label_selector).map_err(pod_status)?;
         let stats = par_flat_map(&views, |v| vec![pod_stats_of(rt, v)]);
         Ok(cri::ListPodSandboxStatsResponse { stats })
     })

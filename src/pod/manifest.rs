@@ -16,9 +16,15 @@ pub const IMAGE_AC_VERSION: &str = "0.8.11";
 pub const ANNOTATION_MUTABLE: &str = "coreos.com/rkt/stage1/mutable";
 /// The pod's PID namespace mode (`node` for a host-PID pod; absent: its own).
 pub const ANNOTATION_PID_MODE: &str = "rktlet.io/pid-mode";
+/// Pod annotation: the hostname RunPodSandbox picked.
+pub const ANNOTATION_HOSTNAME: &str = "rktlet.io/hostname";
+/// Pod annotation: the CRI pod's log directory (rkt's experimental key).
+pub const ANNOTATION_LOG_DIR: &str = "coreos.com/rkt/experiment/kubernetes-log-dir";
 /// User annotation holding the Kubernetes pod's uid: only pods made through
 /// CRI have it.
 pub const USER_ANNOTATION_POD_UID: &str = "k8s.io/reserved/pod-uid";
+/// User annotation holding the Kubernetes pod's name.
+pub const USER_ANNOTATION_POD_NAME: &str = "k8s.io/reserved/pod-name";
 
 /// A `{name, value}` pair: appc labels, annotations and environment entries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

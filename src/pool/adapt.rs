@@ -1,53 +1,17 @@
 //! Host-side steps that turn a booted pod into the pod a request asked for,
 //! each cheap and idempotent (pod-boot-fast.md §5.2: 0.1-0.6 ms apiece):
 //! its hostname, its v1 controller cgroups, its CPU priority and its
-//! creation time. Also the controller move of a pod that is still booting,
-//! which the cold start shares.
+//! creation time. (The controller move of a pod that is still booting,
+//! which the cold start shares, is `cgroup::pod::adopt_controllers`.)
 //!
 //! Runs in: the daemon, on blocking threads.
 
-use crate::cgroup::{Layout, pod::PodCgroup};
+use crate::cgroup::{Layout, pod::PodCgroup, pod::move_controllers};
 use std::fs;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::SystemTime;
-use uuid::Uuid;
-
-/// Moves every process of a pod (found in its tracking cgroup) into its v1
-/// controller cgroups below `parent`, repeating until no newcomer is left
-/// behind (processes forked later inherit the controllers of their parent).
-/// For a pod in a systemd unit (`systemd_unit`), the unit's cgroup below the
-/// `parent` slice: systemd has placed it in the controllers it manages
-/// (Delegate=yes), this adds those it leaves alone (cpuset, freezer,
-/// hugetlb, ...), as runc's systemd driver joins them.
-pub fn adopt_controllers(parent: &str, uuid: Uuid, systemd_unit: bool) -> io::Result<()> {
-    let layout = Layout::cached()?;
-    if layout.v1_controllers().next().is_none() {
-        // pure v2: the pod's one cgroup is already its controllers' cgroup
-        return Ok(());
-    }
-    let sub = crate::cgroup::pod::subcgroup(parent, &uuid.to_string(), systemd_unit).map_err(io::Error::other)?;
-    move_controllers(layout, &sub, &sub)
-}
-
-/// Creates the pod's controller cgroups at `to` and moves into them every
-/// process of the pod's tracking cgroup at `tracking`.
-pub fn move_controllers(layout: &Layout, tracking: &str, to: &str) -> io::Result<()> {
-    let tracking = PodCgroup::tracking(layout, tracking);
-    let controllers = PodCgroup::controllers(layout, to);
-    controllers.create()?;
-    let mut moved: Vec<i32> = Vec::new();
-    for _ in 0..20 {
-        let pids: Vec<i32> = tracking.pids().into_iter().filter(|p| !moved.contains(p)).collect();
-        if pids.is_empty() {
-            break;
-        }
-        controllers.adopt(&pids)?;
-        moved.extend(pids);
-    }
-    Ok(())
-}
 
 /// Moves a pool pod's controller cgroups from the pool to `to` (its tracking
 /// cgroup stays) and removes the emptied pool ones.

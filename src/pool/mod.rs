@@ -375,8 +375,10 @@ async fn readopt(rt: &Runtime) -> Result<(), crate::pod::PodError> {
         let adopted = match netns {
             Some(netns) if keep => {
                 // a daemon killed mid-boot may not have moved it into its controller cgroups
-                let moved =
-                    tokio::task::spawn_blocking(move || adapt::adopt_controllers(POOL_PARENT, uuid, false)).await;
+                let moved = tokio::task::spawn_blocking(move || {
+                    crate::cgroup::pod::adopt_controllers(POOL_PARENT, uuid, false)
+                })
+                .await;
                 matches!(moved, Ok(Ok(()))) && rt.pool.boot_reserved_or_full(Member { uuid, netns }).is_none()
             }
             _ => false,

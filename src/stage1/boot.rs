@@ -139,7 +139,7 @@ pub async fn boot(
                 return Ok(());
             }
             let parent = cgroup_parent.clone();
-            tokio::task::spawn_blocking(move || crate::pool::adapt::adopt_controllers(&parent, uuid, systemd_unit))
+            tokio::task::spawn_blocking(move || crate::cgroup::pod::adopt_controllers(&parent, uuid, systemd_unit))
                 .await
                 .map_err(|e| BootError::failed(uuid, "cgroup worker", e))?
                 .map_err(|e| BootError::failed(uuid, "moving the pod into its controller cgroups", e))

@@ -1,9 +1,9 @@
 //! Images the exec way: `fetch`, and `image list` plus one `image
 //! cat-manifest` per image for every list or status.
 
+use super::super::image::to_cri;
 use super::ExecMode;
 use crate::api_v1::ImageInfo;
-use crate::cri::image::to_cri;
 use crate::image::Image;
 use crate::image::aci::ACI_PREFIX;
 use crate::image::reference::Reference;

@@ -55,7 +55,12 @@ pub fn pid_namespace(app: &RuntimeApp) -> PidNamespace {
 }
 
 pub fn app_name(meta: &cri::ContainerMetadata) -> String {
-    format!("{}-{}", meta.attempt, crate::pod::manifest::sanitize_ac_name(&meta.name))
+    app_name_of(&meta.name, meta.attempt)
+}
+
+/// The app name of attempt `attempt` of container `name`.
+pub fn app_name_of(name: &str, attempt: u32) -> String {
+    format!("{attempt}-{}", crate::pod::manifest::sanitize_ac_name(name))
 }
 
 pub fn container_id(pod: &str, app: &str) -> String {
@@ -255,6 +260,18 @@ pub fn labels(app: &RuntimeApp) -> HashMap<String, String> {
 pub fn annotations(app: &RuntimeApp) -> HashMap<String, String> {
     user_annotations(app).into_iter().filter(|(k, _)| !k.starts_with(RESERVED_PREFIX)).collect()
 }
+
+/// The isolators older builds kept masked and read-only paths in (read
+/// from their manifests; appc does not know them, see `path_annotations` of CreateContainer).
+pub const ISOLATOR_MASKED: &str = "rktlet.io/masked-paths";
+pub const ISOLATOR_READONLY: &str = "rktlet.io/readonly-paths";
+/// What kubelet's defaults mask and make read-only when it sends none.
+pub use crate::stage1::api_vfs::{DEFAULT_MASKED, DEFAULT_READONLY};
+
+/// rkt's isolator names for the capability set and no_new_privs.
+pub const ISOLATOR_CAPS: &str = "os/linux/capabilities-retain-set";
+pub const ISOLATOR_CAPS_REMOVE: &str = "os/linux/capabilities-remove-set";
+pub const ISOLATOR_NO_NEW_PRIVS: &str = "os/linux/no-new-privileges";
 
 #[cfg(test)]
 mod tests {

@@ -1,8 +1,8 @@
 //! Pod sandboxes the exec way: `status`, `list`, `stop`, `rm` per call.
 
+use super::super::pod_meta;
 use super::{ExecMode, ok_if_missing};
 use crate::api_v1::PodInfo;
-use crate::cri::pod_meta;
 use crate::pod::manifest::PodManifest;
 use crate::proto::v1 as cri;
 use tonic::Status;
@@ -67,7 +67,7 @@ pub async fn run_pod_sandbox(
     x: &ExecMode,
     req: cri::RunPodSandboxRequest,
 ) -> Result<cri::RunPodSandboxResponse, Status> {
-    let resp = crate::cri::sandbox_run::run_pod_sandbox(x.runtime(), req).await?;
+    let resp = super::super::sandbox_run::run_pod_sandbox(x.runtime(), req).await?;
     let info = status(x, &resp.pod_sandbox_id).await?;
     if !info.ready {
         return Err(Status::internal(format!("pod {} is {}, not ready", info.name, info.state)));

@@ -1,11 +1,11 @@
 //! Containers the exec way: `app add|start|stop|rm|status` per call, and
 //! ListContainers as one `list` plus one `app status` per app.
 
+use super::super::container_status::{container_from_status, matches, status_from_info};
 use super::{ExecMode, failure, ok_if_missing, pods};
 use crate::api_v1::AppInfo;
 use crate::cli_app::AddArgs;
-use crate::cri::container_meta::split_id;
-use crate::cri::container_status::{container_from_status, matches, status_from_info};
+use crate::container::meta::split_id;
 use crate::proto::v1 as cri;
 use tonic::Status;
 

@@ -1,0 +1,77 @@
+//! ExecSync's domain half: the command run as a copy of the container's
+//! main process (`stage1::exec`), waited for, its output kept up to a cap.
+//! Also the main process a streaming exec copies.
+
+use super::{ContainerError, Target, open};
+use crate::runtime::Runtime;
+use crate::stage1::exec::{self, ExecOutput};
+use std::time::Duration;
+
+/// Output kept per stream; the rest is read and dropped.
+const OUTPUT_CAP: usize = 16 << 20;
+
+/// The host pid of the app's own process, if it runs (past appexec, when
+/// the app has a PID namespace of its own).
+pub fn main_pid(t: &Target) -> Option<i32> {
+    let cgroup = super::app_cgroup(&t.pod, &t.app.name)?;
+    let sandbox = t.pod.sandbox_pid().ok()??;
+    let pid1 = crate::stage1::inject::pod_pid1(sandbox).ok()?;
+    // appexec says the app started as its exec closes a pipe, a moment before
+    // the kernel has given the process its new name: an exec right after
+    // StartContainer may have to wait that moment
+    for _ in 0..50 {
+        let procs = cgroup.unit_processes();
+        let host_app = crate::stage1::app::host_app(&crate::stage1::app::AppPaths::new(&t.pod, &t.app.name));
+        if let Some(pid) = crate::stage1::appexec::app_pid(pid1, &procs, host_app) {
+            return Some(pid);
+        }
+        if procs.is_empty() {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    None
+}
+
+/// The main pid of a running container (for a streaming exec). Blocking.
+pub fn running_main_pid(rt: &Runtime, id: &str) -> Result<i32, ContainerError> {
+    let t = open(rt, id)?;
+    if !t.running {
+        return Err(ContainerError::FailedPrecondition(format!("pod of container {id} is not running")));
+    }
+    main_pid(&t).ok_or_else(|| ContainerError::FailedPrecondition(format!("container {id} is not running")))
+}
+
+/// Runs `cmd` in running container `id` and waits for it, killed after
+/// `timeout_secs` (0: no timeout).
+pub async fn exec_sync(
+    rt: &Runtime,
+    id: &str,
+    cmd: Vec<String>,
+    timeout_secs: i64,
+) -> Result<ExecOutput, ContainerError> {
+    if cmd.is_empty() {
+        return Err(ContainerError::InvalidArgument("cmd is required".into()));
+    }
+    if timeout_secs < 0 {
+        return Err(ContainerError::InvalidArgument(format!("timeout {timeout_secs} is negative")));
+    }
+    let t = open(rt, id)?;
+    let id = id.to_string();
+    if !t.running {
+        return Err(ContainerError::FailedPrecondition(format!("pod of container {id} is not running")));
+    }
+    let timeout = (timeout_secs > 0).then(|| Duration::from_secs(timeout_secs as u64));
+    tokio::task::spawn_blocking(move || {
+        let pid =
+            main_pid(&t).ok_or_else(|| ContainerError::FailedPrecondition(format!("container {id} is not running")))?;
+        let out = exec::run(pid, &cmd, timeout, OUTPUT_CAP)
+            .map_err(|source| ContainerError::Exec { id: id.clone(), source })?;
+        if out.truncated {
+            tracing::warn!(container = id, cap = OUTPUT_CAP, "exec output truncated");
+        }
+        Ok(out)
+    })
+    .await
+    .map_err(|e| ContainerError::Internal(format!("exec task: {e}")))?
+}

@@ -1,0 +1,178 @@
+//! UpdateContainerResources: an app's limits changed while it runs, on its
+//! cgroups (and on cgroup v2 hosts its unit's properties), undone when the
+//! kernel refuses one; recorded in the pod manifest.
+
+use super::{ContainerError, Target, app_cgroup, meta, open, unit, with_bus};
+use crate::cgroup::app::Limits;
+use crate::runtime::Runtime;
+use crate::stage1::app::{self, AppPaths, AppState};
+use crate::stage1::bus::Property;
+
+/// Updates the limits of running container `id`: the values of `update`
+/// replace those in force, the others stay (`None`: the request had no
+/// Linux resources, refused once the container is found).
+pub fn update(rt: &Runtime, id: &str, update: Option<Limits>) -> Result<(), ContainerError> {
+    let t = open(rt, id)?;
+    let update = update.ok_or_else(|| ContainerError::InvalidArgument("linux resources are required".into()))?;
+    if !t.running || app::facts(&AppPaths::new(&t.pod, &t.app.name), true).state == AppState::Created {
+        return Err(ContainerError::FailedPrecondition(format!("container {id} is not running")));
+    }
+    // what is not given stays as it was: the merged limits are applied and recorded
+    update.validate().map_err(ContainerError::InvalidArgument)?;
+    let old = meta::limits(&t.app);
+    let limits = merged_limits(&old, &update);
+    // on cgroup v2 the pod's systemd is told first (it rewrites the memory
+    // and cpu files of a unit whose properties change), then the host
+    // writes every file, those systemd does not know included
+    let through_systemd = crate::cgroup::Layout::cached().is_ok_and(|l| l.limits_through_systemd());
+    if through_systemd {
+        with_bus(rt, &t.pod, |bus| bus.set_unit_properties(&unit(&t.app.name), systemd_limits(&limits)))?;
+    }
+    if let Err(e) = apply_limits(&t, &limits) {
+        // nothing half-applied: a limit the kernel refused (v1 memory
+        // below usage: EBUSY) after others were written puts those back
+        if through_systemd
+            && let Err(e) =
+                with_bus(rt, &t.pod, |bus| bus.set_unit_properties(&unit(&t.app.name), systemd_limits(&old)))
+        {
+            tracing::warn!(container = %id, error = %e, "restoring the unit's limits");
+        }
+        if let Err(e) = apply_limits(&t, &old) {
+            tracing::warn!(container = %id, error = %e, "restoring the app's limits");
+        }
+        return Err(ContainerError::io(format!("limits of {id}"))(e));
+    }
+    Ok(store_limits(&t, &limits)?)
+}
+
+/// Writes the limits and moves the app's processes under them.
+pub(super) fn apply_limits(t: &Target, limits: &Limits) -> std::io::Result<()> {
+    let Some(cg) = app_cgroup(&t.pod, &t.app.name) else { return Ok(()) };
+    cg.apply(limits)?;
+    cg.adopt_unit_processes()
+}
+
+/// Limits as the pod's systemd takes them on a cgroup v2 host: MemoryMax,
+/// CPUWeight (from CPU shares as Kubernetes converts them), CPUQuotaPerSecUSec
+/// and CPUQuotaPeriodUSec, TasksMax.
+pub(super) fn systemd_limits(l: &Limits) -> Vec<Property> {
+    let mut p = Vec::new();
+    if let Some(m) = l.memory_bytes.and_then(|m| u64::try_from(m).ok()) {
+        p.push(Property::u64("MemoryMax", m));
+    }
+    if let Some(shares) = l.cpu_shares {
+        let shares = shares.clamp(2, 262_144);
+        p.push(Property::u64("CPUWeight", 1 + ((shares - 2) * 9999) / 262_142));
+    }
+    let period = l.cpu_period_us.unwrap_or(100_000).max(1_000);
+    if let Some(quota) = l.cpu_quota_us.and_then(|q| u64::try_from(q).ok()).filter(|q| *q > 0) {
+        p.push(Property::u64("CPUQuotaPerSecUSec", quota.saturating_mul(1_000_000) / period));
+        p.push(Property::u64("CPUQuotaPeriodUSec", period));
+    }
+    if let Some(pids) = l.pids.and_then(|n| u64::try_from(n).ok()) {
+        p.push(Property::u64("TasksMax", pids));
+    }
+    p
+}
+
+/// An update over the limits in force: the values given replace those, the
+/// others stay (the OOM score is the one the app started with).
+fn merged_limits(current: &Limits, update: &Limits) -> Limits {
+    Limits {
+        memory_bytes: update.memory_bytes.or(current.memory_bytes),
+        cpu_shares: update.cpu_shares.or(current.cpu_shares),
+        cpu_quota_us: update.cpu_quota_us.or(current.cpu_quota_us),
+        cpu_period_us: update.cpu_period_us.or(current.cpu_period_us),
+        pids: update.pids.or(current.pids),
+        memory_swap_bytes: update.memory_swap_bytes.or(current.memory_swap_bytes),
+        cpuset_cpus: update.cpuset_cpus.clone().or_else(|| current.cpuset_cpus.clone()),
+        cpuset_mems: update.cpuset_mems.clone().or_else(|| current.cpuset_mems.clone()),
+        hugepages: current.hugepages.clone().into_iter().chain(update.hugepages.clone()).collect(),
+        unified: current.unified.clone().into_iter().chain(update.unified.clone()).collect(),
+        oom_score_adj: current.oom_score_adj,
+    }
+}
+
+/// Records the limits in force in the pod manifest (what ContainerStatus reports).
+fn store_limits(t: &Target, limits: &Limits) -> Result<(), crate::pod::PodError> {
+    let _lock = t.pod.lock_manifest()?;
+    let mut manifest = t.pod.read_manifest()?;
+    let Some(section) = manifest.apps.iter_mut().find(|a| a.name == t.app.name).and_then(|a| a.app.as_mut()) else {
+        return Ok(());
+    };
+    let json = serde_json::to_string(limits)
+        .map_err(|source| crate::pod::PodError::Manifest { uuid: t.pod.uuid(), source })?;
+    section.user_annotations.insert(meta::RESOURCES.into(), json);
+    t.pod.write_manifest(&manifest).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stage1::bus::Value;
+
+    fn values(p: &[Property]) -> Vec<(String, u64)> {
+        p.iter()
+            .map(|p| match p.value {
+                Value::U64(v) => (p.name.clone(), v),
+                ref v => panic!("{} is {v:?}", p.name),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn limits_as_systemd_properties() {
+        let l = Limits {
+            memory_bytes: Some(64 << 20),
+            cpu_shares: Some(1024),
+            cpu_quota_us: Some(50_000),
+            cpu_period_us: Some(100_000),
+            pids: Some(100),
+            oom_score_adj: Some(-997),
+            ..Default::default()
+        };
+        let got = values(&systemd_limits(&l));
+        let want: Vec<(String, u64)> = [
+            ("MemoryMax", 64 << 20),
+            ("CPUWeight", 39),
+            ("CPUQuotaPerSecUSec", 500_000),
+            ("CPUQuotaPeriodUSec", 100_000),
+            ("TasksMax", 100),
+        ]
+        .iter()
+        .map(|(n, v)| (n.to_string(), *v))
+        .collect();
+        assert_eq!(got, want);
+        // kubelet's minimum shares (2) is the minimum weight; no limits, no properties
+        assert_eq!(
+            values(&systemd_limits(&Limits { cpu_shares: Some(2), ..Default::default() })),
+            [("CPUWeight".to_string(), 1)]
+        );
+        assert!(systemd_limits(&Limits::default()).is_empty());
+    }
+
+    #[test]
+    fn an_update_keeps_what_it_does_not_name() {
+        let current = Limits {
+            memory_bytes: Some(64 << 20),
+            cpu_shares: Some(512),
+            pids: Some(10),
+            oom_score_adj: Some(500),
+            ..Default::default()
+        };
+        let update = Limits { memory_bytes: Some(128 << 20), cpu_quota_us: Some(25_000), ..Default::default() };
+        let merged = merged_limits(&current, &update);
+        assert_eq!(
+            merged,
+            Limits {
+                memory_bytes: Some(128 << 20),
+                cpu_shares: Some(512),
+                cpu_quota_us: Some(25_000),
+                cpu_period_us: None,
+                pids: Some(10),
+                oom_score_adj: Some(500),
+                ..Default::default()
+            }
+        );
+    }
+}

@@ -1,0 +1,661 @@
+//! StartContainer: the app's unit described (`stage1::bus::ServiceSpec`)
+//! and started in the pod's systemd over the pod's private socket (no exec,
+//! no reload): command, ids, capabilities, seccomp, masks, devices, stdio
+//! through the pod's log writer or a terminal, limits; apps with a PID
+//! namespace of their own (or other needs systemd cannot meet) run through
+//! appexec (`stage1::appexec`), host-PID apps are started by the log writer.
+
+use super::resources::{apply_limits, systemd_limits};
+use super::stop::stop_app;
+use super::{ContainerError, Target, app_cgroup, meta, open, unit, with_bus};
+use crate::pod::Pod;
+use crate::pod::manifest::RuntimeApp;
+use crate::runtime::{EventKind, Runtime};
+use crate::stage1::app::{self, AppPaths, AppState};
+use crate::stage1::appexec::{Bind, PidMode, Plan};
+use crate::stage1::bus::{BindPath, BusError, ExecCommand, Output, Property, ServiceSpec, Value};
+use crate::stage1::seccomp;
+use crate::stream::log::{self as crilog, Stream};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::time::Duration;
+
+/// The program to run: absolute as given, else found in the app's `PATH`.
+fn resolve_program(
+    rootfs: &Path,
+    program: &str,
+    env: &[crate::pod::manifest::NameValue],
+) -> Result<String, ContainerError> {
+    if program.starts_with('/') {
+        return Ok(program.to_string());
+    }
+    let path = env.iter().find(|e| e.name == "PATH").map(|e| e.value.as_str()).unwrap_or("/usr/bin:/bin");
+    path.split(':')
+        .filter(|d| d.starts_with('/'))
+        .map(|d| format!("{}/{program}", d.trim_end_matches('/')))
+        .find(|p| app::target_in(rootfs, Path::new(p)).is_ok_and(|at| at.is_file()))
+        .ok_or_else(|| ContainerError::InvalidArgument(format!("executable {program:?} not found in the image's PATH")))
+}
+
+/// Starts created container `id`: its unit described and started in the
+/// pod's systemd; returns once the app runs (or failed to, recorded as its exit).
+pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
+    let t = open(rt, id)?;
+    if !t.running {
+        return Err(ContainerError::FailedPrecondition(format!("pod of container {} is not running", id)));
+    }
+    let paths = AppPaths::new(&t.pod, &t.app.name);
+    if app::facts(&paths, true).state != AppState::Created {
+        return Err(ContainerError::FailedPrecondition(format!("container {} was already started", id)));
+    }
+    // the pod's systemd, as its bus connection knows it (masks, OOM score and terminal need it)
+    let pid1 = rt.pod_bus(&t.pod).map_err(ContainerError::Unavailable)?.pid1();
+    let section = t.app.app.clone().unwrap_or_default();
+    let argv = section.exec.clone().unwrap_or_default();
+    let program = argv.first().ok_or_else(|| ContainerError::InvalidArgument("container has no command".into()))?;
+    let path = resolve_program(&paths.rootfs(), program, &section.environment)?;
+    let mut exec = ExecCommand::new(path, argv.iter().skip(1).cloned());
+    // argv[0] as the container asked for it (multi-call binaries such as busybox dispatch on it)
+    exec.argv[0] = program.clone();
+    let mut spec = ServiceSpec::new(unit(&t.app.name), exec);
+    spec.description = format!("container {}", id);
+    spec.root_directory = Some(paths.rootfs_in_pod().display().to_string());
+    spec.environment = section.environment.iter().map(|e| format!("{}={}", e.name, e.value)).collect();
+    spec.working_directory = Some(section.working_directory.clone()).filter(|w| !w.is_empty());
+    spec.user = Some(section.user.clone());
+    spec.group = Some(section.group.clone());
+    spec.supplementary_groups = section.supplementary_gids.iter().map(u32::to_string).collect();
+    let (mut masked, mut readonly) = meta::path_lists(&t.app);
+    let (mut filter, mut namespaces) = (None, None);
+    for iso in &section.isolators {
+        match iso.name.as_str() {
+            meta::ISOLATOR_CAPS | meta::ISOLATOR_CAPS_REMOVE => {
+                let named =
+                    set_of(&iso.value).iter().filter_map(|n| crate::stage1::caps::bits(n)).fold(0, |a, b| a | b);
+                spec.capability_bounding_set =
+                    Some(if iso.name == meta::ISOLATOR_CAPS { named } else { crate::stage1::caps::ALL & !named });
+            }
+            meta::ISOLATOR_NO_NEW_PRIVS => spec.no_new_privileges = iso.value.as_bool(),
+            seccomp::ISOLATOR_RETAIN | seccomp::ISOLATOR_REMOVE => {
+                // no errno: a denied call kills the process (SIGSYS)
+                filter = Some((
+                    iso.name == seccomp::ISOLATOR_RETAIN,
+                    set_of(&iso.value),
+                    seccomp::errno_of(&iso.value["errno"]),
+                ));
+                namespaces = seccomp::allowed_namespaces(&iso.value).map_err(ContainerError::Internal)?;
+            }
+            // as older builds kept them (the annotations, when there, win)
+            meta::ISOLATOR_MASKED if masked.is_none() => masked = Some(set_of(&iso.value)),
+            meta::ISOLATOR_READONLY if readonly.is_none() => readonly = Some(set_of(&iso.value)),
+            _ => {}
+        }
+    }
+    // InaccessiblePaths=/ReadOnlyPaths= do not reach below the /proc and
+    // /sys that MountAPIVFS mounts; binds do (applied after them)
+    let readonly = readonly.map(crate::stage1::api_vfs::app_read_only);
+    if let Some((allow, entries, errno)) = &filter {
+        spec.extra.push(Property::new("SystemCallFilter", Value::FilterList(*allow, entries.clone())));
+        if let Some(errno) = errno {
+            spec.extra.push(Property::new("SystemCallErrorNumber", Value::I32(*errno)));
+        }
+    }
+    // (appexec's own namespace calls, PID and mount, stay allowed)
+    if let Some(allowed) = namespaces {
+        spec.extra.push(Property::new("RestrictNamespaces", Value::U64(allowed)));
+    }
+    let pid_mode = tokio::task::block_in_place(|| pid_mode(rt, &t, pid1))?;
+    // an app with a PID namespace of its own gets its masks from appexec;
+    // so does one with a volume whose mounts propagate both ways: systemd
+    // makes every mount of a unit's namespace a slave, for good
+    let shared = shared_volumes(&t.app);
+    // so does one with an AppArmor profile (set by appexec for the app's execve)
+    let apparmor = meta::apparmor(&t.app);
+    let limits = meta::limits(&t.app);
+    // the pod's own limits with this app counted (they only grow: the pod's
+    // cgroup goes before the app's)
+    tokio::task::block_in_place(|| super::pod_resources::refresh_for_app(rt, &t.pod))?;
+    // on cgroup v1 the daemon places the app in its cgroups: one with limits
+    // is started by appexec, which waits for that before anything runs
+    let placed = match app_cgroup(&t.pod, &t.app.name) {
+        Some(cg) if limits.in_cgroups() && pid_mode != PidMode::Host => {
+            cg.placement(&t.app.name).map(|wait| (cg, wait))
+        }
+        _ => None,
+    };
+    if let Some((cg, _)) = &placed {
+        // written before the start: nothing of the app runs without them
+        tokio::task::block_in_place(|| cg.apply(&limits))
+            .map_err(|e| ContainerError::Internal(format!("limits of {}: {e}", id)))?;
+    }
+    let appexec_paths = if pid_mode != PidMode::Pod || !shared.is_empty() || apparmor.is_some() || placed.is_some() {
+        api_binds_for_appexec(&t.app, &mut spec);
+        Some((masked, readonly, shared, apparmor, placed.as_ref().map(|(_, wait)| wait.clone())))
+    } else {
+        tokio::task::block_in_place(|| api_file_systems(&t.pod, pid1, &mut spec, masked, readonly))?;
+        None
+    };
+    if t.app.read_only_root_fs {
+        spec.read_only_paths.push("/".into());
+    }
+    // writable as containerd mounts them, unless the rootfs is read-only
+    // (ReadOnlyPaths=/ does not reach binds of their own)
+    let identity = identity_files(&t.app);
+    if t.app.read_only_root_fs {
+        spec.bind_read_only_paths.extend(identity);
+    } else {
+        spec.bind_paths.extend(identity);
+    }
+    spec.bind_paths.extend(device_nodes(&paths, &meta::devices(&t.app))?);
+    if let Some(appexec_paths) = appexec_paths {
+        own_pid_namespace(rt, &t, pid1, &pid_mode, &mut spec, filter, appexec_paths)?;
+    }
+    let (stop_signal, _) = meta::stop_signal(&t.app);
+    if stop_signal != libc::SIGTERM {
+        spec.extra.push(Property::new("KillSignal", Value::I32(stop_signal)));
+    }
+    if crate::cgroup::Layout::cached().is_ok_and(|l| l.limits_through_systemd()) {
+        // accounting on for every app: the pod's systemd then keeps the
+        // controllers enabled down to the app's cgroup, which the host writes
+        for p in ["MemoryAccounting", "CPUAccounting", "TasksAccounting", "IOAccounting"] {
+            spec.extra.push(Property::new(p, Value::Bool(true)));
+        }
+        spec.extra.extend(systemd_limits(&limits));
+    }
+    if let Some(adj) = limits.oom_score_adj.and_then(|adj| oom_score_adj_allowed(&t.pod, pid1, adj)) {
+        spec.extra.push(Property::new("OOMScoreAdjust", Value::I32(adj)));
+    }
+    let log_path = meta::log_path(&t.app);
+    let socket = t.pod.path().join(crilog::SOCKET_FILE);
+    let mut tty_slave = None;
+    if meta::tty(&t.app) {
+        // a terminal of the pod's own devpts, so its name means something
+        // inside; the master goes to the pod's log writer (output to the CRI
+        // log as stdout, input from attach sessions, which also resize it)
+        let pty = crate::stage1::pty::PodPty::open_as_seen_by(pid1)
+            .map_err(|e| ContainerError::Internal(format!("a terminal for {}: {e}", id)))?;
+        // the app's own, as systemd makes it for `User=` (appexec runs as root)
+        if let (Ok(uid), Ok(gid)) = (section.user.parse::<u32>(), section.group.parse::<u32>()) {
+            let path = format!("/proc/{pid1}/root{}", pty.path_in_pod);
+            std::os::unix::fs::chown(&path, Some(uid), Some(gid))
+                .map_err(|e| ContainerError::Internal(format!("the terminal of {}: {e}", id)))?;
+        }
+        let input = if meta::stdin(&t.app).is_some() { "tty" } else { "null" };
+        spec.extra.push(Property::str("StandardInput", input));
+        spec.extra.push(Property::str("StandardOutput", "tty"));
+        spec.extra.push(Property::str("StandardError", "tty"));
+        spec.extra.push(Property::str("TTYPath", pty.path_in_pod.clone()));
+        // someone must read the terminal, or the app blocks once its buffer
+        // fills (without a log path, for attach sessions only)
+        crilog::attach(&socket, &t.app.name, Stream::Stdout, Path::new(&log_path), pty.master.as_raw_fd())
+            .map_err(|e| ContainerError::Internal(format!("attaching the terminal of {}: {e}", id)))?;
+        crilog::keep_stdin(&socket, &t.app.name, pty.master.as_raw_fd())
+            .map_err(|e| ContainerError::Internal(format!("keeping the terminal of {}: {e}", id)))?;
+        tty_slave = Some(pty);
+    } else if meta::stdin(&t.app).is_some() {
+        // a container with a stdin reads a pipe whose write end the pod's log
+        // writer keeps (it outlives the daemon); attach sessions write to it
+        let (r, w) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| ContainerError::Internal(e.to_string()))?;
+        crilog::keep_stdin(&t.pod.path().join(crilog::SOCKET_FILE), &t.app.name, w.as_raw_fd())
+            .map_err(|e| ContainerError::Internal(format!("keeping the stdin of {}: {e}", id)))?;
+        let stdin = crate::stage1::bus::Property::fd("StandardInputFileDescriptor", std::os::fd::AsFd::as_fd(&r))
+            .map_err(|e| ContainerError::Internal(e.to_string()))?;
+        spec.extra.push(stdin);
+    }
+    if meta::tty(&t.app) {
+        // the terminal is stdout and stderr (above)
+    } else {
+        // read by the pod's log writer, log path or not: attach sessions
+        // get the output from it
+        for stream in [Stream::Stdout, Stream::Stderr] {
+            let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+                .map_err(|e| ContainerError::Internal(e.to_string()))?;
+            crilog::attach(&socket, &t.app.name, stream, Path::new(&log_path), r.as_raw_fd())
+                .map_err(|e| ContainerError::Internal(format!("attaching the log of {}: {e}", id)))?;
+            match stream {
+                Stream::Stdout => spec.stdout = Output::Fd(w),
+                Stream::Stderr => spec.stderr = Output::Fd(w),
+            }
+        }
+    }
+    // marked before the start: the exit recorder only records started apps, and
+    // a short-lived app can exit before StartTransientUnit's job is reported
+    if pid_mode == PidMode::Host {
+        std::fs::write(paths.status_file(app::HOST_PID), b"").map_err(|e| ContainerError::Internal(e.to_string()))?;
+    }
+    app::mark_started(&paths).map_err(|e| ContainerError::Internal(e.to_string()))?;
+    let began = std::time::Instant::now();
+    // Ok(Err(..)): the job failed, so its process ran and could not become
+    // the app, which ends the container (containerd reports a start error as
+    // an exit too); Err(..): the call was refused, nothing ran
+    // an app placed by the daemon (cgroup v1) is moved while its unit starts:
+    // appexec waits for it, and the start job ends once the app is exec'd
+    let (started, placement) = tokio::task::block_in_place(|| {
+        let starting = std::sync::atomic::AtomicBool::new(true);
+        std::thread::scope(|scope| {
+            let adopter = placed.as_ref().map(|(cg, _)| scope.spawn(|| cg.adopt_while_starting(&starting)));
+            let started = with_bus(rt, &t.pod, |bus| match bus.start_transient_service(&spec) {
+                Err(e @ BusError::JobFailed { .. }) => Ok(Err(e)),
+                other => other.map(Ok),
+            });
+            starting.store(false, std::sync::atomic::Ordering::Release);
+            let placement = adopter.map(|a| a.join().unwrap_or_else(|_| Err(std::io::Error::other("panicked"))));
+            (started, placement)
+        })
+    });
+    let placement =
+        placement.map(|r| r.map_err(|e| ContainerError::Internal(format!("placing {} in its cgroups: {e}", id))));
+    let failed = match started {
+        Ok(Ok(())) => None,
+        Ok(Err(job)) => {
+            // (the app killed, as it could not be placed: that is the cause)
+            let e = match placement {
+                Some(Err(e)) => e,
+                _ => ContainerError::Bus(job),
+            };
+            let exit = tokio::task::block_in_place(|| with_bus(rt, &t.pod, |bus| bus.unit_status(&spec.name)))
+                .ok()
+                .and_then(|s| s.main_exit());
+            let _ = std::fs::write(paths.status_file(app::START_ERROR), e.to_string());
+            let code = exit.map_or(128, |x| crate::stage1::bus::exit_code(&x));
+            if app::record_exit(&paths, code).unwrap_or(false) {
+                rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
+            }
+            Some(e)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(paths.status_file("-started"));
+            Some(e)
+        }
+    };
+    if let Some(e) = failed {
+        if let Some(pty) = tty_slave {
+            // the log writer lets go of a terminal once its slave side was
+            // open and closed again (the app never opened it)
+            let _ = crilog::close_stdin(&socket, &t.app.name);
+            drop(pty.open_slave(pid1));
+        }
+        return Err(e);
+    }
+    crate::fault::point("start-after-unit");
+    rt.emit(t.pod.uuid(), &t.app.name, EventKind::Started);
+    // every app gets its own cgroups, limits or not: they are what its stats
+    // are read from; without limits asked for, a failure only costs the stats
+    let unit_started = began.elapsed();
+    let limits_result = match &placed {
+        // anything the app started since, too
+        Some((cg, _)) => tokio::task::block_in_place(|| cg.adopt_unit_processes()),
+        None => tokio::task::block_in_place(|| apply_limits(&t, &limits)),
+    };
+    if pid_mode == PidMode::Host {
+        // after the limits: the app joins the cgroups its template is in now
+        if let Err(e) = tokio::task::block_in_place(|| run_host_app(&t, pid1)) {
+            let e = ContainerError::Internal(format!("starting {} in the node's PID namespace: {e}", id));
+            let _ = std::fs::write(paths.status_file(app::START_ERROR), e.to_string());
+            if app::record_exit(&paths, 128).unwrap_or(false) {
+                rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
+            }
+            let _ = tokio::task::block_in_place(|| {
+                with_bus(rt, &t.pod, |bus| bus.kill_unit(&unit(&t.app.name), libc::SIGKILL))
+            });
+            return Err(e);
+        }
+    }
+    tracing::debug!(
+        container = id,
+        unit_micros = unit_started.as_micros() as u64,
+        cgroups_micros = (began.elapsed() - unit_started).as_micros() as u64,
+        "started"
+    );
+    match limits_result {
+        Err(e) if limits.is_empty() => {
+            tracing::warn!(container = id, error = %e, "no cgroups of its own: no stats for it")
+        }
+        Err(e) => {
+            // a container must not run without the limits it asked for
+            let _ = tokio::task::block_in_place(|| stop_app(rt, &t, Duration::ZERO));
+            return Err(ContainerError::Internal(format!("limits of {}: {e}", id)));
+        }
+        Ok(()) => {}
+    }
+    rt.pods.warm(&rt.manifests, &t.pod.uuid().to_string());
+    Ok(())
+}
+
+/// Makes the app's device nodes in the pod (`/rkt/devices/<app>/<n>`, out
+/// of every app's root) and returns the binds that put them at the paths
+/// the container asked for. The node's mode carries the CRI permissions
+/// (r, w) for non-root processes; root in the container is not held back by
+/// it, and no per-app device cgroup is made.
+fn device_nodes(paths: &AppPaths, devices: &[meta::Device]) -> Result<Vec<BindPath>, ContainerError> {
+    use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+    if devices.is_empty() {
+        return Ok(Vec::new());
+    }
+    let dir = paths.devices();
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| ContainerError::Internal(format!("creating {}: {e}", dir.display())))?;
+    let mut binds = Vec::new();
+    for (i, d) in devices.iter().enumerate() {
+        let kind = if d.kind == 'b' { SFlag::S_IFBLK } else { SFlag::S_IFCHR };
+        let mut mode = Mode::empty();
+        if d.permissions.contains('r') {
+            mode |= Mode::S_IRUSR | Mode::S_IRGRP | Mode::S_IROTH;
+        }
+        if d.permissions.contains('w') {
+            mode |= Mode::S_IWUSR | Mode::S_IWGRP | Mode::S_IWOTH;
+        }
+        if let Some(bits) = d.mode {
+            mode = Mode::from_bits_truncate(bits & 0o666);
+        }
+        let node = dir.join(i.to_string());
+        mknod(&node, kind, Mode::empty(), makedev(d.major, d.minor))
+            .and_then(|()| {
+                nix::sys::stat::fchmodat(
+                    nix::fcntl::AT_FDCWD,
+                    &node,
+                    mode,
+                    nix::sys::stat::FchmodatFlags::FollowSymlink,
+                )
+            })
+            .map_err(|e| ContainerError::Internal(format!("making device {} for {}: {e}", node.display(), d.path)))?;
+        binds.push(BindPath {
+            source: paths.devices_in_pod().join(i.to_string()).display().to_string(),
+            destination: d.path.clone(),
+            ignore_missing: false,
+            recursive: false,
+        });
+    }
+    Ok(binds)
+}
+
+/// The pod's /sys and /dev for an app appexec starts (it mounts the app's
+/// own /proc and makes every masked and read-only path itself), and the
+/// volumes below them (kubelet's /dev/termination-log, a /dev/shm emptyDir):
+/// they were attached on the app's rootfs, which /dev and /sys now cover, so
+/// they come again on top, from where they are in the pod. (systemd 252
+/// cannot take a source below the unit's RootDirectory: apps in the pod's
+/// PID namespace do without.)
+/// The app's volumes whose mounts propagate both ways (their paths).
+fn shared_volumes(app: &RuntimeApp) -> Vec<String> {
+    app.mounts
+        .iter()
+        .filter(|m| {
+            m.app_volume.as_ref().is_some_and(|v| {
+                crate::stage1::inject::Propagation::parse(v.propagation.as_deref())
+                    == crate::stage1::inject::Propagation::Shared
+            })
+        })
+        .map(|m| m.path.clone())
+        .collect()
+}
+
+fn api_binds_for_appexec(app: &RuntimeApp, spec: &mut ServiceSpec) {
+    spec.mount_api_vfs = false;
+    let api = ["/sys", "/dev"];
+    spec.bind_paths.extend(api.map(|p| BindPath {
+        source: p.into(),
+        destination: p.into(),
+        ignore_missing: false,
+        recursive: true,
+    }));
+    for m in &app.mounts {
+        let Some(volume) = &m.app_volume else { continue };
+        let path = Path::new(&m.path);
+        if !api.iter().any(|api| path.starts_with(api) && path != Path::new(api)) {
+            continue;
+        }
+        // where CreateContainer mounted it: found by appexec inside the app's
+        // root (`@`), where no link of the image or of a volume leads out
+        let bind = BindPath {
+            source: format!("@{}", m.path.trim_start_matches('/')),
+            destination: m.path.clone(),
+            ignore_missing: false,
+            recursive: true,
+        };
+        if volume.read_only == Some(true) {
+            spec.bind_read_only_paths.push(bind);
+        } else {
+            spec.bind_paths.push(bind);
+        }
+    }
+}
+
+/// /proc, /sys and /dev in an app of the pod's PID namespace, with its
+/// masked and read-only paths. Apps asking for at least kubelet's defaults
+/// bind the pod's own (its /proc masked once, `stage1/api_vfs.rs`) plus
+/// binds for the rest they ask; the others (privileged: no masks) get fresh
+/// ones from `MountAPIVFS=` with their own binds.
+fn api_file_systems(
+    pod: &Pod,
+    pid1: i32,
+    spec: &mut ServiceSpec,
+    masked: Option<Vec<String>>,
+    readonly: Option<Vec<String>>,
+) -> Result<(), ContainerError> {
+    let (mut masked, mut readonly) = (masked.unwrap_or_default(), readonly.unwrap_or_default());
+    if !masked.is_empty() && crate::stage1::api_vfs::covers(&masked, &readonly) {
+        crate::stage1::api_vfs::ensure(&pod.path(), pid1)
+            .map_err(|e| ContainerError::Internal(format!("masking the pod's /proc: {e}")))?;
+        spec.mount_api_vfs = false;
+        spec.bind_paths.extend(["/proc", "/sys", "/dev"].map(|p| BindPath {
+            source: p.into(),
+            destination: p.into(),
+            ignore_missing: false,
+            recursive: true,
+        }));
+        // what the pod did not do already: a path it made read-only may still have to be masked
+        masked.retain(|p| !crate::stage1::api_vfs::masked_in_pod(p));
+        readonly.retain(|p| !crate::stage1::api_vfs::read_only_in_pod(p));
+    }
+    // (each read-only bind costs systemd 252 a parse of the pod's mountinfo:
+    // masked files get a plain bind of /dev/null, as runc does)
+    let (files, dirs) = masks(pod, pid1, &masked)?;
+    spec.bind_paths.extend(files);
+    spec.bind_read_only_paths.extend(dirs);
+    spec.bind_read_only_paths.extend(readonly.iter().map(|p| BindPath {
+        source: p.clone(),
+        destination: p.clone(),
+        ignore_missing: true,
+        recursive: true,
+    }));
+    Ok(())
+}
+
+/// The app's PID namespace, with the pid to join for a target's.
+fn pid_mode(rt: &Runtime, t: &Target, pid1: i32) -> Result<PidMode, ContainerError> {
+    Ok(match meta::pid_namespace(&t.app) {
+        meta::PidNamespace::Pod => PidMode::Pod,
+        meta::PidNamespace::Container => PidMode::Container,
+        meta::PidNamespace::Host => PidMode::Host,
+        meta::PidNamespace::Target(app) => {
+            let not_running = || {
+                ContainerError::FailedPrecondition(format!(
+                    "the target of container {}:{} is not running",
+                    t.pod.uuid(),
+                    t.app.name
+                ))
+            };
+            let manifest = rt.manifests.read(&t.pod)?;
+            manifest.app(&app).ok_or_else(not_running)?;
+            let procs = app_cgroup(&t.pod, &app).map(|cg| cg.unit_processes()).unwrap_or_default();
+            let host_app = app::host_app(&AppPaths::new(&t.pod, &app));
+            let host_pid = crate::stage1::appexec::app_pid(pid1, &procs, host_app).ok_or_else(not_running)?;
+            let start = crate::stage1::appexec::start_time(host_pid).ok_or_else(not_running)?;
+            PidMode::Join(crate::stage1::appexec::pid_in_pod(host_pid).ok_or_else(not_running)?, start)
+        }
+    })
+}
+
+/// What appexec applies that systemd does not: masked and read-only paths,
+/// volumes shared both ways, the AppArmor profile, the wait for the app's
+/// cgroups (cgroup v1).
+type AppexecPaths = (Option<Vec<String>>, Option<Vec<String>>, Vec<String>, Option<String>, Option<(String, usize)>);
+
+/// Turns the unit into one that runs the app through appexec
+/// (`stage1/appexec.rs`): systemd keeps the environment, stdio and cgroup;
+/// appexec takes the PID and mount namespaces (the unit's root directory,
+/// binds, read-only root and working directory move to it), the app's /proc
+/// with its masks, the seccomp calls it needs let through, capabilities,
+/// ids and no_new_privs.
+fn own_pid_namespace(
+    rt: &Runtime,
+    t: &Target,
+    pid1: i32,
+    mode: &PidMode,
+    spec: &mut ServiceSpec,
+    filter: Option<(bool, Vec<String>, Option<i32>)>,
+    (masked, readonly, shared, apparmor, cgroup_wait): AppexecPaths,
+) -> Result<(), ContainerError> {
+    tokio::task::block_in_place(|| crate::stage1::appexec::ensure(&rt.data, &t.pod.path(), pid1))
+        .map_err(|e| ContainerError::Internal(format!("putting appexec in pod {}: {e}", t.pod.uuid())))?;
+    let id = |value: &str, what: &str| -> Result<u32, ContainerError> {
+        value.parse().map_err(|_| {
+            ContainerError::InvalidArgument(format!("{what} {value:?} of container {} is not numeric", t.app.name))
+        })
+    };
+    let bind = |b: BindPath, read_only: bool| Bind {
+        source: b.source,
+        target: b.destination,
+        recursive: b.recursive,
+        read_only,
+        optional: b.ignore_missing,
+    };
+    let mut binds: Vec<Bind> = std::mem::take(&mut spec.bind_paths).into_iter().map(|b| bind(b, false)).collect();
+    binds.extend(std::mem::take(&mut spec.bind_read_only_paths).into_iter().map(|b| bind(b, true)));
+    if *mode == PidMode::Host {
+        // the node's /proc (a procfs shows the PID namespace of its mounter:
+        // nothing in the pod can mount this one), masks on top by appexec
+        let source = host_proc(pid1, &t.app.name)
+            .map_err(|e| ContainerError::Internal(format!("the node's /proc for {}: {e}", t.app.name)))?;
+        binds.push(Bind { source, target: "/proc".into(), recursive: false, read_only: false, optional: false });
+    }
+    let root_read_only = spec.read_only_paths.iter().any(|p| p == "/");
+    spec.read_only_paths.clear();
+    let mut plan = Plan {
+        join: match mode {
+            PidMode::Join(pid, start) => Some((*pid, start.clone())),
+            _ => None,
+        },
+        keep_pid: matches!(mode, PidMode::Pod | PidMode::Host),
+        host: *mode == PidMode::Host,
+        shared,
+        masks: masked.unwrap_or_default(),
+        read_only: readonly.unwrap_or_default(),
+        // systemd makes no mount namespace for the unit: appexec makes the
+        // app's, small (see appexec/main.rs), with these binds
+        root: spec.root_directory.take(),
+        binds,
+        root_read_only,
+        working_directory: spec.working_directory.take(),
+        caps: spec.capability_bounding_set.take(),
+        uid: id(spec.user.take().as_deref().unwrap_or("0"), "user")?,
+        gid: id(spec.group.take().as_deref().unwrap_or("0"), "group")?,
+        no_new_privs: spec.no_new_privileges.take().unwrap_or(false),
+        apparmor,
+        cgroup_wait,
+        ..Default::default()
+    };
+    plan.groups = std::mem::take(&mut spec.supplementary_groups)
+        .iter()
+        .map(|g| id(g, "supplementary group"))
+        .collect::<Result<_, _>>()?;
+    if let Some((allow, entries, errno)) = filter {
+        let (let_through, deny) = crate::stage1::appexec::widen(mode, allow, &entries);
+        spec.extra.push(Property::new("SystemCallFilter", Value::FilterList(true, let_through)));
+        plan.deny = deny;
+        plan.errno = errno;
+    }
+    spec.exec_start = plan.command(&spec.exec_start);
+    // systemd's notification socket is appexec's: the app's environment must not replace it
+    spec.environment.retain(|e| !e.starts_with("NOTIFY_SOCKET="));
+    // started once the app is exec'd (an exec or postStart hook right after
+    // StartContainer finds it); an app that cannot be makes the start fail
+    spec.notify_ready = true;
+    Ok(())
+}
+
+/// A copy of the node's /proc (this process's, not its submounts) attached
+/// in the pod at `/rkt/hostproc/<app>` for a host-PID app; its path in the pod.
+fn host_proc(pid1: i32, app: &str) -> std::io::Result<String> {
+    use crate::stage1::inject::{self, Attach, Propagation};
+    let in_pod = format!("/rkt/hostproc/{app}");
+    std::fs::create_dir_all(format!("/proc/{pid1}/root{in_pod}"))?;
+    let tree = inject::clone_tree(Path::new("/proc"), false, false, Propagation::Private)?;
+    inject::attach(pid1, &[Attach::new(tree, Path::new(&in_pod))?])?;
+    Ok(in_pod)
+}
+
+/// Starts a host-PID app: its unit runs its template (appexec, parked once
+/// confined); the pod's log writer, in the node's PID namespace, starts
+/// the app as a copy of it and supervises it. Its host pid.
+fn run_host_app(t: &Target, pid1: i32) -> Result<i32, String> {
+    let procs = app_cgroup(&t.pod, &t.app.name).map(|cg| cg.unit_processes()).unwrap_or_default();
+    let template = crate::stage1::appexec::template_pid(pid1, &procs).ok_or("its template is not running")?;
+    let start = crate::stage1::appexec::start_time(template).ok_or("its template is gone")?;
+    crilog::run_host_app(&t.pod.path().join(crilog::SOCKET_FILE), &t.app.name, template, &start)
+        .map_err(|e| e.to_string())
+}
+
+/// Binds that mask `paths`: /dev/null over files, and (read-only) an empty
+/// directory over directories.
+fn masks(pod: &Pod, pid1: i32, paths: &[String]) -> Result<(Vec<BindPath>, Vec<BindPath>), ContainerError> {
+    let (mut files, mut dirs) = (Vec::new(), Vec::new());
+    for p in paths {
+        // the pod's view of the path: through its PID 1's root (its /proc and /sys)
+        let Ok(meta) = std::fs::metadata(format!("/proc/{pid1}/root{p}")) else { continue };
+        let (list, source) = if meta.is_dir() { (&mut dirs, "/rkt/empty") } else { (&mut files, "/dev/null") };
+        list.push(BindPath { source: source.into(), destination: p.clone(), ignore_missing: true, recursive: false });
+    }
+    if !dirs.is_empty() {
+        let empty = pod.stage1_rootfs().join("rkt/empty");
+        std::fs::create_dir_all(&empty)
+            .map_err(|e| ContainerError::Internal(format!("creating {}: {e}", empty.display())))?;
+    }
+    Ok((files, dirs))
+}
+
+/// The pod's `/etc/hosts`, `/etc/resolv.conf` and `/etc/hostname` in the
+/// app, unless a volume provides them. Bound by the app's unit, in its own
+/// mount namespace: mounts made in the pod's namespace are copied into every
+/// later unit's and parsed by systemd for each of its read-only mounts, so
+/// the pod keeps one mount per app (its rootfs) plus its volumes.
+fn identity_files(app: &RuntimeApp) -> Vec<BindPath> {
+    crate::stage1::app::IDENTITY_FILES
+        .iter()
+        // a volume at that path provides it (as containerd decides)
+        .filter(|f| !app.mounts.iter().any(|m| Path::new(&m.path) == Path::new(f)))
+        .map(|f| BindPath { source: f.to_string(), destination: f.to_string(), ignore_missing: true, recursive: false })
+        .collect()
+}
+
+/// The OOM score adjustment an app may start with: `adj` unless it is lower
+/// than the pod's and the pod cannot lower it (no CAP_SYS_RESOURCE, as on
+/// nodes that do not grant it to root); then the app keeps the pod's, as
+/// containerd does with `restrict_oom_score_adj`, and says so in the log.
+fn oom_score_adj_allowed(pod: &Pod, pid1: i32, adj: i64) -> Option<i32> {
+    let adj = i32::try_from(adj.clamp(-1000, 1000)).ok()?;
+    let current: i32 = std::fs::read_to_string(format!("/proc/{pid1}/oom_score_adj")).ok()?.trim().parse().ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid1}/status")).ok()?;
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    if adj >= current || cap_eff & crate::stage1::caps::bits("SYS_RESOURCE").unwrap_or(0) != 0 {
+        return Some(adj);
+    }
+    tracing::info!(
+        pod = %pod.uuid(),
+        asked = adj,
+        kept = current,
+        "oom_score_adj not lowered: the pod has no CAP_SYS_RESOURCE (the node does not grant it)"
+    );
+    None
+}
+
+/// The `set` list of an rkt-style isolator value.
+fn set_of(v: &serde_json::Value) -> Vec<String> {
+    v["set"].as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default()
+}

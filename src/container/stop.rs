@@ -1,0 +1,106 @@
+//! StopContainer: the app's unit stopped over the pod's bus with the
+//! container's stop signal, SIGKILL after the grace period; a host-PID app,
+//! which the pod's systemd cannot see, is signalled itself first.
+
+use super::{ContainerError, Target, app_cgroup, meta, open, unit, with_bus};
+use crate::runtime::{EventKind, Runtime};
+use crate::stage1::app::{self, AppPaths, AppState};
+use crate::stage1::bus::BusError;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+/// Stops container `id` (see [`stop_app`]): `timeout` is the grace period.
+pub async fn stop(rt: &Runtime, id: &str, timeout: Duration) -> Result<(), ContainerError> {
+    let t = open(rt, id)?;
+    tokio::task::block_in_place(|| stop_app(rt, &t, timeout))?;
+    rt.pods.warm(&rt.manifests, &t.pod.uuid().to_string());
+    Ok(())
+}
+
+/// Stops an app's unit: its stop signal (SIGTERM unless the container or its
+/// image named another; the unit's KillSignal), SIGKILL once `timeout`
+/// passed (at once for 0); records the exit code. A created, exited or pod-less app is a no-op.
+pub(super) fn stop_app(rt: &Runtime, t: &Target, timeout: Duration) -> Result<(), ContainerError> {
+    let paths = AppPaths::new(&t.pod, &t.app.name);
+    if !t.running || app::facts(&paths, true).state != AppState::Running {
+        return Ok(());
+    }
+    let name = unit(&t.app.name);
+    let first_signal = if timeout.is_zero() { libc::SIGKILL } else { meta::stop_signal(&t.app).0 };
+    app::mark_stopping(&paths, first_signal).map_err(|e| ContainerError::Internal(e.to_string()))?;
+    if meta::pid_namespace(&t.app) == meta::PidNamespace::Host {
+        stop_host_app(t, &paths, first_signal, timeout);
+    }
+    with_bus(rt, &t.pod, |bus| {
+        if timeout.is_zero() {
+            bus.kill_unit(&name, libc::SIGKILL)?;
+        }
+        match bus.stop_unit(&name, timeout.max(Duration::from_millis(1))) {
+            Err(BusError::Timeout { .. }) => {
+                bus.kill_unit(&name, libc::SIGKILL)?;
+                bus.stop_unit(&name, Duration::from_secs(10))
+            }
+            Err(e) if e.is_not_found() => Ok(()),
+            other => other,
+        }?;
+        // a crash here leaves the exit unrecorded: the restarted daemon reads
+        // it from the pod's systemd (reconcile), a repeated stop is a no-op
+        crate::fault::point("stop-before-record");
+        let status = bus.unit_status(&name).ok();
+        if status.as_ref().is_some_and(|s| s.result == "oom-kill") {
+            let _ = app::record_oom_kill(&paths);
+        }
+        if let Some(exit) = status.and_then(|s| s.main_exit())
+            && app::record_exit(&paths, crate::stage1::bus::exit_code(&exit)).unwrap_or(false)
+        {
+            rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
+        }
+        Ok(())
+    })
+}
+
+/// Stops a host-PID app (which the pod's systemd cannot see) before its
+/// unit: the stop signal through a pidfd (no reused pid is signalled),
+/// SIGKILL once `timeout` passed; then waits a moment for the log writer to
+/// record its exit. Nothing to do when it is not running.
+fn stop_host_app(t: &Target, paths: &AppPaths, first_signal: i32, timeout: Duration) {
+    let procs = app_cgroup(&t.pod, &t.app.name).map(|cg| cg.unit_processes()).unwrap_or_default();
+    let Some(pid) = crate::stage1::appexec::host_app_pid(app::host_app(paths), &procs) else { return };
+    // SAFETY: pidfd_open(2) takes no pointers; a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: the kernel just returned this descriptor; we own it.
+    let pidfd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+    // opened, then checked: still a process of the unit, not a reused pid
+    let cgroup = app_cgroup(&t.pod, &t.app.name);
+    if !cgroup.is_some_and(|cg| cg.unit_processes().contains(&pid)) {
+        return;
+    }
+    let signal = |sig: i32| {
+        // SAFETY: pidfd_send_signal(2) on our pidfd with a null info.
+        unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), sig, std::ptr::null::<u8>(), 0) }
+    };
+    let exited_within = |wait: Duration| {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let mut fds = [PollFd::new(std::os::fd::AsFd::as_fd(&pidfd), PollFlags::POLLIN)];
+        let ms = PollTimeout::try_from(wait.as_millis().min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX);
+        matches!(poll(&mut fds, ms), Ok(n) if n > 0)
+    };
+    if first_signal != libc::SIGKILL {
+        signal(first_signal);
+    }
+    if first_signal == libc::SIGKILL || !exited_within(timeout) {
+        signal(libc::SIGKILL);
+        exited_within(Duration::from_secs(10));
+    }
+    // the writer reaps it and records the exit first, then ends the unit
+    for _ in 0..200 {
+        if paths.status_file("").exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    tracing::warn!(app = %t.app.name, "the log writer recorded no exit for a host-PID app");
+}
