@@ -1,7 +1,7 @@
 //! Compiles the CRI wire contract in `proto/` with a vendored protoc, so the
 //! build does not depend on the host's (often too old) protobuf compiler;
-//! and `appexec/main.rs` into a static executable the daemon embeds (it runs
-//! inside the apps' images, whatever libc they have, if any).
+//! and the workspace's `appexec` crate into a static executable the daemon
+//! embeds (it runs inside the apps' images, whatever libc they have, if any).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
@@ -16,20 +16,37 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     appexec(&out)
 }
 
-/// `rustc` on the single file, the standard library only, glibc linked in.
+/// The `appexec` crate of this workspace, built by a cargo of its own: its
+/// own target directory under OUT_DIR (the outer build holds the lock of
+/// its own), for the target being built, with the `appexec` profile (the
+/// workspace's Cargo.toml: opt-level 2, panic=abort, stripped) and glibc
+/// linked in (`+crt-static`); offline, from the workspace's Cargo.lock.
 fn appexec(out: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
-    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let target = std::env::var("TARGET")?;
-    let status = std::process::Command::new(rustc)
-        .args(["--edition", "2024", "--crate-name", "appexec", "--target", &target])
-        .args(["-C", "target-feature=+crt-static", "-C", "opt-level=2", "-C", "panic=abort", "-C", "strip=symbols"])
-        .arg("-o")
-        .arg(out.join("appexec"))
-        .arg("appexec/main.rs")
+    let manifest_dir = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
+    let target_dir = out.join("appexec-build");
+    let status = std::process::Command::new(cargo)
+        .args(["build", "--package", "appexec", "--profile", "appexec", "--offline", "--locked", "--quiet"])
+        .arg("--manifest-path")
+        .arg(manifest_dir.join("Cargo.toml"))
+        .args(["--target", &target])
+        .arg("--target-dir")
+        .arg(&target_dir)
+        // its own flags, not the outer build's (a fuzzer's instrumentation,
+        // a developer's RUSTFLAGS); --target keeps them off build scripts
+        .env("CARGO_ENCODED_RUSTFLAGS", "-Ctarget-feature=+crt-static")
+        // `cargo clippy` lints the workspace through this: not the nested build
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET")
         .status()?;
     if !status.success() {
-        return Err(format!("compiling appexec/main.rs: {status}").into());
+        return Err(format!("building appexec: {status}").into());
     }
-    println!("cargo:rerun-if-changed=appexec");
+    std::fs::copy(target_dir.join(&target).join("appexec").join("appexec"), out.join("appexec"))?;
+    for input in ["appexec", "Cargo.toml", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed={input}");
+    }
     Ok(())
 }

@@ -12,7 +12,8 @@ seconds=${FUZZ_SECONDS:-60}
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(reference image_manifest pod_manifest tar_extract cri_log spdy_frames)
+[ ${#targets[@]} -gt 0 ] || targets=(reference image_manifest pod_manifest tar_extract cri_log spdy_frames spdy_headers http_head
+  registry_auth aci_discovery image_identity)
 for t in "${targets[@]}"; do
   echo "== $t ($seconds s)"
   cargo +nightly fuzz run "$t" -- -max_total_time="$seconds" -rss_limit_mb=2048 2>&1 | tail -3

@@ -544,7 +544,7 @@ fn own_pid_namespace(
         masks: masked.unwrap_or_default(),
         read_only: readonly.unwrap_or_default(),
         // systemd makes no mount namespace for the unit: appexec makes the
-        // app's, small (see appexec/main.rs), with these binds
+        // app's, small (see appexec/src/main.rs), with these binds
         root: spec.root_directory.take(),
         binds,
         root_read_only,

@@ -1,6 +1,6 @@
 //! A PID namespace per container (kubelet's default `NamespaceMode
 //! CONTAINER`, and `TARGET` for a debug container joining another's): the
-//! daemon's side of `appexec` (`appexec/main.rs`, built by build.rs).
+//! daemon's side of `appexec` (the `appexec/` crate, built static by build.rs).
 //!
 //! The pod's systemd (252) cannot give a unit its own PID namespace, and a
 //! program it starts has already lost what it would need to make one (root,

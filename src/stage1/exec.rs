@@ -317,7 +317,7 @@ pub fn spawn(
 
 /// Starts the app of a host-PID pod (`program`, with `argv` from argv[0])
 /// as a copy of its template `template` (appexec, parked confined: see
-/// appexec/main.rs) in every way but the PID namespace: the caller's (the
+/// appexec/src/main.rs) in every way but the PID namespace: the caller's (the
 /// pod's log writer, in the node's) is kept. Systemd's notification socket,
 /// in the template's environment for appexec, is left out. With `tty`,
 /// stdin is a terminal that becomes its controlling terminal. Returns once

@@ -771,7 +771,7 @@ mod tests {
         let pidfd = crate::stage1::launch::pidfd_open(sleeper.id() as i32).expect("pidfd");
         let writer = std::thread::spawn(move || serve(listener, Some(pidfd)));
         let log = t.path().join("c/0.log");
-        let (r, w) = nix::unistd::pipe().expect("pipe");
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
         attach(&sock, "app", Stream::Stderr, &log, r.as_raw_fd()).expect("attach");
         drop(r);
         let mut w = File::from(w);
@@ -814,8 +814,8 @@ mod tests {
         let pidfd = crate::stage1::launch::pidfd_open(sleeper.id() as i32).expect("pidfd");
         let writer = std::thread::spawn(move || serve(listener, Some(pidfd)));
         assert!(subscribe(&sock, "app").is_err(), "no output to subscribe to yet");
-        let (out_r, out_w) = nix::unistd::pipe().expect("pipe");
-        let (err_r, err_w) = nix::unistd::pipe().expect("pipe");
+        let (out_r, out_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
+        let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
         attach(&sock, "app", Stream::Stdout, Path::new(""), out_r.as_raw_fd()).expect("attach stdout");
         attach(&sock, "app", Stream::Stderr, Path::new(""), err_r.as_raw_fd()).expect("attach stderr");
         drop((out_r, err_r));

@@ -260,7 +260,9 @@ impl Codec {
     }
 }
 
-fn parse_block(b: &[u8]) -> Result<Headers, SpdyError> {
+/// An inflated header block: a count, then length-prefixed names and
+/// values (32-bit, big-endian); names lowercased. Public for the fuzz target.
+pub fn parse_block(b: &[u8]) -> Result<Headers, SpdyError> {
     let mut pos = 0;
     let mut next = |n: usize| -> Result<&[u8], SpdyError> {
         let s = b.get(pos..pos + n).ok_or_else(|| protocol("truncated header block"))?;

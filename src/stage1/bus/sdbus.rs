@@ -3,6 +3,13 @@
 //!
 //! sd-bus objects are not thread-safe: a `Bus` and its `Message`s are used by
 //! one thread at a time (the pod's bus worker owns them).
+//!
+//! The 23 functions are declared here rather than taken from
+//! `libsystemd-sys` (0.10, which declares them all): its declarations are
+//! raw FFI too, so every block below that calls them would stay, for one
+//! more build script (pkg-config, build-env) and an LGPL crate; both ways link
+//! `-lsystemd` from libsystemd-dev. The symbols are versioned and stable:
+//! 22 are LIBSYSTEMD_221, `sd_bus_flush_close_unref` LIBSYSTEMD_222.
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::os::fd::{IntoRawFd, OwnedFd, RawFd};

@@ -369,7 +369,7 @@ mod tests {
 
     #[test]
     fn every_field_becomes_a_property_with_its_signature() {
-        let (r, _w) = nix::unistd::pipe().expect("pipe");
+        let (r, _w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
         let mut spec = ServiceSpec::new("a.service", ExecCommand::new("/bin/true", Vec::<String>::new()));
         spec.root_directory = Some("/opt/stage2/a/rootfs".into());
         spec.environment = vec!["A=1".into()];

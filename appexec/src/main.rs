@@ -42,46 +42,30 @@
 //! log writer, in the node's PID namespace, starts the app as a copy of it
 //! (`src/stage1/exec.rs`, `src/stream/log.rs`).
 //!
-//! Built by build.rs as a static executable (it runs inside any image) from
-//! this single file with the standard library only; the daemon embeds it and
-//! binds it read-only at `/dev/.rkt-appexec` in each pod.
+//! Built by build.rs as a static executable (it runs inside any image)
+//! from this crate (the standard library and libc only): the daemon embeds
+//! it and binds it read-only at `/dev/.rkt-appexec` in each pod. What can be
+//! told apart from the system calls (the options, the seccomp program, what
+//! it reads of /proc) lives in modules of its own, with their tests.
 
-use std::ffi::{CStr, CString, c_char, c_int, c_long, c_uint, c_ulong, c_void};
-use std::os::unix::ffi::OsStringExt;
+mod plan;
+mod proc;
+mod seccomp;
+
+use libc::{
+    __errno_location, _exit, AT_EMPTY_PATH, AT_FDCWD, AT_RECURSIVE, CLD_DUMPED, CLD_KILLED, CLONE_NEWNS, CLONE_NEWPID,
+    EINTR, EINVAL, ENOENT, MNT_DETACH, MOUNT_ATTR_RDONLY, MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_SYMLINKS, MS_BIND,
+    MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_RDONLY, MS_REC, MS_SLAVE, O_CLOEXEC, O_DIRECTORY, O_PATH, O_RDONLY, O_WRONLY,
+    OPEN_TREE_CLONE, P_PID, POLLHUP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, PR_CAPBSET_DROP, PR_SET_DUMPABLE,
+    PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, PR_SET_SECCOMP, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, SECCOMP_MODE_FILTER,
+    SIG_IGN, SIGCHLD, SIGKILL, SIGSTOP, SYS_capget, SYS_capset, SYS_mount_setattr, SYS_move_mount, SYS_open_tree,
+    SYS_openat2, SYS_pivot_root, SYS_rt_sigaction, WEXITED, WNOHANG, WNOWAIT, c_char, c_int, c_long, c_uint, c_ulong,
+    chdir, close, execv, fork, getpid, kill, mount, mount_attr, open, open_how, pipe2, poll, pollfd, prctl, read,
+    setgroups, setns, setresgid, setresuid, syscall, umount2, unshare, waitid, waitpid, write,
+};
+use plan::Plan;
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicI32, Ordering};
-
-unsafe extern "C" {
-    fn unshare(flags: c_int) -> c_int;
-    fn chdir(path: *const c_char) -> c_int;
-    fn umount2(target: *const c_char, flags: c_int) -> c_int;
-    fn setns(fd: c_int, nstype: c_int) -> c_int;
-    fn open(path: *const c_char, flags: c_int, ...) -> c_int;
-    fn close(fd: c_int) -> c_int;
-    fn fork() -> c_int;
-    fn waitpid(pid: c_int, status: *mut c_int, options: c_int) -> c_int;
-    fn mount(
-        src: *const c_char,
-        target: *const c_char,
-        fs: *const c_char,
-        flags: c_ulong,
-        data: *const c_void,
-    ) -> c_int;
-    fn prctl(option: c_int, ...) -> c_int;
-    fn setgroups(size: usize, list: *const c_uint) -> c_int;
-    fn setresgid(r: c_uint, e: c_uint, s: c_uint) -> c_int;
-    fn setresuid(r: c_uint, e: c_uint, s: c_uint) -> c_int;
-    fn syscall(number: c_long, ...) -> c_long;
-    fn execv(path: *const c_char, argv: *const *const c_char) -> c_int;
-    fn kill(pid: c_int, sig: c_int) -> c_int;
-    fn getpid() -> c_int;
-    fn pipe2(fds: *mut [c_int; 2], flags: c_int) -> c_int;
-    fn poll(fds: *mut PollFd, nfds: c_ulong, timeout: c_int) -> c_int;
-    fn __errno_location() -> *mut c_int;
-    fn _exit(code: c_int) -> !;
-    fn write(fd: c_int, buf: *const c_void, count: usize) -> isize;
-    fn read(fd: c_int, buf: *mut c_void, count: usize) -> isize;
-    fn waitid(idtype: c_int, id: c_uint, info: *mut c_void, options: c_int) -> c_int;
-}
 
 /// In the child: the pipe end that tells the parent the app could not be
 /// exec'd (a byte) rather than exec'd (the end closed by the exec).
@@ -89,226 +73,8 @@ static FAILED_FD: AtomicI32 = AtomicI32::new(-1);
 /// In the child: the read end of the pipe that tells it its parent died.
 static ALIVE_FD: AtomicI32 = AtomicI32::new(-1);
 
-const CLONE_NEWPID: c_int = 0x2000_0000;
-const CLONE_NEWNS: c_int = 0x0002_0000;
-const MS_SLAVE: c_ulong = 1 << 19;
-const MNT_DETACH: c_int = 2;
-const OPEN_TREE_CLONE: c_uint = 1;
-const AT_EMPTY_PATH: c_uint = 0x1000;
-const MOVE_MOUNT_F_EMPTY_PATH: c_uint = 4;
-const MOVE_MOUNT_T_SYMLINKS: c_uint = 0x10;
-/// The same numbers on every architecture (newer than their split).
-const SYS_OPEN_TREE: c_long = 428;
-const SYS_MOVE_MOUNT: c_long = 429;
-const SYS_OPENAT2: c_long = 437;
-const O_PATH: c_int = 0o10_000_000;
-#[cfg(target_arch = "x86_64")]
-const O_DIRECTORY: c_int = 0o200_000;
-#[cfg(target_arch = "aarch64")]
-const O_DIRECTORY: c_int = 0o40_000;
-const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
-const RESOLVE_IN_ROOT: u64 = 0x10;
-#[cfg(target_arch = "x86_64")]
-const SYS_PIVOT_ROOT: c_long = 155;
-#[cfg(target_arch = "aarch64")]
-const SYS_PIVOT_ROOT: c_long = 41;
-const O_RDONLY: c_int = 0;
-const O_WRONLY: c_int = 1;
-const O_CLOEXEC: c_int = 0o2_000_000;
-const MS_RDONLY: c_ulong = 1;
-const MS_NOSUID: c_ulong = 2;
-const MS_NODEV: c_ulong = 4;
-const MS_NOEXEC: c_ulong = 8;
-const MS_BIND: c_ulong = 4096;
-const MS_REC: c_ulong = 16384;
-const PR_SET_PDEATHSIG: c_int = 1;
-const PR_SET_DUMPABLE: c_int = 4;
-const PR_SET_SECCOMP: c_int = 22;
-const PR_CAPBSET_DROP: c_int = 24;
-const PR_SET_NO_NEW_PRIVS: c_int = 38;
-const PR_CAP_AMBIENT: c_int = 47;
-const PR_CAP_AMBIENT_CLEAR_ALL: c_ulong = 4;
-const SECCOMP_MODE_FILTER: c_ulong = 2;
-const SIG_IGN: usize = 1;
-const SIGKILL: c_int = 9;
-const SIGCHLD: c_int = 17;
-const SIGSTOP: c_int = 19;
-const POLLHUP: i16 = 0x10;
-const P_PID: c_int = 1;
-const WEXITED: c_int = 4;
-const WNOHANG: c_int = 1;
-const WNOWAIT: c_int = 0x0100_0000;
-const CLD_KILLED: c_int = 2;
-const CLD_DUMPED: c_int = 3;
-
-/// `struct pollfd`.
-#[repr(C)]
-struct PollFd {
-    fd: c_int,
-    events: i16,
-    revents: i16,
-}
-const ENOENT: c_int = 2;
-const EINTR: c_int = 4;
-const EINVAL: c_int = 22;
+/// `_LINUX_CAPABILITY_VERSION_3` of `linux/capability.h` (not in libc).
 const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-#[cfg(target_arch = "x86_64")]
-const SYS_CAPGET: c_long = 125;
-#[cfg(target_arch = "aarch64")]
-const SYS_CAPGET: c_long = 90;
-const SYS_CAPSET: c_long = SYS_CAPGET + 1;
-/// The same number on every architecture (a syscall newer than their split).
-const SYS_MOUNT_SETATTR: c_long = 442;
-const AT_FDCWD: c_int = -100;
-const AT_RECURSIVE: c_uint = 0x8000;
-const MOUNT_ATTR_RDONLY: u64 = 1;
-
-/// `struct mount_attr`.
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-#[cfg(target_arch = "x86_64")]
-const SYS_RT_SIGACTION: c_long = 13;
-#[cfg(target_arch = "aarch64")]
-const SYS_RT_SIGACTION: c_long = 134;
-
-/// What the daemon asked for.
-#[derive(Default)]
-struct Plan {
-    /// `None`: a new PID namespace; `Some((pid, start time))`: join that
-    /// process's, if it is still the one that started then.
-    join: Option<(u32, String)>,
-    /// `pid=keep`: the PID namespace this program runs in (the pod's), no
-    /// new one.
-    keep_pid: bool,
-    /// `pid=host`: as `keep`, but the child is a host-PID app's template:
-    /// no /proc mounted (the node's is bound), parked instead of the exec.
-    host: bool,
-    /// Paths in the app's root of volumes whose mounts propagate both ways
-    /// (`shared=`): copied from the pod before the namespace is made, so the
-    /// copies stay peers of the host's mounts (the namespace's own are
-    /// slaves), and put back on top once in the root.
-    shared: Vec<CString>,
-    masks: Vec<CString>,
-    read_only: Vec<CString>,
-    /// Syscall names to deny again, and the errno (`None`: kill).
-    deny: Vec<String>,
-    errno: Option<u32>,
-    caps: Option<u64>,
-    uid: u32,
-    gid: u32,
-    groups: Vec<u32>,
-    no_new_privs: bool,
-    /// The AppArmor profile the app's execve enters (`aa=`).
-    apparmor: Option<CString>,
-    /// `cgwait=NAME:N`: wait, before anything else, until N of this
-    /// process's cgroup v1 hierarchies place it in a cgroup named NAME (the
-    /// app's, where the daemon moves it): the app then runs under its
-    /// limits from its first instruction, as children inherit cgroups.
-    cgroup_wait: Option<(String, usize)>,
-    /// The app's root as the pod sees it (`root=`): this program makes the
-    /// mount namespace and binds, then pivots into it (required).
-    root: CString,
-    binds: Vec<Bind>,
-    root_read_only: bool,
-    cwd: Option<CString>,
-    path: CString,
-    argv: Vec<CString>,
-}
-
-/// A path of the pod put at one of the app's (`bind=`, `rbind=` with the
-/// tree below it, `robind=` and `rrobind=` read-only; a source written
-/// `-/path` may be missing; one written `@path` is inside the app's root,
-/// resolved there as if it were `/`): `KEY=SOURCE TARGET`, the target the
-/// next argument.
-struct Bind {
-    source: CString,
-    in_root: bool,
-    target: CString,
-    recursive: bool,
-    read_only: bool,
-    optional: bool,
-}
-
-fn cstring(s: Vec<u8>) -> CString {
-    CString::new(s).unwrap_or_else(|_| fail("an argument contains a NUL byte", 0))
-}
-
-fn number<T: std::str::FromStr>(key: &str, v: &str) -> T {
-    v.parse().unwrap_or_else(|_| fail(&format!("{key}={v} is not a number"), 0))
-}
-
-fn parse() -> Plan {
-    let mut args = std::env::args_os().skip(1).map(OsStringExt::into_vec);
-    let mut plan = Plan::default();
-    while let Some(arg) = args.next() {
-        if arg == b"--" {
-            break;
-        }
-        let arg = String::from_utf8(arg).unwrap_or_else(|_| fail("an option is not UTF-8", 0));
-        let (key, value) = arg.split_once('=').unwrap_or((arg.as_str(), ""));
-        match key {
-            "root" => plan.root = cstring(value.into()),
-            "rootro" => plan.root_read_only = true,
-            "cwd" => plan.cwd = Some(cstring(value.into())),
-            "bind" | "rbind" | "robind" | "rrobind" => {
-                let target = args.next().unwrap_or_else(|| fail(&format!("no target after {arg}"), 0));
-                let (optional, source) = match value.strip_prefix('-') {
-                    Some(source) => (true, source),
-                    None => (false, value),
-                };
-                let (in_root, source) = match source.strip_prefix('@') {
-                    Some(source) => (true, source),
-                    None => (false, source),
-                };
-                plan.binds.push(Bind {
-                    source: cstring(source.into()),
-                    in_root,
-                    target: cstring(target),
-                    recursive: matches!(key, "rbind" | "rrobind"),
-                    read_only: key.ends_with("robind"),
-                    optional,
-                });
-            }
-            "pid" if value == "new" => plan.join = None,
-            "pid" if value == "keep" => plan.keep_pid = true,
-            "pid" if value == "host" => (plan.keep_pid, plan.host) = (true, true),
-            "shared" => plan.shared.push(cstring(value.into())),
-            "pid" => {
-                let (pid, start) = value.split_once('@').unwrap_or_else(|| fail("pid= is new or PID@STARTTIME", 0));
-                plan.join = Some((number(key, pid), start.to_string()));
-            }
-            "mask" => plan.masks.push(cstring(value.into())),
-            "ro" => plan.read_only.push(cstring(value.into())),
-            "deny" => plan.deny = value.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect(),
-            "errno" => plan.errno = Some(number(key, value)),
-            "caps" => plan.caps = Some(u64::from_str_radix(value, 16).unwrap_or_else(|_| fail("caps= is not hex", 0))),
-            "uid" => plan.uid = number(key, value),
-            "gid" => plan.gid = number(key, value),
-            "groups" => plan.groups = value.split(',').filter(|s| !s.is_empty()).map(|g| number(key, g)).collect(),
-            "nnp" => plan.no_new_privs = true,
-            "aa" => plan.apparmor = Some(cstring(format!("exec {value}").into_bytes())),
-            "cgwait" => {
-                let (name, n) = value.rsplit_once(':').unwrap_or_else(|| fail("cgwait= is NAME:COUNT", 0));
-                plan.cgroup_wait = Some((format!("/{name}"), number(key, n)));
-            }
-            _ => fail(&format!("unknown option {arg:?}"), 0),
-        }
-    }
-    if plan.root.is_empty() {
-        fail("no root=", 0);
-    }
-    plan.path = cstring(args.next().unwrap_or_else(|| fail("no program after --", 0)));
-    plan.argv = args.map(cstring).collect();
-    if plan.argv.is_empty() {
-        fail("no argv[0] after the program", 0);
-    }
-    plan
-}
 
 fn errno() -> c_int {
     // SAFETY: glibc's thread-local errno.
@@ -339,7 +105,8 @@ fn check(rc: c_int, what: &str) {
 }
 
 fn main() {
-    let plan = parse();
+    let args = std::env::args_os().skip(1).map(std::os::unix::ffi::OsStringExt::into_vec);
+    let plan = plan::parse(args).unwrap_or_else(|what| fail(&what, 0));
     if let Some((name, count)) = &plan.cgroup_wait {
         wait_for_cgroups(name, *count);
     }
@@ -351,7 +118,7 @@ fn main() {
     for sig in 1..65 {
         if sig != SIGKILL && sig != SIGSTOP && sig != SIGCHLD {
             // SAFETY: rt_sigaction(2) with a kernel sigaction whose handler is SIG_IGN.
-            unsafe { syscall(SYS_RT_SIGACTION, sig as c_long, ignore.as_ptr(), std::ptr::null::<u64>(), 8 as c_long) };
+            unsafe { syscall(SYS_rt_sigaction, sig as c_long, ignore.as_ptr(), std::ptr::null::<u64>(), 8 as c_long) };
         }
     }
     match &plan.join {
@@ -359,7 +126,7 @@ fn main() {
         // SAFETY: unshare(2) of the PID namespace for this process's future children.
         None => check(unsafe { unshare(CLONE_NEWPID) }, "new PID namespace"),
         Some((pid, start)) => {
-            let ns = cstring(format!("/proc/{pid}/ns/pid").into_bytes());
+            let ns = std::ffi::CString::new(format!("/proc/{pid}/ns/pid")).unwrap_or_default();
             // SAFETY: open(2) and setns(2) on a namespace file; only the children enter it.
             let fd = unsafe { open(ns.as_ptr(), O_RDONLY | O_CLOEXEC) };
             check(fd, "opening the target's PID namespace");
@@ -376,8 +143,8 @@ fn main() {
     // this process learns from the other whether the app was exec'd
     let (mut alive, mut execd) = ([0; 2], [0; 2]);
     // SAFETY: pipe2(2) into local arrays.
-    check(unsafe { pipe2(&mut alive, O_CLOEXEC) }, "pipe");
-    check(unsafe { pipe2(&mut execd, O_CLOEXEC) }, "pipe");
+    check(unsafe { pipe2(alive.as_mut_ptr(), O_CLOEXEC) }, "pipe");
+    check(unsafe { pipe2(execd.as_mut_ptr(), O_CLOEXEC) }, "pipe");
     // SAFETY: fork(2) in this single-threaded program.
     let child = unsafe { fork() };
     check(child, "fork");
@@ -417,9 +184,8 @@ fn main() {
 /// (the daemon that was to move it is gone, or could not).
 fn wait_for_cgroups(suffix: &str, count: usize) {
     let own = || std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    let placed = || own().lines().filter(|l| !l.starts_with("0::") && l.ends_with(suffix)).count() >= count;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !placed() {
+    while !proc::placed(&own(), suffix, count) {
         if std::time::Instant::now() > deadline {
             let now = own().replace('\n', " ");
             fail(&format!("not placed in {count} cgroups named {suffix} within 10 s; in: {now}"), 0);
@@ -432,11 +198,12 @@ fn wait_for_cgroups(suffix: &str, count: usize) {
 /// closed: killed before its exec (by the filter, an abort, the OOM killer)
 /// rather than an app that ran for no time at all. It stays waitable.
 fn killed_before_exec(child: c_int) -> bool {
-    // siginfo_t: si_signo, si_errno, si_code, then (padded) si_pid; 128 bytes
-    let mut info = [0i32; 32];
-    // SAFETY: waitid(2) on our own child into a buffer of siginfo_t's size.
-    let rc = unsafe { waitid(P_PID, child as c_uint, info.as_mut_ptr().cast(), WEXITED | WNOHANG | WNOWAIT) };
-    rc == 0 && info[4] == child && matches!(info[2], CLD_KILLED | CLD_DUMPED)
+    // SAFETY: an all-zero siginfo_t is valid (and stays so when no child changed state)
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid(2) on our own child into a siginfo_t.
+    let rc = unsafe { waitid(P_PID, child as libc::id_t, &mut info, WEXITED | WNOHANG | WNOWAIT) };
+    // SAFETY: si_pid is the field waitid(2) fills for SIGCHLD (zero when nothing changed).
+    rc == 0 && unsafe { info.si_pid() } == child && matches!(info.si_code, CLD_KILLED | CLD_DUMPED)
 }
 
 /// Tells systemd the unit has started (`Type=notify`): the app was exec'd.
@@ -463,7 +230,7 @@ fn ready() -> bool {
 /// Field 22 of `/proc/<pid>/stat`: when the process started (clock ticks since boot).
 fn start_time(pid: u32) -> Option<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.split_whitespace().nth(19).map(str::to_string)
+    proc::start_time(&stat).map(str::to_string)
 }
 
 /// The parent: waits for the container and ends the same way.
@@ -479,16 +246,16 @@ fn wait_and_mirror(child: c_int) -> ! {
             fail("waiting for the container", errno());
         }
     }
-    let (signaled, code) = (status & 0x7f, (status >> 8) & 0xff);
-    if signaled == 0 {
+    let signaled = match proc::ended(status) {
         // SAFETY: ends this process.
-        unsafe { _exit(code) };
-    }
+        Ok(code) => unsafe { _exit(code) },
+        Err(signal) => signal,
+    };
     // killed: die of the same signal, without a core of this program
     // SAFETY: dumpable flag, default disposition and a signal to ourselves.
     unsafe {
         prctl(PR_SET_DUMPABLE, 0 as c_ulong);
-        syscall(SYS_RT_SIGACTION, signaled as c_long, [0u64; 4].as_ptr(), std::ptr::null::<u64>(), 8 as c_long);
+        syscall(SYS_rt_sigaction, signaled as c_long, [0u64; 4].as_ptr(), std::ptr::null::<u64>(), 8 as c_long);
         kill(getpid(), signaled);
         _exit(128 + signaled)
     }
@@ -502,7 +269,7 @@ fn container(plan: &Plan, alive: c_int) -> ! {
     for sig in 1..65 {
         if sig != SIGKILL && sig != SIGSTOP {
             // SAFETY: rt_sigaction(2) with an all-zero (SIG_DFL) kernel sigaction.
-            unsafe { syscall(SYS_RT_SIGACTION, sig as c_long, default.as_ptr(), std::ptr::null::<u64>(), 8 as c_long) };
+            unsafe { syscall(SYS_rt_sigaction, sig as c_long, default.as_ptr(), std::ptr::null::<u64>(), 8 as c_long) };
         }
     }
     enter_root(plan, &plan.root);
@@ -512,10 +279,10 @@ fn container(plan: &Plan, alive: c_int) -> ! {
     if plan.root_read_only {
         // the root itself, after the mount points were made in it; volumes
         // and binds keep their own flags (runc's way)
-        let attr = MountAttr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
+        let attr = mount_attr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
         // SAFETY: mount_setattr(2) on "/" with a properly sized struct.
         let rc =
-            unsafe { syscall(SYS_MOUNT_SETATTR, AT_FDCWD, c"/".as_ptr(), 0 as c_uint, &attr, size_of::<MountAttr>()) };
+            unsafe { syscall(SYS_mount_setattr, AT_FDCWD, c"/".as_ptr(), 0 as c_uint, &attr, size_of::<mount_attr>()) };
         check(rc as c_int, "making the root read-only");
     }
     if let Some(attr) = &plan.apparmor {
@@ -531,7 +298,7 @@ fn container(plan: &Plan, alive: c_int) -> ! {
     // SAFETY: prctl(2) and poll(2) on this process and our pipe's read end.
     unsafe {
         prctl(PR_SET_PDEATHSIG, SIGKILL as c_ulong);
-        let mut fd = PollFd { fd: alive, events: 0, revents: 0 };
+        let mut fd = pollfd { fd: alive, events: 0, revents: 0 };
         if poll(&mut fd, 1, 0) > 0 && fd.revents & POLLHUP != 0 {
             _exit(128 + SIGKILL);
         }
@@ -581,7 +348,7 @@ fn park() -> ! {
     // the pipe whose other end only the parent holds: POLLHUP at its death
     let alive = ALIVE_FD.load(Ordering::Relaxed);
     loop {
-        let mut pfd = PollFd { fd: alive, events: 0, revents: 0 };
+        let mut pfd = pollfd { fd: alive, events: 0, revents: 0 };
         // SAFETY: poll(2) on our own descriptor.
         if unsafe { poll(&mut pfd, 1, -1) } > 0 && pfd.revents & POLLHUP != 0 {
             // SAFETY: ends this process.
@@ -599,20 +366,15 @@ fn open_in_root(root: &CStr, inner: &CStr) -> c_int {
     if root_fd < 0 {
         return -1;
     }
-    let how = OpenHow { flags: (O_PATH | O_CLOEXEC) as u64, mode: 0, resolve: RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS };
+    // SAFETY: `struct open_how` is plain integers (libc's may grow: no struct expression)
+    let mut how: open_how = unsafe { std::mem::zeroed() };
+    how.flags = (O_PATH | O_CLOEXEC) as u64;
+    how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
     // SAFETY: openat2(2) with our descriptor, a prepared C string and a properly sized struct.
-    let fd = unsafe { syscall(SYS_OPENAT2, root_fd, inner.as_ptr(), &how, size_of::<OpenHow>()) } as c_int;
+    let fd = unsafe { syscall(SYS_openat2, root_fd, inner.as_ptr(), &how, size_of::<open_how>()) } as c_int;
     // SAFETY: closing our descriptor (a successful close keeps errno).
     unsafe { close(root_fd) };
     fd
-}
-
-/// `struct open_how` of openat2(2).
-#[repr(C)]
-struct OpenHow {
-    flags: u64,
-    mode: u64,
-    resolve: u64,
 }
 
 /// The app's mount namespace, as systemd would make it for `RootDirectory=`
@@ -633,9 +395,9 @@ fn enter_root(plan: &Plan, root: &CStr) {
     for path in &plan.shared {
         let at = open_in_root(root, path);
         check(at, &format!("finding {} in {}", path.to_string_lossy(), root.to_string_lossy()));
-        let flags = OPEN_TREE_CLONE | O_CLOEXEC as c_uint | AT_RECURSIVE | AT_EMPTY_PATH;
+        let flags = OPEN_TREE_CLONE | O_CLOEXEC as c_uint | AT_RECURSIVE as c_uint | AT_EMPTY_PATH as c_uint;
         // SAFETY: open_tree(2) of the descriptor just opened; closed right after.
-        let fd = unsafe { syscall(SYS_OPEN_TREE, at, c"".as_ptr(), flags) } as c_int;
+        let fd = unsafe { syscall(SYS_open_tree, at, c"".as_ptr(), flags) } as c_int;
         // SAFETY: closing our descriptor (a successful close keeps errno).
         unsafe { close(at) };
         check(fd, &format!("copying the shared volume {}", path.to_string_lossy()));
@@ -651,7 +413,7 @@ fn enter_root(plan: &Plan, root: &CStr) {
     }
     let mut trees = Vec::new();
     for bind in &plan.binds {
-        let flags = OPEN_TREE_CLONE | O_CLOEXEC as c_uint | if bind.recursive { AT_RECURSIVE } else { 0 };
+        let flags = OPEN_TREE_CLONE | O_CLOEXEC as c_uint | if bind.recursive { AT_RECURSIVE as c_uint } else { 0 };
         let fd = if bind.in_root {
             let at = open_in_root(root, &bind.source);
             if at < 0 && bind.optional && errno() == ENOENT {
@@ -659,23 +421,23 @@ fn enter_root(plan: &Plan, root: &CStr) {
             }
             check(at, &format!("finding {} in {}", bind.source.to_string_lossy(), root.to_string_lossy()));
             // SAFETY: open_tree(2) of the descriptor just opened; closed right after.
-            let fd = unsafe { syscall(SYS_OPEN_TREE, at, c"".as_ptr(), flags | AT_EMPTY_PATH) } as c_int;
+            let fd = unsafe { syscall(SYS_open_tree, at, c"".as_ptr(), flags | AT_EMPTY_PATH as c_uint) } as c_int;
             // SAFETY: closing our descriptor (a successful close keeps errno).
             unsafe { close(at) };
             fd
         } else {
             // SAFETY: open_tree(2) with a prepared C string; returns a descriptor or -1.
-            unsafe { syscall(SYS_OPEN_TREE, AT_FDCWD, bind.source.as_ptr(), flags) as c_int }
+            unsafe { syscall(SYS_open_tree, AT_FDCWD, bind.source.as_ptr(), flags) as c_int }
         };
         if fd < 0 && bind.optional && errno() == ENOENT {
             continue;
         }
         check(fd, &format!("copying {}", bind.source.to_string_lossy()));
         if bind.read_only {
-            let attr = MountAttr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
-            let at = AT_EMPTY_PATH | if bind.recursive { AT_RECURSIVE } else { 0 };
+            let attr = mount_attr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
+            let at = AT_EMPTY_PATH as c_uint | if bind.recursive { AT_RECURSIVE as c_uint } else { 0 };
             // SAFETY: mount_setattr(2) on our tree descriptor with a properly sized struct.
-            let rc = unsafe { syscall(SYS_MOUNT_SETATTR, fd, c"".as_ptr(), at, &attr, size_of::<MountAttr>()) };
+            let rc = unsafe { syscall(SYS_mount_setattr, fd, c"".as_ptr(), at, &attr, size_of::<mount_attr>()) };
             check(rc as c_int, &format!("making {} read-only", bind.source.to_string_lossy()));
         }
         // the source's kind, for the mount point (told by the copy itself)
@@ -686,7 +448,7 @@ fn enter_root(plan: &Plan, root: &CStr) {
     // root ends up on top of the new one, at ".", and is detached from there.
     unsafe {
         check(chdir(root.as_ptr()), &format!("entering {}", root.to_string_lossy()));
-        check(syscall(SYS_PIVOT_ROOT, c".".as_ptr(), c".".as_ptr()) as c_int, "pivot_root");
+        check(syscall(SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) as c_int, "pivot_root");
         check(umount2(c".".as_ptr(), MNT_DETACH), "leaving the pod's mounts");
         check(chdir(c"/".as_ptr()), "chdir /");
     }
@@ -706,7 +468,7 @@ fn attach_tree(fd: c_int, target: &CStr, what: &str) {
     // SAFETY: move_mount(2) of our own tree descriptor onto a C string.
     let rc = unsafe {
         syscall(
-            SYS_MOVE_MOUNT,
+            SYS_move_mount,
             fd,
             c"".as_ptr(),
             AT_FDCWD,
@@ -806,9 +568,15 @@ fn proc_mount(plan: &Plan) {
             if rc < 0 {
                 rc
             } else {
-                let attr = MountAttr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
-                syscall(SYS_MOUNT_SETATTR, AT_FDCWD, path.as_ptr(), AT_RECURSIVE, &attr, size_of::<MountAttr>())
-                    as c_int
+                let attr = mount_attr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
+                syscall(
+                    SYS_mount_setattr,
+                    AT_FDCWD,
+                    path.as_ptr(),
+                    AT_RECURSIVE as c_uint,
+                    &attr,
+                    size_of::<mount_attr>(),
+                ) as c_int
             }
         };
         check(rc, &format!("making {} read-only", path.to_string_lossy()));
@@ -816,197 +584,12 @@ fn proc_mount(plan: &Plan) {
 }
 
 /// `struct sock_filter`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Insn {
-    code: u16,
-    jt: u8,
-    jf: u8,
-    k: u32,
-}
-
-/// `struct sock_fprog`.
-#[repr(C)]
-struct Prog {
-    len: u16,
-    filter: *const Insn,
-}
-
-const BPF_LD_W_ABS: u16 = 0x20;
-const BPF_AND_K: u16 = 0x54;
-/// x32 calls are x86_64's with bit 30 set, the same numbers but for a few
-/// of x32's own above 511 (none of which is an x86_64 call): the filter
-/// compares numbers without that bit, on every architecture (no other sets it).
-const X32_BIT: u32 = 0x4000_0000;
-const BPF_JEQ_K: u16 = 0x15;
-const BPF_RET_K: u16 = 0x06;
-const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
-const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
-const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
-
-/// The syscalls this program may be asked to deny again, per architecture
-/// the kernel may run the app's code as: (audit arch, [(name, number)]).
-#[cfg(target_arch = "x86_64")]
-const TABLES: &[(u32, &[(&str, u32)])] = &[
-    // x86_64, and x32
-    (
-        0xc000_003e,
-        &[
-            ("mount", 165),
-            ("unshare", 272),
-            ("setns", 308),
-            ("mount_setattr", 442),
-            ("open_tree", 428),
-            ("move_mount", 429),
-            ("pivot_root", 155),
-            ("umount2", 166),
-            ("chdir", 80),
-            ("mkdir", 83),
-            ("mkdirat", 258),
-            ("openat", 257),
-            ("openat2", 437),
-            ("socket", 41),
-            ("sendto", 44),
-            ("read", 0),
-            ("close", 3),
-            ("clone", 56),
-            ("wait4", 61),
-            ("kill", 62),
-            ("getpid", 39),
-            ("pipe2", 293),
-            ("newfstatat", 262),
-            ("statx", 332),
-            ("rt_sigaction", 13),
-            ("waitid", 247),
-            // x32's own number for it (see X32_BIT)
-            ("rt_sigaction", 512),
-        ],
-    ),
-    // i386 (its fstatat64 for newfstatat)
-    (
-        0x4000_0003,
-        &[
-            ("mount", 21),
-            ("unshare", 310),
-            ("setns", 346),
-            ("mount_setattr", 442),
-            ("open_tree", 428),
-            ("move_mount", 429),
-            ("pivot_root", 217),
-            ("umount2", 52),
-            ("chdir", 12),
-            ("mkdir", 39),
-            ("mkdirat", 296),
-            ("openat", 295),
-            ("openat2", 437),
-            ("socket", 359),
-            ("sendto", 369),
-            ("read", 3),
-            ("close", 6),
-            ("clone", 120),
-            ("wait4", 114),
-            ("kill", 37),
-            ("getpid", 20),
-            ("pipe2", 331),
-            ("newfstatat", 300),
-            ("statx", 383),
-            ("rt_sigaction", 174),
-            ("waitid", 284),
-        ],
-    ),
-];
-#[cfg(target_arch = "aarch64")]
-const TABLES: &[(u32, &[(&str, u32)])] = &[
-    (
-        0xc000_00b7,
-        &[
-            ("mount", 40),
-            ("unshare", 97),
-            ("setns", 268),
-            ("mount_setattr", 442),
-            ("open_tree", 428),
-            ("move_mount", 429),
-            ("pivot_root", 41),
-            ("umount2", 39),
-            ("chdir", 49),
-            ("mkdirat", 34),
-            ("openat", 56),
-            ("openat2", 437),
-            ("socket", 198),
-            ("sendto", 206),
-            ("read", 63),
-            ("close", 57),
-            ("clone", 220),
-            ("wait4", 260),
-            ("kill", 129),
-            ("getpid", 172),
-            ("pipe2", 59),
-            ("newfstatat", 79),
-            ("statx", 291),
-            ("rt_sigaction", 134),
-            ("waitid", 95),
-        ],
-    ),
-    // 32-bit arm (its fstatat64 for newfstatat)
-    (
-        0x4000_0028,
-        &[
-            ("mount", 21),
-            ("unshare", 337),
-            ("setns", 375),
-            ("mount_setattr", 442),
-            ("open_tree", 428),
-            ("move_mount", 429),
-            ("pivot_root", 218),
-            ("umount2", 52),
-            ("chdir", 12),
-            ("mkdir", 39),
-            ("mkdirat", 323),
-            ("openat", 322),
-            ("openat2", 437),
-            ("socket", 281),
-            ("sendto", 290),
-            ("read", 3),
-            ("close", 6),
-            ("clone", 120),
-            ("wait4", 114),
-            ("kill", 37),
-            ("getpid", 20),
-            ("pipe2", 359),
-            ("newfstatat", 327),
-            ("statx", 397),
-            ("rt_sigaction", 174),
-            ("waitid", 280),
-        ],
-    ),
-];
-
-/// A filter on top of systemd's: the named syscalls fail with the profile's
-/// errno (or kill, as the profile would); everything else is left to it.
 fn deny_again(plan: &Plan) {
-    let ret_deny = plan.errno.map_or(SECCOMP_RET_KILL_PROCESS, |e| SECCOMP_RET_ERRNO | (e & 0xffff));
-    let mut prog = Vec::new();
-    for (arch, table) in TABLES {
-        let numbers: Vec<u32> =
-            table.iter().filter(|(name, _)| plan.deny.iter().any(|d| d == name)).map(|(_, nr)| *nr).collect();
-        // [arch check] [load nr] [clear the x32 bit] [one jeq per number] [allow] [deny]
-        let n = numbers.len() as u8;
-        prog.push(Insn { code: BPF_LD_W_ABS, jt: 0, jf: 0, k: 4 });
-        prog.push(Insn { code: BPF_JEQ_K, jt: 0, jf: n + 4, k: *arch });
-        prog.push(Insn { code: BPF_LD_W_ABS, jt: 0, jf: 0, k: 0 });
-        prog.push(Insn { code: BPF_AND_K, jt: 0, jf: 0, k: !X32_BIT });
-        for (i, nr) in numbers.iter().enumerate() {
-            // to the deny return: past the rest of the jeqs and the allow
-            prog.push(Insn { code: BPF_JEQ_K, jt: n - i as u8, jf: 0, k: *nr });
-        }
-        prog.push(Insn { code: BPF_RET_K, jt: 0, jf: 0, k: SECCOMP_RET_ALLOW });
-        prog.push(Insn { code: BPF_RET_K, jt: 0, jf: 0, k: ret_deny });
-    }
-    prog.push(Insn { code: BPF_RET_K, jt: 0, jf: 0, k: SECCOMP_RET_ALLOW });
-    let fprog = Prog { len: prog.len() as u16, filter: prog.as_ptr() };
+    let mut prog = seccomp::program(&plan.deny, plan.errno);
+    let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_mut_ptr() };
     // SAFETY: prctl(2) with a filter program that outlives the call; root
     // with CAP_SYS_ADMIN here, so no no_new_privs is needed for it.
-    let rc = unsafe { prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog as *const Prog) };
+    let rc = unsafe { prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER as c_ulong, &fprog as *const libc::sock_fprog) };
     check(rc, "installing the seccomp filter");
 }
 
@@ -1062,7 +645,7 @@ fn capabilities() -> [u32; 6] {
     let header: [u32; 2] = [LINUX_CAPABILITY_VERSION_3, 0];
     let mut data = [0u32; 6];
     // SAFETY: capget(2) with a v3 header and two data words.
-    let rc = unsafe { syscall(SYS_CAPGET, header.as_ptr(), data.as_mut_ptr()) };
+    let rc = unsafe { syscall(SYS_capget, header.as_ptr(), data.as_mut_ptr()) };
     check(rc as c_int, "reading capabilities");
     data
 }
@@ -1070,6 +653,6 @@ fn capabilities() -> [u32; 6] {
 fn set_capabilities(data: &[u32; 6]) {
     let header: [u32; 2] = [LINUX_CAPABILITY_VERSION_3, 0];
     // SAFETY: capset(2) with a v3 header and two data words.
-    let rc = unsafe { syscall(SYS_CAPSET, header.as_ptr(), data.as_ptr()) };
+    let rc = unsafe { syscall(SYS_capset, header.as_ptr(), data.as_ptr()) };
     check(rc as c_int, "setting capabilities");
 }

@@ -1,0 +1,66 @@
+//! What this program reads of /proc, parsed: pure, tested below.
+
+/// Whether `count` lines of a /proc/self/cgroup text (the v1 hierarchies,
+/// not the v2 `0::` line) end with `suffix` (`/NAME`, the app's cgroup).
+pub fn placed(cgroup: &str, suffix: &str, count: usize) -> bool {
+    cgroup.lines().filter(|l| !l.starts_with("0::") && l.ends_with(suffix)).count() >= count
+}
+
+/// Field 22 of a `/proc/<pid>/stat` text: when the process started (clock
+/// ticks since boot). The command (field 2, in parentheses) may hold
+/// spaces and parentheses itself: the fields are counted after its last `)`.
+pub fn start_time(stat: &str) -> Option<&str> {
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19)
+}
+
+/// How a child ended, from a wait(2) status: `Ok(exit code)` or
+/// `Err(signal)`.
+pub fn ended(status: i32) -> Result<i32, i32> {
+    match status & 0x7f {
+        0 => Ok((status >> 8) & 0xff),
+        signal => Err(signal),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const V1: &str = "12:pids:/machine.slice/pod/app-7\n\
+                      11:memory:/machine.slice/pod/app-7\n\
+                      10:cpu,cpuacct:/machine.slice/pod\n\
+                      9:devices:/machine.slice/pod/app-7\n\
+                      1:name=systemd:/machine.slice/pod/system.slice/app.service\n\
+                      0::/machine.slice/pod/app-7\n";
+
+    #[test]
+    fn counts_the_v1_hierarchies_that_placed_it() {
+        assert!(placed(V1, "/app-7", 3));
+        assert!(!placed(V1, "/app-7", 4), "the v2 line does not count");
+        assert!(!placed(V1, "/app-8", 1));
+        // a name that only ends the same way is not the app's cgroup
+        assert!(!placed("11:memory:/pod/xapp-7\n", "/app-7", 1));
+        assert!(placed(V1, "/app-7", 0));
+        assert!(!placed("", "/app-7", 1));
+    }
+
+    #[test]
+    fn the_start_time_after_the_command() {
+        let stat = "4242 (sleep) S 1 4242 4242 0 -1 4194560 101 0 0 0 0 0 0 0 20 0 1 0 987654 2478080 200";
+        assert_eq!(start_time(stat), Some("987654"));
+        // a command with a space and a parenthesis in it
+        let odd = "4242 (a) b) S 1 4242 4242 0 -1 4194560 101 0 0 0 0 0 0 0 20 0 1 0 1234 2478080 200";
+        assert_eq!(start_time(odd), Some("1234"));
+        assert_eq!(start_time("4242 (sleep) S 1"), None);
+        assert_eq!(start_time(""), None);
+    }
+
+    #[test]
+    fn exit_codes_and_signals() {
+        assert_eq!(ended(0), Ok(0));
+        assert_eq!(ended(3 << 8), Ok(3));
+        assert_eq!(ended(9), Err(9));
+        // killed with a core dump (bit 7)
+        assert_eq!(ended(0x80 | 11), Err(11));
+    }
+}
