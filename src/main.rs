@@ -341,6 +341,9 @@ struct BenchArgs {
     /// Measure only the pod lifecycle on this endpoint (by NAME; repeatable).
     #[arg(long)]
     pods_only: Vec<String>,
+    /// Measure this endpoint (by NAME; repeatable) with --image-rounds in every lifecycle.
+    #[arg(long)]
+    few_rounds: Vec<String>,
     /// Measure nothing: render the README's performance section from this
     /// bench.json (printed, or written into --readme).
     #[arg(long, value_name = "BENCH_JSON", conflicts_with = "endpoints")]
@@ -369,6 +372,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         shared_pid_namespace: args.shared_pid_namespace,
         log_dir: args.log_dir,
         pods_only: args.pods_only,
+        few_rounds: args.few_rounds,
     };
     let report = runtime()?.block_on(rktlet::bench::run(&opts)).map_err(|e| e.to_string())?;
     let markdown = report.to_markdown();
