@@ -6,7 +6,7 @@ use super::{ContainerError, Target, app_cgroup, meta, open, unit, with_bus};
 use crate::cgroup::app::{Limits, LimitsWriter};
 use crate::runtime::Runtime;
 use crate::stage1::app::{self, AppPaths, AppState};
-use crate::stage1::bus::Property;
+use crate::stage1::unit_spec::limits as systemd_limits;
 
 /// Updates the limits of running container `id`: the values of `update`
 /// replace those in force, the others stay (`None`: the request had no
@@ -83,29 +83,6 @@ pub(super) fn change_limits(
     Ok(())
 }
 
-/// Limits as the pod's systemd takes them on a cgroup v2 host: MemoryMax,
-/// CPUWeight (from CPU shares as Kubernetes converts them), CPUQuotaPerSecUSec
-/// and CPUQuotaPeriodUSec, TasksMax.
-pub(super) fn systemd_limits(l: &Limits) -> Vec<Property> {
-    let mut p = Vec::new();
-    if let Some(m) = l.memory_bytes.and_then(|m| u64::try_from(m).ok()) {
-        p.push(Property::u64("MemoryMax", m));
-    }
-    if let Some(shares) = l.cpu_shares {
-        let shares = shares.clamp(2, 262_144);
-        p.push(Property::u64("CPUWeight", 1 + ((shares - 2) * 9999) / 262_142));
-    }
-    let period = l.cpu_period_us.unwrap_or(100_000).max(1_000);
-    if let Some(quota) = l.cpu_quota_us.and_then(|q| u64::try_from(q).ok()).filter(|q| *q > 0) {
-        p.push(Property::u64("CPUQuotaPerSecUSec", quota.saturating_mul(1_000_000) / period));
-        p.push(Property::u64("CPUQuotaPeriodUSec", period));
-    }
-    if let Some(pids) = l.pids.and_then(|n| u64::try_from(n).ok()) {
-        p.push(Property::u64("TasksMax", pids));
-    }
-    p
-}
-
 /// An update over the limits in force: the values given replace those, the
 /// others stay (the OOM score is the one the app started with).
 fn merged_limits(current: &Limits, update: &Limits) -> Limits {
@@ -141,47 +118,7 @@ fn store_limits(t: &Target, limits: &Limits) -> Result<(), crate::pod::PodError>
 mod tests {
     use super::*;
     use crate::stage1::bus::testing::{Call, FakeBus};
-    use crate::stage1::bus::{BusError, UnitBus, Value};
-
-    fn values(p: &[Property]) -> Vec<(String, u64)> {
-        p.iter()
-            .map(|p| match p.value {
-                Value::U64(v) => (p.name.clone(), v),
-                ref v => panic!("{} is {v:?}", p.name),
-            })
-            .collect()
-    }
-
-    #[test]
-    fn limits_as_systemd_properties() {
-        let l = Limits {
-            memory_bytes: Some(64 << 20),
-            cpu_shares: Some(1024),
-            cpu_quota_us: Some(50_000),
-            cpu_period_us: Some(100_000),
-            pids: Some(100),
-            oom_score_adj: Some(-997),
-            ..Default::default()
-        };
-        let got = values(&systemd_limits(&l));
-        let want: Vec<(String, u64)> = [
-            ("MemoryMax", 64 << 20),
-            ("CPUWeight", 39),
-            ("CPUQuotaPerSecUSec", 500_000),
-            ("CPUQuotaPeriodUSec", 100_000),
-            ("TasksMax", 100),
-        ]
-        .iter()
-        .map(|(n, v)| (n.to_string(), *v))
-        .collect();
-        assert_eq!(got, want);
-        // kubelet's minimum shares (2) is the minimum weight; no limits, no properties
-        assert_eq!(
-            values(&systemd_limits(&Limits { cpu_shares: Some(2), ..Default::default() })),
-            [("CPUWeight".to_string(), 1)]
-        );
-        assert!(systemd_limits(&Limits::default()).is_empty());
-    }
+    use crate::stage1::bus::{BusError, UnitBus};
 
     /// Cgroup files that record the limits written and refuse those with a memory limit of `refuse`.
     #[derive(Default)]
