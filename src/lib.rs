@@ -31,6 +31,7 @@ pub mod pod;
 pub mod pool;
 pub mod proto;
 pub mod runtime;
+pub mod sandbox;
 pub mod server;
 pub mod stage1;
 pub mod stream;

@@ -120,6 +120,20 @@ pub fn unit_subpath(tracking: &str, app: &str) -> String {
     format!("{}/payload/system.slice/{app}.service", tracking.trim_end_matches('/'))
 }
 
+/// Where an app's limits are written: its cgroups ([`AppCgroup`]); a test
+/// gives a fake that records the writes and refuses those it is told to.
+pub trait LimitsWriter {
+    /// Writes `limits` and moves the app's processes under them.
+    fn write_limits(&self, limits: &Limits) -> io::Result<()>;
+}
+
+impl LimitsWriter for AppCgroup {
+    fn write_limits(&self, limits: &Limits) -> io::Result<()> {
+        self.apply(limits)?;
+        self.adopt_unit_processes()
+    }
+}
+
 impl AppCgroup {
     pub fn new(layout: &Layout, pod: &super::pod::Subcgroups, app: &str) -> Self {
         if let Some(root) = layout.v2_root() {

@@ -11,12 +11,14 @@
 //! - `remove`: RemoveContainer
 //! - `resources`: UpdateContainerResources, the app's limits
 //! - `log`: ReopenContainerLog
+//! - `attach`: where Attach's output, exit and stdin are
 //! - `exec`: ExecSync's command, and the main process a streaming exec copies
 //! - `stats`: the usage of pods and their running containers, CPU rates
 //! - `status`: an app as `rktlet app status` and ContainerStatus see it, its usage
 //! - `pod_resources`: the pod's own limits as its apps change
 //! - `meta`: container ids and what CreateContainer records in the app's annotations
 
+pub mod attach;
 pub mod create;
 pub mod exec;
 pub mod from_cri;

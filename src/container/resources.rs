@@ -3,10 +3,10 @@
 //! kernel refuses one; recorded in the pod manifest.
 
 use super::{ContainerError, Target, app_cgroup, meta, open, unit, with_bus};
-use crate::cgroup::app::Limits;
+use crate::cgroup::app::{Limits, LimitsWriter};
 use crate::runtime::Runtime;
 use crate::stage1::app::{self, AppPaths, AppState};
-use crate::stage1::bus::Property;
+use crate::stage1::unit_spec::limits as systemd_limits;
 
 /// Updates the limits of running container `id`: the values of `update`
 /// replace those in force, the others stay (`None`: the request had no
@@ -25,54 +25,62 @@ pub fn update(rt: &Runtime, id: &str, update: Option<Limits>) -> Result<(), Cont
     // and cpu files of a unit whose properties change), then the host
     // writes every file, those systemd does not know included
     let through_systemd = crate::cgroup::Layout::cached().is_ok_and(|l| l.limits_through_systemd());
-    if through_systemd {
-        with_bus(rt, &t.pod, |bus| bus.set_unit_properties(&unit(&t.app.name), systemd_limits(&limits)))?;
-    }
-    if let Err(e) = apply_limits(&t, &limits) {
-        // nothing half-applied: a limit the kernel refused (v1 memory
-        // below usage: EBUSY) after others were written puts those back
-        if through_systemd
-            && let Err(e) =
-                with_bus(rt, &t.pod, |bus| bus.set_unit_properties(&unit(&t.app.name), systemd_limits(&old)))
-        {
-            tracing::warn!(container = %id, error = %e, "restoring the unit's limits");
-        }
-        if let Err(e) = apply_limits(&t, &old) {
-            tracing::warn!(container = %id, error = %e, "restoring the app's limits");
-        }
-        return Err(ContainerError::io(format!("limits of {id}"))(e));
-    }
+    let set_unit =
+        |l: &Limits| with_bus(rt, &t.pod, |bus| bus.set_unit_properties(&unit(&t.app.name), systemd_limits(l)));
+    let cgroup = app_cgroup(&t.pod, &t.app.name);
+    let cgroup: &dyn LimitsWriter = match &cgroup {
+        Some(cg) => cg,
+        None => &NoCgroup,
+    };
+    change_limits(through_systemd.then_some(&set_unit), cgroup, id, &old, &limits)?;
     Ok(store_limits(&t, &limits)?)
 }
 
 /// Writes the limits and moves the app's processes under them.
 pub(super) fn apply_limits(t: &Target, limits: &Limits) -> std::io::Result<()> {
     let Some(cg) = app_cgroup(&t.pod, &t.app.name) else { return Ok(()) };
-    cg.apply(limits)?;
-    cg.adopt_unit_processes()
+    cg.write_limits(limits)
 }
 
-/// Limits as the pod's systemd takes them on a cgroup v2 host: MemoryMax,
-/// CPUWeight (from CPU shares as Kubernetes converts them), CPUQuotaPerSecUSec
-/// and CPUQuotaPeriodUSec, TasksMax.
-pub(super) fn systemd_limits(l: &Limits) -> Vec<Property> {
-    let mut p = Vec::new();
-    if let Some(m) = l.memory_bytes.and_then(|m| u64::try_from(m).ok()) {
-        p.push(Property::u64("MemoryMax", m));
+/// A pod without cgroups: nothing to write.
+struct NoCgroup;
+
+impl LimitsWriter for NoCgroup {
+    fn write_limits(&self, _: &Limits) -> std::io::Result<()> {
+        Ok(())
     }
-    if let Some(shares) = l.cpu_shares {
-        let shares = shares.clamp(2, 262_144);
-        p.push(Property::u64("CPUWeight", 1 + ((shares - 2) * 9999) / 262_142));
+}
+
+/// Tells the pod's systemd an app unit's limits (over `stage1::bus::UnitBus`).
+pub(super) type SetUnit<'a> = &'a dyn Fn(&Limits) -> Result<(), ContainerError>;
+
+/// Changes container `id`'s limits from `old` to `limits`: the unit's
+/// properties first (`set_unit`, on cgroup v2 hosts), then the cgroup files
+/// (`cgroup`). Nothing half-applied: when the kernel refuses a limit (v1
+/// memory below usage: EBUSY) after others were written, the unit's and the
+/// cgroup's old limits are put back, in that order, and the refusal is the error.
+pub(super) fn change_limits(
+    set_unit: Option<SetUnit<'_>>,
+    cgroup: &dyn LimitsWriter,
+    id: &str,
+    old: &Limits,
+    limits: &Limits,
+) -> Result<(), ContainerError> {
+    if let Some(set_unit) = set_unit {
+        set_unit(limits)?;
     }
-    let period = l.cpu_period_us.unwrap_or(100_000).max(1_000);
-    if let Some(quota) = l.cpu_quota_us.and_then(|q| u64::try_from(q).ok()).filter(|q| *q > 0) {
-        p.push(Property::u64("CPUQuotaPerSecUSec", quota.saturating_mul(1_000_000) / period));
-        p.push(Property::u64("CPUQuotaPeriodUSec", period));
+    if let Err(e) = cgroup.write_limits(limits) {
+        if let Some(set_unit) = set_unit
+            && let Err(e) = set_unit(old)
+        {
+            tracing::warn!(container = %id, error = %e, "restoring the unit's limits");
+        }
+        if let Err(e) = cgroup.write_limits(old) {
+            tracing::warn!(container = %id, error = %e, "restoring the app's limits");
+        }
+        return Err(ContainerError::io(format!("limits of {id}"))(e));
     }
-    if let Some(pids) = l.pids.and_then(|n| u64::try_from(n).ok()) {
-        p.push(Property::u64("TasksMax", pids));
-    }
-    p
+    Ok(())
 }
 
 /// An update over the limits in force: the values given replace those, the
@@ -109,46 +117,81 @@ fn store_limits(t: &Target, limits: &Limits) -> Result<(), crate::pod::PodError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stage1::bus::Value;
+    use crate::stage1::bus::testing::{Call, FakeBus};
+    use crate::stage1::bus::{BusError, UnitBus};
 
-    fn values(p: &[Property]) -> Vec<(String, u64)> {
-        p.iter()
-            .map(|p| match p.value {
-                Value::U64(v) => (p.name.clone(), v),
-                ref v => panic!("{} is {v:?}", p.name),
-            })
-            .collect()
+    /// Cgroup files that record the limits written and refuse those with a memory limit of `refuse`.
+    #[derive(Default)]
+    struct FakeCgroup {
+        written: std::sync::Mutex<Vec<Option<i64>>>,
+        refuse: Option<i64>,
+    }
+
+    impl LimitsWriter for FakeCgroup {
+        fn write_limits(&self, l: &Limits) -> std::io::Result<()> {
+            self.written.lock().unwrap().push(l.memory_bytes);
+            if l.memory_bytes.is_some() && l.memory_bytes == self.refuse {
+                return Err(std::io::Error::from_raw_os_error(libc::EBUSY));
+            }
+            Ok(())
+        }
+    }
+
+    fn memory(m: i64) -> Limits {
+        Limits { memory_bytes: Some(m), ..Default::default() }
     }
 
     #[test]
-    fn limits_as_systemd_properties() {
-        let l = Limits {
-            memory_bytes: Some(64 << 20),
-            cpu_shares: Some(1024),
-            cpu_quota_us: Some(50_000),
-            cpu_period_us: Some(100_000),
-            pids: Some(100),
-            oom_score_adj: Some(-997),
-            ..Default::default()
-        };
-        let got = values(&systemd_limits(&l));
-        let want: Vec<(String, u64)> = [
-            ("MemoryMax", 64 << 20),
-            ("CPUWeight", 39),
-            ("CPUQuotaPerSecUSec", 500_000),
-            ("CPUQuotaPeriodUSec", 100_000),
-            ("TasksMax", 100),
-        ]
-        .iter()
-        .map(|(n, v)| (n.to_string(), *v))
-        .collect();
-        assert_eq!(got, want);
-        // kubelet's minimum shares (2) is the minimum weight; no limits, no properties
+    fn the_unit_is_told_before_the_cgroup_is_written() {
+        let bus = FakeBus::default();
+        let set_unit = |l: &Limits| Ok(bus.set_unit_properties("a.service", systemd_limits(l))?);
+        let cg = FakeCgroup::default();
+        // growing and shrinking take the same order: systemd, then the files
+        for (old, new) in [(64 << 20, 128 << 20), (128 << 20, 64 << 20)] {
+            change_limits(Some(&set_unit), &cg, "p:a", &memory(old), &memory(new)).expect("changed");
+        }
         assert_eq!(
-            values(&systemd_limits(&Limits { cpu_shares: Some(2), ..Default::default() })),
-            [("CPUWeight".to_string(), 1)]
+            bus.calls(),
+            [
+                Call::SetProperties("a.service".into(), vec![format!("MemoryMax=U64({})", 128 << 20)]),
+                Call::SetProperties("a.service".into(), vec![format!("MemoryMax=U64({})", 64 << 20)]),
+            ]
         );
-        assert!(systemd_limits(&Limits::default()).is_empty());
+        assert_eq!(*cg.written.lock().unwrap(), [Some(128 << 20), Some(64 << 20)]);
+        // cgroup v1: the files only
+        let cg = FakeCgroup::default();
+        change_limits(None, &cg, "p:a", &memory(1 << 20), &memory(2 << 20)).expect("changed");
+        assert_eq!(*cg.written.lock().unwrap(), [Some(2 << 20)]);
+    }
+
+    #[test]
+    fn a_refused_write_puts_the_old_limits_back() {
+        let bus = FakeBus::default();
+        let set_unit = |l: &Limits| Ok(bus.set_unit_properties("a.service", systemd_limits(l))?);
+        // memory below usage: v1 refuses the shrink with EBUSY
+        let cg = FakeCgroup { refuse: Some(1 << 20), ..Default::default() };
+        let e = change_limits(Some(&set_unit), &cg, "p:a", &memory(64 << 20), &memory(1 << 20)).unwrap_err();
+        assert_eq!(e.kind(), crate::container::ErrorKind::Internal);
+        assert!(e.to_string().starts_with("limits of p:a: "), "{e}");
+        assert_eq!(
+            bus.calls(),
+            [
+                Call::SetProperties("a.service".into(), vec![format!("MemoryMax=U64({})", 1 << 20)]),
+                Call::SetProperties("a.service".into(), vec![format!("MemoryMax=U64({})", 64 << 20)]),
+            ]
+        );
+        assert_eq!(*cg.written.lock().unwrap(), [Some(1 << 20), Some(64 << 20)]);
+    }
+
+    #[test]
+    fn a_unit_that_refuses_leaves_the_cgroup_alone() {
+        let bus = FakeBus::default();
+        bus.fail_set(BusError::NoSuchUnit("a.service".into()));
+        let set_unit = |l: &Limits| Ok(bus.set_unit_properties("a.service", systemd_limits(l))?);
+        let cg = FakeCgroup::default();
+        let e = change_limits(Some(&set_unit), &cg, "p:a", &memory(64 << 20), &memory(128 << 20)).unwrap_err();
+        assert!(e.is_not_found(), "{e}");
+        assert!(cg.written.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! namespace of their own (or other needs systemd cannot meet) run through
 //! appexec (`stage1::appexec`), host-PID apps are started by the log writer.
 
-use super::resources::{apply_limits, systemd_limits};
+use super::resources::apply_limits;
 use super::stop::stop_app;
 use super::{ContainerError, Target, app_cgroup, meta, open, unit, with_bus};
 use crate::pod::Pod;
@@ -15,6 +15,7 @@ use crate::stage1::app::{self, AppPaths, AppState};
 use crate::stage1::appexec::{Bind, PidMode, Plan};
 use crate::stage1::bus::{BindPath, BusError, ExecCommand, Output, Property, ServiceSpec, Value};
 use crate::stage1::seccomp;
+use crate::stage1::unit_spec;
 use crate::stream::log::{self as crilog, Stream};
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -95,14 +96,11 @@ pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
     // /sys that MountAPIVFS mounts; binds do (applied after them)
     let readonly = readonly.map(crate::stage1::api_vfs::app_read_only);
     if let Some((allow, entries, errno)) = &filter {
-        spec.extra.push(Property::new("SystemCallFilter", Value::FilterList(*allow, entries.clone())));
-        if let Some(errno) = errno {
-            spec.extra.push(Property::new("SystemCallErrorNumber", Value::I32(*errno)));
-        }
+        spec.extra.extend(unit_spec::syscall_filter(*allow, entries, *errno));
     }
     // (appexec's own namespace calls, PID and mount, stay allowed)
     if let Some(allowed) = namespaces {
-        spec.extra.push(Property::new("RestrictNamespaces", Value::U64(allowed)));
+        spec.extra.push(unit_spec::restrict_namespaces(allowed));
     }
     let pid_mode = tokio::task::block_in_place(|| pid_mode(rt, &t, pid1))?;
     // an app with a PID namespace of its own gets its masks from appexec;
@@ -150,20 +148,13 @@ pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
     if let Some(appexec_paths) = appexec_paths {
         own_pid_namespace(rt, &t, pid1, &pid_mode, &mut spec, filter, appexec_paths)?;
     }
-    let (stop_signal, _) = meta::stop_signal(&t.app);
-    if stop_signal != libc::SIGTERM {
-        spec.extra.push(Property::new("KillSignal", Value::I32(stop_signal)));
-    }
+    spec.extra.extend(unit_spec::kill_signal(meta::stop_signal(&t.app).0));
     if crate::cgroup::Layout::cached().is_ok_and(|l| l.limits_through_systemd()) {
-        // accounting on for every app: the pod's systemd then keeps the
-        // controllers enabled down to the app's cgroup, which the host writes
-        for p in ["MemoryAccounting", "CPUAccounting", "TasksAccounting", "IOAccounting"] {
-            spec.extra.push(Property::new(p, Value::Bool(true)));
-        }
-        spec.extra.extend(systemd_limits(&limits));
+        // accounting on for every app, and its limits
+        spec.extra.extend(unit_spec::accounting_and_limits(&limits));
     }
     if let Some(adj) = limits.oom_score_adj.and_then(|adj| oom_score_adj_allowed(&t.pod, pid1, adj)) {
-        spec.extra.push(Property::new("OOMScoreAdjust", Value::I32(adj)));
+        spec.extra.push(unit_spec::oom_score_adjust(adj));
     }
     let log_path = meta::log_path(&t.app);
     let socket = t.pod.path().join(crilog::SOCKET_FILE);
@@ -180,11 +171,7 @@ pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
             std::os::unix::fs::chown(&path, Some(uid), Some(gid))
                 .map_err(|e| ContainerError::Internal(format!("the terminal of {}: {e}", id)))?;
         }
-        let input = if meta::stdin(&t.app).is_some() { "tty" } else { "null" };
-        spec.extra.push(Property::str("StandardInput", input));
-        spec.extra.push(Property::str("StandardOutput", "tty"));
-        spec.extra.push(Property::str("StandardError", "tty"));
-        spec.extra.push(Property::str("TTYPath", pty.path_in_pod.clone()));
+        spec.extra.extend(unit_spec::tty(&pty.path_in_pod, meta::stdin(&t.app).is_some()));
         // someone must read the terminal, or the app blocks once its buffer
         // fills (without a log path, for attach sessions only)
         crilog::attach(&socket, &t.app.name, Stream::Stdout, Path::new(&log_path), pty.master.as_raw_fd())

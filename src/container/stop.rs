@@ -5,7 +5,7 @@
 use super::{ContainerError, Target, app_cgroup, meta, open, unit, with_bus};
 use crate::runtime::{EventKind, Runtime};
 use crate::stage1::app::{self, AppPaths, AppState};
-use crate::stage1::bus::BusError;
+use crate::stage1::bus::{BusError, UnitBus, UnitStatus};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
@@ -32,21 +32,7 @@ pub(super) fn stop_app(rt: &Runtime, t: &Target, timeout: Duration) -> Result<()
         stop_host_app(t, &paths, first_signal, timeout);
     }
     with_bus(rt, &t.pod, |bus| {
-        if timeout.is_zero() {
-            bus.kill_unit(&name, libc::SIGKILL)?;
-        }
-        match bus.stop_unit(&name, timeout.max(Duration::from_millis(1))) {
-            Err(BusError::Timeout { .. }) => {
-                bus.kill_unit(&name, libc::SIGKILL)?;
-                bus.stop_unit(&name, Duration::from_secs(10))
-            }
-            Err(e) if e.is_not_found() => Ok(()),
-            other => other,
-        }?;
-        // a crash here leaves the exit unrecorded: the restarted daemon reads
-        // it from the pod's systemd (reconcile), a repeated stop is a no-op
-        crate::fault::point("stop-before-record");
-        let status = bus.unit_status(&name).ok();
+        let status = stop_unit(bus, &name, timeout)?;
         if status.as_ref().is_some_and(|s| s.result == "oom-kill") {
             let _ = app::record_oom_kill(&paths);
         }
@@ -57,6 +43,29 @@ pub(super) fn stop_app(rt: &Runtime, t: &Target, timeout: Duration) -> Result<()
         }
         Ok(())
     })
+}
+
+/// The bus calls that stop unit `name` with grace period `timeout`: SIGKILL
+/// first for 0, then StopUnit; a stop job that does not finish in time is
+/// followed by SIGKILL and a second StopUnit of 10 s; a unit that is not
+/// loaded is stopped already. Returns the unit's status afterwards, if it
+/// can be read.
+pub(super) fn stop_unit(bus: &dyn UnitBus, name: &str, timeout: Duration) -> Result<Option<UnitStatus>, BusError> {
+    if timeout.is_zero() {
+        bus.kill_unit(name, libc::SIGKILL)?;
+    }
+    match bus.stop_unit(name, timeout.max(Duration::from_millis(1))) {
+        Err(BusError::Timeout { .. }) => {
+            bus.kill_unit(name, libc::SIGKILL)?;
+            bus.stop_unit(name, Duration::from_secs(10))
+        }
+        Err(e) if e.is_not_found() => Ok(()),
+        other => other,
+    }?;
+    // a crash here leaves the exit unrecorded: the restarted daemon reads
+    // it from the pod's systemd (reconcile), a repeated stop is a no-op
+    crate::fault::point("stop-before-record");
+    Ok(bus.unit_status(name).ok())
 }
 
 /// Stops a host-PID app (which the pod's systemd cannot see) before its
@@ -103,4 +112,72 @@ fn stop_host_app(t: &Target, paths: &AppPaths, first_signal: i32, timeout: Durat
         std::thread::sleep(Duration::from_millis(10));
     }
     tracing::warn!(app = %t.app.name, "the log writer recorded no exit for a host-PID app");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stage1::bus::testing::{Call, FakeBus};
+
+    fn timeout(unit: &str) -> BusError {
+        BusError::Timeout { unit: unit.into(), job: "stop".into() }
+    }
+
+    #[test]
+    fn a_grace_period_is_a_stop_job_of_that_length() {
+        let bus = FakeBus::default();
+        let status = stop_unit(&bus, "a.service", Duration::from_secs(30)).expect("stopped");
+        assert_eq!(
+            bus.calls(),
+            [Call::Stop("a.service".into(), Duration::from_secs(30)), Call::Status("a.service".into())]
+        );
+        assert_eq!(status, Some(UnitStatus::default()));
+    }
+
+    #[test]
+    fn no_grace_period_kills_first() {
+        let bus = FakeBus::default();
+        stop_unit(&bus, "a.service", Duration::ZERO).expect("stopped");
+        assert_eq!(
+            bus.calls(),
+            [
+                Call::Kill("a.service".into(), libc::SIGKILL),
+                Call::Stop("a.service".into(), Duration::from_millis(1)),
+                Call::Status("a.service".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_stop_job_out_of_time_is_followed_by_sigkill() {
+        let bus = FakeBus::default();
+        bus.fail_stop(timeout("a.service"));
+        stop_unit(&bus, "a.service", Duration::from_secs(2)).expect("stopped");
+        assert_eq!(
+            bus.calls(),
+            [
+                Call::Stop("a.service".into(), Duration::from_secs(2)),
+                Call::Kill("a.service".into(), libc::SIGKILL),
+                Call::Stop("a.service".into(), Duration::from_secs(10)),
+                Call::Status("a.service".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_unit_not_loaded_is_stopped_and_other_failures_are_not() {
+        let bus = FakeBus::default();
+        bus.fail_stop(BusError::NoSuchUnit("a.service".into()));
+        assert!(stop_unit(&bus, "a.service", Duration::from_secs(1)).is_ok());
+        let bus = FakeBus::default();
+        bus.fail_stop(BusError::JobFailed {
+            op: "StopUnit",
+            unit: "a.service".into(),
+            result: "failed".into(),
+            detail: String::new(),
+        });
+        assert!(matches!(stop_unit(&bus, "a.service", Duration::from_secs(1)), Err(BusError::JobFailed { .. })));
+        // nothing read after a failed stop
+        assert_eq!(bus.calls(), [Call::Stop("a.service".into(), Duration::from_secs(1))]);
+    }
 }

@@ -5,7 +5,6 @@
 //! runs the command when the client connects.
 
 use crate::container::exec::running_main_pid;
-use crate::container::{self, Target};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use tonic::Status;
@@ -42,64 +41,11 @@ pub async fn exec(rt: &Runtime, req: cri::ExecRequest) -> Result<cri::ExecRespon
     Ok(cri::ExecResponse { url })
 }
 
-/// A running container that can be attached to (with a stdin if `stdin`
-/// is asked for), with its stdin mode. Blocking.
-fn attachable(
-    rt: &Runtime,
-    id: &str,
-    stdin: bool,
-) -> Result<(Target, Option<super::container_meta::StdinMode>), Status> {
-    let t = container::open(rt, id)?;
-    let paths = crate::stage1::app::AppPaths::new(&t.pod, &t.app.name);
-    if !t.running || crate::stage1::app::facts(&paths, t.running).state != crate::stage1::app::AppState::Running {
-        return Err(Status::failed_precondition(format!("container {id} is not running")));
-    }
-    let mode = super::container_meta::stdin(&t.app);
-    if stdin && mode.is_none() {
-        return Err(Status::failed_precondition(format!("container {id} was not created with stdin")));
-    }
-    Ok((t, mode.filter(|_| stdin)))
-}
-
-/// Where a running container's output and exit are, and with `stdin` a
-/// copy of its stdin pipe from the pod's log writer (for an attach
-/// session). Blocking.
-pub(crate) fn attach_source(rt: &Runtime, id: &str, stdin: bool) -> Result<crate::stream::attach::Source, Status> {
-    let (t, mode) = attachable(rt, id, stdin)?;
-    let paths = crate::stage1::app::AppPaths::new(&t.pod, &t.app.name);
-    let log_socket = t.pod.path().join(crate::stream::log::SOCKET_FILE);
-    let origin = match crate::stream::log::subscribe(&log_socket, &t.app.name) {
-        Ok(conn) => crate::stream::attach::Origin::Live(conn),
-        // a pod booted by an older rktlet: its log writer has no
-        // subscriptions, the container's CRI log is followed instead
-        Err(e) if e.to_string().starts_with("unknown command") => {
-            let log = super::container_meta::log_path(&t.app);
-            if log.is_empty() {
-                return Err(Status::failed_precondition(format!(
-                    "container {id} runs in a pod started by an older rktlet, and has no log path to follow"
-                )));
-            }
-            crate::stream::attach::Origin::Log(log.into())
-        }
-        Err(e) => return Err(Status::failed_precondition(format!("output of container {id}: {e}"))),
-    };
-    let stdin = match mode {
-        None => None,
-        Some(mode) => {
-            let pipe = crate::stream::log::stdin_of(&log_socket, &t.app.name)
-                .map_err(|e| Status::failed_precondition(format!("stdin of container {id}: {e}")))?;
-            let once = mode == super::container_meta::StdinMode::Once;
-            Some(crate::stream::attach::Stdin { pipe, once, log_socket, app: t.app.name.clone() })
-        }
-    };
-    Ok(crate::stream::attach::Source { origin, exit_file: paths.status_file(""), stdin })
-}
-
 /// Attach: checks the request and the container, then hands out a URL.
 pub async fn attach(rt: &Runtime, req: cri::AttachRequest) -> Result<cri::AttachResponse, Status> {
     check_streams(req.stdin, req.stdout, req.stderr, req.tty)?;
     // checked now; the stdin pipe is fetched when the client connects
-    tokio::task::block_in_place(|| attachable(rt, &req.container_id, req.stdin))?;
+    tokio::task::block_in_place(|| crate::container::attach::attachable(rt, &req.container_id, req.stdin))?;
     let url = rt
         .streams
         .url(crate::stream::token::StreamRequest::Attach {
@@ -131,10 +77,10 @@ impl crate::stream::server::Lookup for Runtime {
     }
 
     fn attach_source(&self, container_id: &str, stdin: bool) -> Result<crate::stream::attach::Source, String> {
-        attach_source(self, container_id, stdin).map_err(|s| s.message().to_string())
+        crate::container::attach::source(self, container_id, stdin).map_err(|e| e.to_string())
     }
 
     fn netns(&self, pod_id: &str) -> Result<Option<std::path::PathBuf>, String> {
-        super::sandbox_status::running_netns(self, pod_id).map_err(|s| s.message().to_string())
+        crate::sandbox::status::running_netns(self, pod_id).map_err(|e| e.to_string())
     }
 }

@@ -18,11 +18,12 @@ mod list_streams;
 pub(crate) mod pod_meta;
 mod pod_metrics;
 mod runtime_info;
-mod sandbox_pool;
-pub(crate) mod sandbox_resources;
+mod sandbox_remove;
+mod sandbox_resources;
 pub(crate) mod sandbox_run;
 pub(crate) mod sandbox_status;
 mod sandbox_stop;
+mod sandbox_update_resources;
 pub(crate) mod stats;
 
 /// Container ids and the app annotations CreateContainer records (the
@@ -108,6 +109,11 @@ pub(crate) fn container_error(e: ContainerError) -> Status {
         e => code_of(e.kind()),
     };
     Status::new(code, e.to_string())
+}
+
+/// Maps a pod verb's error to the code CRI clients expect; its text is the message.
+pub(crate) fn sandbox_error(e: crate::sandbox::SandboxError) -> Status {
+    Status::new(code_of(e.kind()), e.to_string())
 }
 
 impl From<ContainerError> for Status {
@@ -196,7 +202,7 @@ cri_impl! {
             "StopPodSandbox": stop_pod_sandbox(StopPodSandboxRequest) -> cri::StopPodSandboxResponse
                 => sandbox_stop::stop_pod_sandbox | exec exec_mode::stop_pod_sandbox;
             "RemovePodSandbox": remove_pod_sandbox(RemovePodSandboxRequest) -> cri::RemovePodSandboxResponse
-                => sandbox_stop::remove_pod_sandbox | exec exec_mode::remove_pod_sandbox;
+                => sandbox_remove::remove_pod_sandbox | exec exec_mode::remove_pod_sandbox;
             "PodSandboxStatus": pod_sandbox_status(PodSandboxStatusRequest) -> cri::PodSandboxStatusResponse
                 => sandbox_status::pod_sandbox_status | exec exec_mode::pod_sandbox_status;
             "ListPodSandbox": list_pod_sandbox(ListPodSandboxRequest) -> cri::ListPodSandboxResponse
@@ -216,7 +222,7 @@ cri_impl! {
             "UpdateContainerResources": update_container_resources(UpdateContainerResourcesRequest)
                 -> cri::UpdateContainerResourcesResponse => container_update_resources::update_container_resources;
             "UpdatePodSandboxResources": update_pod_sandbox_resources(UpdatePodSandboxResourcesRequest)
-                -> cri::UpdatePodSandboxResourcesResponse => sandbox_resources::update_pod_sandbox_resources;
+                -> cri::UpdatePodSandboxResourcesResponse => sandbox_update_resources::update_pod_sandbox_resources;
             "ReopenContainerLog": reopen_container_log(ReopenContainerLogRequest) -> cri::ReopenContainerLogResponse
                 => container_reopen_log::reopen_container_log;
             "ExecSync": exec_sync(ExecSyncRequest) -> cri::ExecSyncResponse
@@ -336,6 +342,57 @@ mod tests {
         for (e, code, message) in cases {
             let text = e.to_string();
             let s = container_error(e);
+            assert_eq!(s.code(), code, "{text}");
+            assert_eq!(s.message(), text);
+            if !message.is_empty() {
+                assert_eq!(s.message(), message);
+            }
+        }
+    }
+
+    #[test]
+    fn sandbox_errors_as_grpc_codes() {
+        use crate::cgroup::pod_limits::PodLimitsError;
+        use crate::sandbox::SandboxError;
+        use crate::stage1::boot::BootError;
+        let nil = uuid::Uuid::nil();
+        let failed = || BootError::Failed { uuid: nil, what: "launch", reason: "exit 1".into() };
+        let cases: Vec<(SandboxError, Code, String)> = vec![
+            (SandboxError::InvalidArgument("bad".into()), Code::InvalidArgument, "bad".into()),
+            (
+                SandboxError::FailedPrecondition("pod network is not ready: none".into()),
+                Code::FailedPrecondition,
+                "pod network is not ready: none".into(),
+            ),
+            (
+                crate::sandbox::internal(nil, "writing manifest", "EIO"),
+                Code::Internal,
+                format!("pod {nil}: writing manifest: EIO"),
+            ),
+            (SandboxError::Pod(PodError::NotFound("x".into())), Code::NotFound, "pod x not found".into()),
+            (SandboxError::Pod(PodError::Busy(nil)), Code::FailedPrecondition, String::new()),
+            (SandboxError::PodLimits(PodLimitsError::Invalid("memory".into())), Code::InvalidArgument, String::new()),
+            (
+                SandboxError::PodLimits(PodLimitsError::BelowUsage { usage: 2, limit: 1 }),
+                Code::FailedPrecondition,
+                String::new(),
+            ),
+            (SandboxError::Boot(failed()), Code::Internal, format!("pod {nil}: launch: exit 1")),
+            (
+                SandboxError::WithLog { source: Box::new(SandboxError::Boot(failed())), log: "a | b".into() },
+                Code::Internal,
+                format!("pod {nil}: launch: exit 1; sandbox log: a | b"),
+            ),
+            (SandboxError::Teardown(PodError::NotFound("y".into()).into()), Code::NotFound, "pod y not found".into()),
+            (
+                SandboxError::Teardown(crate::stage1::teardown::TeardownError::Worker("gone".into())),
+                Code::Internal,
+                "teardown worker failed: gone".into(),
+            ),
+        ];
+        for (e, code, message) in cases {
+            let text = e.to_string();
+            let s = sandbox_error(e);
             assert_eq!(s.code(), code, "{text}");
             assert_eq!(s.message(), text);
             if !message.is_empty() {

@@ -14,7 +14,7 @@ pub const POD_ATTEMPT: &str = "k8s.io/reserved/pod-attempt";
 const RESERVED_PREFIX: &str = "k8s.io/reserved/";
 
 /// Pod annotation: `node` when the pod uses the node's network namespace.
-pub const NETWORK_MODE: &str = "rktlet.io/network-mode";
+pub const NETWORK_MODE: &str = crate::pod::manifest::ANNOTATION_NETWORK_MODE;
 /// Pod annotation: `node` when the pod shares the node's IPC namespace.
 pub const IPC_MODE: &str = "rktlet.io/ipc-mode";
 /// `node` for a host-PID pod (its apps in the node's PID namespace); absent otherwise.

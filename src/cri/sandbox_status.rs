@@ -1,11 +1,10 @@
-//! PodSandboxStatus and ListPodSandbox: read straight from pod directories
-//! (state = directory + lock probe, identity = the pod manifest); nothing is
-//! exec'd, and the only thing kept between calls is the parsed manifest,
-//! checked against its file every time (`pod::cache`).
+//! PodSandboxStatus, ListPodSandbox and PortForward: the pods' views
+//! (`pod::table`: state = directory + lock probe, identity = the pod
+//! manifest, kept warm by the verbs) in CRI's terms; the verbose details and
+//! the network namespace are `sandbox::status`'s.
 
-use super::{pod_meta, pod_status};
+use super::{pod_meta, pod_status, sandbox_error};
 use crate::pod::table::SandboxView;
-use crate::pod::{self, Pod};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use tonic::Status;
@@ -35,7 +34,7 @@ pub async fn pod_sandbox_status(
     if req.pod_sandbox_id.is_empty() {
         return Err(Status::invalid_argument("pod_sandbox_id is required"));
     }
-    let pod_view = rt.pods.view_of(&rt.manifests, &req.pod_sandbox_id).map_err(pod_status)?;
+    let pod_view = crate::sandbox::status::view(rt, &req.pod_sandbox_id).map_err(sandbox_error)?;
     let view = &pod_view.sandbox;
     let network = if pod_meta::namespace_options(&view.manifest).network == cri::NamespaceMode::Node as i32 {
         None
@@ -60,38 +59,9 @@ pub async fn pod_sandbox_status(
     };
     let mut info = std::collections::HashMap::new();
     if req.verbose {
-        let p = &view.pod;
-        let detail = serde_json::json!({
-            "uuid": p.uuid().to_string(),
-            "state": view.state.as_str(),
-            "podDir": p.path(),
-            "pid": pod_view.sandbox_pid,
-            "subcgroup": pod_view.subcgroup,
-            "subcgroupTracking": p.read_file(pod::TRACKING_SUBCGROUP_FILE).ok().flatten(),
-            "sandboxLog": p.path().join(pod::SANDBOX_LOG_FILE),
-            "netns": p.read_file(pod::NETNS_FILE).ok().flatten(),
-            "hostname": view.manifest.annotation(pod_meta::HOSTNAME),
-            "podResources": super::sandbox_resources::status_info(rt, p, &view.manifest),
-        });
-        info.insert("info".to_string(), detail.to_string());
+        info.insert("info".to_string(), crate::sandbox::status::verbose_info(rt, &pod_view).to_string());
     }
     Ok(cri::PodSandboxStatusResponse { status: Some(status), info, ..Default::default() })
-}
-
-/// The network namespace of a ready pod (`None`: it uses the node's). Blocking.
-pub(crate) fn running_netns(rt: &Runtime, id: &str) -> Result<Option<std::path::PathBuf>, Status> {
-    let mut p = Pod::open(&rt.data, id).map_err(pod_status)?;
-    if p.state().map_err(pod_status)? != crate::pod::PodState::Running {
-        return Err(Status::failed_precondition(format!("pod {id} is not running")));
-    }
-    let manifest = rt.manifests.read(&p).map_err(pod_status)?;
-    if pod_meta::namespace_options(&manifest).network == cri::NamespaceMode::Node as i32 {
-        return Ok(None);
-    }
-    let netns = p.read_file(pod::NETNS_FILE).map_err(pod_status)?;
-    netns
-        .map(|n| Some(std::path::PathBuf::from(n)))
-        .ok_or_else(|| Status::failed_precondition(format!("pod {id} has no network namespace")))
 }
 
 /// PortForward: checks the pod, then hands out a URL of the streaming server.
@@ -101,7 +71,8 @@ pub async fn port_forward(rt: &Runtime, req: cri::PortForwardRequest) -> Result<
         let port = u16::try_from(*p).ok().filter(|p| *p != 0);
         ports.push(port.ok_or_else(|| Status::invalid_argument(format!("port {p} is not a TCP port")))?);
     }
-    tokio::task::block_in_place(|| running_netns(rt, &req.pod_sandbox_id))?;
+    tokio::task::block_in_place(|| crate::sandbox::status::running_netns(rt, &req.pod_sandbox_id))
+        .map_err(sandbox_error)?;
     let url = rt
         .streams
         .url(crate::stream::token::StreamRequest::PortForward { pod_id: req.pod_sandbox_id, ports })

@@ -14,6 +14,8 @@ pub const IMAGE_AC_VERSION: &str = "0.8.11";
 
 /// Pod annotation marking a pod whose app list may change (`app add`/`rm`).
 pub const ANNOTATION_MUTABLE: &str = "coreos.com/rkt/stage1/mutable";
+/// Pod annotation: `node` when the pod uses the node's network namespace.
+pub const ANNOTATION_NETWORK_MODE: &str = "rktlet.io/network-mode";
 /// The pod's PID namespace mode (`node` for a host-PID pod; absent: its own).
 pub const ANNOTATION_PID_MODE: &str = "rktlet.io/pid-mode";
 /// Pod annotation: the hostname RunPodSandbox picked.

@@ -3,7 +3,7 @@
 //! priority and the pool annotation. The network's identity-free plugins
 //! (bridge with host-local: the slow part, two Go execs and iptables for
 //! masquerading) run while the pod boots, with the pod's uuid as the
-//! container id it keeps; a take runs the rest (`cri::sandbox_pool`).
+//! container id it keeps; a take runs the rest (`sandbox::pool`).
 //!
 //! Runs in: the daemon (the refill task).
 

@@ -16,6 +16,8 @@ mod connect;
 pub mod sdbus;
 pub mod spec;
 pub mod status;
+#[cfg(test)]
+pub mod testing;
 mod worker;
 
 pub use spec::{BindPath, ExecCommand, Output, Property, ServiceSpec, Value};
@@ -74,6 +76,35 @@ impl BusError {
     /// True when the unit is unknown to the pod's systemd.
     pub fn is_not_found(&self) -> bool {
         matches!(self, BusError::NoSuchUnit(_))
+    }
+}
+
+/// The unit calls the container verbs make on a pod's systemd: [`PodBus`]
+/// makes them; a test gives a fake that records them (the seam the verbs'
+/// unit tests go through, as youki's `Syscall`).
+pub trait UnitBus {
+    /// Sets properties of a running unit (`SetUnitProperties`, runtime only).
+    fn set_unit_properties(&self, name: &str, props: Vec<Property>) -> Result<(), BusError>;
+    /// Stops a unit and waits up to `timeout` for its job.
+    fn stop_unit(&self, name: &str, timeout: Duration) -> Result<(), BusError>;
+    /// Sends `signal` to all of a unit's processes.
+    fn kill_unit(&self, name: &str, signal: i32) -> Result<(), BusError>;
+    /// A unit's state and its main process's fate.
+    fn unit_status(&self, name: &str) -> Result<UnitStatus, BusError>;
+}
+
+impl UnitBus for PodBus {
+    fn set_unit_properties(&self, name: &str, props: Vec<Property>) -> Result<(), BusError> {
+        PodBus::set_unit_properties(self, name, props)
+    }
+    fn stop_unit(&self, name: &str, timeout: Duration) -> Result<(), BusError> {
+        PodBus::stop_unit(self, name, timeout)
+    }
+    fn kill_unit(&self, name: &str, signal: i32) -> Result<(), BusError> {
+        PodBus::kill_unit(self, name, signal)
+    }
+    fn unit_status(&self, name: &str) -> Result<UnitStatus, BusError> {
+        PodBus::unit_status(self, name)
     }
 }
 

@@ -7,15 +7,14 @@
 //! port mappings) with the pod's identity, started first, and the local
 //! steps meanwhile on a blocking thread.
 
-use super::pod_meta;
-use super::sandbox_run::{Request, cni_request, internal, make_log_directory, pod_network, record_network};
+use super::run::{Request, cni_request, make_log_directory, pod_network, record_network};
+use super::{SandboxError, internal};
 use crate::pod::{self, Pod, PodState};
 use crate::pool::{self, Member, adapt};
 use crate::runtime::Runtime;
 use crate::stage1::nspawn::PodNet;
 use crate::stage1::rootfs::{Identity, Stage1Root};
 use std::time::SystemTime;
-use tonic::Status;
 use uuid::Uuid;
 
 /// Why a taken pod was not used.
@@ -23,12 +22,12 @@ enum Unusable {
     /// It died while waiting: try the next one.
     Dead(String),
     /// Adapting it failed: the request cold-starts.
-    Failed(Status),
+    Failed(SandboxError),
 }
 
-impl From<Status> for Unusable {
-    fn from(s: Status) -> Self {
-        Unusable::Failed(s)
+impl From<SandboxError> for Unusable {
+    fn from(e: SandboxError) -> Self {
+        Unusable::Failed(e)
     }
 }
 
@@ -36,7 +35,7 @@ impl From<Status> for Unusable {
 /// node namespaces (what pool pods are booted with). `None` means cold-start
 /// (pool empty or off, request not eligible, or adaptation failed: the
 /// pool pod is then removed with whatever the attempt made).
-pub(super) async fn serve(rt: &Runtime, req: &Request) -> Option<Uuid> {
+pub(crate) async fn serve(rt: &Runtime, req: &Request) -> Option<Uuid> {
     // a host-PID pod boots cold (its apps' /proc is the node's, bound at their start)
     if req.host_network || req.host_ipc || req.host_pid || !rt.pool.enabled() {
         return None;
@@ -50,7 +49,7 @@ pub(super) async fn serve(rt: &Runtime, req: &Request) -> Option<Uuid> {
         match why {
             Unusable::Dead(e) => tracing::info!(pod = %member.uuid, reason = %e, "pool pod died; taking the next"),
             Unusable::Failed(e) => {
-                tracing::warn!(pod = %member.uuid, error = %e.message(), "adapting a pool pod failed; cold start");
+                tracing::warn!(pod = %member.uuid, error = %e, "adapting a pool pod failed; cold start");
                 return None;
             }
         }
@@ -104,14 +103,14 @@ async fn adapt(rt: &Runtime, req: &Request, member: &Member) -> Result<(), Unusa
     };
     let (added, local) = tokio::join!(added, local);
     local.map_err(|e| internal(uuid, "adapt worker", e))??;
-    super::sandbox_run::apply_sysctls(pid1, &req.sysctls).await?;
+    super::run::apply_sysctls(pid1, &req.sysctls).await?;
     let result = added.map_err(|e| internal(uuid, "CNI ADD", e))?;
     record_network(rt, uuid, &net, &result, &req.hostname)?;
     adapt::set_created(&pod.path(), served_at).map_err(|e| internal(uuid, "setting the creation time", e))?;
-    let mut manifest = pod_meta::manifest_from_config(config, false, false, &req.hostname);
-    super::sandbox_resources::record(&mut manifest, &req.pod_resources)?;
+    // the request's manifest: a pool pod's request has no node namespaces
+    let manifest = &req.manifest;
     let _lock = pod.lock_manifest().map_err(|e| internal(uuid, "locking the manifest", e))?;
-    pod.write_manifest(&manifest).map_err(|e| internal(uuid, "writing the manifest", e))?;
+    pod.write_manifest(manifest).map_err(|e| internal(uuid, "writing the manifest", e))?;
     let _ = std::fs::remove_file(pod.path().join(pool::TAKING_FILE));
     tracing::debug!(pod = %uuid, micros = micros(), "pool pod adapted");
     Ok(())
@@ -124,7 +123,7 @@ fn adapt_identity(
     hostname: &str,
     dns: Option<&crate::net::dns::DnsConfig>,
     netns: std::path::PathBuf,
-) -> Result<(), Status> {
+) -> Result<(), SandboxError> {
     let uuid = pod.uuid();
     adapt::set_hostname(pid1, hostname).map_err(|e| internal(uuid, "setting the hostname", e))?;
     let host_resolv = std::fs::read_to_string(crate::net::dns::HOST_RESOLV_CONF).unwrap_or_default();
@@ -146,7 +145,7 @@ fn adapt_identity(
 /// normal priority. The first cgroup migration after a quiet spell waits
 /// for an RCU grace period (pod-boot-fast.md §2.5): the slowest local step,
 /// so it runs on a thread of its own.
-fn adapt_cgroups(pod: &Pod, cgroup_parent: &str) -> Result<(), Status> {
+fn adapt_cgroups(pod: &Pod, cgroup_parent: &str) -> Result<(), SandboxError> {
     let uuid = pod.uuid();
     let layout = crate::cgroup::Layout::cached().map_err(|e| internal(uuid, "reading the cgroup layout", e))?;
     let from = pool::subcgroup(uuid).map_err(|e| internal(uuid, "pool cgroup", e))?;

@@ -1,0 +1,17 @@
+//! RemovePodSandbox: the pod id, then `sandbox::stop::remove`.
+
+use super::sandbox_error;
+use crate::proto::v1 as cri;
+use crate::runtime::Runtime;
+use tonic::Status;
+
+pub async fn remove_pod_sandbox(
+    rt: &Runtime,
+    req: cri::RemovePodSandboxRequest,
+) -> Result<cri::RemovePodSandboxResponse, Status> {
+    if req.pod_sandbox_id.is_empty() {
+        return Err(Status::invalid_argument("pod_sandbox_id is required"));
+    }
+    crate::sandbox::stop::remove(rt, &req.pod_sandbox_id).await.map_err(sandbox_error)?;
+    Ok(cri::RemovePodSandboxResponse {})
+}

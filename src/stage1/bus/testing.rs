@@ -1,0 +1,77 @@
+//! A [`UnitBus`] for unit tests: records the calls made on it and answers
+//! each as told (success by default), without a pod or its systemd.
+
+use super::{BusError, Property, UnitBus, UnitStatus};
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// A call made on a [`FakeBus`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Call {
+    /// The unit and its properties as `Name=value` (the value's Debug text).
+    SetProperties(String, Vec<String>),
+    Stop(String, Duration),
+    Kill(String, i32),
+    Status(String),
+}
+
+/// Records calls; the failures queued with `fail_*` answer the next calls of that kind.
+#[derive(Debug, Default)]
+pub struct FakeBus {
+    calls: Mutex<Vec<Call>>,
+    stop_failures: Mutex<Vec<BusError>>,
+    set_failures: Mutex<Vec<BusError>>,
+}
+
+impl FakeBus {
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    /// The next StopUnit fails with `e`.
+    pub fn fail_stop(&self, e: BusError) {
+        self.stop_failures.lock().unwrap().push(e);
+    }
+
+    /// The next SetUnitProperties fails with `e`.
+    pub fn fail_set(&self, e: BusError) {
+        self.set_failures.lock().unwrap().push(e);
+    }
+
+    fn record(&self, c: Call) {
+        self.calls.lock().unwrap().push(c);
+    }
+}
+
+fn next(failures: &Mutex<Vec<BusError>>) -> Result<(), BusError> {
+    let mut f = failures.lock().unwrap();
+    if f.is_empty() { Ok(()) } else { Err(f.remove(0)) }
+}
+
+impl UnitBus for FakeBus {
+    fn set_unit_properties(&self, name: &str, props: Vec<Property>) -> Result<(), BusError> {
+        let props = props
+            .iter()
+            .map(|p| {
+                let mut s = format!("{}=", p.name);
+                let _ = write!(s, "{:?}", p.value);
+                s
+            })
+            .collect();
+        self.record(Call::SetProperties(name.into(), props));
+        next(&self.set_failures)
+    }
+    fn stop_unit(&self, name: &str, timeout: Duration) -> Result<(), BusError> {
+        self.record(Call::Stop(name.into(), timeout));
+        next(&self.stop_failures)
+    }
+    fn kill_unit(&self, name: &str, signal: i32) -> Result<(), BusError> {
+        self.record(Call::Kill(name.into(), signal));
+        Ok(())
+    }
+    fn unit_status(&self, name: &str) -> Result<UnitStatus, BusError> {
+        self.record(Call::Status(name.into()));
+        Ok(UnitStatus::default())
+    }
+}
