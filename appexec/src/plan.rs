@@ -115,7 +115,13 @@ pub fn parse(args: impl IntoIterator<Item = Vec<u8>>) -> Result<Plan, String> {
             }
             "mask" => plan.masks.push(cstring(value.into())?),
             "ro" => plan.read_only.push(cstring(value.into())?),
-            "deny" => plan.deny = value.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect(),
+            "deny" => {
+                plan.deny = value.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect();
+                // a call without a number would be left allowed: refused, so the daemon's list cannot drift
+                if let Some(unknown) = plan.deny.iter().find(|n| !crate::seccomp::knows(n)) {
+                    return Err(format!("deny=: no system call number for {unknown}"));
+                }
+            }
             "errno" => plan.errno = Some(number(key, value)?),
             "caps" => plan.caps = Some(u64::from_str_radix(value, 16).map_err(|_| "caps= is not hex")?),
             "uid" => plan.uid = number(key, value)?,
@@ -264,6 +270,7 @@ mod tests {
             (&["root=/r", "groups=1,x", "--", "/p", "p"], "groups=x is not a number"),
             (&["root=/r", "caps=xyz", "--", "/p", "p"], "caps= is not hex"),
             (&["root=/r", "cgwait=app", "--", "/p", "p"], "cgwait= is NAME:COUNT"),
+            (&["root=/r", "deny=mount,bpf", "--", "/p", "p"], "deny=: no system call number for bpf"),
         ] {
             assert_eq!(parse(args(line)).unwrap_err(), why, "{line:?}");
         }
