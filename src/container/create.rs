@@ -268,19 +268,9 @@ fn pid_namespace(
 pub async fn create(rt: &Runtime, req: Request) -> Result<String, ContainerError> {
     let image_ref = req.image.clone();
     let t0 = std::time::Instant::now();
-    let mut pod = Pod::open(&rt.data, &req.pod_id)?;
-    let state = pod.state()?;
-    if state != PodState::Running {
-        return Err(ContainerError::FailedPrecondition(format!("pod {} is {state}, not running", pod.uuid())));
-    }
-    let pod_manifest = rt.manifests.read(&pod)?;
+    let (mut pod, pod_manifest) = open_running(rt, &req.pod_id)?;
     let t_open = t0.elapsed();
-    let tree = {
-        let image_ref = image_ref.clone();
-        let store = &rt.images;
-        tokio::task::block_in_place(|| store.tree(&image_ref))
-            .map_err(|source| ContainerError::Image { context: None, source })?
-    };
+    let tree = image_tree(rt, &image_ref)?;
     let t_tree = t0.elapsed();
     let image = tree.manifest.clone();
     let image_app = image.app.clone().unwrap_or_default();
@@ -294,89 +284,11 @@ pub async fn create(rt: &Runtime, req: Request) -> Result<String, ContainerError
     let identity::Identity { uid, gid, groups } =
         identity::resolve(&rootfs, &image_app.user, &image_app.group, &req.identity)
             .map_err(|e| ContainerError::InvalidArgument(e.to_string()))?;
-
-    let mut env: Vec<NameValue> = image_app.environment.clone();
-    for (key, value) in &req.envs {
-        manifest::set(&mut env, key, value.clone());
-    }
-    if !env.iter().any(|e| e.name == "PATH") {
-        env.push(NameValue::new("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
-    }
-    // HOME as runc sets it: the user's home in the image, else /
-    if !env.iter().any(|e| e.name == "HOME") {
-        let home = identity::home(&rootfs, uid).unwrap_or_else(|| "/".into());
-        env.push(NameValue::new("HOME", home));
-    }
-    if !env.iter().any(|e| e.name == "HOSTNAME")
-        && let Some(h) = pod_manifest.annotation(manifest::ANNOTATION_HOSTNAME)
-    {
-        env.push(NameValue::new("HOSTNAME", h));
-    }
-    let working_dir = if !req.working_dir.is_empty() {
-        req.working_dir.clone()
-    } else if !image_app.working_directory.is_empty() {
-        image_app.working_directory.clone()
-    } else {
-        "/".into()
-    };
-    let log_path = match (pod_manifest.annotation(manifest::ANNOTATION_LOG_DIR), req.log_path.as_str()) {
-        (_, "") => String::new(),
-        // the log writer runs as root: a log path must not leave the pod's log directory
-        (Some(_), rel) if Path::new(rel).components().any(|c| !matches!(c, std::path::Component::Normal(_))) => {
-            return Err(ContainerError::InvalidArgument(format!(
-                "config.log_path {rel:?} must be relative to the pod's log directory, without \"..\""
-            )));
-        }
-        (Some(dir), rel) => PathBuf::from(dir).join(rel).display().to_string(),
-        // a pod made outside CRI (the CLI) has no log directory: only an absolute
-        // path means something; a CRI pod without one gets no log file at all
-        (None, abs) if Path::new(abs).is_absolute() && !pod_manifest.is_kubernetes_pod() => abs.to_string(),
-        (None, _) => String::new(),
-    };
-    // rktlet's own keys (pid namespace, devices, resources, tty, log path...)
-    // are rktlet's to set: a request's copy of one would be obeyed at start
-    let mut user_annotations: std::collections::BTreeMap<String, String> = req
-        .annotations
-        .iter()
-        .filter(|(k, _)| !k.starts_with(meta::RESERVED_PREFIX))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    user_annotations.insert(meta::NAME.into(), req.name.clone());
-    user_annotations.insert(meta::ATTEMPT.into(), req.attempt.to_string());
-    user_annotations.insert(meta::IMAGE.into(), image_ref.clone());
-    user_annotations.insert(meta::LOG_PATH.into(), log_path);
-    if let Some(profile) = req.apparmor.clone() {
-        user_annotations.insert(meta::APPARMOR.into(), profile);
-    }
-    if req.tty {
-        user_annotations.insert(meta::TTY.into(), "true".into());
-    }
-    if let Some(mode) = req.stdin {
-        let value = if mode == meta::StdinMode::Once { "once" } else { "true" };
-        user_annotations.insert(meta::STDIN.into(), value.into());
-    }
-    let mut devices = req.devices.clone();
-    if req.security.privileged {
-        let node = tokio::task::block_in_place(|| node_devices(&pod, &devices))?;
-        devices.extend(node);
-    }
-    if !devices.is_empty() {
-        let json = serde_json::to_string(&devices).map_err(|e| ContainerError::Internal(e.to_string()))?;
-        user_annotations.insert(meta::DEVICES.into(), json);
-    }
-    if let Some(sig) = stop_signal(req.stop_signal.clone(), &image) {
-        user_annotations.insert(meta::STOP_SIGNAL.into(), sig);
-    }
-    if let Some(limits) = &req.limits {
-        if let Some(adj) = limits.oom_score_adj.filter(|adj| !(-1000..=1000).contains(adj)) {
-            return Err(ContainerError::InvalidArgument(format!("oom_score_adj {adj} is outside -1000..1000")));
-        }
-        limits.validate().map_err(ContainerError::InvalidArgument)?;
-        if !limits.is_empty() {
-            let json = serde_json::to_string(limits).map_err(|e| ContainerError::Internal(e.to_string()))?;
-            user_annotations.insert(meta::RESOURCES.into(), json);
-        }
-    }
+    let env = environment(&req, &image_app, &rootfs, uid, &pod_manifest);
+    let working_dir = working_dir(&req, &image_app);
+    let log_path = log_path(&req, &pod_manifest)?;
+    let mut user_annotations = user_annotations(&req, &image_ref, log_path);
+    device_and_limit_annotations(&req, &pod, &image, &mut user_annotations)?;
     let own_pid_namespace = pid_namespace(&req.pid_namespace, &pod.uuid().to_string(), &pod_manifest)?;
     // systemd resolves ids only for apps in the pod's namespace (appexec takes them as numbers)
     let ids_for_systemd = own_pid_namespace.is_none();
@@ -398,6 +310,186 @@ pub async fn create(rt: &Runtime, req: Request) -> Result<String, ContainerError
         isolators,
         ..Default::default()
     };
+    let volumes = volumes(rt, &req)?;
+    let name = meta::app_name_of(&req.name, req.attempt);
+    let spec = AppSpec {
+        name: name.clone(),
+        image_id: tree.image_id.clone(),
+        image_name: image.name.clone(),
+        image_manifest: image,
+        tree_id: tree.id.clone(),
+        tree_rootfs: rootfs,
+        app,
+        volumes,
+        read_only_rootfs: req.readonly_rootfs,
+        mount_read_only: req.readonly_rootfs && ids_for_systemd,
+        annotations: Vec::new(),
+    };
+    let stage1 = pod.stage1_rootfs();
+    let t_prep = t0.elapsed();
+    // the primary gid first: it names the user's group
+    let ids = ids_for_systemd
+        .then(|| (uid, std::iter::once(gid).chain(groups.into_iter().filter(|g| *g != gid)).collect::<Vec<u32>>()));
+    add_app(rt, &mut pod, &spec, &name, &stage1, ids)?;
+    let t_add = t0.elapsed();
+    rt.emit(pod.uuid(), &name, crate::runtime::EventKind::Created);
+    rt.pods.warm(&rt.manifests, &pod.uuid().to_string());
+    let micros = |d: std::time::Duration| d.as_micros() as u64;
+    tracing::debug!(
+        pod = %pod.uuid(),
+        app = %name,
+        pod_micros = micros(t_open),
+        image_micros = micros(t_tree - t_open),
+        config_micros = micros(t_prep - t_tree),
+        add_micros = micros(t_add - t_prep),
+        events_micros = micros(t0.elapsed() - t_add),
+        "container created"
+    );
+    Ok(meta::container_id(&pod.uuid().to_string(), &name))
+}
+
+/// Opens pod `pod_id`, checks that it runs, and reads its manifest.
+fn open_running(rt: &Runtime, pod_id: &str) -> Result<(Pod, std::sync::Arc<manifest::PodManifest>), ContainerError> {
+    let mut pod = Pod::open(&rt.data, pod_id)?;
+    let state = pod.state()?;
+    if state != PodState::Running {
+        return Err(ContainerError::FailedPrecondition(format!("pod {} is {state}, not running", pod.uuid())));
+    }
+    let pod_manifest = rt.manifests.read(&pod)?;
+    Ok((pod, pod_manifest))
+}
+
+/// The image's rendered tree, from the store.
+fn image_tree(rt: &Runtime, image_ref: &str) -> Result<crate::image::Tree, ContainerError> {
+    let image_ref = image_ref.to_string();
+    let store = &rt.images;
+    tokio::task::block_in_place(|| store.tree(&image_ref))
+        .map_err(|source| ContainerError::Image { context: None, source })
+}
+
+/// The app's environment: the image's, the request's over it, then `PATH`,
+/// `HOME` and `HOSTNAME` when neither sets them.
+fn environment(
+    req: &Request,
+    image_app: &AppSection,
+    rootfs: &Path,
+    uid: u32,
+    pod_manifest: &manifest::PodManifest,
+) -> Vec<NameValue> {
+    let mut env: Vec<NameValue> = image_app.environment.clone();
+    for (key, value) in &req.envs {
+        manifest::set(&mut env, key, value.clone());
+    }
+    if !env.iter().any(|e| e.name == "PATH") {
+        env.push(NameValue::new("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
+    }
+    // HOME as runc sets it: the user's home in the image, else /
+    if !env.iter().any(|e| e.name == "HOME") {
+        let home = identity::home(rootfs, uid).unwrap_or_else(|| "/".into());
+        env.push(NameValue::new("HOME", home));
+    }
+    if !env.iter().any(|e| e.name == "HOSTNAME")
+        && let Some(h) = pod_manifest.annotation(manifest::ANNOTATION_HOSTNAME)
+    {
+        env.push(NameValue::new("HOSTNAME", h));
+    }
+    env
+}
+
+/// The request's working directory, else the image's, else `/`.
+fn working_dir(req: &Request, image_app: &AppSection) -> String {
+    if !req.working_dir.is_empty() {
+        req.working_dir.clone()
+    } else if !image_app.working_directory.is_empty() {
+        image_app.working_directory.clone()
+    } else {
+        "/".into()
+    }
+}
+
+/// The app's log file on the host: the request's path in the pod's log
+/// directory, or none.
+fn log_path(req: &Request, pod_manifest: &manifest::PodManifest) -> Result<String, ContainerError> {
+    Ok(match (pod_manifest.annotation(manifest::ANNOTATION_LOG_DIR), req.log_path.as_str()) {
+        (_, "") => String::new(),
+        // the log writer runs as root: a log path must not leave the pod's log directory
+        (Some(_), rel) if Path::new(rel).components().any(|c| !matches!(c, std::path::Component::Normal(_))) => {
+            return Err(ContainerError::InvalidArgument(format!(
+                "config.log_path {rel:?} must be relative to the pod's log directory, without \"..\""
+            )));
+        }
+        (Some(dir), rel) => PathBuf::from(dir).join(rel).display().to_string(),
+        // a pod made outside CRI (the CLI) has no log directory: only an absolute
+        // path means something; a CRI pod without one gets no log file at all
+        (None, abs) if Path::new(abs).is_absolute() && !pod_manifest.is_kubernetes_pod() => abs.to_string(),
+        (None, _) => String::new(),
+    })
+}
+
+/// The request's annotations without rktlet's own, and rktlet's: name,
+/// attempt, image, log path, AppArmor profile, terminal and stdin.
+fn user_annotations(req: &Request, image_ref: &str, log_path: String) -> std::collections::BTreeMap<String, String> {
+    // rktlet's own keys (pid namespace, devices, resources, tty, log path...)
+    // are rktlet's to set: a request's copy of one would be obeyed at start
+    let mut user_annotations: std::collections::BTreeMap<String, String> = req
+        .annotations
+        .iter()
+        .filter(|(k, _)| !k.starts_with(meta::RESERVED_PREFIX))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    user_annotations.insert(meta::NAME.into(), req.name.clone());
+    user_annotations.insert(meta::ATTEMPT.into(), req.attempt.to_string());
+    user_annotations.insert(meta::IMAGE.into(), image_ref.to_string());
+    user_annotations.insert(meta::LOG_PATH.into(), log_path);
+    if let Some(profile) = req.apparmor.clone() {
+        user_annotations.insert(meta::APPARMOR.into(), profile);
+    }
+    if req.tty {
+        user_annotations.insert(meta::TTY.into(), "true".into());
+    }
+    if let Some(mode) = req.stdin {
+        let value = if mode == meta::StdinMode::Once { "once" } else { "true" };
+        user_annotations.insert(meta::STDIN.into(), value.into());
+    }
+    user_annotations
+}
+
+/// rktlet's annotations for the devices (a privileged container's include
+/// the node's), the stop signal and the limits, checked.
+fn device_and_limit_annotations(
+    req: &Request,
+    pod: &Pod,
+    image: &manifest::ImageManifest,
+    user_annotations: &mut std::collections::BTreeMap<String, String>,
+) -> Result<(), ContainerError> {
+    let mut devices = req.devices.clone();
+    if req.security.privileged {
+        let node = tokio::task::block_in_place(|| node_devices(pod, &devices))?;
+        devices.extend(node);
+    }
+    if !devices.is_empty() {
+        let json = serde_json::to_string(&devices).map_err(|e| ContainerError::Internal(e.to_string()))?;
+        user_annotations.insert(meta::DEVICES.into(), json);
+    }
+    if let Some(sig) = stop_signal(req.stop_signal.clone(), image) {
+        user_annotations.insert(meta::STOP_SIGNAL.into(), sig);
+    }
+    if let Some(limits) = &req.limits {
+        if let Some(adj) = limits.oom_score_adj.filter(|adj| !(-1000..=1000).contains(adj)) {
+            return Err(ContainerError::InvalidArgument(format!("oom_score_adj {adj} is outside -1000..1000")));
+        }
+        limits.validate().map_err(ContainerError::InvalidArgument)?;
+        if !limits.is_empty() {
+            let json = serde_json::to_string(limits).map_err(|e| ContainerError::Internal(e.to_string()))?;
+            user_annotations.insert(meta::RESOURCES.into(), json);
+        }
+    }
+    Ok(())
+}
+
+/// The app's volumes: host paths as asked for, and image volumes (the
+/// image's tree, read-only, as containerd mounts it).
+fn volumes(rt: &Runtime, req: &Request) -> Result<Vec<VolumeSpec>, ContainerError> {
     let mut volumes = Vec::with_capacity(req.mounts.len());
     for m in &req.mounts {
         // an image volume is the image's tree, read-only (as containerd mounts it)
@@ -421,34 +513,31 @@ pub async fn create(rt: &Runtime, req: Request) -> Result<String, ContainerError
             recursive_read_only: m.recursive_read_only,
         });
     }
-    let name = meta::app_name_of(&req.name, req.attempt);
-    let spec = AppSpec {
-        name: name.clone(),
-        image_id: tree.image_id.clone(),
-        image_name: image.name.clone(),
-        image_manifest: image,
-        tree_id: tree.id.clone(),
-        tree_rootfs: rootfs,
-        app,
-        volumes,
-        read_only_rootfs: req.readonly_rootfs,
-        mount_read_only: req.readonly_rootfs && ids_for_systemd,
-        annotations: Vec::new(),
-    };
-    let stage1 = pod.stage1_rootfs();
-    let t_prep = t0.elapsed();
+    Ok(volumes)
+}
+
+/// Adds app `name` to the pod (`AppSpec::add`, on a spare set of
+/// directories) and, when systemd resolves its ids (`ids`: the uid and the
+/// gids, primary first), names them in the pod's stage1; the next spare is
+/// made after, whether the add worked or not.
+fn add_app(
+    rt: &Runtime,
+    pod: &mut Pod,
+    spec: &AppSpec,
+    name: &str,
+    stage1: &Path,
+    ids: Option<(u32, Vec<u32>)>,
+) -> Result<(), ContainerError> {
     let pod_dir = pod.path();
     let added = tokio::task::block_in_place(|| {
         let spare = crate::stage1::spare::Spare::take(&pod_dir);
-        spec.add(&mut pod, &rt.manifests, spare)?;
-        if !ids_for_systemd {
+        spec.add(pod, &rt.manifests, spare)?;
+        let Some((uid, gids)) = ids else {
             return Ok(());
-        }
-        // the primary gid first: it names the user's group
-        let gids: Vec<u32> = std::iter::once(gid).chain(groups.into_iter().filter(|g| *g != gid)).collect();
-        crate::stage1::app::ensure_ids(&stage1, uid, &gids).map_err(|source| AppError::Io {
+        };
+        crate::stage1::app::ensure_ids(stage1, uid, &gids).map_err(|source| AppError::Io {
             pod: pod.uuid().to_string(),
-            app: name.clone(),
+            app: name.to_string(),
             context: "naming the app's ids".into(),
             source,
         })
@@ -456,21 +545,7 @@ pub async fn create(rt: &Runtime, req: Request) -> Result<String, ContainerError
     // the next add's directories, made while kubelet starts this one
     crate::stage1::spare::replenish_later(pod_dir);
     added?;
-    let t_add = t0.elapsed();
-    rt.emit(pod.uuid(), &name, crate::runtime::EventKind::Created);
-    rt.pods.warm(&rt.manifests, &pod.uuid().to_string());
-    let micros = |d: std::time::Duration| d.as_micros() as u64;
-    tracing::debug!(
-        pod = %pod.uuid(),
-        app = %name,
-        pod_micros = micros(t_open),
-        image_micros = micros(t_tree - t_open),
-        config_micros = micros(t_prep - t_tree),
-        add_micros = micros(t_add - t_prep),
-        events_micros = micros(t0.elapsed() - t_add),
-        "container created"
-    );
-    Ok(meta::container_id(&pod.uuid().to_string(), &name))
+    Ok(())
 }
 
 #[cfg(test)]

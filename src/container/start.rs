@@ -38,9 +38,63 @@ fn resolve_program(
         .ok_or_else(|| ContainerError::InvalidArgument(format!("executable {program:?} not found in the image's PATH")))
 }
 
+/// A seccomp filter as the app's isolators ask for it: an allow list or a
+/// deny list, its calls, the errno of a denied call.
+type Filter = Option<(bool, Vec<String>, Option<i32>)>;
+
+/// The app's cgroups when the daemon places it there (cgroup v1), and what
+/// appexec waits for before anything of the app runs.
+type Placed = Option<(crate::cgroup::app::AppCgroup, (String, usize))>;
+
+/// What the app's isolators and annotations leave for the rest of the start:
+/// masked and read-only paths, and the seccomp filter.
+struct Isolators {
+    masked: Option<Vec<String>>,
+    readonly: Option<Vec<String>>,
+    filter: Filter,
+}
+
 /// Starts created container `id`: its unit described and started in the
 /// pod's systemd; returns once the app runs (or failed to, recorded as its exit).
 pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
+    let (t, paths) = open_created(rt, id)?;
+    // the pod's systemd, as its bus connection knows it (masks, OOM score and terminal need it)
+    let pid1 = rt.pod_bus(&t.pod).map_err(ContainerError::Unavailable)?.pid1();
+    let section = t.app.app.clone().unwrap_or_default();
+    let mut spec = base_spec(&t, &paths, id, &section)?;
+    let isolators = isolators(&t, &section, &mut spec)?;
+    let (pid_mode, limits, placed) = plan_namespaces_and_cgroups(rt, &t, &paths, pid1, id, &mut spec, isolators)?;
+    unit_properties(&t, pid1, &limits, &mut spec);
+    let tty_slave = stdio(&t, pid1, id, &section, &mut spec)?;
+    mark_before_start(&paths, &pid_mode)?;
+    let began = std::time::Instant::now();
+    if let Some(e) = start_unit(rt, &t, &paths, id, &spec, &placed) {
+        if let Some(pty) = tty_slave {
+            release_terminal(&t, pid1, pty);
+        }
+        return Err(e);
+    }
+    crate::fault::point("start-after-unit");
+    rt.emit(t.pod.uuid(), &t.app.name, EventKind::Started);
+    let unit_started = began.elapsed();
+    let limits_result = place_in_cgroups(&t, &placed, &limits);
+    if pid_mode == PidMode::Host {
+        start_host_app(rt, &t, &paths, pid1, id)?;
+    }
+    tracing::debug!(
+        container = id,
+        unit_micros = unit_started.as_micros() as u64,
+        cgroups_micros = (began.elapsed() - unit_started).as_micros() as u64,
+        "started"
+    );
+    settle_limits(rt, &t, id, &limits, limits_result)?;
+    rt.pods.warm(&rt.manifests, &t.pod.uuid().to_string());
+    Ok(())
+}
+
+/// Opens container `id` and checks that its pod runs and that it was
+/// created and not started yet.
+fn open_created(rt: &Runtime, id: &str) -> Result<(Target, AppPaths), ContainerError> {
     let t = open(rt, id)?;
     if !t.running {
         return Err(ContainerError::FailedPrecondition(format!("pod of container {} is not running", id)));
@@ -49,9 +103,17 @@ pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
     if app::facts(&paths, true).state != AppState::Created {
         return Err(ContainerError::FailedPrecondition(format!("container {} was already started", id)));
     }
-    // the pod's systemd, as its bus connection knows it (masks, OOM score and terminal need it)
-    let pid1 = rt.pod_bus(&t.pod).map_err(ContainerError::Unavailable)?.pid1();
-    let section = t.app.app.clone().unwrap_or_default();
+    Ok((t, paths))
+}
+
+/// The unit with the app's command (its program found in the app's `PATH`),
+/// root directory, environment, working directory and ids.
+fn base_spec(
+    t: &Target,
+    paths: &AppPaths,
+    id: &str,
+    section: &crate::pod::manifest::App,
+) -> Result<ServiceSpec, ContainerError> {
     let argv = section.exec.clone().unwrap_or_default();
     let program = argv.first().ok_or_else(|| ContainerError::InvalidArgument("container has no command".into()))?;
     let path = resolve_program(&paths.rootfs(), program, &section.environment)?;
@@ -66,6 +128,18 @@ pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
     spec.user = Some(section.user.clone());
     spec.group = Some(section.group.clone());
     spec.supplementary_groups = section.supplementary_gids.iter().map(u32::to_string).collect();
+    Ok(spec)
+}
+
+/// The app's isolators: capabilities and no_new_privs go into the unit, so
+/// do its seccomp filter and the namespaces it may make; the masked and
+/// read-only paths (the annotations, else the isolators of older builds) and
+/// the filter are returned for the rest of the start.
+fn isolators(
+    t: &Target,
+    section: &crate::pod::manifest::App,
+    spec: &mut ServiceSpec,
+) -> Result<Isolators, ContainerError> {
     let (mut masked, mut readonly) = meta::path_lists(&t.app);
     let (mut filter, mut namespaces) = (None, None);
     for iso in &section.isolators {
@@ -102,7 +176,25 @@ pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
     if let Some(allowed) = namespaces {
         spec.extra.push(unit_spec::restrict_namespaces(allowed));
     }
-    let pid_mode = tokio::task::block_in_place(|| pid_mode(rt, &t, pid1))?;
+    Ok(Isolators { masked, readonly, filter })
+}
+
+/// How the app gets its namespaces and cgroups: its PID mode, the pod's own
+/// limits refreshed, the app's cgroups written before the start when the
+/// daemon places it (cgroup v1), the API file systems from systemd or from
+/// appexec, the read-only root, identity files and device nodes. Returns the
+/// PID mode, the app's limits and its placement.
+fn plan_namespaces_and_cgroups(
+    rt: &Runtime,
+    t: &Target,
+    paths: &AppPaths,
+    pid1: i32,
+    id: &str,
+    spec: &mut ServiceSpec,
+    isolators: Isolators,
+) -> Result<(PidMode, crate::cgroup::app::Limits, Placed), ContainerError> {
+    let Isolators { masked, readonly, filter } = isolators;
+    let pid_mode = tokio::task::block_in_place(|| pid_mode(rt, t, pid1))?;
     // an app with a PID namespace of its own gets its masks from appexec;
     // so does one with a volume whose mounts propagate both ways: systemd
     // makes every mount of a unit's namespace a slave, for good
@@ -127,10 +219,10 @@ pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
             .map_err(|e| ContainerError::Internal(format!("limits of {}: {e}", id)))?;
     }
     let appexec_paths = if pid_mode != PidMode::Pod || !shared.is_empty() || apparmor.is_some() || placed.is_some() {
-        api_binds_for_appexec(&t.app, &mut spec);
+        api_binds_for_appexec(&t.app, spec);
         Some((masked, readonly, shared, apparmor, placed.as_ref().map(|(_, wait)| wait.clone())))
     } else {
-        tokio::task::block_in_place(|| api_file_systems(&t.pod, pid1, &mut spec, masked, readonly))?;
+        tokio::task::block_in_place(|| api_file_systems(&t.pod, pid1, spec, masked, readonly))?;
         None
     };
     if t.app.read_only_root_fs {
@@ -144,18 +236,37 @@ pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
     } else {
         spec.bind_paths.extend(identity);
     }
-    spec.bind_paths.extend(device_nodes(&paths, &meta::devices(&t.app))?);
+    spec.bind_paths.extend(device_nodes(paths, &meta::devices(&t.app))?);
     if let Some(appexec_paths) = appexec_paths {
-        own_pid_namespace(rt, &t, pid1, &pid_mode, &mut spec, filter, appexec_paths)?;
+        own_pid_namespace(rt, t, pid1, &pid_mode, spec, filter, appexec_paths)?;
     }
+    Ok((pid_mode, limits, placed))
+}
+
+/// The unit's stop signal, accounting and limits (when systemd applies
+/// them, cgroup v2) and OOM score.
+fn unit_properties(t: &Target, pid1: i32, limits: &crate::cgroup::app::Limits, spec: &mut ServiceSpec) {
     spec.extra.extend(unit_spec::kill_signal(meta::stop_signal(&t.app).0));
     if crate::cgroup::Layout::cached().is_ok_and(|l| l.limits_through_systemd()) {
         // accounting on for every app, and its limits
-        spec.extra.extend(unit_spec::accounting_and_limits(&limits));
+        spec.extra.extend(unit_spec::accounting_and_limits(limits));
     }
     if let Some(adj) = limits.oom_score_adj.and_then(|adj| oom_score_adj_allowed(&t.pod, pid1, adj)) {
         spec.extra.push(unit_spec::oom_score_adjust(adj));
     }
+}
+
+/// The app's stdio, handed to the pod's log writer: a terminal of the pod's
+/// devpts for a `tty` container, else a stdin pipe (when asked for) and a
+/// pipe for stdout and one for stderr. Returns the terminal, which a failed
+/// start lets go of.
+fn stdio(
+    t: &Target,
+    pid1: i32,
+    id: &str,
+    section: &crate::pod::manifest::App,
+    spec: &mut ServiceSpec,
+) -> Result<Option<crate::stage1::pty::PodPty>, ContainerError> {
     let log_path = meta::log_path(&t.app);
     let socket = t.pod.path().join(crilog::SOCKET_FILE);
     let mut tty_slave = None;
@@ -206,13 +317,30 @@ pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
             }
         }
     }
-    // marked before the start: the exit recorder only records started apps, and
-    // a short-lived app can exit before StartTransientUnit's job is reported
-    if pid_mode == PidMode::Host {
+    Ok(tty_slave)
+}
+
+/// Marks the app started (and a host-PID app as such) before its unit
+/// starts: the exit recorder only records started apps, and a short-lived
+/// app can exit before StartTransientUnit's job is reported.
+fn mark_before_start(paths: &AppPaths, pid_mode: &PidMode) -> Result<(), ContainerError> {
+    if *pid_mode == PidMode::Host {
         std::fs::write(paths.status_file(app::HOST_PID), b"").map_err(|e| ContainerError::Internal(e.to_string()))?;
     }
-    app::mark_started(&paths).map_err(|e| ContainerError::Internal(e.to_string()))?;
-    let began = std::time::Instant::now();
+    app::mark_started(paths).map_err(|e| ContainerError::Internal(e.to_string()))
+}
+
+/// Starts the unit over the pod's bus, the app moved into its cgroups
+/// meanwhile when the daemon places it. Returns why the start failed: a
+/// failed job is recorded as the app's exit, a refused call unmarks it.
+fn start_unit(
+    rt: &Runtime,
+    t: &Target,
+    paths: &AppPaths,
+    id: &str,
+    spec: &ServiceSpec,
+    placed: &Placed,
+) -> Option<ContainerError> {
     // Ok(Err(..)): the job failed, so its process ran and could not become
     // the app, which ends the container (containerd reports a start error as
     // an exit too); Err(..): the call was refused, nothing ran
@@ -222,7 +350,7 @@ pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
         let starting = std::sync::atomic::AtomicBool::new(true);
         std::thread::scope(|scope| {
             let adopter = placed.as_ref().map(|(cg, _)| scope.spawn(|| cg.adopt_while_starting(&starting)));
-            let started = with_bus(rt, &t.pod, |bus| match bus.start_transient_service(&spec) {
+            let started = with_bus(rt, &t.pod, |bus| match bus.start_transient_service(spec) {
                 Err(e @ BusError::JobFailed { .. }) => Ok(Err(e)),
                 other => other.map(Ok),
             });
@@ -233,7 +361,7 @@ pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
     });
     let placement =
         placement.map(|r| r.map_err(|e| ContainerError::Internal(format!("placing {} in its cgroups: {e}", id))));
-    let failed = match started {
+    match started {
         Ok(Ok(())) => None,
         Ok(Err(job)) => {
             // (the app killed, as it could not be placed: that is the cause)
@@ -246,7 +374,7 @@ pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
                 .and_then(|s| s.main_exit());
             let _ = std::fs::write(paths.status_file(app::START_ERROR), e.to_string());
             let code = exit.map_or(128, |x| crate::stage1::bus::exit_code(&x));
-            if app::record_exit(&paths, code).unwrap_or(false) {
+            if app::record_exit(paths, code).unwrap_or(false) {
                 rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
             }
             Some(e)
@@ -255,58 +383,65 @@ pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
             let _ = std::fs::remove_file(paths.status_file("-started"));
             Some(e)
         }
-    };
-    if let Some(e) = failed {
-        if let Some(pty) = tty_slave {
-            // the log writer lets go of a terminal once its slave side was
-            // open and closed again (the app never opened it)
-            let _ = crilog::close_stdin(&socket, &t.app.name);
-            drop(pty.open_slave(pid1));
-        }
-        return Err(e);
     }
-    crate::fault::point("start-after-unit");
-    rt.emit(t.pod.uuid(), &t.app.name, EventKind::Started);
-    // every app gets its own cgroups, limits or not: they are what its stats
-    // are read from; without limits asked for, a failure only costs the stats
-    let unit_started = began.elapsed();
-    let limits_result = match &placed {
+}
+
+/// After a failed start: the log writer lets go of a terminal once its
+/// slave side was open and closed again (the app never opened it).
+fn release_terminal(t: &Target, pid1: i32, pty: crate::stage1::pty::PodPty) {
+    let socket = t.pod.path().join(crilog::SOCKET_FILE);
+    let _ = crilog::close_stdin(&socket, &t.app.name);
+    drop(pty.open_slave(pid1));
+}
+
+/// Every app gets its own cgroups, limits or not: they are what its stats
+/// are read from; without limits asked for, a failure only costs the stats.
+fn place_in_cgroups(t: &Target, placed: &Placed, limits: &crate::cgroup::app::Limits) -> std::io::Result<()> {
+    match placed {
         // anything the app started since, too
         Some((cg, _)) => tokio::task::block_in_place(|| cg.adopt_unit_processes()),
-        None => tokio::task::block_in_place(|| apply_limits(&t, &limits)),
-    };
-    if pid_mode == PidMode::Host {
-        // after the limits: the app joins the cgroups its template is in now
-        if let Err(e) = tokio::task::block_in_place(|| run_host_app(&t, pid1)) {
-            let e = ContainerError::Internal(format!("starting {} in the node's PID namespace: {e}", id));
-            let _ = std::fs::write(paths.status_file(app::START_ERROR), e.to_string());
-            if app::record_exit(&paths, 128).unwrap_or(false) {
-                rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
-            }
-            let _ = tokio::task::block_in_place(|| {
-                with_bus(rt, &t.pod, |bus| bus.kill_unit(&unit(&t.app.name), libc::SIGKILL))
-            });
-            return Err(e);
-        }
+        None => tokio::task::block_in_place(|| apply_limits(t, limits)),
     }
-    tracing::debug!(
-        container = id,
-        unit_micros = unit_started.as_micros() as u64,
-        cgroups_micros = (began.elapsed() - unit_started).as_micros() as u64,
-        "started"
-    );
+}
+
+/// Starts a host-PID app through the pod's log writer, after the limits:
+/// the app joins the cgroups its template is in now. A failure is recorded
+/// as the app's exit and its unit killed.
+fn start_host_app(rt: &Runtime, t: &Target, paths: &AppPaths, pid1: i32, id: &str) -> Result<(), ContainerError> {
+    if let Err(e) = tokio::task::block_in_place(|| run_host_app(t, pid1)) {
+        let e = ContainerError::Internal(format!("starting {} in the node's PID namespace: {e}", id));
+        let _ = std::fs::write(paths.status_file(app::START_ERROR), e.to_string());
+        if app::record_exit(paths, 128).unwrap_or(false) {
+            rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
+        }
+        let _ = tokio::task::block_in_place(|| {
+            with_bus(rt, &t.pod, |bus| bus.kill_unit(&unit(&t.app.name), libc::SIGKILL))
+        });
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// What placing the app in its cgroups came to: without limits asked for,
+/// a warning; with them, the app stopped and the start failed.
+fn settle_limits(
+    rt: &Runtime,
+    t: &Target,
+    id: &str,
+    limits: &crate::cgroup::app::Limits,
+    limits_result: std::io::Result<()>,
+) -> Result<(), ContainerError> {
     match limits_result {
         Err(e) if limits.is_empty() => {
             tracing::warn!(container = id, error = %e, "no cgroups of its own: no stats for it")
         }
         Err(e) => {
             // a container must not run without the limits it asked for
-            let _ = tokio::task::block_in_place(|| stop_app(rt, &t, Duration::ZERO));
+            let _ = tokio::task::block_in_place(|| stop_app(rt, t, Duration::ZERO));
             return Err(ContainerError::Internal(format!("limits of {}: {e}", id)));
         }
         Ok(()) => {}
     }
-    rt.pods.warm(&rt.manifests, &t.pod.uuid().to_string());
     Ok(())
 }
 

@@ -177,6 +177,15 @@ pub(crate) fn start_writeback(f: &File) {
     unsafe { libc::sync_file_range(f.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
 }
 
+/// What a tar entry says of its owner, mode and times.
+#[derive(Clone, Copy)]
+struct EntryMeta {
+    mode: u32,
+    uid: u64,
+    gid: u64,
+    mtime: i64,
+}
+
 /// Unpacks one layer.
 pub struct Unpacker<'a> {
     root: &'a Path,
@@ -235,140 +244,223 @@ impl<'a> Unpacker<'a> {
         let rel_parent = rel.parent().map(Path::to_path_buf).unwrap_or_default();
         let header = entry.header().clone();
         let kind = header.entry_type();
-        let name_bytes = name.as_bytes();
 
-        if let Some(hidden) = name_bytes.strip_prefix(b".wh.") {
-            if hidden == b".wh..opq" {
-                self.out.opaque.push(rel_parent);
-            } else if !hidden.starts_with(b".wh.") {
-                self.out.whiteouts.push(rel_parent.join(OsStr::from_bytes(hidden)));
-            }
+        if let Some(hidden) = name.as_bytes().strip_prefix(b".wh.") {
+            self.whiteout(rel_parent, hidden);
             return Ok(());
         }
 
         let parent = self.parent_dir(&rel_parent, &raw_path)?;
         let target = parent.join(&name);
-        let mode = header.mode().map_err(ExtractError::Tar)? & 0o7777;
-        let uid = header.uid().map_err(ExtractError::Tar)?;
-        let gid = header.gid().map_err(ExtractError::Tar)?;
-        let mtime = header.mtime().map_err(ExtractError::Tar)? as i64;
-        let ctx = |what: &str| format!("{what} {}", target.display());
+        let meta = EntryMeta {
+            mode: header.mode().map_err(ExtractError::Tar)? & 0o7777,
+            uid: header.uid().map_err(ExtractError::Tar)?,
+            gid: header.gid().map_err(ExtractError::Tar)?,
+            mtime: header.mtime().map_err(ExtractError::Tar)? as i64,
+        };
 
-        match kind {
+        let made = match kind {
             tar::EntryType::Directory => {
-                match fs::symlink_metadata(&target) {
-                    Ok(m) if m.is_dir() => {}
-                    Ok(_) => {
-                        fs::remove_file(&target).map_err(io_ctx(ctx("replacing")))?;
-                        self.parents.clear();
-                        fs::create_dir(&target).map_err(io_ctx(ctx("creating directory")))?;
-                    }
-                    Err(_) => fs::create_dir(&target).map_err(io_ctx(ctx("creating directory")))?,
-                }
-                self.out.explicit_dirs.insert(rel.clone());
-                self.out.dir_meta.push(DirMeta { path: rel, mode, uid, gid, mtime });
-                return Ok(()); // owner, mode and times once the tree is complete
+                self.directory(rel, &target, &meta)?;
+                false // owner, mode and times once the tree is complete
             }
             tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
-                self.replace(&target)?;
-                let mut f = OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                    .open(&target)
-                    .map_err(io_ctx(ctx("creating")))?;
-                loop {
-                    let n = entry.read(&mut self.buf).map_err(ExtractError::Tar)?;
-                    if n == 0 {
-                        break;
-                    }
-                    f.write_all(&self.buf[..n]).map_err(io_ctx(ctx("writing")))?;
-                }
-                if self.as_root {
-                    std::os::unix::fs::fchown(&f, Some(uid as u32), Some(gid as u32)).map_err(io_ctx(ctx("chown")))?;
-                }
-                // after chown, which clears setuid/setgid bits
-                f.set_permissions(fs::Permissions::from_mode(mode)).map_err(io_ctx(ctx("chmod")))?;
-                self.out.files.push(rel.clone());
+                self.regular(&mut entry, rel, &target, &meta)?;
+                true
             }
             tar::EntryType::Symlink => {
-                let link = entry
-                    .link_name()
-                    .map_err(ExtractError::Tar)?
-                    .ok_or_else(|| unsafe_entry(&raw_path, "is a symlink without a target"))?;
-                self.replace(&target)?;
-                std::os::unix::fs::symlink(&link, &target).map_err(io_ctx(ctx("creating symlink")))?;
-                self.parents.clear();
+                self.symlink(&entry, &raw_path, &target)?;
+                true
             }
             tar::EntryType::Link => {
-                let link = entry
-                    .link_name()
-                    .map_err(ExtractError::Tar)?
-                    .ok_or_else(|| unsafe_entry(&raw_path, "is a hard link without a target"))?;
-                let link_rel = clean(&link)?;
-                let src = resolve_in_root(self.root, link_rel.parent().unwrap_or(Path::new("")), &raw_path)?
-                    .join(link_rel.file_name().unwrap_or_default());
-                if fs::symlink_metadata(&src).is_err() {
-                    if self.staged {
-                        self.out.deferred_links.push((rel, link_rel));
-                        return Ok(());
-                    }
-                    return Err(unsafe_entry(&raw_path, format!("links to {} which does not exist", link.display())));
-                }
-                if src == target {
-                    return Ok(());
-                }
-                self.replace(&target)?;
-                fs::hard_link(&src, &target).map_err(io_ctx(ctx("hard-linking")))?;
-                return Ok(()); // shares the target's inode and metadata
+                self.hard_link(&entry, &raw_path, rel, &target)?;
+                false // shares the target's inode and metadata
             }
             tar::EntryType::Char | tar::EntryType::Block | tar::EntryType::Fifo => {
-                self.replace(&target)?;
-                let ftype = match kind {
-                    tar::EntryType::Char => libc::S_IFCHR,
-                    tar::EntryType::Block => libc::S_IFBLK,
-                    _ => libc::S_IFIFO,
-                };
-                let major = header.device_major().ok().flatten().unwrap_or(0);
-                let minor = header.device_minor().ok().flatten().unwrap_or(0);
-                match mknod(&target, ftype | mode as libc::mode_t, major, minor) {
-                    Ok(()) => {}
-                    Err(e) if e.raw_os_error() == Some(libc::EPERM) && ftype != libc::S_IFIFO => {
-                        // policy: without CAP_MKNOD device nodes are skipped (the pod's /dev is provided anyway)
-                        self.out.skipped_devices += 1;
-                        return Ok(());
-                    }
-                    Err(e) => return Err(io_ctx(ctx("creating device node"))(e)),
-                }
-                if self.as_root {
-                    lchown(&target, uid, gid).map_err(io_ctx(ctx("chown")))?;
-                }
+                self.node(kind, &header, &target, &meta)?
             }
             tar::EntryType::XGlobalHeader
             | tar::EntryType::XHeader
             | tar::EntryType::GNULongName
-            | tar::EntryType::GNULongLink => {
-                return Ok(());
-            }
+            | tar::EntryType::GNULongLink => false,
             other => {
                 tracing::debug!(entry = %raw_path.display(), kind = ?other, "skipping unsupported tar entry type");
+                false
+            }
+        };
+        if made {
+            self.finish_entry(&mut entry, kind, &target, &meta)?;
+        }
+        Ok(())
+    }
+
+    /// A whiteout (`.wh.<name>`) in `rel_parent`: an opaque directory
+    /// (`.wh..wh..opq`) or a hidden entry, recorded for the merge.
+    fn whiteout(&mut self, rel_parent: PathBuf, hidden: &[u8]) {
+        if hidden == b".wh..opq" {
+            self.out.opaque.push(rel_parent);
+        } else if !hidden.starts_with(b".wh.") {
+            self.out.whiteouts.push(rel_parent.join(OsStr::from_bytes(hidden)));
+        }
+    }
+
+    /// A directory, made (replacing a non-directory) and recorded; its owner,
+    /// mode and times are set once the tree is complete.
+    fn directory(&mut self, rel: PathBuf, target: &Path, meta: &EntryMeta) -> Result<(), ExtractError> {
+        let ctx = |what: &str| format!("{what} {}", target.display());
+        match fs::symlink_metadata(target) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                fs::remove_file(target).map_err(io_ctx(ctx("replacing")))?;
+                self.parents.clear();
+                fs::create_dir(target).map_err(io_ctx(ctx("creating directory")))?;
+            }
+            Err(_) => fs::create_dir(target).map_err(io_ctx(ctx("creating directory")))?,
+        }
+        self.out.explicit_dirs.insert(rel.clone());
+        let EntryMeta { mode, uid, gid, mtime } = *meta;
+        self.out.dir_meta.push(DirMeta { path: rel, mode, uid, gid, mtime });
+        Ok(())
+    }
+
+    /// A regular file, written from the entry, then its owner and mode.
+    fn regular<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        rel: PathBuf,
+        target: &Path,
+        meta: &EntryMeta,
+    ) -> Result<(), ExtractError> {
+        let ctx = |what: &str| format!("{what} {}", target.display());
+        self.replace(target)?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(target)
+            .map_err(io_ctx(ctx("creating")))?;
+        loop {
+            let n = entry.read(&mut self.buf).map_err(ExtractError::Tar)?;
+            if n == 0 {
+                break;
+            }
+            f.write_all(&self.buf[..n]).map_err(io_ctx(ctx("writing")))?;
+        }
+        if self.as_root {
+            std::os::unix::fs::fchown(&f, Some(meta.uid as u32), Some(meta.gid as u32))
+                .map_err(io_ctx(ctx("chown")))?;
+        }
+        // after chown, which clears setuid/setgid bits
+        f.set_permissions(fs::Permissions::from_mode(meta.mode)).map_err(io_ctx(ctx("chmod")))?;
+        self.out.files.push(rel);
+        Ok(())
+    }
+
+    /// A symlink, as the entry names its target.
+    fn symlink<R: Read>(
+        &mut self,
+        entry: &tar::Entry<'_, R>,
+        raw_path: &Path,
+        target: &Path,
+    ) -> Result<(), ExtractError> {
+        let link = entry
+            .link_name()
+            .map_err(ExtractError::Tar)?
+            .ok_or_else(|| unsafe_entry(raw_path, "is a symlink without a target"))?;
+        self.replace(target)?;
+        std::os::unix::fs::symlink(&link, target).map_err(io_ctx(format!("creating symlink {}", target.display())))?;
+        self.parents.clear();
+        Ok(())
+    }
+
+    /// A hard link to an entry of this layer's tree; in staging mode, one to
+    /// an entry not here (a lower layer's) is deferred to the merge.
+    fn hard_link<R: Read>(
+        &mut self,
+        entry: &tar::Entry<'_, R>,
+        raw_path: &Path,
+        rel: PathBuf,
+        target: &Path,
+    ) -> Result<(), ExtractError> {
+        let link = entry
+            .link_name()
+            .map_err(ExtractError::Tar)?
+            .ok_or_else(|| unsafe_entry(raw_path, "is a hard link without a target"))?;
+        let link_rel = clean(&link)?;
+        let src = resolve_in_root(self.root, link_rel.parent().unwrap_or(Path::new("")), raw_path)?
+            .join(link_rel.file_name().unwrap_or_default());
+        if fs::symlink_metadata(&src).is_err() {
+            if self.staged {
+                self.out.deferred_links.push((rel, link_rel));
                 return Ok(());
             }
+            return Err(unsafe_entry(raw_path, format!("links to {} which does not exist", link.display())));
         }
+        if src == target {
+            return Ok(());
+        }
+        self.replace(target)?;
+        fs::hard_link(&src, target).map_err(io_ctx(format!("hard-linking {}", target.display())))?;
+        Ok(())
+    }
+
+    /// A device node or FIFO, and its owner. Returns false when a device
+    /// node was skipped (no CAP_MKNOD).
+    fn node(
+        &mut self,
+        kind: tar::EntryType,
+        header: &tar::Header,
+        target: &Path,
+        meta: &EntryMeta,
+    ) -> Result<bool, ExtractError> {
+        let ctx = |what: &str| format!("{what} {}", target.display());
+        self.replace(target)?;
+        let ftype = match kind {
+            tar::EntryType::Char => libc::S_IFCHR,
+            tar::EntryType::Block => libc::S_IFBLK,
+            _ => libc::S_IFIFO,
+        };
+        let major = header.device_major().ok().flatten().unwrap_or(0);
+        let minor = header.device_minor().ok().flatten().unwrap_or(0);
+        match mknod(target, ftype | meta.mode as libc::mode_t, major, minor) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) && ftype != libc::S_IFIFO => {
+                // policy: without CAP_MKNOD device nodes are skipped (the pod's /dev is provided anyway)
+                self.out.skipped_devices += 1;
+                return Ok(false);
+            }
+            Err(e) => return Err(io_ctx(ctx("creating device node"))(e)),
+        }
+        if self.as_root {
+            lchown(target, meta.uid, meta.gid).map_err(io_ctx(ctx("chown")))?;
+        }
+        Ok(true)
+    }
+
+    /// What every made entry but a directory or hard link gets last: a
+    /// symlink's owner, the entry's extended attributes, its times.
+    fn finish_entry<R: Read>(
+        &self,
+        entry: &mut tar::Entry<'_, R>,
+        kind: tar::EntryType,
+        target: &Path,
+        meta: &EntryMeta,
+    ) -> Result<(), ExtractError> {
+        let ctx = |what: &str| format!("{what} {}", target.display());
         if kind == tar::EntryType::Symlink && self.as_root {
-            lchown(&target, uid, gid).map_err(io_ctx(ctx("chown")))?;
+            lchown(target, meta.uid, meta.gid).map_err(io_ctx(ctx("chown")))?;
         }
         if let Ok(Some(exts)) = entry.pax_extensions() {
             for ext in exts.flatten() {
                 if let Some(name) = ext.key_bytes().strip_prefix(b"SCHILY.xattr.")
-                    && let Err(e) = lsetxattr(&target, name, ext.value_bytes())
+                    && let Err(e) = lsetxattr(target, name, ext.value_bytes())
                 {
                     tracing::warn!(path = %target.display(), xattr = %String::from_utf8_lossy(name), error = %e, "cannot set xattr");
                 }
             }
         }
-        set_times(&target, mtime).map_err(io_ctx(ctx("setting times of")))?;
+        set_times(target, meta.mtime).map_err(io_ctx(ctx("setting times of")))?;
         Ok(())
     }
 

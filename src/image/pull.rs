@@ -187,6 +187,35 @@ async fn check_policy(
     Ok(())
 }
 
+/// The manifest and config of the image a pull fetches.
+struct Fetched {
+    /// The digest of what the reference resolved to (an index, or the manifest).
+    top_digest: Digest,
+    manifest: oci::ImageManifest,
+    manifest_digest: Digest,
+    config_digest: Digest,
+    config: ImageConfig,
+}
+
+impl Fetched {
+    /// The image's manifest with layers `keys` (key, compressed size).
+    fn image_manifest(&self, reference: &Reference, keys: &[(String, u64)]) -> ImageManifest {
+        let refs: Vec<LayerRef> = keys.iter().map(|(k, s)| LayerRef { key: k.clone(), size: *s }).collect();
+        convert::image_manifest(reference, &self.manifest_digest, &self.config_digest, &self.config, &refs)
+    }
+}
+
+/// Why a download broke off (a stall, a cut connection), preferred over
+/// the unpacking error it causes downstream.
+type NetworkError = Arc<std::sync::Mutex<Option<String>>>;
+
+/// The layer jobs of a pull, running.
+struct Running {
+    forwarders: Vec<tokio::task::JoinHandle<()>>,
+    handles: Vec<tokio::task::JoinHandle<Result<LayerDone, ImageError>>>,
+    network_error: NetworkError,
+}
+
 pub async fn pull(
     store: &Store,
     reference: &Reference,
@@ -195,9 +224,43 @@ pub async fn pull(
 ) -> Result<Image, ImageError> {
     let began = std::time::Instant::now();
     let session = store.registry().session(reference, creds);
+    let fetched = fetch_manifest_and_config(store, &session, reference).await?;
+    tracing::debug!(image = %reference, micros = began.elapsed().as_micros() as u64, "manifest and config fetched");
+    let layers = layer_descs(reference, &fetched.manifest)?;
+
+    let cas = store.cas().clone();
+    let _locks = lock_layers(&cas, &layers).await?;
+    let index = cas.read_index().map_err(io_ctx("reading the image index"))?;
+    let known = known_layers(&cas, &index, &layers);
+    let remotes = remotes_of(reference, &fetched.top_digest);
+    if let Some(image_key) = already_stored(reference, &fetched, &cas, &index, &known, &remotes)? {
+        return store.resolve(&image_key);
+    }
+
+    let work = WorkDir::new(&cas)?;
+    let running = spawn_layer_jobs(store, &session, &cas, &work, &layers, &known, progress).await?;
+    let started = std::time::Instant::now();
+    tracing::debug!(image = %reference, micros = began.elapsed().as_micros() as u64, "layer downloads started");
+    let done = await_layers(running, layers.len()).await?;
+    tracing::debug!(image = %reference, ms = started.elapsed().as_millis() as u64, "layers downloaded, verified and unpacked");
+    // a crash here leaves only the work dir (temporary, removed by gc); the pull is simply repeated
+    crate::fault::point("pull-before-commit");
+
+    let image_key = commit(reference, fetched, cas, work, done, &layers, remotes).await?;
+    tracing::debug!(image = %reference, micros = began.elapsed().as_micros() as u64, "image committed");
+    store.resolve(&image_key)
+}
+
+/// The image's manifest (the host platform's, when the reference names an
+/// index), checked against the signature policy first, and its config.
+async fn fetch_manifest_and_config(
+    store: &Store,
+    session: &super::registry::Session<'_>,
+    reference: &Reference,
+) -> Result<Fetched, ImageError> {
     let (bytes, content_type, top_digest) = session.manifest(&reference.object()).await?;
     let top = parse_manifest(&bytes, &content_type, "manifest")?;
-    check_policy(store, &session, reference, &top_digest).await?;
+    check_policy(store, session, reference, &top_digest).await?;
     let not_schema2 =
         || ImageError::Unsupported(format!("{reference}: only schema 2 / OCI image manifests are supported"));
     let (manifest, manifest_digest) = match top {
@@ -225,7 +288,11 @@ pub async fn pull(
     let config_bytes = session.small_blob(&config_digest, config_desc.size(), oci::MAX_CONFIG_BYTES).await?;
     let config: ImageConfig =
         oci::parse_config(&config_bytes).map_err(|e| ImageError::Unsupported(format!("invalid image config: {e}")))?;
-    tracing::debug!(image = %reference, micros = began.elapsed().as_micros() as u64, "manifest and config fetched");
+    Ok(Fetched { top_digest, manifest, manifest_digest, config_digest, config })
+}
+
+/// The manifest's layers, each of a media type whose compression is known.
+fn layer_descs(reference: &Reference, manifest: &oci::ImageManifest) -> Result<Vec<LayerDesc>, ImageError> {
     let mut layers = Vec::new();
     for l in manifest.layers() {
         let media_type = l.media_type().to_string();
@@ -234,70 +301,97 @@ pub async fn pull(
         })?;
         layers.push(LayerDesc { digest: digest_of(l)?, size: l.size(), media_type, compression });
     }
+    Ok(layers)
+}
 
-    // one downloader per layer across processes: key-locks in digest order (no deadlock)
-    let cas = store.cas().clone();
+/// One downloader per layer across processes: key-locks in digest order (no deadlock).
+async fn lock_layers(cas: &Cas, layers: &[LayerDesc]) -> Result<Vec<HeldLock>, ImageError> {
     let mut lock_names: Vec<String> = layers.iter().map(|l| l.digest.file_name()).collect();
     lock_names.sort();
     lock_names.dedup();
-    let _locks = {
-        let cas = cas.clone();
-        blocking(move || {
-            lock_names
-                .iter()
-                .map(|n| cas.lock_image(n).map_err(io_ctx(format!("locking {n}"))))
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .await?
-    };
-    let index = cas.read_index().map_err(io_ctx("reading the image index"))?;
-    let known: Vec<Option<String>> = layers
+    let cas = cas.clone();
+    blocking(move || {
+        lock_names
+            .iter()
+            .map(|n| cas.lock_image(n).map_err(io_ctx(format!("locking {n}"))))
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await
+}
+
+/// The key of each layer already stored (its blob there), by the index.
+fn known_layers(cas: &Cas, index: &super::cas::Index, layers: &[LayerDesc]) -> Vec<Option<String>> {
+    layers
         .iter()
         .map(|l| index.layer_key(&l.digest.to_string()).map(str::to_string).filter(|k| cas.blob(k).exists()))
-        .collect();
+        .collect()
+}
 
-    let mut remotes = vec![format!("docker://{}", reference.with_digest(&top_digest))];
+/// The names the image is stored under: by digest, and as asked for
+/// unless that was by digest.
+fn remotes_of(reference: &Reference, top_digest: &Digest) -> Vec<String> {
+    let mut remotes = vec![format!("docker://{}", reference.with_digest(top_digest))];
     if reference.digest.is_none() {
         remotes.push(format!("docker://{reference}"));
     }
-    let image_for = |keys: &[(String, u64)]| {
-        let refs: Vec<LayerRef> = keys.iter().map(|(k, s)| LayerRef { key: k.clone(), size: *s }).collect();
-        convert::image_manifest(reference, &manifest_digest, &config_digest, &config, &refs)
-    };
+    remotes
+}
 
-    // everything already here: the image needs at most its names added
-    if known.iter().all(Option::is_some) {
-        let keys: Vec<(String, u64)> =
-            known.iter().flatten().map(|k| (k.clone(), index.aci(k).map_or(0, |a| a.size.max(0) as u64))).collect();
-        let m = image_for(&keys);
-        let (image_key, _) = convert::empty_aci(&m).map_err(io_ctx("building the image ACI"))?;
-        let layer_keys: Vec<String> = keys.iter().map(|(k, _)| k.clone()).collect();
-        let tree_id = convert::tree_id(&image_key, &layer_keys);
-        if index.aci(&image_key).is_some() && cas.tree_rendered(&tree_id) {
-            let now = now_nanos();
-            cas.update_index(|i| {
-                for url in &remotes {
-                    i.upsert_remote(remote_row(url, &image_key, now));
-                }
-            })
-            .map_err(io_ctx("updating the image index"))?;
-            return store.resolve(&image_key);
-        }
+/// Everything already here (layers, image and rendered tree): the image
+/// needs at most its names added. Returns its key then.
+fn already_stored(
+    reference: &Reference,
+    fetched: &Fetched,
+    cas: &Cas,
+    index: &super::cas::Index,
+    known: &[Option<String>],
+    remotes: &[String],
+) -> Result<Option<String>, ImageError> {
+    if !known.iter().all(Option::is_some) {
+        return Ok(None);
     }
+    let keys: Vec<(String, u64)> =
+        known.iter().flatten().map(|k| (k.clone(), index.aci(k).map_or(0, |a| a.size.max(0) as u64))).collect();
+    let m = fetched.image_manifest(reference, &keys);
+    let (image_key, _) = convert::empty_aci(&m).map_err(io_ctx("building the image ACI"))?;
+    let layer_keys: Vec<String> = keys.iter().map(|(k, _)| k.clone()).collect();
+    let tree_id = convert::tree_id(&image_key, &layer_keys);
+    if index.aci(&image_key).is_some() && cas.tree_rendered(&tree_id) {
+        let now = now_nanos();
+        cas.update_index(|i| {
+            for url in remotes {
+                i.upsert_remote(remote_row(url, &image_key, now));
+            }
+        })
+        .map_err(io_ctx("updating the image index"))?;
+        return Ok(Some(image_key));
+    }
+    Ok(None)
+}
 
-    let work = WorkDir::new(&cas)?;
+/// Every layer's job started, each on a blocking thread: a stored layer read
+/// back from its blob, a missing one downloaded (every download asked for at
+/// once) through a forwarder into its pipeline. Layer 0 unpacks into the
+/// work dir's rootfs, the others are staged beside it.
+async fn spawn_layer_jobs(
+    store: &Store,
+    session: &super::registry::Session<'_>,
+    cas: &Cas,
+    work: &WorkDir,
+    layers: &[LayerDesc],
+    known: &[Option<String>],
+    progress: Option<Progress>,
+) -> Result<Running, ImageError> {
     // every missing layer is asked for at once: a registry answers each
     // request in 4-17 ms, which one after the other delayed the last layer
     let mut streams = futures::future::try_join_all(
-        layers.iter().zip(&known).filter(|(_, k)| k.is_none()).map(|(l, _)| session.blob_stream(&l.digest)),
+        layers.iter().zip(known).filter(|(_, k)| k.is_none()).map(|(l, _)| session.blob_stream(&l.digest)),
     )
     .await?
     .into_iter();
     let mut forwarders = Vec::new();
     let mut handles = Vec::new();
-    // why a download broke off (a stall, a cut connection), preferred over
-    // the unpacking error it causes downstream
-    let network_error: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let network_error: NetworkError = Arc::default();
     let stall_secs = store.registry().config.stall_timeout().as_secs();
     let max_layer_bytes = store.registry().config.max_layer_bytes();
     for (i, l) in layers.iter().enumerate() {
@@ -306,46 +400,21 @@ pub async fn pull(
             fs::create_dir(&dest).map_err(io_ctx(format!("creating {}", dest.display())))?;
         }
         let job = match &known[i] {
-            Some(key) => stored_job(&cas, i, key, dest)?,
+            Some(key) => stored_job(cas, i, key, dest)?,
             None => {
                 let Some(stream) = streams.next() else {
                     return Err(ImageError::Task("a layer has no download".into()));
                 };
                 let (tx, rx) = tokio::sync::mpsc::channel(64);
-                let progress = progress.clone();
-                let size = l.size;
-                let network_error = network_error.clone();
-                let digest = l.digest.clone();
-                forwarders.push(tokio::spawn(async move {
-                    let mut stream = std::pin::pin!(stream);
-                    let mut received = 0u64;
-                    while let Some(chunk) = stream.next().await {
-                        let chunk = match chunk {
-                            Ok(c) => {
-                                received += c.len() as u64;
-                                if let Some(p) = &progress {
-                                    p(i, received, size);
-                                }
-                                Ok(c)
-                            }
-                            Err(e) => {
-                                let why = if e.is_timeout() {
-                                    format!("registry stalled: no data for {stall_secs}s")
-                                } else {
-                                    format!("registry connection broke: {e}")
-                                };
-                                let why = format!("downloading layer {digest} ({received} of {size} bytes): {why}");
-                                if let Ok(mut slot) = network_error.lock() {
-                                    slot.get_or_insert(why.clone());
-                                }
-                                Err(io::Error::other(why))
-                            }
-                        };
-                        if tx.send(chunk).await.is_err() {
-                            break;
-                        }
-                    }
-                }));
+                let forwarder = Forwarder {
+                    index: i,
+                    size: l.size,
+                    digest: l.digest.clone(),
+                    progress: progress.clone(),
+                    network_error: network_error.clone(),
+                    stall_secs,
+                };
+                forwarders.push(forwarder.spawn(stream, tx));
                 LayerJob {
                     index: i,
                     source: Box::new(ChannelReader::new(rx)),
@@ -361,8 +430,66 @@ pub async fn pull(
         };
         handles.push(tokio::task::spawn_blocking(move || layer::run(job)));
     }
-    let started = std::time::Instant::now();
-    tracing::debug!(image = %reference, micros = began.elapsed().as_micros() as u64, "layer downloads started");
+    Ok(Running { forwarders, handles, network_error })
+}
+
+/// A layer's download on its way to the layer's pipeline.
+struct Forwarder {
+    index: usize,
+    size: u64,
+    digest: Digest,
+    progress: Option<Progress>,
+    network_error: NetworkError,
+    stall_secs: u64,
+}
+
+impl Forwarder {
+    /// Passes the download's chunks on, reporting progress; a download
+    /// that breaks off is recorded in `network_error` and passed on as an
+    /// error. Ends when the pipeline stops reading.
+    fn spawn<S>(self, stream: S, tx: tokio::sync::mpsc::Sender<io::Result<bytes::Bytes>>) -> tokio::task::JoinHandle<()>
+    where
+        S: futures::Stream<Item = Result<bytes::Bytes, reqwest::Error>> + Send + 'static,
+    {
+        let Forwarder { index: i, size, digest, progress, network_error, stall_secs } = self;
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            let mut received = 0u64;
+            while let Some(chunk) = stream.next().await {
+                let chunk = match chunk {
+                    Ok(c) => {
+                        received += c.len() as u64;
+                        if let Some(p) = &progress {
+                            p(i, received, size);
+                        }
+                        Ok(c)
+                    }
+                    Err(e) => {
+                        let why = if e.is_timeout() {
+                            format!("registry stalled: no data for {stall_secs}s")
+                        } else {
+                            format!("registry connection broke: {e}")
+                        };
+                        let why = format!("downloading layer {digest} ({received} of {size} bytes): {why}");
+                        if let Ok(mut slot) = network_error.lock() {
+                            slot.get_or_insert(why.clone());
+                        }
+                        Err(io::Error::other(why))
+                    }
+                };
+                if tx.send(chunk).await.is_err() {
+                    break;
+                }
+            }
+        })
+    }
+}
+
+/// Waits for every layer's job; the first failure stops the downloads and
+/// is returned (a broken download as the network's doing). Returns the
+/// layers done, in order.
+async fn await_layers(running: Running, layer_count: usize) -> Result<Vec<LayerDone>, ImageError> {
+    let Running { forwarders, handles, network_error } = running;
     let mut done: Vec<LayerDone> = Vec::new();
     let mut first_err = None;
     for h in handles {
@@ -370,7 +497,7 @@ pub async fn pull(
             Ok(Ok(d)) => {
                 done.push(d);
                 // a crash between layers leaves only the work dir, as below
-                if done.len() == 1 && layers.len() > 1 {
+                if done.len() == 1 && layer_count > 1 {
                     crate::fault::point("pull-between-layers");
                 }
             }
@@ -394,20 +521,32 @@ pub async fn pull(
         });
     }
     done.sort_by_key(|d| d.index);
-    tracing::debug!(image = %reference, ms = started.elapsed().as_millis() as u64, "layers downloaded, verified and unpacked");
-    // a crash here leaves only the work dir (temporary, removed by gc); the pull is simply repeated
-    crate::fault::point("pull-before-commit");
+    Ok(done)
+}
 
+/// The image's manifest made from the layers' keys and sizes, then blobs,
+/// tree and index committed on a blocking thread (`Commit::run`), the work
+/// dir removed after. Returns the image's key.
+async fn commit(
+    reference: &Reference,
+    fetched: Fetched,
+    cas: Cas,
+    work: WorkDir,
+    done: Vec<LayerDone>,
+    layers: &[LayerDesc],
+    remotes: Vec<String>,
+) -> Result<String, ImageError> {
     let keys: Vec<(String, u64)> = done
         .iter()
         .map(|d| (d.key.clone(), if d.compressed_size > 0 { d.compressed_size } else { layers[d.index].size }))
         .collect();
-    let image_manifest = image_for(&keys);
+    let image_manifest = fetched.image_manifest(reference, &keys);
     // the image's size is its layers' compressed sizes, those stored before
     // as much as those downloaded now
     let image_size = keys.iter().map(|(_, size)| *size as i64).sum();
     let layer_meta: Vec<(Digest, String)> = layers.iter().map(|l| (l.digest.clone(), l.media_type.clone())).collect();
-    let image_key = blocking(move || {
+    let Fetched { config, .. } = fetched;
+    blocking(move || {
         let plan = Commit {
             cas: &cas,
             work: &work,
@@ -420,9 +559,7 @@ pub async fn pull(
         };
         plan.run()
     })
-    .await?;
-    tracing::debug!(image = %reference, micros = began.elapsed().as_micros() as u64, "image committed");
-    store.resolve(&image_key)
+    .await
 }
 
 fn remote_row(url: &str, key: &str, now: i64) -> Remote {

@@ -429,55 +429,14 @@ pub async fn serve_spdy<S>(conn: S, streams: Streams, run: impl Run)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    use super::spdy::{self, Frame};
+    use super::spdy;
     let Ok(spdy::Session { mut rd, mut rcodec, mut wcodec, out: out_tx, writer }) = spdy::Session::start(conn) else {
         return;
     };
-    // the streams the client must open before the command starts
-    let mut wanted = vec!["error"];
-    for (on, kind) in [(streams.stdin, "stdin"), (streams.stdout, "stdout"), (streams.stderr && !streams.tty, "stderr")]
-    {
-        if on {
-            wanted.push(kind);
-        }
-    }
-    if streams.tty {
-        wanted.push("resize");
-    }
-    let mut ids: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
-    // what comes on streams already open while the others are being opened
-    // (Kubernetes' client writes stdin as soon as its stream is open, and
-    // may close it before opening stdout): served once all are
-    let mut early: Vec<Frame> = Vec::new();
-    let setup = async {
-        while !wanted.iter().all(|k| ids.contains_key(*k)) {
-            match spdy::read_frame(&mut rd, &mut rcodec).await {
-                Ok(Some(Frame::SynStream { stream, headers, .. })) => {
-                    let kind = headers.iter().find(|(k, _)| k == "streamtype").map(|(_, v)| v.clone());
-                    let reply = spdy::syn_reply(&mut wcodec, stream, &[]).map_err(|e| e.to_string())?;
-                    let _ = out_tx.send(reply).await;
-                    if let Some(kind) = kind {
-                        ids.insert(kind, stream);
-                    }
-                }
-                Ok(Some(Frame::Ping { id })) => {
-                    let _ = out_tx.send(spdy::ping(id)).await;
-                }
-                Ok(Some(f @ (Frame::Data { .. } | Frame::RstStream { .. }))) => {
-                    if early.len() >= EARLY_FRAMES {
-                        return Err("too many frames before the streams were opened".to_string());
-                    }
-                    early.push(f);
-                }
-                Ok(Some(_)) => {}
-                Ok(None) => return Err("the client left before opening its streams".to_string()),
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-        Ok(())
-    };
-    match tokio::time::timeout(STREAM_SETUP, setup).await {
-        Ok(Ok(())) => {}
+    let wanted = wanted_streams(&streams);
+    let setup = open_streams(&mut rd, &mut rcodec, &mut wcodec, &out_tx, &wanted);
+    let (ids, early) = match tokio::time::timeout(STREAM_SETUP, setup).await {
+        Ok(Ok(opened)) => opened,
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "spdy exec setup");
             drop(out_tx);
@@ -490,12 +449,91 @@ where
             let _ = writer.await;
             return;
         }
-    }
+    };
     let id = |k: &str| ids.get(k).copied();
-    let (stdin_id, resize_id, error_id) = (id("stdin"), id("resize"), id("error"));
     let (in_tx, in_rx) = mpsc::channel::<Input>(64);
-    let pings = out_tx.clone();
-    let reader = tokio::spawn(async move {
+    let reader = spawn_spdy_reader(rd, rcodec, early, id("stdin"), id("resize"), in_tx, out_tx.clone());
+    let (sess_tx, mut sess_rx) = mpsc::channel::<Output>(64);
+    let session = tokio::spawn(run(in_rx, sess_tx));
+    forward_spdy_output(&mut sess_rx, &out_tx, &ids).await;
+    close_spdy_streams(&out_tx, &ids).await;
+    drop(out_tx);
+    reader.abort();
+    let _ = session.await;
+    let _ = writer.await;
+}
+
+/// The streams the client must open before the command starts.
+fn wanted_streams(streams: &Streams) -> Vec<&'static str> {
+    let mut wanted = vec!["error"];
+    for (on, kind) in [(streams.stdin, "stdin"), (streams.stdout, "stdout"), (streams.stderr && !streams.tty, "stderr")]
+    {
+        if on {
+            wanted.push(kind);
+        }
+    }
+    if streams.tty {
+        wanted.push("resize");
+    }
+    wanted
+}
+
+/// Accepts the client's streams (a SYN_REPLY each) until every `wanted` one
+/// is open, answering pings. Returns the streams' ids by kind, and what came
+/// on streams already open while the others were being opened (Kubernetes'
+/// client writes stdin as soon as its stream is open, and may close it
+/// before opening stdout): served once all are.
+async fn open_streams(
+    rd: &mut (impl AsyncRead + Unpin),
+    rcodec: &mut super::spdy::Codec,
+    wcodec: &mut super::spdy::Codec,
+    out_tx: &mpsc::Sender<Vec<u8>>,
+    wanted: &[&str],
+) -> Result<(std::collections::HashMap<String, u32>, Vec<super::spdy::Frame>), String> {
+    use super::spdy::{self, Frame};
+    let mut ids: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+    let mut early: Vec<Frame> = Vec::new();
+    while !wanted.iter().all(|k| ids.contains_key(*k)) {
+        match spdy::read_frame(rd, rcodec).await {
+            Ok(Some(Frame::SynStream { stream, headers, .. })) => {
+                let kind = headers.iter().find(|(k, _)| k == "streamtype").map(|(_, v)| v.clone());
+                let reply = spdy::syn_reply(wcodec, stream, &[]).map_err(|e| e.to_string())?;
+                let _ = out_tx.send(reply).await;
+                if let Some(kind) = kind {
+                    ids.insert(kind, stream);
+                }
+            }
+            Ok(Some(Frame::Ping { id })) => {
+                let _ = out_tx.send(spdy::ping(id)).await;
+            }
+            Ok(Some(f @ (Frame::Data { .. } | Frame::RstStream { .. }))) => {
+                if early.len() >= EARLY_FRAMES {
+                    return Err("too many frames before the streams were opened".to_string());
+                }
+                early.push(f);
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => return Err("the client left before opening its streams".to_string()),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok((ids, early))
+}
+
+/// Reads the client's frames (the early ones first) into the session's
+/// input: stdin and its end, resize events; keeps the windows open,
+/// answers pings, refuses new streams; ends at GOAWAY or the connection's end.
+fn spawn_spdy_reader(
+    mut rd: impl AsyncRead + Unpin + Send + 'static,
+    mut rcodec: super::spdy::Codec,
+    early: Vec<super::spdy::Frame>,
+    stdin_id: Option<u32>,
+    resize_id: Option<u32>,
+    in_tx: mpsc::Sender<Input>,
+    pings: mpsc::Sender<Vec<u8>>,
+) -> tokio::task::JoinHandle<()> {
+    use super::spdy::{self, Frame};
+    tokio::spawn(async move {
         let mut resize_buf = Vec::new();
         let mut early = early.into_iter();
         loop {
@@ -549,9 +587,19 @@ where
                 break;
             }
         }
-    });
-    let (sess_tx, mut sess_rx) = mpsc::channel::<Output>(64);
-    let session = tokio::spawn(run(in_rx, sess_tx));
+    })
+}
+
+/// Sends the session's output on its streams (stdout, stderr, the status on
+/// the error stream) until the session ends or the client is gone.
+async fn forward_spdy_output(
+    sess_rx: &mut mpsc::Receiver<Output>,
+    out_tx: &mpsc::Sender<Vec<u8>>,
+    ids: &std::collections::HashMap<String, u32>,
+) {
+    use super::spdy;
+    let id = |k: &str| ids.get(k).copied();
+    let error_id = id("error");
     while let Some(o) = sess_rx.recv().await {
         let bytes = match o {
             Output::Data(STDOUT, d) => id("stdout").map(|s| spdy::data(s, false, &d)),
@@ -564,17 +612,18 @@ where
             break;
         }
     }
+}
+
+/// Closes stdout and stderr, then the session (GOAWAY).
+async fn close_spdy_streams(out_tx: &mpsc::Sender<Vec<u8>>, ids: &std::collections::HashMap<String, u32>) {
+    use super::spdy;
     for kind in ["stdout", "stderr"] {
-        if let Some(s) = id(kind) {
+        if let Some(s) = ids.get(kind).copied() {
             let _ = out_tx.send(spdy::data(s, true, &[])).await;
         }
     }
     let last = ids.values().copied().max().unwrap_or(0);
     let _ = out_tx.send(spdy::goaway(last)).await;
-    drop(out_tx);
-    reader.abort();
-    let _ = session.await;
-    let _ = writer.await;
 }
 
 /// Makes the stdio and starts the command (blocking parts on a worker).
