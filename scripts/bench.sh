@@ -95,7 +95,7 @@ fi
 
 # 200 rounds, so that p99 is not just the slowest of 20 samples; the image
 # lifecycle (a 50 MiB pull each round) keeps 20, and so does the exec-mode
-# endpoint in every lifecycle (its RemoveContainer alone takes 10 s)
+# endpoint in every lifecycle (its calls take several times longer: an exec each)
 "$bin" bench "${endpoints[@]}" --rounds "${ROUNDS:-200}" --image-rounds "${IMAGE_ROUNDS:-20}" \
   --few-rounds exec-mode --pods-only pool --image "127.0.0.1:$port/busybox:latest" \
   --pull-image "127.0.0.1:$port/big:latest" --log-dir "$work/logs" --out "$out" "$@"
