@@ -519,14 +519,20 @@ impl Pod {
     /// Deletes a garbage pod's directory under its exclusive lock. Unmounting
     /// what stage1 mounted is the caller's job (stage1 gc) before this.
     pub fn delete(mut self) -> Result<()> {
+        self.lock_for_deletion()?;
+        let path = self.path();
+        fs::remove_dir_all(&path).map_err(io_err(format!("removing {}", path.display())))
+    }
+
+    /// A garbage pod (or one this handle is deleting), locked for its deletion.
+    fn lock_for_deletion(&mut self) -> Result<()> {
         match self.refresh()? {
             PodState::ExitedGarbage | PodState::Garbage => {}
             PodState::ExitedDeleting | PodState::Deleting if self.lock.is_some() => {}
             _ => return Err(self.wrong_state("delete")),
         }
         self.take_lock()?;
-        let path = self.path();
-        fs::remove_dir_all(&path).map_err(io_err(format!("removing {}", path.display())))
+        Ok(())
     }
 
     /// What [`Pod::delete`] does, in two steps: the directory leaves the pod
@@ -534,12 +540,7 @@ impl Pod {
     /// the returned path is the caller's to delete when it has time. Deleting a
     /// pod's few dozen directories took 4 to 100 ms of RemovePodSandbox here.
     pub fn discard(mut self) -> Result<PathBuf> {
-        match self.refresh()? {
-            PodState::ExitedGarbage | PodState::Garbage => {}
-            PodState::ExitedDeleting | PodState::Deleting if self.lock.is_some() => {}
-            _ => return Err(self.wrong_state("delete")),
-        }
-        self.take_lock()?;
+        self.lock_for_deletion()?;
         let trash = self.data.trash();
         fs::create_dir_all(&trash).map_err(io_err(format!("creating {}", trash.display())))?;
         let to = trash.join(self.uuid.to_string());

@@ -276,8 +276,9 @@ async fn run(
     streaming.abort();
     trimmer.abort();
     crate::pool::drain(&runtime, refill).await;
-    // removed pods' directories are deleted before the daemon exits
-    let _ = tokio::task::spawn_blocking(crate::stage1::stop::finish_deletions).await;
+    // removed pods' directories are deleted (and stopped pods' inotify
+    // instances closed) before the daemon exits
+    let _ = tokio::task::spawn_blocking(crate::stage1::stop::finish_after_calls).await;
     drop(guard);
     tracing::info!(socket = %socket.display(), "socket removed, bye");
     result

@@ -162,9 +162,8 @@ fn release_later(fds: Vec<OwnedFd>) {
     if fds.is_empty() {
         return;
     }
-    let spawned = std::thread::Builder::new().name("inotify-close".into()).spawn(move || drop(fds));
-    if let Err(e) = spawned {
-        tracing::warn!(error = %e, "closing a stopped pod's inotify instances on this thread");
+    if let Err(e) = after_the_call("inotify-close", move || drop(fds)) {
+        tracing::warn!(error = %e, "closed a stopped pod's inotify instances on this thread");
     }
 }
 
@@ -236,31 +235,36 @@ pub fn delete_later(mut pod: Pod) -> Result<(), StopError> {
     to_garbage(&mut pod)?;
     let uuid = pod.uuid();
     let path = pod.discard()?;
-    let spawned = std::thread::Builder::new().name("pod-delete".into()).spawn(move || {
+    let deletion = after_the_call("pod-delete", move || {
         if let Err(e) = fs::remove_dir_all(&path) {
             tracing::warn!(pod = %uuid, path = %path.display(), error = %e, "cannot delete a removed pod's directory");
         }
     });
-    match spawned {
-        Ok(handle) => {
-            if let Ok(mut pending) = DELETIONS.lock() {
-                pending.retain(|h| !h.is_finished());
-                pending.push(handle);
-            }
-        }
-        Err(e) => {
-            tracing::warn!(pod = %uuid, error = %e, "no thread to delete a removed pod's directory; the next start will")
-        }
+    if let Err(e) = deletion {
+        tracing::warn!(pod = %uuid, error = %e, "no thread to delete a removed pod's directory; the next start will");
     }
     Ok(())
 }
 
-/// The deletions [`delete_later`] started that may still run.
-static DELETIONS: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> = std::sync::Mutex::new(Vec::new());
+/// Work a call leaves behind, on threads of its own (each may wait for the kernel).
+static AFTER_CALLS: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> = std::sync::Mutex::new(Vec::new());
 
-/// Waits for the deletions [`delete_later`] started (the daemon, before it exits).
-pub fn finish_deletions() {
-    let pending = DELETIONS.lock().map(|mut p| std::mem::take(&mut *p)).unwrap_or_default();
+/// Runs `work` on a thread of its own, after the call that asked for it
+/// (the daemon waits for it before it exits: [`finish_after_calls`]). When
+/// no thread can be made, `work` is dropped unrun.
+fn after_the_call(name: &str, work: impl FnOnce() + Send + 'static) -> io::Result<()> {
+    let handle = std::thread::Builder::new().name(name.into()).spawn(work)?;
+    if let Ok(mut pending) = AFTER_CALLS.lock() {
+        pending.retain(|h| !h.is_finished());
+        pending.push(handle);
+    }
+    Ok(())
+}
+
+/// Waits for what stops and removals left to do after their calls (the
+/// daemon, before it exits).
+pub fn finish_after_calls() {
+    let pending = AFTER_CALLS.lock().map(|mut p| std::mem::take(&mut *p)).unwrap_or_default();
     for handle in pending {
         let _ = handle.join();
     }
