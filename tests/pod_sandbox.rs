@@ -155,7 +155,8 @@ async fn bad_requests_are_refused_and_leave_nothing() {
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("uid"), "{}", err.message());
 
-    // (a host PID namespace is served: tests/host_pid.rs)
+    // (a host PID namespace is served: tests/host_pid.rs; user namespaces
+    // in tests/userns.rs) one without mappings, on the node's network, is not
     let mut user_ns = host_network(pod_config("userns", &[]));
     if let Some(ns) =
         user_ns.linux.as_mut().and_then(|l| l.security_context.as_mut()).and_then(|s| s.namespace_options.as_mut())

@@ -45,10 +45,15 @@ async fn version_status_and_runtime_config_over_the_socket() {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
     let mut numbers = release.trim().split(['.', '-']).map(|n| n.parse::<u32>().unwrap_or(0));
     let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
-    let features =
-        cri::RuntimeHandlerFeatures { recursive_read_only_mounts: version >= (5, 12), user_namespaces: false };
+    // user namespaces where overlayfs takes id-mapped layers (5.19)
+    let features = cri::RuntimeHandlerFeatures {
+        recursive_read_only_mounts: version >= (5, 12),
+        user_namespaces: version >= (5, 19),
+    };
     assert_eq!(handlers, vec![(String::new(), Some(features))], "kernel {release}");
     assert_eq!(s.features.map(|f| f.supplemental_groups_policy), Some(true));
+    // a pod in a user namespace has a network namespace of its own
+    assert_eq!(s.features.map(|f| f.user_namespaces_host_network), Some(false));
 
     let conf_dir = d.dir.path().join("net.d");
     std::fs::create_dir_all(&conf_dir).expect("net.d");

@@ -45,6 +45,8 @@ pub struct Request {
     /// The limits asked for (`None`: no resources in the request).
     pub limits: Option<Limits>,
     pub pid_namespace: PidAsked,
+    /// The user namespace asked for: must be the pod's.
+    pub userns: UsernsAsked,
     pub security: Security,
     /// The identity asked for (by default: the image's user).
     pub identity: identity::Asked,
@@ -63,6 +65,35 @@ pub enum PidAsked {
     /// Another container's, by container id.
     Target(String),
     Node,
+}
+
+/// The user namespace a request asks for (`namespace_options.userns_options`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UsernsAsked {
+    /// Nothing asked (or POD without mappings): the pod's.
+    #[default]
+    Unset,
+    /// The node's: only in a pod without a user namespace.
+    Node,
+    /// The pod's, whose mapping must be this one.
+    Pod(crate::stage1::userns::IdMap),
+}
+
+/// Checks that `asked` is the pod's user namespace `pod` (none: the node's).
+fn check_userns(asked: UsernsAsked, pod: Option<crate::stage1::userns::IdMap>) -> Result<(), ContainerError> {
+    match (asked, pod) {
+        (UsernsAsked::Unset, _) | (UsernsAsked::Node, None) => Ok(()),
+        (UsernsAsked::Pod(m), Some(p)) if m == p => Ok(()),
+        (UsernsAsked::Node, Some(p)) => Err(ContainerError::InvalidArgument(format!(
+            "namespace_options.userns_options NODE: the pod runs in a user namespace ({p}); its containers share it"
+        ))),
+        (UsernsAsked::Pod(m), Some(p)) => Err(ContainerError::InvalidArgument(format!(
+            "namespace_options.userns_options maps {m}, the pod's user namespace maps {p}: a container shares its pod's"
+        ))),
+        (UsernsAsked::Pod(m), None) => Err(ContainerError::InvalidArgument(format!(
+            "namespace_options.userns_options maps {m}, but the pod was created without a user namespace"
+        ))),
+    }
 }
 
 /// The security settings of a container.
@@ -290,6 +321,14 @@ pub async fn create(rt: &Runtime, req: Request) -> Result<String, ContainerError
     let mut user_annotations = user_annotations(&req, &image_ref, log_path);
     device_and_limit_annotations(&req, &pod, &image, &mut user_annotations)?;
     let own_pid_namespace = pid_namespace(&req.pid_namespace, &pod.uuid().to_string(), &pod_manifest)?;
+    let pod_userns = crate::stage1::userns::of_manifest(&pod_manifest)
+        .map_err(|e| ContainerError::Internal(format!("pod {}: {e}", pod.uuid())))?;
+    check_userns(req.userns, pod_userns)?;
+    if pod_userns.is_some() && req.mounts.iter().any(|m| m.propagation == Propagation::Shared) {
+        return Err(ContainerError::InvalidArgument(
+            "bidirectional mount propagation is not offered in a pod with a user namespace".into(),
+        ));
+    }
     // systemd resolves ids only for apps in the pod's namespace (appexec takes them as numbers)
     let ids_for_systemd = own_pid_namespace.is_none();
     if let Some(v) = own_pid_namespace {

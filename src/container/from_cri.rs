@@ -5,7 +5,7 @@
 //! two cannot disagree. No gRPC here: errors are [`ContainerError`].
 
 use super::ContainerError;
-use super::create::{Mount, PidAsked, Request, Seccomp, Security};
+use super::create::{Mount, PidAsked, Request, Seccomp, Security, UsernsAsked};
 use super::meta;
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
@@ -167,6 +167,28 @@ fn pid_asked(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result<PidAsked
     }
 }
 
+/// The user namespace a security context asks for.
+fn userns_asked(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result<UsernsAsked, ContainerError> {
+    use crate::stage1::userns::{IdMap, Mapping};
+    let Some(u) = sc.and_then(|s| s.namespace_options.as_ref()).and_then(|n| n.userns_options.as_ref()) else {
+        return Ok(UsernsAsked::Unset);
+    };
+    let list = |l: &[cri::IdMapping]| -> Vec<Mapping> {
+        l.iter().map(|m| Mapping { host_id: m.host_id, container_id: m.container_id, length: m.length }).collect()
+    };
+    match cri::NamespaceMode::try_from(u.mode) {
+        Ok(cri::NamespaceMode::Node) => Ok(UsernsAsked::Node),
+        Ok(cri::NamespaceMode::Pod) if u.uids.is_empty() && u.gids.is_empty() => Ok(UsernsAsked::Unset),
+        Ok(cri::NamespaceMode::Pod) => IdMap::from_mappings(&list(&u.uids), &list(&u.gids))
+            .map(UsernsAsked::Pod)
+            .map_err(|e| ContainerError::InvalidArgument(format!("namespace_options.userns_options: {e}"))),
+        _ => Err(ContainerError::InvalidArgument(format!(
+            "namespace_options.userns_options.mode {}: a container shares its pod's user namespace (POD) or has none (NODE)",
+            u.mode
+        ))),
+    }
+}
+
 /// The seccomp profile asked for: the `seccomp` field, else the deprecated
 /// `seccomp_profile_path` (`runtime/default`, `docker/default`,
 /// `localhost/<path>`, `unconfined`).
@@ -321,6 +343,7 @@ pub fn create_request(rt: &Runtime, req: &cri::CreateContainerRequest) -> Result
         stop_signal: stop_signal_asked(config)?,
         limits: config.linux.as_ref().and_then(|l| l.resources.as_ref()).map(meta::limits_from_cri),
         pid_namespace: pid_asked(sc)?,
+        userns: userns_asked(sc)?,
         security: security(sc)?,
         identity: identity_asked(sc)?,
         mounts: config.mounts.iter().map(mount).collect(),

@@ -86,7 +86,19 @@ pub fn namespace_options(m: &PodManifest) -> cri::NamespaceOption {
         // the apps of a host-PID pod run in the node's PID namespace, the
         // others' in the pod's (under its systemd) or their own
         pid: mode(PID_MODE) as i32,
+        userns_options: Some(userns_options(m)),
         ..Default::default()
+    }
+}
+
+/// The pod's user namespace as the CRI reports it: NODE, or POD with its mapping.
+fn userns_options(m: &PodManifest) -> cri::UserNamespace {
+    match crate::stage1::userns::of_manifest(m).ok().flatten() {
+        Some(map) => {
+            let one = || vec![cri::IdMapping { host_id: map.host, container_id: 0, length: map.len }];
+            cri::UserNamespace { mode: cri::NamespaceMode::Pod as i32, uids: one(), gids: one() }
+        }
+        None => cri::UserNamespace { mode: cri::NamespaceMode::Node as i32, ..Default::default() },
     }
 }
 

@@ -65,16 +65,17 @@ fn runtime_handlers() -> Vec<cri::RuntimeHandler> {
         name: String::new(),
         features: Some(cri::RuntimeHandlerFeatures {
             // a volume's tree is made read-only with mount_setattr(2), when
-            // the kernel has it (checked once, as containerd does); pods
-            // share the node's user namespace
+            // the kernel has it (checked once, as containerd does); pods in
+            // user namespaces need id-mapped overlay layers (stage1::userns)
             recursive_read_only_mounts: crate::stage1::inject::recursive_read_only_supported(),
-            user_namespaces: false,
+            user_namespaces: crate::stage1::userns::supported(),
         }),
     }]
 }
 
 /// Runtime-wide features: `SupplementalGroupsPolicy` and the identity in
-/// ContainerStatus (`stage1::identity`); no user namespaces.
+/// ContainerStatus (`stage1::identity`); user namespaces only for pods of
+/// their own network (kubelet's `user_namespaces_host_network`: false).
 fn runtime_features() -> cri::RuntimeFeatures {
     cri::RuntimeFeatures { supplemental_groups_policy: true, user_namespaces_host_network: false }
 }

@@ -7,6 +7,7 @@ use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::sandbox::run::Request;
 use crate::stage1::sysctl::{self, PodNamespaces};
+use crate::stage1::userns::{IdMap, Mapping};
 use tonic::Status;
 
 fn validate(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Result<Request, Status> {
@@ -33,11 +34,14 @@ fn validate(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Result<Requ
     // the pod's infrastructure keeps a PID namespace of its own (systemd is
     // its PID 1); its apps run in the node's (docs/architecture.md, Host PID pods)
     let host_pid = ns.pid == cri::NamespaceMode::Node as i32;
-    if ns.userns_options.as_ref().is_some_and(|u| u.mode == cri::NamespaceMode::Pod as i32) {
-        return Err(Status::invalid_argument("user namespaces are not supported by rktlet yet"));
-    }
     let host_network = ns.network == cri::NamespaceMode::Node as i32;
     let host_ipc = ns.ipc == cri::NamespaceMode::Node as i32;
+    let userns = userns_of(ns.userns_options.as_ref(), "config.linux.security_context.namespace_options")?;
+    if userns.is_some() && (host_network || host_ipc || host_pid) {
+        return Err(Status::invalid_argument(
+            "a pod in a user namespace cannot use the node's network, IPC or PID namespace",
+        ));
+    }
     let hostname = if !config.hostname.is_empty() {
         if config.hostname.len() > crate::pod::HOST_NAME_MAX {
             return Err(Status::invalid_argument(format!(
@@ -68,8 +72,45 @@ fn validate(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Result<Requ
     if host_pid {
         manifest.set_annotation(pod_meta::PID_MODE, "node");
     }
+    if let Some(map) = userns {
+        manifest.set_annotation(crate::pod::manifest::ANNOTATION_USERNS, map.to_string());
+    }
     crate::sandbox::resources::record(&mut manifest, &pod_resources).map_err(sandbox_error)?;
-    Ok(Request { config, host_network, host_ipc, host_pid, hostname, cgroup_parent, sysctls, pod_resources, manifest })
+    Ok(Request {
+        config,
+        host_network,
+        host_ipc,
+        host_pid,
+        userns,
+        hostname,
+        cgroup_parent,
+        sysctls,
+        pod_resources,
+        manifest,
+    })
+}
+
+/// The user namespace `options` ask for: none for NODE mode (or none
+/// given), a checked mapping for POD mode; CONTAINER mode is refused.
+pub(super) fn userns_of(options: Option<&cri::UserNamespace>, at: &str) -> Result<Option<IdMap>, Status> {
+    let Some(u) = options else { return Ok(None) };
+    match cri::NamespaceMode::try_from(u.mode) {
+        Ok(cri::NamespaceMode::Node) => Ok(None),
+        Ok(cri::NamespaceMode::Pod) => {
+            let list = |l: &[cri::IdMapping]| -> Vec<Mapping> {
+                l.iter()
+                    .map(|m| Mapping { host_id: m.host_id, container_id: m.container_id, length: m.length })
+                    .collect()
+            };
+            IdMap::from_mappings(&list(&u.uids), &list(&u.gids))
+                .map(Some)
+                .map_err(|e| Status::invalid_argument(format!("{at}.userns_options: {e}")))
+        }
+        _ => Err(Status::invalid_argument(format!(
+            "{at}.userns_options.mode {}: rktlet supports user namespaces per pod (POD) or none (NODE)",
+            u.mode
+        ))),
+    }
 }
 
 pub async fn run_pod_sandbox(

@@ -18,6 +18,8 @@ pub const ANNOTATION_MUTABLE: &str = "coreos.com/rkt/stage1/mutable";
 pub const ANNOTATION_NETWORK_MODE: &str = "rktlet.io/network-mode";
 /// The pod's PID namespace mode (`node` for a host-PID pod; absent: its own).
 pub const ANNOTATION_PID_MODE: &str = "rktlet.io/pid-mode";
+/// The pod's user namespace, `HOST:LENGTH` (stage1::userns); absent: the node's.
+pub const ANNOTATION_USERNS: &str = "rktlet.io/userns";
 /// Pod annotation: the hostname RunPodSandbox picked.
 pub const ANNOTATION_HOSTNAME: &str = "rktlet.io/hostname";
 /// Pod annotation: the CRI pod's log directory (rkt's experimental key).

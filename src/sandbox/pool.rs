@@ -36,8 +36,9 @@ impl From<SandboxError> for Unusable {
 /// (pool empty or off, request not eligible, or adaptation failed: the
 /// pool pod is then removed with whatever the attempt made).
 pub(crate) async fn serve(rt: &Runtime, req: &Request) -> Option<Uuid> {
-    // a host-PID pod boots cold (its apps' /proc is the node's, bound at their start)
-    if req.host_network || req.host_ipc || req.host_pid || !rt.pool.enabled() {
+    // a host-PID pod boots cold (its apps' /proc is the node's, bound at
+    // their start); so does a pod in a user namespace (pool pods have none)
+    if req.host_network || req.host_ipc || req.host_pid || req.userns.is_some() || !rt.pool.enabled() {
         return None;
     }
     loop {

@@ -23,6 +23,8 @@ pub struct Request {
     pub host_ipc: bool,
     /// The node's PID namespace for the apps (`namespace_options.pid = NODE`).
     pub host_pid: bool,
+    /// A user namespace of the pod's own (also recorded in `manifest`).
+    pub userns: Option<crate::stage1::userns::IdMap>,
     pub hostname: String,
     pub cgroup_parent: String,
     /// `linux.sysctls`, checked against the pod's namespaces.

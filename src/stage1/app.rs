@@ -244,15 +244,20 @@ impl AppSpec {
         for d in [&upper, &work, &rootfs] {
             fs::create_dir_all(d).map_err(io("creating overlay directories"))?;
         }
-        let opts = inject::overlay_options(&self.tree_rootfs, &upper, &work);
         let files_done = began.elapsed();
-        nix::mount::mount(Some("overlay"), &rootfs, Some("overlay"), nix::mount::MsFlags::empty(), Some(opts.as_str()))
-            .map_err(|e| AppError::Io {
-                pod: uuid.clone(),
-                app: self.name.clone(),
-                context: "mounting overlay".into(),
-                source: e.into(),
-            })?;
+        // a pod in a user namespace: its layers and volumes are id-mapped into it
+        let userns = match super::userns::of_manifest(&manifest).map_err(|e| AppError::Invalid(e.to_string()))? {
+            Some(map) => Some((
+                pod_pid1(pod)
+                    .and_then(|pid1| {
+                        super::userns::foreign_userns(pid1).map_err(io("opening the pod's user namespace"))
+                    })?
+                    .ok_or_else(|| AppError::Invalid("the pod's systemd is not in a user namespace".into()))?,
+                map,
+            )),
+            None => None,
+        };
+        self.mount_rootfs(paths, userns.as_ref(), (&upper, &work, &rootfs)).map_err(io("mounting overlay"))?;
         let overlay_done = began.elapsed();
 
         // the rootfs, then the volumes on top of it; the pod's identity files
@@ -291,14 +296,14 @@ impl AppSpec {
             // the same tree the app's unit or appexec later sees
             let tree = inject::clone_tree(&v.host_path, true, v.read_only || v.recursive_read_only, v.propagation)
                 .map_err(io(&format!("cloning {}", v.host_path.display())))?;
+            if let Some((ns, _)) = &userns {
+                super::userns::idmap_tree(&tree, ns, true, &v.host_path).map_err(io("volume"))?;
+            }
             // resolved again in the pod, inside the app's root: there the
             // volumes mounted before are in the way, and their links too
             mounts.push(Attach::in_root(tree, &paths.rootfs_in_pod(), &v.container_path).map_err(io("target"))?);
         }
-        let pid1 = pod
-            .sandbox_pid()?
-            .ok_or_else(|| AppError::Invalid("pod has no sandbox pid".into()))
-            .and_then(|p| inject::pod_pid1(p).map_err(io("finding the pod's systemd")))?;
+        let pid1 = pod_pid1(pod)?;
         let targets_done = began.elapsed();
         inject::attach(pid1, &mounts).map_err(io("mounting into the pod"))?;
         let attach_done = began.elapsed();
@@ -364,6 +369,42 @@ impl AppSpec {
 pub const IDENTITY_FILES: [&str; 3] = ["/etc/hosts", "/etc/resolv.conf", "/etc/hostname"];
 
 /// Creates a mount target: a directory, or an empty file for file mounts.
+/// The host pid of the pod's systemd.
+fn pod_pid1(pod: &Pod) -> Result<i32, AppError> {
+    let sandbox = pod.sandbox_pid()?.ok_or_else(|| AppError::Invalid("pod has no sandbox pid".into()))?;
+    inject::pod_pid1(sandbox).map_err(|source| AppError::Io {
+        pod: pod.uuid().to_string(),
+        app: String::new(),
+        context: "finding the pod's systemd".into(),
+        source,
+    })
+}
+
+impl AppSpec {
+    /// Mounts the app's rootfs overlay (`upper`, `work`, `rootfs`) on the
+    /// node; with the pod's user namespace `userns`, of id-mapped layers.
+    fn mount_rootfs(
+        &self,
+        paths: &AppPaths,
+        userns: Option<&(std::os::fd::OwnedFd, super::userns::IdMap)>,
+        (upper, work, rootfs): (&Path, &Path, &Path),
+    ) -> io::Result<()> {
+        let Some((ns, map)) = userns else {
+            let opts = inject::overlay_options(&self.tree_rootfs, upper, work);
+            return nix::mount::mount(
+                Some("overlay"),
+                rootfs,
+                Some("overlay"),
+                nix::mount::MsFlags::empty(),
+                Some(opts.as_str()),
+            )
+            .map_err(io::Error::from);
+        };
+        let staging = paths.pod_path.join("idmap").join(&self.name);
+        super::userns::idmapped_overlay(ns, *map, &self.tree_rootfs, upper, work, &staging, rootfs)
+    }
+}
+
 fn ensure_target(target: &Path, dir: bool) -> io::Result<()> {
     if target.exists() {
         return Ok(());

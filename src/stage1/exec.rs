@@ -35,14 +35,18 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Namespaces joined, in this order (mnt last: the others are found through it).
-const NAMESPACES: [(&str, libc::c_int); 6] = [
+/// Namespaces joined, in this order: the user namespace of a pod that has
+/// one last, since the node's root may enter the others (some are owned by
+/// the node's user namespace, as a network namespace made before the boot)
+/// only before it gives up its capabilities there.
+const NAMESPACES: [(&str, libc::c_int); 7] = [
     ("cgroup", libc::CLONE_NEWCGROUP),
     ("ipc", libc::CLONE_NEWIPC),
     ("uts", libc::CLONE_NEWUTS),
     ("net", libc::CLONE_NEWNET),
     ("pid", libc::CLONE_NEWPID),
     ("mnt", libc::CLONE_NEWNS),
+    ("user", libc::CLONE_NEWUSER),
 ];
 
 /// `PATH` when the app's environment has none (as a shell would use).
@@ -238,6 +242,15 @@ impl Target {
             .map_err(|e| bad(&format!("cannot read its seccomp filters: {e}")))?;
         let apparmor =
             super::apparmor::label_of(pid).map(|p| cstring(super::apparmor::exec_attr(&p).as_bytes())).transpose()?;
+        // in a user namespace, the app's ids as it sees them (its status shows the node's)
+        let (mut uid, mut gid, mut groups): (u32, u32, Vec<u32>) = (ids("Uid")?, ids("Gid")?, groups);
+        if ns.iter().any(|(flag, _)| *flag == libc::CLONE_NEWUSER) {
+            let uid_map = std::fs::read_to_string(proc.join("uid_map")).map_err(gone)?;
+            let gid_map = std::fs::read_to_string(proc.join("gid_map")).map_err(gone)?;
+            uid = super::userns::to_inside(&uid_map, uid);
+            gid = super::userns::to_inside(&gid_map, gid);
+            groups = groups.into_iter().map(|g| super::userns::to_inside(&gid_map, g)).collect();
+        }
         Ok(Target {
             seccomp,
             apparmor,
@@ -246,8 +259,8 @@ impl Target {
             root,
             cwd: cstring(cwd.as_os_str().as_bytes())?,
             env,
-            uid: ids("Uid")?,
-            gid: ids("Gid")?,
+            uid,
+            gid,
             groups,
             caps: [cap("CapEff")?, cap("CapPrm")?, cap("CapInh")?, cap("CapBnd")?, cap("CapAmb")?],
             no_new_privs: status_field(&status, "NoNewPrivs") == Some("1"),

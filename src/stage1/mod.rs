@@ -29,6 +29,7 @@ pub mod stop;
 pub mod sysctl;
 pub mod teardown;
 pub mod unit_spec;
+pub mod userns;
 pub mod vfork;
 
 /// Runs `f` once per pod: `marker` in the pod directory records that it was

@@ -43,6 +43,9 @@ pub struct NspawnSpec {
     pub rootfs: PathBuf,
     pub net: PodNet,
     pub host_ipc: bool,
+    /// A user namespace of its own: nspawn's `--private-users`, with the
+    /// stage1 root id-mapped (`--private-users-ownership=map`).
+    pub userns: Option<super::userns::IdMap>,
     /// Forward the pod systemd's READY=1 (for `systemd-run --service-type=notify`).
     pub notify_ready: bool,
 }
@@ -95,6 +98,10 @@ impl NspawnSpec {
                 a.push(arg);
             }
         }
+        if let Some(map) = self.userns {
+            a.push(format!("--private-users={map}").into());
+            a.push("--private-users-ownership=map".into());
+        }
         if self.notify_ready {
             a.push("--notify-ready=yes".into());
         }
@@ -117,6 +124,7 @@ mod tests {
             rootfs: "/d/pods/prepare/u-1/stage1/rootfs".into(),
             net,
             host_ipc: false,
+            userns: None,
             notify_ready: false,
         }
     }
@@ -153,5 +161,17 @@ mod tests {
         assert!(args.iter().any(|a| a == "--notify-ready=yes"));
         assert!(s.env().contains(&("SYSTEMD_NSPAWN_SHARE_NS_IPC", "true")));
         assert!(spec(PodNet::None).args().iter().any(|a| a == "--private-network"));
+    }
+
+    #[test]
+    fn a_user_namespace_of_its_own() {
+        let mut s = spec(PodNet::None);
+        assert!(!s.args().iter().any(|a| a.to_string_lossy().starts_with("--private-users")));
+        s.userns = Some(crate::stage1::userns::IdMap { host: 2_000_000, len: 65536 });
+        let args: Vec<String> = s.args().iter().map(|a| a.to_string_lossy().into()).collect();
+        assert!(args.contains(&"--private-users=2000000:65536".to_string()), "{args:?}");
+        assert!(args.contains(&"--private-users-ownership=map".to_string()), "{args:?}");
+        let boot = args.iter().position(|a| a == "--boot").expect("--boot");
+        assert!(args.iter().position(|a| a == "--private-users-ownership=map").expect("flag") < boot);
     }
 }

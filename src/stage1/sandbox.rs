@@ -51,6 +51,8 @@ pub struct SandboxOptions {
     pub hosts_entries: Vec<String>,
     pub net: PodNet,
     pub host_ipc: bool,
+    /// The pod's user namespace (recorded in its manifest); none: the node's.
+    pub userns: Option<super::userns::IdMap>,
     pub cgroup_parent: String,
     /// The pod was placed in its cgroup by `systemd-run`; do not move it.
     pub systemd_unit: bool,
@@ -248,12 +250,25 @@ fn exec_nspawn(
     nspawn: PathBuf,
     rootfs: PathBuf,
 ) -> Result<Infallible, SandboxError> {
+    let net = match (&opts.net, opts.userns) {
+        // nspawn joins a given network namespace from inside the pod's user
+        // namespace, where it has no rights over one the node made: this
+        // process enters it instead, and nspawn keeps the namespace it runs in
+        (PodNet::Netns(path), Some(_)) => {
+            let ns = fs::File::open(path).map_err(io_err(format!("opening {}", path.display())))?;
+            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+                .map_err(|e| io_err(format!("entering {}", path.display()))(e.into()))?;
+            PodNet::Host
+        }
+        (net, _) => net.clone(),
+    };
     let spec = NspawnSpec {
         nspawn,
         uuid: pod.uuid().to_string(),
         rootfs,
-        net: opts.net.clone(),
+        net,
         host_ipc: opts.host_ipc,
+        userns: opts.userns,
         notify_ready: opts.systemd_unit,
     };
     let log_path = pod.path().join(pod::SANDBOX_LOG_FILE);
@@ -341,6 +356,10 @@ pub struct SandboxArgs {
     /// `parent` shares the node's IPC namespace.
     #[arg(long)]
     pub ipc: Option<String>,
+    /// `HOST:LENGTH`: the pod runs in a user namespace whose ids 0..LENGTH
+    /// are the node's HOST..HOST+LENGTH (uids and gids alike).
+    #[arg(long)]
+    pub private_users: Option<String>,
     /// cgroup parent (cgroupfs path, or a slice name under systemd).
     #[arg(long)]
     pub cgroup_parent: Option<String>,
@@ -414,6 +433,9 @@ impl SandboxArgs {
         if let Some(i) = &self.ipc {
             push("ipc", i);
         }
+        if let Some(u) = &self.private_users {
+            push("private-users", u);
+        }
         if let Some(c) = &self.cgroup_parent {
             push("cgroup-parent", c);
         }
@@ -458,6 +480,12 @@ impl SandboxArgs {
             let (k, v) = split_kv(l)?;
             manifest.user_labels.insert(k, v);
         }
+        if let Some(u) = &self.private_users {
+            let map = super::userns::IdMap::parse(u)
+                .map_err(|e| SandboxError::Invalid(format!("--private-users={u}: {e}")))?;
+            manifest.set_annotation(pod::manifest::ANNOTATION_USERNS, map.to_string());
+        }
+        let userns = super::userns::of_manifest(&manifest).map_err(|e| SandboxError::Invalid(e.to_string()))?;
         let net = match self.net.as_str() {
             "host" => PodNet::Host,
             "none" => PodNet::None,
@@ -498,6 +526,7 @@ impl SandboxArgs {
             hosts_entries,
             net,
             host_ipc,
+            userns,
             cgroup_parent: self.cgroup_parent.unwrap_or_default(),
             systemd_unit: self.in_systemd_unit,
             defer_controllers: self.defer_cgroup_controllers,
@@ -531,6 +560,7 @@ mod tests {
             net: "default".into(),
             netns: Some("/var/run/netns/x".into()),
             ipc: Some("parent".into()),
+            private_users: Some("2000000:65536".into()),
             cgroup_parent: Some("/kubepods/pod1".into()),
             in_systemd_unit: true,
             defer_cgroup_controllers: true,
@@ -567,6 +597,16 @@ mod tests {
         let bad = SandboxArgs { net: "default".into(), ..Default::default() };
         assert!(matches!(bad.into_options(data.clone()), Err(SandboxError::Invalid(_))));
         let bad = SandboxArgs { net: "host".into(), user_label: vec!["novalue".into()], ..Default::default() };
-        assert!(matches!(bad.into_options(data), Err(SandboxError::Invalid(_))));
+        assert!(matches!(bad.into_options(data.clone()), Err(SandboxError::Invalid(_))));
+        // a user namespace is recorded in the manifest, where apps and execs find it
+        let userns =
+            SandboxArgs { net: "none".into(), private_users: Some("65536:65536".into()), ..Default::default() };
+        let o = userns.into_options(data.clone()).expect("options");
+        assert_eq!(o.userns, Some(crate::stage1::userns::IdMap { host: 65536, len: 65536 }));
+        assert_eq!(o.manifest.annotation(pod::manifest::ANNOTATION_USERNS), Some("65536:65536"));
+        for bad in ["0:65536", "65536", "65536:0"] {
+            let args = SandboxArgs { net: "none".into(), private_users: Some(bad.into()), ..Default::default() };
+            assert!(matches!(args.into_options(data.clone()), Err(SandboxError::Invalid(_))), "{bad}");
+        }
     }
 }

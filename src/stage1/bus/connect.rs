@@ -27,6 +27,10 @@ const EXIT_ODD: i32 = 255;
 pub fn connect_private(pid1: i32) -> io::Result<OwnedFd> {
     let addr = sockaddr(&format!("/proc/{pid1}/root/{PRIVATE_SOCKET}"))?;
     let ns = std::fs::File::open(format!("/proc/{pid1}/ns/pid"))?;
+    // a pod in a user namespace: the connection is made from inside it, so
+    // the pod's systemd sees its peer as its root (the node's root is no id there)
+    let userns = crate::stage1::userns::foreign_userns(pid1)?;
+    let userns_fd = userns.as_ref().map_or(-1, |fd| fd.as_raw_fd());
     // SAFETY: socket(2) with constant arguments; returns a new fd or -1.
     let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
     if raw < 0 {
@@ -43,7 +47,7 @@ pub fn connect_private(pid1: i32) -> io::Result<OwnedFd> {
     }
     if child == 0 {
         // first child: never returns
-        enter_and_connect(ns_fd, sock_fd, &addr);
+        enter_and_connect(userns_fd, ns_fd, sock_fd, &addr);
     }
     match wait_exit_code(child)? {
         0 => Ok(sock),
@@ -52,11 +56,21 @@ pub fn connect_private(pid1: i32) -> io::Result<OwnedFd> {
     }
 }
 
-/// First child: enter the pid namespace, fork the grandchild that connects,
-/// pass its result on as the exit code.
-fn enter_and_connect(ns_fd: i32, sock_fd: i32, addr: &libc::sockaddr_un) -> ! {
+/// First child: enter the user namespace (`userns_fd`, when not -1) and
+/// the pid namespace, fork the grandchild that connects, pass its result on
+/// as the exit code.
+fn enter_and_connect(userns_fd: i32, ns_fd: i32, sock_fd: i32, addr: &libc::sockaddr_un) -> ! {
     // SAFETY: raw syscalls only; errno is read through libc's thread-local, which is async-signal-safe.
     unsafe {
+        if userns_fd >= 0 {
+            // joining leaves the ids the node's (unmapped there): become the namespace's root
+            if libc::setns(userns_fd, libc::CLONE_NEWUSER) != 0
+                || libc::setresgid(0, 0, 0) != 0
+                || libc::setresuid(0, 0, 0) != 0
+            {
+                libc::_exit(errno_code());
+            }
+        }
         if libc::setns(ns_fd, libc::CLONE_NEWPID) != 0 {
             libc::_exit(errno_code());
         }
