@@ -490,3 +490,47 @@ async fn pod_resources_resize_live_under_the_hosts_driver() {
     let parent = if systemd { "kubepods-burstable-podresizesd.slice" } else { "/kubepods/burstable/pod-resize-sd" };
     pod_resize(false, parent).await;
 }
+
+/// A pod in a user namespace (`hostUsers: false`): its systemd is root
+/// only there, yet its container's memory limit holds (OOM-killed and
+/// reported so), the container runs with the pod's mapping, and removing the
+/// pod leaves no cgroup.
+#[tokio::test(flavor = "multi_thread")]
+async fn limits_hold_in_a_pod_with_its_own_user_namespace() {
+    v2_only!("limits_hold_in_a_pod_with_its_own_user_namespace");
+    let mut e = env(false).await;
+    // the pod's own network (a user namespace excludes the node's): the
+    // daemon reads its default `net.d`, where this network is written
+    let _net = common::TestNetwork::new(e.d.dir.path());
+    let mut config = pod_config("userns-v2", &[]);
+    config.log_directory = e.logs.path().join("userns-v2").display().to_string();
+    let map = || vec![cri::IdMapping { host_id: 65536 * 41, container_id: 0, length: 65536 }];
+    config
+        .linux
+        .get_or_insert_with(Default::default)
+        .security_context
+        .get_or_insert_with(Default::default)
+        .namespace_options
+        .get_or_insert_with(Default::default)
+        .userns_options = Some(cri::UserNamespace { mode: cri::NamespaceMode::Pod as i32, uids: map(), gids: map() });
+    let pod = (common::run_pod(&mut e.rt, &config).await, config);
+
+    let probe = e.run(&pod, "probe", &["sleep", "600"], memory(64 << 20)).await;
+    let out = common::exec_sync(&mut e.rt, &probe, &["cat", "/proc/self/uid_map"]).await;
+    let fields: Vec<String> = String::from_utf8_lossy(&out.stdout).split_whitespace().map(String::from).collect();
+    assert_eq!(fields, ["0", &(65536 * 41).to_string(), "65536"], "{out:?}");
+    let probe_cgroup = e.app_cgroup(&pod.0, "probe");
+    assert_eq!(file(&probe_cgroup, "memory.max"), (64u64 << 20).to_string());
+
+    let hog = e.run(&pod, "hog", &["sh", "-c", "v=$(yes | head -c 80000000); echo survived"], memory(32 << 20)).await;
+    let s = e.wait_exited(&hog, Duration::from_secs(120)).await;
+    assert_eq!((s.exit_code, s.reason.as_str()), (137, "OOMKilled"), "{s:?}");
+
+    let pod_dir = root().join(e.pod_cgroup(&pod.0));
+    e.remove_pod(&pod.0).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while pod_dir.exists() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!pod_dir.exists(), "{} left behind", pod_dir.display());
+}
