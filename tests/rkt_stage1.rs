@@ -360,3 +360,53 @@ async fn daemon_start_leaves_other_programs_work_in_cas_tmp() {
     assert!(!tmp.join("pull-0123456789abcdef0123456789abcdef.lock").exists(), "stale pull lock kept");
     drop(held);
 }
+
+/// Pool pods get the stage1 manifest when they boot, and keep it (with
+/// working entry points) when a request adopts them.
+#[tokio::test(flavor = "multi_thread")]
+async fn pool_pods_and_adopted_pods_have_the_stage1_entry_points() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let net = TestNetwork::new(dir.path());
+    let conf = net.conf_dir.to_string_lossy().to_string();
+    let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni", "--pod-pool-size", "1"]);
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    let pool_info = |rt: &mut Client| {
+        let mut rt = rt.clone();
+        async move {
+            let st = rt.status(cri::StatusRequest { verbose: true }).await.expect("Status").into_inner();
+            let text = st.info.get("podPool").cloned().unwrap_or_default();
+            serde_json::from_str::<serde_json::Value>(&text).expect("podPool json")["pool"].clone()
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let info = pool_info(&mut rt).await;
+        if let Some(why) = info["disabled"].as_str() {
+            common::skipped("pool_pods_and_adopted_pods_have_the_stage1_entry_points", why);
+            return;
+        }
+        if info["ready"].as_u64() == Some(1) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "pool did not fill: {info}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pooled: Vec<String> = std::fs::read_dir(data.join("pods/run"))
+        .expect("run")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(pooled.len(), 1);
+    let m = stage1_manifest(&data.join("pods/run").join(&pooled[0]));
+    assert!(annotation(&m, "coreos.com/rkt/stage1/stop").is_some(), "{m}");
+
+    let id = common::run_pod(&mut rt, &pod_config("adopted", &[])).await;
+    assert_eq!(id, pooled[0], "the request was not served by the pool pod");
+    let pod_dir = data.join("pods/run").join(&id);
+    ok(&run_entry_point(&pod_dir, "stop", &[id.as_str()]), "stop entry point of an adopted pod");
+    assert_eq!(sandbox_state(&mut rt, &id).await, cri::PodSandboxState::SandboxNotready as i32);
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("remove");
+    // (the pool boots a replacement meanwhile: only this pod's leftovers count)
+    assert_no_leaks(&data, &[id]);
+}
