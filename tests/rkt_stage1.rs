@@ -410,3 +410,29 @@ async fn pool_pods_and_adopted_pods_have_the_stage1_entry_points() {
     // (the pool boots a replacement meanwhile: only this pod's leftovers count)
     assert_no_leaks(&data, &[id]);
 }
+
+/// A pod an older rktlet made (no stage1 manifest) gets the manifest and
+/// working entry points from the next daemon start.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_daemon_gives_older_pods_the_entry_points() {
+    let mut d = Daemon::start(&[]);
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    let id = common::run_pod(&mut rt, &host_network(pod_config("older", &[]))).await;
+    d.signal_and_wait(nix::sys::signal::Signal::SIGKILL);
+    let pod_dir = data.join("pods/run").join(&id);
+    for f in ["stage1/manifest", "stage1TreeStoreID", "stage1/rootfs/stop", "stage1/rootfs/gc"] {
+        std::fs::remove_file(pod_dir.join(f)).expect(f);
+    }
+
+    d.child = Daemon::spawn(&d.socket, d.dir.path(), &[]);
+    d.wait_ready();
+    let mut rt = d.runtime().await;
+    // answered once the start's reconcile is done
+    rt.list_containers(cri::ListContainersRequest { filter: None }).await.expect("ListContainers");
+    assert!(pod_dir.join("stage1TreeStoreID").is_file());
+    ok(&run_entry_point(&pod_dir, "stop", &[id.as_str()]), "stop entry point of an older pod");
+    assert_eq!(sandbox_state(&mut rt, &id).await, cri::PodSandboxState::SandboxNotready as i32);
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("remove");
+    assert_no_leaks(&data, &[id]);
+}

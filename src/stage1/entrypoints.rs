@@ -111,6 +111,16 @@ pub fn install(pod_dir: &Path, binary: &Path, data: &Path) -> io::Result<()> {
     crate::fsutil::write_volatile(&pod_dir.join(TREE_STORE_ID_FILE), TREE_STORE_ID.as_bytes(), 0o640)
 }
 
+/// Gives a pod made before rktlet wrote stage1 manifests (one with a stage1
+/// rootfs but no `stage1/manifest`) the manifest and entry points of this
+/// binary. Returns whether it did; a pod that has a manifest is left as is.
+pub fn install_missing(pod_dir: &Path, data: &Path) -> io::Result<bool> {
+    if pod_dir.join(MANIFEST).exists() || !pod_dir.join("stage1/rootfs").is_dir() {
+        return Ok(false);
+    }
+    install(pod_dir, &std::env::current_exe()?, data).map(|()| true)
+}
+
 /// What the daemon records for the entry points.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct NetRecord {
