@@ -97,6 +97,37 @@ pub fn rm_pod(data: &DataDir, id: &str, net: &NetDirs) -> Result<(), TeardownErr
     block_on(teardown::remove_pod(data, id, Duration::from_secs(10), net, teardown::Deletion::Now))
 }
 
+/// rkt's stage1 `stop` entry point (`rkt stop [--force] UUID`): stops the
+/// pod as `rktlet stop` does, with the CNI directories the daemon recorded.
+pub fn stage1_stop(data: &DataDir, id: &str, force: bool) -> Result<(), TeardownError> {
+    stop_pod(data, id, force, &crate::stage1::entrypoints::recorded_net(data))
+}
+
+/// rkt's stage1 `gc` entry point (`rkt gc`/`rkt rm`, before they delete the
+/// pod directory): releases what the exited pod holds on the node (mounts,
+/// cgroup, network, a failed sandbox unit) as the daemon's teardown does.
+/// Nothing to do for a pod already torn down or gone; refused for a running pod.
+pub fn stage1_gc(data: &DataDir, id: &str) -> Result<(), TeardownError> {
+    let uuid = match Pod::open(data, id) {
+        Ok(mut pod) => {
+            if pod.state()? == PodState::Running {
+                return Err(PodError::WrongState { uuid: pod.uuid(), state: PodState::Running, op: "gc" }.into());
+            }
+            pod.uuid().to_string()
+        }
+        Err(PodError::NotFound(_)) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let net = crate::stage1::entrypoints::recorded_net(data);
+    block_on(async {
+        teardown::stop_pod(data, &uuid, Duration::ZERO, &net).await?;
+        if crate::stage1::host::pid1_is_systemd(std::path::Path::new("/")) {
+            crate::stage1::launch::forget_unit(&uuid).await;
+        }
+        Ok(())
+    })
+}
+
 /// How long ago `unix_ns` (nanoseconds since the epoch) was, as rkt's
 /// `image list` shows times: "now", "1 minute ago", "3 days ago"; "never" for 0.
 pub fn ago(unix_ns: i64, now: SystemTime) -> String {
@@ -129,6 +160,30 @@ pub fn ibytes(bytes: u64) -> String {
         unit += 1;
     }
     if unit == 0 { format!("{bytes} B") } else { format!("{v:.1} {}", UNITS[unit]) }
+}
+
+/// `rktlet gc --mark-only`, as rkt's: moves exited pods to `exited-garbage/`
+/// and aborted prepares to `garbage/`, deleting nothing. Returns the uuids moved.
+pub fn gc_mark(data: &DataDir) -> Result<Vec<String>, PodError> {
+    let mut marked = Vec::new();
+    for (uuid, dir) in data.list_pods()? {
+        if !matches!(dir, PodDir::Run | PodDir::Prepare) {
+            continue;
+        }
+        let Ok(mut pod) = Pod::open(data, &uuid.to_string()) else { continue };
+        let moved = match pod.state()? {
+            PodState::Exited => pod.to_exited_garbage(),
+            PodState::AbortedPrepare => pod.to_garbage(),
+            _ => continue,
+        };
+        match moved {
+            Ok(()) => marked.push(uuid.to_string()),
+            // started, removed or marked by someone else meanwhile
+            Err(PodError::WrongState { .. } | PodError::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(marked)
 }
 
 /// `rktlet gc`: deletes exited pods older than `grace` (by pod-created time),

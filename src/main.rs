@@ -89,10 +89,21 @@ enum Command {
     Gc {
         #[arg(long, default_value = "30m", value_parser = parse_duration)]
         grace_period: std::time::Duration,
+        /// Only move exited pods to exited-garbage (and aborted prepares to
+        /// garbage), as rkt's `gc --mark-only`: nothing is deleted.
+        #[arg(long)]
+        mark_only: bool,
         #[command(flatten)]
         data: DataFlags,
         #[command(flatten)]
         net: NetFlags,
+    },
+    /// rkt's stage1 entry points of rktlet's pods, as rkt's stage0 runs them
+    /// (`$P/stage1/rootfs/{stop,gc}` exec this; not for direct use).
+    #[command(name = "stage1-entrypoint", hide = true)]
+    Stage1Entrypoint {
+        #[command(subcommand)]
+        command: Stage1Command,
     },
     /// Ask a running daemon for its Version and Status over the CRI socket (JSON).
     Info {
@@ -158,6 +169,32 @@ enum Command {
         /// The pod's log directory.
         #[arg(long, default_value = "/tmp/rktlet-demo")]
         log_dir: PathBuf,
+    },
+}
+
+/// rkt's stage1 entry point interface (version 5) for `stop` and `gc`.
+#[derive(Subcommand)]
+enum Stage1Command {
+    /// `rkt stop`: stop the pod as `rktlet stop` does.
+    Stop {
+        /// The data dir the pod is in (the entry point script names it).
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        force: bool,
+        uuid: String,
+    },
+    /// `rkt gc`/`rkt rm`: release what the exited pod holds on the node.
+    Gc {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        debug: bool,
+        /// rkt's configuration directory; rktlet's pods take their CNI
+        /// directories from the daemon's record instead.
+        #[arg(long)]
+        local_config: Option<PathBuf>,
+        uuid: String,
     },
 }
 
@@ -953,6 +990,17 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(daemon_flags(args, top)),
         Command::Info { socket } => info(socket),
+        Command::Stage1Entrypoint { command } => match command {
+            Stage1Command::Stop { dir, force, uuid } => {
+                rktlet::cli::stage1_stop(&data_dir(Some(dir)), &uuid, force).map_err(|e| e.to_string())
+            }
+            Stage1Command::Gc { dir, debug, local_config: _, uuid } => {
+                if debug {
+                    init_logging("debug");
+                }
+                rktlet::cli::stage1_gc(&data_dir(Some(dir)), &uuid).map_err(|e| e.to_string())
+            }
+        },
         Command::Doctor { daemon, format } => doctor(daemon_flags(daemon, top), &format),
         Command::Demo { socket, image, log_dir } => demo(&socket, &image, &log_dir),
         Command::Config(ConfigCommand::Default) => {
@@ -1005,7 +1053,13 @@ fn main() -> ExitCode {
             let (data, net) = (data_dir(rkt.dir.clone()), rkt.net_dirs());
             for_each(&uuids, |id| rktlet::cli::rm_pod(&data, id, &net).map_err(|e| e.to_string()))
         }
-        Command::Gc { grace_period, data, net } => {
+        Command::Gc { mark_only: true, data, .. } => {
+            let rkt = top.with(Given { data: Some(data), ..Default::default() });
+            rktlet::cli::gc_mark(&data_dir(rkt.dir))
+                .map(|moved| moved.iter().for_each(|u| println!("moved {u} to garbage")))
+                .map_err(|e| e.to_string())
+        }
+        Command::Gc { grace_period, data, net, mark_only: false } => {
             let rkt = top.with(Given { data: Some(data), net: Some(net), ..Default::default() });
             rktlet::cli::gc(&data_dir(rkt.dir.clone()), grace_period, &rkt.net_dirs())
                 .map(|removed| removed.iter().for_each(|u| println!("removed {u}")))

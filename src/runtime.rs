@@ -181,7 +181,18 @@ impl Runtime {
     pub fn reconcile(&self) {
         if let Ok(pods) = self.data.list_pods() {
             for (uuid, dir) in pods {
-                self.reconcile_pod(&mut crate::pod::Pod::at(&self.data, uuid, dir));
+                let mut pod = crate::pod::Pod::at(&self.data, uuid, dir);
+                // pods an older rktlet made: rkt's stop and gc work on them too
+                if dir.is_listed() {
+                    match crate::stage1::entrypoints::install_missing(&pod.path(), self.data.root()) {
+                        Ok(true) => tracing::info!(pod = %uuid, "gave the pod rkt's stage1 manifest and entry points"),
+                        Ok(false) => {}
+                        Err(e) => {
+                            tracing::warn!(pod = %uuid, error = %e, "cannot give the pod rkt's stage1 entry points")
+                        }
+                    }
+                }
+                self.reconcile_pod(&mut pod);
             }
         }
         self.reconciled.send_replace(true);

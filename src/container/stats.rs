@@ -8,7 +8,7 @@
 use crate::cgroup::Layout;
 use crate::cgroup::stats::{StatDirs, Usage};
 use crate::pod::manifest::RuntimeApp;
-use crate::pod::{Pod, PodDir, PodError};
+use crate::pod::{Pod, PodError};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::app::AppPaths;
@@ -20,11 +20,11 @@ use std::sync::Arc;
 /// pod table keeps them as CRI's).
 pub type PodView = crate::pod::table::PodView<cri::ContainerStatus>;
 
-/// Pods kubelet should see: CRI-made pods in `run/` (running or exited).
+/// Pods kubelet should see: CRI-made pods in `run/` (running or exited) and
+/// in `exited-garbage/` (exited pods `rkt gc` marked: listed until removed).
 pub fn list_views(rt: &Runtime) -> Result<Vec<Arc<PodView>>, PodError> {
-    let views = rt
-        .pods
-        .views(&rt.manifests, |pods| Ok(pods.iter().filter(|(_, dir)| *dir == PodDir::Run).copied().collect()))?;
+    let views =
+        rt.pods.views(&rt.manifests, |pods| Ok(pods.iter().filter(|(_, dir)| dir.is_listed()).copied().collect()))?;
     let mut out = Vec::with_capacity(views.len());
     for (uuid, view) in views {
         match view {

@@ -6,8 +6,8 @@
 use super::{container_meta as meta, pod_status};
 use crate::api_v1::AppInfo;
 use crate::container::{app_index, container_not_found, split_container_id};
+use crate::pod::Pod;
 use crate::pod::manifest::{App, RuntimeApp, RuntimeImage};
-use crate::pod::{Pod, PodDir};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::app::AppPaths;
@@ -150,7 +150,7 @@ pub async fn list_containers(
             Ok(pods
                 .iter()
                 .filter(|(uuid, dir)| {
-                    *dir == PodDir::Run
+                    dir.is_listed()
                         && (filter.pod_sandbox_id.is_empty() || uuid.to_string().starts_with(&filter.pod_sandbox_id))
                 })
                 .copied()

@@ -50,7 +50,7 @@ impl WorkDir {
         if stale > 0 {
             tracing::info!(stale, "removed leftovers of interrupted pulls");
         }
-        let name = format!("pull-{}", uuid::Uuid::new_v4().simple());
+        let name = format!("{WORK_PREFIX}{}", uuid::Uuid::new_v4().simple());
         let path = cas.tmp().join(&name);
         let lock_path = cas.tmp().join(format!("{name}.lock"));
         let lock = lock::exclusive_file(&lock_path).map_err(io_ctx(format!("locking {}", lock_path.display())))?;
@@ -74,7 +74,13 @@ impl Drop for WorkDir {
 /// Serialises making work directories with cleaning them up.
 const CREATE_GUARD: &str = ".create.lock";
 
-/// Removes `cas/tmp` leftovers whose lock nobody holds (a killed pull). Returns how many.
+/// Prefix of the work directories (and their locks) of rktlet's pulls, the
+/// only `cas/tmp` entries rktlet ever removes: the directory is shared with
+/// rkt, whose temporary entries (`docker2aci-*`, ...) are not ours to judge.
+pub(super) const WORK_PREFIX: &str = "pull-";
+
+/// Removes `cas/tmp` leftovers of rktlet's pulls whose lock nobody holds (a
+/// killed pull). Returns how many.
 pub fn clean_tmp(cas: &Cas) -> usize {
     match lock::exclusive_file(&cas.tmp().join(CREATE_GUARD)) {
         Ok(_guard) => clean_tmp_locked(cas),
@@ -90,7 +96,7 @@ fn clean_tmp_locked(cas: &Cas) -> usize {
     let Ok(entries) = fs::read_dir(cas.tmp()) else { return 0 };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') {
+        if !name.starts_with(WORK_PREFIX) {
             continue;
         }
         if let Some(base) = name.strip_suffix(".lock") {

@@ -121,6 +121,12 @@ impl PodDir {
         }
     }
 
+    /// Whether CRI lists the pods of this directory: those that ran, until
+    /// removed (`run`, and `exited-garbage` where `rkt gc` marks exited pods).
+    pub fn is_listed(self) -> bool {
+        matches!(self, PodDir::Run | PodDir::ExitedGarbage)
+    }
+
     /// The state of a pod in this directory, given whether its lock is held.
     fn state(self, locked: bool) -> PodState {
         match (self, locked) {

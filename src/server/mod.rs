@@ -196,6 +196,17 @@ pub async fn run_with(config: crate::config::Config) -> Result<(), ServeError> {
     // which takes rkt's own locks; such a daemon owns nothing of the data
     // dir (no pool, no recovery) and may run beside the daemon that does
     let data_guard = if config.exec_mode { None } else { Some(claim_data_dir(&config.data_dir, &config.socket)?) };
+    if data_guard.is_some() {
+        // for the stage1 entry points of the pods (`rkt gc` releases their network as the daemon would)
+        let net = crate::stage1::teardown::NetDirs {
+            conf_dir: config.cni_conf_dir.clone(),
+            bin_dirs: config.cni_bin_dirs.clone(),
+        };
+        let data = crate::pod::DataDir::new(&config.data_dir);
+        if let Err(e) = crate::stage1::entrypoints::record_net(&data, &net) {
+            tracing::warn!(error = %e, "cannot record the CNI directories for rkt's gc of the pods");
+        }
+    }
     let runtime = Arc::new(Runtime::new(config).map_err(|e| ServeError::Runtime(e.to_string()))?);
     // bound only now: a client that can connect finds the runtime ready
     let (listener, socket_guard) = claim.listen()?;

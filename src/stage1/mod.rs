@@ -12,6 +12,7 @@ pub mod appexec;
 pub mod boot;
 pub mod bus;
 pub mod caps;
+pub mod entrypoints;
 pub mod exec;
 pub mod filters;
 pub mod host;

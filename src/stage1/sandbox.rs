@@ -100,6 +100,10 @@ fn prepare(opts: &SandboxOptions, pod: &mut Pod, cgroup_out: &mut Option<PodCgro
         hosts,
     };
     root.build(&identity).map_err(io_err(format!("building stage1 rootfs of pod {uuid}")))?;
+    // rkt's stage0 finds `rkt stop`'s and `rkt gc`'s programs through these
+    let binary = std::env::current_exe().map_err(io_err("finding the rktlet binary"))?;
+    super::entrypoints::install(&pod.path(), &binary, opts.data.root())
+        .map_err(io_err(format!("writing the stage1 manifest of pod {uuid}")))?;
 
     if let PodNet::Netns(path) = &opts.net {
         pod.write_file(pod::NETNS_FILE, path.as_os_str().as_encoded_bytes())?;

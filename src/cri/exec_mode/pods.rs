@@ -50,7 +50,7 @@ fn sandbox_status(info: &PodInfo) -> cri::PodSandboxStatus {
 /// Pods kubelet sees: made through CRI, running or exited.
 fn listed(info: &PodInfo) -> bool {
     info.user_annotations.contains_key(crate::pod::manifest::USER_ANNOTATION_POD_UID)
-        && matches!(info.state.as_str(), "running" | "exited" | "exited-garbage")
+        && matches!(info.state.as_str(), "running" | "exited" | "exited garbage" | "exited deleting")
 }
 
 /// `rktlet status UUID --format=json`.
