@@ -2,80 +2,342 @@
 //! same data directory the daemon uses. These are what an operator runs, and
 //! what the exec design of the benchmark calls per CRI request.
 
-use crate::api_v1::PodInfo;
+use crate::api_v1::{AppInfo, MountInfo, PodInfo};
+use crate::cli_out::{self, Format, GoTime, ListApp, PodView};
+use crate::net::net_info;
+use crate::pod::manifest::{ImageManifest, PodManifest, RuntimeApp};
 use crate::pod::{self, DataDir, Pod, PodDir, PodError, PodState};
 use crate::stage1::rootfs::Stage1Root;
 use crate::stage1::teardown::{self, NetDirs, TeardownError};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// One pod as `rkt list --format=json` shows it.
-pub fn pod_info(pod: &mut Pod) -> Result<PodInfo, PodError> {
+/// Everything `list` and `status` print of a pod, read once.
+pub struct PodRead {
+    pub view: PodView,
+    /// Go's `time.Time` values as nanoseconds since the epoch.
+    created_ns: Option<i64>,
+    started_ns: Option<i64>,
+    gc_marked_ns: Option<i64>,
+    manifest: Option<PodManifest>,
+    ready: bool,
+}
+
+fn mtime_ns(path: &Path) -> Option<i64> {
+    let m = std::fs::metadata(path).ok()?;
+    Some(m.mtime().saturating_mul(1_000_000_000).saturating_add(m.mtime_nsec()))
+}
+
+/// The leading integer of a file, as Go's `Sscanf("%d")` reads it.
+fn read_int(path: &Path) -> Option<i32> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let t = text.trim_start();
+    let end = t
+        .char_indices()
+        .find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && (c == '-' || c == '+'))))
+        .map_or(t.len(), |(i, _)| i);
+    t[..end].parse().ok()
+}
+
+/// The image name `rkt list` shows for an app: its image manifest's name,
+/// `:version` appended when the manifest has that label.
+fn image_name(pod_path: &Path, app: &str) -> Result<String, String> {
+    let path = pod_path.join("appsinfo").join(app).join("manifest");
+    let text = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let m: ImageManifest =
+        serde_json::from_slice(&text).map_err(|e| format!("invalid image manifest for app {app:?}: {e}"))?;
+    Ok(match m.label("version") {
+        Some(v) => format!("{}:{v}", m.name),
+        None => m.name.clone(),
+    })
+}
+
+/// Reads what rkt's `list` and `status` read of a pod (its pkg/pod rules):
+/// the creation time once prepared (`pod-created`, else the manifest), the
+/// start time once it ran (`pid`, else `ppid`), networks while running or
+/// exited, the manifest where rkt expects one, recorded exit codes.
+pub fn read_pod(pod: &mut Pod) -> Result<PodRead, PodError> {
+    use PodState::*;
     let state = pod.state()?;
-    let manifest = pod.read_manifest().ok();
-    let created_at = pod.created_at().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(|d| d.as_secs());
-    let networks: Vec<serde_json::Value> = pod
-        .read_file(pod::NET_INFO_FILE)?
-        .and_then(|s| serde_json::from_str::<Vec<serde_json::Value>>(&s).ok())
-        .unwrap_or_default();
-    let mut info = PodInfo {
-        name: pod.uuid().to_string(),
-        state: state.as_str().to_string(),
-        ready: state == PodState::Running && Stage1Root::new(pod.stage1_rootfs()).is_ready(),
+    let path = pod.path();
+    let after_run = matches!(state, ExitedDeleting | Deleting | Exited | ExitedGarbage | Garbage);
+    let created_ns = (state == Prepared || state == Running || after_run)
+        .then(|| mtime_ns(&path.join(pod::CREATED_FILE)).or_else(|| mtime_ns(&path.join(pod::MANIFEST_FILE))))
+        .flatten();
+    let started_ns = (state == Running || after_run)
+        .then(|| mtime_ns(&path.join("pid")).or_else(|| mtime_ns(&path.join(pod::PPID_FILE))))
+        .flatten();
+    let gc_marked_ns = matches!(state, Garbage | Deleting | ExitedGarbage | ExitedDeleting)
+        .then(|| std::fs::symlink_metadata(&path).ok())
+        .flatten()
+        .map(|m| m.ctime().saturating_mul(1_000_000_000).saturating_add(m.ctime_nsec()));
+    let networks = if matches!(state, Running | Exited | ExitedGarbage | ExitedDeleting) {
+        pod.read_file(pod::NET_INFO_FILE)?.and_then(|s| net_info::from_json(s.as_bytes()).ok()).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let pid = read_int(&path.join("pid")).or_else(|| read_int(&path.join(pod::PPID_FILE)));
+    let manifest = if matches!(state, Preparing | AbortedPrepare | Deleting) { None } else { pod.read_manifest().ok() };
+    let status_dir = Stage1Root::new(pod.stage1_rootfs()).status_dir();
+    let apps = manifest.as_ref().map(|m| {
+        m.apps
+            .iter()
+            .map(|a| ListApp {
+                name: a.name.clone(),
+                image_name: image_name(&path, &a.name),
+                image_id: a.image.id.clone(),
+            })
+            .collect()
+    });
+    let exit_codes = manifest
+        .iter()
+        .flat_map(|m| &m.apps)
+        .filter_map(|a| read_int(&status_dir.join(&a.name)).map(|c| (a.name.clone(), c)))
+        .collect();
+    let view = PodView {
+        uuid: pod.uuid().to_string(),
+        state,
+        created: created_ns.map(GoTime::local),
+        started: started_ns.map(GoTime::local),
         networks,
-        created_at,
-        pid: pod.sandbox_pid().ok().flatten(),
+        pid,
+        apps,
+        exit_codes,
+    };
+    let ready = state == Running && Stage1Root::new(pod.stage1_rootfs()).is_ready();
+    Ok(PodRead { view, created_ns, started_ns, gc_marked_ns, manifest, ready })
+}
+
+/// An app of a pod as rkt's `list`/`status` JSON shows it: its state and
+/// times inferred from the pod's (rkt does not read app status files there,
+/// only a recorded exit code).
+fn pod_app(r: &PodRead, a: &RuntimeApp, volumes: &[crate::pod::manifest::Volume]) -> AppInfo {
+    use PodState::*;
+    let exit_code = r.view.exit_codes.iter().find(|(n, _)| *n == a.name).map(|(_, c)| *c);
+    let state = match (exit_code, r.view.state) {
+        (Some(_), _) => "exited",
+        (None, Prepared) => "created",
+        (None, Running) => "running",
+        (None, Deleting | ExitedDeleting | Exited | ExitedGarbage | Garbage) => "exited",
+        (None, _) => "unknown",
+    };
+    let mounts = a
+        .mounts
+        .iter()
+        .map(|m| {
+            let v = m.app_volume.as_ref().or_else(|| volumes.iter().find(|v| v.name == m.volume));
+            MountInfo {
+                name: m.volume.clone(),
+                container_path: m.path.clone(),
+                host_path: v.map(|v| v.source.clone()).unwrap_or_default(),
+                read_only: v.and_then(|v| v.read_only).unwrap_or(false),
+                propagation: crate::stage1::inject::Propagation::parse(v.and_then(|v| v.propagation.as_deref()))
+                    .as_str()
+                    .to_string(),
+                ..Default::default()
+            }
+        })
+        .collect();
+    let section = a.app.clone().unwrap_or_default();
+    AppInfo {
+        name: a.name.clone(),
+        state: state.into(),
+        created_at: r.created_ns.unwrap_or(0),
+        started_at: r.started_ns.unwrap_or(0),
+        finished_at: r.gc_marked_ns.unwrap_or(0),
+        exit_code: exit_code.unwrap_or(0),
+        image_id: a.image.id.clone(),
+        mounts,
+        user_annotations: section.user_annotations,
+        user_labels: section.user_labels,
+        ..Default::default()
+    }
+}
+
+/// One pod as `rkt list|status --format=json` shows it (rkt's `v1.Pod`,
+/// then rktlet's fields); `None` for a pod not prepared yet, which rkt
+/// refuses (`invalid creation time`).
+pub fn pod_info(r: &PodRead) -> Option<PodInfo> {
+    let secs = |ns: i64| u64::try_from(ns.div_euclid(1_000_000_000)).ok();
+    let created_at = r.created_ns.and_then(secs).filter(|s| *s > 0)?;
+    let mut info = PodInfo {
+        name: r.view.uuid.clone(),
+        state: r.view.state.as_str().to_string(),
+        networks: r.view.networks.clone(),
+        created_at: Some(created_at),
+        started_at: r.started_ns.and_then(secs),
+        ready: r.ready,
+        pid: r.view.pid,
         ..Default::default()
     };
-    if let Some(m) = manifest {
+    if let Some(m) = &r.manifest {
+        let volumes = m.volumes.as_deref().unwrap_or_default();
         info.app_names = m.apps.iter().map(|a| a.name.clone()).collect();
+        info.apps = m.apps.iter().map(|a| pod_app(r, a, volumes)).collect();
         info.annotations = m.annotations.iter().flatten().map(|a| (a.name.clone(), a.value.clone())).collect();
-        info.user_annotations = m.user_annotations;
-        info.user_labels = m.user_labels;
+        info.user_annotations = m.user_annotations.clone();
+        info.user_labels = m.user_labels.clone();
     }
-    Ok(info)
+    Some(info)
 }
 
-fn to_json<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_string(v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+fn now_secs() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
-/// `rktlet list`: every pod (but idle pool pods), as a table or JSON.
-pub fn list(data: &DataDir, json: bool) -> Result<String, PodError> {
-    let mut rows = Vec::new();
-    for (uuid, _) in data.list_pods()? {
-        match Pod::open(data, &uuid.to_string()).and_then(|mut p| pod_info(&mut p)) {
+/// What `rktlet list` prints: on stdout, and the problems for stderr.
+pub struct Listing {
+    pub out: String,
+    pub errors: Vec<String>,
+}
+
+/// `rktlet list`: as `rkt list`, the pods in the run, exited-garbage,
+/// prepare and prepared directories by UUID (not idle pool pods), as rkt's
+/// table (`full`: whole UUIDs, image ids, absolute times; `no_legend`: no
+/// header) or its JSON.
+pub fn list(data: &DataDir, format: Format, full: bool, no_legend: bool) -> Result<Listing, String> {
+    let mut reads = Vec::new();
+    let mut errors = Vec::new();
+    let mut pods = data.list_pods().map_err(|e| e.to_string())?;
+    pods.retain(|(_, dir)| matches!(dir, PodDir::Run | PodDir::ExitedGarbage | PodDir::Prepare | PodDir::Prepared));
+    pods.sort_by_key(|(uuid, _)| uuid.to_string());
+    for (uuid, _) in pods {
+        match Pod::open(data, &uuid.to_string()).and_then(|mut p| read_pod(&mut p)) {
             // waiting in the daemon's pod pool: nobody's pod yet
-            Ok(v) if v.annotations.contains_key(crate::pool::POOL_ANNOTATION) => continue,
-            Ok(v) => rows.push(v),
-            Err(PodError::NotFound(_)) => continue,
-            Err(e) => return Err(e),
+            Ok(r) if r.manifest.as_ref().is_some_and(|m| m.annotation(crate::pool::POOL_ANNOTATION).is_some()) => {}
+            Ok(r) => reads.push(r),
+            Err(PodError::NotFound(_)) => {}
+            Err(e) => errors.push(format!("skipping {uuid}: {e}")),
         }
     }
-    if json {
-        return Ok(to_json(&rows));
-    }
-    let mut out = String::from("UUID\tSTATE\tAPPS\tNETWORKS\n");
-    for r in rows {
-        out.push_str(&format!("{}\t{}\t{}\t{}\n", r.name, r.state, r.app_names.join(","), r.ips().join(",")));
-    }
-    Ok(out)
+    let out = match format {
+        Format::Tabbed => {
+            let views: Vec<PodView> = reads.into_iter().map(|r| r.view).collect();
+            let (table, problems) = cli_out::list_table(&views, full, no_legend, now_secs());
+            errors.extend(problems);
+            table
+        }
+        json => {
+            let mut infos = Vec::new();
+            for r in &reads {
+                match pod_info(r) {
+                    Some(i) => infos.push(i),
+                    None => errors.push(format!("pod {}: invalid creation time", r.view.uuid)),
+                }
+            }
+            cli_out::list_json(&infos, json)?
+        }
+    };
+    Ok(Listing { out, errors })
 }
 
-/// `rktlet status UUID`.
-pub fn status(data: &DataDir, id: &str, json: bool) -> Result<String, PodError> {
-    let mut pod = Pod::open(data, id)?;
-    let info = pod_info(&mut pod)?;
-    if json {
-        return Ok(to_json(&info));
-    }
-    let v = serde_json::to_value(&info).unwrap_or_default();
-    let mut out = String::new();
-    if let serde_json::Value::Object(map) = v {
-        for (k, v) in map {
-            out.push_str(&format!("{k}={v}\n"));
+/// `rktlet status UUID`: rkt's `key=value` lines or its JSON.
+pub fn status(data: &DataDir, id: &str, format: Format) -> Result<String, String> {
+    let mut pod = Pod::open(data, id).map_err(|e| e.to_string())?;
+    let r = read_pod(&mut pod).map_err(|e| e.to_string())?;
+    match format {
+        Format::Tabbed => Ok(cli_out::status_text(&r.view)),
+        json => {
+            let info = pod_info(&r).ok_or_else(|| format!("pod {}: invalid creation time", r.view.uuid))?;
+            cli_out::go_json(&info, json)
         }
     }
-    Ok(out)
+}
+
+/// The pod `status` names: the argument, or the first line of `--uuid-file`
+/// (one of the two, as rkt).
+pub fn status_uuid(uuid: Option<String>, file: Option<&Path>) -> Result<String, String> {
+    match (uuid, file) {
+        (Some(id), None) => Ok(id),
+        (None, Some(f)) => {
+            let text = std::fs::read_to_string(f)
+                .map_err(|e| format!("unable to resolve UUID from file {}: {e}", f.display()))?;
+            Ok(text.lines().next().unwrap_or_default().trim().to_string())
+        }
+        _ => Err("give either a pod UUID or --uuid-file".into()),
+    }
+}
+
+/// How long `--wait`/`--wait-ready` wait: `None` not at all, `Some(None)`
+/// without limit, `Some(Some(d))` at most `d`.
+pub type Wait = Option<Option<Duration>>;
+
+/// rkt's `--wait`/`--wait-ready` value: empty or a true boolean waits
+/// without limit, a false one not at all, else a Go duration (`1m30s`;
+/// negative: without limit, zero: not at all).
+pub fn parse_wait(s: &str) -> Result<Wait, String> {
+    match s {
+        "" | "1" | "t" | "T" | "true" | "TRUE" | "True" => return Ok(Some(None)),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => return Ok(None),
+        _ => {}
+    }
+    let bad = || format!("invalid wait value {s:?}: use true, false or a duration like 30s or 1m30s");
+    let (negative, mut rest) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let mut total = 0f64;
+    if rest == "0" {
+        return Ok(None);
+    }
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(bad)?;
+        let n: f64 = rest[..num_end].parse().map_err(|_| bad())?;
+        rest = &rest[num_end..];
+        let unit_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        total += n * scale;
+        rest = &rest[unit_end..];
+    }
+    Ok(match (negative, total) {
+        (true, t) if t > 0.0 => Some(None),
+        (_, t) if t == 0.0 => None,
+        (_, t) => Some(Some(Duration::from_secs_f64(t))),
+    })
+}
+
+/// Waits as `status --wait-ready`/`--wait` ask: for the pod's systemd to
+/// report it ready, then for the pod to finish (exited, or gone to garbage).
+pub fn wait_for(data: &DataDir, id: &str, ready: Wait, finished: Wait) -> Result<(), String> {
+    let poll = |what: &str, wait: Wait, done: &dyn Fn(&mut Pod) -> Result<bool, PodError>| -> Result<(), String> {
+        let Some(limit) = wait else { return Ok(()) };
+        let deadline = limit.map(|d| std::time::Instant::now() + d);
+        loop {
+            let mut pod = Pod::open(data, id).map_err(|e| e.to_string())?;
+            if done(&mut pod).map_err(|e| e.to_string())? {
+                return Ok(());
+            }
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                return Err(format!("error waiting for pod {what}: timed out"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    poll("readiness", ready, &|p| {
+        let state = p.state()?;
+        if !matches!(state, PodState::Embryo | PodState::Preparing | PodState::Prepared | PodState::Running) {
+            return Err(PodError::WrongState { uuid: p.uuid(), state, op: "become ready" });
+        }
+        Ok(state == PodState::Running && Stage1Root::new(p.stage1_rootfs()).is_ready())
+    })?;
+    poll("to finish", finished, &|p| {
+        Ok(matches!(
+            p.state()?,
+            PodState::Exited | PodState::ExitedGarbage | PodState::Garbage | PodState::AbortedPrepare
+        ))
+    })
 }
 
 fn block_on<T>(f: impl Future<Output = Result<T, TeardownError>>) -> Result<T, TeardownError> {
@@ -156,6 +418,39 @@ pub fn gc(data: &DataDir, grace: Duration, net: &NetDirs) -> Result<Vec<String>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wait_values_read_as_rkts() {
+        // rkt's parseDuration: empty or a true bool waits forever, a false one not
+        // at all, else a Go duration (negative: forever, zero: not at all)
+        let secs = |s: f64| Ok(Some(Some(Duration::from_secs_f64(s))));
+        assert_eq!(parse_wait(""), Ok(Some(None)));
+        assert_eq!(parse_wait("true"), Ok(Some(None)));
+        assert_eq!(parse_wait("T"), Ok(Some(None)));
+        assert_eq!(parse_wait("false"), Ok(None));
+        assert_eq!(parse_wait("0"), Ok(None));
+        assert_eq!(parse_wait("0s"), Ok(None));
+        assert_eq!(parse_wait("30s"), secs(30.0));
+        assert_eq!(parse_wait("1m30s"), secs(90.0));
+        assert_eq!(parse_wait("1.5h"), secs(5400.0));
+        assert_eq!(parse_wait("250ms"), secs(0.25));
+        assert_eq!(parse_wait("-1s"), Ok(Some(None)));
+        assert!(parse_wait("5").is_err());
+        assert!(parse_wait("soon").is_err());
+        assert!(parse_wait("3d").is_err());
+    }
+
+    #[test]
+    fn status_names_one_pod() {
+        let dir = std::env::temp_dir().join(format!("rktlet-uuid-file-{}", std::process::id()));
+        std::fs::write(&dir, "5f0b2c3a-1d2e-4f50-8a9b-0c1d2e3f4a5b\n").unwrap();
+        assert_eq!(status_uuid(None, Some(&dir)).unwrap(), "5f0b2c3a-1d2e-4f50-8a9b-0c1d2e3f4a5b");
+        assert_eq!(status_uuid(Some("5f0b".into()), None).unwrap(), "5f0b");
+        assert!(status_uuid(Some("5f0b".into()), Some(&dir)).is_err());
+        assert!(status_uuid(None, None).is_err());
+        std::fs::remove_file(&dir).unwrap();
+        assert!(status_uuid(None, Some(&dir)).is_err());
+    }
 
     #[test]
     fn times_and_sizes_read_like_rkts() {
