@@ -419,7 +419,7 @@ pub fn show(
         one.usage = crate::container::status::usage(&rt, &id).ok();
     }
     match (app, rows.first(), format) {
-        (Some(name), None, _) => Err(format!("cannot find app {name:?} in the pod")),
+        (Some(name), None, _) => Err(format!("app {name} not found in pod {uuid}")),
         (Some(_), Some(one), Format::Tabbed) => Ok(cli_out::app_status_text(one, GoTime::local)),
         (Some(_), Some(one), json) => cli_out::go_json(one, json),
         (None, _, Format::Tabbed) => Ok(cli_out::app_list_table(&rows, no_legend)),
