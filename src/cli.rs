@@ -301,10 +301,12 @@ pub fn parse_wait(s: &str) -> Result<Wait, String> {
         total += n * scale;
         rest = &rest[unit_end..];
     }
-    Ok(match (negative, total) {
-        (true, t) if t > 0.0 => Some(None),
-        (_, t) if t == 0.0 => None,
-        (_, t) => Some(Some(Duration::from_secs_f64(t))),
+    Ok(if total == 0.0 {
+        None
+    } else if negative {
+        Some(None)
+    } else {
+        Some(Some(Duration::try_from_secs_f64(total).map_err(|_| bad())?))
     })
 }
 
@@ -325,12 +327,17 @@ pub fn wait_for(data: &DataDir, id: &str, ready: Wait, finished: Wait) -> Result
             std::thread::sleep(Duration::from_millis(100));
         }
     };
+    // ready as rkt reads it (the supervisor-status link), whatever the state;
+    // a pod that finished without it never will be (rkt would wait on)
     poll("readiness", ready, &|p| {
+        if Stage1Root::new(p.stage1_rootfs()).is_ready() {
+            return Ok(true);
+        }
         let state = p.state()?;
         if !matches!(state, PodState::Embryo | PodState::Preparing | PodState::Prepared | PodState::Running) {
             return Err(PodError::WrongState { uuid: p.uuid(), state, op: "become ready" });
         }
-        Ok(state == PodState::Running && Stage1Root::new(p.stage1_rootfs()).is_ready())
+        Ok(false)
     })?;
     poll("to finish", finished, &|p| {
         Ok(matches!(
@@ -438,6 +445,7 @@ mod tests {
         assert!(parse_wait("5").is_err());
         assert!(parse_wait("soon").is_err());
         assert!(parse_wait("3d").is_err());
+        assert!(parse_wait("99999999999999999999999h").is_err(), "out of range");
     }
 
     #[test]
