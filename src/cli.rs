@@ -367,37 +367,28 @@ pub fn rm_pod(data: &DataDir, id: &str, net: &NetDirs) -> Result<(), TeardownErr
 }
 
 /// How long ago `unix_ns` (nanoseconds since the epoch) was, as rkt's
-/// `image list` shows times: "now", "1 minute ago", "3 days ago"; "never" for 0.
+/// `image list` shows times (go-humanize: "now", "1 minute ago", "3 days
+/// ago"); "never" for 0.
 pub fn ago(unix_ns: i64, now: SystemTime) -> String {
     if unix_ns <= 0 {
         return "never".into();
     }
-    let then = UNIX_EPOCH + Duration::from_nanos(unix_ns as u64);
-    let Ok(age) = now.duration_since(then) else { return "now".into() };
-    let secs = age.as_secs();
-    let (n, unit) = match secs {
-        0 => return "now".into(),
-        1..60 => (secs, "second"),
-        60..3600 => (secs / 60, "minute"),
-        3600..86_400 => (secs / 3600, "hour"),
-        86_400..604_800 => (secs / 86_400, "day"),
-        604_800..2_629_800 => (secs / 604_800, "week"),
-        2_629_800..31_557_600 => (secs / 2_629_800, "month"),
-        _ => (secs / 31_557_600, "year"),
-    };
-    format!("{n} {unit}{} ago", if n == 1 { "" } else { "s" })
+    let now = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    cli_out::humanize_ago(unix_ns.div_euclid(1_000_000_000), now)
 }
 
-/// A size in bytes as rkt's `image list` shows it: "512 B", "4.2 MiB".
+/// A size in bytes as rkt 1.30's `image list` shows it (go-humanize's
+/// `IBytes` of that release): "5B", "512B", "4.2MiB", "20MiB" (one decimal
+/// below 10, rounded to the nearest tenth first).
 pub fn ibytes(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = bytes as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if bytes < 10 {
+        return format!("{bytes}B");
     }
-    if unit == 0 { format!("{bytes} B") } else { format!("{v:.1} {}", UNITS[unit]) }
+    let exp = ((bytes as f64).ln() / 1024f64.ln()).floor() as usize;
+    let exp = exp.min(UNITS.len() - 1);
+    let val = ((bytes as f64) / 1024f64.powi(exp as i32) * 10.0 + 0.5).floor() / 10.0;
+    if val < 10.0 { format!("{val:.1}{}", UNITS[exp]) } else { format!("{val:.0}{}", UNITS[exp]) }
 }
 
 /// `rktlet gc`: deletes exited pods older than `grace` (by pod-created time),
@@ -462,6 +453,8 @@ mod tests {
 
     #[test]
     fn times_and_sizes_read_like_rkts() {
+        // go-humanize as vendored by rkt 1.30: Time (months of 30 days) and
+        // IBytes (no space before the unit, "%.1f" below 10, else "%.0f")
         let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         let ns = |secs_ago: u64| ((1_800_000_000 - secs_ago) * 1_000_000_000) as i64;
         assert_eq!(ago(ns(0), now), "now");
@@ -469,10 +462,15 @@ mod tests {
         assert_eq!(ago(ns(125), now), "2 minutes ago");
         assert_eq!(ago(ns(3600), now), "1 hour ago");
         assert_eq!(ago(ns(3 * 86_400 + 5), now), "3 days ago");
+        assert_eq!(ago(ns(45 * 86_400), now), "1 month ago");
         assert_eq!(ago(ns(400 * 86_400), now), "1 year ago");
         assert_eq!(ago(0, now), "never");
-        assert_eq!(ibytes(512), "512 B");
-        assert_eq!(ibytes(4_404_019), "4.2 MiB");
-        assert_eq!(ibytes(3 << 30), "3.0 GiB");
+        assert_eq!(ibytes(5), "5B");
+        assert_eq!(ibytes(512), "512B");
+        assert_eq!(ibytes(1023), "1023B");
+        assert_eq!(ibytes(1024), "1.0KiB");
+        assert_eq!(ibytes(4_404_019), "4.2MiB");
+        assert_eq!(ibytes(21_495_808), "20MiB"); // 20.5 rounds to even, as Go's %.0f
+        assert_eq!(ibytes(3 << 30), "3.0GiB");
     }
 }
