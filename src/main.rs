@@ -664,6 +664,12 @@ fn data_dir(dir: Option<PathBuf>) -> rktlet::pod::DataDir {
     rktlet::pod::DataDir::new(dir.unwrap_or_else(|| PathBuf::from(rktlet::config::DEFAULT_DATA_DIR)))
 }
 
+/// rkt's `list` and `status` exit with 254 when they fail; scripts may check.
+fn rkt_failure(e: &str) -> ExitCode {
+    eprintln!("rktlet: {e}");
+    ExitCode::from(254)
+}
+
 fn json_format(format: &str) -> Result<bool, String> {
     match format {
         "json" => Ok(true),
@@ -1009,26 +1015,36 @@ fn main() -> ExitCode {
         }
         Command::List { format, no_legend, full, data } => {
             let rkt = top.with(Given { data: Some(data), ..Default::default() });
-            Format::parse(&format).and_then(|f| rktlet::cli::list(&data_dir(rkt.dir), f, full, no_legend)).map(|l| {
-                print!("{}", l.out);
-                // as rkt: the table stands, the problems follow on stderr
-                for e in l.errors {
-                    eprintln!("rktlet: {e}");
+            match Format::parse(&format).and_then(|f| rktlet::cli::list(&data_dir(rkt.dir), f, full, no_legend)) {
+                Ok(l) => {
+                    print!("{}", l.out);
+                    // as rkt: the table stands, the problems follow on stderr
+                    for e in l.errors {
+                        eprintln!("rktlet: {e}");
+                    }
+                    Ok(())
                 }
-            })
+                Err(e) => return rkt_failure(&e),
+            }
         }
         Command::Status { uuid, uuid_file, format, wait, wait_ready, data } => {
             let rkt = top.with(Given { data: Some(data), ..Default::default() });
             let data = data_dir(rkt.dir);
-            (|| {
+            let out = (|| {
                 let id = rktlet::cli::status_uuid(uuid, uuid_file.as_deref())?;
                 let format = Format::parse(&format)?;
                 let wait_ready = rktlet::cli::parse_wait(&wait_ready)?;
                 let wait = rktlet::cli::parse_wait(&wait)?;
                 rktlet::cli::wait_for(&data, &id, wait_ready, wait)?;
                 rktlet::cli::status(&data, &id, format)
-            })()
-            .map(|out| print!("{out}"))
+            })();
+            match out {
+                Ok(out) => {
+                    print!("{out}");
+                    Ok(())
+                }
+                Err(e) => return rkt_failure(&e),
+            }
         }
         Command::Stop { uuids, force, data, net } => {
             let rkt = top.with(Given { data: Some(data), net: Some(net), ..Default::default() });

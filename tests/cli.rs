@@ -228,6 +228,9 @@ fn scripts_written_for_rkt_read_list_and_status() {
     assert_eq!((json["state"].as_str(), json["apps"][0]["exit_code"].as_i64()), (Some("exited"), Some(3)), "{json}");
     rktlet(&dir, &["rm", &uuid]);
     assert_eq!(rktlet(&dir, &["list", "--format=json"]), "null", "rkt's empty list");
+    // rkt's status fails with 254 (a script's `[ $? -eq 254 ]`)
+    let gone = Command::new(BIN).arg("--dir").arg(&dir).args(["status", &uuid]).output().expect("status");
+    assert_eq!(gone.status.code(), Some(254), "{}", String::from_utf8_lossy(&gone.stderr));
     assert_no_leaks(&dir, &[uuid]);
 }
 
