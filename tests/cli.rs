@@ -215,6 +215,13 @@ fn scripts_written_for_rkt_read_list_and_status() {
     let cells: Vec<&str> = full.split('\t').filter(|c| !c.is_empty()).collect();
     assert_eq!(cells[..2], [uuid.as_str(), "0-three"], "{full}");
     assert!(cells[3].starts_with("sha512-") && cells[3].len() == 19, "{full}");
+    // IMAGE NAME: the image manifest's name and its version label
+    let manifest: serde_json::Value =
+        serde_json::from_str(&rktlet(&dir, &["image", "cat-manifest", &id])).expect("manifest");
+    let labels = manifest["labels"].as_array().cloned().unwrap_or_default();
+    let version = labels.iter().find(|l| l["name"] == "version").and_then(|l| l["value"].as_str());
+    let name = manifest["name"].as_str().expect("name");
+    assert_eq!(cells[2], version.map_or(name.to_string(), |v| format!("{name}:{v}")), "{full}");
 
     // stopped: exited=true and the app's exit code as app-NAME=CODE
     rktlet(&dir, &["stop", &uuid]);
