@@ -56,8 +56,9 @@ fn image_name(pod_path: &Path, app: &str) -> Result<String, String> {
 /// Reads what rkt's `list` and `status` read of a pod (its pkg/pod rules):
 /// the creation time once prepared (`pod-created`, else the manifest), the
 /// start time once it ran (`pid`, else `ppid`), networks while running or
-/// exited, the manifest where rkt expects one, recorded exit codes.
-pub fn read_pod(pod: &mut Pod) -> Result<PodRead, PodError> {
+/// exited, the manifest where rkt expects one, recorded exit codes; the
+/// apps' image names (their image manifests) only for a table.
+pub fn read_pod(pod: &mut Pod, image_names: bool) -> Result<PodRead, PodError> {
     use PodState::*;
     let state = pod.state()?;
     let path = pod.path();
@@ -85,7 +86,7 @@ pub fn read_pod(pod: &mut Pod) -> Result<PodRead, PodError> {
             .iter()
             .map(|a| ListApp {
                 name: a.name.clone(),
-                image_name: image_name(&path, &a.name),
+                image_name: if image_names { image_name(&path, &a.name) } else { Ok(String::new()) },
                 image_id: a.image.id.clone(),
             })
             .collect()
@@ -203,7 +204,7 @@ pub fn list(data: &DataDir, format: Format, full: bool, no_legend: bool) -> Resu
     pods.retain(|(_, dir)| matches!(dir, PodDir::Run | PodDir::ExitedGarbage | PodDir::Prepare | PodDir::Prepared));
     pods.sort_by_key(|(uuid, _)| uuid.to_string());
     for (uuid, _) in pods {
-        match Pod::open(data, &uuid.to_string()).and_then(|mut p| read_pod(&mut p)) {
+        match Pod::open(data, &uuid.to_string()).and_then(|mut p| read_pod(&mut p, format == Format::Tabbed)) {
             // waiting in the daemon's pod pool: nobody's pod yet
             Ok(r) if r.manifest.as_ref().is_some_and(|m| m.annotation(crate::pool::POOL_ANNOTATION).is_some()) => {}
             Ok(r) => reads.push(r),
@@ -235,7 +236,7 @@ pub fn list(data: &DataDir, format: Format, full: bool, no_legend: bool) -> Resu
 /// `rktlet status UUID`: rkt's `key=value` lines or its JSON.
 pub fn status(data: &DataDir, id: &str, format: Format) -> Result<String, String> {
     let mut pod = Pod::open(data, id).map_err(|e| e.to_string())?;
-    let r = read_pod(&mut pod).map_err(|e| e.to_string())?;
+    let r = read_pod(&mut pod, false).map_err(|e| e.to_string())?;
     match format {
         Format::Tabbed => Ok(cli_out::status_text(&r.view)),
         json => {
