@@ -21,6 +21,8 @@ pub struct PodRead {
     started_ns: Option<i64>,
     gc_marked_ns: Option<i64>,
     manifest: Option<PodManifest>,
+    /// Why the manifest rkt expected could not be read (rkt leaves such a pod out of `list`).
+    manifest_error: Option<String>,
     ready: bool,
 }
 
@@ -79,7 +81,13 @@ pub fn read_pod(pod: &mut Pod, image_names: bool) -> Result<PodRead, PodError> {
         Vec::new()
     };
     let pid = read_int(&path.join("pid")).or_else(|| read_int(&path.join(pod::PPID_FILE)));
-    let manifest = if matches!(state, Preparing | AbortedPrepare | Deleting) { None } else { pod.read_manifest().ok() };
+    let (manifest, manifest_error) = match state {
+        Preparing | AbortedPrepare | Deleting => (None, None),
+        _ => match pod.read_manifest() {
+            Ok(m) => (Some(m), None),
+            Err(e) => (None, Some(e.to_string())),
+        },
+    };
     let status_dir = Stage1Root::new(pod.stage1_rootfs()).status_dir();
     let apps = manifest.as_ref().map(|m| {
         m.apps
@@ -107,7 +115,7 @@ pub fn read_pod(pod: &mut Pod, image_names: bool) -> Result<PodRead, PodError> {
         exit_codes,
     };
     let ready = state == Running && Stage1Root::new(pod.stage1_rootfs()).is_ready();
-    Ok(PodRead { view, created_ns, started_ns, gc_marked_ns, manifest, ready })
+    Ok(PodRead { view, created_ns, started_ns, gc_marked_ns, manifest, manifest_error, ready })
 }
 
 /// An app of a pod as rkt's `list`/`status` JSON shows it: its state and
@@ -207,6 +215,9 @@ pub fn list(data: &DataDir, format: Format, full: bool, no_legend: bool) -> Resu
         match Pod::open(data, &uuid.to_string()).and_then(|mut p| read_pod(&mut p, format == Format::Tabbed)) {
             // waiting in the daemon's pod pool: nobody's pod yet
             Ok(r) if r.manifest.as_ref().is_some_and(|m| m.annotation(crate::pool::POOL_ANNOTATION).is_some()) => {}
+            Ok(PodRead { manifest_error: Some(e), .. }) => {
+                errors.push(format!("unable to read pod {uuid} manifest: {e}"))
+            }
             Ok(r) => reads.push(r),
             Err(PodError::NotFound(_)) => {}
             Err(e) => errors.push(format!("skipping {uuid}: {e}")),
@@ -417,6 +428,102 @@ pub fn gc(data: &DataDir, grace: Duration, net: &NetDirs) -> Result<Vec<String>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pod taken through prepare, run and exit on disk, read as rkt's
+    /// pkg/pod does: times from `pod-created` and `ppid`, apps' states from
+    /// the pod's, recorded exit codes, image names from `appsinfo`.
+    #[test]
+    fn list_and_status_read_a_pod_as_rkt_does() {
+        use crate::pod::manifest::{NameValue, RuntimeImage};
+        let tmp = tempfile::tempdir().unwrap();
+        let data = DataDir::new(tmp.path().join("data"));
+        data.ensure().unwrap();
+        let mut pod = Pod::create(&data).unwrap();
+        let uuid = pod.uuid().to_string();
+        let image = RuntimeImage {
+            name: Some("example.com/web".into()),
+            id: format!("sha512-{}", "ab".repeat(64)),
+            labels: vec![],
+        };
+        let app = RuntimeApp {
+            name: "0-web".into(),
+            image,
+            app: None,
+            read_only_root_fs: false,
+            mounts: vec![],
+            annotations: vec![],
+        };
+        let mut m = PodManifest::mutable();
+        m.apps.push(app);
+        m.user_labels.insert("tier".into(), "web".into());
+        pod.to_preparing().unwrap();
+        pod.write_initial(&m).unwrap();
+        let mut im = ImageManifest::new("example.com/web");
+        im.labels.push(NameValue::new("version", "1.0"));
+        std::fs::create_dir_all(pod.path().join("appsinfo/0-web")).unwrap();
+        std::fs::write(pod.path().join("appsinfo/0-web/manifest"), serde_json::to_vec(&im).unwrap()).unwrap();
+        let json = |d: &DataDir| -> serde_json::Value {
+            serde_json::from_str(&list(d, Format::Json, false, false).unwrap().out).unwrap()
+        };
+        let text = |d: &DataDir| status(d, &uuid, Format::Tabbed).unwrap();
+
+        // preparing: no manifest expected, Go's zero creation time; rkt's JSON refuses the pod
+        let l = list(&data, Format::Tabbed, false, true).unwrap();
+        assert_eq!(l.out, format!("{}\t-\t-\tpreparing\ta long while ago\t\t\n", &uuid[..8]));
+        let l = list(&data, Format::Json, false, false).unwrap();
+        assert_eq!((l.out.as_str(), l.errors.len()), ("null\n", 1));
+        assert_eq!(text(&data), "state=preparing\ncreated=0001-01-01 00:00:00 +0000 UTC\n");
+
+        // prepared: created from pod-created; the app "created"
+        pod.to_prepared().unwrap();
+        let created = GoTime::local(mtime_ns(&pod.path().join(pod::CREATED_FILE)).unwrap());
+        assert_eq!(text(&data), format!("state=prepared\ncreated={}\n", created.rkt_layout()));
+        let p = &json(&data)[0];
+        assert_eq!((p["state"].as_str(), p["apps"][0]["state"].as_str()), (Some("prepared"), Some("created")), "{p}");
+        assert_eq!(p["created_at"], created.secs);
+        assert!(p.get("started_at").is_none() && p["apps"][0].get("started_at").is_none(), "{p}");
+        assert_eq!(p["user_labels"]["tier"], "web");
+
+        // running (this handle holds the lock): started from ppid, its pid, no app lines
+        pod.to_run().unwrap();
+        std::fs::write(pod.path().join(pod::PPID_FILE), "4321\n").unwrap();
+        let started = GoTime::local(mtime_ns(&pod.path().join(pod::PPID_FILE)).unwrap());
+        assert_eq!(
+            text(&data),
+            format!(
+                "state=running\ncreated={}\nstarted={}\nnetworks=\npid=4321\nexited=false\n",
+                created.rkt_layout(),
+                started.rkt_layout()
+            )
+        );
+        assert_eq!(json(&data)[0]["apps"][0]["state"], "running");
+
+        // the app's exit recorded, the pod exited (lock released)
+        let status_dir = Stage1Root::new(pod.stage1_rootfs()).status_dir();
+        std::fs::create_dir_all(&status_dir).unwrap();
+        std::fs::write(status_dir.join("0-web"), "7\n").unwrap();
+        drop(pod);
+        let out = text(&data);
+        assert!(out.starts_with("state=exited\n") && out.ends_with("pid=4321\nexited=true\napp-0-web=7\n"), "{out}");
+        let p = &json(&data)[0];
+        assert_eq!(
+            (p["apps"][0]["state"].as_str(), p["apps"][0]["exit_code"].as_i64()),
+            (Some("exited"), Some(7)),
+            "{p}"
+        );
+        assert_eq!(p["started_at"], started.secs);
+        assert_eq!(
+            p["apps"][0]["started_at"].as_i64(),
+            mtime_ns(&data.pod_parent(PodDir::Run).join(&uuid).join("ppid"))
+        );
+        let full = list(&data, Format::Tabbed, true, true).unwrap().out;
+        let cells: Vec<&str> = full.split('\t').filter(|c| !c.is_empty()).collect();
+        assert_eq!(
+            cells[..5],
+            [uuid.as_str(), "0-web", "example.com/web:1.0", "sha512-abababababab", "exited"],
+            "{full}"
+        );
+    }
 
     #[test]
     fn wait_values_read_as_rkts() {
