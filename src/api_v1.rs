@@ -7,35 +7,44 @@
 //! Times: pods in seconds (`created_at`, as rkt printed them), apps in
 //! nanoseconds (as rkt's app status did).
 
+use crate::net::net_info::NetInfo;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// One pod (rkt's `v1.Pod`).
+/// One pod (rkt's `v1.Pod`): rkt's fields first, in rkt's order and with
+/// its `omitempty` rules, then rktlet's own (`ready`, `pid`, `annotations`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PodInfo {
     /// The pod's UUID.
     pub name: String,
     /// rkt's state name: embryo, preparing, prepared, running, exited, ...
     pub state: String,
-    /// Running and its systemd reported the pod ready.
+    /// rkt's `net-info.json` entries (running and exited pods).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_default")]
+    pub networks: Vec<NetInfo>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_default")]
+    pub app_names: Vec<String>,
+    /// Each app as rkt infers it from the pod (its state follows the pod's;
+    /// `exited` with its code once one is recorded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_default")]
+    pub apps: Vec<AppInfo>,
+    /// Seconds since the epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<u64>,
+    /// Seconds since the epoch; absent until the pod ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "null_as_default")]
+    pub user_annotations: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "null_as_default")]
+    pub user_labels: BTreeMap<String, String>,
+    /// rktlet's: running and its systemd reported the pod ready.
     #[serde(default)]
     pub ready: bool,
-    /// rkt's `net-info.json` entries (each has at least `netName` and `ip`).
-    #[serde(default)]
-    pub networks: Vec<serde_json::Value>,
-    #[serde(default)]
-    pub app_names: Vec<String>,
-    /// Seconds since the epoch.
-    #[serde(default)]
-    pub created_at: Option<u64>,
-    /// The sandbox (nspawn) process.
+    /// rktlet's: the sandbox (nspawn) process.
     #[serde(default)]
     pub pid: Option<i32>,
-    #[serde(default)]
-    pub user_annotations: BTreeMap<String, String>,
-    #[serde(default)]
-    pub user_labels: BTreeMap<String, String>,
-    /// The pod manifest's annotations (rktlet keeps network/IPC modes and the hostname there).
+    /// rktlet's: the pod manifest's annotations (network/IPC modes and the hostname).
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
 }
@@ -43,13 +52,13 @@ pub struct PodInfo {
 impl PodInfo {
     /// The pod's IPs, first network first.
     pub fn ips(&self) -> Vec<String> {
-        self.networks
-            .iter()
-            .filter_map(|n| n.get("ip").and_then(|ip| ip.as_str()))
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect()
+        self.networks.iter().filter_map(|n| n.ip).map(|ip| ip.to_string()).collect()
     }
+}
+
+/// `null` (Go's nil slice or map) read as empty.
+fn null_as_default<'de, D: serde::Deserializer<'de>, T: Default + Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 /// A volume mounted into an app.
@@ -70,8 +79,11 @@ pub struct MountInfo {
     pub recursive_read_only: bool,
 }
 
-/// One app of a pod (rkt's `v1.App`).
+/// One app of a pod (rkt's `v1.App`). Printed (see [`AppJson`]) with
+/// rkt's fields first, in rkt's order and with its `omitempty` rules (no
+/// zero times; `exit_code` only once exited), then rktlet's own.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(into = "AppJson")]
 pub struct AppInfo {
     pub name: String,
     /// created, running, exited or unknown.
@@ -89,27 +101,90 @@ pub struct AppInfo {
     #[serde(default)]
     pub reason: String,
     /// What went wrong, for a StartError.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default)]
     pub message: String,
     pub image_id: String,
     #[serde(default)]
     pub image_name: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub mounts: Vec<MountInfo>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub user_annotations: BTreeMap<String, String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub user_labels: BTreeMap<String, String>,
     /// The numeric user, group and supplementary groups it runs as.
     #[serde(default)]
     pub user: String,
     #[serde(default)]
     pub group: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub supplementary_gids: Vec<u32>,
     /// What a running app uses now (`app status --app=NAME` only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub usage: Option<AppUsage>,
+}
+
+/// [`AppInfo`] as printed: rkt's `v1.App` fields in its order (pointers
+/// left out when nil, empty lists and maps left out), then rktlet's own,
+/// left out when empty. Reading it back gives the same [`AppInfo`].
+#[derive(Serialize)]
+pub struct AppJson {
+    name: String,
+    state: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    created_at: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    started_at: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    finished_at: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exit_code: Option<i32>,
+    image_id: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    mounts: Vec<MountInfo>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    user_annotations: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    user_labels: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    reason: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    image_name: Option<String>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    user: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    group: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    supplementary_gids: Vec<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<AppUsage>,
+}
+
+impl From<AppInfo> for AppJson {
+    fn from(a: AppInfo) -> Self {
+        let set = |t: i64| (t != 0).then_some(t);
+        AppJson {
+            exit_code: (a.state == "exited").then_some(a.exit_code),
+            name: a.name,
+            state: a.state,
+            created_at: set(a.created_at),
+            started_at: set(a.started_at),
+            finished_at: set(a.finished_at),
+            image_id: a.image_id,
+            mounts: a.mounts,
+            user_annotations: a.user_annotations,
+            user_labels: a.user_labels,
+            reason: a.reason,
+            message: a.message,
+            image_name: a.image_name,
+            user: a.user,
+            group: a.group,
+            supplementary_gids: a.supplementary_gids,
+            usage: a.usage,
+        }
+    }
 }
 
 /// An app's resource use, read from its cgroups and writable layer.

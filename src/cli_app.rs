@@ -6,6 +6,7 @@
 //! is what the exec design of the benchmark runs per call.
 
 use crate::api_v1::AppInfo;
+use crate::cli_out::{self, Format, GoTime};
 use crate::config::Config;
 use crate::container::stats;
 use crate::pod::manifest::USER_ANNOTATION_POD_NAME;
@@ -388,8 +389,17 @@ fn exit_code_of(status: &str) -> Result<i32, String> {
     }
 }
 
-/// `app list UUID` / `app status UUID --app=NAME`, as JSON or a table.
-pub fn show(data_dir: PathBuf, uuid: &str, app: Option<&str>, json: bool) -> Result<String, String> {
+/// `app list UUID` / `app status UUID --app=NAME`: rkt's NAME/STATE table
+/// (`no_legend`: without its header) and `key=value` lines, or JSON (rkt's
+/// `v1.App`, rktlet's fields after rkt's; `app list` as an array, which rkt
+/// did not print).
+pub fn show(
+    data_dir: PathBuf,
+    uuid: &str,
+    app: Option<&str>,
+    format: Format,
+    no_legend: bool,
+) -> Result<String, String> {
     let (_tokio, rt) = runtime(data_dir)?;
     let mut pod = Pod::open(&rt.data, uuid).map_err(|e| e.to_string())?;
     // no daemon may be listening to the pod: read its apps' exits from its systemd first
@@ -408,30 +418,12 @@ pub fn show(data_dir: PathBuf, uuid: &str, app: Option<&str>, json: bool) -> Res
         let id = crate::container::meta::container_id(&pod.uuid().to_string(), name);
         one.usage = crate::container::status::usage(&rt, &id).ok();
     }
-    let encoded = |r: serde_json::Result<String>| r.map_err(|e| e.to_string());
-    match (app, rows.first()) {
-        (Some(name), None) => Err(format!("app {name} not found in pod {uuid}")),
-        (Some(_), Some(one)) if json => encoded(serde_json::to_string(one)),
-        _ if json => encoded(serde_json::to_string(&rows)),
-        _ => {
-            let mut out = String::from("NAME\tSTATE\tEXIT\tIMAGE\n");
-            for r in &rows {
-                out.push_str(&format!("{}\t{}\t{}\t{}\n", r.name, r.state, r.exit_code, r.image_id));
-            }
-            if let Some(u) = rows.first().and_then(|r| r.usage.as_ref()) {
-                let opt = |x: Option<u64>| x.map_or("-".to_string(), |n| n.to_string());
-                out.push_str(&format!(
-                    "cpu: {} ns\nmemory: {} bytes (working set {}, rss {})\nwritable layer: {} bytes, {} inodes\n",
-                    opt(u.cpu_total_ns),
-                    opt(u.memory_usage_bytes),
-                    opt(u.memory_working_set_bytes),
-                    opt(u.memory_rss_bytes),
-                    opt(u.writable_layer_bytes),
-                    opt(u.writable_layer_inodes)
-                ));
-            }
-            Ok(out)
-        }
+    match (app, rows.first(), format) {
+        (Some(name), None, _) => Err(format!("app {name} not found in pod {uuid}")),
+        (Some(_), Some(one), Format::Tabbed) => Ok(cli_out::app_status_text(one, GoTime::local)),
+        (Some(_), Some(one), json) => cli_out::go_json(one, json),
+        (None, _, Format::Tabbed) => Ok(cli_out::app_list_table(&rows, no_legend)),
+        (None, _, json) => cli_out::go_json(&rows, json),
     }
 }
 

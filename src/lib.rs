@@ -12,6 +12,7 @@ pub mod bench;
 pub mod cgroup;
 pub mod cli;
 pub mod cli_app;
+pub mod cli_out;
 pub mod client;
 pub mod config;
 pub mod container;

@@ -2,6 +2,7 @@
 //! subcommands (added as they are built) work on the same data directory.
 
 use clap::{Args, Parser, Subcommand};
+use rktlet::cli_out::Format;
 use rktlet::config::{Config, FileConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -52,18 +53,36 @@ enum Command {
         #[command(flatten)]
         debug: DebugFlag,
     },
-    /// List pods.
+    /// List pods (rkt's table or JSON).
     List {
-        #[arg(long, default_value = "table")]
+        /// json, json-pretty, or rkt's table (empty or `table`).
+        #[arg(long, default_value = "")]
         format: String,
+        /// Suppress the table's header.
+        #[arg(long)]
+        no_legend: bool,
+        /// Whole UUIDs, image ids and absolute times.
+        #[arg(long)]
+        full: bool,
         #[command(flatten)]
         data: DataFlags,
     },
-    /// Show one pod.
+    /// Show one pod (rkt's key=value lines or JSON).
     Status {
-        uuid: String,
-        #[arg(long, default_value = "table")]
+        /// The pod's UUID or a unique prefix (or --uuid-file).
+        uuid: Option<String>,
+        /// Read the pod's UUID from this file.
+        #[arg(long)]
+        uuid_file: Option<PathBuf>,
+        /// json, json-pretty, or rkt's key=value lines (empty or `table`).
+        #[arg(long, default_value = "")]
         format: String,
+        /// Wait for the pod to finish first: true, false or a duration (`30s`, `1m30s`).
+        #[arg(long, default_value = "false", default_missing_value = "true", num_args = 0..=1, require_equals = true)]
+        wait: String,
+        /// Wait for the pod to be ready first: true, false or a duration.
+        #[arg(long, default_value = "false", default_missing_value = "true", num_args = 0..=1, require_equals = true)]
+        wait_ready: String,
         #[command(flatten)]
         data: DataFlags,
     },
@@ -491,11 +510,15 @@ enum AppCommand {
         #[arg(long)]
         app: String,
     },
-    /// List a pod's apps.
+    /// List a pod's apps (rkt's NAME/STATE table, or JSON).
     List {
         uuid: String,
-        #[arg(long, default_value = "table")]
+        /// json, json-pretty, or rkt's table (empty or `table`).
+        #[arg(long, default_value = "")]
         format: String,
+        /// Suppress the table's header.
+        #[arg(long)]
+        no_legend: bool,
     },
     /// Run a command in a running app; exits with its exit code (125: rktlet failed).
     Exec {
@@ -509,12 +532,13 @@ enum AppCommand {
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
     },
-    /// Show one app.
+    /// Show one app (rkt's key=value lines or JSON).
     Status {
         uuid: String,
         #[arg(long)]
         app: String,
-        #[arg(long, default_value = "table")]
+        /// json, json-pretty, or rkt's key=value lines (empty or `table`).
+        #[arg(long, default_value = "")]
         format: String,
     },
 }
@@ -675,6 +699,12 @@ fn info(socket: PathBuf) -> Result<(), String> {
 
 fn data_dir(dir: Option<PathBuf>) -> rktlet::pod::DataDir {
     rktlet::pod::DataDir::new(dir.unwrap_or_else(|| PathBuf::from(rktlet::config::DEFAULT_DATA_DIR)))
+}
+
+/// rkt's `list` and `status` exit with 254 when they fail; scripts may check.
+fn rkt_failure(e: &str) -> ExitCode {
+    eprintln!("rktlet: {e}");
+    ExitCode::from(254)
 }
 
 fn json_format(format: &str) -> Result<bool, String> {
@@ -1017,12 +1047,12 @@ fn main() -> ExitCode {
                     rktlet::cli_app::lifecycle(root(), "stop", &uuid, &app, timeout)
                 }
                 AppCommand::Rm { uuid, app } => rktlet::cli_app::lifecycle(root(), "rm", &uuid, &app, 0),
-                AppCommand::List { uuid, format } => {
-                    json_format(&format).and_then(|json| rktlet::cli_app::show(root(), &uuid, None, json)).map(lines)
-                }
-                AppCommand::Status { uuid, app, format } => json_format(&format)
-                    .and_then(|json| rktlet::cli_app::show(root(), &uuid, Some(&app), json))
-                    .map(lines),
+                AppCommand::List { uuid, format, no_legend } => Format::parse(&format)
+                    .and_then(|f| rktlet::cli_app::show(root(), &uuid, None, f, no_legend))
+                    .map(|out| print!("{out}")),
+                AppCommand::Status { uuid, app, format } => Format::parse(&format)
+                    .and_then(|f| rktlet::cli_app::show(root(), &uuid, Some(&app), f, false))
+                    .map(|out| print!("{out}")),
                 AppCommand::Exec { uuid, app, timeout, cmd } => return app_exec(dir, &uuid, &app, timeout, cmd),
                 AppCommand::Sandbox(args) => args
                     .into_options(data_dir(dir.clone()))
@@ -1031,17 +1061,38 @@ fn main() -> ExitCode {
                     .map_err(|e| e.to_string()),
             }
         }
-        Command::List { format, data } => {
+        Command::List { format, no_legend, full, data } => {
             let rkt = top.with(Given { data: Some(data), ..Default::default() });
-            json_format(&format)
-                .and_then(|json| rktlet::cli::list(&data_dir(rkt.dir), json).map_err(|e| e.to_string()))
-                .map(|out| print!("{out}"))
+            match Format::parse(&format).and_then(|f| rktlet::cli::list(&data_dir(rkt.dir), f, full, no_legend)) {
+                Ok(l) => {
+                    print!("{}", l.out);
+                    // as rkt: the table stands, the problems follow on stderr
+                    for e in l.errors {
+                        eprintln!("rktlet: {e}");
+                    }
+                    Ok(())
+                }
+                Err(e) => return rkt_failure(&e),
+            }
         }
-        Command::Status { uuid, format, data } => {
+        Command::Status { uuid, uuid_file, format, wait, wait_ready, data } => {
             let rkt = top.with(Given { data: Some(data), ..Default::default() });
-            json_format(&format)
-                .and_then(|json| rktlet::cli::status(&data_dir(rkt.dir), &uuid, json).map_err(|e| e.to_string()))
-                .map(|out| println!("{}", out.trim_end()))
+            let data = data_dir(rkt.dir);
+            let out = (|| {
+                let id = rktlet::cli::status_uuid(uuid, uuid_file.as_deref())?;
+                let format = Format::parse(&format)?;
+                let wait_ready = rktlet::cli::parse_wait(&wait_ready)?;
+                let wait = rktlet::cli::parse_wait(&wait)?;
+                rktlet::cli::wait_for(&data, &id, wait_ready, wait)?;
+                rktlet::cli::status(&data, &id, format)
+            })();
+            match out {
+                Ok(out) => {
+                    print!("{out}");
+                    Ok(())
+                }
+                Err(e) => return rkt_failure(&e),
+            }
         }
         Command::Stop { uuids, force, data, net } => {
             let rkt = top.with(Given { data: Some(data), net: Some(net), ..Default::default() });

@@ -100,7 +100,7 @@ fn cli_runs_a_pod_and_an_app_without_the_daemon() {
     assert!(u["cpu_total_ns"].as_u64().is_some_and(|n| n > 0), "{u}");
     assert!(u["memory_usage_bytes"].as_u64().is_some_and(|n| n > 0), "{u}");
     let table = rktlet(&dir, &["app", "status", &uuid, "--app=0-user"]);
-    assert!(table.contains("writable layer: ") && table.contains("cpu: "), "{table}");
+    assert!(table.contains("\nwritable_layer_bytes=") && table.contains("\ncpu_total_ns="), "{table}");
     rktlet(&dir, &["app", "stop", &uuid, "--app=0-user"]);
     assert!(json(&dir, &["app", "status", &uuid, "--app=0-user", "--format=json"]).get("usage").is_none());
     rktlet(&dir, &["app", "rm", &uuid, "--app=0-user"]);
@@ -109,6 +109,135 @@ fn cli_runs_a_pod_and_an_app_without_the_daemon() {
     assert_eq!(json(&dir, &["status", &uuid, "--format=json"])["state"], "exited");
     let _ = sandbox.wait();
     rktlet(&dir, &["rm", &uuid]);
+    assert_no_leaks(&dir, &[uuid]);
+}
+
+/// Runs the CLI in zone `tz`; its stdout, untrimmed.
+fn rktlet_tz(dir: &Path, tz: &str, args: &[&str]) -> String {
+    let out = Command::new(BIN).env("TZ", tz).arg("--dir").arg(dir).args(args).output().expect("run rktlet");
+    assert!(out.status.success(), "rktlet {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// `key=value` lines as a script reads rkt's `status`/`app status`: split
+/// at the first `=`, lines without one skipped.
+fn key_values(text: &str) -> std::collections::BTreeMap<String, String> {
+    text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// A file's mtime as rkt prints it in UTC (layout `2006-01-02 15:04:05.999
+/// -0700 MST`), worked out with date(1), and its seconds since the epoch.
+fn rkt_time_utc(path: &Path) -> (String, i64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).expect("stat");
+    let out = Command::new("date").env("TZ", "UTC").arg("-d").arg(format!("@{}", m.mtime())).arg("+%F %T").output();
+    let wall = String::from_utf8_lossy(&out.expect("date").stdout).trim().to_string();
+    let millis = format!("{:03}", m.mtime_nsec() / 1_000_000);
+    let millis = millis.trim_end_matches('0');
+    let frac = if millis.is_empty() { String::new() } else { format!(".{millis}") };
+    (format!("{wall}{frac} +0000 UTC"), m.mtime())
+}
+
+/// What a script written for rkt 1.30 reads from `status` (key=value lines),
+/// `list` (the table and `--format=json`), `app list` and `app status`,
+/// against a real pod with an app that exits 3.
+#[test]
+fn scripts_written_for_rkt_read_list_and_status() {
+    let reg = common::registry::registry();
+    let t = tempfile::tempdir().expect("tempdir");
+    let dir = t.path().join("data");
+    let image = format!("docker://{}/busybox:latest", reg.main);
+    let id = rktlet(&dir, &["fetch", &image]);
+    let uuid_file = t.path().join("uuid");
+    let mut sandbox = Command::new(BIN)
+        .arg("--dir")
+        .arg(&dir)
+        .args(["app", "sandbox", "--net=host", "--hostname=scripted"])
+        .arg(format!("--uuid-file-save={}", uuid_file.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("app sandbox");
+    wait("uuid file", || uuid_file.exists());
+    let uuid = std::fs::read_to_string(&uuid_file).expect("uuid");
+    let pod_dir = dir.join("pods/run").join(&uuid);
+
+    // `rkt status --wait-ready=30s --uuid-file=F`, read as key=value
+    let uuid_arg = format!("--uuid-file={}", uuid_file.display());
+    let kv = key_values(&rktlet_tz(&dir, "UTC", &["status", "--wait-ready=30s", &uuid_arg]));
+    assert_eq!(kv["state"], "running", "{kv:?}");
+    let (created, created_secs) = rkt_time_utc(&pod_dir.join("pod-created"));
+    assert_eq!(kv["created"], created);
+    let (started, _) = rkt_time_utc(&pod_dir.join("ppid"));
+    assert_eq!(kv["started"], started);
+    let ppid = std::fs::read_to_string(pod_dir.join("ppid")).expect("ppid");
+    assert_eq!(kv["pid"], ppid.trim());
+    assert_eq!(kv["exited"], "false");
+    assert_eq!(kv["networks"], "", "a host-network pod has none");
+    assert_eq!(kv.len(), 6, "{kv:?}");
+    // the local zone is the process's, as Go reads TZ
+    if Path::new("/usr/share/zoneinfo/Asia/Kolkata").exists() {
+        let ist = key_values(&rktlet_tz(&dir, "Asia/Kolkata", &["status", &uuid]));
+        assert!(ist["created"].ends_with(" +0530 IST"), "{ist:?}");
+        assert_ne!(ist["created"][..19], created[..19]);
+    } else {
+        println!("SKIPPED: no zoneinfo for Asia/Kolkata; only UTC times checked");
+    }
+
+    // an app that exits 3
+    rktlet(&dir, &["app", "add", &uuid, &id, "--name=three", "--exec=/bin/sh", "--", "-c", "exit 3"]);
+    rktlet(&dir, &["app", "start", &uuid, "--app=0-three"]);
+    wait("app exit", || key_values(&rktlet(&dir, &["app", "status", &uuid, "--app=0-three"]))["state"] == "exited");
+    let app = key_values(&rktlet_tz(&dir, "UTC", &["app", "status", &uuid, "--app=0-three"]));
+    assert_eq!((app["name"].as_str(), app["exit_code"].as_str()), ("0-three", "3"), "{app:?}");
+    assert!(app["image_id"].starts_with("sha512-") && app["finished_at"].ends_with(" +0000 UTC"), "{app:?}");
+    // `rkt app list --no-legend | awk '{print $1, $2}'`
+    let apps = rktlet_tz(&dir, "UTC", &["app", "list", &uuid, "--no-legend"]);
+    let rows: Vec<Vec<&str>> = apps.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows, [["0-three", "exited"]], "{apps:?}");
+    assert!(rktlet(&dir, &["app", "list", &uuid]).starts_with("NAME\tSTATE\n"));
+
+    // `rkt list --format=json | jq '.[] | select(.name == UUID)'`
+    let pods: serde_json::Value = serde_json::from_str(&rktlet(&dir, &["list", "--format=json"])).expect("JSON");
+    let pod = pods.as_array().expect("an array").iter().find(|p| p["name"] == uuid.as_str()).expect("listed");
+    assert_eq!(pod["state"], "running");
+    assert_eq!(pod["created_at"], created_secs, "seconds, as rkt");
+    assert!(pod["started_at"].as_i64().is_some_and(|s| s >= created_secs), "{pod}");
+    assert_eq!(pod["app_names"], serde_json::json!(["0-three"]));
+    assert_eq!(pod["apps"][0]["exit_code"], 3, "{pod}");
+    assert_eq!(pod["apps"][0]["state"], "exited");
+    assert!(pod.get("networks").is_none(), "omitted when empty, as rkt: {pod}");
+    // `rkt list --no-legend | awk '{print $1}'`; --full prints the whole UUID
+    let short = rktlet(&dir, &["list", "--no-legend"]);
+    assert_eq!(short.split_whitespace().next(), Some(&uuid[..8]), "{short}");
+    let full = rktlet(&dir, &["list", "--full", "--no-legend"]);
+    let cells: Vec<&str> = full.split('\t').filter(|c| !c.is_empty()).collect();
+    assert_eq!(cells[..2], [uuid.as_str(), "0-three"], "{full}");
+    assert!(cells[3].starts_with("sha512-") && cells[3].len() == 19, "{full}");
+    // IMAGE NAME: the image manifest's name and its version label
+    let manifest: serde_json::Value =
+        serde_json::from_str(&rktlet(&dir, &["image", "cat-manifest", &id])).expect("manifest");
+    let labels = manifest["labels"].as_array().cloned().unwrap_or_default();
+    let version = labels.iter().find(|l| l["name"] == "version").and_then(|l| l["value"].as_str());
+    let name = manifest["name"].as_str().expect("name");
+    assert_eq!(cells[2], version.map_or(name.to_string(), |v| format!("{name}:{v}")), "{full}");
+
+    // stopped: exited=true and the app's exit code as app-NAME=CODE
+    rktlet(&dir, &["stop", &uuid]);
+    let _ = sandbox.wait();
+    let kv = key_values(&rktlet_tz(&dir, "UTC", &["status", &uuid, "--wait=10s"]));
+    assert_eq!((kv["state"].as_str(), kv["exited"].as_str()), ("exited", "true"), "{kv:?}");
+    assert_eq!(kv["app-0-three"], "3");
+    assert_eq!(kv["created"], created);
+    let json: serde_json::Value =
+        serde_json::from_str(&rktlet(&dir, &["status", &uuid, "--format=json"])).expect("JSON");
+    assert_eq!((json["state"].as_str(), json["apps"][0]["exit_code"].as_i64()), (Some("exited"), Some(3)), "{json}");
+    rktlet(&dir, &["rm", &uuid]);
+    assert_eq!(rktlet(&dir, &["list", "--format=json"]), "null", "rkt's empty list");
+    // rkt's status fails with 254 (a script's `[ $? -eq 254 ]`)
+    let gone = Command::new(BIN).arg("--dir").arg(&dir).args(["status", &uuid]).output().expect("status");
+    assert_eq!(gone.status.code(), Some(254), "{}", String::from_utf8_lossy(&gone.stderr));
     assert_no_leaks(&dir, &[uuid]);
 }
 

@@ -134,7 +134,9 @@ async fn a_pool_pod_gets_what_was_asked_and_runs_containers() {
     // a waiting pool pod is nobody's pod: not listed to kubelet nor by the CLI
     let listed = rt.list_pod_sandbox(cri::ListPodSandboxRequest::default()).await.expect("list").into_inner();
     assert!(listed.items.is_empty(), "pool pods must not be listed: {:?}", listed.items);
-    let cli = std::process::Command::new(BIN).arg("--dir").arg(&data).arg("list").output().expect("rktlet list");
+    // --full: whole UUIDs (the short table shows 8 characters, as rkt's)
+    let cli =
+        std::process::Command::new(BIN).arg("--dir").arg(&data).args(["list", "--full"]).output().expect("rktlet list");
     assert!(!String::from_utf8_lossy(&cli.stdout).contains(&pooled_uuid), "rktlet list shows a pool pod");
     let idle_pid1 = pod_pid1(&data, &pooled_uuid);
     assert_eq!(nice_of(idle_pid1), "10", "a waiting pool pod runs at low priority");

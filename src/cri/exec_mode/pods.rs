@@ -60,7 +60,9 @@ async fn status(x: &ExecMode, id: &str) -> Result<PodInfo, Status> {
 
 /// `rktlet list --format=json`.
 pub(super) async fn list(x: &ExecMode) -> Result<Vec<PodInfo>, Status> {
-    Ok(x.json::<Vec<PodInfo>, _>(&["list", "--format=json"]).await?.into_iter().filter(listed).collect())
+    // rkt's `null` for no pod
+    let pods = x.json::<Option<Vec<PodInfo>>, _>(&["list", "--format=json"]).await?;
+    Ok(pods.unwrap_or_default().into_iter().filter(listed).collect())
 }
 
 pub async fn run_pod_sandbox(
