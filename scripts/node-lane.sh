@@ -42,7 +42,7 @@ t0=$(date +%s)
 container_lane() {
   local node_sh=${NODE_CONTAINER_TOOLS:-$repo/../shared/tools/node-container}/node.sh
   [ -f "$node_sh" ] || { echo "node-container tools not found at $node_sh (set NODE_CONTAINER_TOOLS)" >&2; exit 1; }
-  local tests=${NODE_TESTS:-pod_sandbox containers pool stats walkthrough exec}
+  local tests=${NODE_TESTS:-pod_sandbox containers pool stats walkthrough exec userns}
   ./scripts/install-deps.sh >/dev/null
   cargo build --locked --bin rktlet
   local args=() t
