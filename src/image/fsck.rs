@@ -109,7 +109,8 @@ fn check_tree(store: &Store, id: &str, deep: bool, r: &mut Report) {
     };
     let keys = image.dependency_keys();
     let hash = fs::read_to_string(dir.join("hash")).unwrap_or_default();
-    if hash.trim() != cas_key_of(keys.join(",").as_bytes()) || image.tree_id() != id {
+    let ids = [store.tree_id(&image).unwrap_or_default(), image.legacy_tree_id()];
+    if hash.trim() != cas_key_of(keys.join(",").as_bytes()) || !ids.iter().any(|t| t == id) {
         r.problems.push(format!("tree {id}: its hash does not match the layers of image {image_key}"));
         return;
     }

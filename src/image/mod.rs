@@ -183,8 +183,10 @@ impl Image {
         self.manifest.dependencies.iter().filter_map(|d| d.image_id.clone()).collect()
     }
 
-    pub fn tree_id(&self) -> String {
-        convert::tree_id(&self.id, &self.dependency_keys())
+    /// The tree id releases before rkt's dependency order used
+    /// ([`convert::legacy_tree_id`]).
+    pub fn legacy_tree_id(&self) -> String {
+        convert::legacy_tree_id(&self.id, &self.dependency_keys())
     }
 }
 
@@ -346,6 +348,19 @@ impl Store {
         Ok((*parsed).clone())
     }
 
+    /// rkt's flattened dependency list of an image
+    /// ([`convert::dependency_list`]), its manifests read from the store.
+    pub fn dependency_list(&self, image: &Image) -> Result<Vec<String>, ImageError> {
+        convert::dependency_list(&image.id, &image.manifest, |k| self.read_manifest(k).ok())
+            .map_err(|e| ImageError::Unsupported(format!("{}: {e}", image.manifest.name)))
+    }
+
+    /// rkt's tree store id of an image (`deps-` + the key of its flattened
+    /// dependency list).
+    pub fn tree_id(&self, image: &Image) -> Result<String, ImageError> {
+        Ok(convert::tree_id(&self.dependency_list(image)?))
+    }
+
     /// Every image (not layers), oldest import first.
     pub fn list(&self) -> Result<Vec<Image>, ImageError> {
         let index = self.index()?;
@@ -361,7 +376,7 @@ impl Store {
     /// (at most once a minute: [`LAST_USED_STEP_NANOS`]).
     pub fn tree(&self, reference_or_id: &str) -> Result<Tree, ImageError> {
         let image = self.resolve(reference_or_id)?;
-        let id = image.tree_id();
+        let id = self.tree_id(&image)?;
         let path = self.cas.tree(&id);
         if !self.cas.tree_rendered(&id) {
             pull::render_stored(self, &image)?;
@@ -453,9 +468,13 @@ impl Store {
         }
         let _ = fs::remove_file(self.cas.blob(&image.id));
         let _ = fs::remove_file(self.cas.image_manifest(&image.id));
-        let tree = image.tree_id();
-        if !used.trees.contains(&tree) {
-            self.remove_tree(&tree)?;
+        // its tree, and one rendered under an older release's id
+        let mut trees = vec![image.legacy_tree_id()];
+        trees.extend(self.tree_id(&image).ok());
+        for tree in trees {
+            if !used.trees.contains(&tree) {
+                self.remove_tree(&tree)?;
+            }
         }
         self.remove_orphan_layers()?;
         Ok(Some(image.id))

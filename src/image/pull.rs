@@ -355,7 +355,7 @@ fn already_stored(
     let m = fetched.image_manifest(reference, &keys);
     let (image_key, _) = convert::empty_aci(&m).map_err(io_ctx("building the image ACI"))?;
     let layer_keys: Vec<String> = keys.iter().map(|(k, _)| k.clone()).collect();
-    let tree_id = convert::tree_id(&image_key, &layer_keys);
+    let tree_id = convert::layered_tree_id(&image_key, &layer_keys);
     if index.aci(&image_key).is_some() && cas.tree_rendered(&tree_id) {
         let now = now_nanos();
         cas.update_index(|i| {
@@ -694,7 +694,7 @@ impl Commit<'_> {
         fsutil::write_atomic(&mpath, &json, 0o644).map_err(io_ctx(format!("writing {}", mpath.display())))?;
         // 3. the tree
         let layer_keys: Vec<String> = done.iter().map(|d| d.key.clone()).collect();
-        let tree_id = convert::tree_id(&image_key, &layer_keys);
+        let tree_id = convert::layered_tree_id(&image_key, &layer_keys);
         let tree_size = commit_tree(cas, &work.path, &tree_id, &image_key, &image, &layer_keys)?;
         tracing::debug!(ms = started.elapsed().as_millis() as u64, "blobs and tree committed");
         // 4. the index: from here on the image is visible
@@ -782,32 +782,46 @@ pub(super) fn render_scratch<T>(
 pub(super) fn render_aci(cas: &Cas, key: &str, manifest: &ImageManifest) -> Result<i64, ImageError> {
     let work = unpack_aci_chain(cas, key, manifest)?;
     let deps: Vec<String> = manifest.dependencies.iter().filter_map(|d| d.image_id.clone()).collect();
-    commit_tree(cas, &work.path, &convert::tree_id(key, &deps), key, manifest, &deps)
+    let list = dependency_list(cas, key, manifest)?;
+    commit_tree(cas, &work.path, &convert::tree_id(&list), key, manifest, &deps)
 }
 
-/// The ACIs an image's tree is made of, breadth-first from the image (rkt's
-/// acirenderer order: earlier ones override later ones).
-fn aci_chain(cas: &Cas, key: &str, manifest: &ImageManifest) -> Result<Vec<String>, ImageError> {
-    let mut chain = vec![key.to_string()];
-    let mut queue: std::collections::VecDeque<ImageManifest> = [manifest.clone()].into();
-    while let Some(m) = queue.pop_front() {
-        for dep in &m.dependencies {
-            let id = dep.image_id.clone().ok_or_else(|| {
-                ImageError::Unsupported(format!("{}: dependency {} was never resolved", m.name, dep.image_name))
-            })?;
-            if chain.contains(&id) {
-                continue;
+/// rkt's flattened dependency list of a stored ACI, its dependencies'
+/// manifests read from the CAS (each must be there).
+fn dependency_list(cas: &Cas, key: &str, manifest: &ImageManifest) -> Result<Vec<String>, ImageError> {
+    let mut unreadable = None;
+    let list = convert::dependency_list(key, manifest, |id| {
+        let path = cas.image_manifest(id);
+        let read = fs::read(&path).map_err(io_ctx(format!("reading dependency {id}"))).and_then(|b| {
+            serde_json::from_slice(&b).map_err(|e| io_ctx(format!("parsing {}", path.display()))(io::Error::other(e)))
+        });
+        match read {
+            Ok(m) => Some(m),
+            Err(e) => {
+                unreadable.get_or_insert(e);
+                None
             }
-            if chain.len() > 64 {
-                return Err(ImageError::Unsupported(format!("{}: more than 64 dependencies", manifest.name)));
-            }
-            let path = cas.image_manifest(&id);
-            let bytes = fs::read(&path).map_err(io_ctx(format!("reading dependency {id}")))?;
-            let dm: ImageManifest = serde_json::from_slice(&bytes)
-                .map_err(|e| io_ctx(format!("parsing {}", path.display()))(io::Error::other(e)))?;
-            chain.push(id);
-            queue.push_back(dm);
         }
+    })
+    .map_err(|e| ImageError::Unsupported(format!("{}: {e}", manifest.name)))?;
+    match unreadable {
+        Some(e) => Err(e),
+        None => Ok(list),
+    }
+}
+
+/// The ACIs an image's tree is made of: rkt's flattened dependency list,
+/// each ACI at its first place (rkt's acirenderer order: earlier ones
+/// override later ones).
+fn aci_chain(cas: &Cas, key: &str, manifest: &ImageManifest) -> Result<Vec<String>, ImageError> {
+    let mut chain: Vec<String> = Vec::new();
+    for k in dependency_list(cas, key, manifest)? {
+        if !chain.contains(&k) {
+            chain.push(k);
+        }
+    }
+    if chain.len() > 65 {
+        return Err(ImageError::Unsupported(format!("{}: more than 64 dependencies", manifest.name)));
     }
     Ok(chain)
 }
@@ -862,7 +876,7 @@ pub fn render_stored(store: &Store, image: &Image) -> Result<(), ImageError> {
         render_aci(cas, &image.id, &image.manifest)?
     } else {
         let (work, _) = render_layers(cas, &keys)?;
-        commit_tree(cas, &work.path, &image.tree_id(), &image.id, &image.manifest, &keys)?
+        commit_tree(cas, &work.path, &store.tree_id(image)?, &image.id, &image.manifest, &keys)?
     };
     cas.update_index(|i| {
         if let Some(a) = i.aciinfo.iter_mut().find(|a| a.blobkey == image.id) {
