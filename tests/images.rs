@@ -541,29 +541,56 @@ mod cri {
     }
 }
 
-/// Trees are written without fsync: one marked rendered in another boot (its
-/// files may not have reached the disk before a crash) is rendered again from
-/// the stored blobs when it is next used.
+/// Trees are written without fsync and marked as such; a background task
+/// writes rkt's hash, syncs and drops the marker, leaving rkt's layout
+/// (empty `rendered`). A tree in rkt's layout is used as it is; one whose
+/// marker names another boot (its files may not have reached the disk
+/// before a crash) is rendered again from the stored blobs when next used.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tree_from_another_boot_is_rendered_again() {
+    use rktlet::image::tree;
     let reg = registry();
     let (_t, store) = store();
     let image = store.pull(&format!("{}/cfg:latest", reg.main), Credentials::default(), None).await.expect("pull");
     let id = image.id.clone();
     let s = store.clone();
     let tree = tokio::task::spawn_blocking(move || s.tree(&id)).await.expect("join").expect("tree");
-    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("boot id");
-    assert_eq!(fs::read_to_string(tree.path.join("rendered")).expect("rendered").trim(), boot.trim());
+    assert_eq!(fs::read(tree.path.join("rendered")).expect("rendered"), b"", "rkt's empty rendered");
+    tokio::task::spawn_blocking(tree::finish_settling).await.expect("settled");
+    assert!(!tree.path.join(tree::UNSYNCED).exists(), "the marker goes once the tree is synced");
+    let hash = fs::read_to_string(tree.path.join("hash")).expect("hash");
+    assert_eq!(hash, tree::tree_hash(&tree.path, tree::WRITTEN_RULE).expect("rkt's tree hash"));
+    let row = store.cas().read_index().expect("index").aciinfo.into_iter().find(|a| a.blobkey == image.id);
+    let size = row.expect("row").treestoresize;
+    assert!(size > 0, "treestoresize recorded");
+
+    // rkt's layout (empty rendered, no marker) is trusted: no render, the
+    // (deliberately changed) file stays as it is
+    fs::write(tree.rootfs().join("work/hello.txt"), "changed").expect("change");
+    let id = image.id.clone();
+    let s = store.clone();
+    let same = tokio::task::spawn_blocking(move || s.tree(&id)).await.expect("join").expect("tree");
+    assert_eq!(fs::read_to_string(same.rootfs().join("work/hello.txt")).expect("hello"), "changed");
 
     // as after a power loss: the marker of an earlier boot, a file that never reached the disk
-    fs::write(tree.path.join("rendered"), "00000000-0000-0000-0000-000000000000\n").expect("old marker");
+    fs::write(tree.path.join(tree::UNSYNCED), "00000000-0000-0000-0000-000000000000\n").expect("old marker");
     fs::write(tree.rootfs().join("work/hello.txt"), "").expect("truncate");
     let id = image.id.clone();
     let s = store.clone();
     let again = tokio::task::spawn_blocking(move || s.tree(&id)).await.expect("join").expect("re-render");
     assert_eq!(again.path, tree.path);
     assert_eq!(fs::read_to_string(again.rootfs().join("work/hello.txt")).expect("hello"), "hello from cfg image\n");
-    assert_eq!(fs::read_to_string(again.path.join("rendered")).expect("rendered").trim(), boot.trim());
+    tokio::task::spawn_blocking(tree::finish_settling).await.expect("settled");
+    assert!(!again.path.join(tree::UNSYNCED).exists());
+    assert_eq!(fs::read_to_string(again.path.join("hash")).expect("hash"), hash, "the same contents, the same hash");
+
+    // an older release's tree: its boot id in `rendered`, from another boot
+    fs::write(tree.path.join("rendered"), "00000000-0000-0000-0000-000000000000").expect("legacy marker");
+    fs::write(tree.rootfs().join("work/hello.txt"), "").expect("truncate");
+    let id = image.id.clone();
+    let s = store.clone();
+    let third = tokio::task::spawn_blocking(move || s.tree(&id)).await.expect("join").expect("re-render");
+    assert_eq!(fs::read_to_string(third.rootfs().join("work/hello.txt")).expect("hello"), "hello from cfg image\n");
 }
 
 /// Mirrors from `registries.toml` against live registries: an upstream that

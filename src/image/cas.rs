@@ -61,17 +61,23 @@ impl Cas {
         self.root.join("tree").join(tree_id)
     }
 
-    /// Whether tree `tree_id` was rendered completely in this boot. Trees
-    /// are written without fsync (they are derived from the durable blobs):
-    /// `rendered` holds the boot id, so after a crash and reboot, a tree whose
-    /// files may not all have reached the disk is rendered again.
+    /// Whether tree `tree_id` can be used as it is: rendered, and either
+    /// synced (rkt's trees; rktlet's once settled) or rendered in this boot
+    /// (`tree.rs`). A tree rendered in another boot and never synced may have
+    /// lost files in a crash: it is rendered again.
     pub fn tree_rendered(&self, tree_id: &str) -> bool {
-        fs::read_to_string(self.tree(tree_id).join("rendered")).is_ok_and(|id| id.trim() == boot_id())
+        super::tree::state(&self.tree(tree_id), boot_id()).usable()
     }
 
-    /// Marks a complete tree directory as rendered in this boot.
+    /// Marks a tree directory that is not in place yet as rendered in this
+    /// boot and not synced (before it is moved into place).
+    pub fn mark_unsynced(tree_dir: &Path) -> io::Result<()> {
+        fs::write(tree_dir.join(super::tree::UNSYNCED), boot_id())
+    }
+
+    /// Marks a complete tree directory as rendered: an empty `rendered`, as rkt writes it.
     pub fn mark_rendered(tree_dir: &Path) -> io::Result<()> {
-        fs::write(tree_dir.join("rendered"), boot_id())
+        fs::write(tree_dir.join("rendered"), "")
     }
 
     pub fn trees(&self) -> PathBuf {
@@ -119,7 +125,7 @@ impl Cas {
 
 /// This boot's id (`/proc/sys/kernel/random/boot_id`); empty if unreadable,
 /// which still tells boots apart from each other as long as it stays readable.
-fn boot_id() -> &'static str {
+pub(super) fn boot_id() -> &'static str {
     static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     ID.get_or_init(|| {
         fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()

@@ -44,6 +44,7 @@ pub mod policy;
 mod pull;
 pub mod reference;
 pub mod registry;
+pub mod tree;
 pub mod verify;
 
 use crate::filecache::{FileCache, ReadError};
