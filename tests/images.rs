@@ -561,8 +561,13 @@ async fn a_tree_from_another_boot_is_rendered_again() {
     let hash = fs::read_to_string(tree.path.join("hash")).expect("hash");
     assert_eq!(hash, tree::tree_hash(&tree.path, tree::WRITTEN_RULE).expect("rkt's tree hash"));
     let row = store.cas().read_index().expect("index").aciinfo.into_iter().find(|a| a.blobkey == image.id);
-    let size = row.expect("row").treestoresize;
-    assert!(size > 0, "treestoresize recorded");
+    let row = row.expect("row");
+    assert!(row.treestoresize > 0, "treestoresize recorded");
+    // rkt's size column: the stored blob (the image's own ACI); CRI's size: its layers
+    let blob = fs::metadata(store.cas().blob(&image.id)).expect("blob").len();
+    assert_eq!(row.size as u64, blob);
+    let layers: u64 = image.manifest.dependencies.iter().map(|d| d.size).sum();
+    assert!(layers > blob && image.size == layers, "{} {layers} {blob}", image.size);
 
     // rkt's layout (empty rendered, no marker) is trusted: no render, the
     // (deliberately changed) file stays as it is

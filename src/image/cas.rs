@@ -152,12 +152,11 @@ pub struct AciInfo {
     pub importtime: i64,
     pub lastused: i64,
     pub latest: bool,
-    /// Bytes of the stored blob (layers: as downloaded, compressed).
+    /// Bytes of the stored blob, as rkt records them (a docker image's own
+    /// small ACI; a layer's blob as downloaded, compressed).
     pub size: i64,
+    /// rkt's size of the image's rendered tree (0 before it is rendered).
     pub treestoresize: i64,
-    /// rktlet: a layer ACI (a dependency of images), not an image to list.
-    #[serde(default)]
-    pub layer: bool,
     /// rktlet: an ACI whose signature was checked when it was imported
     /// (absent in older indexes: unverified).
     #[serde(default)]
@@ -180,6 +179,15 @@ pub struct LayerDigest {
     /// The registry's digest of the blob as downloaded, e.g. `sha256:...`.
     pub digest: String,
     pub blobkey: String,
+}
+
+impl AciInfo {
+    /// A docker layer's ACI (a dependency of images, not an image to list):
+    /// named `layer/<key>`. Indexes of older releases also kept a `layer`
+    /// column; it said the same and is no longer written (rkt has none).
+    pub fn is_layer(&self) -> bool {
+        self.name.starts_with(super::convert::LAYER_NAME_PREFIX)
+    }
 }
 
 impl Index {
@@ -215,7 +223,7 @@ impl Index {
 
     /// Image keys (not layers) whose key starts with `prefix`.
     pub fn images_with_prefix(&self, prefix: &str) -> Vec<&AciInfo> {
-        self.aciinfo.iter().filter(|a| !a.layer && a.blobkey.starts_with(prefix)).collect()
+        self.aciinfo.iter().filter(|a| !a.is_layer() && a.blobkey.starts_with(prefix)).collect()
     }
 
     pub fn remotes_of(&self, key: &str) -> impl Iterator<Item = &Remote> {
@@ -250,7 +258,6 @@ mod tests {
                 latest: false,
                 size: 3,
                 treestoresize: 0,
-                layer: false,
                 verified: false,
             });
             i.add_layer_digest("sha256:x", "sha512-2");
@@ -261,5 +268,25 @@ mod tests {
         assert_eq!(i.aci("sha512-1").map(|a| a.size), Some(3));
         assert_eq!(i.layer_key("sha256:x"), Some("sha512-2"));
         assert_eq!(i.images_with_prefix("sha512-").len(), 1);
+    }
+
+    #[test]
+    fn an_older_index_with_its_layer_column_reads() {
+        let k = |c: char| format!("sha512-{}", c.to_string().repeat(64));
+        let old = format!(
+            r#"{{"version":1,"aciinfo":[
+              {{"blobkey":"{}","name":"layer/{}","importtime":1,"lastused":1,"latest":false,"size":9,"treestoresize":0,"layer":true}},
+              {{"blobkey":"{}","name":"example.com/app","importtime":2,"lastused":2,"latest":true,"size":9,"treestoresize":5,"layer":false,"verified":true}}],
+              "remote":[],"layerdigest":[]}}"#,
+            k('1'),
+            k('1'),
+            k('a')
+        );
+        let i: Index = serde_json::from_str(&old).expect("older index");
+        let layers: Vec<bool> = i.aciinfo.iter().map(AciInfo::is_layer).collect();
+        assert_eq!(layers, [true, false]);
+        assert_eq!(i.images_with_prefix("sha512-").len(), 1);
+        let written = serde_json::to_string(&i).expect("write");
+        assert!(!written.contains("\"layer\""), "{written}");
     }
 }

@@ -52,7 +52,7 @@ impl Report {
 pub fn verify(store: &Store, deep: bool) -> Result<Report, ImageError> {
     let cas = store.cas();
     let index = cas.read_index().map_err(io_ctx("reading the image index"))?;
-    let mut r = Report { images: index.aciinfo.iter().filter(|a| !a.layer).count(), ..Default::default() };
+    let mut r = Report { images: index.aciinfo.iter().filter(|a| !a.is_layer()).count(), ..Default::default() };
     let indexed: HashSet<&str> = index.aciinfo.iter().map(|a| a.blobkey.as_str()).collect();
     for row in &index.aciinfo {
         r.blobs += 1;

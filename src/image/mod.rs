@@ -48,7 +48,7 @@ pub mod tree;
 pub mod verify;
 
 use crate::filecache::{FileCache, ReadError};
-use crate::pod::manifest::ImageManifest;
+use crate::pod::manifest::{self as pod_manifest, ImageManifest};
 use crate::pod::{DataDir, PodDir};
 pub use auth::Credentials;
 use cas::{Cas, Index};
@@ -152,7 +152,8 @@ pub struct Image {
     pub tags: Vec<String>,
     /// `domain/path@sha256:...`.
     pub digests: Vec<String>,
-    /// Bytes downloaded for it (its layers as stored).
+    /// Its content's size: a docker image's layers as downloaded
+    /// (compressed), an ACI's blob.
     pub size: u64,
     pub import_time: i64,
     pub last_used: i64,
@@ -328,10 +329,21 @@ impl Store {
             import_time: row.importtime,
             last_used: row.lastused,
         };
-        if image.size == 0 {
-            // recorded by a release that counted only the layers it downloaded:
-            // the size of the image's stored layer blobs
-            image.size = image.layer_keys().iter().filter_map(|k| index.aci(k)).map(|a| a.size.max(0) as u64).sum();
+        // a docker image's content is its layers: the sizes its manifest
+        // lists (as downloaded), not its own few-KiB ACI that the index
+        // records as rkt does
+        let layers: Vec<&pod_manifest::Dependency> = image
+            .manifest
+            .dependencies
+            .iter()
+            .filter(|d| d.image_name.starts_with(convert::LAYER_NAME_PREFIX))
+            .collect();
+        if !layers.is_empty() {
+            image.size = layers.iter().map(|d| d.size).sum();
+            if image.size == 0 {
+                // no sizes listed: the image's stored layer blobs
+                image.size = image.layer_keys().iter().filter_map(|k| index.aci(k)).map(|a| a.size.max(0) as u64).sum();
+            }
         }
         Ok(image)
     }
@@ -367,7 +379,7 @@ impl Store {
         let index = self.index()?;
         // a full listing: parsed manifests of images no longer stored go
         self.parsed.manifests.retain(|key| index.aciinfo.iter().any(|a| &a.blobkey == key));
-        let mut rows: Vec<_> = index.aciinfo.iter().filter(|a| !a.layer).collect();
+        let mut rows: Vec<_> = index.aciinfo.iter().filter(|a| !a.is_layer()).collect();
         rows.sort_by_key(|a| a.importtime);
         rows.iter().map(|a| self.image_from(&index, &a.blobkey)).collect()
     }
@@ -448,7 +460,7 @@ impl Store {
         let dependent = self
             .cas
             .update_index(|i| {
-                let dependent = i.aciinfo.iter().filter(|a| !a.layer && a.blobkey != image.id).find_map(|a| {
+                let dependent = i.aciinfo.iter().filter(|a| !a.is_layer() && a.blobkey != image.id).find_map(|a| {
                     // an unreadable manifest is not known to depend on it
                     let m = self.read_manifest(&a.blobkey).ok()?;
                     let uses = m.dependencies.iter().any(|d| d.image_id.as_deref() == Some(image.id.as_str()));
@@ -497,7 +509,7 @@ impl Store {
     fn remove_orphan_layers(&self) -> Result<Vec<String>, ImageError> {
         let index = self.index()?;
         let mut needed = std::collections::HashSet::new();
-        for a in index.aciinfo.iter().filter(|a| !a.layer) {
+        for a in index.aciinfo.iter().filter(|a| !a.is_layer()) {
             if let Ok(m) = self.read_manifest(&a.blobkey) {
                 needed.extend(m.dependencies.into_iter().filter_map(|d| d.image_id));
             }
@@ -505,7 +517,7 @@ impl Store {
         let orphans: Vec<String> = index
             .aciinfo
             .iter()
-            .filter(|a| a.layer && !needed.contains(&a.blobkey))
+            .filter(|a| a.is_layer() && !needed.contains(&a.blobkey))
             .map(|a| a.blobkey.clone())
             .collect();
         if orphans.is_empty() {

@@ -541,9 +541,6 @@ async fn commit(
         .map(|d| (d.key.clone(), if d.compressed_size > 0 { d.compressed_size } else { layers[d.index].size }))
         .collect();
     let image_manifest = fetched.image_manifest(reference, &keys);
-    // the image's size is its layers' compressed sizes, those stored before
-    // as much as those downloaded now
-    let image_size = keys.iter().map(|(_, size)| *size as i64).sum();
     let layer_meta: Vec<(Digest, String)> = layers.iter().map(|l| (l.digest.clone(), l.media_type.clone())).collect();
     let Fetched { config, .. } = fetched;
     blocking(move || {
@@ -554,7 +551,6 @@ async fn commit(
             layer_meta: &layer_meta,
             config: &config,
             image: image_manifest,
-            image_size,
             remotes,
         };
         plan.run()
@@ -671,13 +667,12 @@ struct Commit<'a> {
     layer_meta: &'a [(Digest, String)],
     config: &'a ImageConfig,
     image: ImageManifest,
-    image_size: i64,
     remotes: Vec<String>,
 }
 
 impl Commit<'_> {
     fn run(self) -> Result<String, ImageError> {
-        let Commit { cas, work, done, layer_meta, config, image, image_size, remotes } = self;
+        let Commit { cas, work, done, layer_meta, config, image, remotes } = self;
         let rootfs = work.rootfs();
         let started = std::time::Instant::now();
         finish_tree(&rootfs, &work.path, done)?;
@@ -736,7 +731,6 @@ impl Commit<'_> {
                     latest: false,
                     size,
                     treestoresize: 0,
-                    layer: true,
                     verified: false,
                 });
                 i.add_layer_digest(&layer_meta[d.index].0.to_string(), &d.key);
@@ -747,9 +741,9 @@ impl Commit<'_> {
                 importtime: now,
                 lastused: now,
                 latest: remotes.iter().any(|r| r.ends_with(":latest")),
-                size: image_size,
+                // rkt's: the stored blob (the image's own small ACI)
+                size: aci.len() as i64,
                 treestoresize: tree_size,
-                layer: false,
                 verified: false,
             });
             for url in &remotes {
