@@ -598,6 +598,49 @@ async fn a_tree_from_another_boot_is_rendered_again() {
     assert_eq!(fs::read_to_string(third.rootfs().join("work/hello.txt")).expect("hello"), "hello from cfg image\n");
 }
 
+/// Tree ids follow rkt's order (an image's layers top first). A tree an
+/// older release rendered under its id (layers bottom first) stays in use by
+/// the pod that names it; a new use renders the tree under rkt's id; gc
+/// removes the old tree once no pod names it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_older_releases_tree_id_keeps_its_pods_and_gc_removes_it_after() {
+    let reg = registry();
+    let (t, store) = store();
+    let repo = format!("two-layers-{}", uuid::Uuid::new_v4().simple());
+    let bottom = raw_tar(&[("etc/", T::Directory, b"", ""), ("etc/which", T::Regular, b"bottom", "")]);
+    let top = raw_tar(&[("etc/", T::Directory, b"", ""), ("etc/which", T::Regular, b"top", "")]);
+    reg.push(&repo, &[bottom, top]).await;
+    let image = store.pull(&format!("{}/{repo}:latest", reg.main), Credentials::default(), None).await.expect("pull");
+    let layers = image.layer_keys();
+    assert_eq!(layers.len(), 2);
+    let mut rkt_order = vec![image.id.clone()];
+    rkt_order.extend(layers.iter().rev().cloned());
+    let new_id = rktlet::image::convert::tree_id(&rkt_order);
+    assert_eq!(store.tree_id(&image).expect("id"), new_id);
+    let old_id = image.legacy_tree_id();
+    assert_ne!(old_id, new_id);
+    // the layout an older release left: the tree under the old id, a pod naming it
+    let new_path = store.cas().tree(&new_id);
+    let old_path = store.cas().tree(&old_id);
+    fs::rename(&new_path, &old_path).expect("old tree");
+    let app = t.path().join("data/pods/run/11111111-2222-3333-4444-555555555555/appsinfo/app");
+    fs::create_dir_all(&app).expect("pod");
+    fs::write(app.join("treeStoreID"), &old_id).expect("treeStoreID");
+
+    let s = store.clone();
+    let id = image.id.clone();
+    let tree = tokio::task::spawn_blocking(move || s.tree(&id)).await.expect("join").expect("tree");
+    assert_eq!(tree.id, new_id, "a new use renders under rkt's id");
+    assert_eq!(fs::read_to_string(tree.rootfs().join("etc/which")).expect("which"), "top");
+    let report = store.gc(std::time::Duration::from_secs(3600)).expect("gc");
+    assert!(old_path.join("rootfs/etc/which").exists(), "the pod's tree stays: {report:?}");
+    assert_eq!(report.trees, [new_id.clone()], "the tree no pod names goes");
+    fs::remove_dir_all(t.path().join("data/pods/run")).expect("pod gone");
+    let report = store.gc(std::time::Duration::from_secs(3600)).expect("gc");
+    assert_eq!(report.trees, [old_id], "then the old tree goes");
+    assert!(!old_path.exists());
+}
+
 /// Mirrors from `registries.toml` against live registries: an upstream that
 /// cannot be reached is served by its mirror and the image keeps the name it
 /// was asked by; a dead mirror is skipped for the next endpoint; with
