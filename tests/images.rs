@@ -634,7 +634,7 @@ async fn an_older_releases_tree_id_keeps_its_pods_and_gc_removes_it_after() {
     assert_eq!(fs::read_to_string(tree.rootfs().join("etc/which")).expect("which"), "top");
     let report = store.gc(std::time::Duration::from_secs(3600)).expect("gc");
     assert!(old_path.join("rootfs/etc/which").exists(), "the pod's tree stays: {report:?}");
-    assert_eq!(report.trees, [new_id.clone()], "the tree no pod names goes");
+    assert_eq!(report.trees, [new_id], "the tree no pod names goes");
     fs::remove_dir_all(t.path().join("data/pods/run")).expect("pod gone");
     let report = store.gc(std::time::Duration::from_secs(3600)).expect("gc");
     assert_eq!(report.trees, [old_id], "then the old tree goes");

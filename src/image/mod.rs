@@ -12,16 +12,17 @@
 //! - the image is a small genuine ACI (`manifest` + empty `rootfs/`) whose
 //!   manifest carries the app and lists the layers as `dependencies`; its key
 //!   is the image ID shown to CRI.
-//! - the tree `cas/tree/<treeStoreID>/` is rendered at pull time and moved
-//!   into place whole; `rendered` is created last and holds the boot id. Its
-//!   `hash` holds the key of the verified layer chain (rkt's per-file tree
-//!   hash is not computed).
+//! - the tree `cas/tree/<treeStoreID>/` (rkt's id: `convert::tree_id`) is
+//!   rendered at pull time and moved into place whole, marked not synced;
+//!   an empty `rendered` is created last. rkt's tree hash goes into `hash`
+//!   later, in the background (`tree.rs`).
 //!
-//! Durability: blobs, manifests and the index are fsynced; trees are not.
-//! A tree is derived data (its layers' blobs are kept), and syncing 50 MiB
-//! of extracted files made a pull wait for the disk. A crash that reboots the
-//! machine can lose tree files that were still in the page cache: such a tree
-//! carries the previous boot's id in `rendered` and is rendered again from the
+//! Durability: blobs, manifests and the index are fsynced; trees are synced
+//! in the background, off the pull. A tree is derived data (its layers'
+//! blobs are kept), and syncing 50 MiB of extracted files made a pull wait
+//! for the disk. A crash that reboots the machine before that sync can lose
+//! tree files still in the page cache: such a tree carries the previous
+//! boot's id in its `rktlet-unsynced` marker and is rendered again from the
 //! blobs when next used (`Store::tree`, `Cas::tree_rendered`). A daemon crash
 //! without a reboot loses nothing (the page cache survives it).
 //!
