@@ -291,6 +291,11 @@ pub fn settle(cas: &Cas, id: &str) -> io::Result<bool> {
     Ok(true)
 }
 
+/// Set in a CLI command's environment by a daemon that settles the trees
+/// the command renders itself (exec mode): the command then leaves them
+/// unsynced and exits without waiting for a sync.
+pub const SYNC_LATER_ENV: &str = "RKTLET_TREE_SYNC_LATER";
+
 /// Trees being settled on threads of their own.
 static SETTLING: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> = std::sync::Mutex::new(Vec::new());
 
@@ -298,6 +303,9 @@ static SETTLING: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> = std::sync:
 /// it ([`finish_settling`] waits for it). Without a thread, it stays
 /// unsynced: usable in this boot, rendered again after a reboot.
 pub fn settle_later(cas: &Cas, id: &str) {
+    if std::env::var_os(SYNC_LATER_ENV).is_some() {
+        return;
+    }
     let (cas, id) = (cas.clone(), id.to_string());
     let spawned = std::thread::Builder::new().name("tree-sync".into()).spawn(move || match settle(&cas, &id) {
         Ok(_) => {}
@@ -446,5 +454,38 @@ mod tests {
         let without = tree_hash(&d, ModeRule::PermissionsOnly).expect("hash");
         assert_eq!(with, "sha512-9553235b67ad4d528fa7274719a50401d13cbf86a25bcc0a5720cfa00a4c2422");
         assert_eq!(without, "sha512-9c629522732c992b10107f30d649c7696b9fe1ddf881548e6549cc19e7fa6439");
+    }
+
+    /// What a daemon start does with a tree a process left unsynced in this
+    /// boot: hashes it, syncs and drops the marker; another boot's tree and
+    /// rkt's are left alone.
+    #[test]
+    fn unsynced_trees_of_this_boot_are_settled() {
+        let t = tempfile::tempdir().expect("tmp");
+        let cas = Cas::new(t.path());
+        cas.ensure().expect("cas");
+        let make = |id: &str, marker: Option<&str>| {
+            let d = cas.tree(id);
+            fs::create_dir_all(d.join("rootfs/etc")).expect("tree");
+            fs::write(d.join("rootfs/etc/hostname"), id).expect("file");
+            fs::write(d.join("rendered"), "").expect("rendered");
+            if let Some(m) = marker {
+                fs::write(d.join(UNSYNCED), m).expect("marker");
+            }
+            d
+        };
+        let mine = make("deps-mine", Some(super::super::cas::boot_id()));
+        let other = make("deps-other", Some("another-boot"));
+        let rkts = make("deps-rkt", None);
+        assert_eq!(settle_unsynced(&cas), 1);
+        finish_settling();
+        assert!(!mine.join(UNSYNCED).exists());
+        assert_eq!(
+            fs::read_to_string(mine.join("hash")).expect("hash"),
+            tree_hash(&mine, WRITTEN_RULE).expect("computed")
+        );
+        assert_eq!(state(&mine, super::super::cas::boot_id()), TreeState::Settled);
+        assert!(other.join(UNSYNCED).exists() && !other.join("hash").exists());
+        assert!(!rkts.join("hash").exists(), "rkt's tree is not touched");
     }
 }
