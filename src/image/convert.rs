@@ -300,7 +300,8 @@ mod tests {
         // The id is `deps-` + `sha512-` + the first 64 hex digits of the
         // SHA-512 of "A,L3,L2,L1" (the four 71-character keys joined by
         // commas), computed outside this code with
-        // `printf %s "$A,$L3,$L2,$L1" | sha512sum | cut -c1-64`.
+        // `printf %s "$A,$L3,$L2,$L1" | sha512sum | cut -c1-64`; appc's own
+        // createDepList, run on the same keys, gives the same id.
         let (a, l1, l2, l3) = (key('a'), key('1'), key('2'), key('3'));
         let mut m = ImageManifest::new("example.com/a");
         m.dependencies = [&l1, &l2, &l3].iter().map(|k| dep(&format!("{LAYER_NAME_PREFIX}{k}"), k)).collect();
@@ -327,7 +328,8 @@ mod tests {
         // on to C and puts D after it: [A, C, D, B]; D has none; B puts E
         // after itself: [A, C, D, B, E] (appc's own example, A -> B, C and
         // C -> D, gives [A, C, D, B]). The id hashes "A,C,D,B,E":
-        // `printf %s "$A,$C,$D,$B,$E" | sha512sum | cut -c1-64`.
+        // `printf %s "$A,$C,$D,$B,$E" | sha512sum | cut -c1-64` (appc's
+        // createDepList gives the same).
         let (a, b, c, d, e) = (key('a'), key('b'), key('c'), key('d'), key('e'));
         let with = |name: &str, deps: Vec<Dependency>| {
             let mut m = ImageManifest::new(name);
