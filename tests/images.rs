@@ -184,6 +184,8 @@ async fn corrupted_blob_fails_and_leaves_the_store_unchanged() {
     let reg = registry();
     let (_t, store) = store();
     store.pull(&format!("{}/busybox:latest", reg.main), Credentials::default(), None).await.expect("seed pull");
+    // the seed's tree is synced in the background (hash, marker, index): done first
+    tokio::task::spawn_blocking(rktlet::image::tree::finish_settling).await.expect("settled");
     let before = snapshot(store.cas().root());
     let repo = format!("corrupt-{}", uuid::Uuid::new_v4().simple());
     // unique content: a blob left corrupted by an earlier run must not be reused
