@@ -64,7 +64,6 @@ fn store_with_images(data: &DataDir) -> Store {
                 latest: false,
                 size: 1 << 20,
                 treestoresize: 2 << 20,
-                layer: false,
                 verified: false,
             });
             for url in [

@@ -10,6 +10,15 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Flushes the whole filesystem that holds `path` (syncfs(2)).
+pub fn syncfs(path: &Path) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = File::open(path)?;
+    // SAFETY: syncfs(2) on a descriptor this function owns for the call.
+    let rc = unsafe { libc::syncfs(f.as_raw_fd()) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
 /// Writes `bytes` to `path` atomically and durably: a temp file in the same
 /// directory, fsync, chmod, rename over `path`, fsync of the directory. A
 /// crash, even a power loss, leaves either the old or the new content, never a

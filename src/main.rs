@@ -1140,6 +1140,8 @@ fn main() -> ExitCode {
                 .map(lines)
         }
     };
+    // trees this command rendered are synced before it ends (`image/tree.rs`)
+    rktlet::image::tree::finish_settling();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

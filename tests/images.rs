@@ -184,6 +184,8 @@ async fn corrupted_blob_fails_and_leaves_the_store_unchanged() {
     let reg = registry();
     let (_t, store) = store();
     store.pull(&format!("{}/busybox:latest", reg.main), Credentials::default(), None).await.expect("seed pull");
+    // the seed's tree is synced in the background (hash, marker, index): done first
+    tokio::task::spawn_blocking(rktlet::image::tree::finish_settling).await.expect("settled");
     let before = snapshot(store.cas().root());
     let repo = format!("corrupt-{}", uuid::Uuid::new_v4().simple());
     // unique content: a blob left corrupted by an earlier run must not be reused
@@ -541,29 +543,104 @@ mod cri {
     }
 }
 
-/// Trees are written without fsync: one marked rendered in another boot (its
-/// files may not have reached the disk before a crash) is rendered again from
-/// the stored blobs when it is next used.
+/// Trees are written without fsync and marked as such; a background task
+/// writes rkt's hash, syncs and drops the marker, leaving rkt's layout
+/// (empty `rendered`). A tree in rkt's layout is used as it is; one whose
+/// marker names another boot (its files may not have reached the disk
+/// before a crash) is rendered again from the stored blobs when next used.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tree_from_another_boot_is_rendered_again() {
+    use rktlet::image::tree;
     let reg = registry();
     let (_t, store) = store();
     let image = store.pull(&format!("{}/cfg:latest", reg.main), Credentials::default(), None).await.expect("pull");
     let id = image.id.clone();
     let s = store.clone();
     let tree = tokio::task::spawn_blocking(move || s.tree(&id)).await.expect("join").expect("tree");
-    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("boot id");
-    assert_eq!(fs::read_to_string(tree.path.join("rendered")).expect("rendered").trim(), boot.trim());
+    assert_eq!(fs::read(tree.path.join("rendered")).expect("rendered"), b"", "rkt's empty rendered");
+    tokio::task::spawn_blocking(tree::finish_settling).await.expect("settled");
+    assert!(!tree.path.join(tree::UNSYNCED).exists(), "the marker goes once the tree is synced");
+    let hash = fs::read_to_string(tree.path.join("hash")).expect("hash");
+    assert_eq!(hash, tree::tree_hash(&tree.path, tree::WRITTEN_RULE).expect("rkt's tree hash"));
+    let row = store.cas().read_index().expect("index").aciinfo.into_iter().find(|a| a.blobkey == image.id);
+    let row = row.expect("row");
+    assert!(row.treestoresize > 0, "treestoresize recorded");
+    // rkt's size column: the stored blob (the image's own ACI); CRI's size: its layers
+    let blob = fs::metadata(store.cas().blob(&image.id)).expect("blob").len();
+    assert_eq!(row.size as u64, blob);
+    let layers: u64 = image.manifest.dependencies.iter().map(|d| d.size).sum();
+    assert!(layers > blob && image.size == layers, "{} {layers} {blob}", image.size);
+
+    // rkt's layout (empty rendered, no marker) is trusted: no render, the
+    // (deliberately changed) file stays as it is
+    fs::write(tree.rootfs().join("work/hello.txt"), "changed").expect("change");
+    let id = image.id.clone();
+    let s = store.clone();
+    let same = tokio::task::spawn_blocking(move || s.tree(&id)).await.expect("join").expect("tree");
+    assert_eq!(fs::read_to_string(same.rootfs().join("work/hello.txt")).expect("hello"), "changed");
 
     // as after a power loss: the marker of an earlier boot, a file that never reached the disk
-    fs::write(tree.path.join("rendered"), "00000000-0000-0000-0000-000000000000\n").expect("old marker");
+    fs::write(tree.path.join(tree::UNSYNCED), "00000000-0000-0000-0000-000000000000\n").expect("old marker");
     fs::write(tree.rootfs().join("work/hello.txt"), "").expect("truncate");
     let id = image.id.clone();
     let s = store.clone();
     let again = tokio::task::spawn_blocking(move || s.tree(&id)).await.expect("join").expect("re-render");
     assert_eq!(again.path, tree.path);
     assert_eq!(fs::read_to_string(again.rootfs().join("work/hello.txt")).expect("hello"), "hello from cfg image\n");
-    assert_eq!(fs::read_to_string(again.path.join("rendered")).expect("rendered").trim(), boot.trim());
+    tokio::task::spawn_blocking(tree::finish_settling).await.expect("settled");
+    assert!(!again.path.join(tree::UNSYNCED).exists());
+    assert_eq!(fs::read_to_string(again.path.join("hash")).expect("hash"), hash, "the same contents, the same hash");
+
+    // an older release's tree: its boot id in `rendered`, from another boot
+    fs::write(tree.path.join("rendered"), "00000000-0000-0000-0000-000000000000").expect("legacy marker");
+    fs::write(tree.rootfs().join("work/hello.txt"), "").expect("truncate");
+    let id = image.id.clone();
+    let s = store.clone();
+    let third = tokio::task::spawn_blocking(move || s.tree(&id)).await.expect("join").expect("re-render");
+    assert_eq!(fs::read_to_string(third.rootfs().join("work/hello.txt")).expect("hello"), "hello from cfg image\n");
+}
+
+/// Tree ids follow rkt's order (an image's layers top first). A tree an
+/// older release rendered under its id (layers bottom first) stays in use by
+/// the pod that names it; a new use renders the tree under rkt's id; gc
+/// removes the old tree once no pod names it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_older_releases_tree_id_keeps_its_pods_and_gc_removes_it_after() {
+    let reg = registry();
+    let (t, store) = store();
+    let repo = format!("two-layers-{}", uuid::Uuid::new_v4().simple());
+    let bottom = raw_tar(&[("etc/", T::Directory, b"", ""), ("etc/which", T::Regular, b"bottom", "")]);
+    let top = raw_tar(&[("etc/", T::Directory, b"", ""), ("etc/which", T::Regular, b"top", "")]);
+    reg.push(&repo, &[bottom, top]).await;
+    let image = store.pull(&format!("{}/{repo}:latest", reg.main), Credentials::default(), None).await.expect("pull");
+    let layers = image.layer_keys();
+    assert_eq!(layers.len(), 2);
+    let mut rkt_order = vec![image.id.clone()];
+    rkt_order.extend(layers.iter().rev().cloned());
+    let new_id = rktlet::image::convert::tree_id(&rkt_order);
+    assert_eq!(store.tree_id(&image).expect("id"), new_id);
+    let old_id = image.legacy_tree_id();
+    assert_ne!(old_id, new_id);
+    // the layout an older release left: the tree under the old id, a pod naming it
+    let new_path = store.cas().tree(&new_id);
+    let old_path = store.cas().tree(&old_id);
+    fs::rename(&new_path, &old_path).expect("old tree");
+    let app = t.path().join("data/pods/run/11111111-2222-3333-4444-555555555555/appsinfo/app");
+    fs::create_dir_all(&app).expect("pod");
+    fs::write(app.join("treeStoreID"), &old_id).expect("treeStoreID");
+
+    let s = store.clone();
+    let id = image.id.clone();
+    let tree = tokio::task::spawn_blocking(move || s.tree(&id)).await.expect("join").expect("tree");
+    assert_eq!(tree.id, new_id, "a new use renders under rkt's id");
+    assert_eq!(fs::read_to_string(tree.rootfs().join("etc/which")).expect("which"), "top");
+    let report = store.gc(std::time::Duration::from_secs(3600)).expect("gc");
+    assert!(old_path.join("rootfs/etc/which").exists(), "the pod's tree stays: {report:?}");
+    assert_eq!(report.trees, [new_id], "the tree no pod names goes");
+    fs::remove_dir_all(t.path().join("data/pods/run")).expect("pod gone");
+    let report = store.gc(std::time::Duration::from_secs(3600)).expect("gc");
+    assert_eq!(report.trees, [old_id], "then the old tree goes");
+    assert!(!old_path.exists());
 }
 
 /// Mirrors from `registries.toml` against live registries: an upstream that

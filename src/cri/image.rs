@@ -78,12 +78,15 @@ pub async fn image_status(rt: &Runtime, req: cri::ImageStatusRequest) -> Result<
     let name = spec_image(req.image);
     let verbose = req.verbose;
     let found = blocking(&rt.images, move |store| match store.resolve(&name) {
-        Ok(i) => Ok(Some(i)),
+        Ok(i) => {
+            let tree_id = store.tree_id(&i).unwrap_or_default();
+            Ok(Some((i, tree_id)))
+        }
         Err(ImageError::NotFound(_)) => Ok(None),
         Err(e) => Err(e),
     })
     .await?;
-    let Some(image) = found else {
+    let Some((image, tree_id)) = found else {
         // CRI: an image that is not present is an empty answer, not an error
         return Ok(cri::ImageStatusResponse::default());
     };
@@ -91,7 +94,7 @@ pub async fn image_status(rt: &Runtime, req: cri::ImageStatusRequest) -> Result<
     if verbose {
         let v = serde_json::json!({
             "id": image.id,
-            "treeStoreID": image.tree_id(),
+            "treeStoreID": tree_id,
             "importTime": image.import_time,
             "lastUsed": image.last_used,
             "manifest": image.manifest,

@@ -383,7 +383,7 @@ impl<'a> Fetcher<'a> {
         let index = self.store.cas().read_index().map_err(io_ctx("reading the image index"))?;
         // an ACI of rkt's own (not a docker image, whose layers are no ACIs)
         let stored = |key: &str| {
-            index.aci(key).is_some_and(|a| !a.layer && (self.trust.is_none() || a.verified))
+            index.aci(key).is_some_and(|a| !a.is_layer() && (self.trust.is_none() || a.verified))
                 && self.store.cas().blob(key).exists()
                 && self.store.read_manifest(key).is_ok_and(|m| {
                     wanted.matches(&m)
@@ -516,7 +516,6 @@ impl<'a> Fetcher<'a> {
                         latest: false,
                         size: tar.len() as i64,
                         treestoresize: tree_size,
-                        layer: false,
                         verified,
                     });
                     None

@@ -61,17 +61,23 @@ impl Cas {
         self.root.join("tree").join(tree_id)
     }
 
-    /// Whether tree `tree_id` was rendered completely in this boot. Trees
-    /// are written without fsync (they are derived from the durable blobs):
-    /// `rendered` holds the boot id, so after a crash and reboot, a tree whose
-    /// files may not all have reached the disk is rendered again.
+    /// Whether tree `tree_id` can be used as it is: rendered, and either
+    /// synced (rkt's trees; rktlet's once settled) or rendered in this boot
+    /// (`tree.rs`). A tree rendered in another boot and never synced may have
+    /// lost files in a crash: it is rendered again.
     pub fn tree_rendered(&self, tree_id: &str) -> bool {
-        fs::read_to_string(self.tree(tree_id).join("rendered")).is_ok_and(|id| id.trim() == boot_id())
+        super::tree::state(&self.tree(tree_id), boot_id()).usable()
     }
 
-    /// Marks a complete tree directory as rendered in this boot.
+    /// Marks a tree directory that is not in place yet as rendered in this
+    /// boot and not synced (before it is moved into place).
+    pub fn mark_unsynced(tree_dir: &Path) -> io::Result<()> {
+        fs::write(tree_dir.join(super::tree::UNSYNCED), boot_id())
+    }
+
+    /// Marks a complete tree directory as rendered: an empty `rendered`, as rkt writes it.
     pub fn mark_rendered(tree_dir: &Path) -> io::Result<()> {
-        fs::write(tree_dir.join("rendered"), boot_id())
+        fs::write(tree_dir.join("rendered"), "")
     }
 
     pub fn trees(&self) -> PathBuf {
@@ -119,7 +125,7 @@ impl Cas {
 
 /// This boot's id (`/proc/sys/kernel/random/boot_id`); empty if unreadable,
 /// which still tells boots apart from each other as long as it stays readable.
-fn boot_id() -> &'static str {
+pub(super) fn boot_id() -> &'static str {
     static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     ID.get_or_init(|| {
         fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()
@@ -146,12 +152,11 @@ pub struct AciInfo {
     pub importtime: i64,
     pub lastused: i64,
     pub latest: bool,
-    /// Bytes of the stored blob (layers: as downloaded, compressed).
+    /// Bytes of the stored blob, as rkt records them (a docker image's own
+    /// small ACI; a layer's blob as downloaded, compressed).
     pub size: i64,
+    /// rkt's size of the image's rendered tree (0 before it is rendered).
     pub treestoresize: i64,
-    /// rktlet: a layer ACI (a dependency of images), not an image to list.
-    #[serde(default)]
-    pub layer: bool,
     /// rktlet: an ACI whose signature was checked when it was imported
     /// (absent in older indexes: unverified).
     #[serde(default)]
@@ -174,6 +179,15 @@ pub struct LayerDigest {
     /// The registry's digest of the blob as downloaded, e.g. `sha256:...`.
     pub digest: String,
     pub blobkey: String,
+}
+
+impl AciInfo {
+    /// A docker layer's ACI (a dependency of images, not an image to list):
+    /// named `layer/<key>`. Indexes of older releases also kept a `layer`
+    /// column; it said the same and is no longer written (rkt has none).
+    pub fn is_layer(&self) -> bool {
+        self.name.starts_with(super::convert::LAYER_NAME_PREFIX)
+    }
 }
 
 impl Index {
@@ -209,7 +223,7 @@ impl Index {
 
     /// Image keys (not layers) whose key starts with `prefix`.
     pub fn images_with_prefix(&self, prefix: &str) -> Vec<&AciInfo> {
-        self.aciinfo.iter().filter(|a| !a.layer && a.blobkey.starts_with(prefix)).collect()
+        self.aciinfo.iter().filter(|a| !a.is_layer() && a.blobkey.starts_with(prefix)).collect()
     }
 
     pub fn remotes_of(&self, key: &str) -> impl Iterator<Item = &Remote> {
@@ -244,7 +258,6 @@ mod tests {
                 latest: false,
                 size: 3,
                 treestoresize: 0,
-                layer: false,
                 verified: false,
             });
             i.add_layer_digest("sha256:x", "sha512-2");
@@ -255,5 +268,25 @@ mod tests {
         assert_eq!(i.aci("sha512-1").map(|a| a.size), Some(3));
         assert_eq!(i.layer_key("sha256:x"), Some("sha512-2"));
         assert_eq!(i.images_with_prefix("sha512-").len(), 1);
+    }
+
+    #[test]
+    fn an_older_index_with_its_layer_column_reads() {
+        let k = |c: char| format!("sha512-{}", c.to_string().repeat(64));
+        let old = format!(
+            r#"{{"version":1,"aciinfo":[
+              {{"blobkey":"{}","name":"layer/{}","importtime":1,"lastused":1,"latest":false,"size":9,"treestoresize":0,"layer":true}},
+              {{"blobkey":"{}","name":"example.com/app","importtime":2,"lastused":2,"latest":true,"size":9,"treestoresize":5,"layer":false,"verified":true}}],
+              "remote":[],"layerdigest":[]}}"#,
+            k('1'),
+            k('1'),
+            k('a')
+        );
+        let i: Index = serde_json::from_str(&old).expect("older index");
+        let layers: Vec<bool> = i.aciinfo.iter().map(AciInfo::is_layer).collect();
+        assert_eq!(layers, [true, false]);
+        assert_eq!(i.images_with_prefix("sha512-").len(), 1);
+        let written = serde_json::to_string(&i).expect("write");
+        assert!(!written.contains("\"layer\""), "{written}");
     }
 }

@@ -193,12 +193,60 @@ pub fn empty_aci(manifest: &ImageManifest) -> std::io::Result<(String, Vec<u8>)>
     Ok((cas_key_of(&bytes), bytes))
 }
 
-/// rkt's tree store id: `deps-` + the key of the comma-joined keys of the
-/// image and its dependencies (image first, then dependencies in order).
-pub fn tree_id(image_key: &str, layer_keys: &[String]) -> String {
+/// rkt's flattened dependency list of an image (appc's acirenderer): the
+/// image first; then, walking that list from the front, every entry's
+/// dependencies are inserted right after it, each one directly after the
+/// entry (so they end up in reverse manifest order, each followed by its own
+/// dependencies). Nothing is deduplicated. `manifest_of` reads a
+/// dependency's manifest; rktlet's layer ACIs (`layer/...`) have no
+/// dependencies and are not read.
+pub fn dependency_list(
+    key: &str,
+    manifest: &ImageManifest,
+    mut manifest_of: impl FnMut(&str) -> Option<ImageManifest>,
+) -> Result<Vec<String>, String> {
+    /// rkt has no limit (a cycle never ends); rktlet stops here.
+    const MAX_ENTRIES: usize = 1024;
+    let mut list: Vec<(String, Option<ImageManifest>)> = vec![(key.to_string(), Some(manifest.clone()))];
+    let mut at = 0;
+    while at < list.len() {
+        let deps = list[at].1.take().map(|m| m.dependencies).unwrap_or_default();
+        let mut inserted = Vec::with_capacity(deps.len());
+        for d in deps.iter().rev() {
+            let id = d.image_id.clone().ok_or_else(|| format!("dependency {} was never resolved", d.image_name))?;
+            let m = if d.image_name.starts_with(LAYER_NAME_PREFIX) { None } else { manifest_of(&id) };
+            inserted.push((id, m));
+        }
+        list.splice(at + 1..at + 1, inserted);
+        if list.len() > MAX_ENTRIES {
+            return Err(format!("{}: more than {MAX_ENTRIES} dependencies (a cycle?)", manifest.name));
+        }
+        at += 1;
+    }
+    Ok(list.into_iter().map(|(k, _)| k).collect())
+}
+
+/// rkt's tree store id of a flattened dependency list
+/// ([`dependency_list`]): `deps-` + the key (`sha512-` + 64 hex) of the
+/// SHA-512 of the keys joined with `,`.
+pub fn tree_id(dependency_list: &[String]) -> String {
+    format!("deps-{}", cas_key_of(dependency_list.join(",").as_bytes()))
+}
+
+/// The tree id of an image whose dependencies are all layers (or none):
+/// the image, then its layers top first.
+pub fn layered_tree_id(image_key: &str, layer_keys_bottom_first: &[String]) -> String {
     let mut all = vec![image_key.to_string()];
-    all.extend(layer_keys.iter().cloned());
-    format!("deps-{}", cas_key_of(all.join(",").as_bytes()))
+    all.extend(layer_keys_bottom_first.iter().rev().cloned());
+    tree_id(&all)
+}
+
+/// The tree id releases before rkt's order used (dependencies in manifest
+/// order): trees rendered under it stay in use by the pods that name them.
+pub fn legacy_tree_id(image_key: &str, dependency_keys: &[String]) -> String {
+    let mut all = vec![image_key.to_string()];
+    all.extend(dependency_keys.iter().cloned());
+    tree_id(&all)
 }
 
 #[cfg(test)]
@@ -231,6 +279,82 @@ mod tests {
         let (k1, _) = empty_aci(&m).expect("aci");
         let (k2, _) = empty_aci(&m).expect("aci");
         assert_eq!(k1, k2);
-        assert!(tree_id(&k1, &["sha512-aa".into()]).starts_with("deps-sha512-"));
+        assert!(layered_tree_id(&k1, &["sha512-aa".into()]).starts_with("deps-sha512-"));
+    }
+
+    /// `sha512-` and 64 times `c`: a store key easy to write by hand.
+    fn key(c: char) -> String {
+        format!("sha512-{}", c.to_string().repeat(64))
+    }
+
+    fn dep(name: &str, id: &str) -> Dependency {
+        Dependency { image_name: name.into(), image_id: Some(id.into()), labels: Vec::new(), size: 0 }
+    }
+
+    #[test]
+    fn tree_ids_follow_rkts_dependency_order() {
+        // A docker image A with layers L1, L2, L3 (bottom first, as its
+        // manifest lists them). appc's flattening starts from [A] and inserts
+        // each dependency of A directly after A, in manifest order: after L1
+        // the list is [A, L1], after L2 [A, L2, L1], after L3 [A, L3, L2, L1].
+        // The id is `deps-` + `sha512-` + the first 64 hex digits of the
+        // SHA-512 of "A,L3,L2,L1" (the four 71-character keys joined by
+        // commas), computed outside this code with
+        // `printf %s "$A,$L3,$L2,$L1" | sha512sum | cut -c1-64`; appc's own
+        // createDepList, run on the same keys, gives the same id.
+        let (a, l1, l2, l3) = (key('a'), key('1'), key('2'), key('3'));
+        let mut m = ImageManifest::new("example.com/a");
+        m.dependencies = [&l1, &l2, &l3].iter().map(|k| dep(&format!("{LAYER_NAME_PREFIX}{k}"), k)).collect();
+        let list = dependency_list(&a, &m, |_| panic!("a layer's manifest is never read")).expect("list");
+        assert_eq!(list, [a.clone(), l3.clone(), l2.clone(), l1.clone()]);
+        let want = "deps-sha512-3741dac2f28234961566af08b2fb0f540c8adf0cf8491cfb8faeca9e970d8f31";
+        assert_eq!(tree_id(&list), want);
+        assert_eq!(layered_tree_id(&a, &[l1.clone(), l2.clone(), l3.clone()]), want);
+        // the order releases before this one used: "A,L1,L2,L3"
+        assert_eq!(
+            legacy_tree_id(&a, &[l1.clone(), l2, l3]),
+            "deps-sha512-879a65fbc5a8496d9299630fda9364b200eac44f912524d3c18384d79c8384c5"
+        );
+        // one layer: "A,L1" either way, so single-layer trees keep their ids
+        let one = "deps-sha512-e79ac4ff995ca4ef492fac9c39dc697e9b5be58c1ecbb3f763f918b6148e5891";
+        assert_eq!(layered_tree_id(&a, std::slice::from_ref(&l1)), one);
+        assert_eq!(legacy_tree_id(&a, &[l1]), one);
+    }
+
+    #[test]
+    fn nested_dependencies_flatten_depth_first_in_reverse() {
+        // A depends on B then C; C on D; B on E. From [A]: A's dependencies
+        // go right after A, each directly after it: [A, C, B]. The walk moves
+        // on to C and puts D after it: [A, C, D, B]; D has none; B puts E
+        // after itself: [A, C, D, B, E] (appc's own example, A -> B, C and
+        // C -> D, gives [A, C, D, B]). The id hashes "A,C,D,B,E":
+        // `printf %s "$A,$C,$D,$B,$E" | sha512sum | cut -c1-64` (appc's
+        // createDepList gives the same).
+        let (a, b, c, d, e) = (key('a'), key('b'), key('c'), key('d'), key('e'));
+        let with = |name: &str, deps: Vec<Dependency>| {
+            let mut m = ImageManifest::new(name);
+            m.dependencies = deps;
+            m
+        };
+        let ma = with("example.com/a", vec![dep("example.com/b", &b), dep("example.com/c", &c)]);
+        let manifests: std::collections::HashMap<String, ImageManifest> = [
+            (b.clone(), with("example.com/b", vec![dep("example.com/e", &e)])),
+            (c.clone(), with("example.com/c", vec![dep("example.com/d", &d)])),
+            (d.clone(), with("example.com/d", vec![])),
+            (e.clone(), with("example.com/e", vec![])),
+        ]
+        .into();
+        let list = dependency_list(&a, &ma, |k| manifests.get(k).cloned()).expect("list");
+        assert_eq!(list, [a, c, d, b, e]);
+        assert_eq!(tree_id(&list), "deps-sha512-75dc887587f73468ad35c996bd81d6a9c0fcec17a7770c85e6bcd3a8323c4ed9");
+    }
+
+    #[test]
+    fn a_dependency_cycle_is_an_error() {
+        let a = key('a');
+        let mut m = ImageManifest::new("example.com/a");
+        m.dependencies = vec![dep("example.com/a", &a)];
+        let looped = m.clone();
+        assert!(dependency_list(&a, &m, |_| Some(looped.clone())).is_err());
     }
 }

@@ -4,19 +4,22 @@
 //!   its key (the SHA-512 of the uncompressed tar, as rkt keys its CAS), and
 //!   its image manifest parses;
 //! - every layer-digest and remote row names an image in the index;
-//! - every tree marked rendered in this boot belongs to an indexed image,
-//!   and its `hash` is that image's layer chain; with `deep`, its files are
-//!   compared with a fresh rendering from the blobs (types, modes, owners,
+//! - every usable tree (`tree.rs`) belongs to an indexed image under that
+//!   image's tree id (or an older release's id for it), and a synced one has
+//!   a `hash`; with `deep`, that hash is compared with rkt's tree hash of its
+//!   contents (an older release's layer-chain hash is only noted) and its
+//!   files with a fresh rendering from the blobs (types, modes, owners,
 //!   sizes, contents, link targets);
 //! - no leftover of an interrupted pull sits in `cas/tmp` (gc removes them;
 //!   so does a daemon start).
 //!
 //! Not problems, only reported: blobs the index does not name (a pull killed
 //! between storing its blobs and committing its index row; the next pull of
-//! that image reuses them) and trees not rendered in this boot (rendered
-//! again from the blobs on first use).
+//! that image reuses them), trees rendered in another boot and never synced
+//! (rendered again from the blobs on first use) and trees not synced yet.
 
 use super::cas::Cas;
+use super::tree::{self, TreeState};
 use super::verify::{Algorithm, Hasher, cas_key, cas_key_of};
 use super::{ImageError, Store, io_ctx};
 use serde::Serialize;
@@ -49,7 +52,7 @@ impl Report {
 pub fn verify(store: &Store, deep: bool) -> Result<Report, ImageError> {
     let cas = store.cas();
     let index = cas.read_index().map_err(io_ctx("reading the image index"))?;
-    let mut r = Report { images: index.aciinfo.iter().filter(|a| !a.layer).count(), ..Default::default() };
+    let mut r = Report { images: index.aciinfo.iter().filter(|a| !a.is_layer()).count(), ..Default::default() };
     let indexed: HashSet<&str> = index.aciinfo.iter().map(|a| a.blobkey.as_str()).collect();
     for row in &index.aciinfo {
         r.blobs += 1;
@@ -91,16 +94,28 @@ pub fn verify(store: &Store, deep: bool) -> Result<Report, ImageError> {
     for id in fs::read_dir(cas.trees()).into_iter().flatten().flatten() {
         let id = id.file_name().to_string_lossy().into_owned();
         r.trees += 1;
-        if !cas.tree_rendered(&id) {
-            r.notes.push(format!("tree {id} is not rendered in this boot (rendered again on first use)"));
-            continue;
+        match tree::state(&cas.tree(&id), super::cas::boot_id()) {
+            TreeState::NotRendered | TreeState::OtherBoot => {
+                r.notes.push(format!(
+                    "tree {id} is not rendered, or was not synced before a reboot (rendered again on first use)"
+                ));
+                continue;
+            }
+            TreeState::Unsynced => {
+                r.notes.push(format!("tree {id} is not synced yet (its hash is written when it is)"));
+                check_tree(store, &id, deep, false, &mut r);
+            }
+            TreeState::Settled => check_tree(store, &id, deep, true, &mut r),
         }
-        check_tree(store, &id, deep, &mut r);
     }
     Ok(r)
 }
 
-fn check_tree(store: &Store, id: &str, deep: bool, r: &mut Report) {
+/// Checks a usable tree: it belongs to an indexed image under that image's
+/// tree id (or the id an older release gave it); a synced one has rkt's
+/// `hash` of its contents (compared with `deep`, which also compares its
+/// files with a fresh rendering).
+fn check_tree(store: &Store, id: &str, deep: bool, synced: bool, r: &mut Report) {
     let dir = store.cas().tree(id);
     let image_key = fs::read_to_string(dir.join("image")).unwrap_or_default().trim().to_string();
     let image = match store.resolve(&image_key) {
@@ -110,14 +125,38 @@ fn check_tree(store: &Store, id: &str, deep: bool, r: &mut Report) {
             return;
         }
     };
-    let keys = image.dependency_keys();
+    let ids = [store.tree_id(&image).unwrap_or_default(), image.legacy_tree_id()];
+    if !ids.iter().any(|t| t == id) {
+        r.problems.push(format!("tree {id} is not the tree id of image {image_key}"));
+        return;
+    }
+    if ids[0] != id {
+        r.notes.push(format!(
+            "tree {id} has the id an older release gave image {image_key} (gc removes it once no pod uses it)"
+        ));
+    }
     let hash = fs::read_to_string(dir.join("hash")).unwrap_or_default();
-    if hash.trim() != cas_key_of(keys.join(",").as_bytes()) || image.tree_id() != id {
-        r.problems.push(format!("tree {id}: its hash does not match the layers of image {image_key}"));
+    if synced && hash.is_empty() {
+        r.problems.push(format!("tree {id} has no hash"));
         return;
     }
     if !deep {
         return;
+    }
+    if synced {
+        let rules = [tree::ModeRule::WithTypeBits, tree::ModeRule::PermissionsOnly];
+        let computed: Result<Vec<String>, _> = rules.iter().map(|rule| tree::tree_hash(&dir, *rule)).collect();
+        match computed {
+            Ok(hashes) if hashes.contains(&hash) => {}
+            // an older release's hash: the key of its layer chain
+            Ok(_) if hash == cas_key_of(image.dependency_keys().join(",").as_bytes()) => {
+                r.notes.push(format!("tree {id} has an older release's hash (not rkt's tree hash)"))
+            }
+            Ok(hashes) => {
+                r.problems.push(format!("tree {id}: its hash {hash} is not that of its contents ({})", hashes[0]))
+            }
+            Err(e) => r.problems.push(format!("tree {id}: cannot hash its contents: {e}")),
+        }
     }
     let rootfs = dir.join("rootfs");
     match super::pull::render_scratch(store, &image, |fresh| Ok((digest_tree(fresh)?, digest_tree(&rootfs)?))) {

@@ -12,16 +12,17 @@
 //! - the image is a small genuine ACI (`manifest` + empty `rootfs/`) whose
 //!   manifest carries the app and lists the layers as `dependencies`; its key
 //!   is the image ID shown to CRI.
-//! - the tree `cas/tree/<treeStoreID>/` is rendered at pull time and moved
-//!   into place whole; `rendered` is created last and holds the boot id. Its
-//!   `hash` holds the key of the verified layer chain (rkt's per-file tree
-//!   hash is not computed).
+//! - the tree `cas/tree/<treeStoreID>/` (rkt's id: `convert::tree_id`) is
+//!   rendered at pull time and moved into place whole, marked not synced;
+//!   an empty `rendered` is created last. rkt's tree hash goes into `hash`
+//!   later, in the background (`tree.rs`).
 //!
-//! Durability: blobs, manifests and the index are fsynced; trees are not.
-//! A tree is derived data (its layers' blobs are kept), and syncing 50 MiB
-//! of extracted files made a pull wait for the disk. A crash that reboots the
-//! machine can lose tree files that were still in the page cache: such a tree
-//! carries the previous boot's id in `rendered` and is rendered again from the
+//! Durability: blobs, manifests and the index are fsynced; trees are synced
+//! in the background, off the pull. A tree is derived data (its layers'
+//! blobs are kept), and syncing 50 MiB of extracted files made a pull wait
+//! for the disk. A crash that reboots the machine before that sync can lose
+//! tree files still in the page cache: such a tree carries the previous
+//! boot's id in its `rktlet-unsynced` marker and is rendered again from the
 //! blobs when next used (`Store::tree`, `Cas::tree_rendered`). A daemon crash
 //! without a reboot loses nothing (the page cache survives it).
 //!
@@ -44,10 +45,11 @@ pub mod policy;
 mod pull;
 pub mod reference;
 pub mod registry;
+pub mod tree;
 pub mod verify;
 
 use crate::filecache::{FileCache, ReadError};
-use crate::pod::manifest::ImageManifest;
+use crate::pod::manifest::{self as pod_manifest, ImageManifest};
 use crate::pod::{DataDir, PodDir};
 pub use auth::Credentials;
 use cas::{Cas, Index};
@@ -151,7 +153,8 @@ pub struct Image {
     pub tags: Vec<String>,
     /// `domain/path@sha256:...`.
     pub digests: Vec<String>,
-    /// Bytes downloaded for it (its layers as stored).
+    /// Its content's size: a docker image's layers as downloaded
+    /// (compressed), an ACI's blob.
     pub size: u64,
     pub import_time: i64,
     pub last_used: i64,
@@ -183,8 +186,10 @@ impl Image {
         self.manifest.dependencies.iter().filter_map(|d| d.image_id.clone()).collect()
     }
 
-    pub fn tree_id(&self) -> String {
-        convert::tree_id(&self.id, &self.dependency_keys())
+    /// The tree id releases before rkt's dependency order used
+    /// ([`convert::legacy_tree_id`]).
+    pub fn legacy_tree_id(&self) -> String {
+        convert::legacy_tree_id(&self.id, &self.dependency_keys())
     }
 }
 
@@ -325,10 +330,21 @@ impl Store {
             import_time: row.importtime,
             last_used: row.lastused,
         };
-        if image.size == 0 {
-            // recorded by a release that counted only the layers it downloaded:
-            // the size of the image's stored layer blobs
-            image.size = image.layer_keys().iter().filter_map(|k| index.aci(k)).map(|a| a.size.max(0) as u64).sum();
+        // a docker image's content is its layers: the sizes its manifest
+        // lists (as downloaded), not its own few-KiB ACI that the index
+        // records as rkt does
+        let layers: Vec<&pod_manifest::Dependency> = image
+            .manifest
+            .dependencies
+            .iter()
+            .filter(|d| d.image_name.starts_with(convert::LAYER_NAME_PREFIX))
+            .collect();
+        if !layers.is_empty() {
+            image.size = layers.iter().map(|d| d.size).sum();
+            if image.size == 0 {
+                // no sizes listed: the image's stored layer blobs
+                image.size = image.layer_keys().iter().filter_map(|k| index.aci(k)).map(|a| a.size.max(0) as u64).sum();
+            }
         }
         Ok(image)
     }
@@ -346,12 +362,25 @@ impl Store {
         Ok((*parsed).clone())
     }
 
+    /// rkt's flattened dependency list of an image
+    /// ([`convert::dependency_list`]), its manifests read from the store.
+    pub fn dependency_list(&self, image: &Image) -> Result<Vec<String>, ImageError> {
+        convert::dependency_list(&image.id, &image.manifest, |k| self.read_manifest(k).ok())
+            .map_err(|e| ImageError::Unsupported(format!("{}: {e}", image.manifest.name)))
+    }
+
+    /// rkt's tree store id of an image (`deps-` + the key of its flattened
+    /// dependency list).
+    pub fn tree_id(&self, image: &Image) -> Result<String, ImageError> {
+        Ok(convert::tree_id(&self.dependency_list(image)?))
+    }
+
     /// Every image (not layers), oldest import first.
     pub fn list(&self) -> Result<Vec<Image>, ImageError> {
         let index = self.index()?;
         // a full listing: parsed manifests of images no longer stored go
         self.parsed.manifests.retain(|key| index.aciinfo.iter().any(|a| &a.blobkey == key));
-        let mut rows: Vec<_> = index.aciinfo.iter().filter(|a| !a.layer).collect();
+        let mut rows: Vec<_> = index.aciinfo.iter().filter(|a| !a.is_layer()).collect();
         rows.sort_by_key(|a| a.importtime);
         rows.iter().map(|a| self.image_from(&index, &a.blobkey)).collect()
     }
@@ -361,7 +390,7 @@ impl Store {
     /// (at most once a minute: [`LAST_USED_STEP_NANOS`]).
     pub fn tree(&self, reference_or_id: &str) -> Result<Tree, ImageError> {
         let image = self.resolve(reference_or_id)?;
-        let id = image.tree_id();
+        let id = self.tree_id(&image)?;
         let path = self.cas.tree(&id);
         if !self.cas.tree_rendered(&id) {
             pull::render_stored(self, &image)?;
@@ -432,7 +461,7 @@ impl Store {
         let dependent = self
             .cas
             .update_index(|i| {
-                let dependent = i.aciinfo.iter().filter(|a| !a.layer && a.blobkey != image.id).find_map(|a| {
+                let dependent = i.aciinfo.iter().filter(|a| !a.is_layer() && a.blobkey != image.id).find_map(|a| {
                     // an unreadable manifest is not known to depend on it
                     let m = self.read_manifest(&a.blobkey).ok()?;
                     let uses = m.dependencies.iter().any(|d| d.image_id.as_deref() == Some(image.id.as_str()));
@@ -453,9 +482,13 @@ impl Store {
         }
         let _ = fs::remove_file(self.cas.blob(&image.id));
         let _ = fs::remove_file(self.cas.image_manifest(&image.id));
-        let tree = image.tree_id();
-        if !used.trees.contains(&tree) {
-            self.remove_tree(&tree)?;
+        // its tree, and one rendered under an older release's id
+        let mut trees = vec![image.legacy_tree_id()];
+        trees.extend(self.tree_id(&image).ok());
+        for tree in trees {
+            if !used.trees.contains(&tree) {
+                self.remove_tree(&tree)?;
+            }
         }
         self.remove_orphan_layers()?;
         Ok(Some(image.id))
@@ -477,7 +510,7 @@ impl Store {
     fn remove_orphan_layers(&self) -> Result<Vec<String>, ImageError> {
         let index = self.index()?;
         let mut needed = std::collections::HashSet::new();
-        for a in index.aciinfo.iter().filter(|a| !a.layer) {
+        for a in index.aciinfo.iter().filter(|a| !a.is_layer()) {
             if let Ok(m) = self.read_manifest(&a.blobkey) {
                 needed.extend(m.dependencies.into_iter().filter_map(|d| d.image_id));
             }
@@ -485,7 +518,7 @@ impl Store {
         let orphans: Vec<String> = index
             .aciinfo
             .iter()
-            .filter(|a| a.layer && !needed.contains(&a.blobkey))
+            .filter(|a| a.is_layer() && !needed.contains(&a.blobkey))
             .map(|a| a.blobkey.clone())
             .collect();
         if orphans.is_empty() {

@@ -361,7 +361,7 @@ fn already_stored(
     let m = fetched.image_manifest(reference, &keys);
     let (image_key, _) = convert::empty_aci(&m).map_err(io_ctx("building the image ACI"))?;
     let layer_keys: Vec<String> = keys.iter().map(|(k, _)| k.clone()).collect();
-    let tree_id = convert::tree_id(&image_key, &layer_keys);
+    let tree_id = convert::layered_tree_id(&image_key, &layer_keys);
     if index.aci(&image_key).is_some() && cas.tree_rendered(&tree_id) {
         let now = now_nanos();
         cas.update_index(|i| {
@@ -547,9 +547,6 @@ async fn commit(
         .map(|d| (d.key.clone(), if d.compressed_size > 0 { d.compressed_size } else { layers[d.index].size }))
         .collect();
     let image_manifest = fetched.image_manifest(reference, &keys);
-    // the image's size is its layers' compressed sizes, those stored before
-    // as much as those downloaded now
-    let image_size = keys.iter().map(|(_, size)| *size as i64).sum();
     let layer_meta: Vec<(Digest, String)> = layers.iter().map(|l| (l.digest.clone(), l.media_type.clone())).collect();
     let Fetched { config, .. } = fetched;
     blocking(move || {
@@ -560,7 +557,6 @@ async fn commit(
             layer_meta: &layer_meta,
             config: &config,
             image: image_manifest,
-            image_size,
             remotes,
         };
         plan.run()
@@ -601,30 +597,56 @@ fn commit_tree(
     tree_id: &str,
     image_key: &str,
     manifest: &ImageManifest,
-    layer_keys: &[String],
 ) -> Result<i64, ImageError> {
     let _lock = cas.lock_tree(tree_id).map_err(io_ctx("locking the tree"))?;
     let final_path = cas.tree(tree_id);
     let tmp_tree = work.join("tree");
-    let (bytes, _) = extract::usage(&tmp_tree.join("rootfs"));
     if cas.tree_rendered(tree_id) {
-        return Ok(bytes as i64); // rendered meanwhile by another process
+        return Ok(tree_size(&final_path)); // rendered meanwhile by another process
     }
     if final_path.exists() {
         fs::remove_dir_all(&final_path).map_err(io_ctx(format!("removing partial tree {}", final_path.display())))?;
     }
     keep_only_rootfs(&tmp_tree)?;
     let json = serde_json::to_vec(manifest).map_err(|e| io_ctx("encoding the manifest")(io::Error::other(e)))?;
-    let hash = super::verify::cas_key_of(layer_keys.join(",").as_bytes());
     // plain writes (see "Durability" in image/mod.rs): the whole directory
-    // becomes visible by one rename, and `rendered` comes last
-    for (name, bytes) in [("manifest", &json[..]), ("image", image_key.as_bytes()), ("hash", hash.as_bytes())] {
+    // becomes visible by one rename, marked not synced, and `rendered`
+    // comes last; `hash` is written when the tree is synced (`tree.rs`)
+    for (name, bytes) in [("manifest", &json[..]), ("image", image_key.as_bytes())] {
         let path = tmp_tree.join(name);
         fs::write(&path, bytes).map_err(io_ctx(format!("writing {}", path.display())))?;
     }
+    Cas::mark_unsynced(&tmp_tree).map_err(io_ctx(format!("marking {} unsynced", tmp_tree.display())))?;
     fs::rename(&tmp_tree, &final_path).map_err(io_ctx(format!("moving the tree to {}", final_path.display())))?;
     Cas::mark_rendered(&final_path).map_err(io_ctx(format!("marking {} rendered", final_path.display())))?;
-    Ok(bytes as i64)
+    super::tree::settle_later(cas, tree_id);
+    // as it will be once settled: with its `hash` (`sha512-` + 64 hex)
+    Ok(tree_size(&final_path) + if final_path.join("hash").exists() { 0 } else { 71 })
+}
+
+/// rkt's `treestoresize`: the apparent sizes of everything in the tree
+/// directory (itself included), each hard-linked inode once; rktlet's
+/// not-synced marker is not counted.
+pub(super) fn tree_size(dir: &Path) -> i64 {
+    let mut total = 0u64;
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![dir.to_path_buf()];
+    let marker = dir.join(super::tree::UNSYNCED);
+    while let Some(p) = stack.pop() {
+        if p == marker {
+            continue;
+        }
+        let Ok(m) = fs::symlink_metadata(&p) else { continue };
+        if m.is_dir() {
+            stack.extend(fs::read_dir(&p).into_iter().flatten().flatten().map(|e| e.path()));
+        }
+        use std::os::unix::fs::MetadataExt;
+        if m.nlink() > 1 && !m.is_dir() && !seen.insert(m.ino()) {
+            continue;
+        }
+        total += m.len();
+    }
+    total as i64
 }
 
 /// Deletes what a tree holds beside `rootfs/`. An ACI's tar is unpacked at
@@ -651,13 +673,12 @@ struct Commit<'a> {
     layer_meta: &'a [(Digest, String)],
     config: &'a ImageConfig,
     image: ImageManifest,
-    image_size: i64,
     remotes: Vec<String>,
 }
 
 impl Commit<'_> {
     fn run(self) -> Result<String, ImageError> {
-        let Commit { cas, work, done, layer_meta, config, image, image_size, remotes } = self;
+        let Commit { cas, work, done, layer_meta, config, image, remotes } = self;
         let rootfs = work.rootfs();
         let started = std::time::Instant::now();
         finish_tree(&rootfs, &work.path, done)?;
@@ -700,8 +721,8 @@ impl Commit<'_> {
         fsutil::write_atomic(&mpath, &json, 0o644).map_err(io_ctx(format!("writing {}", mpath.display())))?;
         // 3. the tree
         let layer_keys: Vec<String> = done.iter().map(|d| d.key.clone()).collect();
-        let tree_id = convert::tree_id(&image_key, &layer_keys);
-        let tree_size = commit_tree(cas, &work.path, &tree_id, &image_key, &image, &layer_keys)?;
+        let tree_id = convert::layered_tree_id(&image_key, &layer_keys);
+        let tree_size = commit_tree(cas, &work.path, &tree_id, &image_key, &image)?;
         tracing::debug!(ms = started.elapsed().as_millis() as u64, "blobs and tree committed");
         // 4. the index: from here on the image is visible
         let now = now_nanos();
@@ -716,7 +737,6 @@ impl Commit<'_> {
                     latest: false,
                     size,
                     treestoresize: 0,
-                    layer: true,
                     verified: false,
                 });
                 i.add_layer_digest(&layer_meta[d.index].0.to_string(), &d.key);
@@ -727,9 +747,9 @@ impl Commit<'_> {
                 importtime: now,
                 lastused: now,
                 latest: remotes.iter().any(|r| r.ends_with(":latest")),
-                size: image_size,
+                // rkt's: the stored blob (the image's own small ACI)
+                size: aci.len() as i64,
                 treestoresize: tree_size,
-                layer: false,
                 verified: false,
             });
             for url in &remotes {
@@ -787,33 +807,46 @@ pub(super) fn render_scratch<T>(
 /// plain tars (`manifest` and `rootfs/`); returns the tree's size.
 pub(super) fn render_aci(cas: &Cas, key: &str, manifest: &ImageManifest) -> Result<i64, ImageError> {
     let work = unpack_aci_chain(cas, key, manifest)?;
-    let deps: Vec<String> = manifest.dependencies.iter().filter_map(|d| d.image_id.clone()).collect();
-    commit_tree(cas, &work.path, &convert::tree_id(key, &deps), key, manifest, &deps)
+    let list = dependency_list(cas, key, manifest)?;
+    commit_tree(cas, &work.path, &convert::tree_id(&list), key, manifest)
 }
 
-/// The ACIs an image's tree is made of, breadth-first from the image (rkt's
-/// acirenderer order: earlier ones override later ones).
-fn aci_chain(cas: &Cas, key: &str, manifest: &ImageManifest) -> Result<Vec<String>, ImageError> {
-    let mut chain = vec![key.to_string()];
-    let mut queue: std::collections::VecDeque<ImageManifest> = [manifest.clone()].into();
-    while let Some(m) = queue.pop_front() {
-        for dep in &m.dependencies {
-            let id = dep.image_id.clone().ok_or_else(|| {
-                ImageError::Unsupported(format!("{}: dependency {} was never resolved", m.name, dep.image_name))
-            })?;
-            if chain.contains(&id) {
-                continue;
+/// rkt's flattened dependency list of a stored ACI, its dependencies'
+/// manifests read from the CAS (each must be there).
+fn dependency_list(cas: &Cas, key: &str, manifest: &ImageManifest) -> Result<Vec<String>, ImageError> {
+    let mut unreadable = None;
+    let list = convert::dependency_list(key, manifest, |id| {
+        let path = cas.image_manifest(id);
+        let read = fs::read(&path).map_err(io_ctx(format!("reading dependency {id}"))).and_then(|b| {
+            serde_json::from_slice(&b).map_err(|e| io_ctx(format!("parsing {}", path.display()))(io::Error::other(e)))
+        });
+        match read {
+            Ok(m) => Some(m),
+            Err(e) => {
+                unreadable.get_or_insert(e);
+                None
             }
-            if chain.len() > 64 {
-                return Err(ImageError::Unsupported(format!("{}: more than 64 dependencies", manifest.name)));
-            }
-            let path = cas.image_manifest(&id);
-            let bytes = fs::read(&path).map_err(io_ctx(format!("reading dependency {id}")))?;
-            let dm: ImageManifest = serde_json::from_slice(&bytes)
-                .map_err(|e| io_ctx(format!("parsing {}", path.display()))(io::Error::other(e)))?;
-            chain.push(id);
-            queue.push_back(dm);
         }
+    })
+    .map_err(|e| ImageError::Unsupported(format!("{}: {e}", manifest.name)))?;
+    match unreadable {
+        Some(e) => Err(e),
+        None => Ok(list),
+    }
+}
+
+/// The ACIs an image's tree is made of: rkt's flattened dependency list,
+/// each ACI at its first place (rkt's acirenderer order: earlier ones
+/// override later ones).
+fn aci_chain(cas: &Cas, key: &str, manifest: &ImageManifest) -> Result<Vec<String>, ImageError> {
+    let mut chain: Vec<String> = Vec::new();
+    for k in dependency_list(cas, key, manifest)? {
+        if !chain.contains(&k) {
+            chain.push(k);
+        }
+    }
+    if chain.len() > 65 {
+        return Err(ImageError::Unsupported(format!("{}: more than 64 dependencies", manifest.name)));
     }
     Ok(chain)
 }
@@ -868,7 +901,7 @@ pub fn render_stored(store: &Store, image: &Image) -> Result<(), ImageError> {
         render_aci(cas, &image.id, &image.manifest)?
     } else {
         let (work, _) = render_layers(cas, &keys)?;
-        commit_tree(cas, &work.path, &image.tree_id(), &image.id, &image.manifest, &keys)?
+        commit_tree(cas, &work.path, &store.tree_id(image)?, &image.id, &image.manifest)?
     };
     cas.update_index(|i| {
         if let Some(a) = i.aciinfo.iter_mut().find(|a| a.blobkey == image.id) {
@@ -921,13 +954,14 @@ mod tests {
         let work = tmp.path().join("work");
         let tree = work.join("tree");
         fs::create_dir_all(tree.join("rootfs/etc")).expect("rootfs");
-        for name in ["manifest", "image", "hash", "rendered"] {
+        for name in ["manifest", "image", "hash", "rendered", super::super::tree::UNSYNCED] {
             std::os::unix::fs::symlink(&outside, tree.join(name)).expect("link");
         }
         fs::create_dir(tree.join("extra")).expect("extra");
-        commit_tree(&cas, &work, "deps-sha512-t", "sha512-k", &ImageManifest::new("x"), &[]).expect("commit");
+        commit_tree(&cas, &work, "deps-sha512-t", "sha512-k", &ImageManifest::new("x")).expect("commit");
         assert_eq!(fs::read_to_string(&outside).expect("node file"), "node", "written through a link");
         let committed = cas.tree("deps-sha512-t");
+        super::super::tree::finish_settling();
         for name in ["manifest", "image", "hash", "rendered"] {
             assert!(fs::symlink_metadata(committed.join(name)).expect(name).is_file(), "{name}");
         }

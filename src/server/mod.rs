@@ -257,6 +257,11 @@ async fn run(
     if cleaned > 0 {
         tracing::info!(cleaned, "removed leftovers of interrupted pulls");
     }
+    // trees of this boot a process that rendered them left unsynced
+    let unsynced = crate::image::tree::settle_unsynced(runtime.images.cas());
+    if unsynced > 0 {
+        tracing::info!(unsynced, "syncing rendered trees in the background");
+    }
     // listed before the first request can start a pod of its own (not in
     // exec mode: that daemon owns no pod starts)
     if !runtime.config.exec_mode {
@@ -290,6 +295,7 @@ async fn run(
     // removed pods' directories are deleted (and stopped pods' inotify
     // instances closed) before the daemon exits
     let _ = tokio::task::spawn_blocking(crate::stage1::stop::finish_after_calls).await;
+    let _ = tokio::task::spawn_blocking(crate::image::tree::finish_settling).await;
     drop(guard);
     tracing::info!(socket = %socket.display(), "socket removed, bye");
     result
