@@ -42,6 +42,7 @@ pub mod layer;
 pub mod oci;
 pub mod policy;
 mod pull;
+pub mod ql;
 pub mod reference;
 pub mod registry;
 pub mod verify;
