@@ -12,7 +12,7 @@
 mod blocks;
 pub mod scalar;
 
-use crate::image::cas::{AciInfo, Remote};
+use crate::image::cas::{AciInfo, Index, Remote};
 use crate::lock;
 use blocks::Blocks;
 use scalar::Scalar;
@@ -59,11 +59,24 @@ pub struct Tables {
 /// Reads `db_dir/ql.db` under a shared lock on `db_dir`; `None` if there is
 /// no such file (rkt never used this store).
 pub fn read_dir(db_dir: &Path) -> Result<Option<Tables>, QlError> {
+    with_db(db_dir, |path| match fs::read(path) {
+        Ok(bytes) => parse(&bytes),
+        Err(e) => Err(io_ctx(format!("reading {}", path.display()))(e)),
+    })
+}
+
+/// Runs `read` on the path of `db_dir/ql.db` while holding a shared lock on
+/// `db_dir` (rkt takes it exclusive for each transaction), after checking
+/// that no interrupted transaction is pending. `None` without a `ql.db`.
+pub fn with_db<T>(db_dir: &Path, read: impl FnOnce(&Path) -> Result<T, QlError>) -> Result<Option<T>, QlError> {
     let path = db_dir.join(DB_FILE);
     if !path.exists() {
         return Ok(None);
     }
     let _lock = lock::shared_dir(db_dir).map_err(io_ctx(format!("locking {}", db_dir.display())))?;
+    if !path.exists() {
+        return Ok(None);
+    }
     let wal = db_dir.join(WAL_FILE);
     match fs::metadata(&wal) {
         Ok(m) if m.len() > 0 => return Err(QlError::PendingWal(path)),
@@ -71,11 +84,37 @@ pub fn read_dir(db_dir: &Path) -> Result<Option<Tables>, QlError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(io_ctx(format!("reading {}", wal.display()))(e)),
     }
-    match fs::read(&path) {
-        Ok(bytes) => parse(&bytes).map(Some),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_ctx(format!("reading {}", path.display()))(e)),
+    read(&path).map(Some)
+}
+
+/// rkt records an ACI fetched from a URL under the bare URL; rktlet prefixes
+/// the URLs it fetched ACIs from with `aci:`.
+pub fn rktlet_aciurl(rkt: &str) -> String {
+    if rkt.starts_with("https://") || rkt.starts_with("http://") {
+        format!("{}{rkt}", crate::image::aci::ACI_PREFIX)
+    } else {
+        rkt.to_string()
     }
+}
+
+/// Adds to `index` what rkt's tables have and it lacks: images by key, and
+/// remotes by URL (in rktlet's form) of the images added. Returns whether
+/// anything was added.
+pub fn merge_into(index: &mut Index, rkt: &Tables) -> bool {
+    let mut added = HashSet::new();
+    for a in &rkt.aciinfo {
+        if index.aci(&a.blobkey).is_none() {
+            added.insert(a.blobkey.clone());
+            index.aciinfo.push(a.clone());
+        }
+    }
+    for r in rkt.remote.iter().filter(|r| added.contains(&r.blobkey)) {
+        let aciurl = rktlet_aciurl(&r.aciurl);
+        if !index.remote.iter().any(|x| x.aciurl == aciurl) {
+            index.remote.push(Remote { aciurl, ..r.clone() });
+        }
+    }
+    !added.is_empty()
 }
 
 /// A column as ql records it: its type letter, name and position in a record.

@@ -90,7 +90,7 @@ fn three_rows_carry_rkts_values() {
     let got = parse(&db).unwrap();
     let first = &got.aciinfo[0];
     assert_eq!(first.name, "example.com/app-0");
-    assert!(first.blobkey.starts_with("sha512-") && first.blobkey.len() == 135);
+    assert!(first.blobkey.starts_with("sha512-") && first.blobkey.len() == 71);
     // 2026-11-26T12:00:00.123456789Z
     assert_eq!(first.importtime, 1_795_694_400_123_456_789);
     assert!(first.latest);
@@ -181,4 +181,20 @@ fn read_dir_waits_for_rkts_exclusive_lock() {
     let got = rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap().unwrap();
     assert_eq!(got, Some(3));
     reader.join().unwrap();
+}
+
+#[test]
+fn merging_adds_rkts_images_and_keeps_rktlets_rows() {
+    let (db, _) = fixture("three");
+    let rkt = parse(&db).unwrap();
+    let mut index = Index::default();
+    let mine = AciInfo { size: 1, ..rkt.aciinfo[1].clone() };
+    index.aciinfo.push(mine.clone());
+    assert!(merge_into(&mut index, &rkt));
+    assert_eq!(index.aciinfo.len(), 3);
+    assert_eq!(index.aci(&mine.blobkey), Some(&mine), "rktlet's own row wins");
+    // the remotes of the images added, in rktlet's form
+    let urls: Vec<&str> = index.remote.iter().map(|r| r.aciurl.as_str()).collect();
+    assert_eq!(urls, ["aci:https://example.com/app-0.aci", "aci:https://example.com/app-2.aci"]);
+    assert!(!merge_into(&mut index, &rkt), "nothing new the second time");
 }

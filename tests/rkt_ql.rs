@@ -1,0 +1,81 @@
+//! rkt's image database (`cas/db/ql.db`) seen through rktlet's image store:
+//! images rkt fetched are listed and resolvable, and left to rkt to remove.
+//! The databases are written by the real ql (tests/fixtures/ql/README.md).
+
+use rktlet::image::{ImageError, RegistryConfig, Store};
+use rktlet::pod::DataDir;
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+fn fixture(name: &str) -> Vec<u8> {
+    fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ql").join(name)).unwrap()
+}
+
+/// The keys `three.db` lists, oldest first, as ql returned them.
+fn three_keys() -> Vec<String> {
+    let expect = String::from_utf8(fixture("three.expect")).unwrap();
+    let mut keys: Vec<String> =
+        expect.lines().filter_map(|l| l.strip_prefix("aciinfo\t")).map(|l| l[..71].to_string()).collect();
+    keys.reverse();
+    keys
+}
+
+/// A store whose `cas/db/ql.db` is `db`, with the image manifests rkt would
+/// have written for the keys of three.db.
+fn store_with(db: &[u8]) -> (tempfile::TempDir, Store) {
+    let t = tempfile::tempdir().unwrap();
+    let data = DataDir::new(t.path().join("data"));
+    let store = Store::open(&data, RegistryConfig::default()).unwrap();
+    fs::write(store.cas().root().join("db/ql.db"), db).unwrap();
+    for (i, key) in three_keys().iter().enumerate() {
+        let path = store.cas().image_manifest(key);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let manifest = format!(
+            r#"{{"acKind":"ImageManifest","acVersion":"0.8.11","name":"example.com/app-{i}","labels":[{{"name":"os","value":"linux"}},{{"name":"arch","value":"amd64"}}]}}"#
+        );
+        fs::write(path, manifest).unwrap();
+    }
+    (t, store)
+}
+
+#[test]
+fn images_rkt_fetched_are_listed_and_resolvable() {
+    let (_t, store) = store_with(&fixture("three.db"));
+    let images = store.list().unwrap();
+    let ids: Vec<&str> = images.iter().map(|i| i.id.as_str()).collect();
+    assert_eq!(ids, three_keys(), "oldest import first");
+    assert_eq!(images[0].manifest.name, "example.com/app-0");
+    // 2026-11-26T12:00:00.123456789Z as ql stored it
+    assert_eq!(images[0].import_time, 1_795_694_400_123_456_789);
+    assert_eq!(images[2].size, 1002);
+    // by rkt's URL (rktlet's `aci:` form) and by id prefix
+    assert_eq!(store.resolve("aci:https://example.com/app-1.aci").unwrap().id, three_keys()[1]);
+    assert_eq!(store.resolve(&three_keys()[2][..20]).unwrap().id, three_keys()[2]);
+}
+
+#[test]
+fn rkts_images_are_left_to_rkt_to_remove() {
+    let (_t, store) = store_with(&fixture("three.db"));
+    let key = &three_keys()[0];
+    let err = store.remove(key).unwrap_err();
+    assert!(matches!(err, ImageError::InUse(_)), "{err}");
+    assert!(err.to_string().contains("rkt image rm"), "{err}");
+    assert!(store.cas().image_manifest(key).exists(), "nothing removed");
+    let report = store.gc(Duration::ZERO).unwrap();
+    assert!(report.images.is_empty(), "gc removed rkt's images: {:?}", report.images);
+    assert_eq!(store.list().unwrap().len(), 3);
+}
+
+#[test]
+fn a_damaged_or_busy_rkt_database_leaves_rktlets_own_images() {
+    let (t, store) = store_with(b"not a ql database at all");
+    assert_eq!(store.list().unwrap(), vec![], "own (empty) index, no error");
+    // an interrupted rkt transaction: ql's write-ahead log is not empty
+    fs::write(store.cas().root().join("db/ql.db"), fixture("three.db")).unwrap();
+    fs::write(store.cas().root().join("db/.34a8b4c1ad933745146fdbfef3073706ee571625"), b"pending").unwrap();
+    assert_eq!(store.list().unwrap(), vec![]);
+    fs::remove_file(store.cas().root().join("db/.34a8b4c1ad933745146fdbfef3073706ee571625")).unwrap();
+    assert_eq!(store.list().unwrap().len(), 3);
+    drop(t);
+}
