@@ -79,3 +79,37 @@ fn a_damaged_or_busy_rkt_database_leaves_rktlets_own_images() {
     assert_eq!(store.list().unwrap().len(), 3);
     drop(t);
 }
+
+#[test]
+fn rktlets_index_changes_reach_rkts_database() {
+    let (_t, store) = store_with(&fixture("three.db"));
+    let db_dir = store.cas().root().join("db");
+    let key = format!("sha512-{}", "c3".repeat(32));
+    let row = rktlet::image::cas::AciInfo {
+        blobkey: key.clone(),
+        name: "docker.io/library/busybox".into(),
+        importtime: 1_795_780_800_000_000_000,
+        lastused: 1_795_780_800_000_000_000,
+        latest: true,
+        size: 2_000_000,
+        treestoresize: 4_000_000,
+        layer: false,
+        verified: true,
+    };
+    store.cas().update_index(|i| i.upsert_aci(row.clone())).unwrap();
+    let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
+    assert_eq!(rkt.aciinfo.len(), 4);
+    let mirrored = rkt.aciinfo.iter().find(|a| a.blobkey == key).expect("rkt lists rktlet's image");
+    assert_eq!((mirrored.size, mirrored.importtime, mirrored.latest), (row.size, row.importtime, true));
+    if let Ok(dir) = std::env::var("QL_WRITE_OUT") {
+        fs::copy(db_dir.join("ql.db"), Path::new(&dir).join("store.db")).unwrap();
+    }
+    store.cas().update_index(|i| i.aciinfo.retain(|a| a.blobkey != key)).unwrap();
+    let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
+    assert_eq!(rkt.aciinfo.len(), 3, "and its removal");
+    // a store rkt never used gets no ql.db
+    let t = tempfile::tempdir().unwrap();
+    let plain = Store::open(&DataDir::new(t.path().join("data")), RegistryConfig::default()).unwrap();
+    plain.cas().update_index(|i| i.upsert_aci(row.clone())).unwrap();
+    assert!(!plain.cas().root().join("db/ql.db").exists());
+}

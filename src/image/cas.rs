@@ -109,10 +109,15 @@ impl Cas {
     pub fn update_index<T>(&self, change: impl FnOnce(&mut Index) -> T) -> io::Result<T> {
         let _lock = lock::exclusive_dir(&self.root.join("db"))?;
         let mut index = self.read_index()?;
+        let before = index.clone();
         let out = change(&mut index);
         index.version = INDEX_VERSION;
         let bytes = serde_json::to_vec(&index).map_err(io::Error::other)?;
         fsutil::write_atomic(&self.index_path(), &bytes, 0o640)?;
+        // rkt's own database, if it has one, shows the same change
+        if let Err(e) = super::ql::write::mirror_held(&self.root.join("db"), &before, &index) {
+            tracing::warn!(error = %e, "rkt's image database not updated");
+        }
         Ok(out)
     }
 }

@@ -11,6 +11,7 @@
 
 mod blocks;
 pub mod scalar;
+pub mod write;
 
 use crate::image::cas::{AciInfo, Index, Remote};
 use crate::lock;
@@ -168,8 +169,28 @@ fn str_at<'v>(v: &'v [Scalar], i: usize, what: &str) -> Result<&'v str, QlError>
     }
 }
 
-/// Reads every table of a ql database held in memory.
+/// Reads every table of a ql database held in memory, times as Unix nanoseconds.
 pub fn tables(data: &[u8]) -> Result<Vec<Table>, QlError> {
+    let blocks = Blocks::new(data)?;
+    let mut out = tables_raw(data)?;
+    // resolve time values (stored out of line as gob messages)
+    for t in &mut out {
+        let time_cols: Vec<usize> = t.columns.iter().filter(|c| c.kind == KIND_TIME).map(|c| c.index).collect();
+        for (_, row) in &mut t.rows {
+            for &i in &time_cols {
+                if let Some(v) = row.get_mut(i)
+                    && let Scalar::Bytes(chunk) = v
+                {
+                    *v = Scalar::Int(time_chunk(&blocks, chunk)?.unix_nanos);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Every table with its values as stored (times as their chunk bytes).
+fn tables_raw(data: &[u8]) -> Result<Vec<Table>, QlError> {
     let blocks = Blocks::new(data)?;
     // bounds every walk: no list can have more entries than the file has atoms
     let max_steps = data.len() / blocks::ATOM;
@@ -214,20 +235,6 @@ pub fn tables(data: &[u8]) -> Result<Vec<Table>, QlError> {
         }
         out.push(Table { name, columns, rows });
         next = int_at(&meta, 0, "next table")?;
-    }
-    // resolve time values (stored out of line as gob messages) now, while
-    // the blocks are at hand
-    for t in &mut out {
-        let time_cols: Vec<usize> = t.columns.iter().filter(|c| c.kind == KIND_TIME).map(|c| c.index).collect();
-        for (_, row) in &mut t.rows {
-            for &i in &time_cols {
-                if let Some(v) = row.get_mut(i)
-                    && let Scalar::Bytes(chunk) = v
-                {
-                    *v = Scalar::Int(time_chunk(&blocks, chunk)?.unix_nanos);
-                }
-            }
-        }
     }
     Ok(out)
 }

@@ -198,3 +198,156 @@ fn merging_adds_rkts_images_and_keeps_rktlets_rows() {
     assert_eq!(urls, ["aci:https://example.com/app-0.aci", "aci:https://example.com/app-2.aci"]);
     assert!(!merge_into(&mut index, &rkt), "nothing new the second time");
 }
+
+/// The changes `written/*.db` hold (see tests/fixtures/ql/README.md): on a
+/// copy of `base`, a new image with its remote, a `lastused` update of the
+/// newest image, and the removal of the oldest.
+fn rktlet_changes(base: &[u8]) -> (Vec<u8>, Tables) {
+    let before = parse(base).unwrap();
+    let mut db = write::Db::new(base.to_vec()).unwrap();
+    let new = AciInfo {
+        blobkey: format!("sha512-{}", "5e".repeat(32)),
+        name: "registry-1.docker.io/library/busybox".into(),
+        importtime: 1_795_780_800_000_000_001,
+        lastused: 1_795_780_800_000_000_002,
+        latest: true,
+        size: 4_404_224,
+        treestoresize: 4_321_000,
+        layer: false,
+        verified: false,
+    };
+    let remote = Remote {
+        aciurl: "docker://busybox:1.36".into(),
+        sigurl: String::new(),
+        etag: String::new(),
+        blobkey: new.blobkey.clone(),
+        cachemaxage: 0,
+        downloadtime: -5,
+    };
+    db.put_aciinfo(&new).unwrap();
+    db.put_remote(&remote).unwrap();
+    let newest = AciInfo { lastused: 1_800_000_000_000_000_000, ..before.aciinfo.last().unwrap().clone() };
+    db.put_aciinfo(&newest).unwrap();
+    let oldest = before.aciinfo[0].blobkey.clone();
+    db.remove_image(&oldest).unwrap();
+    let mut want = before.clone();
+    want.aciinfo.retain(|a| a.blobkey != oldest && a.blobkey != newest.blobkey);
+    want.aciinfo.push(new);
+    want.aciinfo.push(newest);
+    want.remote.retain(|r| r.blobkey != oldest);
+    want.remote.push(remote);
+    (db.into_bytes(), want)
+}
+
+#[test]
+fn written_rows_read_back_in_rkts_order() {
+    for name in ["three", "many", "churned"] {
+        let (db, _) = fixture(name);
+        let (out, want) = rktlet_changes(&db);
+        assert_eq!(parse(&out).unwrap(), want, "{name}");
+        if name != "many" {
+            // what the real ql read from the bytes this writer made
+            let ql_saw = fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/ql/{name}.written.expect")),
+            )
+            .unwrap();
+            assert_eq!(expected(&ql_saw), want, "{name}: as the real ql read it");
+        }
+        if let Ok(dir) = std::env::var("QL_WRITE_OUT") {
+            fs::write(Path::new(&dir).join(format!("{name}.db")), &out).unwrap();
+        }
+    }
+}
+
+#[test]
+fn the_index_never_takes_more_than_one_page() {
+    // 512 entries fit the root data page; the 513th would need a split
+    let (db, _) = fixture("empty");
+    let mut db = write::Db::new(db).unwrap();
+    let err = db
+        .put_aciinfo(&AciInfo {
+            blobkey: "sha512-00".into(),
+            name: String::new(),
+            importtime: 0,
+            lastused: 0,
+            latest: false,
+            size: 0,
+            treestoresize: 0,
+            layer: false,
+            verified: false,
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("gob type id"), "an empty database has no time to learn from: {err}");
+    let (db, _) = fixture("three");
+    let mut db = write::Db::new(db).unwrap();
+    for i in 0..509 {
+        db.put_remote(&Remote {
+            aciurl: format!("https://example.com/{i}.aci"),
+            sigurl: String::new(),
+            etag: String::new(),
+            blobkey: String::new(),
+            cachemaxage: 0,
+            downloadtime: 0,
+        })
+        .unwrap();
+    }
+    let full = db.into_bytes();
+    assert_eq!(parse(&full).unwrap().remote.len(), 512);
+    if let Ok(dir) = std::env::var("QL_WRITE_OUT") {
+        fs::write(Path::new(&dir).join("full.db"), &full).unwrap();
+    }
+    let mut db = write::Db::new(full).unwrap();
+    let err = db
+        .put_remote(&Remote {
+            aciurl: "https://example.com/last.aci".into(),
+            sigurl: String::new(),
+            etag: String::new(),
+            blobkey: String::new(),
+            cachemaxage: 0,
+            downloadtime: 0,
+        })
+        .unwrap_err();
+    assert!(matches!(err, QlError::Unsupported(_)), "{err}");
+}
+
+#[test]
+fn a_change_of_rktlets_index_reaches_rkts_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, _) = fixture("three");
+    fs::write(dir.path().join(DB_FILE), &db).unwrap();
+    let rkt = parse(&db).unwrap();
+    let before = Index::default();
+    let mut after = Index::default();
+    let mine = AciInfo { blobkey: format!("sha512-{}", "ab".repeat(32)), layer: true, ..rkt.aciinfo[0].clone() };
+    after.aciinfo.push(mine.clone());
+    after.remote.push(Remote {
+        aciurl: "aci:https://example.org/x.aci".into(),
+        blobkey: mine.blobkey.clone(),
+        ..rkt.remote[0].clone()
+    });
+    after.remote.push(Remote {
+        aciurl: "aci:/srv/x.aci".into(),
+        blobkey: mine.blobkey.clone(),
+        ..rkt.remote[0].clone()
+    });
+    let held = lock::exclusive_dir(dir.path()).unwrap();
+    assert_eq!(write::mirror_held(dir.path(), &before, &after).unwrap(), Some(2), "a local file has no rkt remote");
+    drop(held);
+    let got = read_dir(dir.path()).unwrap().unwrap();
+    assert_eq!(got.aciinfo.last().map(|a| &a.blobkey), Some(&mine.blobkey));
+    assert_eq!(got.remote.last().map(|r| r.aciurl.as_str()), Some("https://example.org/x.aci"));
+    // and its removal
+    let held = lock::exclusive_dir(dir.path()).unwrap();
+    assert_eq!(write::mirror_held(dir.path(), &after, &before).unwrap(), Some(2));
+    drop(held);
+    assert_eq!(read_dir(dir.path()).unwrap().unwrap(), rkt);
+    // a failed change leaves the file as it was
+    let kept = fs::read(dir.path().join(DB_FILE)).unwrap();
+    let held = lock::exclusive_dir(dir.path()).unwrap();
+    let err = write::update_held(dir.path(), |db| db.insert("aciinfo", &[("nosuch", scalar::Scalar::Null)]));
+    drop(held);
+    assert!(err.is_err());
+    assert!(fs::read(dir.path().join(DB_FILE)).unwrap() == kept, "file changed by a failed change");
+    let left: Vec<_> = fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left, [std::ffi::OsString::from(DB_FILE)], "nothing else left behind");
+}
