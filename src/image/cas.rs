@@ -8,7 +8,9 @@
 //! columns; times as Unix nanoseconds) plus `layerdigest` (registry blob
 //! digest -> layer key, so a layer is found before it is downloaded). It is a
 //! JSON file rewritten atomically while holding an exclusive flock on `db/`,
-//! as rkt serializes its ql transactions; readers need no lock.
+//! as rkt serializes its ql transactions; readers need no lock. When rkt's
+//! own `db/ql.db` exists, each change is also written into it, in the same
+//! lock (`ql::write::mirror_held`).
 
 use crate::fsutil;
 use crate::lock::{self, HeldLock};

@@ -29,6 +29,10 @@
 //! place after verification, the tree is renamed into place whole, and the
 //! index transaction comes last. Work in progress lives in `cas/tmp/pull-*`
 //! (each with a held lock file), removed by the next pull or gc after a crash.
+//!
+//! rkt's own index `cas/db/ql.db` (`ql/`), when there is one: the images it
+//! lists and `index.json` does not are listed and resolved too, and left to
+//! rkt to remove; rktlet's index changes are written into it as well.
 
 pub mod aci;
 pub mod auth;

@@ -51,7 +51,7 @@ impl<'a> Blocks<'a> {
         if data.len() < HEADER || &data[..4] != MAGIC {
             return Err(corrupt("not a ql database (no ql magic at its start)"));
         }
-        if data.len() < HEADER + FLT || (data.len() - HEADER - FLT) % ATOM != 0 {
+        if data.len() < HEADER + FLT || !(data.len() - HEADER - FLT).is_multiple_of(ATOM) {
             return Err(corrupt(format!("{} bytes is not a whole number of 16-byte atoms", data.len())));
         }
         Ok(Blocks { data })

@@ -385,7 +385,7 @@ impl Db {
         if raw.first() != Some(&DATA_PAGE) {
             return Err(QlError::Unsupported("an index of more than one B-tree page (over 512 entries)".into()));
         }
-        if raw.len() < 15 || (raw.len() - 15) % (2 * KV) != 0 {
+        if raw.len() < 15 || !(raw.len() - 15).is_multiple_of(2 * KV) {
             return Err(corrupt(format!("B-tree data page of {} bytes", raw.len())));
         }
         let mut items = Vec::new();
