@@ -80,6 +80,12 @@ fn a_damaged_or_busy_rkt_database_leaves_rktlets_own_images() {
     drop(t);
 }
 
+fn put_blob(store: &Store, key: &str) {
+    let path = store.cas().blob(key);
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, b"blob").unwrap();
+}
+
 #[test]
 fn rktlets_index_changes_reach_rkts_database() {
     let (_t, store) = store_with(&fixture("three.db"));
@@ -96,6 +102,7 @@ fn rktlets_index_changes_reach_rkts_database() {
         layer: false,
         verified: true,
     };
+    put_blob(&store, &key);
     store.cas().update_index(|i| i.upsert_aci(row.clone())).unwrap();
     let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
     assert_eq!(rkt.aciinfo.len(), 4);
@@ -107,6 +114,26 @@ fn rktlets_index_changes_reach_rkts_database() {
     store.cas().update_index(|i| i.aciinfo.retain(|a| a.blobkey != key)).unwrap();
     let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
     assert_eq!(rkt.aciinfo.len(), 3, "and its removal");
+    // rows rktlet had before rkt created its database get there with the next change
+    let t = tempfile::tempdir().unwrap();
+    let late = Store::open(&DataDir::new(t.path().join("data")), RegistryConfig::default()).unwrap();
+    put_blob(&late, &key);
+    late.cas().update_index(|i| i.upsert_aci(row.clone())).unwrap();
+    fs::write(late.cas().root().join("db/ql.db"), fixture("three.db")).unwrap();
+    let other = rktlet::image::cas::AciInfo { blobkey: format!("sha512-{}", "d4".repeat(32)), ..row.clone() };
+    put_blob(&late, &other.blobkey);
+    late.cas().update_index(|i| i.upsert_aci(other.clone())).unwrap();
+    let rkt = rktlet::image::ql::read_dir(&late.cas().root().join("db")).unwrap().unwrap();
+    let keys: Vec<&str> = rkt.aciinfo.iter().map(|a| a.blobkey.as_str()).collect();
+    assert!(keys.contains(&key.as_str()) && keys.contains(&other.blobkey.as_str()), "{keys:?}");
+    assert_eq!(keys.len(), 5, "rkt's three stay");
+    // rkt removes rktlet's image (row and blob): the next change does not bring it back
+    rktlet::image::ql::write::update_dir(&late.cas().root().join("db"), |db| db.remove_image(&other.blobkey)).unwrap();
+    fs::remove_file(late.cas().blob(&other.blobkey)).unwrap();
+    late.cas().update_index(|i| i.upsert_aci(row.clone())).unwrap();
+    let rkt = rktlet::image::ql::read_dir(&late.cas().root().join("db")).unwrap().unwrap();
+    assert!(!rkt.aciinfo.iter().any(|a| a.blobkey == other.blobkey), "removed by rkt, back again");
+    assert_eq!(rkt.aciinfo.len(), 4);
     // a store rkt never used gets no ql.db
     let t = tempfile::tempdir().unwrap();
     let plain = Store::open(&DataDir::new(t.path().join("data")), RegistryConfig::default()).unwrap();

@@ -117,7 +117,8 @@ impl Cas {
         let bytes = serde_json::to_vec(&index).map_err(io::Error::other)?;
         fsutil::write_atomic(&self.index_path(), &bytes, 0o640)?;
         // rkt's own database, if it has one, shows the same change
-        if let Err(e) = super::ql::write::mirror_held(&self.root.join("db"), &before, &index) {
+        let stored = |key: &str| self.blob(key).exists();
+        if let Err(e) = super::ql::write::mirror_held(&self.root.join("db"), &before, &index, stored) {
             tracing::warn!(error = %e, "rkt's image database not updated");
         }
         Ok(out)

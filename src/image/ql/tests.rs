@@ -331,14 +331,18 @@ fn a_change_of_rktlets_index_reaches_rkts_database() {
         ..rkt.remote[0].clone()
     });
     let held = lock::exclusive_dir(dir.path()).unwrap();
-    assert_eq!(write::mirror_held(dir.path(), &before, &after).unwrap(), Some(2), "a local file has no rkt remote");
+    assert_eq!(
+        write::mirror_held(dir.path(), &before, &after, |_| true).unwrap(),
+        Some(2),
+        "a local file has no rkt remote"
+    );
     drop(held);
     let got = read_dir(dir.path()).unwrap().unwrap();
     assert_eq!(got.aciinfo.last().map(|a| &a.blobkey), Some(&mine.blobkey));
     assert_eq!(got.remote.last().map(|r| r.aciurl.as_str()), Some("https://example.org/x.aci"));
     // and its removal
     let held = lock::exclusive_dir(dir.path()).unwrap();
-    assert_eq!(write::mirror_held(dir.path(), &after, &before).unwrap(), Some(2));
+    assert_eq!(write::mirror_held(dir.path(), &after, &before, |_| true).unwrap(), Some(2));
     drop(held);
     assert_eq!(read_dir(dir.path()).unwrap().unwrap(), rkt);
     // a failed change leaves the file as it was

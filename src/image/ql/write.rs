@@ -722,37 +722,53 @@ pub fn rkt_aciurl(rktlet: &str) -> Option<String> {
     }
 }
 
-/// Makes rkt's database show what one change of rktlet's index did: rows
-/// added or changed are written (rkt's DELETE + INSERT), rows removed are
-/// deleted. The caller holds the exclusive lock on `db_dir`. Returns how
-/// many rows were written or deleted (`None`: rkt has no database here).
-pub fn mirror_held(db_dir: &Path, before: &Index, after: &Index) -> Result<Option<usize>, QlError> {
-    let aci_changed: Vec<&AciInfo> = after.aciinfo.iter().filter(|a| before.aci(&a.blobkey) != Some(*a)).collect();
+/// Makes rkt's database show rktlet's index after one change of it: rows
+/// the change removed are deleted, and every row of `after` that rkt's
+/// database lacks or holds differently is written (rkt's DELETE + INSERT),
+/// so rows from before rkt created its database get there too. Rows only
+/// rkt has are left alone, and so are rows whose blob `stored` says is gone
+/// (rkt removed the image: it must not come back). The caller holds the
+/// exclusive lock on `db_dir`. Returns how many rows were written or deleted
+/// (`None`: rkt has no database here).
+pub fn mirror_held(
+    db_dir: &Path,
+    before: &Index,
+    after: &Index,
+    stored: impl Fn(&str) -> bool,
+) -> Result<Option<usize>, QlError> {
     let aci_gone: Vec<&str> =
         before.aciinfo.iter().filter(|a| after.aci(&a.blobkey).is_none()).map(|a| a.blobkey.as_str()).collect();
-    let find = |i: &'_ Index, url: &str| i.remote.iter().find(|r| r.aciurl == url).cloned();
-    let remote_changed: Vec<&Remote> =
-        after.remote.iter().filter(|r| find(before, &r.aciurl).as_ref() != Some(*r)).collect();
-    let remote_gone: Vec<&str> =
-        before.remote.iter().filter(|r| find(after, &r.aciurl).is_none()).map(|r| r.aciurl.as_str()).collect();
-    if aci_changed.is_empty() && aci_gone.is_empty() && remote_changed.is_empty() && remote_gone.is_empty() {
-        return Ok(Some(0));
-    }
+    let remote_gone: Vec<String> = before
+        .remote
+        .iter()
+        .filter(|r| !after.remote.iter().any(|x| x.aciurl == r.aciurl))
+        .filter_map(|r| rkt_aciurl(&r.aciurl))
+        .collect();
+    // rkt's view of a row: without rktlet's own fields, remotes by rkt's URL
+    let as_rkt = |a: &AciInfo| AciInfo { layer: false, verified: false, ..a.clone() };
+    let remotes: Vec<Remote> = after
+        .remote
+        .iter()
+        .filter_map(|r| rkt_aciurl(&r.aciurl).map(|aciurl| Remote { aciurl, ..r.clone() }))
+        .collect();
     update_held(db_dir, |db| {
+        let rkt = super::parse(&db.data)?;
         let mut n = 0;
         for key in &aci_gone {
             n += db.delete_where("aciinfo", "blobkey", key)?;
         }
-        for url in remote_gone.iter().filter_map(|u| rkt_aciurl(u)) {
-            n += db.delete_where("remote", "aciurl", &url)?;
+        for url in &remote_gone {
+            n += db.delete_where("remote", "aciurl", url)?;
         }
-        for a in &aci_changed {
-            db.put_aciinfo(a)?;
-            n += 1;
+        for a in after.aciinfo.iter().filter(|a| stored(&a.blobkey)).map(as_rkt) {
+            if !rkt.aciinfo.contains(&a) {
+                db.put_aciinfo(&a)?;
+                n += 1;
+            }
         }
-        for r in &remote_changed {
-            if let Some(aciurl) = rkt_aciurl(&r.aciurl) {
-                db.put_remote(&Remote { aciurl, ..(*r).clone() })?;
+        for r in remotes.iter().filter(|r| r.blobkey.is_empty() || stored(&r.blobkey)) {
+            if !rkt.remote.contains(r) {
+                db.put_remote(r)?;
                 n += 1;
             }
         }
