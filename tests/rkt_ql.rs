@@ -2,7 +2,9 @@
 //! images rkt fetched are listed and resolvable, and left to rkt to remove.
 //! The databases are written by the real ql (tests/fixtures/ql/README.md).
 
-use rktlet::image::{ImageError, RegistryConfig, Store};
+mod common;
+
+use rktlet::image::{Credentials, ImageError, RegistryConfig, Store};
 use rktlet::pod::DataDir;
 use std::fs;
 use std::path::Path;
@@ -139,4 +141,29 @@ fn rktlets_index_changes_reach_rkts_database() {
     let plain = Store::open(&DataDir::new(t.path().join("data")), RegistryConfig::default()).unwrap();
     plain.cas().update_index(|i| i.upsert_aci(row.clone())).unwrap();
     assert!(!plain.cas().root().join("db/ql.db").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pull_and_its_removal_reach_rkts_database() {
+    let reg = common::registry::registry();
+    let (_t, store) = store_with(&fixture("three.db"));
+    let db_dir = store.cas().root().join("db");
+    let image = store.pull(&format!("{}/busybox:latest", reg.main), Credentials::default(), None).await.unwrap();
+    let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
+    let keys: Vec<&str> = rkt.aciinfo.iter().map(|a| a.blobkey.as_str()).collect();
+    assert!(keys.contains(&image.id.as_str()), "rkt lists the pulled image: {keys:?}");
+    for layer in image.layer_keys() {
+        assert!(keys.contains(&layer.as_str()), "and its layer {layer}");
+    }
+    assert!(rkt.remote.iter().any(|r| r.blobkey == image.id && r.aciurl.starts_with("docker://")));
+    if let Ok(dir) = std::env::var("QL_WRITE_OUT") {
+        fs::copy(db_dir.join("ql.db"), Path::new(&dir).join("pulled.db")).unwrap();
+    }
+    let id = image.id.clone();
+    let s = store.clone();
+    tokio::task::spawn_blocking(move || s.remove(&id)).await.unwrap().unwrap();
+    let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
+    let keys: Vec<&str> = rkt.aciinfo.iter().map(|a| a.blobkey.as_str()).collect();
+    assert_eq!(keys.len(), 3, "only rkt's own images are left: {keys:?}");
+    assert_eq!(rkt.remote.len(), 3);
 }
