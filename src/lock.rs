@@ -81,6 +81,11 @@ pub fn exclusive_dir(path: &Path) -> io::Result<HeldLock> {
     lock(open_dir(path)?, EXCLUSIVE)?.ok_or_else(|| io::Error::from(Errno::EWOULDBLOCK))
 }
 
+/// Takes a shared lock on a directory, waiting for an exclusive holder.
+pub fn shared_dir(path: &Path) -> io::Result<HeldLock> {
+    lock(open_dir(path)?, libc::LOCK_SH)?.ok_or_else(|| io::Error::from(Errno::EWOULDBLOCK))
+}
+
 /// Whether some other open description holds an exclusive lock on `path`
 /// (rkt's state probe: a non-blocking shared lock that fails).
 pub fn is_held(path: &Path) -> io::Result<bool> {

@@ -8,7 +8,9 @@
 //! columns; times as Unix nanoseconds) plus `layerdigest` (registry blob
 //! digest -> layer key, so a layer is found before it is downloaded). It is a
 //! JSON file rewritten atomically while holding an exclusive flock on `db/`,
-//! as rkt serializes its ql transactions; readers need no lock.
+//! as rkt serializes its ql transactions; readers need no lock. When rkt's
+//! own `db/ql.db` exists, each change is also written into it, in the same
+//! lock (`ql::write::mirror_held`).
 
 use crate::fsutil;
 use crate::lock::{self, HeldLock};
@@ -115,10 +117,16 @@ impl Cas {
     pub fn update_index<T>(&self, change: impl FnOnce(&mut Index) -> T) -> io::Result<T> {
         let _lock = lock::exclusive_dir(&self.root.join("db"))?;
         let mut index = self.read_index()?;
+        let before = index.clone();
         let out = change(&mut index);
         index.version = INDEX_VERSION;
         let bytes = serde_json::to_vec(&index).map_err(io::Error::other)?;
         fsutil::write_atomic(&self.index_path(), &bytes, 0o640)?;
+        // rkt's own database, if it has one, shows the same change
+        let stored = |key: &str| self.blob(key).exists();
+        if let Err(e) = super::ql::write::mirror_held(&self.root.join("db"), &before, &index, stored) {
+            tracing::warn!(error = %e, "rkt's image database not updated");
+        }
         Ok(out)
     }
 }

@@ -30,6 +30,10 @@
 //! place after verification, the tree is renamed into place whole, and the
 //! index transaction comes last. Work in progress lives in `cas/tmp/pull-*`
 //! (each with a held lock file), removed by the next pull or gc after a crash.
+//!
+//! rkt's own index `cas/db/ql.db` (`ql/`), when there is one: the images it
+//! lists and `index.json` does not are listed and resolved too, and left to
+//! rkt to remove; rktlet's index changes are written into it as well.
 
 pub mod aci;
 pub mod auth;
@@ -43,6 +47,7 @@ pub mod layer;
 pub mod oci;
 pub mod policy;
 mod pull;
+pub mod ql;
 pub mod reference;
 pub mod registry;
 pub mod tree;
@@ -235,6 +240,19 @@ pub struct Store {
 struct Parsed {
     index: FileCache<(), Index>,
     manifests: FileCache<String, ImageManifest>,
+    /// rkt's tables in `cas/db/ql.db` (`ql.rs`).
+    rkt: FileCache<(), ql::Tables>,
+    /// rktlet's index with rkt's images added, for the versions it was made of.
+    merged: std::sync::Mutex<Option<Merged>>,
+    /// The last error reading rkt's database (logged once).
+    rkt_error: std::sync::Mutex<Option<String>>,
+}
+
+#[derive(Debug)]
+struct Merged {
+    own: Arc<Index>,
+    rkt: Arc<ql::Tables>,
+    index: Arc<Index>,
 }
 
 /// How stale an image's `lastused` may get before a use records it: the
@@ -278,8 +296,57 @@ impl Store {
         &self.cas
     }
 
-    /// The index as last committed (parsed again only when it changed).
+    /// The index as last committed, with the images rkt's own database
+    /// (`cas/db/ql.db`) lists and rktlet's does not. An unreadable rkt
+    /// database is logged and left out.
     fn index(&self) -> Result<Arc<Index>, ImageError> {
+        let own = self.own_index()?;
+        let rkt = match self.rkt_tables() {
+            Ok(Some(t)) => t,
+            Ok(None) => return Ok(own),
+            Err(e) => {
+                let e = e.to_string();
+                if let Ok(mut last) = self.parsed.rkt_error.lock()
+                    && last.as_deref() != Some(e.as_str())
+                {
+                    tracing::warn!(error = %e, "rkt's image database left out");
+                    *last = Some(e);
+                }
+                return Ok(own);
+            }
+        };
+        if let Ok(m) = self.parsed.merged.lock()
+            && let Some(m) = m.as_ref()
+            && Arc::ptr_eq(&m.own, &own)
+            && Arc::ptr_eq(&m.rkt, &rkt)
+        {
+            return Ok(m.index.clone());
+        }
+        let mut merged = (*own).clone();
+        let index = if ql::merge_into(&mut merged, &rkt) { Arc::new(merged) } else { own.clone() };
+        if let Ok(mut m) = self.parsed.merged.lock() {
+            *m = Some(Merged { own, rkt, index: index.clone() });
+        }
+        Ok(index)
+    }
+
+    /// rkt's tables, read under its lock (parsed again only when the file changed).
+    fn rkt_tables(&self) -> Result<Option<Arc<ql::Tables>>, ql::QlError> {
+        ql::with_db(&self.cas.root().join("db"), |path| {
+            self.parsed.rkt.read(&(), path, ql::parse).map_err(|e| match e {
+                ReadError::Io(source) => ql::QlError::Io { context: format!("reading {}", path.display()), source },
+                ReadError::Parse(e) => e,
+            })
+        })
+    }
+
+    /// Whether `key` is an image only rkt's database lists.
+    fn rkt_only(&self, key: &str) -> Result<bool, ImageError> {
+        Ok(self.own_index()?.aci(key).is_none())
+    }
+
+    /// rktlet's own index (parsed again only when it changed).
+    fn own_index(&self) -> Result<Arc<Index>, ImageError> {
         let path = self.cas.index_path();
         match self.parsed.index.read(&(), &path, |bytes| serde_json::from_slice(bytes)) {
             Ok(index) => Ok(index),
@@ -448,6 +515,12 @@ impl Store {
             Err(ImageError::NotFound(_)) => return Ok(None),
             Err(e) => return Err(e),
         };
+        if self.rkt_only(&image.id)? {
+            return Err(ImageError::InUse(format!(
+                "image {} ({}) was fetched by rkt: remove it with `rkt image rm {}`",
+                image.id, image.manifest.name, image.id
+            )));
+        }
         let _lock = self.cas.lock_image(&image.id).map_err(io_ctx("locking the image"))?;
         let used = self.used_by_pods();
         if let Some(app) = used.volume_images.get(&image.id) {
@@ -606,8 +679,10 @@ impl Store {
         }
         for image in images {
             let needed = dependents.get(&image.id).is_some_and(|n| *n > 0);
+            // rkt's own images are left to `rkt image gc`
             if image.last_used < cutoff
                 && !used.images.contains(&image.id)
+                && !self.rkt_only(&image.id)?
                 && !needed
                 && self.remove(&image.id)?.is_some()
             {

@@ -1,0 +1,169 @@
+//! rkt's image database (`cas/db/ql.db`) seen through rktlet's image store:
+//! images rkt fetched are listed and resolvable, and left to rkt to remove.
+//! The databases are written by the real ql (tests/fixtures/ql/README.md).
+
+mod common;
+
+use rktlet::image::{Credentials, ImageError, RegistryConfig, Store};
+use rktlet::pod::DataDir;
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+fn fixture(name: &str) -> Vec<u8> {
+    fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ql").join(name)).unwrap()
+}
+
+/// The keys `three.db` lists, oldest first, as ql returned them.
+fn three_keys() -> Vec<String> {
+    let expect = String::from_utf8(fixture("three.expect")).unwrap();
+    let mut keys: Vec<String> =
+        expect.lines().filter_map(|l| l.strip_prefix("aciinfo\t")).map(|l| l[..71].to_string()).collect();
+    keys.reverse();
+    keys
+}
+
+/// A store whose `cas/db/ql.db` is `db`, with the image manifests rkt would
+/// have written for the keys of three.db.
+fn store_with(db: &[u8]) -> (tempfile::TempDir, Store) {
+    let t = tempfile::tempdir().unwrap();
+    let data = DataDir::new(t.path().join("data"));
+    let store = Store::open(&data, RegistryConfig::default()).unwrap();
+    fs::write(store.cas().root().join("db/ql.db"), db).unwrap();
+    for (i, key) in three_keys().iter().enumerate() {
+        let path = store.cas().image_manifest(key);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let manifest = format!(
+            r#"{{"acKind":"ImageManifest","acVersion":"0.8.11","name":"example.com/app-{i}","labels":[{{"name":"os","value":"linux"}},{{"name":"arch","value":"amd64"}}]}}"#
+        );
+        fs::write(path, manifest).unwrap();
+    }
+    (t, store)
+}
+
+#[test]
+fn images_rkt_fetched_are_listed_and_resolvable() {
+    let (_t, store) = store_with(&fixture("three.db"));
+    let images = store.list().unwrap();
+    let ids: Vec<&str> = images.iter().map(|i| i.id.as_str()).collect();
+    assert_eq!(ids, three_keys(), "oldest import first");
+    assert_eq!(images[0].manifest.name, "example.com/app-0");
+    // 2026-11-26T12:00:00.123456789Z as ql stored it
+    assert_eq!(images[0].import_time, 1_795_694_400_123_456_789);
+    assert_eq!(images[2].size, 1002);
+    // by rkt's URL (rktlet's `aci:` form) and by id prefix
+    assert_eq!(store.resolve("aci:https://example.com/app-1.aci").unwrap().id, three_keys()[1]);
+    assert_eq!(store.resolve(&three_keys()[2][..20]).unwrap().id, three_keys()[2]);
+}
+
+#[test]
+fn rkts_images_are_left_to_rkt_to_remove() {
+    let (_t, store) = store_with(&fixture("three.db"));
+    let key = &three_keys()[0];
+    let err = store.remove(key).unwrap_err();
+    assert!(matches!(err, ImageError::InUse(_)), "{err}");
+    assert!(err.to_string().contains("rkt image rm"), "{err}");
+    assert!(store.cas().image_manifest(key).exists(), "nothing removed");
+    let report = store.gc(Duration::ZERO).unwrap();
+    assert!(report.images.is_empty(), "gc removed rkt's images: {:?}", report.images);
+    assert_eq!(store.list().unwrap().len(), 3);
+}
+
+#[test]
+fn a_damaged_or_busy_rkt_database_leaves_rktlets_own_images() {
+    let (t, store) = store_with(b"not a ql database at all");
+    assert_eq!(store.list().unwrap(), vec![], "own (empty) index, no error");
+    // an interrupted rkt transaction: ql's write-ahead log is not empty
+    fs::write(store.cas().root().join("db/ql.db"), fixture("three.db")).unwrap();
+    fs::write(store.cas().root().join("db/.34a8b4c1ad933745146fdbfef3073706ee571625"), b"pending").unwrap();
+    assert_eq!(store.list().unwrap(), vec![]);
+    fs::remove_file(store.cas().root().join("db/.34a8b4c1ad933745146fdbfef3073706ee571625")).unwrap();
+    assert_eq!(store.list().unwrap().len(), 3);
+    drop(t);
+}
+
+fn put_blob(store: &Store, key: &str) {
+    let path = store.cas().blob(key);
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, b"blob").unwrap();
+}
+
+#[test]
+fn rktlets_index_changes_reach_rkts_database() {
+    let (_t, store) = store_with(&fixture("three.db"));
+    let db_dir = store.cas().root().join("db");
+    let key = format!("sha512-{}", "c3".repeat(32));
+    let row = rktlet::image::cas::AciInfo {
+        blobkey: key.clone(),
+        name: "docker.io/library/busybox".into(),
+        importtime: 1_795_780_800_000_000_000,
+        lastused: 1_795_780_800_000_000_000,
+        latest: true,
+        size: 2_000_000,
+        treestoresize: 4_000_000,
+        layer: false,
+        verified: true,
+    };
+    put_blob(&store, &key);
+    store.cas().update_index(|i| i.upsert_aci(row.clone())).unwrap();
+    let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
+    assert_eq!(rkt.aciinfo.len(), 4);
+    let mirrored = rkt.aciinfo.iter().find(|a| a.blobkey == key).expect("rkt lists rktlet's image");
+    assert_eq!((mirrored.size, mirrored.importtime, mirrored.latest), (row.size, row.importtime, true));
+    if let Ok(dir) = std::env::var("QL_WRITE_OUT") {
+        fs::copy(db_dir.join("ql.db"), Path::new(&dir).join("store.db")).unwrap();
+    }
+    store.cas().update_index(|i| i.aciinfo.retain(|a| a.blobkey != key)).unwrap();
+    let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
+    assert_eq!(rkt.aciinfo.len(), 3, "and its removal");
+    // rows rktlet had before rkt created its database get there with the next change
+    let t = tempfile::tempdir().unwrap();
+    let late = Store::open(&DataDir::new(t.path().join("data")), RegistryConfig::default()).unwrap();
+    put_blob(&late, &key);
+    late.cas().update_index(|i| i.upsert_aci(row.clone())).unwrap();
+    fs::write(late.cas().root().join("db/ql.db"), fixture("three.db")).unwrap();
+    let other = rktlet::image::cas::AciInfo { blobkey: format!("sha512-{}", "d4".repeat(32)), ..row.clone() };
+    put_blob(&late, &other.blobkey);
+    late.cas().update_index(|i| i.upsert_aci(other.clone())).unwrap();
+    let rkt = rktlet::image::ql::read_dir(&late.cas().root().join("db")).unwrap().unwrap();
+    let keys: Vec<&str> = rkt.aciinfo.iter().map(|a| a.blobkey.as_str()).collect();
+    assert!(keys.contains(&key.as_str()) && keys.contains(&other.blobkey.as_str()), "{keys:?}");
+    assert_eq!(keys.len(), 5, "rkt's three stay");
+    // rkt removes rktlet's image (row and blob): the next change does not bring it back
+    rktlet::image::ql::write::update_dir(&late.cas().root().join("db"), |db| db.remove_image(&other.blobkey)).unwrap();
+    fs::remove_file(late.cas().blob(&other.blobkey)).unwrap();
+    late.cas().update_index(|i| i.upsert_aci(row.clone())).unwrap();
+    let rkt = rktlet::image::ql::read_dir(&late.cas().root().join("db")).unwrap().unwrap();
+    assert!(!rkt.aciinfo.iter().any(|a| a.blobkey == other.blobkey), "removed by rkt, back again");
+    assert_eq!(rkt.aciinfo.len(), 4);
+    // a store rkt never used gets no ql.db
+    let t = tempfile::tempdir().unwrap();
+    let plain = Store::open(&DataDir::new(t.path().join("data")), RegistryConfig::default()).unwrap();
+    plain.cas().update_index(|i| i.upsert_aci(row.clone())).unwrap();
+    assert!(!plain.cas().root().join("db/ql.db").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pull_and_its_removal_reach_rkts_database() {
+    let reg = common::registry::registry();
+    let (_t, store) = store_with(&fixture("three.db"));
+    let db_dir = store.cas().root().join("db");
+    let image = store.pull(&format!("{}/busybox:latest", reg.main), Credentials::default(), None).await.unwrap();
+    let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
+    let keys: Vec<&str> = rkt.aciinfo.iter().map(|a| a.blobkey.as_str()).collect();
+    assert!(keys.contains(&image.id.as_str()), "rkt lists the pulled image: {keys:?}");
+    for layer in image.layer_keys() {
+        assert!(keys.contains(&layer.as_str()), "and its layer {layer}");
+    }
+    assert!(rkt.remote.iter().any(|r| r.blobkey == image.id && r.aciurl.starts_with("docker://")));
+    if let Ok(dir) = std::env::var("QL_WRITE_OUT") {
+        fs::copy(db_dir.join("ql.db"), Path::new(&dir).join("pulled.db")).unwrap();
+    }
+    let id = image.id.clone();
+    let s = store.clone();
+    tokio::task::spawn_blocking(move || s.remove(&id)).await.unwrap().unwrap();
+    let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
+    let keys: Vec<&str> = rkt.aciinfo.iter().map(|a| a.blobkey.as_str()).collect();
+    assert_eq!(keys.len(), 3, "only rkt's own images are left: {keys:?}");
+    assert_eq!(rkt.remote.len(), 3);
+}
