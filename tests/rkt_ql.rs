@@ -101,7 +101,6 @@ fn rktlets_index_changes_reach_rkts_database() {
         latest: true,
         size: 2_000_000,
         treestoresize: 4_000_000,
-        layer: false,
         verified: true,
     };
     put_blob(&store, &key);

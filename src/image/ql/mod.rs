@@ -321,7 +321,6 @@ pub fn parse(data: &[u8]) -> Result<Tables, QlError> {
                 latest: get_bool(t, r, "latest")?,
                 size: get_int(t, r, "size")?,
                 treestoresize: get_int(t, r, "treestoresize")?,
-                layer: false,
                 verified: false,
             });
         }

@@ -27,7 +27,6 @@ fn expected(text: &str) -> Tables {
                 latest: f[5] == "true",
                 size: int(6),
                 treestoresize: int(7),
-                layer: false,
                 verified: false,
             }),
             "remote" => t.remote.push(Remote {
@@ -213,7 +212,6 @@ fn rktlet_changes(base: &[u8]) -> (Vec<u8>, Tables) {
         latest: true,
         size: 4_404_224,
         treestoresize: 4_321_000,
-        layer: false,
         verified: false,
     };
     let remote = Remote {
@@ -273,7 +271,6 @@ fn the_index_never_takes_more_than_one_page() {
             latest: false,
             size: 0,
             treestoresize: 0,
-            layer: false,
             verified: false,
         })
         .unwrap_err();
@@ -318,7 +315,7 @@ fn a_change_of_rktlets_index_reaches_rkts_database() {
     let rkt = parse(&db).unwrap();
     let before = Index::default();
     let mut after = Index::default();
-    let mine = AciInfo { blobkey: format!("sha512-{}", "ab".repeat(32)), layer: true, ..rkt.aciinfo[0].clone() };
+    let mine = AciInfo { blobkey: format!("sha512-{}", "ab".repeat(32)), ..rkt.aciinfo[0].clone() };
     after.aciinfo.push(mine.clone());
     after.remote.push(Remote {
         aciurl: "aci:https://example.org/x.aci".into(),

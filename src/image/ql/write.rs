@@ -745,7 +745,7 @@ pub fn mirror_held(
         .filter_map(|r| rkt_aciurl(&r.aciurl))
         .collect();
     // rkt's view of a row: without rktlet's own fields, remotes by rkt's URL
-    let as_rkt = |a: &AciInfo| AciInfo { layer: false, verified: false, ..a.clone() };
+    let as_rkt = |a: &AciInfo| AciInfo { verified: false, ..a.clone() };
     let remotes: Vec<Remote> = after
         .remote
         .iter()
