@@ -264,16 +264,33 @@ fn go_json_string(out: &mut Vec<u8>, s: &[u8]) {
 /// Makes tree `id` durable if it is this boot's unsynced render: writes
 /// its `hash`, syncs the filesystem, then drops the marker (an older
 /// release's boot id in `rendered` becomes the empty file rkt writes).
-/// Returns whether it did. Holds the tree's lock throughout.
+/// Returns whether it did.
+///
+/// A rendered tree's files never change, so the hash and the syncfs, the
+/// long part, run without the tree's lock: removing the image (which takes
+/// it) does not wait for them. The lock is taken for the last steps, which
+/// find out whether the tree is still there to be finished.
 pub fn settle(cas: &Cas, id: &str) -> io::Result<bool> {
-    let _lock = cas.lock_tree(id)?;
+    use std::os::unix::fs::MetadataExt;
     let dir = cas.tree(id);
-    if state(&dir, super::cas::boot_id()) != TreeState::Unsynced {
+    let boot = super::cas::boot_id();
+    // which render this is: a tree removed and rendered again meanwhile is another one
+    let render = |dir: &Path| fs::metadata(dir.join("rendered")).map(|m| (m.dev(), m.ino())).ok();
+    let this_render = render(&dir);
+    if state(&dir, boot) != TreeState::Unsynced {
         return Ok(false);
     }
-    let hash = tree_hash(&dir, WRITTEN_RULE)?;
-    fs::write(dir.join("hash"), hash)?;
-    crate::fsutil::syncfs(&dir)?;
+    let work = tree_hash(&dir, WRITTEN_RULE).and_then(|hash| crate::fsutil::syncfs(&dir).map(|()| hash));
+    let _lock = cas.lock_tree(id)?;
+    if state(&dir, boot) != TreeState::Unsynced || render(&dir) != this_render {
+        // removed, settled or rendered again meanwhile (that render settles
+        // itself): what failed was reading a tree going away
+        return Ok(false);
+    }
+    let hash = work?;
+    let mut file = fs::File::create(dir.join("hash"))?;
+    io::Write::write_all(&mut file, hash.as_bytes())?;
+    file.sync_all()?;
     if dir.join(UNSYNCED).exists() {
         fs::remove_file(dir.join(UNSYNCED))?;
     } else {
@@ -307,9 +324,12 @@ pub fn settle_later(cas: &Cas, id: &str) {
         return;
     }
     let (cas, id) = (cas.clone(), id.to_string());
-    let spawned = std::thread::Builder::new().name("tree-sync".into()).spawn(move || match settle(&cas, &id) {
-        Ok(_) => {}
-        Err(e) => {
+    let spawned = std::thread::Builder::new().name("tree-sync".into()).spawn(move || {
+        // background work: the calls that come next (on 2 CPUs, the next
+        // pull or container start) go first; nice is per thread on Linux
+        // SAFETY: setpriority(2) on the calling thread (who 0), no memory passed.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+        if let Err(e) = settle(&cas, &id) {
             tracing::warn!(tree = %id, error = %e, "cannot sync a rendered tree (it is rendered again after a reboot)")
         }
     });
