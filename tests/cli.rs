@@ -26,6 +26,23 @@ fn wait(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// `rktlet app sandbox` on the node's network, with `hostname`, writing its
+/// uuid to `uuid_file`: the sandbox process and the pod's uuid.
+fn sandbox(dir: &Path, hostname: &str, uuid_file: &Path) -> (std::process::Child, String) {
+    let child = Command::new(BIN)
+        .arg("--dir")
+        .arg(dir)
+        .args(["app", "sandbox", "--net=host", &format!("--hostname={hostname}")])
+        .arg(format!("--uuid-file-save={}", uuid_file.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("app sandbox");
+    wait("uuid file", || uuid_file.exists());
+    (child, std::fs::read_to_string(uuid_file).expect("uuid"))
+}
+
 #[test]
 fn cli_runs_a_pod_and_an_app_without_the_daemon() {
     let reg = common::registry::registry();
@@ -36,18 +53,7 @@ fn cli_runs_a_pod_and_an_app_without_the_daemon() {
     assert!(id.starts_with("sha512-"), "{id}");
 
     let uuid_file = t.path().join("uuid");
-    let mut sandbox = Command::new(BIN)
-        .arg("--dir")
-        .arg(&dir)
-        .args(["app", "sandbox", "--net=host", "--hostname=clipod"])
-        .arg(format!("--uuid-file-save={}", uuid_file.display()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("app sandbox");
-    wait("uuid file", || uuid_file.exists());
-    let uuid = std::fs::read_to_string(&uuid_file).expect("uuid");
+    let (mut sandbox, uuid) = sandbox(&dir, "clipod", &uuid_file);
     wait("pod ready", || json(&dir, &["status", &uuid, "--format=json"])["ready"] == true);
     let pods = json(&dir, &["list", "--format=json"]);
     assert_eq!(pods[0]["state"], "running");
@@ -149,18 +155,7 @@ fn scripts_written_for_rkt_read_list_and_status() {
     let image = format!("docker://{}/busybox:latest", reg.main);
     let id = rktlet(&dir, &["fetch", &image]);
     let uuid_file = t.path().join("uuid");
-    let mut sandbox = Command::new(BIN)
-        .arg("--dir")
-        .arg(&dir)
-        .args(["app", "sandbox", "--net=host", "--hostname=scripted"])
-        .arg(format!("--uuid-file-save={}", uuid_file.display()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("app sandbox");
-    wait("uuid file", || uuid_file.exists());
-    let uuid = std::fs::read_to_string(&uuid_file).expect("uuid");
+    let (mut sandbox, uuid) = sandbox(&dir, "scripted", &uuid_file);
     let pod_dir = dir.join("pods/run").join(&uuid);
 
     // `rkt status --wait-ready=30s --uuid-file=F`, read as key=value

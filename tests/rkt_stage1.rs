@@ -165,10 +165,7 @@ fn rkt_mark(data: &Path, uuid: &str) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rkt_stop_entry_point_stops_a_running_pod() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let net = TestNetwork::new(dir.path());
-    let conf = net.conf_dir.to_string_lossy().to_string();
-    let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni"]);
+    let (_dir, net, d) = common::daemon_with_network();
     let data = d.dir.path().join("data");
     let mut rt = d.runtime().await;
     let (a, b) = (
@@ -201,10 +198,7 @@ async fn rkt_stop_entry_point_stops_a_running_pod() {
 /// the daemon had stopped already (gc has nothing left to do, and succeeds).
 #[tokio::test(flavor = "multi_thread")]
 async fn rkt_gc_entry_point_releases_what_an_exited_pod_holds() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let net = TestNetwork::new(dir.path());
-    let conf = net.conf_dir.to_string_lossy().to_string();
-    let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni"]);
+    let (_dir, net, d) = common::daemon_with_network();
     let data = d.dir.path().join("data");
     let mut rt = d.runtime().await;
     let image = common::pull_busybox(&d).await;

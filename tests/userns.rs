@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Daemon, TestNetwork, assert_no_leaks, crictl};
+use common::{assert_no_leaks, crictl};
 use rktlet::proto::v1 as cri;
 use std::os::unix::fs::MetadataExt;
 
@@ -25,10 +25,7 @@ fn userns_options(host: u32) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pod_in_a_user_namespace_sees_its_own_ids_and_the_right_owners() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let net = TestNetwork::new(dir.path());
-    let conf = net.conf_dir.to_string_lossy().to_string();
-    let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni"]);
+    let (dir, _net, d) = common::daemon_with_network();
     let sock = d.socket.clone();
     let image = format!("{}/busybox:latest", common::registry::registry().main);
     crictl::ok(&sock, &["pull", &image]);
@@ -131,10 +128,7 @@ async fn a_pod_in_a_user_namespace_sees_its_own_ids_and_the_right_owners() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn user_namespaces_kubelet_cannot_ask_for_are_refused() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let net = TestNetwork::new(dir.path());
-    let conf = net.conf_dir.to_string_lossy().to_string();
-    let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni"]);
+    let (_dir, _net, d) = common::daemon_with_network();
     let mut rt = d.runtime().await;
     let m = |host_id, container_id, length| cri::IdMapping { host_id, container_id, length };
     let on = |mut config: cri::PodSandboxConfig, mode: cri::NamespaceMode, uids, gids| {

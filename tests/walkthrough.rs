@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Daemon, TestNetwork, assert_no_leaks, crictl};
+use common::{assert_no_leaks, crictl};
 use rktlet::proto::v1 as cri;
 use std::time::{Duration, Instant};
 
@@ -21,10 +21,7 @@ fn json(text: &str) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_crictl_walkthrough_works_step_by_step() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let net = TestNetwork::new(dir.path());
-    let conf = net.conf_dir.to_string_lossy().to_string();
-    let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni"]);
+    let (dir, _net, d) = common::daemon_with_network();
     let sock = d.socket.clone();
     let (pod_doc, ctr_doc) = (doc("pod.json"), doc("container.json"));
     assert_eq!((pod_doc.as_str(), ctr_doc.as_str()), (rktlet::demo::POD_JSON, rktlet::demo::CONTAINER_JSON));
@@ -115,10 +112,7 @@ async fn the_crictl_walkthrough_works_step_by_step() {
 /// `rktlet demo` (what README's quick start runs) does the same and cleans up.
 #[tokio::test(flavor = "multi_thread")]
 async fn rktlet_demo_runs_the_walkthrough() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let net = TestNetwork::new(dir.path());
-    let conf = net.conf_dir.to_string_lossy().to_string();
-    let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni"]);
+    let (dir, _net, d) = common::daemon_with_network();
     let image = format!("{}/busybox:latest", common::registry::registry().main);
     let out = std::process::Command::new(common::BIN)
         .arg("demo")

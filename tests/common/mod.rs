@@ -274,6 +274,17 @@ pub fn host_network(mut config: rktlet::proto::v1::PodSandboxConfig) -> rktlet::
     config
 }
 
+/// A daemon whose pods get a CNI network of the test's own: the directory
+/// holding the network's config, the network (its bridge deleted on drop)
+/// and the daemon.
+pub fn daemon_with_network() -> (tempfile::TempDir, TestNetwork, Daemon) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let net = TestNetwork::new(dir.path());
+    let conf = net.conf_dir.to_string_lossy().to_string();
+    let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni"]);
+    (dir, net, d)
+}
+
 /// A CNI network of one test: its own bridge and /24, so tests running at the
 /// same time never share addresses. The bridge is deleted on drop.
 pub struct TestNetwork {
