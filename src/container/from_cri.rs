@@ -11,6 +11,7 @@ use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::identity;
 use crate::stage1::inject::Propagation;
+use crate::stage1::userns::{IdMap, Mapping, MappingError};
 use std::path::Path;
 
 /// Labels and annotations of one object, together, at most (Kubernetes'
@@ -167,19 +168,23 @@ fn pid_asked(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result<PidAsked
     }
 }
 
-/// The user namespace a security context asks for.
-fn userns_asked(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result<UsernsAsked, ContainerError> {
-    use crate::stage1::userns::{IdMap, Mapping};
-    let Some(u) = sc.and_then(|s| s.namespace_options.as_ref()).and_then(|n| n.userns_options.as_ref()) else {
-        return Ok(UsernsAsked::Unset);
-    };
+/// The mapping of a CRI user namespace in POD mode (uids and gids checked).
+pub fn userns_mapping(u: &cri::UserNamespace) -> Result<IdMap, MappingError> {
     let list = |l: &[cri::IdMapping]| -> Vec<Mapping> {
         l.iter().map(|m| Mapping { host_id: m.host_id, container_id: m.container_id, length: m.length }).collect()
+    };
+    IdMap::from_mappings(&list(&u.uids), &list(&u.gids))
+}
+
+/// The user namespace a security context asks for.
+fn userns_asked(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result<UsernsAsked, ContainerError> {
+    let Some(u) = sc.and_then(|s| s.namespace_options.as_ref()).and_then(|n| n.userns_options.as_ref()) else {
+        return Ok(UsernsAsked::Unset);
     };
     match cri::NamespaceMode::try_from(u.mode) {
         Ok(cri::NamespaceMode::Node) => Ok(UsernsAsked::Node),
         Ok(cri::NamespaceMode::Pod) if u.uids.is_empty() && u.gids.is_empty() => Ok(UsernsAsked::Unset),
-        Ok(cri::NamespaceMode::Pod) => IdMap::from_mappings(&list(&u.uids), &list(&u.gids))
+        Ok(cri::NamespaceMode::Pod) => userns_mapping(u)
             .map(UsernsAsked::Pod)
             .map_err(|e| ContainerError::InvalidArgument(format!("namespace_options.userns_options: {e}"))),
         _ => Err(ContainerError::InvalidArgument(format!(

@@ -7,7 +7,7 @@ use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::sandbox::run::Request;
 use crate::stage1::sysctl::{self, PodNamespaces};
-use crate::stage1::userns::{IdMap, Mapping};
+use crate::stage1::userns::IdMap;
 use tonic::Status;
 
 fn validate(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Result<Request, Status> {
@@ -96,16 +96,9 @@ pub(super) fn userns_of(options: Option<&cri::UserNamespace>, at: &str) -> Resul
     let Some(u) = options else { return Ok(None) };
     match cri::NamespaceMode::try_from(u.mode) {
         Ok(cri::NamespaceMode::Node) => Ok(None),
-        Ok(cri::NamespaceMode::Pod) => {
-            let list = |l: &[cri::IdMapping]| -> Vec<Mapping> {
-                l.iter()
-                    .map(|m| Mapping { host_id: m.host_id, container_id: m.container_id, length: m.length })
-                    .collect()
-            };
-            IdMap::from_mappings(&list(&u.uids), &list(&u.gids))
-                .map(Some)
-                .map_err(|e| Status::invalid_argument(format!("{at}.userns_options: {e}")))
-        }
+        Ok(cri::NamespaceMode::Pod) => crate::container::from_cri::userns_mapping(u)
+            .map(Some)
+            .map_err(|e| Status::invalid_argument(format!("{at}.userns_options: {e}"))),
         _ => Err(Status::invalid_argument(format!(
             "{at}.userns_options.mode {}: rktlet supports user namespaces per pod (POD) or none (NODE)",
             u.mode

@@ -245,13 +245,12 @@ impl AppSpec {
             fs::create_dir_all(d).map_err(io("creating overlay directories"))?;
         }
         let files_done = began.elapsed();
+        let pid1 = pod_pid1(pod)?;
         // a pod in a user namespace: its layers and volumes are id-mapped into it
         let userns = match super::userns::of_manifest(&manifest).map_err(|e| AppError::Invalid(e.to_string()))? {
             Some(map) => Some((
-                pod_pid1(pod)
-                    .and_then(|pid1| {
-                        super::userns::foreign_userns(pid1).map_err(io("opening the pod's user namespace"))
-                    })?
+                super::userns::foreign_userns(pid1)
+                    .map_err(io("opening the pod's user namespace"))?
                     .ok_or_else(|| AppError::Invalid("the pod's systemd is not in a user namespace".into()))?,
                 map,
             )),
@@ -303,7 +302,6 @@ impl AppSpec {
             // volumes mounted before are in the way, and their links too
             mounts.push(Attach::in_root(tree, &paths.rootfs_in_pod(), &v.container_path).map_err(io("target"))?);
         }
-        let pid1 = pod_pid1(pod)?;
         let targets_done = began.elapsed();
         inject::attach(pid1, &mounts).map_err(io("mounting into the pod"))?;
         let attach_done = began.elapsed();
