@@ -67,12 +67,7 @@ fn same_second(a: i64, b: i64) -> bool {
 }
 
 async fn pod_status(rt: &mut RuntimeServiceClient<Channel>, id: &str) -> cri::PodSandboxStatus {
-    rt.pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: id.into(), verbose: false })
-        .await
-        .expect("PodSandboxStatus")
-        .into_inner()
-        .status
-        .expect("status")
+    common::pod_status(rt, id).await
 }
 
 async fn container_status(rt: &mut RuntimeServiceClient<Channel>, id: &str) -> cri::ContainerStatus {

@@ -113,13 +113,7 @@ fn ok(out: &Output, what: &str) {
 }
 
 async fn sandbox_state(rt: &mut Client, id: &str) -> i32 {
-    rt.pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: id.into(), verbose: false })
-        .await
-        .expect("PodSandboxStatus")
-        .into_inner()
-        .status
-        .expect("status")
-        .state
+    common::pod_status(rt, id).await.state
 }
 
 fn mounts_under(dir: &Path) -> Vec<String> {

@@ -419,6 +419,16 @@ pub async fn run_pod(rt: &mut RuntimeServiceClient<Channel>, config: &rktlet::pr
         .pod_sandbox_id
 }
 
+/// PodSandboxStatus of `pod` (not verbose).
+pub async fn pod_status(rt: &mut RuntimeServiceClient<Channel>, pod: &str) -> rktlet::proto::v1::PodSandboxStatus {
+    rt.pod_sandbox_status(rktlet::proto::v1::PodSandboxStatusRequest { pod_sandbox_id: pod.into(), verbose: false })
+        .await
+        .expect("PodSandboxStatus")
+        .into_inner()
+        .status
+        .expect("status")
+}
+
 /// CreateContainer in `pod`; the container's id.
 pub async fn create_container(
     rt: &mut RuntimeServiceClient<Channel>,
