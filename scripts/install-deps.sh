@@ -23,6 +23,10 @@ packages=(
   # the node lane (scripts/node-lane.sh container and the CI kit's node.sh):
   # nsenter/unshare (util-linux above), pgrep, bc
   procps bc
+  # checkpoint and restore: CRIU (Debian's), and what building a newer one takes
+  # where Debian's cannot run on the node's kernel (below)
+  criu libbsd-dev libcap-dev libgnutls28-dev libnet1-dev libnftables-dev libnl-3-dev
+  libprotobuf-c-dev libprotobuf-dev protobuf-c-compiler protobuf-compiler uuid-dev
 )
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -42,6 +46,27 @@ if [ ${#missing[@]} -gt 0 ]; then
   lock_wait=(-o DPkg::Lock::Timeout=600)
   $sudo apt-get "${lock_wait[@]}" update -q
   $sudo apt-get "${lock_wait[@]}" install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# CRIU: Debian 12's 3.17 checks the kernel's vDSO layout and refuses kernels
+# newer than it knows ("Unexpected rt vDSO area bounds" on 6.18). There, build
+# CRIU 4.1.1 from Debian's own source tarball (checked against its SHA-256)
+# into /usr/local/sbin, which comes first in PATH (about 40 s on 2 cores).
+criu_version=4.1.1
+criu_sha256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
+if ! criu check >/dev/null 2>&1; then
+  build=$(mktemp -d)
+  echo "criu check fails with $(criu --version 2>/dev/null | head -1): building CRIU $criu_version in $build"
+  curl -fsSL --retry 3 -o "$build/criu.tar.xz" \
+    "http://deb.debian.org/debian/pool/main/c/criu/criu_${criu_version}.orig.tar.xz"
+  echo "$criu_sha256  $build/criu.tar.xz" | sha256sum -c --quiet
+  mkdir "$build/src" && tar -xJf "$build/criu.tar.xz" -C "$build/src" --strip-components=1
+  make -s -C "$build/src" -j"$(nproc)" criu >"$build/make.log" 2>&1 \
+    || { tail -n 30 "$build/make.log" >&2; exit 1; }
+  $sudo install -D -m 0755 "$build/src/criu/criu" /usr/local/sbin/criu
+  rm -rf "$build"
+  hash -r
+  criu check || { echo "criu $criu_version built, but criu check still fails on $(uname -r)" >&2; exit 1; }
 fi
 
 # The default pod network (bridge rktlet0, 10.66.0.0/16, portmap), only on a
