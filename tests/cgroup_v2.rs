@@ -210,6 +210,24 @@ async fn oom_killed_under_the_hosts_driver_and_no_cgroup_left() {
     oom_kill_and_cleanup(false, parent).await;
 }
 
+/// A container with limits that ends before StartContainer returns (a
+/// command that returns at once, as an OOM kill at once ends one) started
+/// fine: its exit is what it reports. The pod's systemd takes such an app's
+/// cgroup down, or disables its controllers, under the daemon's second write
+/// of the limits (conformance's OOM spec once failed so, under emulation).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_with_limits_that_ends_at_once_started() {
+    v2_only!("a_container_with_limits_that_ends_at_once_started");
+    let mut e = env(false).await;
+    let pod = e.pod("brief", "").await;
+    for i in 0..8 {
+        let id = e.run(&pod, &format!("brief{i}"), &["sh", "-c", "exit 3"], memory(64 << 20)).await;
+        let s = e.wait_exited(&id, Duration::from_secs(60)).await;
+        assert_eq!((s.exit_code, s.reason.as_str()), (3, "Error"), "{s:?}");
+    }
+    e.remove_pod(&pod.0).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn cpu_quota_throttles_and_weight_follows_shares() {
     v2_only!("cpu_quota_throttles_and_weight_follows_shares");

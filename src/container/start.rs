@@ -435,6 +435,13 @@ fn settle_limits(
         Err(e) if limits.is_empty() => {
             tracing::warn!(container = id, error = %e, "no cgroups of its own: no stats for it")
         }
+        // on cgroup v2 the pod's systemd applied the limits before the app
+        // ran; an app that ended since (an OOM kill at once, a command that
+        // returns) has its cgroup taken down or its controllers disabled by
+        // that systemd: nothing is left to confine, and its exit is reported
+        Err(e) if app_ended(rt, t) => {
+            tracing::debug!(container = id, error = %e, "the app ended before its limits were written again")
+        }
         Err(e) => {
             // a container must not run without the limits it asked for
             let _ = tokio::task::block_in_place(|| stop_app(rt, t, Duration::ZERO));
@@ -443,6 +450,16 @@ fn settle_limits(
         Ok(()) => {}
     }
     Ok(())
+}
+
+/// Whether the app's unit is down or on its way down (or gone), as its
+/// pod's systemd says.
+fn app_ended(rt: &Runtime, t: &Target) -> bool {
+    match tokio::task::block_in_place(|| with_bus(rt, &t.pod, |bus| bus.unit_status(&unit(&t.app.name)))) {
+        Ok(status) => status.main_exit().is_some() || !matches!(status.active_state.as_str(), "active" | "activating"),
+        Err(ContainerError::Bus(e)) => e.is_not_found(),
+        Err(_) => false,
+    }
 }
 
 /// Makes the app's device nodes in the pod (`/rkt/devices/<app>/<n>`, out
