@@ -57,9 +57,11 @@ fn platform_labels(config: &ImageConfig) -> Vec<NameValue> {
     vec![NameValue::new("os", os), NameValue::new("arch", appc_arch(arch, config.variant().as_deref()))]
 }
 
-/// The manifest of one layer's ACI.
-pub fn layer_manifest(key: &str, blob_digest: &Digest, media_type: &str, config: &ImageConfig) -> ImageManifest {
-    let mut m = ImageManifest::new(format!("{LAYER_NAME_PREFIX}{key}"));
+/// The manifest of one layer's ACI, named `layer/` + the layer's registry
+/// digest (`layer/sha256-<hex>`): it is the first entry of the ACI, so it
+/// cannot name the ACI's own key.
+pub fn layer_manifest(blob_digest: &Digest, media_type: &str, config: &ImageConfig) -> ImageManifest {
+    let mut m = ImageManifest::new(format!("{LAYER_NAME_PREFIX}{}", blob_digest.file_name()));
     m.labels = platform_labels(config);
     m.annotations =
         vec![NameValue::new(ANN_LAYER_DIGEST, blob_digest.to_string()), NameValue::new(ANN_MEDIA_TYPE, media_type)];
@@ -170,6 +172,17 @@ pub fn image_manifest(
         })
         .collect();
     m
+}
+
+/// The bytes of a layer's manifest as its ACI holds them.
+pub fn layer_manifest_json(blob_digest: &Digest, media_type: &str, config: &ImageConfig) -> Vec<u8> {
+    serde_json::to_vec(&layer_manifest(blob_digest, media_type, config)).unwrap_or_default()
+}
+
+/// Whether index row `name` of `key` is a layer stored by a release before
+/// layers were ACIs (named `layer/<its key>`, its blob the layer's tar).
+pub fn is_legacy_layer(name: &str, key: &str) -> bool {
+    name.strip_prefix(LAYER_NAME_PREFIX) == Some(key)
 }
 
 /// The ACI of a manifest with an empty rootfs: `manifest` and `rootfs/`,

@@ -44,6 +44,7 @@ pub mod extract;
 pub mod fsck;
 pub mod hosts;
 pub mod layer;
+pub mod layer_aci;
 pub mod oci;
 pub mod policy;
 mod pull;
@@ -605,6 +606,7 @@ impl Store {
             .map_err(io_ctx("updating the image index"))?;
         for k in &orphans {
             let _ = fs::remove_file(self.cas.blob(k));
+            let _ = fs::remove_file(layer_aci::pending(&self.cas, k));
             let _ = fs::remove_file(self.cas.image_manifest(k));
         }
         Ok(orphans)

@@ -7,6 +7,7 @@ use super::cas::{AciInfo, Cas, Remote};
 use super::convert::{self, LayerRef};
 use super::extract::{self, Unpacked};
 use super::layer::{self, ChannelReader, Compression, LayerDone, LayerJob};
+use super::layer_aci;
 use super::oci::{self, AnyManifest, ImageConfig};
 use super::policy;
 use super::reference::Reference;
@@ -34,14 +35,14 @@ struct LayerDesc {
 }
 
 /// `cas/tmp/pull-<uuid>/`, locked while in use; removed on drop.
-struct WorkDir {
+pub(super) struct WorkDir {
     path: PathBuf,
     lock_path: PathBuf,
     _lock: HeldLock,
 }
 
 impl WorkDir {
-    fn new(cas: &Cas) -> Result<WorkDir, ImageError> {
+    pub(super) fn new(cas: &Cas) -> Result<WorkDir, ImageError> {
         // creators and cleaners take turns, so a cleaner never sees a lock
         // file that exists but is not held yet, or a directory before its lock
         let guard_path = cas.tmp().join(CREATE_GUARD);
@@ -61,6 +62,10 @@ impl WorkDir {
 
     fn rootfs(&self) -> PathBuf {
         self.path.join("tree/rootfs")
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        &self.path
     }
 }
 
@@ -204,10 +209,18 @@ struct Fetched {
 }
 
 impl Fetched {
-    /// The image's manifest with layers `keys` (key, compressed size).
-    fn image_manifest(&self, reference: &Reference, keys: &[(String, u64)]) -> ImageManifest {
+    /// The image's manifest with layers `keys` (key, compressed size) and
+    /// the `pathWhitelist` their paths make (`layer_aci::path_whitelist`).
+    fn image_manifest(&self, reference: &Reference, keys: &[(String, u64)], whitelist: Vec<String>) -> ImageManifest {
         let refs: Vec<LayerRef> = keys.iter().map(|(k, s)| LayerRef { key: k.clone(), size: *s }).collect();
-        convert::image_manifest(reference, &self.manifest_digest, &self.config_digest, &self.config, &refs)
+        let mut m = convert::image_manifest(reference, &self.manifest_digest, &self.config_digest, &self.config, &refs);
+        m.path_whitelist = whitelist;
+        m
+    }
+
+    /// Each layer's manifest, as its ACI holds it.
+    fn layer_manifests(&self, layers: &[LayerDesc]) -> Vec<Vec<u8>> {
+        layers.iter().map(|l| convert::layer_manifest_json(&l.digest, &l.media_type, &self.config)).collect()
     }
 }
 
@@ -244,7 +257,8 @@ pub async fn pull(
     }
 
     let work = WorkDir::new(&cas)?;
-    let running = spawn_layer_jobs(store, &session, &cas, &work, &layers, &known, progress).await?;
+    let manifests = fetched.layer_manifests(&layers);
+    let running = spawn_layer_jobs(store, &session, &cas, &work, &layers, &manifests, &known, progress).await?;
     let started = std::time::Instant::now();
     tracing::debug!(image = %reference, micros = began.elapsed().as_micros() as u64, "layer downloads started");
     let done = await_layers(running, layers.len()).await?;
@@ -252,7 +266,7 @@ pub async fn pull(
     // a crash here leaves only the work dir (temporary, removed by gc); the pull is simply repeated
     crate::fault::point("pull-before-commit");
 
-    let image_key = commit(reference, fetched, cas, work, done, &layers, remotes).await?;
+    let image_key = commit(reference, fetched, cas, work, done, &layers, manifests, remotes).await?;
     tracing::debug!(image = %reference, micros = began.elapsed().as_micros() as u64, "image committed");
     store.resolve(&image_key)
 }
@@ -325,11 +339,19 @@ async fn lock_layers(cas: &Cas, layers: &[LayerDesc]) -> Result<Vec<HeldLock>, I
     .await
 }
 
-/// The key of each layer already stored (its blob there), by the index.
+/// The key of each layer already stored as an ACI (its blob there, or its
+/// download waiting for it), by the index. A layer an older release stored
+/// (its tar under the tar's key) is downloaded again: its ACI has another
+/// key, and the images made of it keep theirs.
 fn known_layers(cas: &Cas, index: &super::cas::Index, layers: &[LayerDesc]) -> Vec<Option<String>> {
     layers
         .iter()
-        .map(|l| index.layer_key(&l.digest.to_string()).map(str::to_string).filter(|k| cas.blob(k).exists()))
+        .map(|l| {
+            index.layer_key(&l.digest.to_string()).map(str::to_string).filter(|k| {
+                let legacy = index.aci(k).is_some_and(|a| convert::is_legacy_layer(&a.name, k));
+                !legacy && (cas.blob(k).exists() || layer_aci::pending(cas, k).exists())
+            })
+        })
         .collect()
 }
 
@@ -356,13 +378,23 @@ fn already_stored(
     if !known.iter().all(Option::is_some) {
         return Ok(None);
     }
-    let keys: Vec<(String, u64)> =
-        known.iter().flatten().map(|k| (k.clone(), index.aci(k).map_or(0, |a| a.size.max(0) as u64))).collect();
-    let m = fetched.image_manifest(reference, &keys);
-    let (image_key, _) = convert::empty_aci(&m).map_err(io_ctx("building the image ACI"))?;
-    let layer_keys: Vec<String> = keys.iter().map(|(k, _)| k.clone()).collect();
+    // the image these layers made when it was pulled by this digest (its
+    // key depends on the layers' contents, through its pathWhitelist)
+    let layer_keys: Vec<String> = known.iter().flatten().cloned().collect();
+    let by_digest = format!("docker://{}", reference.with_digest(&fetched.top_digest));
+    let Some(image_key) = index.remote.iter().find(|r| r.aciurl == by_digest).map(|r| r.blobkey.clone()) else {
+        return Ok(None);
+    };
+    let Ok(bytes) = fs::read(cas.image_manifest(&image_key)) else { return Ok(None) };
+    let Ok(m) = serde_json::from_slice::<ImageManifest>(&bytes) else { return Ok(None) };
+    let same_layers = m
+        .dependencies
+        .iter()
+        .filter(|d| d.image_name.starts_with(convert::LAYER_NAME_PREFIX))
+        .filter_map(|d| d.image_id.clone())
+        .eq(layer_keys.iter().cloned());
     let tree_id = convert::layered_tree_id(&image_key, &layer_keys);
-    if index.aci(&image_key).is_some() && cas.tree_rendered(&tree_id) {
+    if same_layers && index.aci(&image_key).is_some() && cas.tree_rendered(&tree_id) {
         let now = now_nanos();
         cas.update_index(|i| {
             for url in remotes {
@@ -385,6 +417,7 @@ async fn spawn_layer_jobs(
     cas: &Cas,
     work: &WorkDir,
     layers: &[LayerDesc],
+    manifests: &[Vec<u8>],
     known: &[Option<String>],
     progress: Option<Progress>,
 ) -> Result<Running, ImageError> {
@@ -426,6 +459,7 @@ async fn spawn_layer_jobs(
                     source: Box::new(ChannelReader::new(rx)),
                     expected_digest: Some((l.digest.clone(), l.size)),
                     expected_key: None,
+                    aci_manifest: Some(manifests[i].clone()),
                     compression: l.compression,
                     blob_out: Some(work.path.join(format!("blob-{i}"))),
                     dest,
@@ -540,26 +574,31 @@ async fn commit(
     work: WorkDir,
     done: Vec<LayerDone>,
     layers: &[LayerDesc],
+    manifests: Vec<Vec<u8>>,
     remotes: Vec<String>,
 ) -> Result<String, ImageError> {
     let keys: Vec<(String, u64)> = done
         .iter()
         .map(|d| (d.key.clone(), if d.compressed_size > 0 { d.compressed_size } else { layers[d.index].size }))
         .collect();
-    let image_manifest = fetched.image_manifest(reference, &keys);
+    let paths: Vec<layer_aci::LayerPaths> = done.iter().map(|d| d.unpacked.layer_paths()).collect();
+    let whitelist = layer_aci::path_whitelist(&paths.iter().collect::<Vec<_>>());
+    let image_manifest = fetched.image_manifest(reference, &keys, whitelist);
     let layer_meta: Vec<(Digest, String)> = layers.iter().map(|l| (l.digest.clone(), l.media_type.clone())).collect();
-    let Fetched { config, .. } = fetched;
     blocking(move || {
         let plan = Commit {
             cas: &cas,
             work: &work,
             done: &done,
             layer_meta: &layer_meta,
-            config: &config,
+            manifests: &manifests,
             image: image_manifest,
             remotes,
         };
-        plan.run()
+        let key = plan.run()?;
+        // the layers' ACIs are written from their downloads off the pull
+        layer_aci::convert_later(&cas);
+        Ok(key)
     })
     .await
 }
@@ -671,14 +710,15 @@ struct Commit<'a> {
     work: &'a WorkDir,
     done: &'a [LayerDone],
     layer_meta: &'a [(Digest, String)],
-    config: &'a ImageConfig,
+    /// Each layer's manifest, as its ACI holds it.
+    manifests: &'a [Vec<u8>],
     image: ImageManifest,
     remotes: Vec<String>,
 }
 
 impl Commit<'_> {
     fn run(self) -> Result<String, ImageError> {
-        let Commit { cas, work, done, layer_meta, config, image, remotes } = self;
+        let Commit { cas, work, done, layer_meta, manifests, image, remotes } = self;
         let rootfs = work.rootfs();
         let started = std::time::Instant::now();
         finish_tree(&rootfs, &work.path, done)?;
@@ -687,23 +727,22 @@ impl Commit<'_> {
             let parent = p.parent().unwrap_or(p);
             fs::create_dir_all(parent).map_err(io_ctx(format!("creating {}", parent.display())))
         };
-        // 1. layer blobs and manifests
+        // 1. layer manifests (the bytes their ACIs hold), then the layers'
+        // downloads, which wait there for their ACIs (`layer_aci`)
         for d in done {
-            let blob = cas.blob(&d.key);
-            let tmp_blob = work.path.join(format!("blob-{}", d.index));
-            if !blob.exists() && tmp_blob.exists() {
-                ensure_parent(&blob)?;
-                fs::rename(&tmp_blob, &blob).map_err(io_ctx(format!("storing {}", blob.display())))?;
-                fsutil::sync_dir(blob.parent().unwrap_or(&blob)).map_err(io_ctx("syncing the blob store"))?;
-            }
             let mpath = cas.image_manifest(&d.key);
             if !mpath.exists() {
-                let (digest, media_type) = &layer_meta[d.index];
-                let m = convert::layer_manifest(&d.key, digest, media_type, config);
-                let json =
-                    serde_json::to_vec(&m).map_err(|e| io_ctx("encoding a layer manifest")(io::Error::other(e)))?;
                 ensure_parent(&mpath)?;
-                fsutil::write_atomic(&mpath, &json, 0o644).map_err(io_ctx(format!("writing {}", mpath.display())))?;
+                fsutil::write_atomic(&mpath, &manifests[d.index], 0o644)
+                    .map_err(io_ctx(format!("writing {}", mpath.display())))?;
+            }
+            let blob = cas.blob(&d.key);
+            let waiting = layer_aci::pending(cas, &d.key);
+            let tmp_blob = work.path.join(format!("blob-{}", d.index));
+            if !blob.exists() && !waiting.exists() && tmp_blob.exists() {
+                ensure_parent(&waiting)?;
+                fs::rename(&tmp_blob, &waiting).map_err(io_ctx(format!("storing {}", waiting.display())))?;
+                fsutil::sync_dir(waiting.parent().unwrap_or(&waiting)).map_err(io_ctx("syncing the layer store"))?;
             }
         }
         // a crash here leaves stored blobs the index does not name: `image
@@ -728,7 +767,8 @@ impl Commit<'_> {
         let now = now_nanos();
         cas.update_index(|i| {
             for d in done {
-                let size = fs::metadata(cas.blob(&d.key)).map_or(0, |m| m.len() as i64);
+                // rkt's: the size of the layer's (uncompressed) ACI
+                let size = d.aci_size as i64;
                 i.upsert_aci(AciInfo {
                     blobkey: d.key.clone(),
                     name: format!("{}{}", convert::LAYER_NAME_PREFIX, d.key),
@@ -761,15 +801,32 @@ impl Commit<'_> {
     }
 }
 
-/// A layer read back from its stored blob, checked against its key.
+/// A layer read back from the store, checked against its key: its ACI
+/// blob (or an older release's blob of its tar), or the download that
+/// waits for its ACI (whose rendition is made again to check it).
 fn stored_job(cas: &Cas, index: usize, key: &str, dest: PathBuf) -> Result<LayerJob, ImageError> {
-    let path = cas.blob(key);
-    let f = fs::File::open(&path).map_err(io_ctx(format!("opening {}", path.display())))?;
+    let blob = cas.blob(key);
+    let waiting = layer_aci::pending(cas, key);
+    let open = |p: &Path| fs::File::open(p);
+    // the download goes once its ACI is in place: look at the blob again then
+    let (f, aci_manifest) = match open(&blob) {
+        Ok(f) => (f, None),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => match open(&waiting) {
+            Ok(f) => {
+                let mpath = cas.image_manifest(key);
+                let m = fs::read(&mpath).map_err(io_ctx(format!("reading {}", mpath.display())))?;
+                (f, Some(m))
+            }
+            Err(_) => (open(&blob).map_err(io_ctx(format!("opening {}", blob.display())))?, None),
+        },
+        Err(e) => return Err(io_ctx(format!("opening {}", blob.display()))(e)),
+    };
     Ok(LayerJob {
         index,
         source: Box::new(f),
         expected_digest: None,
         expected_key: Some(key.to_string()),
+        aci_manifest,
         compression: Compression::Detect,
         blob_out: None,
         dest,

@@ -324,14 +324,22 @@ pub fn settle_later(cas: &Cas, id: &str) {
         return;
     }
     let (cas, id) = (cas.clone(), id.to_string());
-    let spawned = std::thread::Builder::new().name("tree-sync".into()).spawn(move || {
+    background("tree-sync", move || {
+        if let Err(e) = settle(&cas, &id) {
+            tracing::warn!(tree = %id, error = %e, "cannot sync a rendered tree (it is rendered again after a reboot)")
+        }
+    });
+}
+
+/// Runs `work` on a thread of its own at nice 10, after the call that asked
+/// for it ([`finish_settling`] waits for it).
+pub(super) fn background(name: &str, work: impl FnOnce() + Send + 'static) {
+    let spawned = std::thread::Builder::new().name(name.into()).spawn(move || {
         // background work: the calls that come next (on 2 CPUs, the next
         // pull or container start) go first; nice is per thread on Linux
         // SAFETY: setpriority(2) on the calling thread (who 0), no memory passed.
         unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
-        if let Err(e) = settle(&cas, &id) {
-            tracing::warn!(tree = %id, error = %e, "cannot sync a rendered tree (it is rendered again after a reboot)")
-        }
+        work();
     });
     match spawned {
         Ok(handle) => {
@@ -340,7 +348,7 @@ pub fn settle_later(cas: &Cas, id: &str) {
                 pending.push(handle);
             }
         }
-        Err(e) => tracing::warn!(error = %e, "no thread to sync a rendered tree"),
+        Err(e) => tracing::warn!(error = %e, "no thread for background work on the image store"),
     }
 }
 
