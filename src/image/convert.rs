@@ -71,6 +71,8 @@ pub fn layer_manifest(blob_digest: &Digest, media_type: &str, config: &ImageConf
 /// A layer as the image manifest lists it.
 pub struct LayerRef {
     pub key: String,
+    /// The name in the layer's manifest.
+    pub name: String,
     pub size: u64,
 }
 
@@ -165,7 +167,7 @@ pub fn image_manifest(
     m.dependencies = layers
         .iter()
         .map(|l| Dependency {
-            image_name: format!("{LAYER_NAME_PREFIX}{}", l.key),
+            image_name: l.name.clone(),
             image_id: Some(l.key.clone()),
             labels: Vec::new(),
             size: l.size,
@@ -277,7 +279,13 @@ mod tests {
         .expect("config");
         let r: Reference = "127.0.0.1:5000/cfg:latest".parse().expect("ref");
         let d = Digest::of(super::super::verify::Algorithm::Sha256, b"m");
-        let m = image_manifest(&r, &d, &d, &config, &[LayerRef { key: "sha512-aa".into(), size: 5 }]);
+        let m = image_manifest(
+            &r,
+            &d,
+            &d,
+            &config,
+            &[LayerRef { key: "sha512-aa".into(), name: "layer/sha256-aa".into(), size: 5 }],
+        );
         assert_eq!(m.name, "127.0.0.1_5000/cfg");
         let app = m.app.as_ref().expect("app");
         assert_eq!(app.exec.as_deref(), Some(&["/bin/sh".to_string(), "-c".into(), "echo hi".into()][..]));

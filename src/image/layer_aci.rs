@@ -305,8 +305,11 @@ fn head_of<R: Read>(entry: &mut tar::Entry<'_, R>, rel: &Path) -> io::Result<Opt
         tar::EntryType::Symlink => h.link = entry.link_name_bytes().map(|l| l.to_vec()).unwrap_or_default(),
         tar::EntryType::Link => {
             let target = entry.link_name()?.map(|l| l.into_owned()).unwrap_or_default();
-            let cleaned = super::extract::clean(&target).map_err(|e| invalid(e.to_string()))?;
-            h.link = [b"rootfs/", cleaned.as_os_str().as_bytes()].concat();
+            // a target that climbs out is the unpacker's to refuse, after this
+            h.link = match super::extract::clean(&target) {
+                Ok(cleaned) => [b"rootfs/", cleaned.as_os_str().as_bytes()].concat(),
+                Err(_) => target.as_os_str().as_bytes().to_vec(),
+            };
         }
         _ => {}
     }

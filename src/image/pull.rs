@@ -212,7 +212,15 @@ impl Fetched {
     /// The image's manifest with layers `keys` (key, compressed size) and
     /// the `pathWhitelist` their paths make (`layer_aci::path_whitelist`).
     fn image_manifest(&self, reference: &Reference, keys: &[(String, u64)], whitelist: Vec<String>) -> ImageManifest {
-        let refs: Vec<LayerRef> = keys.iter().map(|(k, s)| LayerRef { key: k.clone(), size: *s }).collect();
+        let name = |i: usize| -> String {
+            self.manifest
+                .layers()
+                .get(i)
+                .and_then(|l| digest_of(l).ok())
+                .map_or_else(String::new, |d| format!("{}{}", convert::LAYER_NAME_PREFIX, d.file_name()))
+        };
+        let refs: Vec<LayerRef> =
+            keys.iter().enumerate().map(|(i, (k, s))| LayerRef { key: k.clone(), name: name(i), size: *s }).collect();
         let mut m = convert::image_manifest(reference, &self.manifest_digest, &self.config_digest, &self.config, &refs);
         m.path_whitelist = whitelist;
         m
@@ -771,7 +779,8 @@ impl Commit<'_> {
                 let size = d.aci_size as i64;
                 i.upsert_aci(AciInfo {
                     blobkey: d.key.clone(),
-                    name: format!("{}{}", convert::LAYER_NAME_PREFIX, d.key),
+                    // the name its manifest has, as rkt records it
+                    name: format!("{}{}", convert::LAYER_NAME_PREFIX, layer_meta[d.index].0.file_name()),
                     importtime: now,
                     lastused: now,
                     latest: false,
