@@ -80,7 +80,12 @@ pub fn verify(store: &Store, deep: bool) -> Result<Report, ImageError> {
             r.problems.push(format!("remote {} names {}, which is not in the index", rem.aciurl, rem.blobkey));
         }
     }
-    for key in stored_keys(cas) {
+    let waiting = fs::read_dir(cas.root().join(super::layer_aci::PENDING_DIR))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned());
+    for key in stored_keys(cas).into_iter().chain(waiting) {
         if !indexed.contains(key.as_str()) {
             r.notes.push(format!("blob {key} is not in the index (an interrupted pull; reused by the next one)"));
         }

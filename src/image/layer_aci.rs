@@ -452,6 +452,11 @@ pub fn convert_one(cas: &Cas, key: &str) -> Result<bool, ImageError> {
         fs::remove_file(&src).map_err(io_ctx(format!("removing {}", src.display())))?;
         return Ok(true);
     }
+    // stored by a pull that never committed: left as a blob of such a pull is
+    // (`image verify` notes it; a pull of the layer uses it)
+    if !cas.read_index().map(|i| i.aci(key).is_some()).unwrap_or(false) {
+        return Ok(false);
+    }
     let manifest_path = cas.image_manifest(key);
     let manifest = fs::read(&manifest_path).map_err(io_ctx(format!("reading {}", manifest_path.display())))?;
     let work = super::pull::WorkDir::new(cas)?;
