@@ -13,7 +13,7 @@ use super::reference::Reference;
 use super::verify::{Digest, cas_key_of};
 use crate::pod::manifest::{App, Dependency, ImageManifest, MountPoint, NameValue, Port, sanitize_ac_name};
 
-/// Layer ACIs are named `layer/<key>`.
+/// Layer ACIs are named `layer/<registry digest>` (`layer/<key>` before they were rkt ACIs).
 pub const LAYER_NAME_PREFIX: &str = "layer/";
 pub const ANN_REGISTRY: &str = "appc.io/docker/registryurl";
 pub const ANN_REPOSITORY: &str = "appc.io/docker/repository";
