@@ -32,6 +32,8 @@ struct LayerDesc {
     size: u64,
     media_type: String,
     compression: Compression,
+    /// The layer's manifest, as its ACI holds it.
+    manifest: Vec<u8>,
 }
 
 /// `cas/tmp/pull-<uuid>/`, locked while in use; removed on drop.
@@ -225,11 +227,6 @@ impl Fetched {
         m.path_whitelist = whitelist;
         m
     }
-
-    /// Each layer's manifest, as its ACI holds it.
-    fn layer_manifests(&self, layers: &[LayerDesc]) -> Vec<Vec<u8>> {
-        layers.iter().map(|l| convert::layer_manifest_json(&l.digest, &l.media_type, &self.config)).collect()
-    }
 }
 
 /// Why a download broke off (a stall, a cut connection), preferred over
@@ -253,7 +250,7 @@ pub async fn pull(
     let session = store.registry().session(reference, creds);
     let fetched = fetch_manifest_and_config(store, &session, reference).await?;
     tracing::debug!(image = %reference, micros = began.elapsed().as_micros() as u64, "manifest and config fetched");
-    let layers = layer_descs(reference, &fetched.manifest)?;
+    let layers = layer_descs(reference, &fetched.manifest, &fetched.config)?;
 
     let cas = store.cas().clone();
     let _locks = lock_layers(&cas, &layers).await?;
@@ -265,8 +262,7 @@ pub async fn pull(
     }
 
     let work = WorkDir::new(&cas)?;
-    let manifests = fetched.layer_manifests(&layers);
-    let running = spawn_layer_jobs(store, &session, &cas, &work, &layers, &manifests, &known, progress).await?;
+    let running = spawn_layer_jobs(store, &session, &cas, &work, &layers, &known, progress).await?;
     let started = std::time::Instant::now();
     tracing::debug!(image = %reference, micros = began.elapsed().as_micros() as u64, "layer downloads started");
     let done = await_layers(running, layers.len()).await?;
@@ -274,7 +270,7 @@ pub async fn pull(
     // a crash here leaves only the work dir (temporary, removed by gc); the pull is simply repeated
     crate::fault::point("pull-before-commit");
 
-    let image_key = commit(reference, fetched, cas, work, done, &layers, manifests, remotes).await?;
+    let image_key = commit(reference, fetched, cas, work, done, &layers, remotes).await?;
     tracing::debug!(image = %reference, micros = began.elapsed().as_micros() as u64, "image committed");
     store.resolve(&image_key)
 }
@@ -320,14 +316,20 @@ async fn fetch_manifest_and_config(
 }
 
 /// The manifest's layers, each of a media type whose compression is known.
-fn layer_descs(reference: &Reference, manifest: &oci::ImageManifest) -> Result<Vec<LayerDesc>, ImageError> {
+fn layer_descs(
+    reference: &Reference,
+    manifest: &oci::ImageManifest,
+    config: &ImageConfig,
+) -> Result<Vec<LayerDesc>, ImageError> {
     let mut layers = Vec::new();
     for l in manifest.layers() {
         let media_type = l.media_type().to_string();
         let compression = Compression::from_media_type(&media_type).ok_or_else(|| {
             ImageError::Unsupported(format!("{reference}: unsupported layer media type {media_type:?}"))
         })?;
-        layers.push(LayerDesc { digest: digest_of(l)?, size: l.size(), media_type, compression });
+        let digest = digest_of(l)?;
+        let manifest = convert::layer_manifest_json(&digest, &media_type, config);
+        layers.push(LayerDesc { digest, size: l.size(), media_type, compression, manifest });
     }
     Ok(layers)
 }
@@ -425,7 +427,6 @@ async fn spawn_layer_jobs(
     cas: &Cas,
     work: &WorkDir,
     layers: &[LayerDesc],
-    manifests: &[Vec<u8>],
     known: &[Option<String>],
     progress: Option<Progress>,
 ) -> Result<Running, ImageError> {
@@ -467,7 +468,7 @@ async fn spawn_layer_jobs(
                     source: Box::new(ChannelReader::new(rx)),
                     expected_digest: Some((l.digest.clone(), l.size)),
                     expected_key: None,
-                    aci_manifest: Some(manifests[i].clone()),
+                    aci_manifest: Some(l.manifest.clone()),
                     compression: l.compression,
                     blob_out: Some(work.path.join(format!("blob-{i}"))),
                     dest,
@@ -582,9 +583,9 @@ async fn commit(
     work: WorkDir,
     done: Vec<LayerDone>,
     layers: &[LayerDesc],
-    manifests: Vec<Vec<u8>>,
     remotes: Vec<String>,
 ) -> Result<String, ImageError> {
+    let manifests: Vec<Vec<u8>> = layers.iter().map(|l| l.manifest.clone()).collect();
     let keys: Vec<(String, u64)> = done
         .iter()
         .map(|d| (d.key.clone(), if d.compressed_size > 0 { d.compressed_size } else { layers[d.index].size }))
