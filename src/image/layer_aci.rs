@@ -480,6 +480,9 @@ pub fn convert_one(cas: &Cas, key: &str) -> Result<bool, ImageError> {
         use std::os::unix::fs::PermissionsExt;
         let _ = fs::set_permissions(&tmp, fs::Permissions::from_mode(0o644));
     }
+    // a crash here leaves the ACI in the work dir (removed at the next
+    // start, which writes it again) and the download in place
+    crate::fault::point("layer-aci-before-rename");
     fs::rename(&tmp, &blob).map_err(io_ctx(format!("storing {}", blob.display())))?;
     crate::fsutil::sync_dir(&parent).map_err(io_ctx("syncing the blob store"))?;
     // the layer was removed meanwhile: its blob goes too
