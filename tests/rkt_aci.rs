@@ -163,6 +163,8 @@ async fn renders_work_from_the_acis_and_from_a_download_still_waiting() {
     let tree_dir = store.tree(&image.id).expect("tree").path;
     let before = tree_paths(&tree_dir.join("rootfs"));
     let again = |store: &Store| {
+        // (the background hash of the last render done first: it writes into the tree)
+        tree::finish_settling();
         fs::remove_dir_all(&tree_dir).expect("remove the tree");
         let t = store.tree(&image.id).expect("rendered again");
         assert_eq!(fs::read_to_string(t.rootfs().join("opt/opq/z")).expect("z"), "z\n");
@@ -308,8 +310,15 @@ async fn a_store_of_the_previous_layout_keeps_working_and_a_pull_converts_it() {
     assert!(t.rootfs().join("bin/busybox").exists());
     let old_tree = t.id.clone();
 
-    // a pull stores the layer as an ACI: a new image id, the old one still there
-    let new = store.pull(&reference, Credentials::default(), None).await.expect("pull");
+    // a pull stores the layer as an ACI, made from the old blob (nothing is
+    // downloaded again): a new image id, the old one still there
+    let downloaded = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = downloaded.clone();
+    let progress: rktlet::image::Progress = std::sync::Arc::new(move |_, got, _| {
+        counter.fetch_max(got, std::sync::atomic::Ordering::SeqCst);
+    });
+    let new = store.pull(&reference, Credentials::default(), Some(progress)).await.expect("pull");
+    assert_eq!(downloaded.load(std::sync::atomic::Ordering::SeqCst), 0, "no layer downloaded");
     tree::finish_settling();
     assert_ne!(new.id, old_id);
     assert_eq!(new.id, fresh.id, "the same image a fresh store gets");
@@ -319,6 +328,23 @@ async fn a_store_of_the_previous_layout_keeps_working_and_a_pull_converts_it() {
     assert_eq!(store.resolve(&reference).expect("by name").id, new.id);
     let kept = store.resolve(&old_id).expect("the old image by id");
     assert_eq!(store.tree(&kept.id).expect("old tree").id, old_tree);
+
+    // a damaged old blob is not made into an ACI: the layer is downloaded
+    let (_t4, other) = self::store();
+    let damaged = store_legacy_layer(&other, &download, &digest);
+    let mut bytes = fs::read(other.cas().blob(&damaged)).expect("old blob");
+    let mut plain = Vec::new();
+    flate2::read::MultiGzDecoder::new(&bytes[..]).read_to_end(&mut plain).expect("gunzip");
+    let at = {
+        let mut a = tar::Archive::new(&plain[..]);
+        let e = a.entries().expect("entries").flatten().find(|e| e.size() > 0).expect("a file with data");
+        e.raw_file_position() as usize
+    };
+    plain[at] ^= 0xff;
+    bytes = plain;
+    fs::write(other.cas().blob(&damaged), &bytes).expect("damage");
+    let err = other.pull(&reference, Credentials::default(), None).await.expect_err("a damaged old blob");
+    assert!(err.to_string().contains("stored layer tar has key"), "{err}");
 
     // removed (as gc does once it is unused): its layer tar and tree go, the new layer stays
     assert_eq!(store.remove(&old_id).expect("remove"), Some(old_id.clone()));

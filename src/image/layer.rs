@@ -51,6 +51,9 @@ pub struct LayerJob {
     /// manifest, and the rendition's key is the layer's. `None`: a stored
     /// blob, keyed by its (uncompressed) bytes.
     pub aci_manifest: Option<Vec<u8>>,
+    /// The docker tar comes from an older release's blob, whose key (of
+    /// the uncompressed tar) it must still have.
+    pub legacy_key: Option<String>,
     pub compression: Compression,
     /// Copy of the compressed bytes (downloads), fsynced.
     pub blob_out: Option<PathBuf>,
@@ -166,9 +169,9 @@ pub fn run(job: LayerJob) -> Result<LayerDone, ImageError> {
         };
         // a docker tar's key is its rendition's (hashed by the unpacker);
         // a stored blob's, its own bytes'
-        let mut plain = match job.aci_manifest {
-            Some(_) => HashingReader::counting(decoder, Some(job.max_bytes)),
-            None => HashingReader::new(decoder, Algorithm::Sha512, Some(job.max_bytes)),
+        let mut plain = match (&job.aci_manifest, &job.legacy_key) {
+            (Some(_), None) => HashingReader::counting(decoder, Some(job.max_bytes)),
+            _ => HashingReader::new(decoder, Algorithm::Sha512, Some(job.max_bytes)),
         };
         let mut unpacker = Unpacker::new(&job.dest, job.staged);
         if let Some(m) = &job.aci_manifest {
@@ -206,6 +209,11 @@ pub fn run(job: LayerJob) -> Result<LayerDone, ImageError> {
         });
     }
     let (unpacked, sha512, count) = result?;
+    if let Some(legacy) = &job.legacy_key
+        && &cas_key(&sha512) != legacy
+    {
+        return Err(ImageError::Verify { what, detail: format!("stored layer tar has key {}", cas_key(&sha512)) });
+    }
     let (key, aci_size) = match &unpacked.aci {
         Some((key, size)) => (key.clone(), *size),
         None => (cas_key(&sha512), count),

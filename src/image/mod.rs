@@ -11,7 +11,8 @@
 //!   (in `cas/tmp/pull-*`, checked against the key, renamed into place)
 //!   and deletes the download. Renders read whichever is there. Blobs of
 //!   older releases (the layer's tar, keyed by the uncompressed tar) still
-//!   render the images that name them.
+//!   render the images that name them; a pull of such a layer makes its
+//!   ACI from that blob (a hard link serves as its download).
 //! - the image is a small genuine ACI (`manifest` + empty `rootfs/`) whose
 //!   manifest carries the app and lists the layers as `dependencies`; its key
 //!   is the image ID shown to CRI.

@@ -34,6 +34,9 @@ struct LayerDesc {
     compression: Compression,
     /// The layer's manifest, as its ACI holds it.
     manifest: Vec<u8>,
+    /// An older release's blob of this layer (its tar, under the tar's
+    /// key): the layer's ACI is made from it instead of a download.
+    legacy: Option<String>,
 }
 
 /// `cas/tmp/pull-<uuid>/`, locked while in use; removed on drop.
@@ -250,12 +253,17 @@ pub async fn pull(
     let session = store.registry().session(reference, creds);
     let fetched = fetch_manifest_and_config(store, &session, reference).await?;
     tracing::debug!(image = %reference, micros = began.elapsed().as_micros() as u64, "manifest and config fetched");
-    let layers = layer_descs(reference, &fetched.manifest, &fetched.config)?;
+    let mut layers = layer_descs(reference, &fetched.manifest, &fetched.config)?;
 
     let cas = store.cas().clone();
     let _locks = lock_layers(&cas, &layers).await?;
     let index = cas.read_index().map_err(io_ctx("reading the image index"))?;
     let known = known_layers(&cas, &index, &layers);
+    for (l, k) in layers.iter_mut().zip(&known) {
+        if k.is_none() {
+            l.legacy = legacy_layer(&cas, &index, l);
+        }
+    }
     let remotes = remotes_of(reference, &fetched.top_digest);
     if let Some(image_key) = already_stored(reference, &fetched, &cas, &index, &known, &remotes)? {
         return store.resolve(&image_key);
@@ -329,7 +337,7 @@ fn layer_descs(
         })?;
         let digest = digest_of(l)?;
         let manifest = convert::layer_manifest_json(&digest, &media_type, config);
-        layers.push(LayerDesc { digest, size: l.size(), media_type, compression, manifest });
+        layers.push(LayerDesc { digest, size: l.size(), media_type, compression, manifest, legacy: None });
     }
     Ok(layers)
 }
@@ -351,8 +359,8 @@ async fn lock_layers(cas: &Cas, layers: &[LayerDesc]) -> Result<Vec<HeldLock>, I
 
 /// The key of each layer already stored as an ACI (its blob there, or its
 /// download waiting for it), by the index. A layer an older release stored
-/// (its tar under the tar's key) is downloaded again: its ACI has another
-/// key, and the images made of it keep theirs.
+/// (its tar under the tar's key) is not: its ACI has another key, made from
+/// that blob (`legacy_layer`), and the images made of it keep theirs.
 fn known_layers(cas: &Cas, index: &super::cas::Index, layers: &[LayerDesc]) -> Vec<Option<String>> {
     layers
         .iter()
@@ -363,6 +371,14 @@ fn known_layers(cas: &Cas, index: &super::cas::Index, layers: &[LayerDesc]) -> V
             })
         })
         .collect()
+}
+
+/// The key of an older release's blob of layer `l` (its tar under the
+/// tar's key, named `layer/<key>`), if there is one.
+fn legacy_layer(cas: &Cas, index: &super::cas::Index, l: &LayerDesc) -> Option<String> {
+    let key = index.layer_key(&l.digest.to_string())?;
+    let row = index.aci(key)?;
+    (convert::is_legacy_layer(&row.name, key) && cas.blob(key).exists()).then(|| key.to_string())
 }
 
 /// The names the image is stored under: by digest, and as asked for
@@ -433,7 +449,11 @@ async fn spawn_layer_jobs(
     // every missing layer is asked for at once: a registry answers each
     // request in 4-17 ms, which one after the other delayed the last layer
     let mut streams = futures::future::try_join_all(
-        layers.iter().zip(known).filter(|(_, k)| k.is_none()).map(|(l, _)| session.blob_stream(&l.digest)),
+        layers
+            .iter()
+            .zip(known)
+            .filter(|(l, k)| k.is_none() && l.legacy.is_none())
+            .map(|(l, _)| session.blob_stream(&l.digest)),
     )
     .await?
     .into_iter();
@@ -447,9 +467,26 @@ async fn spawn_layer_jobs(
         if i > 0 {
             fs::create_dir(&dest).map_err(io_ctx(format!("creating {}", dest.display())))?;
         }
-        let job = match &known[i] {
-            Some(key) => stored_job(cas, i, key, dest)?,
-            None => {
+        let job = match (&known[i], &l.legacy) {
+            (Some(key), _) => stored_job(cas, i, key, dest)?,
+            (None, Some(legacy)) => {
+                let path = cas.blob(legacy);
+                let f = fs::File::open(&path).map_err(io_ctx(format!("opening {}", path.display())))?;
+                LayerJob {
+                    index: i,
+                    source: Box::new(f),
+                    expected_digest: None,
+                    expected_key: None,
+                    aci_manifest: Some(l.manifest.clone()),
+                    legacy_key: Some(legacy.clone()),
+                    compression: Compression::Detect,
+                    blob_out: None,
+                    dest,
+                    staged: i > 0,
+                    max_bytes: u64::MAX,
+                }
+            }
+            (None, None) => {
                 let Some(stream) = streams.next() else {
                     return Err(ImageError::Task("a layer has no download".into()));
                 };
@@ -469,6 +506,7 @@ async fn spawn_layer_jobs(
                     expected_digest: Some((l.digest.clone(), l.size)),
                     expected_key: None,
                     aci_manifest: Some(l.manifest.clone()),
+                    legacy_key: None,
                     compression: l.compression,
                     blob_out: Some(work.path.join(format!("blob-{i}"))),
                     dest,
@@ -586,6 +624,7 @@ async fn commit(
     remotes: Vec<String>,
 ) -> Result<String, ImageError> {
     let manifests: Vec<Vec<u8>> = layers.iter().map(|l| l.manifest.clone()).collect();
+    let legacy: Vec<Option<String>> = layers.iter().map(|l| l.legacy.clone()).collect();
     let keys: Vec<(String, u64)> = done
         .iter()
         .map(|d| (d.key.clone(), if d.compressed_size > 0 { d.compressed_size } else { layers[d.index].size }))
@@ -601,6 +640,7 @@ async fn commit(
             done: &done,
             layer_meta: &layer_meta,
             manifests: &manifests,
+            legacy: &legacy,
             image: image_manifest,
             remotes,
         };
@@ -721,13 +761,15 @@ struct Commit<'a> {
     layer_meta: &'a [(Digest, String)],
     /// Each layer's manifest, as its ACI holds it.
     manifests: &'a [Vec<u8>],
+    /// Each layer's older release's blob it was made from, if it was.
+    legacy: &'a [Option<String>],
     image: ImageManifest,
     remotes: Vec<String>,
 }
 
 impl Commit<'_> {
     fn run(self) -> Result<String, ImageError> {
-        let Commit { cas, work, done, layer_meta, manifests, image, remotes } = self;
+        let Commit { cas, work, done, layer_meta, manifests, legacy, image, remotes } = self;
         let rootfs = work.rootfs();
         let started = std::time::Instant::now();
         finish_tree(&rootfs, &work.path, done)?;
@@ -748,9 +790,24 @@ impl Commit<'_> {
             let blob = cas.blob(&d.key);
             let waiting = layer_aci::pending(cas, &d.key);
             let tmp_blob = work.path.join(format!("blob-{}", d.index));
-            if !blob.exists() && !waiting.exists() && tmp_blob.exists() {
+            if !blob.exists() && !waiting.exists() {
+                // the download, or an older release's blob of the layer (a
+                // second name: that blob stays for the images that name it)
+                let from = match &legacy[d.index] {
+                    Some(old) => cas.blob(old),
+                    None => tmp_blob,
+                };
                 ensure_parent(&waiting)?;
-                fs::rename(&tmp_blob, &waiting).map_err(io_ctx(format!("storing {}", waiting.display())))?;
+                let stored = match &legacy[d.index] {
+                    Some(_) => fs::hard_link(&from, &waiting).or_else(|_| {
+                        // another file system: a copy, renamed into place whole
+                        let copy = work.path.join(format!("legacy-{}", d.index));
+                        fs::copy(&from, &copy).and_then(|_| fs::rename(&copy, &waiting))
+                    }),
+                    None if from.exists() => fs::rename(&from, &waiting),
+                    None => Ok(()),
+                };
+                stored.map_err(io_ctx(format!("storing {}", waiting.display())))?;
                 fsutil::sync_dir(waiting.parent().unwrap_or(&waiting)).map_err(io_ctx("syncing the layer store"))?;
             }
         }
@@ -837,6 +894,7 @@ fn stored_job(cas: &Cas, index: usize, key: &str, dest: PathBuf) -> Result<Layer
         expected_digest: None,
         expected_key: Some(key.to_string()),
         aci_manifest,
+        legacy_key: None,
         compression: Compression::Detect,
         blob_out: None,
         dest,
