@@ -326,6 +326,10 @@ async fn a_store_of_the_previous_layout_keeps_working_and_a_pull_converts_it() {
     assert_ne!(keys[0], legacy_layer);
     assert!(store.tree(&new.id).expect("tree").rootfs().join("bin/busybox").exists());
     assert_eq!(store.resolve(&reference).expect("by name").id, new.id);
+    // the next pull finds the layer's ACI: nothing to make or download
+    let index = store.cas().read_index().expect("index");
+    assert_eq!(index.layer_key(&digest), Some(keys[0].as_str()), "the digest names the ACI now");
+    assert_eq!(store.pull(&reference, Credentials::default(), None).await.expect("again").id, new.id);
     let kept = store.resolve(&old_id).expect("the old image by id");
     assert_eq!(store.tree(&kept.id).expect("old tree").id, old_tree);
 

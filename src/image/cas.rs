@@ -230,6 +230,13 @@ impl Index {
         }
     }
 
+    /// Maps `digest` to `key`, replacing what it mapped to (a layer an older
+    /// release stored under another key).
+    pub fn set_layer_digest(&mut self, digest: &str, key: &str) {
+        self.layerdigest.retain(|l| l.digest != digest);
+        self.layerdigest.push(LayerDigest { digest: digest.to_string(), blobkey: key.to_string() });
+    }
+
     /// Image keys (not layers) whose key starts with `prefix`.
     pub fn images_with_prefix(&self, prefix: &str) -> Vec<&AciInfo> {
         self.aciinfo.iter().filter(|a| !a.is_layer() && a.blobkey.starts_with(prefix)).collect()

@@ -846,7 +846,7 @@ impl Commit<'_> {
                     treestoresize: 0,
                     verified: false,
                 });
-                i.add_layer_digest(&layer_meta[d.index].0.to_string(), &d.key);
+                i.set_layer_digest(&layer_meta[d.index].0.to_string(), &d.key);
             }
             i.upsert_aci(AciInfo {
                 blobkey: image_key.clone(),
