@@ -13,7 +13,9 @@
 //! - no leftover of an interrupted pull sits in `cas/tmp` (gc removes them;
 //!   so does a daemon start).
 //!
-//! Not problems, only reported: blobs the index does not name (a pull killed
+//! Not problems, only reported: layers whose ACI the background task has not
+//! written yet (their downloads wait in `cas/rktlet-layers/`; renders check
+//! them against their keys), blobs or downloads the index does not name (a pull killed
 //! between storing its blobs and committing its index row; the next pull of
 //! that image reuses them), trees rendered in another boot and never synced
 //! (rendered again from the blobs on first use) and trees not synced yet.
