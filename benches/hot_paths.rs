@@ -194,6 +194,9 @@ fn layer_pipeline(c: &mut Criterion) {
                     source: Box::new(std::io::Cursor::new(gz.clone())),
                     expected_digest: None,
                     expected_key: None,
+                    // as a pull does: the key is that of the layer's ACI rendition
+                    aci_manifest: Some(br#"{"acKind":"ImageManifest","acVersion":"0.8.11","name":"layer/x"}"#.to_vec()),
+                    legacy_key: None,
                     compression: Compression::Gzip,
                     blob_out: None,
                     dest: dest.path().to_path_buf(),

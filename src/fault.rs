@@ -5,6 +5,9 @@
 //! that covers each (documented where the rule lives):
 //! - `pull-before-commit`: layers unpacked in a work dir, the image not yet
 //!   in the index (`image::pull`: work dirs are temporary and gc'd);
+//! - `layer-aci-before-rename`: a layer's ACI written and synced in a work
+//!   dir, not yet renamed to its key (`image::layer_aci::convert_one`: the
+//!   download stays until the ACI is in place; a start converts again);
 //! - `create-before-manifest`: an app's overlay mounted and files written,
 //!   the pod manifest not yet rewritten (`stage1::app::AppSpec::add`);
 //! - `start-after-unit`: an app's unit started, the daemon's bookkeeping not

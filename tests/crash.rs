@@ -136,6 +136,30 @@ async fn interrupted_operations_recover_after_a_restart() {
         store_verifies(&data);
     }
 
+    // the background task that writes a pulled layer's ACI dies before the
+    // rename: nothing is under the layer's key, its download is still there;
+    // the next start writes the ACI
+    let reference = format!("{reg}/arm64only:latest");
+    let spec = || Some(cri::ImageSpec { image: reference.clone(), ..Default::default() });
+    let (_, mut img) = restart(&mut d, Some("layer-aci-before-rename")).await;
+    // the answer may or may not get out before the background task dies
+    let _ = img.pull_image(cri::PullImageRequest { image: spec(), ..Default::default() }).await;
+    crashed(&mut d);
+    let store = rktlet::image::Store::open(&rktlet::pod::DataDir::new(&data), Default::default()).expect("store");
+    let layer = store.resolve(&reference).expect("the pull committed").layer_keys()[0].clone();
+    assert!(!store.cas().blob(&layer).exists(), "no ACI under its key before the rename");
+    assert!(rktlet::image::layer_aci::pending(store.cas(), &layer).exists(), "the download stays");
+    let (_, mut img) = restart(&mut d, None).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !store.cas().blob(&layer).exists() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let aci = std::fs::read(store.cas().blob(&layer)).expect("the start wrote the ACI");
+    assert_eq!(rktlet::image::verify::cas_key_of(&aci), layer);
+    let st = img.image_status(cri::ImageStatusRequest { image: spec(), verbose: false }).await.expect("status");
+    assert!(st.into_inner().image.is_some());
+    store_verifies(&data);
+
     // StopContainer dies after the app exited, before its exit was recorded
     let (mut rt, _) = restart(&mut d, Some("stop-before-record")).await;
     assert!(rt.stop_container(cri::StopContainerRequest { container_id: first.clone(), timeout: 5 }).await.is_err());

@@ -148,6 +148,8 @@ async fn a_pull_and_its_removal_reach_rkts_database() {
     let (_t, store) = store_with(&fixture("three.db"));
     let db_dir = store.cas().root().join("db");
     let image = store.pull(&format!("{}/busybox:latest", reg.main), Credentials::default(), None).await.unwrap();
+    // a layer is listed once its ACI is written, after the pull
+    rktlet::image::tree::finish_settling();
     let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
     let keys: Vec<&str> = rkt.aciinfo.iter().map(|a| a.blobkey.as_str()).collect();
     assert!(keys.contains(&image.id.as_str()), "rkt lists the pulled image: {keys:?}");

@@ -161,7 +161,8 @@ pub struct AciInfo {
     pub lastused: i64,
     pub latest: bool,
     /// Bytes of the stored blob, as rkt records them (a docker image's own
-    /// small ACI; a layer's blob as downloaded, compressed).
+    /// small ACI; a layer's uncompressed ACI, recorded at the pull, before
+    /// the background task has written it).
     pub size: i64,
     /// rkt's size of the image's rendered tree (0 before it is rendered).
     pub treestoresize: i64,
@@ -191,7 +192,7 @@ pub struct LayerDigest {
 
 impl AciInfo {
     /// A docker layer's ACI (a dependency of images, not an image to list):
-    /// named `layer/<key>`. Indexes of older releases also kept a `layer`
+    /// named `layer/...`. Indexes of older releases also kept a `layer`
     /// column; it said the same and is no longer written (rkt has none).
     pub fn is_layer(&self) -> bool {
         self.name.starts_with(super::convert::LAYER_NAME_PREFIX)
@@ -227,6 +228,13 @@ impl Index {
         if self.layer_key(digest).is_none() {
             self.layerdigest.push(LayerDigest { digest: digest.to_string(), blobkey: key.to_string() });
         }
+    }
+
+    /// Maps `digest` to `key`, replacing what it mapped to (a layer an older
+    /// release stored under another key).
+    pub fn set_layer_digest(&mut self, digest: &str, key: &str) {
+        self.layerdigest.retain(|l| l.digest != digest);
+        self.layerdigest.push(LayerDigest { digest: digest.to_string(), blobkey: key.to_string() });
     }
 
     /// Image keys (not layers) whose key starts with `prefix`.

@@ -13,7 +13,7 @@ use super::reference::Reference;
 use super::verify::{Digest, cas_key_of};
 use crate::pod::manifest::{App, Dependency, ImageManifest, MountPoint, NameValue, Port, sanitize_ac_name};
 
-/// Layer ACIs are named `layer/<key>`.
+/// Layer ACIs are named `layer/<registry digest>` (`layer/<key>` before they were rkt ACIs).
 pub const LAYER_NAME_PREFIX: &str = "layer/";
 pub const ANN_REGISTRY: &str = "appc.io/docker/registryurl";
 pub const ANN_REPOSITORY: &str = "appc.io/docker/repository";
@@ -57,9 +57,11 @@ fn platform_labels(config: &ImageConfig) -> Vec<NameValue> {
     vec![NameValue::new("os", os), NameValue::new("arch", appc_arch(arch, config.variant().as_deref()))]
 }
 
-/// The manifest of one layer's ACI.
-pub fn layer_manifest(key: &str, blob_digest: &Digest, media_type: &str, config: &ImageConfig) -> ImageManifest {
-    let mut m = ImageManifest::new(format!("{LAYER_NAME_PREFIX}{key}"));
+/// The manifest of one layer's ACI, named `layer/` + the layer's registry
+/// digest (`layer/sha256-<hex>`): it is the first entry of the ACI, so it
+/// cannot name the ACI's own key.
+pub fn layer_manifest(blob_digest: &Digest, media_type: &str, config: &ImageConfig) -> ImageManifest {
+    let mut m = ImageManifest::new(format!("{LAYER_NAME_PREFIX}{}", blob_digest.file_name()));
     m.labels = platform_labels(config);
     m.annotations =
         vec![NameValue::new(ANN_LAYER_DIGEST, blob_digest.to_string()), NameValue::new(ANN_MEDIA_TYPE, media_type)];
@@ -69,6 +71,8 @@ pub fn layer_manifest(key: &str, blob_digest: &Digest, media_type: &str, config:
 /// A layer as the image manifest lists it.
 pub struct LayerRef {
     pub key: String,
+    /// The name in the layer's manifest.
+    pub name: String,
     pub size: u64,
 }
 
@@ -163,13 +167,24 @@ pub fn image_manifest(
     m.dependencies = layers
         .iter()
         .map(|l| Dependency {
-            image_name: format!("{LAYER_NAME_PREFIX}{}", l.key),
+            image_name: l.name.clone(),
             image_id: Some(l.key.clone()),
             labels: Vec::new(),
             size: l.size,
         })
         .collect();
     m
+}
+
+/// The bytes of a layer's manifest as its ACI holds them.
+pub fn layer_manifest_json(blob_digest: &Digest, media_type: &str, config: &ImageConfig) -> Vec<u8> {
+    serde_json::to_vec(&layer_manifest(blob_digest, media_type, config)).unwrap_or_default()
+}
+
+/// Whether index row `name` of `key` is a layer stored by a release before
+/// layers were ACIs (named `layer/<its key>`, its blob the layer's tar).
+pub fn is_legacy_layer(name: &str, key: &str) -> bool {
+    name.strip_prefix(LAYER_NAME_PREFIX) == Some(key)
 }
 
 /// The ACI of a manifest with an empty rootfs: `manifest` and `rootfs/`,
@@ -264,7 +279,13 @@ mod tests {
         .expect("config");
         let r: Reference = "127.0.0.1:5000/cfg:latest".parse().expect("ref");
         let d = Digest::of(super::super::verify::Algorithm::Sha256, b"m");
-        let m = image_manifest(&r, &d, &d, &config, &[LayerRef { key: "sha512-aa".into(), size: 5 }]);
+        let m = image_manifest(
+            &r,
+            &d,
+            &d,
+            &config,
+            &[LayerRef { key: "sha512-aa".into(), name: "layer/sha256-aa".into(), size: 5 }],
+        );
         assert_eq!(m.name, "127.0.0.1_5000/cfg");
         let app = m.app.as_ref().expect("app");
         assert_eq!(app.exec.as_deref(), Some(&["/bin/sh".to_string(), "-c".into(), "echo hi".into()][..]));

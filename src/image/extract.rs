@@ -62,6 +62,23 @@ pub struct Unpacked {
     pub files: Vec<PathBuf>,
     /// Device nodes skipped for lack of privilege.
     pub skipped_devices: usize,
+    /// Every entry's path but whiteouts', `/` + the cleaned path.
+    pub paths: Vec<String>,
+    /// rkt's key and the size of the layer's ACI rendition, when it was
+    /// made ([`Unpacker::with_aci`]).
+    pub aci: Option<(String, u64)>,
+}
+
+impl Unpacked {
+    /// What the layer holds and deletes, for the image's `pathWhitelist`.
+    pub fn layer_paths(&self) -> super::layer_aci::LayerPaths {
+        let abs = |p: &PathBuf| super::layer_aci::LayerPaths::absolute(p);
+        super::layer_aci::LayerPaths {
+            paths: self.paths.clone(),
+            whiteouts: self.whiteouts.iter().map(abs).collect(),
+            opaque: self.opaque.iter().map(abs).collect(),
+        }
+    }
 }
 
 /// Normalizes an entry path to root-relative components; `..` is refused.
@@ -196,6 +213,10 @@ pub struct Unpacker<'a> {
     parents: HashMap<PathBuf, PathBuf>,
     out: Unpacked,
     buf: Vec<u8>,
+    /// The layer's ACI rendition, made while it is unpacked.
+    aci: Option<super::layer_aci::AciWriter<super::layer_aci::HashOut>>,
+    /// The tar is an ACI: `manifest` is skipped, the rest must be under `rootfs/`.
+    from_aci: bool,
 }
 
 impl<'a> Unpacker<'a> {
@@ -208,7 +229,24 @@ impl<'a> Unpacker<'a> {
             parents: HashMap::new(),
             out: Unpacked::default(),
             buf: vec![0; 256 * 1024],
+            aci: None,
+            from_aci: false,
         }
+    }
+
+    /// Also makes the layer's ACI rendition (`layer_aci`) with `manifest`,
+    /// into a hasher: [`Unpacked::aci`] gets its key and size.
+    pub fn with_aci(mut self, manifest: &[u8]) -> Result<Self, ExtractError> {
+        let w = super::layer_aci::AciWriter::new(super::layer_aci::HashOut::new(), manifest)
+            .map_err(io_ctx("starting the layer's ACI"))?;
+        self.aci = Some(w);
+        Ok(self)
+    }
+
+    /// The tar is an ACI (`manifest` and `rootfs/`): its rootfs is unpacked.
+    pub fn from_aci(mut self) -> Self {
+        self.from_aci = true;
+        self
     }
 
     /// Unpacks every entry of `tar`; returns what the merge needs.
@@ -218,7 +256,26 @@ impl<'a> Unpacker<'a> {
             let entry = entry.map_err(ExtractError::Tar)?;
             self.entry(entry)?;
         }
+        if let Some(w) = self.aci.take() {
+            let out = w.finish().map_err(io_ctx("finishing the layer's ACI"))?;
+            self.out.aci = Some(out.key());
+        }
         Ok(self.out)
+    }
+
+    /// An ACI entry's path below `rootfs/`; `None` for the manifest and
+    /// the rootfs itself.
+    fn in_rootfs(&self, rel: PathBuf, raw: &Path) -> Result<Option<PathBuf>, ExtractError> {
+        if !self.from_aci {
+            return Ok(Some(rel));
+        }
+        if rel == Path::new("manifest") || rel == Path::new("rootfs") {
+            return Ok(None);
+        }
+        match rel.strip_prefix("rootfs") {
+            Ok(r) => Ok(Some(r.to_path_buf())),
+            Err(_) => Err(unsafe_entry(raw, "is outside the ACI's rootfs/")),
+        }
     }
 
     fn parent_dir(&mut self, rel_parent: &Path, entry: &Path) -> Result<PathBuf, ExtractError> {
@@ -237,7 +294,12 @@ impl<'a> Unpacker<'a> {
 
     fn entry<R: Read>(&mut self, mut entry: tar::Entry<'_, R>) -> Result<(), ExtractError> {
         let raw_path = entry.path().map_err(ExtractError::Tar)?.into_owned();
-        let rel = clean(&raw_path)?;
+        let Some(rel) = self.in_rootfs(clean(&raw_path)?, &raw_path)? else { return Ok(()) };
+        let mut aci_data = false;
+        if let Some(w) = &mut self.aci {
+            aci_data =
+                w.entry(&mut entry, &rel).map_err(io_ctx(format!("rendering {} as an ACI", raw_path.display())))?;
+        }
         let Some(name) = rel.file_name().map(OsStr::to_os_string) else {
             return Ok(()); // the root itself
         };
@@ -247,9 +309,22 @@ impl<'a> Unpacker<'a> {
 
         if let Some(hidden) = name.as_bytes().strip_prefix(b".wh.") {
             self.whiteout(rel_parent, hidden);
+            if aci_data && let Some(w) = &mut self.aci {
+                // a whiteout with content: the rendition keeps it as it is
+                loop {
+                    let n = entry.read(&mut self.buf).map_err(ExtractError::Tar)?;
+                    if n == 0 {
+                        break;
+                    }
+                    w.data(&self.buf[..n]).map_err(io_ctx("rendering a whiteout as an ACI"))?;
+                }
+            }
             return Ok(());
         }
 
+        if !matches!(kind, tar::EntryType::XGlobalHeader | tar::EntryType::XHeader) {
+            self.out.paths.push(super::layer_aci::LayerPaths::absolute(&rel));
+        }
         let parent = self.parent_dir(&rel_parent, &raw_path)?;
         let target = parent.join(&name);
         let meta = EntryMeta {
@@ -346,6 +421,9 @@ impl<'a> Unpacker<'a> {
                 break;
             }
             f.write_all(&self.buf[..n]).map_err(io_ctx(ctx("writing")))?;
+            if let Some(w) = &mut self.aci {
+                w.data(&self.buf[..n]).map_err(io_ctx(ctx("rendering as an ACI")))?;
+            }
         }
         if self.as_root {
             std::os::unix::fs::fchown(&f, Some(meta.uid as u32), Some(meta.gid as u32))
@@ -388,6 +466,13 @@ impl<'a> Unpacker<'a> {
             .map_err(ExtractError::Tar)?
             .ok_or_else(|| unsafe_entry(raw_path, "is a hard link without a target"))?;
         let link_rel = clean(&link)?;
+        let link_rel = match self.from_aci {
+            true => link_rel
+                .strip_prefix("rootfs")
+                .map(Path::to_path_buf)
+                .map_err(|_| unsafe_entry(raw_path, "links outside the ACI's rootfs/"))?,
+            false => link_rel,
+        };
         let src = resolve_in_root(self.root, link_rel.parent().unwrap_or(Path::new("")), raw_path)?
             .join(link_rel.file_name().unwrap_or_default());
         if fs::symlink_metadata(&src).is_err() {
@@ -599,7 +684,7 @@ pub fn usage(path: &Path) -> (u64, u64) {
 /// stream this reader adds the zeros that complete the last block, no more:
 /// a stream cut inside an entry's data still fails (and a layer's digest is
 /// checked before it is unpacked).
-struct PadLastBlock<R> {
+pub(super) struct PadLastBlock<R> {
     inner: R,
     read: u64,
     pad: usize,
@@ -607,7 +692,7 @@ struct PadLastBlock<R> {
 }
 
 impl<R> PadLastBlock<R> {
-    fn new(inner: R) -> Self {
+    pub(super) fn new(inner: R) -> Self {
         PadLastBlock { inner, read: 0, pad: 0, ended: false }
     }
 }

@@ -13,7 +13,9 @@
 //! - no leftover of an interrupted pull sits in `cas/tmp` (gc removes them;
 //!   so does a daemon start).
 //!
-//! Not problems, only reported: blobs the index does not name (a pull killed
+//! Not problems, only reported: layers whose ACI the background task has not
+//! written yet (their downloads wait in `cas/rktlet-layers/`; renders check
+//! them against their keys), blobs or downloads the index does not name (a pull killed
 //! between storing its blobs and committing its index row; the next pull of
 //! that image reuses them), trees rendered in another boot and never synced
 //! (rendered again from the blobs on first use) and trees not synced yet.
@@ -56,6 +58,11 @@ pub fn verify(store: &Store, deep: bool) -> Result<Report, ImageError> {
     let indexed: HashSet<&str> = index.aciinfo.iter().map(|a| a.blobkey.as_str()).collect();
     for row in &index.aciinfo {
         r.blobs += 1;
+        let waiting = super::layer_aci::pending(cas, &row.blobkey);
+        if !cas.blob(&row.blobkey).exists() && waiting.exists() {
+            r.notes.push(format!("layer {} waits for its ACI to be written (renders use its download)", row.blobkey));
+            continue;
+        }
         match blob_key(&cas.blob(&row.blobkey)) {
             Ok(key) if key == row.blobkey => {}
             Ok(key) => r.problems.push(format!("blob {} has the content of {key}", row.blobkey)),
@@ -75,7 +82,12 @@ pub fn verify(store: &Store, deep: bool) -> Result<Report, ImageError> {
             r.problems.push(format!("remote {} names {}, which is not in the index", rem.aciurl, rem.blobkey));
         }
     }
-    for key in stored_keys(cas) {
+    let waiting = fs::read_dir(cas.root().join(super::layer_aci::PENDING_DIR))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned());
+    for key in stored_keys(cas).into_iter().chain(waiting) {
         if !indexed.contains(key.as_str()) {
             r.notes.push(format!("blob {key} is not in the index (an interrupted pull; reused by the next one)"));
         }

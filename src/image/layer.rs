@@ -1,7 +1,11 @@
 //! One layer through the pipeline: compressed bytes (from the registry or a
-//! stored blob) are hashed and size-checked, copied to the blob file,
-//! decompressed, hashed again (the rkt key) and unpacked, all while they
-//! stream. Runs on a blocking thread; layers run concurrently.
+//! stored download) are hashed and size-checked, copied to a file,
+//! decompressed and unpacked, and the layer's ACI rendition (`layer_aci`)
+//! is hashed on the way (its rkt key), all while they stream. A stored
+//! ACI blob is hashed as it is (its key) and its rootfs unpacked; so is a
+//! layer blob of an older release (the layer's plain or compressed tar,
+//! keyed by the uncompressed tar). Runs on a blocking thread; layers run
+//! concurrently.
 
 use super::ImageError;
 use super::extract::{Unpacked, Unpacker};
@@ -41,8 +45,15 @@ pub struct LayerJob {
     pub source: Box<dyn Read + Send>,
     /// Registry digest and size (downloads).
     pub expected_digest: Option<(Digest, u64)>,
-    /// rkt key the uncompressed tar must have (stored blobs).
+    /// rkt key the layer must have (stored layers).
     pub expected_key: Option<String>,
+    /// The layer is a docker tar: its ACI rendition is made with this
+    /// manifest, and the rendition's key is the layer's. `None`: a stored
+    /// blob, keyed by its (uncompressed) bytes.
+    pub aci_manifest: Option<Vec<u8>>,
+    /// The docker tar comes from an older release's blob, whose key (of
+    /// the uncompressed tar) it must still have.
+    pub legacy_key: Option<String>,
     pub compression: Compression,
     /// Copy of the compressed bytes (downloads), fsynced.
     pub blob_out: Option<PathBuf>,
@@ -57,6 +68,8 @@ pub struct LayerDone {
     pub index: usize,
     pub key: String,
     pub compressed_size: u64,
+    /// The size of the layer's ACI (what rkt records for it).
+    pub aci_size: u64,
     pub unpacked: Unpacked,
 }
 
@@ -129,11 +142,13 @@ pub fn run(job: LayerJob) -> Result<LayerDone, ImageError> {
         None => None,
     };
     let mut tee = Tee { inner: &mut compressed, out, unsynced: 0 };
-    let result = (|| -> Result<(Unpacked, Digest), ImageError> {
+    let result = (|| -> Result<(Unpacked, Digest, u64), ImageError> {
         let mut buffered = BufReader::with_capacity(256 * 1024, &mut tee);
+        let mut stored_aci = false;
         let compression = match job.compression {
             Compression::Detect => {
                 let head = buffered.fill_buf().map_err(|e| super::io_ctx(format!("reading {what}"))(e))?;
+                stored_aci = job.aci_manifest.is_none() && super::layer_aci::is_aci(head);
                 if head.starts_with(&[0x1f, 0x8b]) {
                     Compression::Gzip
                 } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
@@ -152,8 +167,19 @@ pub fn run(job: LayerJob) -> Result<LayerDone, ImageError> {
             ),
             _ => Box::new(buffered),
         };
-        let mut plain = HashingReader::new(decoder, Algorithm::Sha512, Some(job.max_bytes));
-        let unpacked = match Unpacker::new(&job.dest, job.staged).unpack(&mut plain) {
+        // a docker tar's key is its rendition's (hashed by the unpacker);
+        // a stored blob's, its own bytes'
+        let mut plain = match (&job.aci_manifest, &job.legacy_key) {
+            (Some(_), None) => HashingReader::counting(decoder, Some(job.max_bytes)),
+            _ => HashingReader::new(decoder, Algorithm::Sha512, Some(job.max_bytes)),
+        };
+        let mut unpacker = Unpacker::new(&job.dest, job.staged);
+        if let Some(m) = &job.aci_manifest {
+            unpacker = unpacker.with_aci(m)?;
+        } else if stored_aci {
+            unpacker = unpacker.from_aci();
+        }
+        let unpacked = match unpacker.unpack(&mut plain) {
             Err(_) if plain.count() > job.max_bytes => {
                 return Err(ImageError::Unsupported(format!(
                     "{what} is larger than {} bytes uncompressed (max_layer_bytes in the registry config)",
@@ -162,8 +188,8 @@ pub fn run(job: LayerJob) -> Result<LayerDone, ImageError> {
             }
             r => r?,
         };
-        let (sha512, _) = plain.finish().map_err(|e| super::io_ctx(format!("decompressing {what}"))(e))?;
-        Ok((unpacked, sha512))
+        let (sha512, count) = plain.finish().map_err(|e| super::io_ctx(format!("decompressing {what}"))(e))?;
+        Ok((unpacked, sha512, count))
     })();
     // drain what the decoder left so the digest covers every byte, and prefer
     // a digest mismatch over the decoding error it probably caused
@@ -182,8 +208,16 @@ pub fn run(job: LayerJob) -> Result<LayerDone, ImageError> {
             None => result.err().unwrap_or_else(|| super::io_ctx(format!("downloading {what}"))(e)),
         });
     }
-    let (unpacked, sha512) = result?;
-    let key = cas_key(&sha512);
+    let (unpacked, sha512, count) = result?;
+    if let Some(legacy) = &job.legacy_key
+        && &cas_key(&sha512) != legacy
+    {
+        return Err(ImageError::Verify { what, detail: format!("stored layer tar has key {}", cas_key(&sha512)) });
+    }
+    let (key, aci_size) = match &unpacked.aci {
+        Some((key, size)) => (key.clone(), *size),
+        None => (cas_key(&sha512), count),
+    };
     if let Some(expected) = &job.expected_key
         && &key != expected
     {
@@ -196,5 +230,5 @@ pub fn run(job: LayerJob) -> Result<LayerDone, ImageError> {
         }
         _ => limit.unwrap_or(0),
     };
-    Ok(LayerDone { index: job.index, key, compressed_size, unpacked })
+    Ok(LayerDone { index: job.index, key, compressed_size, aci_size, unpacked })
 }

@@ -2,13 +2,17 @@
 //! store, and docker-to-ACI conversion. Only this module writes `$D/cas`.
 //!
 //! How a docker image is stored (see `convert.rs` and `cas.rs`):
-//! - each layer is an ACI of its own. Its key is rkt's (`sha512-` + 64 hex of
-//!   the SHA-512 of the *uncompressed layer tar*); its blob is the layer
-//!   exactly as the registry served it (gzip, zstd or plain), which rktlet
-//!   decompresses when it renders. Storing rkt's uncompressed ACI tar instead
-//!   would cost the image's full unpacked size a second time (the tree holds
-//!   it already) and a second full write on every pull; the price is that
-//!   these layer blobs are not ACI files a real rkt could import.
+//! - each layer is an ACI of its own, stored as rkt stores ACIs: its blob
+//!   is the uncompressed ACI tar (`manifest` first, files under `rootfs/`),
+//!   its key rkt's (`sha512-` + 64 hex of the SHA-512 of those bytes). The
+//!   pull computes the key by hashing the ACI rendition of the layer while
+//!   it unpacks it (`layer_aci`), and keeps the download in
+//!   `cas/rktlet-layers/<key>`; a background thread writes the ACI from it
+//!   (in `cas/tmp/pull-*`, checked against the key, renamed into place)
+//!   and deletes the download. Renders read whichever is there. Blobs of
+//!   older releases (the layer's tar, keyed by the uncompressed tar) still
+//!   render the images that name them; a pull of such a layer makes its
+//!   ACI from that blob (a hard link serves as its download).
 //! - the image is a small genuine ACI (`manifest` + empty `rootfs/`) whose
 //!   manifest carries the app and lists the layers as `dependencies`; its key
 //!   is the image ID shown to CRI.
@@ -44,6 +48,7 @@ pub mod extract;
 pub mod fsck;
 pub mod hosts;
 pub mod layer;
+pub mod layer_aci;
 pub mod oci;
 pub mod policy;
 mod pull;
@@ -605,6 +610,7 @@ impl Store {
             .map_err(io_ctx("updating the image index"))?;
         for k in &orphans {
             let _ = fs::remove_file(self.cas.blob(k));
+            let _ = fs::remove_file(layer_aci::pending(&self.cas, k));
             let _ = fs::remove_file(self.cas.image_manifest(k));
         }
         Ok(orphans)

@@ -7,6 +7,7 @@ use super::cas::{AciInfo, Cas, Remote};
 use super::convert::{self, LayerRef};
 use super::extract::{self, Unpacked};
 use super::layer::{self, ChannelReader, Compression, LayerDone, LayerJob};
+use super::layer_aci;
 use super::oci::{self, AnyManifest, ImageConfig};
 use super::policy;
 use super::reference::Reference;
@@ -31,17 +32,22 @@ struct LayerDesc {
     size: u64,
     media_type: String,
     compression: Compression,
+    /// The layer's manifest, as its ACI holds it.
+    manifest: Vec<u8>,
+    /// An older release's blob of this layer (its tar, under the tar's
+    /// key): the layer's ACI is made from it instead of a download.
+    legacy: Option<String>,
 }
 
 /// `cas/tmp/pull-<uuid>/`, locked while in use; removed on drop.
-struct WorkDir {
+pub(super) struct WorkDir {
     path: PathBuf,
     lock_path: PathBuf,
     _lock: HeldLock,
 }
 
 impl WorkDir {
-    fn new(cas: &Cas) -> Result<WorkDir, ImageError> {
+    pub(super) fn new(cas: &Cas) -> Result<WorkDir, ImageError> {
         // creators and cleaners take turns, so a cleaner never sees a lock
         // file that exists but is not held yet, or a directory before its lock
         let guard_path = cas.tmp().join(CREATE_GUARD);
@@ -61,6 +67,10 @@ impl WorkDir {
 
     fn rootfs(&self) -> PathBuf {
         self.path.join("tree/rootfs")
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        &self.path
     }
 }
 
@@ -204,10 +214,21 @@ struct Fetched {
 }
 
 impl Fetched {
-    /// The image's manifest with layers `keys` (key, compressed size).
-    fn image_manifest(&self, reference: &Reference, keys: &[(String, u64)]) -> ImageManifest {
-        let refs: Vec<LayerRef> = keys.iter().map(|(k, s)| LayerRef { key: k.clone(), size: *s }).collect();
-        convert::image_manifest(reference, &self.manifest_digest, &self.config_digest, &self.config, &refs)
+    /// The image's manifest with layers `keys` (key, compressed size) and
+    /// the `pathWhitelist` their paths make (`layer_aci::path_whitelist`).
+    fn image_manifest(&self, reference: &Reference, keys: &[(String, u64)], whitelist: Vec<String>) -> ImageManifest {
+        let name = |i: usize| -> String {
+            self.manifest
+                .layers()
+                .get(i)
+                .and_then(|l| digest_of(l).ok())
+                .map_or_else(String::new, |d| format!("{}{}", convert::LAYER_NAME_PREFIX, d.file_name()))
+        };
+        let refs: Vec<LayerRef> =
+            keys.iter().enumerate().map(|(i, (k, s))| LayerRef { key: k.clone(), name: name(i), size: *s }).collect();
+        let mut m = convert::image_manifest(reference, &self.manifest_digest, &self.config_digest, &self.config, &refs);
+        m.path_whitelist = whitelist;
+        m
     }
 }
 
@@ -232,12 +253,17 @@ pub async fn pull(
     let session = store.registry().session(reference, creds);
     let fetched = fetch_manifest_and_config(store, &session, reference).await?;
     tracing::debug!(image = %reference, micros = began.elapsed().as_micros() as u64, "manifest and config fetched");
-    let layers = layer_descs(reference, &fetched.manifest)?;
+    let mut layers = layer_descs(reference, &fetched.manifest, &fetched.config)?;
 
     let cas = store.cas().clone();
     let _locks = lock_layers(&cas, &layers).await?;
     let index = cas.read_index().map_err(io_ctx("reading the image index"))?;
     let known = known_layers(&cas, &index, &layers);
+    for (l, k) in layers.iter_mut().zip(&known) {
+        if k.is_none() {
+            l.legacy = legacy_layer(&cas, &index, l);
+        }
+    }
     let remotes = remotes_of(reference, &fetched.top_digest);
     if let Some(image_key) = already_stored(reference, &fetched, &cas, &index, &known, &remotes)? {
         return store.resolve(&image_key);
@@ -298,14 +324,20 @@ async fn fetch_manifest_and_config(
 }
 
 /// The manifest's layers, each of a media type whose compression is known.
-fn layer_descs(reference: &Reference, manifest: &oci::ImageManifest) -> Result<Vec<LayerDesc>, ImageError> {
+fn layer_descs(
+    reference: &Reference,
+    manifest: &oci::ImageManifest,
+    config: &ImageConfig,
+) -> Result<Vec<LayerDesc>, ImageError> {
     let mut layers = Vec::new();
     for l in manifest.layers() {
         let media_type = l.media_type().to_string();
         let compression = Compression::from_media_type(&media_type).ok_or_else(|| {
             ImageError::Unsupported(format!("{reference}: unsupported layer media type {media_type:?}"))
         })?;
-        layers.push(LayerDesc { digest: digest_of(l)?, size: l.size(), media_type, compression });
+        let digest = digest_of(l)?;
+        let manifest = convert::layer_manifest_json(&digest, &media_type, config);
+        layers.push(LayerDesc { digest, size: l.size(), media_type, compression, manifest, legacy: None });
     }
     Ok(layers)
 }
@@ -325,12 +357,28 @@ async fn lock_layers(cas: &Cas, layers: &[LayerDesc]) -> Result<Vec<HeldLock>, I
     .await
 }
 
-/// The key of each layer already stored (its blob there), by the index.
+/// The key of each layer already stored as an ACI (its blob there, or its
+/// download waiting for it), by the index. A layer an older release stored
+/// (its tar under the tar's key) is not: its ACI has another key, made from
+/// that blob (`legacy_layer`), and the images made of it keep theirs.
 fn known_layers(cas: &Cas, index: &super::cas::Index, layers: &[LayerDesc]) -> Vec<Option<String>> {
     layers
         .iter()
-        .map(|l| index.layer_key(&l.digest.to_string()).map(str::to_string).filter(|k| cas.blob(k).exists()))
+        .map(|l| {
+            index.layer_key(&l.digest.to_string()).map(str::to_string).filter(|k| {
+                let legacy = index.aci(k).is_some_and(|a| convert::is_legacy_layer(&a.name, k));
+                !legacy && (cas.blob(k).exists() || layer_aci::pending(cas, k).exists())
+            })
+        })
         .collect()
+}
+
+/// The key of an older release's blob of layer `l` (its tar under the
+/// tar's key, named `layer/<key>`), if there is one.
+fn legacy_layer(cas: &Cas, index: &super::cas::Index, l: &LayerDesc) -> Option<String> {
+    let key = index.layer_key(&l.digest.to_string())?;
+    let row = index.aci(key)?;
+    (convert::is_legacy_layer(&row.name, key) && cas.blob(key).exists()).then(|| key.to_string())
 }
 
 /// The names the image is stored under: by digest, and as asked for
@@ -356,13 +404,23 @@ fn already_stored(
     if !known.iter().all(Option::is_some) {
         return Ok(None);
     }
-    let keys: Vec<(String, u64)> =
-        known.iter().flatten().map(|k| (k.clone(), index.aci(k).map_or(0, |a| a.size.max(0) as u64))).collect();
-    let m = fetched.image_manifest(reference, &keys);
-    let (image_key, _) = convert::empty_aci(&m).map_err(io_ctx("building the image ACI"))?;
-    let layer_keys: Vec<String> = keys.iter().map(|(k, _)| k.clone()).collect();
+    // the image these layers made when it was pulled by this digest (its
+    // key depends on the layers' contents, through its pathWhitelist)
+    let layer_keys: Vec<String> = known.iter().flatten().cloned().collect();
+    let by_digest = format!("docker://{}", reference.with_digest(&fetched.top_digest));
+    let Some(image_key) = index.remote.iter().find(|r| r.aciurl == by_digest).map(|r| r.blobkey.clone()) else {
+        return Ok(None);
+    };
+    let Ok(bytes) = fs::read(cas.image_manifest(&image_key)) else { return Ok(None) };
+    let Ok(m) = serde_json::from_slice::<ImageManifest>(&bytes) else { return Ok(None) };
+    let same_layers = m
+        .dependencies
+        .iter()
+        .filter(|d| d.image_name.starts_with(convert::LAYER_NAME_PREFIX))
+        .filter_map(|d| d.image_id.clone())
+        .eq(layer_keys.iter().cloned());
     let tree_id = convert::layered_tree_id(&image_key, &layer_keys);
-    if index.aci(&image_key).is_some() && cas.tree_rendered(&tree_id) {
+    if same_layers && index.aci(&image_key).is_some() && cas.tree_rendered(&tree_id) {
         let now = now_nanos();
         cas.update_index(|i| {
             for url in remotes {
@@ -391,7 +449,11 @@ async fn spawn_layer_jobs(
     // every missing layer is asked for at once: a registry answers each
     // request in 4-17 ms, which one after the other delayed the last layer
     let mut streams = futures::future::try_join_all(
-        layers.iter().zip(known).filter(|(_, k)| k.is_none()).map(|(l, _)| session.blob_stream(&l.digest)),
+        layers
+            .iter()
+            .zip(known)
+            .filter(|(l, k)| k.is_none() && l.legacy.is_none())
+            .map(|(l, _)| session.blob_stream(&l.digest)),
     )
     .await?
     .into_iter();
@@ -405,9 +467,26 @@ async fn spawn_layer_jobs(
         if i > 0 {
             fs::create_dir(&dest).map_err(io_ctx(format!("creating {}", dest.display())))?;
         }
-        let job = match &known[i] {
-            Some(key) => stored_job(cas, i, key, dest)?,
-            None => {
+        let job = match (&known[i], &l.legacy) {
+            (Some(key), _) => stored_job(cas, i, key, dest)?,
+            (None, Some(legacy)) => {
+                let path = cas.blob(legacy);
+                let f = fs::File::open(&path).map_err(io_ctx(format!("opening {}", path.display())))?;
+                LayerJob {
+                    index: i,
+                    source: Box::new(f),
+                    expected_digest: None,
+                    expected_key: None,
+                    aci_manifest: Some(l.manifest.clone()),
+                    legacy_key: Some(legacy.clone()),
+                    compression: Compression::Detect,
+                    blob_out: None,
+                    dest,
+                    staged: i > 0,
+                    max_bytes: u64::MAX,
+                }
+            }
+            (None, None) => {
                 let Some(stream) = streams.next() else {
                     return Err(ImageError::Task("a layer has no download".into()));
                 };
@@ -426,6 +505,8 @@ async fn spawn_layer_jobs(
                     source: Box::new(ChannelReader::new(rx)),
                     expected_digest: Some((l.digest.clone(), l.size)),
                     expected_key: None,
+                    aci_manifest: Some(l.manifest.clone()),
+                    legacy_key: None,
                     compression: l.compression,
                     blob_out: Some(work.path.join(format!("blob-{i}"))),
                     dest,
@@ -542,24 +623,31 @@ async fn commit(
     layers: &[LayerDesc],
     remotes: Vec<String>,
 ) -> Result<String, ImageError> {
+    let manifests: Vec<Vec<u8>> = layers.iter().map(|l| l.manifest.clone()).collect();
+    let legacy: Vec<Option<String>> = layers.iter().map(|l| l.legacy.clone()).collect();
     let keys: Vec<(String, u64)> = done
         .iter()
         .map(|d| (d.key.clone(), if d.compressed_size > 0 { d.compressed_size } else { layers[d.index].size }))
         .collect();
-    let image_manifest = fetched.image_manifest(reference, &keys);
+    let paths: Vec<layer_aci::LayerPaths> = done.iter().map(|d| d.unpacked.layer_paths()).collect();
+    let whitelist = layer_aci::path_whitelist(&paths.iter().collect::<Vec<_>>());
+    let image_manifest = fetched.image_manifest(reference, &keys, whitelist);
     let layer_meta: Vec<(Digest, String)> = layers.iter().map(|l| (l.digest.clone(), l.media_type.clone())).collect();
-    let Fetched { config, .. } = fetched;
     blocking(move || {
         let plan = Commit {
             cas: &cas,
             work: &work,
             done: &done,
             layer_meta: &layer_meta,
-            config: &config,
+            manifests: &manifests,
+            legacy: &legacy,
             image: image_manifest,
             remotes,
         };
-        plan.run()
+        let key = plan.run()?;
+        // the layers' ACIs are written from their downloads off the pull
+        layer_aci::convert_later(&cas);
+        Ok(key)
     })
     .await
 }
@@ -671,14 +759,17 @@ struct Commit<'a> {
     work: &'a WorkDir,
     done: &'a [LayerDone],
     layer_meta: &'a [(Digest, String)],
-    config: &'a ImageConfig,
+    /// Each layer's manifest, as its ACI holds it.
+    manifests: &'a [Vec<u8>],
+    /// Each layer's older release's blob it was made from, if it was.
+    legacy: &'a [Option<String>],
     image: ImageManifest,
     remotes: Vec<String>,
 }
 
 impl Commit<'_> {
     fn run(self) -> Result<String, ImageError> {
-        let Commit { cas, work, done, layer_meta, config, image, remotes } = self;
+        let Commit { cas, work, done, layer_meta, manifests, legacy, image, remotes } = self;
         let rootfs = work.rootfs();
         let started = std::time::Instant::now();
         finish_tree(&rootfs, &work.path, done)?;
@@ -687,23 +778,37 @@ impl Commit<'_> {
             let parent = p.parent().unwrap_or(p);
             fs::create_dir_all(parent).map_err(io_ctx(format!("creating {}", parent.display())))
         };
-        // 1. layer blobs and manifests
+        // 1. layer manifests (the bytes their ACIs hold), then the layers'
+        // downloads, which wait there for their ACIs (`layer_aci`)
         for d in done {
-            let blob = cas.blob(&d.key);
-            let tmp_blob = work.path.join(format!("blob-{}", d.index));
-            if !blob.exists() && tmp_blob.exists() {
-                ensure_parent(&blob)?;
-                fs::rename(&tmp_blob, &blob).map_err(io_ctx(format!("storing {}", blob.display())))?;
-                fsutil::sync_dir(blob.parent().unwrap_or(&blob)).map_err(io_ctx("syncing the blob store"))?;
-            }
             let mpath = cas.image_manifest(&d.key);
             if !mpath.exists() {
-                let (digest, media_type) = &layer_meta[d.index];
-                let m = convert::layer_manifest(&d.key, digest, media_type, config);
-                let json =
-                    serde_json::to_vec(&m).map_err(|e| io_ctx("encoding a layer manifest")(io::Error::other(e)))?;
                 ensure_parent(&mpath)?;
-                fsutil::write_atomic(&mpath, &json, 0o644).map_err(io_ctx(format!("writing {}", mpath.display())))?;
+                fsutil::write_atomic(&mpath, &manifests[d.index], 0o644)
+                    .map_err(io_ctx(format!("writing {}", mpath.display())))?;
+            }
+            let blob = cas.blob(&d.key);
+            let waiting = layer_aci::pending(cas, &d.key);
+            let tmp_blob = work.path.join(format!("blob-{}", d.index));
+            if !blob.exists() && !waiting.exists() {
+                // the download, or an older release's blob of the layer (a
+                // second name: that blob stays for the images that name it)
+                let from = match &legacy[d.index] {
+                    Some(old) => cas.blob(old),
+                    None => tmp_blob,
+                };
+                ensure_parent(&waiting)?;
+                let stored = match &legacy[d.index] {
+                    Some(_) => fs::hard_link(&from, &waiting).or_else(|_| {
+                        // another file system: a copy, renamed into place whole
+                        let copy = work.path.join(format!("legacy-{}", d.index));
+                        fs::copy(&from, &copy).and_then(|_| fs::rename(&copy, &waiting))
+                    }),
+                    None if from.exists() => fs::rename(&from, &waiting),
+                    None => Ok(()),
+                };
+                stored.map_err(io_ctx(format!("storing {}", waiting.display())))?;
+                fsutil::sync_dir(waiting.parent().unwrap_or(&waiting)).map_err(io_ctx("syncing the layer store"))?;
             }
         }
         // a crash here leaves stored blobs the index does not name: `image
@@ -728,10 +833,12 @@ impl Commit<'_> {
         let now = now_nanos();
         cas.update_index(|i| {
             for d in done {
-                let size = fs::metadata(cas.blob(&d.key)).map_or(0, |m| m.len() as i64);
+                // rkt's: the size of the layer's (uncompressed) ACI
+                let size = d.aci_size as i64;
                 i.upsert_aci(AciInfo {
                     blobkey: d.key.clone(),
-                    name: format!("{}{}", convert::LAYER_NAME_PREFIX, d.key),
+                    // the name its manifest has, as rkt records it
+                    name: format!("{}{}", convert::LAYER_NAME_PREFIX, layer_meta[d.index].0.file_name()),
                     importtime: now,
                     lastused: now,
                     latest: false,
@@ -739,7 +846,7 @@ impl Commit<'_> {
                     treestoresize: 0,
                     verified: false,
                 });
-                i.add_layer_digest(&layer_meta[d.index].0.to_string(), &d.key);
+                i.set_layer_digest(&layer_meta[d.index].0.to_string(), &d.key);
             }
             i.upsert_aci(AciInfo {
                 blobkey: image_key.clone(),
@@ -761,15 +868,33 @@ impl Commit<'_> {
     }
 }
 
-/// A layer read back from its stored blob, checked against its key.
+/// A layer read back from the store, checked against its key: its ACI
+/// blob (or an older release's blob of its tar), or the download that
+/// waits for its ACI (whose rendition is made again to check it).
 fn stored_job(cas: &Cas, index: usize, key: &str, dest: PathBuf) -> Result<LayerJob, ImageError> {
-    let path = cas.blob(key);
-    let f = fs::File::open(&path).map_err(io_ctx(format!("opening {}", path.display())))?;
+    let blob = cas.blob(key);
+    let waiting = layer_aci::pending(cas, key);
+    let open = |p: &Path| fs::File::open(p);
+    // the download goes once its ACI is in place: look at the blob again then
+    let (f, aci_manifest) = match open(&blob) {
+        Ok(f) => (f, None),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => match open(&waiting) {
+            Ok(f) => {
+                let mpath = cas.image_manifest(key);
+                let m = fs::read(&mpath).map_err(io_ctx(format!("reading {}", mpath.display())))?;
+                (f, Some(m))
+            }
+            Err(_) => (open(&blob).map_err(io_ctx(format!("opening {}", blob.display())))?, None),
+        },
+        Err(e) => return Err(io_ctx(format!("opening {}", blob.display()))(e)),
+    };
     Ok(LayerJob {
         index,
         source: Box::new(f),
         expected_digest: None,
         expected_key: Some(key.to_string()),
+        aci_manifest,
+        legacy_key: None,
         compression: Compression::Detect,
         blob_out: None,
         dest,

@@ -316,6 +316,31 @@ pub const SYNC_LATER_ENV: &str = "RKTLET_TREE_SYNC_LATER";
 /// Trees being settled on threads of their own.
 static SETTLING: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> = std::sync::Mutex::new(Vec::new());
 
+/// How many background threads run, for [`finish_settling`] (another
+/// caller may have taken their handles).
+static RUNNING: (std::sync::Mutex<usize>, std::sync::Condvar) = (std::sync::Mutex::new(0), std::sync::Condvar::new());
+
+/// Counts a background thread as running until dropped.
+struct Running;
+
+impl Running {
+    fn start() -> Running {
+        if let Ok(mut n) = RUNNING.0.lock() {
+            *n += 1;
+        }
+        Running
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(mut n) = RUNNING.0.lock() {
+            *n = n.saturating_sub(1);
+        }
+        RUNNING.1.notify_all();
+    }
+}
+
 /// Settles tree `id` on a thread of its own, after the call that rendered
 /// it ([`finish_settling`] waits for it). Without a thread, it stays
 /// unsynced: usable in this boot, rendered again after a reboot.
@@ -324,14 +349,24 @@ pub fn settle_later(cas: &Cas, id: &str) {
         return;
     }
     let (cas, id) = (cas.clone(), id.to_string());
-    let spawned = std::thread::Builder::new().name("tree-sync".into()).spawn(move || {
+    background("tree-sync", move || {
+        if let Err(e) = settle(&cas, &id) {
+            tracing::warn!(tree = %id, error = %e, "cannot sync a rendered tree (it is rendered again after a reboot)")
+        }
+    });
+}
+
+/// Runs `work` on a thread of its own at nice 10, after the call that asked
+/// for it ([`finish_settling`] waits for it).
+pub(super) fn background(name: &str, work: impl FnOnce() + Send + 'static) {
+    let running = Running::start();
+    let spawned = std::thread::Builder::new().name(name.into()).spawn(move || {
+        let _running = running;
         // background work: the calls that come next (on 2 CPUs, the next
         // pull or container start) go first; nice is per thread on Linux
         // SAFETY: setpriority(2) on the calling thread (who 0), no memory passed.
         unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
-        if let Err(e) = settle(&cas, &id) {
-            tracing::warn!(tree = %id, error = %e, "cannot sync a rendered tree (it is rendered again after a reboot)")
-        }
+        work();
     });
     match spawned {
         Ok(handle) => {
@@ -340,7 +375,7 @@ pub fn settle_later(cas: &Cas, id: &str) {
                 pending.push(handle);
             }
         }
-        Err(e) => tracing::warn!(error = %e, "no thread to sync a rendered tree"),
+        Err(e) => tracing::warn!(error = %e, "no thread for background work on the image store"),
     }
 }
 
@@ -349,6 +384,15 @@ pub fn finish_settling() {
     let pending = SETTLING.lock().map(|mut p| std::mem::take(&mut *p)).unwrap_or_default();
     for handle in pending {
         let _ = handle.join();
+    }
+    // and those whose handles another caller took
+    if let Ok(mut n) = RUNNING.0.lock() {
+        while *n > 0 {
+            match RUNNING.1.wait(n) {
+                Ok(next) => n = next,
+                Err(_) => return,
+            }
+        }
     }
 }
 

@@ -262,6 +262,8 @@ async fn run(
     if unsynced > 0 {
         tracing::info!(unsynced, "syncing rendered trees in the background");
     }
+    // layers whose ACI an earlier process did not get to write
+    crate::image::layer_aci::convert_later(runtime.images.cas());
     // listed before the first request can start a pod of its own (not in
     // exec mode: that daemon owns no pod starts)
     if !runtime.config.exec_mode {

@@ -60,7 +60,10 @@ pub async fn pull_image(x: &ExecMode, req: cri::PullImageRequest) -> Result<cri:
     let image_ref = out.lines().last().unwrap_or_default().trim().to_string();
     // the tree the call rendered is synced here, after the answer
     let cas = x.rt.images.cas().clone();
-    tokio::task::spawn_blocking(move || crate::image::tree::settle_unsynced(&cas));
+    tokio::task::spawn_blocking(move || {
+        crate::image::tree::settle_unsynced(&cas);
+        crate::image::layer_aci::convert_later(&cas);
+    });
     Ok(cri::PullImageResponse { image_ref })
 }
 
