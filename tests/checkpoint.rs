@@ -1,0 +1,301 @@
+//! Checkpoint and restore with CRIU: `crictl checkpoint --export` writes
+//! the CRI's checkpoint archive while the container keeps running; a
+//! container created from that archive (its path as the image) in another
+//! pod continues where the checkpoint was. Driven with the official crictl,
+//! the refusals over gRPC. Where CRIU cannot run, the tests say SKIPPED.
+
+mod common;
+
+use common::{assert_no_leaks, crictl};
+use rktlet::proto::v1 as cri;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Why CRIU cannot checkpoint here, if it cannot.
+fn criu_missing() -> Option<String> {
+    let criu = match rktlet::container::checkpoint::criu_binary() {
+        Ok(p) => p,
+        Err(e) => return Some(e.to_string()),
+    };
+    let out = std::process::Command::new(&criu).arg("check").output().expect("run criu check");
+    (!out.status.success())
+        .then(|| format!("`{} check` fails: {}", criu.display(), String::from_utf8_lossy(&out.stderr).trim()))
+}
+
+/// The numbers the counter wrote to a CRI log so far.
+fn numbers(log: &Path) -> Vec<u64> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.rsplit(' ').next().and_then(|n| n.parse().ok()))
+        .collect()
+}
+
+fn wait_for_numbers(log: &Path, at_least: usize) -> Vec<u64> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let n = numbers(log);
+        if n.len() >= at_least {
+            return n;
+        }
+        assert!(Instant::now() < deadline, "{} has {} numbers, not {at_least}", log.display(), n.len());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn state(sock: &Path, ctr: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(&crictl::ok(sock, &["inspect", ctr])).expect("inspect json");
+    v["status"]["state"].as_str().unwrap_or_default().to_string()
+}
+
+/// The archive's entries: name and content.
+fn entries(archive: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut tar = tar::Archive::new(std::fs::File::open(archive).expect("archive"));
+    tar.entries()
+        .expect("tar")
+        .map(|e| {
+            let mut e = e.expect("entry");
+            let name = e.path().expect("path").display().to_string();
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut e, &mut bytes).expect("read");
+            (name, bytes)
+        })
+        .collect()
+}
+
+fn capability_lines(status: &str) -> Vec<String> {
+    status.lines().filter(|l| l.starts_with("Cap") || l.starts_with("Seccomp:")).map(str::to_string).collect()
+}
+
+const COUNTER: &str = "echo made > /made; rm /bin/dmesg; i=0; while :; do i=$((i+1)); echo $i; sleep 0.2; done";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_checkpointed_container_keeps_running_and_continues_in_a_new_pod() {
+    let test = "a_checkpointed_container_keeps_running_and_continues_in_a_new_pod";
+    if let Some(why) = criu_missing() {
+        return common::skipped(test, &why);
+    }
+    let (dir, _net, d) = common::daemon_with_network();
+    let sock = d.socket.clone();
+    let image = format!("{}/busybox:latest", common::registry::registry().main);
+    crictl::ok(&sock, &["pull", &image]);
+    let logs = dir.path().join("logs");
+    let write = |name: &str, v: serde_json::Value| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, v.to_string()).expect("write json");
+        path.display().to_string()
+    };
+    let pod_json = |name: &str| {
+        serde_json::json!({
+            "metadata": { "name": name, "namespace": "default", "uid": format!("{name}-uid"), "attempt": 0 },
+            "log_directory": logs.display().to_string(),
+        })
+    };
+    // kubelet's defaults: a PID namespace of its own, RuntimeDefault seccomp
+    let ctr_json = |name: &str, image: &str| {
+        serde_json::json!({
+            "metadata": { "name": name },
+            "image": { "image": image },
+            "command": ["sh", "-c", COUNTER],
+            "log_path": format!("{name}.log"),
+            "linux": { "security_context": {
+                "namespace_options": { "pid": 1 },
+                "seccomp": { "profile_type": 0 },
+            } }
+        })
+    };
+    let pod_a = write("a.json", pod_json("ckpt-a"));
+    let ctr_a = write("counter.json", ctr_json("counter", &image));
+    let a = crictl::ok(&sock, &["runp", &pod_a]).trim().to_string();
+    let counter = crictl::ok(&sock, &["create", &a, &ctr_a, &pod_a]).trim().to_string();
+    crictl::ok(&sock, &["start", &counter]);
+    let before = *wait_for_numbers(&logs.join("counter.log"), 5).last().expect("a number");
+    let caps_before = capability_lines(&crictl::ok(&sock, &["exec", &counter, "cat", "/proc/1/status"]));
+
+    let archive = dir.path().join("counter.tar");
+    crictl::ok(&sock, &["checkpoint", &format!("--export={}", archive.display()), &counter]);
+    let after = *numbers(&logs.join("counter.log")).last().expect("a number");
+
+    // the archive, as checkpointctl reads it
+    let files = entries(&archive);
+    let get = |name: &str| {
+        files.iter().find(|(n, _)| n.trim_start_matches("./") == name).map(|(_, b)| b.clone()).unwrap_or_else(|| {
+            panic!("no {name} in the archive: {:?}", files.iter().map(|(n, _)| n).collect::<Vec<_>>())
+        })
+    };
+    let config: serde_json::Value = serde_json::from_slice(&get("config.dump")).expect("config.dump is JSON");
+    assert_eq!(config["rootfsImageName"], image.as_str(), "{config:#}");
+    assert_eq!(config["id"], counter.as_str(), "{config:#}");
+    assert!(config["checkpointedTime"].as_str().is_some_and(|t| t.ends_with('Z')), "{config:#}");
+    let spec: serde_json::Value = serde_json::from_slice(&get("spec.dump")).expect("spec.dump is JSON");
+    assert_eq!(spec["annotations"]["io.kubernetes.cri.container-name"], "counter", "{spec:#}");
+    assert_eq!(spec["annotations"]["io.kubernetes.cri.sandbox-name"], "ckpt-a", "{spec:#}");
+    assert_eq!(spec["process"]["args"][2], COUNTER, "{spec:#}");
+    let deleted: Vec<String> = serde_json::from_slice(&get("deleted.files")).expect("deleted.files is JSON");
+    let diff = get("rootfs-diff.tar");
+    let mut diff = tar::Archive::new(&diff[..]);
+    let in_diff: Vec<String> =
+        diff.entries().expect("diff").map(|e| e.expect("entry").path().expect("path").display().to_string()).collect();
+    assert!(deleted.contains(&"/bin/dmesg".to_string()), "{deleted:?} {in_diff:?}");
+    assert!(in_diff.iter().any(|p| p == "made"), "{in_diff:?}");
+    assert!(String::from_utf8_lossy(&get("dump.log")).contains("Dumping finished successfully"));
+    assert!(!get("stats-dump").is_empty());
+    get("checkpoint/inventory.img");
+    assert!(files.iter().any(|(n, _)| n.trim_start_matches("./").starts_with("checkpoint/pages-")), "no memory pages");
+
+    // the original keeps counting
+    wait_for_numbers(&logs.join("counter.log"), numbers(&logs.join("counter.log")).len() + 3);
+    assert_eq!(state(&sock, &counter), "CONTAINER_RUNNING");
+
+    // restored into another pod: the archive's path as the image
+    let pod_b = write("b.json", pod_json("ckpt-b"));
+    let ctr_b = write("restored.json", ctr_json("restored", &archive.display().to_string()));
+    let b = crictl::ok(&sock, &["runp", &pod_b]).trim().to_string();
+    let restored = crictl::ok(&sock, &["create", &b, &ctr_b, &pod_b]).trim().to_string();
+    assert_eq!(state(&sock, &restored), "CONTAINER_CREATED");
+    crictl::ok(&sock, &["start", &restored]);
+    let got = wait_for_numbers(&logs.join("restored.log"), 5);
+    // it goes on from the checkpoint: not from 1, and from no earlier than the
+    // last number before the dump nor later than the first after it
+    assert!(got[0] > 1 && got[0] > before && got[0] <= after + 1, "restored {got:?}, before {before}, after {after}");
+    assert!(got.windows(2).all(|w| w[1] == w[0] + 1), "{got:?}");
+    assert_eq!(state(&sock, &restored), "CONTAINER_RUNNING");
+    // its root has what the original wrote and lacks what it deleted
+    assert_eq!(crictl::ok(&sock, &["exec", &restored, "cat", "/made"]).trim(), "made");
+    let gone = crictl::run(&sock, &["exec", &restored, "ls", "/bin/dmesg"]);
+    assert!(!gone.status.success(), "/bin/dmesg is back: {gone:?}");
+    // confined as before: PID 1 of its own namespace, the same capabilities and filter
+    let caps_after = capability_lines(&crictl::ok(&sock, &["exec", &restored, "cat", "/proc/1/status"]));
+    assert_eq!(caps_after, caps_before);
+    assert!(caps_after.iter().any(|l| l.starts_with("Seccomp:") && l.ends_with('2')), "{caps_after:?}");
+    // in the new pod's network namespace
+    let pid1_b = common::pod_pid1(&d.dir.path().join("data"), &b);
+    let net_b = std::fs::read_link(format!("/proc/{pid1_b}/ns/net")).expect("pod b's netns");
+    let net = crictl::ok(&sock, &["exec", &restored, "readlink", "/proc/self/ns/net"]);
+    assert_eq!(net.trim(), net_b.display().to_string());
+
+    crictl::ok(&sock, &["stop", "--timeout", "2", &restored]);
+    assert_eq!(state(&sock, &restored), "CONTAINER_EXITED");
+    crictl::ok(&sock, &["rm", &restored]);
+    for pod in [&a, &b] {
+        crictl::ok(&sock, &["stopp", pod]);
+        crictl::ok(&sock, &["rmp", pod]);
+    }
+    let data = d.dir.path().join("data");
+    assert_no_leaks(&data, &[a, b]);
+    assert!(common::processes_mentioning("i=$((i+1))").is_empty(), "a counter is left");
+    let staged = |data: &Path| -> Vec<String> {
+        let names = std::fs::read_dir(data.join("tmp")).map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>());
+        names
+            .unwrap_or_default()
+            .into_iter()
+            .map(|n| n.to_string_lossy().to_string())
+            .filter(|n| n.starts_with("checkpoint-") || n.starts_with("restore-"))
+            .collect()
+    };
+    assert!(staged(&data).is_empty(), "{:?}", staged(&data));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn checkpoints_and_restores_that_cannot_be_are_refused() {
+    let (dir, _net, d) = common::daemon_with_network();
+    let mut rt = d.runtime().await;
+    let image = common::pull_busybox(&d).await;
+    let config = common::pod_config("refusals", &[]);
+    let pod = common::run_pod(&mut rt, &config).await;
+    let location = dir.path().join("out.tar");
+    let checkpoint = |id: &str, location: &Path| cri::CheckpointContainerRequest {
+        container_id: id.to_string(),
+        location: location.display().to_string(),
+        timeout: 60,
+    };
+    let code = |r: Result<tonic::Response<cri::CheckpointContainerResponse>, tonic::Status>| {
+        r.map(drop).expect_err("refused").code()
+    };
+
+    let unknown = format!("{pod}:0-nothing");
+    assert_eq!(code(rt.checkpoint_container(checkpoint(&unknown, &location)).await), tonic::Code::NotFound);
+    // created, not started; then exited
+    let done =
+        common::create_container(&mut rt, &pod, &config, common::container_config("done", &image, &["true"])).await;
+    assert_eq!(code(rt.checkpoint_container(checkpoint(&done, &location)).await), tonic::Code::FailedPrecondition);
+    rt.start_container(cri::StartContainerRequest { container_id: done.clone() }).await.expect("start");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = rt
+            .container_status(cri::ContainerStatusRequest { container_id: done.clone(), verbose: false })
+            .await
+            .expect("status")
+            .into_inner();
+        if s.status.is_some_and(|s| s.state == cri::ContainerState::ContainerExited as i32) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "`true` did not exit");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(code(rt.checkpoint_container(checkpoint(&done, &location)).await), tonic::Code::FailedPrecondition);
+    // a relative location
+    let err = code(rt.checkpoint_container(checkpoint(&done, Path::new("out.tar"))).await);
+    assert_eq!(err, tonic::Code::InvalidArgument);
+    assert!(!location.exists(), "something was written at {}", location.display());
+
+    // a dump that cannot be written where asked (a directory): nothing is left beside it
+    if let Some(why) = criu_missing() {
+        common::skipped("checkpoints_and_restores_that_cannot_be_are_refused (the failed write)", &why);
+    } else {
+        let sleeper =
+            common::create_container(&mut rt, &pod, &config, common::container_config("s", &image, &["sleep", "600"]))
+                .await;
+        rt.start_container(cri::StartContainerRequest { container_id: sleeper.clone() }).await.expect("start");
+        let target = dir.path().join("a-directory");
+        std::fs::create_dir(&target).expect("dir");
+        std::fs::write(target.join("kept"), b"x").expect("file");
+        let r = rt.checkpoint_container(checkpoint(&sleeper, &target)).await;
+        assert!(r.is_err(), "a checkpoint replaced a directory");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).expect("dir").flatten().map(|e| e.file_name()).collect();
+        assert!(!left.iter().any(|n| n.to_string_lossy().contains(".tmp-")), "{left:?}");
+        assert_eq!(std::fs::read_dir(&target).expect("dir").count(), 1);
+        let tmp = d.dir.path().join("data/tmp");
+        let staged: Vec<_> = std::fs::read_dir(&tmp).expect("tmp").flatten().map(|e| e.file_name()).collect();
+        assert!(!staged.iter().any(|n| n.to_string_lossy().starts_with("checkpoint-")), "{staged:?}");
+    }
+
+    // restores from what is no checkpoint archive
+    let garbage = dir.path().join("garbage.tar");
+    std::fs::write(&garbage, b"not a tar at all, not even close").expect("garbage");
+    let foreign = dir.path().join("foreign.tar");
+    {
+        let mut tar = tar::Builder::new(std::fs::File::create(&foreign).expect("foreign"));
+        let mut add = |name: &str, bytes: &[u8]| {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(bytes.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            tar.append_data(&mut h, name, bytes).expect("append");
+        };
+        add("config.dump", br#"{"id":"x","name":"x","rootfsImageName":"busybox"}"#);
+        add("spec.dump", br#"{"process":{"args":["sh"]}}"#);
+        tar.finish().expect("tar");
+    }
+    let before = rt.list_containers(cri::ListContainersRequest::default()).await.expect("list").into_inner();
+    for archive in [dir.path().join("missing.tar"), garbage, foreign] {
+        let mut c = common::container_config("restored", &archive.display().to_string(), &[]);
+        c.command.clear();
+        let err = rt
+            .create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: pod.clone(),
+                config: Some(c),
+                sandbox_config: Some(config.clone()),
+            })
+            .await
+            .expect_err("not a checkpoint");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{}: {err:?}", archive.display());
+        assert!(err.message().contains("checkpoint archive"), "{err:?}");
+    }
+    let after = rt.list_containers(cri::ListContainersRequest::default()).await.expect("list").into_inner();
+    assert_eq!(before.containers.len(), after.containers.len());
+
+    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("stop");
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
+    assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+}
