@@ -33,6 +33,15 @@
 //!    gid and uid (`groups=`, `gid=`, `uid=`), no_new_privs (`nnp`), and
 //!    exec's the app: `appexec OPTION... -- PATH ARGV0 ARG...`.
 //!
+//! In every mode but `pid=host` the child first leads a session of its
+//! own (CRIU will not checkpoint a container whose session leader, this
+//! program, is outside its PID namespace).
+//!
+//! With `restore=PIDFILE` (a container created from a checkpoint) none of
+//! the above: the program after `--` is `criu restore --restore-sibling`,
+//! run as a child; the task it restores becomes this process's child, and
+//! this process tells systemd the unit started and ends as it does.
+//!
 //! With `pid=host` the child does all of the above but the exec, and
 //! mounts no /proc (the daemon binds the node's, `bind=`, masks on top): it
 //! is the template of an app of a host-PID pod, which nothing under the
