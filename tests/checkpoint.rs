@@ -151,6 +151,30 @@ async fn a_checkpointed_container_keeps_running_and_continues_in_a_new_pod() {
     let pod_b = write("b.json", pod_json("ckpt-b"));
     let ctr_b = write("restored.json", ctr_json("restored", &archive.display().to_string()));
     let b = crictl::ok(&sock, &["runp", &pod_b]).trim().to_string();
+    // (not while its base image is missing from the store)
+    let orphan = dir.path().join("orphan.tar");
+    {
+        let mut tar = tar::Builder::new(std::fs::File::create(&orphan).expect("orphan"));
+        for (name, bytes) in &files {
+            let mut bytes = bytes.clone();
+            if name.trim_start_matches("./") == "config.dump" {
+                let mut c = config.clone();
+                c["rootfsImageName"] = "localhost:1/never-pulled:1".into();
+                c["rootfsImageRef"] = "".into();
+                bytes = serde_json::to_vec(&c).expect("json");
+            }
+            let mut h = tar::Header::new_gnu();
+            h.set_size(bytes.len() as u64);
+            h.set_mode(0o600);
+            h.set_cksum();
+            tar.append_data(&mut h, name, &bytes[..]).expect("append");
+        }
+        tar.finish().expect("tar");
+    }
+    let ctr_orphan = write("orphan.json", ctr_json("orphan", &orphan.display().to_string()));
+    let refused = crictl::run(&sock, &["create", &b, &ctr_orphan, &pod_b]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && said.contains("NotFound") && said.contains("never-pulled"), "{said}");
     let restored = crictl::ok(&sock, &["create", &b, &ctr_b, &pod_b]).trim().to_string();
     assert_eq!(state(&sock, &restored), "CONTAINER_CREATED");
     crictl::ok(&sock, &["start", &restored]);
@@ -260,6 +284,48 @@ async fn checkpoints_and_restores_that_cannot_be_are_refused() {
         assert!(!staged.iter().any(|n| n.to_string_lossy().starts_with("checkpoint-")), "{staged:?}");
     }
 
+    // nor in a pod with a user namespace
+    let m = cri::IdMapping { host_id: 65536 * 41, container_id: 0, length: 65536 };
+    let mut userns_config = common::pod_config("userns", &[]);
+    userns_config.linux = Some(cri::LinuxPodSandboxConfig {
+        security_context: Some(cri::LinuxSandboxSecurityContext {
+            namespace_options: Some(cri::NamespaceOption {
+                userns_options: Some(cri::UserNamespace {
+                    mode: cri::NamespaceMode::Pod as i32,
+                    uids: vec![m],
+                    gids: vec![m],
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let userns_pod = common::run_pod(&mut rt, &userns_config).await;
+    let inside = common::create_container(
+        &mut rt,
+        &userns_pod,
+        &userns_config,
+        common::container_config("in-userns", &image, &["sleep", "600"]),
+    )
+    .await;
+    rt.start_container(cri::StartContainerRequest { container_id: inside.clone() }).await.expect("start");
+    let err = rt.checkpoint_container(checkpoint(&inside, &location)).await.expect_err("in a user namespace");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains("user namespace"), "{err:?}");
+    let mut c = common::container_config("restored", &dir.path().join("any.tar").display().to_string(), &[]);
+    c.command.clear();
+    let err = rt
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: userns_pod.clone(),
+            config: Some(c),
+            sandbox_config: Some(userns_config.clone()),
+        })
+        .await
+        .expect_err("into a user namespace");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert!(!location.exists());
+
     // restores from what is no checkpoint archive
     let garbage = dir.path().join("garbage.tar");
     std::fs::write(&garbage, b"not a tar at all, not even close").expect("garbage");
@@ -295,7 +361,9 @@ async fn checkpoints_and_restores_that_cannot_be_are_refused() {
     let after = rt.list_containers(cri::ListContainersRequest::default()).await.expect("list").into_inner();
     assert_eq!(before.containers.len(), after.containers.len());
 
-    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("stop");
-    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
-    assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+    for pod in [&pod, &userns_pod] {
+        rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("stop");
+        rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
+    }
+    assert_no_leaks(&d.dir.path().join("data"), &[pod, userns_pod]);
 }

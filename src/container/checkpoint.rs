@@ -65,6 +65,19 @@ pub struct DumpFacts {
     pub stdio: Vec<(i32, String)>,
 }
 
+/// Containers of a pod in a user namespace are neither checkpointed nor
+/// restored: CRIU would have to dump and recreate the pod's user namespace,
+/// whose mapping is the pod's, not the container's (not built).
+pub fn refuse_user_namespace(rt: &Runtime, pod: &crate::pod::Pod, id: &str) -> Result<(), ContainerError> {
+    let manifest = rt.manifests.read(pod)?;
+    match crate::stage1::userns::of_manifest(&manifest) {
+        Ok(None) => Ok(()),
+        _ => Err(ContainerError::FailedPrecondition(format!(
+            "{id}: containers of pods with a user namespace are not checkpointed or restored by rktlet"
+        ))),
+    }
+}
+
 /// The host path of the node's `criu`: the daemon's `PATH`, then the
 /// directories Debian and a local build install it in.
 pub fn criu_binary() -> Result<PathBuf, ContainerError> {
@@ -111,6 +124,7 @@ pub async fn checkpoint(
             "container {id} runs on a terminal, which rktlet cannot checkpoint"
         )));
     }
+    refuse_user_namespace(rt, &t.pod, id)?;
     let criu = criu_binary()?;
     let pid1 = rt.pod_bus(&t.pod).map_err(ContainerError::Unavailable)?.pid1();
     let procs = app_cgroup(&t.pod, &t.app.name).map(|cg| cg.unit_processes()).unwrap_or_default();
