@@ -111,6 +111,9 @@ async fn a_checkpointed_container_keeps_running_and_continues_in_a_new_pod() {
     crictl::ok(&sock, &["start", &counter]);
     let before = *wait_for_numbers(&logs.join("counter.log"), 5).last().expect("a number");
     let caps_before = capability_lines(&crictl::ok(&sock, &["exec", &counter, "cat", "/proc/1/status"]));
+    // the LSM label (AppArmor's profile on nodes that enforce it)
+    let label = ["sh", "-c", "cat /proc/1/attr/current 2>/dev/null || echo none"];
+    let label_before = crictl::ok(&sock, &[&["exec", counter.as_str()][..], &label[..]].concat());
 
     let archive = dir.path().join("counter.tar");
     crictl::ok(&sock, &["checkpoint", &format!("--export={}", archive.display()), &counter]);
@@ -191,6 +194,8 @@ async fn a_checkpointed_container_keeps_running_and_continues_in_a_new_pod() {
     // confined as before: PID 1 of its own namespace, the same capabilities and filter
     let caps_after = capability_lines(&crictl::ok(&sock, &["exec", &restored, "cat", "/proc/1/status"]));
     assert_eq!(caps_after, caps_before);
+    let label_after = crictl::ok(&sock, &[&["exec", restored.as_str()][..], &label[..]].concat());
+    assert_eq!(label_after, label_before);
     assert!(caps_after.iter().any(|l| l.starts_with("Seccomp:") && l.ends_with('2')), "{caps_after:?}");
     // in the new pod's network namespace
     let pid1_b = common::pod_pid1(&d.dir.path().join("data"), &b);
