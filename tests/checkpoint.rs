@@ -372,3 +372,78 @@ async fn checkpoints_and_restores_that_cannot_be_are_refused() {
     }
     assert_no_leaks(&d.dir.path().join("data"), &[pod, userns_pod]);
 }
+
+/// The daemon's side of CRIU failing or hanging, with a `criu` of the
+/// test's own first in the daemon's `PATH` (what CRIU itself does is the
+/// other tests' business): a dump cut by the CRI timeout is
+/// DeadlineExceeded, a failed one Internal with CRIU's complaint, and
+/// neither leaves anything at the location, beside it or in the data dir.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dump_that_fails_or_outlives_its_timeout_leaves_nothing() {
+    let fake = tempfile::tempdir().expect("fake criu dir");
+    let criu = fake.path().join("criu");
+    // what it does is in the file `mode` beside it: `hang` or `fail`
+    std::fs::write(
+        &criu,
+        format!(
+            "#!/bin/sh\nmode=$(cat {0}/mode)\n[ \"$mode\" = hang ] && exec sleep 317\necho 'criu: no way' >&2\nexit 3\n",
+            fake.path().display()
+        ),
+    )
+    .expect("fake criu");
+    std::fs::set_permissions(&criu, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let path = format!("{}:{}", fake.path().display(), std::env::var("PATH").unwrap_or_default());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("run/rktlet.sock");
+    let child = common::Daemon::spawn_env(&socket, dir.path(), &[], &[("PATH", &path)]);
+    let cni_conf_dir = common::Daemon::cni_conf_dir(dir.path(), &[]);
+    let mut d = common::Daemon { child, socket, dir, cni_conf_dir };
+    d.wait_ready();
+    let mut rt = d.runtime().await;
+    let image = common::pull_busybox(&d).await;
+    let config = common::host_network(common::pod_config("fake-criu", &[]));
+    let pod = common::run_pod(&mut rt, &config).await;
+    let ctr =
+        common::create_container(&mut rt, &pod, &config, common::container_config("s", &image, &["sleep", "600"]))
+            .await;
+    rt.start_container(cri::StartContainerRequest { container_id: ctr.clone() }).await.expect("start");
+    let out = tempfile::tempdir().expect("out");
+    let location = out.path().join("ckpt.tar");
+    let request = |timeout| cri::CheckpointContainerRequest {
+        container_id: ctr.clone(),
+        location: location.display().to_string(),
+        timeout,
+    };
+
+    std::fs::write(fake.path().join("mode"), "hang").expect("mode");
+    let began = Instant::now();
+    let err = rt.checkpoint_container(request(1)).await.expect_err("timed out");
+    assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
+    assert!(began.elapsed() < Duration::from_secs(30), "{:?}", began.elapsed());
+    // the hung criu was killed
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !common::processes_mentioning("sleep 317").is_empty() {
+        assert!(Instant::now() < deadline, "the timed-out criu still runs");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    std::fs::write(fake.path().join("mode"), "fail").expect("mode");
+    let err = rt.checkpoint_container(request(60)).await.expect_err("failed");
+    assert_eq!(err.code(), tonic::Code::Internal, "{err:?}");
+    assert!(err.message().contains("criu: no way"), "{err:?}");
+
+    assert_eq!(std::fs::read_dir(out.path()).expect("out").count(), 0, "left beside the location");
+    let tmp = d.dir.path().join("data/tmp");
+    let staged: Vec<_> = std::fs::read_dir(&tmp).expect("tmp").flatten().map(|e| e.file_name()).collect();
+    assert!(!staged.iter().any(|n| n.to_string_lossy().starts_with("checkpoint-")), "{staged:?}");
+    // and the container runs on
+    let s = rt
+        .container_status(cri::ContainerStatusRequest { container_id: ctr.clone(), verbose: false })
+        .await
+        .expect("status")
+        .into_inner();
+    assert_eq!(s.status.map(|s| s.state), Some(cri::ContainerState::ContainerRunning as i32));
+    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("stop");
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
+    assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+}
