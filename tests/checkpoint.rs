@@ -154,18 +154,12 @@ async fn a_checkpointed_container_keeps_running_and_continues_in_a_new_pod() {
     let pod_b = write("b.json", pod_json("ckpt-b"));
     let ctr_b = write("restored.json", ctr_json("restored", &archive.display().to_string()));
     let b = crictl::ok(&sock, &["runp", &pod_b]).trim().to_string();
-    // (not while its base image is missing from the store)
-    let orphan = dir.path().join("orphan.tar");
-    {
-        let mut tar = tar::Builder::new(std::fs::File::create(&orphan).expect("orphan"));
+    // a copy of the archive with one file changed
+    let altered = |to: &str, file: &str, content: Vec<u8>| {
+        let path = dir.path().join(to);
+        let mut tar = tar::Builder::new(std::fs::File::create(&path).expect("altered archive"));
         for (name, bytes) in &files {
-            let mut bytes = bytes.clone();
-            if name.trim_start_matches("./") == "config.dump" {
-                let mut c = config.clone();
-                c["rootfsImageName"] = "localhost:1/never-pulled:1".into();
-                c["rootfsImageRef"] = "".into();
-                bytes = serde_json::to_vec(&c).expect("json");
-            }
+            let bytes = if name.trim_start_matches("./") == file { &content } else { bytes };
             let mut h = tar::Header::new_gnu();
             h.set_size(bytes.len() as u64);
             h.set_mode(0o600);
@@ -173,11 +167,26 @@ async fn a_checkpointed_container_keeps_running_and_continues_in_a_new_pod() {
             tar.append_data(&mut h, name, &bytes[..]).expect("append");
         }
         tar.finish().expect("tar");
-    }
-    let ctr_orphan = write("orphan.json", ctr_json("orphan", &orphan.display().to_string()));
+        path.display().to_string()
+    };
+    // (not while its base image is missing from the store)
+    let mut c = config.clone();
+    c["rootfsImageName"] = "localhost:1/never-pulled:1".into();
+    c["rootfsImageRef"] = "".into();
+    let orphan = altered("orphan.tar", "config.dump", serde_json::to_vec(&c).expect("json"));
+    let ctr_orphan = write("orphan.json", ctr_json("orphan", &orphan));
     let refused = crictl::run(&sock, &["create", &b, &ctr_orphan, &pod_b]);
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success() && said.contains("NotFound") && said.contains("never-pulled"), "{said}");
+    // CRIU failing to restore fails the start, and the container reads as exited
+    let broken = altered("broken.tar", "checkpoint/inventory.img", b"not an image".to_vec());
+    let ctr_broken = write("broken.json", ctr_json("broken", &broken));
+    let broken = crictl::ok(&sock, &["create", &b, &ctr_broken, &pod_b]).trim().to_string();
+    let failed = crictl::run(&sock, &["start", &broken]);
+    let said = String::from_utf8_lossy(&failed.stderr);
+    assert!(!failed.status.success() && said.contains("inventory.img"), "{said}");
+    assert_eq!(state(&sock, &broken), "CONTAINER_EXITED");
+    crictl::ok(&sock, &["rm", &broken]);
     let restored = crictl::ok(&sock, &["create", &b, &ctr_b, &pod_b]).trim().to_string();
     assert_eq!(state(&sock, &restored), "CONTAINER_CREATED");
     crictl::ok(&sock, &["start", &restored]);
