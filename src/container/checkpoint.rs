@@ -181,6 +181,12 @@ fn dump_facts(pid: i32) -> Result<DumpFacts, ContainerError> {
     let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
         .map_err(ContainerError::io(format!("reading the mounts of process {pid}")))?;
     let mut facts = DumpFacts { external_mounts: external_mounts(&mountinfo), stdio: Vec::new() };
+    // (CRIU's `mnt[KEY]:VALUE` cannot carry a `]` in the key)
+    if let Some(odd) = facts.external_mounts.iter().find(|p| p.contains(']')) {
+        return Err(ContainerError::FailedPrecondition(format!(
+            "the container has a mount at {odd:?}, a path CRIU's options cannot name"
+        )));
+    }
     for fd in 0..3 {
         if let Ok(link) = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")) {
             let link = link.to_string_lossy().to_string();
@@ -195,7 +201,6 @@ fn dump_facts(pid: i32) -> Result<DumpFacts, ContainerError> {
 /// The mount points of a container's mount table that came from its pod
 /// (propagated from it: `master:N`), but those under /proc (appexec's masks,
 /// binds of the pod's /dev/null: CRIU finds their source among the others).
-/// Their paths must not hold what CRIU's option syntax uses.
 pub fn external_mounts(mountinfo: &str) -> Vec<String> {
     mountinfo
         .lines()
@@ -216,8 +221,8 @@ fn unescape(s: &str) -> String {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'\\'
-            && i + 3 < bytes.len()
-            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8)
+            && let Some(v) = bytes.get(i + 1..i + 4).and_then(|d| std::str::from_utf8(d).ok())
+            && let Ok(v) = u8::from_str_radix(v, 8)
         {
             out.push(v);
             i += 4;
@@ -468,5 +473,8 @@ mod tests {
 178 176 0:43 /null /proc/keys rw,nosuid master:10 - tmpfs tmpfs rw
 180 219 0:56 / /sys/firmware ro,nosuid - tmpfs tmpfs ro";
         assert_eq!(external_mounts(info), ["/sys", "/dev", "/etc/hosts", "/my data"]);
+        // an escape cut short or before a multi-byte character stays as it is
+        assert_eq!(unescape("/a\\04"), "/a\\04");
+        assert_eq!(unescape("/\\é1"), "/\\é1");
     }
 }
