@@ -92,12 +92,28 @@ async fn a_checkpointed_container_keeps_running_and_continues_in_a_new_pod() {
         })
     };
     // kubelet's defaults: a PID namespace of its own, RuntimeDefault seccomp
+    // volumes as kubelet gives them: a directory, its own /etc/hosts, and a
+    // termination log below /dev; each container gets its own
+    let volumes = |name: &str| {
+        let vol = dir.path().join(format!("vol-{name}"));
+        std::fs::create_dir_all(vol.join("data")).expect("volume");
+        std::fs::write(vol.join("data/whose"), name).expect("file");
+        std::fs::write(vol.join("hosts"), format!("127.0.0.1 {name}\n")).expect("hosts");
+        std::fs::write(vol.join("termination-log"), b"").expect("log");
+        let at = |p: &str| vol.join(p).display().to_string();
+        serde_json::json!([
+            { "container_path": "/data", "host_path": at("data") },
+            { "container_path": "/etc/hosts", "host_path": at("hosts") },
+            { "container_path": "/dev/termination-log", "host_path": at("termination-log") },
+        ])
+    };
     let ctr_json = |name: &str, image: &str| {
         serde_json::json!({
             "metadata": { "name": name },
             "image": { "image": image },
             "command": ["sh", "-c", COUNTER],
             "log_path": format!("{name}.log"),
+            "mounts": volumes(name),
             "linux": { "security_context": {
                 "namespace_options": { "pid": 1 },
                 "seccomp": { "profile_type": 0 },
@@ -141,6 +157,8 @@ async fn a_checkpointed_container_keeps_running_and_continues_in_a_new_pod() {
         diff.entries().expect("diff").map(|e| e.expect("entry").path().expect("path").display().to_string()).collect();
     assert!(deleted.contains(&"/bin/dmesg".to_string()), "{deleted:?} {in_diff:?}");
     assert!(in_diff.iter().any(|p| p == "made"), "{in_diff:?}");
+    // what volumes and the pod mount over the root is not the container's
+    assert!(!in_diff.iter().any(|p| p.starts_with("etc/hosts") || p.starts_with("data/")), "{in_diff:?}");
     assert!(String::from_utf8_lossy(&get("dump.log")).contains("Dumping finished successfully"));
     assert!(!get("stats-dump").is_empty());
     get("checkpoint/inventory.img");
@@ -198,6 +216,11 @@ async fn a_checkpointed_container_keeps_running_and_continues_in_a_new_pod() {
     assert_eq!(state(&sock, &restored), "CONTAINER_RUNNING");
     // its root has what the original wrote and lacks what it deleted
     assert_eq!(crictl::ok(&sock, &["exec", &restored, "cat", "/made"]).trim(), "made");
+    // its volumes are the new container's
+    assert_eq!(crictl::ok(&sock, &["exec", &restored, "cat", "/data/whose"]), "restored");
+    assert_eq!(crictl::ok(&sock, &["exec", &restored, "cat", "/etc/hosts"]), "127.0.0.1 restored\n");
+    crictl::ok(&sock, &["exec", &restored, "sh", "-c", "echo bye > /dev/termination-log"]);
+    assert_eq!(std::fs::read_to_string(dir.path().join("vol-restored/termination-log")).expect("log"), "bye\n");
     let gone = crictl::run(&sock, &["exec", &restored, "ls", "/bin/dmesg"]);
     assert!(!gone.status.success(), "/bin/dmesg is back: {gone:?}");
     // confined as before: PID 1 of its own namespace, the same capabilities and filter

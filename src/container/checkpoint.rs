@@ -165,7 +165,7 @@ async fn dump_and_write(
     let paths = AppPaths::new(&t.pod, &t.app.name);
     let tree = std::fs::read_to_string(paths.appsinfo().join("treeStoreID")).unwrap_or_default();
     let upper = paths.overlay_upper(tree.trim());
-    let deleted = tokio::task::block_in_place(|| rootfs_diff(&upper, &work.join(ROOTFS_DIFF)))
+    let deleted = tokio::task::block_in_place(|| rootfs_diff(&upper, &work.join(ROOTFS_DIFF), &t.app))
         .map_err(ContainerError::io(format!("the writable layer of {id}")))?;
     let manifest = rt.manifests.read(&t.pod)?;
     write_json(&work.join(DELETED_FILES), &deleted)?;
@@ -305,13 +305,13 @@ pub fn log_errors(log: &Path) -> String {
 /// Writes the changes of an overlay upper directory as a tar (paths
 /// relative to the root) and returns the deleted paths (whiteouts:
 /// character devices 0/0), absolute in the container.
-fn rootfs_diff(upper: &Path, tar_path: &Path) -> std::io::Result<Vec<String>> {
+fn rootfs_diff(upper: &Path, tar_path: &Path, app: &crate::pod::manifest::RuntimeApp) -> std::io::Result<Vec<String>> {
     let file = std::fs::File::create(tar_path)?;
     let mut tar = tar::Builder::new(std::io::BufWriter::new(file));
     tar.follow_symlinks(false);
     let mut deleted = Vec::new();
     if upper.is_dir() {
-        walk(upper, upper, &mut tar, &mut deleted)?;
+        walk(upper, upper, &mut tar, &mut deleted, app)?;
     }
     tar.into_inner()?.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     deleted.sort();
@@ -323,12 +323,16 @@ fn walk(
     dir: &Path,
     tar: &mut tar::Builder<std::io::BufWriter<std::fs::File>>,
     deleted: &mut Vec<String>,
+    app: &crate::pod::manifest::RuntimeApp,
 ) -> std::io::Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
         let path = entry.path();
         let rel = path.strip_prefix(root).map_err(std::io::Error::other)?;
+        if mounted_over(app, &Path::new("/").join(rel)) {
+            continue;
+        }
         let meta = std::fs::symlink_metadata(&path)?;
         if meta.file_type().is_char_device() && meta.rdev() == 0 {
             deleted.push(format!("/{}", rel.display()));
@@ -336,10 +340,20 @@ fn walk(
         }
         tar.append_path_with_name(&path, rel)?;
         if meta.is_dir() {
-            walk(root, &path, tar, deleted)?;
+            walk(root, &path, tar, deleted, app)?;
         }
     }
     Ok(())
+}
+
+/// Whether `path` (absolute in the container) is where something is
+/// mounted over its root, or below: a volume, an identity file, the API
+/// file systems. Such paths are not the container's own files: no
+/// checkpoint records them, no restore writes or deletes them (that would
+/// reach the volume's files on the node).
+pub fn mounted_over(app: &crate::pod::manifest::RuntimeApp, path: &Path) -> bool {
+    let fixed = crate::stage1::app::IDENTITY_FILES.iter().copied().chain(["/dev", "/proc", "/sys"]);
+    fixed.map(Path::new).chain(app.mounts.iter().map(|m| Path::new(&m.path))).any(|m| path.starts_with(m))
 }
 
 fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), ContainerError> {
@@ -475,6 +489,19 @@ mod tests {
         assert_eq!(external_mounts(info), ["/sys", "/dev", "/etc/hosts", "/my data"]);
         // an escape cut short or before a multi-byte character stays as it is
         assert_eq!(unescape("/a\\04"), "/a\\04");
+    }
+
+    #[test]
+    fn volumes_identity_files_and_api_file_systems_are_not_the_containers_files() {
+        let mut app: crate::pod::manifest::RuntimeApp =
+            serde_json::from_value(serde_json::json!({"name": "a", "image": {"id": "sha512-x"}})).unwrap();
+        app.mounts.push(crate::pod::manifest::Mount { volume: "v".into(), path: "/data".into(), app_volume: None });
+        for path in ["/data", "/data/x", "/etc/hosts", "/dev/termination-log", "/proc", "/sys/fs"] {
+            assert!(mounted_over(&app, Path::new(path)), "{path}");
+        }
+        for path in ["/made", "/database", "/etc/hosts.allow", "/etc", "/bin/dmesg"] {
+            assert!(!mounted_over(&app, Path::new(path)), "{path}");
+        }
         assert_eq!(unescape("/\\é1"), "/\\é1");
     }
 }

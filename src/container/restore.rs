@@ -149,6 +149,9 @@ fn place(rt: &Runtime, id: &str, staged: &Path, facts: &DumpFacts) -> Result<(),
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_default();
     for path in deleted {
+        if checkpoint::mounted_over(&t.app, Path::new(&path)) {
+            continue;
+        }
         let Ok(at) = app::under(&rootfs, Path::new(&path)) else { continue };
         match std::fs::symlink_metadata(&at) {
             Ok(m) if m.is_dir() => drop(std::fs::remove_dir_all(&at)),
@@ -163,7 +166,17 @@ fn place(rt: &Runtime, id: &str, staged: &Path, facts: &DumpFacts) -> Result<(),
         tar.set_preserve_permissions(true);
         tar.set_preserve_ownerships(true);
         tar.set_overwrite(true);
-        tar.unpack(&rootfs).map_err(|e| ContainerError::InvalidArgument(format!("rootfs-diff.tar: {e}")))?;
+        let invalid = |e: std::io::Error| ContainerError::InvalidArgument(format!("rootfs-diff.tar: {e}"));
+        for entry in tar.entries().map_err(invalid)? {
+            let mut entry = entry.map_err(invalid)?;
+            let inner = Path::new("/").join(entry.path().map_err(invalid)?);
+            // (what a volume or the pod provides stays theirs)
+            if checkpoint::mounted_over(&t.app, &inner) {
+                continue;
+            }
+            // (refuses a path leading out of the root, through `..` or a link)
+            entry.unpack_in(&rootfs).map_err(invalid)?;
+        }
     }
     Ok(())
 }

@@ -149,12 +149,25 @@ fn restore_unit(
             .map(String::from),
     );
     args.extend(["--pidfile".to_string(), pidfile.clone()]);
+    let is_volume = |point: &str| t.app.mounts.iter().any(|m| Path::new(&m.path) == Path::new(point));
     for point in &facts.external_mounts {
         // a volume is in this app's root, where CreateContainer put it; the
         // rest (/dev, /sys, identity files...) is the pod's own
-        let volume = t.app.mounts.iter().any(|m| Path::new(&m.path) == Path::new(point));
-        let source = if volume { format!("{rootfs}{point}") } else { point.clone() };
+        let source = if is_volume(point) { format!("{rootfs}{point}") } else { point.clone() };
         args.extend(["--external".to_string(), format!("mnt[{point}]:{source}")]);
+    }
+    // a volume below one of the pod's own mounts (kubelet's
+    // /dev/termination-log) needs its mount point there, as appexec makes it
+    for point in facts.external_mounts.iter().filter(|p| is_volume(p)) {
+        let below_pod_mount = facts
+            .external_mounts
+            .iter()
+            .any(|q| !is_volume(q) && Path::new(point).starts_with(q) && Path::new(point) != Path::new(q));
+        if below_pod_mount {
+            mount_point_in_pod(pid1, point, &paths.rootfs()).map_err(|e| {
+                ContainerError::Internal(format!("the mount point {point} in pod {}: {e}", t.pod.uuid()))
+            })?;
+        }
     }
     for (fd, pipe) in &facts.stdio {
         // the unit's new stdio for the old: stdout and stderr always, stdin when it has one
@@ -186,6 +199,26 @@ fn restore_unit(
     settle_limits(rt, t, id, &limits, limits_result)?;
     rt.pods.warm(&rt.manifests, &t.pod.uuid().to_string());
     Ok(())
+}
+
+/// Makes `point` in the pod (an empty file, or a directory, as the volume
+/// at `point` in the app's root `rootfs` is), unless something is there;
+/// its parent must be a directory of the pod already (nothing followed).
+fn mount_point_in_pod(pid1: i32, point: &str, rootfs: &Path) -> std::io::Result<()> {
+    let target = std::path::PathBuf::from(format!("/proc/{pid1}/root{point}"));
+    if std::fs::symlink_metadata(&target).is_ok() {
+        return Ok(());
+    }
+    let parent = target.parent().ok_or_else(|| std::io::Error::other("no parent"))?;
+    if !std::fs::symlink_metadata(parent)?.is_dir() {
+        return Err(std::io::Error::other("its parent is not a directory"));
+    }
+    let inner = crate::stage1::app::under(rootfs, Path::new(point)).map_err(std::io::Error::other)?;
+    if std::fs::metadata(inner).is_ok_and(|m| m.is_dir()) {
+        std::fs::create_dir(&target)
+    } else {
+        std::fs::OpenOptions::new().write(true).create_new(true).open(&target).map(drop)
+    }
 }
 
 /// Opens container `id` and checks that its pod runs and that it was
