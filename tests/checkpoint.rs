@@ -479,3 +479,44 @@ async fn a_dump_that_fails_or_outlives_its_timeout_leaves_nothing() {
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_only_root_stays_read_only_after_a_restore() {
+    let test = "a_read_only_root_stays_read_only_after_a_restore";
+    if let Some(why) = criu_missing() {
+        return common::skipped(test, &why);
+    }
+    let (dir, _net, d) = common::daemon_with_network();
+    let mut rt = d.runtime().await;
+    let image = common::pull_busybox(&d).await;
+    let config = common::pod_config("ro", &[]);
+    let pod = common::run_pod(&mut rt, &config).await;
+    let mut c = common::container_config("ro", &image, &["sleep", "600"]);
+    if let Some(sc) = c.linux.as_mut().and_then(|l| l.security_context.as_mut()) {
+        sc.readonly_rootfs = true;
+    }
+    let ro = common::create_container(&mut rt, &pod, &config, c.clone()).await;
+    rt.start_container(cri::StartContainerRequest { container_id: ro.clone() }).await.expect("start");
+    let archive = dir.path().join("ro.tar");
+    rt.checkpoint_container(cri::CheckpointContainerRequest {
+        container_id: ro.clone(),
+        location: archive.display().to_string(),
+        timeout: 60,
+    })
+    .await
+    .expect("checkpoint");
+    let mut again = c;
+    again.metadata = Some(cri::ContainerMetadata { name: "ro-again".into(), attempt: 0 });
+    again.image = Some(cri::ImageSpec { image: archive.display().to_string(), ..Default::default() });
+    again.log_path = "ro-again.log".into();
+    let restored = common::create_container(&mut rt, &pod, &config, again).await;
+    rt.start_container(cri::StartContainerRequest { container_id: restored.clone() }).await.expect("restore");
+    for id in [&ro, &restored] {
+        let r = common::exec_sync(&mut rt, id, &["touch", "/written"]).await;
+        assert_ne!(r.exit_code, 0, "{id}: the root is writable");
+        assert!(String::from_utf8_lossy(&r.stderr).contains("Read-only"), "{id}: {r:?}");
+    }
+    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("stop");
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
+    assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+}

@@ -39,7 +39,8 @@
 //!
 //! With `restore=PIDFILE` (a container created from a checkpoint) none of
 //! the above: the program after `--` is `criu restore --restore-sibling`,
-//! run as a child; the task it restores becomes this process's child, and
+//! run as a child (with `rootro`, in a mount namespace where the app's
+//! `root=` is read-only, for CRIU to restore it so); the task it restores becomes this process's child, and
 //! this process tells systemd the unit started and ends as it does.
 //!
 //! With `pid=host` the child does all of the above but the exec, and
@@ -214,6 +215,9 @@ fn restore(plan: &Plan, pidfile: &CStr) -> ! {
                 };
             }
         }
+        if plan.root_read_only {
+            read_only_root_for_criu(&plan.root);
+        }
         // SAFETY: this program has a single thread.
         unsafe { std::env::remove_var("NOTIFY_SOCKET") };
         let mut argv: Vec<*const c_char> = plan.argv.iter().map(|a| a.as_ptr()).collect();
@@ -246,6 +250,29 @@ fn restore(plan: &Plan, pidfile: &CStr) -> ! {
         unsafe { kill(restored, SIGKILL) };
     }
     wait_and_mirror(restored)
+}
+
+/// CRIU binds `--root` as the restored container's root with the flags it
+/// has: in a mount namespace of CRIU's own, the app's root (`root=`) is
+/// bound on itself, volumes below it kept, and that root made read-only
+/// (`rootro`), as a start makes it.
+fn read_only_root_for_criu(root: &CStr) {
+    // SAFETY: unshare(2), mount(2) and mount_setattr(2) on this process's
+    // own new namespace, with C strings and a properly sized struct.
+    unsafe {
+        check(unshare(CLONE_NEWNS), "new mount namespace");
+        check(
+            mount(std::ptr::null(), c"/".as_ptr(), std::ptr::null(), MS_REC | MS_SLAVE, std::ptr::null()),
+            "making mounts slaves",
+        );
+        check(
+            mount(root.as_ptr(), root.as_ptr(), std::ptr::null(), MS_BIND | MS_REC, std::ptr::null()),
+            "binding the root",
+        );
+        let attr = mount_attr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
+        let rc = syscall(SYS_mount_setattr, AT_FDCWD, root.as_ptr(), 0 as c_uint, &attr, size_of::<mount_attr>());
+        check(rc as c_int, "making the root read-only");
+    }
 }
 
 /// How a child ended, for a message.

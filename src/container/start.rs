@@ -176,7 +176,12 @@ fn restore_unit(
         }
     }
     let criu_cmd = ExecCommand::new(criu.display().to_string(), args);
-    let plan = Plan { restore: Some(pidfile), ..Default::default() };
+    let plan = Plan {
+        restore: Some(pidfile),
+        root: Some(rootfs.clone()),
+        root_read_only: t.app.read_only_root_fs,
+        ..Default::default()
+    };
     let mut spec = ServiceSpec::new(unit(&t.app.name), plan.command(&criu_cmd));
     spec.description = format!("container {} (restored)", id);
     spec.mount_api_vfs = false;

@@ -267,7 +267,12 @@ impl Plan {
     /// program, argv[0] and arguments.
     pub fn command(&self, app: &ExecCommand) -> ExecCommand {
         if let Some(pidfile) = &self.restore {
-            let mut args = vec![format!("restore={pidfile}"), "--".into(), app.path.clone()];
+            let mut args = vec![format!("restore={pidfile}")];
+            args.extend(self.root.iter().map(|r| format!("root={r}")));
+            if self.root_read_only {
+                args.push("rootro".into());
+            }
+            args.extend(["--".into(), app.path.clone()]);
             args.extend(app.argv.iter().cloned());
             let mut cmd = ExecCommand::new(IN_POD, args);
             cmd.argv[0] = COMM.into();
@@ -424,6 +429,33 @@ mod tests {
         assert_eq!(plan.command(&app).argv[..3], list(&[COMM, "pid=host", "root=/r"])[..]);
         let (_, deny) = widen(&PidMode::Host, true, &list(&["@system-service"]));
         assert!(!deny.iter().any(|c| c == "setns"), "{deny:?}");
+    }
+
+    #[test]
+    fn a_restore_runs_criu_with_the_root_it_makes_read_only() {
+        let criu = ExecCommand::new("/usr/sbin/criu", ["restore", "-D", "/rkt/checkpoint/a"]);
+        let plan = Plan {
+            restore: Some("/rkt/checkpoint/a/restored.pid".into()),
+            root: Some("/opt/stage2/a/rootfs".into()),
+            root_read_only: true,
+            caps: Some(0x20),
+            ..Default::default()
+        };
+        assert_eq!(
+            plan.command(&criu).argv,
+            list(&[
+                COMM,
+                "restore=/rkt/checkpoint/a/restored.pid",
+                "root=/opt/stage2/a/rootfs",
+                "rootro",
+                "--",
+                "/usr/sbin/criu",
+                "/usr/sbin/criu",
+                "restore",
+                "-D",
+                "/rkt/checkpoint/a"
+            ])
+        );
     }
 
     #[test]
