@@ -481,8 +481,8 @@ async fn a_dump_that_fails_or_outlives_its_timeout_leaves_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_read_only_root_stays_read_only_after_a_restore() {
-    let test = "a_read_only_root_stays_read_only_after_a_restore";
+async fn a_read_only_root_and_volume_stay_read_only_after_a_restore() {
+    let test = "a_read_only_root_and_volume_stay_read_only_after_a_restore";
     if let Some(why) = criu_missing() {
         return common::skipped(test, &why);
     }
@@ -495,6 +495,14 @@ async fn a_read_only_root_stays_read_only_after_a_restore() {
     if let Some(sc) = c.linux.as_mut().and_then(|l| l.security_context.as_mut()) {
         sc.readonly_rootfs = true;
     }
+    let vol = dir.path().join("vol");
+    std::fs::create_dir(&vol).expect("vol");
+    c.mounts.push(cri::Mount {
+        container_path: "/ro".into(),
+        host_path: vol.display().to_string(),
+        readonly: true,
+        ..Default::default()
+    });
     let ro = common::create_container(&mut rt, &pod, &config, c.clone()).await;
     rt.start_container(cri::StartContainerRequest { container_id: ro.clone() }).await.expect("start");
     let archive = dir.path().join("ro.tar");
@@ -512,10 +520,13 @@ async fn a_read_only_root_stays_read_only_after_a_restore() {
     let restored = common::create_container(&mut rt, &pod, &config, again).await;
     rt.start_container(cri::StartContainerRequest { container_id: restored.clone() }).await.expect("restore");
     for id in [&ro, &restored] {
-        let r = common::exec_sync(&mut rt, id, &["touch", "/written"]).await;
-        assert_ne!(r.exit_code, 0, "{id}: the root is writable");
-        assert!(String::from_utf8_lossy(&r.stderr).contains("Read-only"), "{id}: {r:?}");
+        for path in ["/written", "/ro/written"] {
+            let r = common::exec_sync(&mut rt, id, &["touch", path]).await;
+            assert_ne!(r.exit_code, 0, "{id}: {path} is writable");
+            assert!(String::from_utf8_lossy(&r.stderr).contains("Read-only"), "{id}: {r:?}");
+        }
     }
+    assert_eq!(std::fs::read_dir(&vol).expect("vol").count(), 0);
     rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("stop");
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);
