@@ -117,8 +117,7 @@ async fn create_staged(rt: &Runtime, mut req: create::Request, staged: &Path) ->
     req.tty = false;
     let name = meta::app_name_of(&req.name, req.attempt);
     let pod_id = req.pod_id.clone();
-    // (the pod's path is known once it is opened: the images' path in it is not)
-    req.restore = Some(Path::new("/rkt/checkpoint").join(&name).display().to_string());
+    req.restore = Some(AppPaths::new(&pod, &name).checkpoint_in_pod().display().to_string());
     let container = create::create(rt, req).await?;
     if let Err(e) = tokio::task::block_in_place(|| place(rt, &container, staged, &a.facts)) {
         tracing::warn!(pod = %pod_id, container = %container, error = %e, "restore: removing the container made");
