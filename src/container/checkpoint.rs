@@ -378,7 +378,8 @@ fn config_dump(t: &Target, id: &str, paths: &AppPaths) -> ConfigDump {
         checkpointed_time: rfc3339(crate::time::now_nanos()),
         // (Go's zero time, as Podman writes a checkpoint never restored)
         restored_time: "0001-01-01T00:00:00Z".into(),
-        restored: false,
+        // (a container made from a checkpoint keeps the annotation saying so)
+        restored: meta::restore_images(&t.app).is_some(),
     }
 }
 
