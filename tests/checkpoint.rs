@@ -235,6 +235,14 @@ async fn a_checkpointed_container_keeps_running_and_continues_in_a_new_pod() {
     let net = crictl::ok(&sock, &["exec", &restored, "readlink", "/proc/self/ns/net"]);
     assert_eq!(net.trim(), net_b.display().to_string());
 
+    // a restored container can be checkpointed again, and says it was restored
+    let second = dir.path().join("restored.tar");
+    crictl::ok(&sock, &["checkpoint", &format!("--export={}", second.display()), &restored]);
+    let (_, config) = entries(&second).into_iter().find(|(n, _)| n.ends_with("config.dump")).expect("config.dump");
+    let config: serde_json::Value = serde_json::from_slice(&config).expect("config.dump is JSON");
+    assert_eq!(config["restored"], true, "{config:#}");
+    assert_eq!(config["rootfsImageName"], image.as_str(), "{config:#}");
+
     crictl::ok(&sock, &["stop", "--timeout", "2", &restored]);
     assert_eq!(state(&sock, &restored), "CONTAINER_EXITED");
     crictl::ok(&sock, &["rm", &restored]);
