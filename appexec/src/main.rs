@@ -33,6 +33,16 @@
 //!    gid and uid (`groups=`, `gid=`, `uid=`), no_new_privs (`nnp`), and
 //!    exec's the app: `appexec OPTION... -- PATH ARGV0 ARG...`.
 //!
+//! In every mode but `pid=host` the child first leads a session of its
+//! own (CRIU will not checkpoint a container whose session leader, this
+//! program, is outside its PID namespace).
+//!
+//! With `restore=PIDFILE` (a container created from a checkpoint) none of
+//! the above: the program after `--` is `criu restore --restore-sibling`,
+//! run as a child (with `rootro`, in a mount namespace where the app's
+//! `root=` is read-only, for CRIU to restore it so); the task it restores becomes this process's child, and
+//! this process tells systemd the unit started and ends as it does.
+//!
 //! With `pid=host` the child does all of the above but the exec, and
 //! mounts no /proc (the daemon binds the node's, `bind=`, masks on top): it
 //! is the template of an app of a host-PID pod, which nothing under the
@@ -59,9 +69,10 @@ use libc::{
     OPEN_TREE_CLONE, P_PID, POLLHUP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, PR_CAPBSET_DROP, PR_SET_DUMPABLE,
     PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, PR_SET_SECCOMP, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, SECCOMP_MODE_FILTER,
     SIG_IGN, SIGCHLD, SIGKILL, SIGSTOP, SYS_capget, SYS_capset, SYS_mount_setattr, SYS_move_mount, SYS_open_tree,
-    SYS_openat2, SYS_pivot_root, SYS_rt_sigaction, WEXITED, WNOHANG, WNOWAIT, c_char, c_int, c_long, c_uint, c_ulong,
-    chdir, close, execv, fork, getpid, kill, mount, mount_attr, open, open_how, pipe2, poll, pollfd, prctl, read,
-    setgroups, setns, setresgid, setresuid, syscall, umount2, unshare, waitid, waitpid, write,
+    SYS_openat2, SYS_pivot_root, SYS_rt_sigaction, TIOCSCTTY, WEXITED, WNOHANG, WNOWAIT, c_char, c_int, c_long, c_uint,
+    c_ulong, chdir, close, execv, fork, getpid, ioctl, isatty, kill, mount, mount_attr, open, open_how, pipe2, poll,
+    pollfd, prctl, read, setgroups, setns, setresgid, setresuid, setsid, syscall, umount2, unshare, waitid, waitpid,
+    write,
 };
 use plan::Plan;
 use std::ffi::CStr;
@@ -109,6 +120,9 @@ fn main() {
     let plan = plan::parse(args).unwrap_or_else(|what| fail(&what, 0));
     if let Some((name, count)) = &plan.cgroup_wait {
         wait_for_cgroups(name, *count);
+    }
+    if let Some(pidfile) = &plan.restore {
+        restore(&plan, pidfile);
     }
     // the parent outlives every stop signal systemd sends the unit; the
     // child puts the defaults back before its exec (ignored signals would
@@ -177,6 +191,96 @@ fn main() {
         unsafe { kill(child, SIGKILL) };
     }
     wait_and_mirror(child);
+}
+
+/// A container restored from a checkpoint: runs `criu restore` (the
+/// program after `--`) as a child, whose restored task becomes this
+/// process's child too (`--restore-sibling`: CRIU clones it with
+/// CLONE_PARENT); once CRIU has exited 0 and named the task in `pidfile`,
+/// tells systemd the unit started and ends as the container does. CRIU
+/// failing fails the start (its log says why).
+fn restore(plan: &Plan, pidfile: &CStr) -> ! {
+    // SAFETY: fork(2) in this single-threaded program.
+    let criu = unsafe { fork() };
+    check(criu, "fork");
+    if criu == 0 {
+        // CRIU and what it restores start from the default dispositions
+        // (the container's own come back from its images)
+        let default = [0u64; 4];
+        for sig in 1..65 {
+            if sig != SIGKILL && sig != SIGSTOP {
+                // SAFETY: rt_sigaction(2) with an all-zero (SIG_DFL) kernel sigaction.
+                unsafe {
+                    syscall(SYS_rt_sigaction, sig as c_long, default.as_ptr(), std::ptr::null::<u64>(), 8 as c_long)
+                };
+            }
+        }
+        if plan.root_read_only {
+            read_only_root_for_criu(&plan.root);
+        }
+        // SAFETY: this program has a single thread.
+        unsafe { std::env::remove_var("NOTIFY_SOCKET") };
+        let mut argv: Vec<*const c_char> = plan.argv.iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        // SAFETY: execv(2) with NUL-terminated strings and a NULL-terminated array.
+        unsafe { execv(plan.path.as_ptr(), argv.as_ptr()) };
+        fail(&format!("exec {}", plan.path.to_string_lossy()), errno())
+    }
+    let mut status: c_int = 0;
+    loop {
+        // SAFETY: waits for our own child.
+        let rc = unsafe { waitpid(criu, &mut status, 0) };
+        if rc == criu {
+            break;
+        }
+        if rc < 0 && errno() != EINTR {
+            fail("waiting for criu", errno());
+        }
+    }
+    if proc::ended(status) != Ok(0) {
+        fail(&format!("criu restore failed ({})", describe(status)), 0);
+    }
+    let path = pidfile.to_string_lossy();
+    let restored = std::fs::read_to_string(path.as_ref())
+        .ok()
+        .and_then(|s| s.trim().parse::<c_int>().ok())
+        .unwrap_or_else(|| fail(&format!("no pid in {path} after criu restore"), 0));
+    if !ready() {
+        // SAFETY: a signal to the restored container, our child.
+        unsafe { kill(restored, SIGKILL) };
+    }
+    wait_and_mirror(restored)
+}
+
+/// CRIU binds `--root` as the restored container's root with the flags it
+/// has: in a mount namespace of CRIU's own, the app's root (`root=`) is
+/// bound on itself, volumes below it kept, and that root made read-only
+/// (`rootro`), as a start makes it.
+fn read_only_root_for_criu(root: &CStr) {
+    // SAFETY: unshare(2), mount(2) and mount_setattr(2) on this process's
+    // own new namespace, with C strings and a properly sized struct.
+    unsafe {
+        check(unshare(CLONE_NEWNS), "new mount namespace");
+        check(
+            mount(std::ptr::null(), c"/".as_ptr(), std::ptr::null(), MS_REC | MS_SLAVE, std::ptr::null()),
+            "making mounts slaves",
+        );
+        check(
+            mount(root.as_ptr(), root.as_ptr(), std::ptr::null(), MS_BIND | MS_REC, std::ptr::null()),
+            "binding the root",
+        );
+        let attr = mount_attr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
+        let rc = syscall(SYS_mount_setattr, AT_FDCWD, root.as_ptr(), 0 as c_uint, &attr, size_of::<mount_attr>());
+        check(rc as c_int, "making the root read-only");
+    }
+}
+
+/// How a child ended, for a message.
+fn describe(status: c_int) -> String {
+    match proc::ended(status) {
+        Ok(code) => format!("exit code {code}"),
+        Err(signal) => format!("signal {signal}"),
+    }
 }
 
 /// Waits until `count` lines of /proc/self/cgroup (v1 hierarchies) end
@@ -272,6 +376,9 @@ fn container(plan: &Plan, alive: c_int) -> ! {
             unsafe { syscall(SYS_rt_sigaction, sig as c_long, default.as_ptr(), std::ptr::null::<u64>(), 8 as c_long) };
         }
     }
+    if !plan.host {
+        own_session();
+    }
     enter_root(plan, &plan.root);
     proc_mount(plan);
     // made when missing (runc's way), before the root may turn read-only
@@ -314,6 +421,23 @@ fn container(plan: &Plan, alive: c_int) -> ! {
     // SAFETY: execv(2) with NUL-terminated strings and a NULL-terminated array; the environment is systemd's.
     unsafe { execv(plan.path.as_ptr(), argv.as_ptr()) };
     fail(&format!("exec {}", plan.path.to_string_lossy()), errno())
+}
+
+/// The container leads a session of its own, as runc's init does: one led
+/// by appexec (systemd made it) would have its leader outside the
+/// container's PID namespace, which CRIU refuses to checkpoint. A terminal
+/// the unit was given stays the container's controlling terminal.
+fn own_session() {
+    // SAFETY: setsid(2) on this process (not a group leader: a forked child).
+    check(unsafe { setsid() }, "new session");
+    for fd in 0..3 {
+        // SAFETY: isatty(3) and ioctl(2) TIOCSCTTY on our own descriptor; taking
+        // it from appexec's session needs CAP_SYS_ADMIN, held until credentials()
+        if unsafe { isatty(fd) } == 1 {
+            check(unsafe { ioctl(fd, TIOCSCTTY, 1 as c_int) }, "taking the terminal");
+            break;
+        }
+    }
 }
 
 /// A host-PID app's template, confined: tells the parent (`r`, then it

@@ -47,6 +47,12 @@ pub struct Plan {
     pub cwd: Option<CString>,
     pub path: CString,
     pub argv: Vec<CString>,
+    /// `restore=PIDFILE`: the program after `--` is `criu restore`, which
+    /// writes the restored container's pid (in this PID namespace, the
+    /// pod's) to PIDFILE and leaves the container a child of this process
+    /// (`--restore-sibling`); no namespace, root or confinement of this
+    /// program's own (CRIU restores the container's from its images).
+    pub restore: Option<CString>,
 }
 
 /// A path of the pod put at one of the app's (`bind=`, `rbind=` with the
@@ -136,10 +142,11 @@ pub fn parse(args: impl IntoIterator<Item = Vec<u8>>) -> Result<Plan, String> {
                 let (name, n) = value.rsplit_once(':').ok_or("cgwait= is NAME:COUNT")?;
                 plan.cgroup_wait = Some((format!("/{name}"), number(key, n)?));
             }
+            "restore" => plan.restore = Some(cstring(value.into())?),
             _ => return Err(format!("unknown option {arg:?}")),
         }
     }
-    if plan.root.is_empty() {
+    if plan.root.is_empty() && plan.restore.is_none() {
         return Err("no root=".into());
     }
     plan.path = cstring(args.next().ok_or("no program after --")?)?;
@@ -160,6 +167,15 @@ mod tests {
 
     fn c(s: &str) -> CString {
         CString::new(s).unwrap()
+    }
+
+    #[test]
+    fn a_restore_needs_no_root() {
+        let plan = parse(args(&["restore=/rkt/checkpoint/a/pid", "--", "/usr/sbin/criu", "criu", "restore"])).unwrap();
+        assert_eq!(plan.restore, Some(c("/rkt/checkpoint/a/pid")));
+        assert_eq!(plan.path, c("/usr/sbin/criu"));
+        assert_eq!(plan.argv, [c("criu"), c("restore")]);
+        assert!(parse(args(&["pid=new", "--", "/bin/sh", "sh"])).is_err(), "a start still needs root=");
     }
 
     #[test]

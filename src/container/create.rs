@@ -52,6 +52,9 @@ pub struct Request {
     pub identity: identity::Asked,
     pub mounts: Vec<Mount>,
     pub readonly_rootfs: bool,
+    /// Created from a checkpoint: where its CRIU images will be, in the pod
+    /// (`container::restore`).
+    pub restore: Option<String>,
 }
 
 /// The PID namespace a request asks for.
@@ -485,6 +488,9 @@ fn user_annotations(req: &Request, image_ref: &str, log_path: String) -> std::co
     }
     if req.tty {
         user_annotations.insert(meta::TTY.into(), "true".into());
+    }
+    if let Some(images) = &req.restore {
+        user_annotations.insert(meta::RESTORE.into(), images.clone());
     }
     if let Some(mode) = req.stdin {
         let value = if mode == meta::StdinMode::Once { "once" } else { "true" };

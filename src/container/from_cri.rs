@@ -353,6 +353,7 @@ pub fn create_request(rt: &Runtime, req: &cri::CreateContainerRequest) -> Result
         identity: identity_asked(sc)?,
         mounts: config.mounts.iter().map(mount).collect(),
         readonly_rootfs: sc.is_some_and(|s| s.readonly_rootfs),
+        restore: None,
     })
 }
 

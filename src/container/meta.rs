@@ -30,7 +30,15 @@ pub const MASKED_PATHS: &str = "k8s.io/reserved/masked-paths";
 pub const READONLY_PATHS: &str = "k8s.io/reserved/readonly-paths";
 /// The AppArmor profile the container runs under (none: unconfined).
 pub const APPARMOR: &str = "k8s.io/reserved/apparmor";
+/// A container restored from a checkpoint: where CRIU's images are, in the pod.
+pub const RESTORE: &str = "k8s.io/reserved/restore-images";
 pub(crate) const RESERVED_PREFIX: &str = "k8s.io/reserved/";
+
+/// Where the CRIU images of a container created from a checkpoint are
+/// (its start restores them rather than exec'ing its command).
+pub fn restore_images(app: &RuntimeApp) -> Option<String> {
+    user_annotations(app).get(RESTORE).cloned()
+}
 
 /// The PID namespace a container asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]

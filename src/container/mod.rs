@@ -7,6 +7,8 @@
 //!
 //! - `create`: CreateContainer, the app added to the pod
 //! - `start`: StartContainer, the app's unit described and started
+//! - `checkpoint`: CheckpointContainer, the CRIU dump and the archive
+//! - `restore`: CreateContainer from a checkpoint archive (its start is `start`'s)
 //! - `stop`: StopContainer, the unit stopped (a host-PID app signalled itself)
 //! - `remove`: RemoveContainer
 //! - `resources`: UpdateContainerResources, the app's limits
@@ -19,6 +21,7 @@
 //! - `meta`: container ids and what CreateContainer records in the app's annotations
 
 pub mod attach;
+pub mod checkpoint;
 pub mod create;
 pub mod exec;
 pub mod from_cri;
@@ -27,6 +30,7 @@ pub mod meta;
 pub mod pod_resources;
 pub mod remove;
 pub mod resources;
+pub mod restore;
 pub mod start;
 pub mod stats;
 pub mod status;
@@ -53,6 +57,9 @@ pub enum ContainerError {
     /// The pod's bus cannot be reached.
     #[error("{0}")]
     Unavailable(String),
+    /// Not done within the time the caller gave.
+    #[error("{0}")]
+    DeadlineExceeded(String),
     #[error("{0}")]
     Internal(String),
     /// A system call or file failed.
@@ -108,6 +115,7 @@ impl ContainerError {
             ContainerError::InvalidArgument(_) => ErrorKind::InvalidArgument,
             ContainerError::FailedPrecondition(_) => ErrorKind::FailedPrecondition,
             ContainerError::Unavailable(_) => ErrorKind::Unavailable,
+            ContainerError::DeadlineExceeded(_) => ErrorKind::DeadlineExceeded,
             ContainerError::Internal(_) | ContainerError::Io { .. } => ErrorKind::Internal,
             ContainerError::Pod(e) => pod_kind(e),
             ContainerError::App(e) => match e {

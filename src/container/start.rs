@@ -60,6 +60,9 @@ pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
     let (t, paths) = open_created(rt, id)?;
     // the pod's systemd, as its bus connection knows it (masks, OOM score and terminal need it)
     let pid1 = rt.pod_bus(&t.pod).map_err(ContainerError::Unavailable)?.pid1();
+    if let Some(images) = meta::restore_images(&t.app) {
+        return start_restored(rt, &t, &paths, pid1, id, &images);
+    }
     let section = t.app.app.clone().unwrap_or_default();
     let mut spec = base_spec(&t, &paths, id, &section)?;
     let isolators = isolators(&t, &section, &mut spec)?;
@@ -90,6 +93,137 @@ pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
     settle_limits(rt, &t, id, &limits, limits_result)?;
     rt.pods.warm(&rt.manifests, &t.pod.uuid().to_string());
     Ok(())
+}
+
+/// Starts a container created from a checkpoint (`container::restore`):
+/// its unit runs appexec, which runs `criu restore` from the pod (CRIU's
+/// images in `images`, the app's rootfs as the root, the pod's network,
+/// UTS and IPC namespaces joined by inheritance, the mounts that came from
+/// the old pod mapped to this one's, the new stdio pipes handed in for the
+/// old ones) and then waits for the restored container, its child, as it
+/// waits for an app it exec'd. The images are removed once used.
+fn start_restored(
+    rt: &Runtime,
+    t: &Target,
+    paths: &AppPaths,
+    pid1: i32,
+    id: &str,
+    images: &str,
+) -> Result<(), ContainerError> {
+    let result = restore_unit(rt, t, paths, pid1, id, images);
+    let _ = std::fs::remove_dir_all(paths.checkpoint());
+    result
+}
+
+fn restore_unit(
+    rt: &Runtime,
+    t: &Target,
+    paths: &AppPaths,
+    pid1: i32,
+    id: &str,
+    images: &str,
+) -> Result<(), ContainerError> {
+    let criu = super::checkpoint::criu_binary()?;
+    // the pod sees the node's /usr, nothing else of it
+    if !criu.starts_with("/usr/") {
+        return Err(ContainerError::FailedPrecondition(format!(
+            "criu is at {}: pods see only the node's /usr",
+            criu.display()
+        )));
+    }
+    let facts: super::checkpoint::DumpFacts = std::fs::read(paths.checkpoint().join(super::checkpoint::RKTLET_JSON))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or_else(|| ContainerError::FailedPrecondition(format!("the checkpoint of container {id} is gone")))?;
+    tokio::task::block_in_place(|| crate::stage1::appexec::ensure(&rt.data, &t.pod.path(), pid1))
+        .map_err(|e| ContainerError::Internal(format!("putting appexec in pod {}: {e}", t.pod.uuid())))?;
+    let rootfs = paths.rootfs_in_pod().display().to_string();
+    let pidfile = format!("{images}/restored.pid");
+    let mut args: Vec<String> =
+        ["restore", "--images-dir", images, "--log-file", "restore.log", "-v4", "--root", &rootfs]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    args.extend(
+        ["--restore-detached", "--restore-sibling", "--manage-cgroups=ignore", "--tcp-established", "--file-locks"]
+            .map(String::from),
+    );
+    args.extend(["--pidfile".to_string(), pidfile.clone()]);
+    let is_volume = |point: &str| t.app.mounts.iter().any(|m| Path::new(&m.path) == Path::new(point));
+    for point in &facts.external_mounts {
+        // a volume is in this app's root, where CreateContainer put it; the
+        // rest (/dev, /sys, identity files...) is the pod's own
+        let source = if is_volume(point) { format!("{rootfs}{point}") } else { point.clone() };
+        args.extend(["--external".to_string(), format!("mnt[{point}]:{source}")]);
+    }
+    // a volume below one of the pod's own mounts (kubelet's
+    // /dev/termination-log) needs its mount point there, as appexec makes it
+    for point in facts.external_mounts.iter().filter(|p| is_volume(p)) {
+        let below_pod_mount = facts
+            .external_mounts
+            .iter()
+            .any(|q| !is_volume(q) && Path::new(point).starts_with(q) && Path::new(point) != Path::new(q));
+        if below_pod_mount {
+            mount_point_in_pod(pid1, point, &paths.rootfs()).map_err(|e| {
+                ContainerError::Internal(format!("the mount point {point} in pod {}: {e}", t.pod.uuid()))
+            })?;
+        }
+    }
+    for (fd, pipe) in &facts.stdio {
+        // the unit's new stdio for the old: stdout and stderr always, stdin when it has one
+        if *fd > 0 || meta::stdin(&t.app).is_some() {
+            args.extend(["--inherit-fd".to_string(), format!("fd[{fd}]:{pipe}")]);
+        }
+    }
+    let criu_cmd = ExecCommand::new(criu.display().to_string(), args);
+    let plan = Plan {
+        restore: Some(pidfile),
+        root: Some(rootfs.clone()),
+        root_read_only: t.app.read_only_root_fs,
+        ..Default::default()
+    };
+    let mut spec = ServiceSpec::new(unit(&t.app.name), plan.command(&criu_cmd));
+    spec.description = format!("container {} (restored)", id);
+    spec.mount_api_vfs = false;
+    spec.notify_ready = true;
+    let limits = meta::limits(&t.app);
+    tokio::task::block_in_place(|| super::pod_resources::refresh_for_app(rt, &t.pod))?;
+    unit_properties(t, pid1, &limits, &mut spec);
+    let section = t.app.app.clone().unwrap_or_default();
+    stdio(t, pid1, id, &section, &mut spec)?;
+    mark_before_start(paths, &PidMode::Container)?;
+    if let Some(e) = start_unit(rt, t, paths, id, &spec, &None) {
+        let why = super::checkpoint::log_errors(&paths.checkpoint().join("restore.log"));
+        return Err(match e {
+            ContainerError::Bus(b) => ContainerError::Internal(format!("restoring container {id}: {b}{why}")),
+            e => e,
+        });
+    }
+    rt.emit(t.pod.uuid(), &t.app.name, EventKind::Started);
+    let limits_result = place_in_cgroups(t, &None, &limits);
+    settle_limits(rt, t, id, &limits, limits_result)?;
+    rt.pods.warm(&rt.manifests, &t.pod.uuid().to_string());
+    Ok(())
+}
+
+/// Makes `point` in the pod (an empty file, or a directory, as the volume
+/// at `point` in the app's root `rootfs` is), unless something is there;
+/// its parent must be a directory of the pod already (nothing followed).
+fn mount_point_in_pod(pid1: i32, point: &str, rootfs: &Path) -> std::io::Result<()> {
+    let target = std::path::PathBuf::from(format!("/proc/{pid1}/root{point}"));
+    if std::fs::symlink_metadata(&target).is_ok() {
+        return Ok(());
+    }
+    let parent = target.parent().ok_or_else(|| std::io::Error::other("no parent"))?;
+    if !std::fs::symlink_metadata(parent)?.is_dir() {
+        return Err(std::io::Error::other("its parent is not a directory"));
+    }
+    let inner = crate::stage1::app::under(rootfs, Path::new(point)).map_err(std::io::Error::other)?;
+    if std::fs::metadata(inner).is_ok_and(|m| m.is_dir()) {
+        std::fs::create_dir(&target)
+    } else {
+        std::fs::OpenOptions::new().write(true).create_new(true).open(&target).map(drop)
+    }
 }
 
 /// Opens container `id` and checks that its pod runs and that it was

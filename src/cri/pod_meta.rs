@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 pub const POD_UID: &str = crate::pod::manifest::USER_ANNOTATION_POD_UID;
 pub const POD_NAME: &str = crate::pod::manifest::USER_ANNOTATION_POD_NAME;
-pub const POD_NAMESPACE: &str = "k8s.io/reserved/pod-namespace";
+pub const POD_NAMESPACE: &str = crate::pod::manifest::USER_ANNOTATION_POD_NAMESPACE;
 pub const POD_ATTEMPT: &str = "k8s.io/reserved/pod-attempt";
 const RESERVED_PREFIX: &str = "k8s.io/reserved/";
 

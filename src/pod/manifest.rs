@@ -29,6 +29,8 @@ pub const ANNOTATION_LOG_DIR: &str = "coreos.com/rkt/experiment/kubernetes-log-d
 pub const USER_ANNOTATION_POD_UID: &str = "k8s.io/reserved/pod-uid";
 /// User annotation holding the Kubernetes pod's name.
 pub const USER_ANNOTATION_POD_NAME: &str = "k8s.io/reserved/pod-name";
+/// The CRI pod's namespace.
+pub const USER_ANNOTATION_POD_NAMESPACE: &str = "k8s.io/reserved/pod-namespace";
 
 /// A `{name, value}` pair: appc labels, annotations and environment entries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -136,6 +136,16 @@ impl AppPaths {
         Path::new("/rkt/devices").join(&self.name)
     }
 
+    /// CRIU's images of a container restored from a checkpoint, until its start.
+    pub fn checkpoint(&self) -> PathBuf {
+        self.stage1.join("rkt/checkpoint").join(&self.name)
+    }
+
+    /// [`AppPaths::checkpoint`] as the pod sees it.
+    pub fn checkpoint_in_pod(&self) -> PathBuf {
+        Path::new("/rkt/checkpoint").join(&self.name)
+    }
+
     pub fn status_file(&self, suffix: &str) -> PathBuf {
         self.stage1.join("rkt/status").join(format!("{}{suffix}", self.name))
     }
@@ -440,6 +450,7 @@ fn remove_files(pod: &Pod, paths: &AppPaths, tree_id: Option<&str>) {
     let _ = fs::remove_dir_all(paths.appsinfo());
     let _ = fs::remove_file(paths.env_file());
     let _ = fs::remove_dir_all(paths.devices());
+    let _ = fs::remove_dir_all(paths.checkpoint());
     for suffix in ["", "-created", "-started", "-stopping", START_ERROR, OOM_KILLED, HOST_PID] {
         let _ = fs::remove_file(paths.status_file(suffix));
     }

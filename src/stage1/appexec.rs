@@ -127,7 +127,18 @@ pub fn ensure(data: &DataDir, pod_dir: &Path, pod_pid1: i32) -> io::Result<()> {
 /// The namespace calls appexec makes after systemd applied the app's
 /// seccomp filter: denied again once it is done with them.
 fn needs(pid: &PidMode) -> Vec<&'static str> {
-    let mut calls = vec!["mount", "mount_setattr", "unshare", "open_tree", "move_mount", "pivot_root", "umount2"];
+    // (setsid and ioctl: the container's own session and terminal)
+    let mut calls = vec![
+        "mount",
+        "mount_setattr",
+        "unshare",
+        "open_tree",
+        "move_mount",
+        "pivot_root",
+        "umount2",
+        "setsid",
+        "ioctl",
+    ];
     // (unshare makes the mount namespace in either case)
     if matches!(pid, PidMode::Join(..)) {
         calls.insert(3, "setns");
@@ -231,6 +242,11 @@ pub struct Plan {
     pub binds: Vec<Bind>,
     pub root_read_only: bool,
     pub working_directory: Option<String>,
+    /// A container restored from a checkpoint: the command is `criu
+    /// restore`, which writes the restored container's pid to this file;
+    /// appexec runs it and then waits for the container (nothing else of
+    /// the plan applies: CRIU restores the namespaces and confinement).
+    pub restore: Option<String>,
 }
 
 /// A path of the pod bound at one of the app's (systemd's `BindPaths=`).
@@ -250,6 +266,18 @@ impl Plan {
     /// The unit's ExecStart: appexec with its options, then the app's
     /// program, argv[0] and arguments.
     pub fn command(&self, app: &ExecCommand) -> ExecCommand {
+        if let Some(pidfile) = &self.restore {
+            let mut args = vec![format!("restore={pidfile}")];
+            args.extend(self.root.iter().map(|r| format!("root={r}")));
+            if self.root_read_only {
+                args.push("rootro".into());
+            }
+            args.extend(["--".into(), app.path.clone()]);
+            args.extend(app.argv.iter().cloned());
+            let mut cmd = ExecCommand::new(IN_POD, args);
+            cmd.argv[0] = COMM.into();
+            return cmd;
+        }
         let mut args = vec![match &self.join {
             Some((pid, start)) => format!("pid={pid}@{start}"),
             None if self.host => "pid=host".into(),
@@ -401,6 +429,33 @@ mod tests {
         assert_eq!(plan.command(&app).argv[..3], list(&[COMM, "pid=host", "root=/r"])[..]);
         let (_, deny) = widen(&PidMode::Host, true, &list(&["@system-service"]));
         assert!(!deny.iter().any(|c| c == "setns"), "{deny:?}");
+    }
+
+    #[test]
+    fn a_restore_runs_criu_with_the_root_it_makes_read_only() {
+        let criu = ExecCommand::new("/usr/sbin/criu", ["restore", "-D", "/rkt/checkpoint/a"]);
+        let plan = Plan {
+            restore: Some("/rkt/checkpoint/a/restored.pid".into()),
+            root: Some("/opt/stage2/a/rootfs".into()),
+            root_read_only: true,
+            caps: Some(0x20),
+            ..Default::default()
+        };
+        assert_eq!(
+            plan.command(&criu).argv,
+            list(&[
+                COMM,
+                "restore=/rkt/checkpoint/a/restored.pid",
+                "root=/opt/stage2/a/rootfs",
+                "rootro",
+                "--",
+                "/usr/sbin/criu",
+                "/usr/sbin/criu",
+                "restore",
+                "-D",
+                "/rkt/checkpoint/a"
+            ])
+        );
     }
 
     #[test]
