@@ -24,7 +24,8 @@
 # (node-vm/build-rootfs.sh, about 40 s) when missing, builds rktlet and the test binaries,
 # downloads the .debs the guest installs (it has no network): apparmor (the guest's kernel
 # enforces AppArmor: rktlet loads its default profile with apparmor_parser), sudo (critest
-# loads its AppArmor profiles with it), jq and xz-utils (conformance.sh and the kit), starts
+# loads its AppArmor profiles with it), jq and xz-utils (conformance.sh and the kit), criu
+# (Debian 12's, for tests/checkpoint.rs), unpacks the official crictl into target/, starts
 # the seeded registry on the host's loopback (the guest reaches it at 10.0.2.2).
 # The guest sees this worktree at /host, linked to the same absolute path so the test
 # binary finds the rktlet binary it was built against. Emulated (TCG): correctness only.
@@ -42,7 +43,7 @@ t0=$(date +%s)
 container_lane() {
   local node_sh=${NODE_CONTAINER_TOOLS:-$repo/../shared/tools/node-container}/node.sh
   [ -f "$node_sh" ] || { echo "node-container tools not found at $node_sh (set NODE_CONTAINER_TOOLS)" >&2; exit 1; }
-  local tests=${NODE_TESTS:-pod_sandbox containers pool stats walkthrough exec userns}
+  local tests=${NODE_TESTS:-pod_sandbox containers pool stats walkthrough exec userns checkpoint}
   ./scripts/install-deps.sh >/dev/null
   cargo build --locked --bin rktlet
   local args=() t
@@ -141,8 +142,8 @@ command -v qemu-system-x86_64 >/dev/null && command -v mmdebstrap >/dev/null || 
 [ -f "$VMDIR/rootfs.ext4" ] || OUT=$VMDIR bash "$tools/build-rootfs.sh"
 
 cargo build --locked --bin rktlet
-vm_tests="cgroup_v2 apparmor"
-built=$(cargo test --locked --no-run --test cgroup_v2 --test apparmor 2>&1 | tee -a /dev/stderr)
+vm_tests="cgroup_v2 apparmor checkpoint"
+built=$(cargo test --locked --no-run --test cgroup_v2 --test apparmor --test checkpoint 2>&1 | tee -a /dev/stderr)
 testbins=()
 for t in $vm_tests; do
   b=$(sed -n "s/.*Executable tests\/$t.rs (\(.*\))/\1/p" <<<"$built" | tail -1)
@@ -154,8 +155,17 @@ done
 # its default profile) and sudo (critest loads its AppArmor profiles with sudo apparmor_parser)
 debs=$repo/target/node-lane-debs
 rm -rf "$debs" && mkdir -p "$debs"
-(cd "$debs" && apt-get download -q -o APT::Sandbox::User=root jq libjq1 libonig5 xz-utils apparmor sudo >&2)
-guest_debs="dpkg -i $debs/*.deb >/dev/null 2>&1 || { echo 'guest: installing $(cd "$debs" && echo *.deb) failed' >&2; exit 1; }"
+(cd "$debs" && apt-get download -q -o APT::Sandbox::User=root jq libjq1 libonig5 xz-utils apparmor sudo \
+  libnet1 libnl-3-200 libprotobuf-c1 >&2)
+# the official crictl for the tests that drive rktlet with it (the guest sees only this worktree)
+crictl_xz=$repo/../shared/tools/cri-tools/crictl.xz
+[ -f "$crictl_xz" ] || { echo "crictl not found at $crictl_xz" >&2; exit 1; }
+xz -dc "$crictl_xz" >"$repo/target/node-lane-crictl" && chmod 0755 "$repo/target/node-lane-crictl"
+# and Debian 12's CRIU for the checkpoint tests, without python3-protobuf (only its crit tool uses it)
+mkdir -p "$debs/criu"
+(cd "$debs/criu" && apt-get download -q -o APT::Sandbox::User=root criu >&2)
+guest_debs="dpkg -i $debs/*.deb >/dev/null 2>&1 || { echo 'guest: installing $(cd "$debs" && echo *.deb) failed' >&2; exit 1; }
+dpkg -i --force-depends $debs/criu/*.deb >/dev/null 2>&1 || { echo 'guest: installing criu failed' >&2; exit 1; }"
 
 # the seeded registry on the host's loopback, stopped when this script exits
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -215,7 +225,7 @@ for b in ${testbins[*]}; do
   echo "=== guest: \$b" | tee -a $glog
   # the output also goes to the host as it comes (9p has no cache): when the guest wedges, the
   # host shows which tests finished; a test binary that hangs is stopped before the VM's timeout
-  { RKTLET_TEST_IMAGE=10.0.2.2:$port/busybox:latest RKTLET_TEST_LOG=rktlet=info \
+  { RKTLET_TEST_IMAGE=10.0.2.2:$port/busybox:latest RKTLET_TEST_LOG=rktlet=info CRICTL=$repo/target/node-lane-crictl \
     timeout -k 10 $guest_test_timeout "$repo/\$b" --test-threads=2 ${VM_TEST_ARGS:-} && echo 0 >/tmp/brc || echo \$? >/tmp/brc; } 2>&1 | tee -a $glog
   brc=\$(cat /tmp/brc)
   [ \$brc = 0 ] || { echo "guest: \$b exited \$brc"; rc=1; }
