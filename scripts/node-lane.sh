@@ -156,7 +156,7 @@ done
 debs=$repo/target/node-lane-debs
 rm -rf "$debs" && mkdir -p "$debs"
 (cd "$debs" && apt-get download -q -o APT::Sandbox::User=root jq libjq1 libonig5 xz-utils apparmor sudo \
-  libnet1 libnl-3-200 libprotobuf-c1 >&2)
+  libnet1 sgml-base libnl-3-200 libprotobuf-c1 >&2)
 # the official crictl for the tests that drive rktlet with it (the guest sees only this worktree)
 crictl_xz=$repo/../shared/tools/cri-tools/crictl.xz
 [ -f "$crictl_xz" ] || { echo "crictl not found at $crictl_xz" >&2; exit 1; }

@@ -49,10 +49,7 @@ struct Env {
 
 async fn env(name: &str) -> Env {
     let d = Daemon::start(&[]);
-    let image = match std::env::var("RKTLET_TEST_IMAGE") {
-        Ok(i) => common::pull(&d, &i).await,
-        Err(_) => common::pull_busybox(&d).await,
-    };
+    let image = common::pull_busybox(&d).await;
     let mut rt = d.runtime().await;
     let logs = tempfile::tempdir().expect("logs");
     let mut pod_config = host_network(pod_config(name, &[]));

@@ -56,10 +56,7 @@ async fn env(cgroupfs: bool) -> Env {
     let cni_conf_dir = Daemon::cni_conf_dir(dir.path(), &[]);
     let mut d = Daemon { child, socket, dir, cni_conf_dir };
     d.wait_ready();
-    let image = match std::env::var("RKTLET_TEST_IMAGE") {
-        Ok(i) => common::pull(&d, &i).await,
-        Err(_) => common::pull_busybox(&d).await,
-    };
+    let image = common::pull_busybox(&d).await;
     let rt = d.runtime().await;
     Env { d, rt, image, logs: tempfile::tempdir().expect("logs") }
 }

@@ -77,7 +77,7 @@ async fn a_checkpointed_container_keeps_running_and_continues_in_a_new_pod() {
     }
     let (dir, _net, d) = common::daemon_with_network();
     let sock = d.socket.clone();
-    let image = format!("{}/busybox:latest", common::registry::registry().main);
+    let image = common::busybox_ref();
     crictl::ok(&sock, &["pull", &image]);
     let logs = dir.path().join("logs");
     let write = |name: &str, v: serde_json::Value| {

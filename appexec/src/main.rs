@@ -215,9 +215,7 @@ fn restore(plan: &Plan, pidfile: &CStr) -> ! {
                 };
             }
         }
-        if plan.root_read_only {
-            read_only_root_for_criu(&plan.root);
-        }
+        mounts_for_criu(plan);
         // SAFETY: this program has a single thread.
         unsafe { std::env::remove_var("NOTIFY_SOCKET") };
         let mut argv: Vec<*const c_char> = plan.argv.iter().map(|a| a.as_ptr()).collect();
@@ -252,13 +250,18 @@ fn restore(plan: &Plan, pidfile: &CStr) -> ! {
     wait_and_mirror(restored)
 }
 
-/// CRIU binds `--root` as the restored container's root with the flags it
-/// has: in a mount namespace of CRIU's own, the app's root (`root=`) is
-/// bound on itself, volumes below it kept, and that root made read-only
-/// (`rootro`), as a start makes it.
-fn read_only_root_for_criu(root: &CStr) {
-    // SAFETY: unshare(2), mount(2) and mount_setattr(2) on this process's
-    // own new namespace, with C strings and a properly sized struct.
+/// What CRIU sees, in a mount namespace of its own:
+/// - the node's securityfs at /sys/kernel/security, which nspawn does not
+///   give a pod: CRIU tells the node's LSM from it, and restores the
+///   AppArmor profile the images carry only when it finds the LSM they were
+///   dumped under ("mismatched lsm types" otherwise);
+/// - for a read-only root (`rootro`): CRIU binds `--root` as the restored
+///   container's root with the flags it has, so the app's root (`root=`) is
+///   bound on itself, volumes below it kept, and made read-only, as a start
+///   makes it.
+fn mounts_for_criu(plan: &Plan) {
+    // SAFETY: unshare(2) and mount(2) on this process's own new namespace,
+    // with C string literals.
     unsafe {
         check(unshare(CLONE_NEWNS), "new mount namespace");
         check(
@@ -266,11 +269,26 @@ fn read_only_root_for_criu(root: &CStr) {
             "making mounts slaves",
         );
         check(
-            mount(root.as_ptr(), root.as_ptr(), std::ptr::null(), MS_BIND | MS_REC, std::ptr::null()),
-            "binding the root",
+            mount(
+                c"securityfs".as_ptr(),
+                c"/sys/kernel/security".as_ptr(),
+                c"securityfs".as_ptr(),
+                MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                std::ptr::null(),
+            ),
+            "mounting securityfs for criu",
         );
+    }
+    if !plan.root_read_only {
+        return;
+    }
+    let root = plan.root.as_ptr();
+    // SAFETY: mount(2) and mount_setattr(2) in this process's own namespace,
+    // with a C string and a properly sized struct.
+    unsafe {
+        check(mount(root, root, std::ptr::null(), MS_BIND | MS_REC, std::ptr::null()), "binding the root");
         let attr = mount_attr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
-        let rc = syscall(SYS_mount_setattr, AT_FDCWD, root.as_ptr(), 0 as c_uint, &attr, size_of::<mount_attr>());
+        let rc = syscall(SYS_mount_setattr, AT_FDCWD, root, 0 as c_uint, &attr, size_of::<mount_attr>());
         check(rc as c_int, "making the root read-only");
     }
 }

@@ -354,7 +354,13 @@ pub fn pod_pid1(data: &Path, pod: &str) -> i32 {
 
 /// Pulls the fixture registry's busybox through the daemon; returns its reference.
 pub async fn pull_busybox(d: &Daemon) -> String {
-    pull(d, &format!("{}/busybox:latest", registry::registry().main)).await
+    pull(d, &busybox_ref()).await
+}
+
+/// The busybox image the tests run: `RKTLET_TEST_IMAGE` where the node lane
+/// serves one (the VM has no registry of its own), else the seeded registry's.
+pub fn busybox_ref() -> String {
+    std::env::var("RKTLET_TEST_IMAGE").unwrap_or_else(|_| format!("{}/busybox:latest", registry::registry().main))
 }
 
 /// Pulls `image` through the daemon; returns the reference.
