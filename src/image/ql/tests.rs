@@ -328,7 +328,13 @@ fn records(bytes: &[u8], table: &str) -> Vec<(i64, Vec<Scalar>)> {
 /// each index holds exactly one entry a row and has lldb's shape; returns
 /// the depth of each tree.
 fn check_indices(bytes: &[u8]) -> Vec<(String, usize)> {
-    let db = write::Db::new(bytes.to_vec()).unwrap();
+    check_indices_with(bytes, (256, 256))
+}
+
+/// [`check_indices`] for trees of lldb's fan-out `k_data`, `k_index`.
+fn check_indices_with(bytes: &[u8], (k_data, k_index): (usize, usize)) -> Vec<(String, usize)> {
+    let mut db = write::Db::new(bytes.to_vec()).unwrap();
+    db.set_fanout(k_data, k_index);
     let mut depths = Vec::new();
     for table in ["aciinfo", "remote"] {
         let all = tables(bytes).unwrap();
@@ -645,4 +651,67 @@ fn a_change_of_rktlets_index_reaches_rkts_database() {
     assert!(fs::read(dir.path().join(DB_FILE)).unwrap() == kept, "file changed by a failed change");
     let left: Vec<_> = fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(left, [std::ffi::OsString::from(DB_FILE)], "nothing else left behind");
+}
+
+#[test]
+fn deep_trees_split_borrow_and_join_index_pages() {
+    // lldb's smallest fan-outs make trees of many levels from a few hundred
+    // rows, so index pages split, take children from siblings and join
+    for fanout in [(1, 2), (2, 3), (3, 2)] {
+        let (db, _) = fixture("empty");
+        let mut order: Vec<u64> = (0..400).collect();
+        shuffle(&mut order, 0xfeed + fanout.0 as u64);
+        let mut db = write::Db::new(db).unwrap();
+        db.set_fanout(fanout.0, fanout.1);
+        let mut deepest = 0;
+        let out = |name: &str, bytes: &[u8]| {
+            if let Ok(dir) = std::env::var("QL_WRITE_OUT") {
+                fs::write(Path::new(&dir).join(format!("deep-{}-{}-{name}.db", fanout.0, fanout.1)), bytes).unwrap();
+            }
+        };
+        for (n, &i) in order.iter().enumerate() {
+            let a = image(i);
+            db.put_aciinfo(&a).unwrap();
+            db.put_remote(&remote_of(&a)).unwrap();
+            if n % 100 == 99 {
+                let bytes = db.into_bytes();
+                check_allocator(&bytes);
+                let depths = check_indices_with(&bytes, fanout);
+                deepest = depths.iter().map(|d| d.1).max().unwrap().max(deepest);
+                if n == 399 {
+                    out("grown", &bytes);
+                }
+                db = write::Db::new(bytes).unwrap();
+                db.set_fanout(fanout.0, fanout.1);
+            }
+        }
+        assert!(deepest >= 4, "{fanout:?}: {deepest} levels");
+        shuffle(&mut order, 0xbeef);
+        for (n, &i) in order.iter().enumerate() {
+            db.remove_image(&image(i).blobkey).unwrap();
+            if n % 50 == 49 {
+                let bytes = db.into_bytes();
+                check_allocator(&bytes);
+                let want = 400 - n - 1;
+                if want == 100 {
+                    out("shrunk", &bytes);
+                }
+                assert_eq!(parse(&bytes).unwrap().aciinfo.len(), want);
+                let depths = check_indices_with(&bytes, fanout);
+                if want == 0 {
+                    assert!(depths.iter().all(|d| d.1 == 0), "{fanout:?}: empty trees {depths:?}");
+                }
+                db = write::Db::new(bytes).unwrap();
+                db.set_fanout(fanout.0, fanout.1);
+            }
+        }
+        let bytes = db.into_bytes();
+        let left = write::Db::new(bytes.clone()).unwrap();
+        for table in ["aciinfo", "remote"] {
+            for ix in left.indices(table).unwrap() {
+                assert!(left.bt_entries(ix.tree).unwrap().is_empty());
+            }
+        }
+        check_allocator(&bytes);
+    }
 }
