@@ -264,7 +264,7 @@ fn image(i: u64) -> AciInfo {
         name: format!("example.com/app-{}", i % 23),
         importtime: 1_795_694_400_000_000_000 + i as i64,
         lastused: 1_795_694_400_000_000_000 + 2 * i as i64,
-        latest: i % 2 == 0,
+        latest: i.is_multiple_of(2),
         size: i as i64,
         treestoresize: 3 * i as i64,
         verified: false,
@@ -498,7 +498,7 @@ fn an_empty_database_gets_rkts_time_type_id() {
     db.put_remote(&remote_of(&a)).unwrap();
     let out = db.into_bytes();
     let got = parse(&out).unwrap();
-    assert_eq!(got.aciinfo, [a.clone()]);
+    assert_eq!(got.aciinfo, std::slice::from_ref(&a));
     assert_eq!(got.remote, [remote_of(&a)]);
     check_allocator(&out);
     check_indices(&out);

@@ -376,6 +376,9 @@ fn collate(a: &[Scalar], b: &[Scalar]) -> Result<Ordering, QlError> {
 /// on the way down, before a change below could need it; a root index page
 /// left with one child gives way to it. This is lldb's algorithm (delayed
 /// split and join), so ql finds the trees as it would make them.
+/// A B-tree item: its key and value, both encoded scalar vectors.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
 const K_DATA: usize = 256;
 const K_INDEX: usize = 256;
 const INDEX_PAGE: u8 = 0;
@@ -960,7 +963,7 @@ impl Db {
     }
 
     /// Every (key, value) of `tree` in key order, along the data page list.
-    pub fn bt_entries(&self, tree: i64) -> Result<Vec<(Vec<u8>, Vec<u8>)>, QlError> {
+    pub fn bt_entries(&self, tree: i64) -> Result<Vec<Entry>, QlError> {
         let mut h = self.tree_root(tree)?;
         let mut depth = 0;
         while h != 0 {
