@@ -715,3 +715,34 @@ fn deep_trees_split_borrow_and_join_index_pages() {
         check_allocator(&bytes);
     }
 }
+
+#[test]
+fn damaged_index_pages_are_refused_not_followed() {
+    let (bytes, expect) = fixture("paged");
+    let victim = expected(&expect).aciinfo[100].blobkey.clone();
+    let db = write::Db::new(bytes.clone()).unwrap();
+    let tree = db.indices("aciinfo").unwrap()[0].tree;
+    let blocks = Blocks::new(&bytes).unwrap();
+    let root = blocks.get(tree).unwrap().iter().fold(0i64, |a, &b| (a << 8) | i64::from(b));
+    let at = blocks::offset(root);
+    // the root index page's kind, its length, each byte of its first handles
+    let mut tried = 0;
+    for off in at..at + 40 {
+        for flip in [0x01u8, 0x80, 0xff] {
+            let mut bad = bytes.clone();
+            bad[off] ^= flip;
+            let Ok(mut db) = write::Db::new(bad) else { continue };
+            // never a panic, never a loop: an error or a change
+            let _ = db.remove_image(&victim);
+            let _ = db.put_aciinfo(&image(77));
+            tried += 1;
+        }
+    }
+    assert!(tried > 60, "{tried} damaged files tried");
+    // a page of the wrong kind is named as damage
+    let mut bad = bytes.clone();
+    let content = if bytes[at] == blocks::TAG_LONG { at + 3 } else { at + 1 };
+    bad[content] = 7;
+    let err = write::Db::new(bad).unwrap().remove_image(&victim).unwrap_err();
+    assert!(matches!(err, QlError::Format(_)), "{err}");
+}
