@@ -238,3 +238,30 @@ fn a_database_rkt_never_fetched_into_gets_rktlets_first_image() {
     assert_eq!(rkt.aciinfo[0].importtime, row.importtime);
     assert_eq!(rkt.version, Some(rktlet::image::ql::RKT_DB_VERSION));
 }
+
+#[test]
+fn rkts_docker_images_resolve_by_reference() {
+    // rkt records a docker image's remote under the URL as typed
+    // (`rkt fetch docker://busybox:1.36`); the reference finds it in any form
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("ql.db"), fixture("three.db")).unwrap();
+    let key = three_keys()[1].clone();
+    rktlet::image::ql::write::update_dir(dir.path(), |db| {
+        db.put_remote(&rktlet::image::cas::Remote {
+            aciurl: "docker://busybox:1.36".into(),
+            sigurl: String::new(),
+            etag: String::new(),
+            blobkey: key.clone(),
+            cachemaxage: 0,
+            downloadtime: 1_795_780_800_000_000_000,
+        })
+    })
+    .unwrap();
+    let (_t, store) = store_with(&fs::read(dir.path().join("ql.db")).unwrap());
+    for r in ["busybox:1.36", "docker.io/library/busybox:1.36", "docker://busybox:1.36"] {
+        assert_eq!(store.resolve(r).unwrap().id, key, "{r}");
+    }
+    assert!(store.resolve("busybox:1.35").is_err());
+    let image = store.resolve("busybox:1.36").unwrap();
+    assert!(image.tags.contains(&"docker.io/library/busybox:1.36".to_string()), "{:?}", image.tags);
+}

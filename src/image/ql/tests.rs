@@ -746,3 +746,18 @@ fn damaged_index_pages_are_refused_not_followed() {
     let err = write::Db::new(bad).unwrap().remove_image(&victim).unwrap_err();
     assert!(matches!(err, QlError::Format(_)), "{err}");
 }
+
+#[test]
+fn rkts_docker_urls_read_as_normalized_references() {
+    assert_eq!(rktlet_aciurl("docker://busybox"), "docker://docker.io/library/busybox:latest");
+    assert_eq!(rktlet_aciurl("docker://quay.io/coreos/etcd:v3.3"), "docker://quay.io/coreos/etcd:v3.3");
+    assert_eq!(rktlet_aciurl("https://example.com/a.aci"), "aci:https://example.com/a.aci");
+    // what is no reference stays as rkt wrote it
+    assert_eq!(rktlet_aciurl("docker://Not A Reference"), "docker://Not A Reference");
+    let (db, _) = fixture("three");
+    let mut rkt = parse(&db).unwrap();
+    rkt.remote[0].aciurl = "docker://busybox:1.36".into();
+    let mut index = Index::default();
+    assert!(merge_into(&mut index, &rkt));
+    assert!(index.remote.iter().any(|r| r.aciurl == "docker://docker.io/library/busybox:1.36"), "{:?}", index.remote);
+}
