@@ -168,3 +168,102 @@ async fn a_pull_and_its_removal_reach_rkts_database() {
     assert_eq!(keys.len(), 3, "only rkt's own images are left: {keys:?}");
     assert_eq!(rkt.remote.len(), 3);
 }
+
+#[test]
+fn many_images_reach_rkts_database_past_one_index_page() {
+    // paged.db: 540 images the real ql wrote, each index over several
+    // B-tree pages; rktlet adds 600 of its own and removes them again
+    let (_t, store) = store_with(&fixture("paged.db"));
+    let db_dir = store.cas().root().join("db");
+    let rkts = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
+    assert_eq!(rkts.aciinfo.len(), 540);
+    let rows: Vec<rktlet::image::cas::AciInfo> = (1..=600u64)
+        .map(|i| rktlet::image::cas::AciInfo {
+            blobkey: format!("sha512-{:016x}{:048x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15), i),
+            name: format!("docker.io/library/app-{}", i % 40),
+            importtime: 1_795_780_800_000_000_000 + i as i64,
+            lastused: 1_795_780_800_000_000_000 + i as i64,
+            latest: true,
+            size: 1000 + i as i64,
+            treestoresize: 0,
+            verified: true,
+        })
+        .collect();
+    for (n, chunk) in rows.chunks(100).enumerate() {
+        for row in chunk {
+            put_blob(&store, &row.blobkey);
+        }
+        store
+            .cas()
+            .update_index(|i| {
+                for row in chunk {
+                    i.upsert_aci(row.clone());
+                }
+            })
+            .unwrap();
+        let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
+        assert_eq!(rkt.aciinfo.len(), 540 + 100 * (n + 1));
+    }
+    let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
+    for row in &rows {
+        let got = rkt.aciinfo.iter().find(|a| a.blobkey == row.blobkey).expect("rkt lists rktlet's image");
+        assert_eq!((got.size, got.importtime, &got.name), (row.size, row.importtime, &row.name));
+    }
+    if let Ok(dir) = std::env::var("QL_WRITE_OUT") {
+        fs::copy(db_dir.join("ql.db"), Path::new(&dir).join("store-many.db")).unwrap();
+    }
+    store.cas().update_index(|i| i.aciinfo.retain(|a| !rows.iter().any(|r| r.blobkey == a.blobkey))).unwrap();
+    assert_eq!(rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap(), rkts, "back to rkt's rows");
+}
+
+#[test]
+fn a_database_rkt_never_fetched_into_gets_rktlets_first_image() {
+    // rkt created the schema but wrote no time yet: rktlet writes times
+    // with the gob type id rkt's ql gives time.Time
+    let (_t, store) = store_with(&fixture("empty.db"));
+    let db_dir = store.cas().root().join("db");
+    let key = format!("sha512-{}", "e5".repeat(32));
+    let row = rktlet::image::cas::AciInfo {
+        blobkey: key.clone(),
+        name: "docker.io/library/alpine".into(),
+        importtime: 1_795_780_800_123_456_789,
+        lastused: 1_795_780_800_123_456_789,
+        latest: true,
+        size: 3_000_000,
+        treestoresize: 0,
+        verified: true,
+    };
+    put_blob(&store, &key);
+    store.cas().update_index(|i| i.upsert_aci(row.clone())).unwrap();
+    let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
+    assert_eq!(rkt.aciinfo.len(), 1);
+    assert_eq!(rkt.aciinfo[0].importtime, row.importtime);
+    assert_eq!(rkt.version, Some(rktlet::image::ql::RKT_DB_VERSION));
+}
+
+#[test]
+fn rkts_docker_images_resolve_by_reference() {
+    // rkt records a docker image's remote under the URL as typed
+    // (`rkt fetch docker://busybox:1.36`); the reference finds it in any form
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("ql.db"), fixture("three.db")).unwrap();
+    let key = three_keys()[1].clone();
+    rktlet::image::ql::write::update_dir(dir.path(), |db| {
+        db.put_remote(&rktlet::image::cas::Remote {
+            aciurl: "docker://busybox:1.36".into(),
+            sigurl: String::new(),
+            etag: String::new(),
+            blobkey: key.clone(),
+            cachemaxage: 0,
+            downloadtime: 1_795_780_800_000_000_000,
+        })
+    })
+    .unwrap();
+    let (_t, store) = store_with(&fs::read(dir.path().join("ql.db")).unwrap());
+    for r in ["busybox:1.36", "docker.io/library/busybox:1.36", "docker://busybox:1.36"] {
+        assert_eq!(store.resolve(r).unwrap().id, key, "{r}");
+    }
+    assert!(store.resolve("busybox:1.35").is_err());
+    let image = store.resolve("busybox:1.36").unwrap();
+    assert!(image.tags.contains(&"docker.io/library/busybox:1.36".to_string()), "{:?}", image.tags);
+}

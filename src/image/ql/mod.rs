@@ -89,10 +89,17 @@ pub fn with_db<T>(db_dir: &Path, read: impl FnOnce(&Path) -> Result<T, QlError>)
 }
 
 /// rkt records an ACI fetched from a URL under the bare URL; rktlet prefixes
-/// the URLs it fetched ACIs from with `aci:`.
+/// the URLs it fetched ACIs from with `aci:`. rkt records a docker image
+/// under the URL as the user wrote it (`docker://busybox`); rktlet under the
+/// normalized reference (`docker://docker.io/library/busybox:latest`), which
+/// is how a reference finds it.
 pub fn rktlet_aciurl(rkt: &str) -> String {
     if rkt.starts_with("https://") || rkt.starts_with("http://") {
         format!("{}{rkt}", crate::image::aci::ACI_PREFIX)
+    } else if let Some(rest) = rkt.strip_prefix("docker://")
+        && let Ok(r) = rest.parse::<crate::image::reference::Reference>()
+    {
+        format!("docker://{r}")
     } else {
         rkt.to_string()
     }

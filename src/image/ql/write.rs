@@ -3,12 +3,13 @@
 //! tables' indices and lldb's allocator consistent.
 //!
 //! Scope, refused with [`QlError::Unsupported`] beyond it:
-//! - an index must be a single B-tree data page (at most 512 entries, that
-//!   is 512 images or URLs; ql splits pages beyond that);
+//! - indices are lldb's B+trees of any depth; a third level of pages (over
+//!   about 130000 entries in one index) was checked only against rktlet's
+//!   own invariants, see docs/ql-format.md;
 //! - indexed values must be strings, integers or null;
 //! - a `time` value is written with the gob type id ql's process gave
-//!   `time.Time`, learned from a time already in the file: a database with
-//!   no time value yet cannot be written.
+//!   `time.Time`: the one of a time already in the file, else the id rkt's
+//!   ql always gets (see [`RKT_TIME_TYPE_ID`] and docs/ql-format.md).
 //!
 //! Blocks are written uncompressed (lldb reads either). The whole file is
 //! changed in memory and replaces the old one by rename, under rkt's
@@ -26,19 +27,27 @@ use std::io::{self, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+/// The gob type id a ql built as rkt vendors it gives `time.Time`: ql's
+/// package init is the first gob encoder of rkt's process and encodes
+/// `*big.Int` (ids 65, 66: its base and pointer type), `*big.Rat` (67, 68),
+/// then `time.Time` (69); see docs/ql-format.md.
+pub const RKT_TIME_TYPE_ID: i64 = 69;
+
 const SLOTS: usize = 14;
 /// B-tree key/value field size, and the bytes of content kept inline when
 /// the rest moves to a block of its own.
 const KV: usize = 19;
 const KV_INLINE: usize = KV - 1 - 7;
 const DATA_PAGE: u8 = 1;
-const MAX_PAGE_ITEMS: usize = 512;
 
 /// A ql database being changed, held in memory.
 pub struct Db {
     data: Vec<u8>,
     flt: [i64; SLOTS],
     time_type_id: Option<i64>,
+    /// lldb's B-tree fan-out (`K_DATA`, `K_INDEX`); tests use small ones.
+    k_data: usize,
+    k_index: usize,
 }
 
 fn be(bytes: &[u8]) -> i64 {
@@ -63,7 +72,7 @@ impl Db {
         for (i, head) in flt.iter_mut().enumerate() {
             *head = be(&data[HEADER + 8 * i..HEADER + 8 * i + 8]);
         }
-        let mut db = Db { data, flt, time_type_id: None };
+        let mut db = Db { data, flt, time_type_id: None, k_data: K_DATA, k_index: K_INDEX };
         db.time_type_id = db.find_time_type_id()?;
         Ok(db)
     }
@@ -318,12 +327,14 @@ impl Db {
         Ok(None)
     }
 
+    /// The gob type id times are written with: the one in the file, else
+    /// [`RKT_TIME_TYPE_ID`].
+    pub fn time_type_id(&self) -> i64 {
+        self.time_type_id.unwrap_or(RKT_TIME_TYPE_ID)
+    }
+
     fn time(&self, unix_nanos: i64) -> Result<Scalar, QlError> {
-        let id = self.time_type_id.ok_or_else(|| {
-            QlError::Unsupported(
-                "writing a time into a database that holds none yet (the gob type id ql uses is unknown)".into(),
-            )
-        })?;
+        let id = self.time_type_id();
         let chunk = scalar::encode(&[Scalar::Int(CHUNK_TIME), Scalar::Bytes(scalar::encode_gob_time(id, unix_nanos))])?;
         Ok(Scalar::Bytes(chunk))
     }
@@ -348,15 +359,108 @@ fn collate(a: &[Scalar], b: &[Scalar]) -> Result<Ordering, QlError> {
     Ok(a.len().cmp(&b.len()))
 }
 
-/// One B-tree whose root is a single data page.
-struct Page {
-    tree: i64,
-    root: i64,
-    /// (key, value) of every item, in order.
-    items: Vec<(Vec<u8>, Vec<u8>)>,
+/// lldb's B+tree as ql keeps its indices in it. The tree's handle holds the
+/// 7-byte handle of the root page (zero: empty tree). A data page is
+/// `1, prev, next` and items of a key and a value field (`KV` bytes each);
+/// the data pages form a doubly linked list in key order. An index page is
+/// `0, child 0` then pairs `(separator, child i+1)`, where the separator is
+/// the handle of the leftmost data page of child i+1: its first key divides
+/// the children, and stays right when items move between data pages.
+///
+/// Pages other than the root hold `K_DATA..=2*K_DATA` items (data) or
+/// about `K_INDEX..=2*K_INDEX` separators (index); a full data page first
+/// gives an item to a sibling with room, else splits in halves; a data page
+/// falling under half borrows an item from a sibling or is joined with one.
+/// Index pages are split (the middle separator moving up) or refilled
+/// (borrowing a child, or joined with the parent's separator coming down)
+/// on the way down, before a change below could need it; a root index page
+/// left with one child gives way to it. This is lldb's algorithm (delayed
+/// split and join), so ql finds the trees as it would make them.
+/// A B-tree item: its key and value, both encoded scalar vectors.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
+const K_DATA: usize = 256;
+const K_INDEX: usize = 256;
+const INDEX_PAGE: u8 = 0;
+/// Bytes of one data page item (key and value field).
+const ITEM: usize = 2 * KV;
+/// Deepest tree walked; lldb's trees of 2^56 handles are far shallower.
+const MAX_DEPTH: usize = 32;
+
+fn h7(h: i64) -> [u8; 7] {
+    let mut b = [0u8; 7];
+    put7(&mut b, h);
+    b
+}
+
+fn dp_len(p: &[u8]) -> usize {
+    (p.len() - 15) / ITEM
+}
+
+fn dp_prev(p: &[u8]) -> i64 {
+    be(&p[1..8])
+}
+
+fn dp_next(p: &[u8]) -> i64 {
+    be(&p[8..15])
+}
+
+fn dp_item(p: &[u8], i: usize) -> &[u8] {
+    &p[15 + ITEM * i..15 + ITEM * (i + 1)]
+}
+
+fn ip_len(p: &[u8]) -> usize {
+    (p.len() - 8) / 14
+}
+
+fn ip_child(p: &[u8], i: usize) -> i64 {
+    be(&p[1 + 14 * i..8 + 14 * i])
+}
+
+fn ip_set_child(p: &mut [u8], i: usize, h: i64) {
+    put7(&mut p[1 + 14 * i..], h);
+}
+
+fn ip_sep(p: &[u8], i: usize) -> i64 {
+    be(&p[8 + 14 * i..15 + 14 * i])
+}
+
+/// Inserts the pair (separator, child) after child `i`.
+fn ip_insert(p: &mut Vec<u8>, i: usize, sep: i64, child: i64) {
+    let at = 8 + 14 * i;
+    let mut pair = [0u8; 14];
+    put7(&mut pair, sep);
+    put7(&mut pair[7..], child);
+    p.splice(at..at, pair);
+}
+
+/// Removes child `i` and separator `i`.
+fn ip_remove(p: &mut Vec<u8>, i: usize) {
+    let at = 1 + 14 * i;
+    p.drain(at..at + 14);
+}
+
+fn new_data_page() -> Vec<u8> {
+    let mut p = vec![0u8; 15];
+    p[0] = DATA_PAGE;
+    p
+}
+
+/// Moves the first `n` items of `from` to the end of `to`.
+fn move_to_left(from: &mut Vec<u8>, to: &mut Vec<u8>, n: usize) {
+    to.extend_from_slice(&from[15..15 + ITEM * n]);
+    from.drain(15..15 + ITEM * n);
+}
+
+/// Moves the last `n` items of `from` to the front of `to`.
+fn move_to_right(from: &mut Vec<u8>, to: &mut Vec<u8>, n: usize) {
+    let cut = from.len() - ITEM * n;
+    let moved: Vec<u8> = from.drain(cut..).collect();
+    to.splice(15..15, moved);
 }
 
 impl Db {
+    /// The content of a key or value field (its overflow block read).
     fn field(&self, f: &[u8]) -> Result<Vec<u8>, QlError> {
         let n = usize::from(f[0]);
         if n >= KV {
@@ -368,74 +472,609 @@ impl Db {
         }
     }
 
+    /// A field holding `content`, its rest in a new block when it is long.
+    fn new_field(&mut self, content: &[u8]) -> Result<[u8; KV], QlError> {
+        let mut f = [0u8; KV];
+        if content.len() < KV {
+            f[0] = content.len() as u8;
+            f[1..1 + content.len()].copy_from_slice(content);
+        } else {
+            f[0] = 0xff;
+            f[1..1 + KV_INLINE].copy_from_slice(&content[..KV_INLINE]);
+            let rest = self.alloc(&content[KV_INLINE..])?;
+            put7(&mut f[KV - 7..], rest);
+        }
+        Ok(f)
+    }
+
     fn free_field(&mut self, f: &[u8]) -> Result<(), QlError> {
         if usize::from(f[0]) >= KV { self.free(be(&f[KV - 7..KV])) } else { Ok(()) }
     }
 
-    fn load_page(&self, tree: i64) -> Result<(Page, Vec<u8>), QlError> {
+    /// The root page of `tree` (0: empty).
+    fn tree_root(&self, tree: i64) -> Result<i64, QlError> {
         let r = self.get(tree)?;
         if r.len() != 7 {
             return Err(corrupt(format!("B-tree handle {tree} holds {} bytes", r.len())));
         }
-        let root = be(&r);
-        if root == 0 {
-            return Ok((Page { tree, root, items: Vec::new() }, Vec::new()));
-        }
-        let raw = self.get(root)?;
-        if raw.first() != Some(&DATA_PAGE) {
-            return Err(QlError::Unsupported("an index of more than one B-tree page (over 512 entries)".into()));
-        }
-        if raw.len() < 15 || !(raw.len() - 15).is_multiple_of(2 * KV) {
-            return Err(corrupt(format!("B-tree data page of {} bytes", raw.len())));
-        }
-        let mut items = Vec::new();
-        for item in raw[15..].chunks(2 * KV) {
-            items.push((self.field(&item[..KV])?, self.field(&item[KV..])?));
-        }
-        Ok((Page { tree, root, items }, raw))
+        Ok(be(&r))
     }
 
-    /// Writes `page` back, freeing the old overflow blocks and making new ones.
-    fn store_page(&mut self, page: Page, old: Vec<u8>) -> Result<(), QlError> {
-        if page.items.len() > MAX_PAGE_ITEMS {
-            return Err(QlError::Unsupported("an index of more than 512 entries (a B-tree split)".into()));
+    /// A B-tree page, its shape checked.
+    fn page(&self, h: i64) -> Result<Vec<u8>, QlError> {
+        let p = self.get(h)?;
+        let ok = match p.first() {
+            Some(&DATA_PAGE) => p.len() >= 15 && (p.len() - 15).is_multiple_of(ITEM),
+            Some(&INDEX_PAGE) => p.len() >= 22 && (p.len() - 8).is_multiple_of(14),
+            _ => false,
+        };
+        if !ok {
+            return Err(corrupt(format!("B-tree page {h} of {} bytes", p.len())));
         }
-        if !old.is_empty() {
-            for item in old[15..].chunks(2 * KV) {
-                self.free_field(&item[..KV])?;
-                self.free_field(&item[KV..])?;
-            }
+        Ok(p)
+    }
+
+    fn data_page(&self, h: i64) -> Result<Vec<u8>, QlError> {
+        let p = self.page(h)?;
+        if p[0] != DATA_PAGE {
+            return Err(corrupt(format!("B-tree page {h} is not a data page")));
         }
-        if page.items.is_empty() {
-            if page.root != 0 {
-                self.free(page.root)?;
-            }
-            return self.realloc(page.tree, &[0; 7]);
-        }
-        let mut raw = vec![0u8; 15 + 2 * KV * page.items.len()];
-        raw[0] = DATA_PAGE;
-        for (i, (k, v)) in page.items.iter().enumerate() {
-            for (j, content) in [k, v].into_iter().enumerate() {
-                let at = 15 + 2 * KV * i + KV * j;
-                if content.len() < KV {
-                    raw[at] = content.len() as u8;
-                    raw[at + 1..at + 1 + content.len()].copy_from_slice(content);
-                } else {
-                    let rest = self.alloc(&content[KV_INLINE..])?;
-                    raw[at] = 0xff;
-                    raw[at + 1..at + 1 + KV_INLINE].copy_from_slice(&content[..KV_INLINE]);
-                    put7(&mut raw[at + KV - 7..], rest);
+        Ok(p)
+    }
+
+    fn dp_key(&self, p: &[u8], i: usize) -> Result<Vec<Scalar>, QlError> {
+        scalar::decode(&self.field(&dp_item(p, i)[..KV])?)
+    }
+
+    /// lldb's binary search in a page: (position, found). In an index page a
+    /// key is compared with the first key of each separator page.
+    fn find(&self, p: &[u8], key: &[Scalar]) -> Result<(usize, bool), QlError> {
+        let index = p[0] == INDEX_PAGE;
+        let (mut lo, mut hi) = (0isize, if index { ip_len(p) } else { dp_len(p) } as isize - 1);
+        while lo <= hi {
+            let mid = ((lo + hi) >> 1) as usize;
+            let other = if index {
+                let sep = self.data_page(ip_sep(p, mid))?;
+                if dp_len(&sep) == 0 {
+                    return Err(corrupt("an empty B-tree separator page"));
                 }
+                self.dp_key(&sep, 0)?
+            } else {
+                self.dp_key(p, mid)?
+            };
+            match collate(key, &other)? {
+                Ordering::Greater => lo = mid as isize + 1,
+                Ordering::Equal => return Ok((mid, true)),
+                Ordering::Less => hi = mid as isize - 1,
             }
         }
-        if page.root == 0 {
-            let root = self.alloc(&raw)?;
-            let mut r = [0u8; 7];
-            put7(&mut r, root);
-            self.realloc(page.tree, &r)
-        } else {
-            self.realloc(page.root, &raw)
+        Ok((lo as usize, false))
+    }
+
+    /// Inserts an item at `i` of data page `p`.
+    fn dp_insert(&mut self, p: &mut Vec<u8>, i: usize, key: &[u8], value: &[u8]) -> Result<(), QlError> {
+        let mut item = [0u8; ITEM];
+        item[..KV].copy_from_slice(&self.new_field(key)?);
+        item[KV..].copy_from_slice(&self.new_field(value)?);
+        let at = 15 + ITEM * i;
+        p.splice(at..at, item);
+        Ok(())
+    }
+
+    /// The left and right siblings of child `pi` of index page `parent`.
+    fn siblings(&self, parent: i64, pi: Option<usize>) -> Result<(i64, i64), QlError> {
+        let Some(pi) = pi else { return Ok((0, 0)) };
+        let pp = self.page(parent)?;
+        let left = if pi > 0 { ip_child(&pp, pi - 1) } else { 0 };
+        let right = if pi < ip_len(&pp) { ip_child(&pp, pi + 1) } else { 0 };
+        Ok((left, right))
+    }
+
+    /// Adds `key` (not yet in the tree) with `value` to the B-tree `tree`.
+    fn bt_insert(&mut self, tree: i64, key: &[u8], value: &[u8]) -> Result<(), QlError> {
+        let want = scalar::decode(key)?;
+        let iroot = self.tree_root(tree)?;
+        if iroot == 0 {
+            let mut p = new_data_page();
+            self.dp_insert(&mut p, 0, key, value)?;
+            let h = self.alloc(&p)?;
+            return self.realloc(tree, &h7(h));
         }
+        let (mut parent, mut pi, mut ph) = (0, None, iroot);
+        for _ in 0..MAX_DEPTH {
+            let mut p = self.page(ph)?;
+            let (index, found) = self.find(&p, &want)?;
+            if found {
+                return Err(QlError::Unsupported(format!("a duplicate index key {want:?}")));
+            }
+            if p[0] == INDEX_PAGE {
+                let mut index = index;
+                if ip_len(&p) > 2 * self.k_index {
+                    p = self.ip_split(tree, &mut ph, parent, pi, &mut index, p)?;
+                }
+                (parent, pi, ph) = (ph, Some(index), ip_child(&p, index));
+                continue;
+            }
+            if dp_len(&p) < 2 * self.k_data {
+                self.dp_insert(&mut p, index, key, value)?;
+                return self.realloc(ph, &p);
+            }
+            return self.dp_overflow(tree, ph, p, parent, pi, index, key, value);
+        }
+        Err(corrupt(format!("B-tree {tree} deeper than {MAX_DEPTH} levels")))
+    }
+
+    /// Inserts into the full data page `p`: an item moves to a sibling with
+    /// room, or the page splits.
+    #[allow(clippy::too_many_arguments)]
+    fn dp_overflow(
+        &mut self,
+        tree: i64,
+        ph: i64,
+        mut p: Vec<u8>,
+        parent: i64,
+        pi: Option<usize>,
+        index: usize,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), QlError> {
+        let (lh, rh) = self.siblings(parent, pi)?;
+        if lh != 0 {
+            let mut left = self.data_page(lh)?;
+            if dp_len(&left) < 2 * self.k_data && index > 0 {
+                move_to_left(&mut p, &mut left, 1);
+                self.realloc(lh, &left)?;
+                self.dp_insert(&mut p, index - 1, key, value)?;
+                return self.realloc(ph, &p);
+            }
+        }
+        if rh != 0 {
+            let mut right = self.data_page(rh)?;
+            if dp_len(&right) < 2 * self.k_data {
+                if index < 2 * self.k_data {
+                    move_to_right(&mut p, &mut right, 1);
+                    self.realloc(rh, &right)?;
+                    self.dp_insert(&mut p, index, key, value)?;
+                    return self.realloc(ph, &p);
+                }
+                self.dp_insert(&mut right, 0, key, value)?;
+                return self.realloc(rh, &right);
+            }
+        }
+        // split: the upper half moves to a new page after p
+        let mut right = new_data_page();
+        let rh = self.alloc(&right)?;
+        let next = dp_next(&p);
+        if next != 0 {
+            put7(&mut right[8..], next);
+            let mut nx = self.data_page(next)?;
+            put7(&mut nx[1..], rh);
+            self.realloc(next, &nx)?;
+        }
+        put7(&mut p[8..], rh);
+        put7(&mut right[1..], ph);
+        let n = dp_len(&p);
+        move_to_right(&mut p, &mut right, n - self.k_data);
+        match pi {
+            Some(pi) => {
+                let mut pp = self.page(parent)?;
+                ip_insert(&mut pp, pi, rh, rh);
+                self.realloc(parent, &pp)?;
+            }
+            None => {
+                let mut root = vec![INDEX_PAGE];
+                root.extend_from_slice(&h7(ph));
+                ip_insert(&mut root, 0, rh, rh);
+                let nrh = self.alloc(&root)?;
+                self.realloc(tree, &h7(nrh))?;
+            }
+        }
+        if index > self.k_data {
+            self.dp_insert(&mut right, index - self.k_data, key, value)?;
+        } else {
+            self.dp_insert(&mut p, index, key, value)?;
+        }
+        self.realloc(ph, &p)?;
+        self.realloc(rh, &right)
+    }
+
+    /// Removes `key` from the B-tree `tree`; an error if it is not there.
+    fn bt_delete(&mut self, tree: i64, key: &[u8]) -> Result<(), QlError> {
+        let want = scalar::decode(key)?;
+        let missing = || corrupt(format!("index entry {want:?} missing"));
+        let iroot = self.tree_root(tree)?;
+        if iroot == 0 {
+            return Err(missing());
+        }
+        let (mut parent, mut pi, mut ph) = (0, None, iroot);
+        for _ in 0..MAX_DEPTH {
+            let mut p = self.page(ph)?;
+            let (index, found) = self.find(&p, &want)?;
+            if p[0] == INDEX_PAGE {
+                if found {
+                    // the key is the first of the separator page
+                    let dph = ip_sep(&p, index);
+                    let mut dp = self.data_page(dph)?;
+                    if dp_len(&dp) > self.k_data {
+                        self.dp_remove(&mut dp, 0)?;
+                        return self.realloc(dph, &dp);
+                    }
+                }
+                let mut index = index;
+                if ip_len(&p) < self.k_index && ph != iroot {
+                    p = self.ip_underflow(tree, iroot, parent, pi, &mut ph, &mut index, p)?;
+                }
+                let next = if found { index + 1 } else { index };
+                (parent, pi, ph) = (ph, Some(next), ip_child(&p, next));
+                continue;
+            }
+            if !found {
+                return Err(missing());
+            }
+            self.dp_remove(&mut p, index)?;
+            if dp_len(&p) >= self.k_data {
+                return self.realloc(ph, &p);
+            }
+            if ph != iroot {
+                return self.dp_underflow(tree, iroot, parent, pi, ph, p);
+            }
+            if dp_len(&p) == 0 {
+                self.free(ph)?;
+                return self.realloc(tree, &[0; 7]);
+            }
+            return self.realloc(ph, &p);
+        }
+        Err(corrupt(format!("B-tree {tree} deeper than {MAX_DEPTH} levels")))
+    }
+
+    /// Splits the over-full index page `p` (at `ph`, child `pi` of
+    /// `parent`) on the way down: its middle separator moves up. Returns the
+    /// half the descent continues in, `ph` and `index` changed to it.
+    fn ip_split(
+        &mut self,
+        tree: i64,
+        ph: &mut i64,
+        parent: i64,
+        pi: Option<usize>,
+        index: &mut usize,
+        mut p: Vec<u8>,
+    ) -> Result<Vec<u8>, QlError> {
+        let k = self.k_index;
+        let up = ip_sep(&p, k);
+        let mut right = vec![INDEX_PAGE];
+        right.extend_from_slice(&p[1 + 14 * (k + 1)..]);
+        p.truncate(8 + 14 * k);
+        self.realloc(*ph, &p)?;
+        let rh = self.alloc(&right)?;
+        match pi {
+            Some(pi) => {
+                let mut pp = self.page(parent)?;
+                ip_insert(&mut pp, pi, up, rh);
+                self.realloc(parent, &pp)?;
+            }
+            None => {
+                let mut root = vec![INDEX_PAGE];
+                root.extend_from_slice(&h7(*ph));
+                ip_insert(&mut root, 0, up, rh);
+                let nrh = self.alloc(&root)?;
+                self.realloc(tree, &h7(nrh))?;
+            }
+        }
+        if *index > k {
+            *ph = rh;
+            *index -= k + 1;
+            return Ok(right);
+        }
+        Ok(p)
+    }
+
+    /// Index page `p` (not the root) has fewer than `k_index` separators on
+    /// the way down a delete: it takes a child from a sibling that can spare
+    /// one, or is joined with a sibling. Returns the page the descent
+    /// continues in, `ph` and `index` changed to it.
+    #[allow(clippy::too_many_arguments)]
+    fn ip_underflow(
+        &mut self,
+        tree: i64,
+        iroot: i64,
+        parent: i64,
+        pi: Option<usize>,
+        ph: &mut i64,
+        index: &mut usize,
+        mut p: Vec<u8>,
+    ) -> Result<Vec<u8>, QlError> {
+        let Some(pi) = pi else { return Err(corrupt("a B-tree page without a parent")) };
+        let (lh, rh) = self.siblings(parent, Some(pi))?;
+        let k = self.k_index;
+        if lh != 0 {
+            let mut left = self.page(lh)?;
+            let lc = ip_len(&left);
+            if left[0] == INDEX_PAGE && lc > k {
+                let mut pp = self.page(parent)?;
+                let mut first = [0u8; 14];
+                put7(&mut first, ip_child(&left, lc));
+                put7(&mut first[7..], ip_sep(&pp, pi - 1));
+                p.splice(1..1, first);
+                *index += 1;
+                put7(&mut pp[8 + 14 * (pi - 1)..], ip_sep(&left, lc - 1));
+                left.truncate(8 + 14 * (lc - 1));
+                self.realloc(parent, &pp)?;
+                self.realloc(*ph, &p)?;
+                self.realloc(lh, &left)?;
+                return Ok(p);
+            }
+        }
+        if rh != 0 {
+            let mut right = self.page(rh)?;
+            if right[0] == INDEX_PAGE && ip_len(&right) > k {
+                let mut pp = self.page(parent)?;
+                p.extend_from_slice(&h7(ip_sep(&pp, pi)));
+                p.extend_from_slice(&h7(ip_child(&right, 0)));
+                put7(&mut pp[8 + 14 * pi..], ip_sep(&right, 0));
+                right.drain(1..15);
+                self.realloc(parent, &pp)?;
+                self.realloc(*ph, &p)?;
+                self.realloc(rh, &right)?;
+                return Ok(p);
+            }
+        }
+        if lh != 0 {
+            let left = self.page(lh)?;
+            *index += ip_len(&left) + 1;
+            let joined = self.ip_concat(tree, iroot, parent, pi - 1, lh, left, *ph)?;
+            *ph = lh;
+            return Ok(joined);
+        }
+        if rh == 0 {
+            return Err(corrupt(format!("B-tree page {} has no sibling", *ph)));
+        }
+        self.ip_concat(tree, iroot, parent, pi, *ph, p, rh)
+    }
+
+    /// Joins index page `rh` (child `pi + 1` of `parent`) into `p` (child
+    /// `pi`), with the parent's separator between them coming down.
+    #[allow(clippy::too_many_arguments)]
+    fn ip_concat(
+        &mut self,
+        tree: i64,
+        iroot: i64,
+        parent: i64,
+        pi: usize,
+        ph: i64,
+        mut p: Vec<u8>,
+        rh: i64,
+    ) -> Result<Vec<u8>, QlError> {
+        let mut pp = self.page(parent)?;
+        let right = self.page(rh)?;
+        if right[0] != INDEX_PAGE || p[0] != INDEX_PAGE {
+            return Err(corrupt(format!("B-tree pages {ph} and {rh} differ in kind")));
+        }
+        p.extend_from_slice(&h7(ip_sep(&pp, pi)));
+        p.extend_from_slice(&right[1..]);
+        self.realloc(ph, &p)?;
+        self.free(rh)?;
+        if ip_len(&pp) > 1 {
+            pp.drain(8 + 14 * pi..8 + 14 * (pi + 1));
+            self.realloc(parent, &pp)?;
+            return Ok(p);
+        }
+        if parent != iroot {
+            return Err(corrupt(format!("B-tree index page {parent} with a single child")));
+        }
+        self.free(iroot)?;
+        self.realloc(tree, &h7(ph))?;
+        Ok(p)
+    }
+
+    /// Uses lldb's B-tree fan-out `k_data`/`k_index` instead of 256 (tests
+    /// of deep trees; ql itself reads any page sizes but refills to 256).
+    #[cfg(test)]
+    pub fn set_fanout(&mut self, k_data: usize, k_index: usize) {
+        self.k_data = k_data;
+        self.k_index = k_index;
+    }
+
+    /// Removes item `i` of data page `p`, freeing its overflow blocks.
+    fn dp_remove(&mut self, p: &mut Vec<u8>, i: usize) -> Result<(), QlError> {
+        let item = dp_item(p, i).to_vec();
+        self.free_field(&item[..KV])?;
+        self.free_field(&item[KV..])?;
+        p.drain(15 + ITEM * i..15 + ITEM * (i + 1));
+        Ok(())
+    }
+
+    /// Data page `p` (not the root) fell under half: it borrows an item from
+    /// a sibling that can spare one, or is joined with a sibling.
+    fn dp_underflow(
+        &mut self,
+        tree: i64,
+        iroot: i64,
+        parent: i64,
+        pi: Option<usize>,
+        ph: i64,
+        mut p: Vec<u8>,
+    ) -> Result<(), QlError> {
+        let Some(pi) = pi else { return Err(corrupt("a B-tree page without a parent")) };
+        let (lh, rh) = self.siblings(parent, Some(pi))?;
+        if lh != 0 {
+            let mut left = self.data_page(lh)?;
+            if dp_len(&left) + dp_len(&p) >= 2 * self.k_data {
+                move_to_right(&mut left, &mut p, 1);
+                self.realloc(lh, &left)?;
+                return self.realloc(ph, &p);
+            }
+        }
+        if rh != 0 {
+            let mut right = self.data_page(rh)?;
+            if dp_len(&p) + dp_len(&right) > 2 * self.k_data {
+                move_to_left(&mut right, &mut p, 1);
+                self.realloc(rh, &right)?;
+                return self.realloc(ph, &p);
+            }
+        }
+        if lh != 0 {
+            let left = self.data_page(lh)?;
+            self.realloc(ph, &p)?;
+            return self.dp_concat(tree, iroot, parent, pi - 1, lh, left, ph);
+        }
+        if rh == 0 {
+            return Err(corrupt(format!("B-tree page {ph} has no sibling")));
+        }
+        self.dp_concat(tree, iroot, parent, pi, ph, p, rh)
+    }
+
+    /// Joins data page `rh` (child `pi + 1` of `parent`) into `p` (child `pi`).
+    #[allow(clippy::too_many_arguments)]
+    fn dp_concat(
+        &mut self,
+        tree: i64,
+        iroot: i64,
+        parent: i64,
+        pi: usize,
+        ph: i64,
+        mut p: Vec<u8>,
+        rh: i64,
+    ) -> Result<(), QlError> {
+        let mut right = self.data_page(rh)?;
+        let n = dp_len(&right);
+        move_to_left(&mut right, &mut p, n);
+        let next = dp_next(&right);
+        if next != 0 {
+            let mut nx = self.data_page(next)?;
+            put7(&mut nx[1..], ph);
+            self.realloc(next, &nx)?;
+        }
+        put7(&mut p[8..], next);
+        self.free(rh)?;
+        let mut pp = self.page(parent)?;
+        if ip_len(&pp) > 1 {
+            ip_remove(&mut pp, pi);
+            ip_set_child(&mut pp, pi, ph);
+            self.realloc(parent, &pp)?;
+            return self.realloc(ph, &p);
+        }
+        if parent != iroot {
+            return Err(corrupt(format!("B-tree index page {parent} with a single child")));
+        }
+        // the root index page gives way to its only child
+        self.free(iroot)?;
+        self.realloc(ph, &p)?;
+        self.realloc(tree, &h7(ph))
+    }
+
+    /// Every (key, value) of `tree` in key order, along the data page list.
+    pub fn bt_entries(&self, tree: i64) -> Result<Vec<Entry>, QlError> {
+        let mut h = self.tree_root(tree)?;
+        let mut depth = 0;
+        while h != 0 {
+            let p = self.page(h)?;
+            if p[0] == DATA_PAGE {
+                break;
+            }
+            depth += 1;
+            if depth > MAX_DEPTH {
+                return Err(corrupt(format!("B-tree {tree} deeper than {MAX_DEPTH} levels")));
+            }
+            h = ip_child(&p, 0);
+        }
+        let mut out = Vec::new();
+        let mut prev = 0;
+        while h != 0 {
+            if out.len() > self.data.len() / ATOM {
+                return Err(corrupt(format!("the data pages of B-tree {tree} loop")));
+            }
+            let p = self.data_page(h)?;
+            if dp_prev(&p) != prev {
+                return Err(corrupt(format!("B-tree page {h} links back to {} not {prev}", dp_prev(&p))));
+            }
+            for i in 0..dp_len(&p) {
+                let item = dp_item(&p, i);
+                out.push((self.field(&item[..KV])?, self.field(&item[KV..])?));
+            }
+            prev = h;
+            h = dp_next(&p);
+        }
+        Ok(out)
+    }
+
+    /// The value of `key` in `tree`, found from the root down as lldb does.
+    pub fn bt_get(&self, tree: i64, key: &[u8]) -> Result<Option<Vec<u8>>, QlError> {
+        let want = scalar::decode(key)?;
+        let mut h = self.tree_root(tree)?;
+        for _ in 0..MAX_DEPTH {
+            if h == 0 {
+                return Ok(None);
+            }
+            let p = self.page(h)?;
+            let (index, found) = self.find(&p, &want)?;
+            match (p[0] == INDEX_PAGE, found) {
+                (true, true) => {
+                    let dp = self.data_page(ip_sep(&p, index))?;
+                    return Ok(Some(self.field(&dp_item(&dp, 0)[KV..])?));
+                }
+                (true, false) => h = ip_child(&p, index),
+                (false, true) => return Ok(Some(self.field(&dp_item(&p, index)[KV..])?)),
+                (false, false) => return Ok(None),
+            }
+        }
+        Err(corrupt(format!("B-tree {tree} deeper than {MAX_DEPTH} levels")))
+    }
+
+    /// Checks lldb's shape of `tree`: leaves all at one depth, pages other
+    /// than the root at least half full, keys ascending, each separator the
+    /// leftmost data page of the child after it. Returns (depth, pages).
+    pub fn bt_check(&self, tree: i64) -> Result<(usize, usize), QlError> {
+        let root = self.tree_root(tree)?;
+        if root == 0 {
+            return Ok((0, 0));
+        }
+        let mut leaves = Vec::new();
+        let depth = self.check_page(root, true, 1, &mut leaves)?;
+        for w in leaves.windows(2) {
+            let (a, b) = (self.data_page(w[0])?, self.data_page(w[1])?);
+            if dp_next(&a) != w[1] || dp_prev(&b) != w[0] {
+                return Err(corrupt(format!("data pages {} and {} are not linked", w[0], w[1])));
+            }
+        }
+        let entries = self.bt_entries(tree)?;
+        for w in entries.windows(2) {
+            if collate(&scalar::decode(&w[0].0)?, &scalar::decode(&w[1].0)?)? != Ordering::Less {
+                return Err(corrupt(format!("B-tree {tree} keys out of order")));
+            }
+        }
+        Ok((depth, leaves.len()))
+    }
+
+    fn check_page(&self, h: i64, root: bool, level: usize, leaves: &mut Vec<i64>) -> Result<usize, QlError> {
+        if level > MAX_DEPTH {
+            return Err(corrupt("B-tree too deep"));
+        }
+        let p = self.page(h)?;
+        if p[0] == DATA_PAGE {
+            let n = dp_len(&p);
+            if n > 2 * self.k_data || (!root && n < self.k_data) || n == 0 {
+                return Err(corrupt(format!("data page {h} holds {n} items")));
+            }
+            leaves.push(h);
+            return Ok(level);
+        }
+        let n = ip_len(&p);
+        // a join below may leave one separator fewer until the next descent
+        if n > 2 * self.k_index + 1 || (!root && n + 1 < self.k_index) || n == 0 {
+            return Err(corrupt(format!("index page {h} holds {n} separators")));
+        }
+        let mut depth = None;
+        for i in 0..=n {
+            let first = leaves.len();
+            let d = self.check_page(ip_child(&p, i), false, level + 1, leaves)?;
+            if *depth.get_or_insert(d) != d {
+                return Err(corrupt(format!("index page {h} has children of unequal depth")));
+            }
+            if i > 0 && leaves.get(first) != Some(&ip_sep(&p, i - 1)) {
+                return Err(corrupt(format!("separator {} of index page {h} is not its child's first page", i - 1)));
+            }
+        }
+        Ok(depth.unwrap_or(level))
     }
 
     /// The key and value ql stores in an index for `value` of record `h`.
@@ -450,41 +1089,17 @@ impl Db {
 
     fn index_insert(&mut self, tree: i64, unique: bool, value: &Scalar, h: i64) -> Result<(), QlError> {
         let (key, val) = Self::index_entry(unique, value, h)?;
-        let (mut page, old) = self.load_page(tree)?;
-        let decoded = scalar::decode(&key)?;
-        let mut at = page.items.len();
-        for (i, (k, _)) in page.items.iter().enumerate() {
-            match collate(&decoded, &scalar::decode(k)?)? {
-                Ordering::Less => {
-                    at = i;
-                    break;
-                }
-                Ordering::Equal => {
-                    return Err(QlError::Unsupported(format!("a duplicate in a unique index: {value:?}")));
-                }
-                Ordering::Greater => {}
+        self.bt_insert(tree, &key, &val).map_err(|e| match e {
+            QlError::Unsupported(m) if m.starts_with("a duplicate") => {
+                QlError::Unsupported(format!("a duplicate in a unique index: {value:?}"))
             }
-        }
-        page.items.insert(at, (key, val));
-        self.store_page(page, old)
+            e => e,
+        })
     }
 
     fn index_delete(&mut self, tree: i64, unique: bool, value: &Scalar, h: i64) -> Result<(), QlError> {
         let (key, _) = Self::index_entry(unique, value, h)?;
-        let (mut page, old) = self.load_page(tree)?;
-        let decoded = scalar::decode(&key)?;
-        let mut found = None;
-        for (i, (k, _)) in page.items.iter().enumerate() {
-            if collate(&decoded, &scalar::decode(k)?)? == Ordering::Equal {
-                found = Some(i);
-                break;
-            }
-        }
-        let Some(i) = found else {
-            return Err(corrupt(format!("index entry for {value:?} missing")));
-        };
-        page.items.remove(i);
-        self.store_page(page, old)
+        self.bt_delete(tree, &key)
     }
 }
 
@@ -495,6 +1110,14 @@ struct TableMeta {
     width: usize,
     /// (column position, unique, B-tree handle) of each column index.
     indices: Vec<(usize, bool, i64)>,
+}
+
+/// One index of a table: the column, whether it is unique, its B-tree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexTree {
+    pub column: String,
+    pub unique: bool,
+    pub tree: i64,
 }
 
 impl Db {
@@ -544,6 +1167,32 @@ impl Db {
             next = n;
         }
         Err(QlError::Unsupported(format!("a database without table {name}")))
+    }
+
+    /// The column indices of `table`.
+    pub fn indices(&self, table: &str) -> Result<Vec<IndexTree>, QlError> {
+        let t = self.table(table)?;
+        let mut out = Vec::new();
+        for &(c, unique, tree) in &t.indices {
+            let column = t.columns.iter().find(|x| x.index == c).map(|x| x.name.clone()).unwrap_or_default();
+            out.push(IndexTree { column, unique, tree });
+        }
+        Ok(out)
+    }
+
+    /// Looks `value` of record `h` up through index `ix` from the tree's
+    /// root, as ql finds a row by an indexed column: the record handle the
+    /// entry leads to, `None` without an entry.
+    pub fn index_find(&self, ix: &IndexTree, value: &Scalar, h: i64) -> Result<Option<i64>, QlError> {
+        let (key, _) = Self::index_entry(ix.unique, value, h)?;
+        let Some(v) = self.bt_get(ix.tree, &key)? else { return Ok(None) };
+        if !ix.unique || *value == Scalar::Null {
+            return Ok(Some(h));
+        }
+        match scalar::decode(&v)?.as_slice() {
+            [Scalar::Int(found)] => Ok(Some(*found)),
+            other => Err(corrupt(format!("unique index value {other:?}"))),
+        }
     }
 
     /// `DELETE FROM table WHERE column == value`; returns how many rows went.
