@@ -48,20 +48,26 @@ pub(super) fn stop_app(rt: &Runtime, t: &Target, timeout: Duration) -> Result<()
 /// The bus calls that stop unit `name` with grace period `timeout`: SIGKILL
 /// first for 0, then StopUnit; a stop job that does not finish in time is
 /// followed by SIGKILL and a second StopUnit of 10 s; a unit that is not
-/// loaded is stopped already. Returns the unit's status afterwards, if it
-/// can be read.
+/// loaded, before any of these calls or between two of them (its app ended,
+/// or the pod's systemd finished stopping it, meanwhile), is stopped
+/// already. Returns the unit's status afterwards, if it can be read.
 pub(super) fn stop_unit(bus: &dyn UnitBus, name: &str, timeout: Duration) -> Result<Option<UnitStatus>, BusError> {
-    if timeout.is_zero() {
-        bus.kill_unit(name, libc::SIGKILL)?;
-    }
-    match bus.stop_unit(name, timeout.max(Duration::from_millis(1))) {
-        Err(BusError::Timeout { .. }) => {
+    let stopped = (|| {
+        if timeout.is_zero() {
             bus.kill_unit(name, libc::SIGKILL)?;
-            bus.stop_unit(name, Duration::from_secs(10))
         }
-        Err(e) if e.is_not_found() => Ok(()),
-        other => other,
-    }?;
+        match bus.stop_unit(name, timeout.max(Duration::from_millis(1))) {
+            Err(BusError::Timeout { .. }) => {
+                bus.kill_unit(name, libc::SIGKILL)?;
+                bus.stop_unit(name, Duration::from_secs(10))
+            }
+            other => other,
+        }
+    })();
+    match stopped {
+        Err(e) if e.is_not_found() => {}
+        other => other?,
+    }
     // a crash here leaves the exit unrecorded: the restarted daemon reads
     // it from the pod's systemd (reconcile), a repeated stop is a no-op
     crate::fault::point("stop-before-record");
@@ -162,6 +168,20 @@ mod tests {
                 Call::Status("a.service".into()),
             ]
         );
+    }
+
+    #[test]
+    fn a_unit_gone_before_its_sigkill_is_stopped() {
+        // the grace period ran out, and the unit went before the SIGKILL
+        // (the stop job systemd ran meanwhile ended it: StopContainer once
+        // failed with NotFound so in the VM lane)
+        let bus = FakeBus::default();
+        bus.fail_stop(timeout("a.service"));
+        bus.fail_kill(BusError::NoSuchUnit("a.service".into()));
+        stop_unit(&bus, "a.service", Duration::from_secs(2)).expect("stopped");
+        let bus = FakeBus::default();
+        bus.fail_kill(BusError::NoSuchUnit("a.service".into()));
+        stop_unit(&bus, "a.service", Duration::ZERO).expect("stopped");
     }
 
     #[test]

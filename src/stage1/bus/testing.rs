@@ -21,6 +21,7 @@ pub enum Call {
 pub struct FakeBus {
     calls: Mutex<Vec<Call>>,
     stop_failures: Mutex<Vec<BusError>>,
+    kill_failures: Mutex<Vec<BusError>>,
     set_failures: Mutex<Vec<BusError>>,
 }
 
@@ -32,6 +33,11 @@ impl FakeBus {
     /// The next StopUnit fails with `e`.
     pub fn fail_stop(&self, e: BusError) {
         self.stop_failures.lock().unwrap().push(e);
+    }
+
+    /// The next KillUnit fails with `e`.
+    pub fn fail_kill(&self, e: BusError) {
+        self.kill_failures.lock().unwrap().push(e);
     }
 
     /// The next SetUnitProperties fails with `e`.
@@ -68,7 +74,7 @@ impl UnitBus for FakeBus {
     }
     fn kill_unit(&self, name: &str, signal: i32) -> Result<(), BusError> {
         self.record(Call::Kill(name.into(), signal));
-        Ok(())
+        next(&self.kill_failures)
     }
     fn unit_status(&self, name: &str) -> Result<UnitStatus, BusError> {
         self.record(Call::Status(name.into()));
