@@ -655,20 +655,7 @@ impl Db {
         put7(&mut right[1..], ph);
         let n = dp_len(&p);
         move_to_right(&mut p, &mut right, n - self.k_data);
-        match pi {
-            Some(pi) => {
-                let mut pp = self.page(parent)?;
-                ip_insert(&mut pp, pi, rh, rh);
-                self.realloc(parent, &pp)?;
-            }
-            None => {
-                let mut root = vec![INDEX_PAGE];
-                root.extend_from_slice(&h7(ph));
-                ip_insert(&mut root, 0, rh, rh);
-                let nrh = self.alloc(&root)?;
-                self.realloc(tree, &h7(nrh))?;
-            }
-        }
+        self.link_split(tree, parent, pi, ph, rh, rh)?;
         if index > self.k_data {
             self.dp_insert(&mut right, index - self.k_data, key, value)?;
         } else {
@@ -727,6 +714,34 @@ impl Db {
         Err(corrupt(format!("B-tree {tree} deeper than {MAX_DEPTH} levels")))
     }
 
+    /// Hangs `right`, the new upper half of split page `left`, beside it
+    /// under separator `sep`: in `parent` after child `pi`, or, when `left`
+    /// was the root (`pi` none), under a new root index page.
+    fn link_split(
+        &mut self,
+        tree: i64,
+        parent: i64,
+        pi: Option<usize>,
+        left: i64,
+        sep: i64,
+        right: i64,
+    ) -> Result<(), QlError> {
+        match pi {
+            Some(pi) => {
+                let mut pp = self.page(parent)?;
+                ip_insert(&mut pp, pi, sep, right);
+                self.realloc(parent, &pp)
+            }
+            None => {
+                let mut root = vec![INDEX_PAGE];
+                root.extend_from_slice(&h7(left));
+                ip_insert(&mut root, 0, sep, right);
+                let nrh = self.alloc(&root)?;
+                self.realloc(tree, &h7(nrh))
+            }
+        }
+    }
+
     /// Splits the over-full index page `p` (at `ph`, child `pi` of
     /// `parent`) on the way down: its middle separator moves up. Returns the
     /// half the descent continues in, `ph` and `index` changed to it.
@@ -746,20 +761,7 @@ impl Db {
         p.truncate(8 + 14 * k);
         self.realloc(*ph, &p)?;
         let rh = self.alloc(&right)?;
-        match pi {
-            Some(pi) => {
-                let mut pp = self.page(parent)?;
-                ip_insert(&mut pp, pi, up, rh);
-                self.realloc(parent, &pp)?;
-            }
-            None => {
-                let mut root = vec![INDEX_PAGE];
-                root.extend_from_slice(&h7(*ph));
-                ip_insert(&mut root, 0, up, rh);
-                let nrh = self.alloc(&root)?;
-                self.realloc(tree, &h7(nrh))?;
-            }
-        }
+        self.link_split(tree, parent, pi, *ph, up, rh)?;
         if *index > k {
             *ph = rh;
             *index -= k + 1;
