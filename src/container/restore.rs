@@ -127,6 +127,17 @@ async fn create_staged(rt: &Runtime, mut req: create::Request, staged: &Path) ->
     Ok(container)
 }
 
+/// Where a path the archive says was deleted is in the new container's
+/// root: its directory resolved as the container would (the image's
+/// symlinks followed inside `rootfs`, never onto the node's files: an
+/// archive is the caller's input), its last component itself (a link is
+/// removed, not followed). None for `/` or a path leaving the root.
+fn deletion_target(rootfs: &Path, path: &Path) -> Option<PathBuf> {
+    let name = path.file_name()?;
+    let dir = app::target_in(rootfs, path.parent()?).ok()?;
+    Some(dir.join(name))
+}
+
 /// Puts CRIU's images (and rktlet's facts) where the container's start
 /// finds them, and the archive's changes in its writable layer.
 fn place(rt: &Runtime, id: &str, staged: &Path, facts: &DumpFacts) -> Result<(), ContainerError> {
@@ -151,7 +162,7 @@ fn place(rt: &Runtime, id: &str, staged: &Path, facts: &DumpFacts) -> Result<(),
         if checkpoint::mounted_over(&t.app, Path::new(&path)) {
             continue;
         }
-        let Ok(at) = app::under(&rootfs, Path::new(&path)) else { continue };
+        let Some(at) = deletion_target(&rootfs, Path::new(&path)) else { continue };
         match std::fs::symlink_metadata(&at) {
             Ok(m) if m.is_dir() => drop(std::fs::remove_dir_all(&at)),
             Ok(_) => drop(std::fs::remove_file(&at)),
@@ -178,4 +189,26 @@ fn place(rt: &Runtime, id: &str, staged: &Path, facts: &DumpFacts) -> Result<(),
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deletions_stay_inside_the_root() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("usr/lib")).unwrap();
+        // an image's absolute link to a directory, and one that names the node's
+        std::os::unix::fs::symlink("/usr/lib", root.path().join("lib")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.path().join("escape")).unwrap();
+        let at = |p: &str| deletion_target(root.path(), Path::new(p));
+        assert_eq!(at("/lib/x"), Some(root.path().join("usr/lib/x")));
+        assert_eq!(at("/lib"), Some(root.path().join("lib")), "the link itself, not its target");
+        let inside = outside.path().strip_prefix("/").unwrap();
+        assert_eq!(at("/escape/victim"), Some(root.path().join(inside).join("victim")));
+        assert_eq!(at("/../etc/passwd"), None);
+        assert_eq!(at("/"), None);
+    }
 }
