@@ -256,6 +256,28 @@ pub(super) fn create_with_cpuset(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Moves a pod's sandbox process `pid` into the pod's cgroup (made first),
+/// as `app sandbox` would move itself: only the tracking hierarchies when
+/// `tracking_only` (the daemon adds the controllers while the pod boots).
+pub fn place_sandbox(parent: &str, uuid: &str, tracking_only: bool, pid: i32) -> io::Result<()> {
+    let cg = sandbox_cgroup(parent, uuid, tracking_only)?;
+    cg.create()?;
+    cg.adopt(&[pid])
+}
+
+/// Removes what [`place_sandbox`] made, for a sandbox that failed before
+/// nspawn (its process gone): it may have moved in after the sandbox took
+/// its cgroup down.
+pub fn unplace_sandbox(parent: &str, uuid: &str, tracking_only: bool) -> io::Result<()> {
+    sandbox_cgroup(parent, uuid, tracking_only)?.remove()
+}
+
+fn sandbox_cgroup(parent: &str, uuid: &str, tracking_only: bool) -> io::Result<PodCgroup> {
+    let layout = Layout::cached()?;
+    let sub = subcgroup(parent, uuid, false).map_err(io::Error::other)?;
+    Ok(if tracking_only { PodCgroup::tracking(layout, &sub) } else { PodCgroup::new(layout, &sub) })
+}
+
 /// Moves every process of a pod (found in its tracking cgroup) into its v1
 /// controller cgroups below `parent`, repeating until no newcomer is left
 /// behind (processes forked later inherit the controllers of their parent).

@@ -82,9 +82,17 @@ enum Op {
     ReadOnly(CString),
 }
 
-/// Applies the default masks to the /proc of the pod in `pod_dir` once.
+/// Applies the default masks to the /proc of the pod in `pod_dir` once, and
+/// removes nspawn's /dev/net from its /dev.
 pub fn ensure(pod_dir: &Path, pod_pid1: i32) -> io::Result<()> {
     super::once_per_pod(pod_dir, MARKER, || {
+        // nspawn makes /dev/net/tun in every pod; containerd gives it to no
+        // container that does not ask for it (CRI devices, or privileged:
+        // the node's, which the pod then no longer hides)
+        match std::fs::remove_dir_all(format!("/proc/{pod_pid1}/root/dev/net")) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
         let mut ops = Vec::new();
         for p in DEFAULT_MASKED.into_iter().filter(|p| masked_in_pod(p)) {
             // the pod's view, through its PID 1's root; absent paths need nothing

@@ -102,7 +102,7 @@ pub async fn boot(
         let pod_dir = data.pod_parent(pod::PodDir::Run).join(uuid.to_string());
         let rootfs = pod_dir.join("stage1/rootfs");
         let ready = async {
-            let r = match launch::wait_ready(rootfs, started.pidfd, READY_TIMEOUT).await {
+            let r = match launch::wait_ready(rootfs, started.pidfd, started.notify, READY_TIMEOUT).await {
                 Ok(fd) => Ok(fd),
                 Err(e @ LaunchError::Timeout(_)) => Err(BootError::Timeout { uuid, source: e }),
                 Err(LaunchError::Exited(_)) if supervisor == Supervisor::SystemdRun => {

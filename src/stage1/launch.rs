@@ -46,6 +46,55 @@ pub struct Started {
     pub pid: i32,
     /// pidfd of the sandbox (nspawn) process: readable once it exits.
     pub pidfd: OwnedFd,
+    /// Where the pod's READY=1 arrives (`--ready-by-notify`); none: the pod
+    /// marks itself ready.
+    pub notify: Option<NotifySocket>,
+}
+
+/// A datagram socket that hears a pod's READY=1: nspawn's
+/// `--notify-ready=yes` passes its systemd's on to `$NOTIFY_SOCKET`, about
+/// 5 ms before a unit in the pod could mark it ready. Removed when dropped.
+#[derive(Debug)]
+pub struct NotifySocket {
+    socket: std::os::unix::net::UnixDatagram,
+    path: PathBuf,
+}
+
+impl NotifySocket {
+    /// Binds `<data>/tmp/<uuid>.notify` (the data dir is the daemon's: root
+    /// only). None where that fails, e.g. a path too long for a socket
+    /// address: the pod then marks itself ready.
+    fn bind(data_dir: &Path, uuid: uuid::Uuid) -> Option<Self> {
+        // sd_notify takes an absolute path only; the data dir may be relative
+        let path = std::path::absolute(crate::pod::DataDir::new(data_dir).tmp().join(format!("{uuid}.notify"))).ok()?;
+        let _ = std::fs::remove_file(&path);
+        let socket = std::os::unix::net::UnixDatagram::bind(&path)
+            .and_then(|s| s.set_nonblocking(true).map(|()| s))
+            .inspect_err(
+                |e| tracing::debug!(path = %path.display(), error = %e, "no notify socket; the pod marks itself ready"),
+            )
+            .ok()?;
+        Some(NotifySocket { socket, path })
+    }
+
+    /// Whether READY=1 is among the messages queued now.
+    fn ready_queued(&self) -> io::Result<bool> {
+        let mut buf = [0u8; 4096];
+        loop {
+            match self.socket.recv(&mut buf) {
+                Ok(n) if buf[..n].split(|b| *b == b'\n').any(|l| l == b"READY=1") => return Ok(true),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Drop for NotifySocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// The full argv of the sandbox command (after the program).
@@ -116,30 +165,83 @@ pub async fn start(
 }
 
 async fn start_detached(program: &Path, data_dir: &Path, args: &SandboxArgs) -> Result<Started, LaunchError> {
+    let mut args = args.clone();
+    args.cgroup_from_caller = args.uuid.is_some();
+    let notify = args.uuid.and_then(|uuid| NotifySocket::bind(data_dir, uuid));
+    args.ready_by_notify = notify.is_some();
     let mut cmd = tokio::process::Command::new(program);
-    cmd.args(sandbox_argv(data_dir, args)).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    let stdin = if args.cgroup_from_caller { Stdio::piped() } else { Stdio::null() };
+    cmd.args(sandbox_argv(data_dir, &args)).stdin(stdin).stdout(Stdio::null()).stderr(Stdio::piped());
+    if let Some(n) = &notify {
+        cmd.env("NOTIFY_SOCKET", &n.path);
+    }
     // its own process group, so signals to the daemon's group spare the pod; no
     // pre_exec closure, so std can use posix_spawn (vfork) instead of copying
     // the daemon's page tables with fork
     cmd.process_group(0);
     let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn { program: program.into(), source })?;
     let pid = child.id().map(|p| p as i32).ok_or_else(|| LaunchError::Failed("sandbox exited at once".into()))?;
+    let placing = place_in_cgroup(&args, pid, child.stdin.take());
     let pidfd = pidfd_open(pid).map_err(|source| LaunchError::Io { context: "pidfd_open".into(), source })?;
     // EOF on stderr: either nspawn was exec'd (stderr now goes to the pod log) or the process died
     let mut err = String::new();
     if let Some(mut stderr) = child.stderr.take() {
         let _ = stderr.read_to_string(&mut err).await;
     }
+    // done by now, unless the sandbox failed first: awaited, so that no
+    // cgroup is made again after a failed start's cleanup
+    if let Some(placing) = placing {
+        let _ = placing.await;
+    }
     // the sandbox writes nothing on success: output means it failed before exec
     if !err.trim().is_empty() {
         let status = child.wait().await.map(|s| s.to_string()).unwrap_or_default();
+        if let (true, Some(uuid)) = (args.cgroup_from_caller, args.uuid) {
+            let parent = args.cgroup_parent.clone().unwrap_or_default();
+            let tracking_only = args.defer_cgroup_controllers;
+            let removed = tokio::task::spawn_blocking(move || {
+                crate::cgroup::pod::unplace_sandbox(&parent, &uuid.to_string(), tracking_only)
+            })
+            .await;
+            if let Ok(Err(e)) = removed {
+                tracing::warn!(pod = %uuid, error = %e, "removing a failed sandbox's cgroup");
+            }
+        }
         return Err(LaunchError::Failed(format!("{} ({status})", err.trim())));
     }
     // the daemon reaps it; after a daemon restart init does
     tokio::spawn(async move {
         let _ = child.wait().await;
     });
-    Ok(Started { pid, pidfd })
+    Ok(Started { pid, pidfd, notify })
+}
+
+/// Moves the new sandbox process `pid` into its pod's cgroup on a blocking
+/// thread, then tells it so on `stdin` (`--cgroup-from-caller`); dropping
+/// `stdin` unwritten tells it to join the cgroup itself.
+fn place_in_cgroup(
+    args: &SandboxArgs,
+    pid: i32,
+    stdin: Option<tokio::process::ChildStdin>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let (uuid, stdin) = (args.uuid?, stdin?);
+    let parent = args.cgroup_parent.clone().unwrap_or_default();
+    let tracking_only = args.defer_cgroup_controllers;
+    Some(tokio::spawn(async move {
+        let placed = tokio::task::spawn_blocking(move || {
+            crate::cgroup::pod::place_sandbox(&parent, &uuid.to_string(), tracking_only, pid)
+        })
+        .await
+        .unwrap_or_else(|e| Err(io::Error::other(e)));
+        let mut stdin = stdin;
+        match placed {
+            Ok(()) => {
+                use tokio::io::AsyncWriteExt;
+                let _ = stdin.write_all(b"1").await;
+            }
+            Err(e) => tracing::debug!(pod = %uuid, error = %e, "the sandbox joins its cgroup itself"),
+        }
+    }))
 }
 
 async fn start_systemd_run(
@@ -171,7 +273,7 @@ async fn start_systemd_run(
         .and_then(|s| s.trim().parse().ok())
         .ok_or_else(|| LaunchError::Failed(format!("no sandbox pid in {}", ppid.display())))?;
     let pidfd = pidfd_open(pid).map_err(|source| LaunchError::Io { context: "pidfd_open".into(), source })?;
-    Ok(Started { pid, pidfd })
+    Ok(Started { pid, pidfd, notify: None })
 }
 
 /// Longest cause `unit_failure` returns.
@@ -287,23 +389,74 @@ fn bounded(s: &str, max: usize) -> String {
     format!("{}...", &s[..end])
 }
 
-/// Waits until `<rootfs>/rkt/supervisor-status` points at `ready`, the pod
-/// process exits, or `timeout` passes: inotify on the directory plus the
-/// pidfd, no fixed-step polling.
-pub async fn wait_ready(rootfs: PathBuf, pidfd: OwnedFd, timeout: Duration) -> Result<OwnedFd, LaunchError> {
-    tokio::task::spawn_blocking(move || wait_ready_blocking(&rootfs, &pidfd, timeout).map(|()| pidfd))
-        .await
-        .map_err(|e| LaunchError::Io { context: "waiting for the pod".into(), source: io::Error::other(e) })?
+/// Waits until the pod is ready, its process exits, or `timeout` passes:
+/// with `notify`, until its READY=1 arrives there (then the pod is marked
+/// ready, `Stage1Root::mark_ready`); without, until
+/// `<rootfs>/rkt/supervisor-status` points at `ready` (inotify on the
+/// directory). Both watch the pidfd; no fixed-step polling.
+pub async fn wait_ready(
+    rootfs: PathBuf,
+    pidfd: OwnedFd,
+    notify: Option<NotifySocket>,
+    timeout: Duration,
+) -> Result<OwnedFd, LaunchError> {
+    tokio::task::spawn_blocking(move || {
+        match &notify {
+            Some(n) => wait_notified(n, &rootfs, &pidfd, timeout),
+            None => wait_ready_blocking(&rootfs, &pidfd, timeout),
+        }
+        .map(|()| pidfd)
+    })
+    .await
+    .map_err(|e| LaunchError::Io { context: "waiting for the pod".into(), source: io::Error::other(e) })?
+}
+
+fn wait_notified(notify: &NotifySocket, rootfs: &Path, pidfd: &OwnedFd, timeout: Duration) -> Result<(), LaunchError> {
+    let io_err = |context: &'static str| move |source: io::Error| LaunchError::Io { context: context.into(), source };
+    let deadline = Instant::now() + timeout;
+    let mut exited = false;
+    loop {
+        if notify.ready_queued().map_err(io_err("reading the pod's notify socket"))? {
+            return super::rootfs::Stage1Root::new(rootfs).mark_ready().map_err(io_err("marking the pod ready"));
+        }
+        // READY=1 sent before the exit was read above
+        if exited {
+            return Err(LaunchError::Exited(String::new()));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(LaunchError::Timeout(timeout));
+        }
+        let ms = u16::try_from(left.as_millis().min(10_000)).unwrap_or(10_000);
+        let mut fds =
+            [PollFd::new(notify.socket.as_fd(), PollFlags::POLLIN), PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(_) | Err(nix::Error::EINTR) => {}
+            Err(e) => return Err(io_err("poll")(e.into())),
+        }
+        exited = fds[1].revents().is_some_and(|r| !r.is_empty());
+    }
 }
 
 fn wait_ready_blocking(rootfs: &Path, pidfd: &OwnedFd, timeout: Duration) -> Result<(), LaunchError> {
+    let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)
+        .map_err(|e| LaunchError::Io { context: "inotify_init".into(), source: e.into() })?;
+    let r = wait_ready_on(&inotify, rootfs, pidfd, timeout);
+    // the last close of an inotify instance that watched something waits for
+    // an SRCU grace period (10-25 ms here): not on the pod start's path
+    if let Err(e) = super::stop::after_the_call("inotify-close", move || drop(inotify)) {
+        tracing::debug!(error = %e, "closed the readiness watch on the start's path");
+    }
+    r
+}
+
+fn wait_ready_on(inotify: &Inotify, rootfs: &Path, pidfd: &OwnedFd, timeout: Duration) -> Result<(), LaunchError> {
     let root = super::rootfs::Stage1Root::new(rootfs);
     let dir = root.supervisor_status().parent().map(Path::to_path_buf).unwrap_or_default();
     let io_err = |context: &str| {
         let context = context.to_string();
         move |e: nix::Error| LaunchError::Io { context, source: e.into() }
     };
-    let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).map_err(io_err("inotify_init"))?;
     if let Err(e) = inotify.add_watch(&dir, AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO) {
         // no pod directory: the sandbox died before making it
         let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
@@ -410,5 +563,45 @@ mod tests {
         ));
         let _ = other.kill();
         let _ = other.wait();
+    }
+
+    #[test]
+    fn wait_notified_hears_ready_and_marks_the_pod() {
+        let t = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(t.path().join("tmp")).expect("tmp");
+        let rootfs = t.path().join("rootfs");
+        std::fs::create_dir_all(rootfs.join("rkt")).expect("mkdir");
+        let uuid = uuid::Uuid::new_v4();
+        let notify = NotifySocket::bind(t.path(), uuid).expect("bind");
+        let path = notify.path.clone();
+        assert!(path.is_absolute());
+        let cwd = std::env::current_dir().expect("cwd");
+        if let Ok(rel) = t.path().strip_prefix(&cwd) {
+            let again = NotifySocket::bind(rel, uuid).expect("bind relative");
+            assert!(again.path.is_absolute(), "NOTIFY_SOCKET must be absolute: {}", again.path.display());
+        }
+        let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
+        let pidfd = pidfd_open(sleeper.id() as i32).expect("pidfd");
+        let sender = std::os::unix::net::UnixDatagram::unbound().expect("socket");
+        // nspawn's status messages first; only READY=1 makes the pod ready
+        sender.send_to(b"STATUS=Container running.\nX_NSPAWN_LEADER_PID=7", &path).expect("send");
+        assert!(matches!(
+            wait_notified(&notify, &rootfs, &pidfd, Duration::from_millis(100)),
+            Err(LaunchError::Timeout(_))
+        ));
+        assert!(!crate::stage1::rootfs::Stage1Root::new(&rootfs).is_ready());
+        sender.send_to(b"READY=1\nSTATUS=Ready.", &path).expect("send");
+        wait_notified(&notify, &rootfs, &pidfd, Duration::from_secs(10)).expect("ready");
+        assert!(crate::stage1::rootfs::Stage1Root::new(&rootfs).is_ready());
+        // a pod that exits without READY=1
+        std::fs::remove_file(rootfs.join("rkt/supervisor-status")).expect("rm");
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+        assert!(matches!(
+            wait_notified(&notify, &rootfs, &pidfd, Duration::from_secs(10)),
+            Err(LaunchError::Exited(_))
+        ));
+        drop(notify);
+        assert!(!path.exists(), "the socket goes with its owner");
     }
 }

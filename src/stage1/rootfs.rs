@@ -71,8 +71,21 @@ impl Stage1Root {
         self.root.join("rkt/status")
     }
 
-    /// Builds the skeleton, units and identity files. The rootfs must not exist yet.
-    pub fn build(&self, id: &Identity) -> io::Result<()> {
+    /// Marks the pod ready, as its readiness unit does (for a pod whose
+    /// starter hears its systemd's READY=1 instead): the link made beside and
+    /// renamed over, so no reader sees a half-made one.
+    pub fn mark_ready(&self) -> io::Result<()> {
+        let link = self.supervisor_status();
+        let tmp = link.with_extension("new");
+        let _ = fs::remove_file(&tmp);
+        symlink("ready", &tmp)?;
+        fs::rename(&tmp, &link)
+    }
+
+    /// Builds the skeleton, units and identity files. The rootfs must not
+    /// exist yet. Without `ready_unit` nothing in the pod marks it ready:
+    /// its starter does ([`Self::mark_ready`]).
+    pub fn build(&self, id: &Identity, ready_unit: bool) -> io::Result<()> {
         let mut dirs = fs::DirBuilder::new();
         dirs.mode(0o755).recursive(true);
         let r = &self.root;
@@ -109,7 +122,7 @@ impl Stage1Root {
         fs::write(r.join("etc/nsswitch.conf"), "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n")?;
         fs::write(r.join("etc/machine-id"), format!("{}\n", id.machine_id))?;
         self.write_network_identity(id)?;
-        self.write_units()?;
+        self.write_units(ready_unit)?;
         Ok(())
     }
 
@@ -121,27 +134,25 @@ impl Stage1Root {
         crate::fsutil::write_volatile(&etc.join("resolv.conf"), id.resolv_conf.as_bytes(), 0o644)
     }
 
-    fn write_units(&self) -> io::Result<()> {
+    fn write_units(&self, ready_unit: bool) -> io::Result<()> {
         let units = self.root.join("etc/systemd/system");
+        let wants = if ready_unit { format!("Wants={READY_UNIT}\n") } else { String::new() };
         fs::write(
             units.join(POD_TARGET),
             format!(
-                "[Unit]\nDescription=rktlet pod\nAllowIsolate=yes\nWants={READY_UNIT}\n\
+                "[Unit]\nDescription=rktlet pod\nAllowIsolate=yes\n{wants}\
                  # keeps an empty pod alive: nothing conflicts with it but halt\nConflicts=halt.target\n"
             ),
         )?;
         symlink(POD_TARGET, units.join("default.target"))?;
-        // ln and rm are the host's (/usr is shared); they run once per pod
-        // boot. nspawn makes /dev/net/tun in every pod; containerd gives it
-        // to no container that does not ask for it (CRI devices, or
-        // privileged: the node's, which the pod then no longer hides): gone
-        // before the pod is ready, so no app ever sees it
-        fs::write(
-            units.join(READY_UNIT),
-            "[Unit]\nDescription=Mark the pod ready for rktlet\nDefaultDependencies=no\n\n\
-             [Service]\nType=oneshot\nRemainAfterExit=yes\nExecStartPre=/usr/bin/rm -rf /dev/net\n\
-             ExecStart=/usr/bin/ln -sfn ready /rkt/supervisor-status\n",
-        )?;
+        // ln is the host's (/usr is shared); it runs once per pod boot
+        if ready_unit {
+            fs::write(
+                units.join(READY_UNIT),
+                "[Unit]\nDescription=Mark the pod ready for rktlet\nDefaultDependencies=no\n\n\
+                 [Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/usr/bin/ln -sfn ready /rkt/supervisor-status\n",
+            )?;
+        }
         for unit in SHUTDOWN_UNITS {
             symlink(Path::new("/usr/lib/systemd/system").join(unit), units.join(unit))?;
         }
@@ -173,7 +184,7 @@ mod tests {
             resolv_conf: "nameserver 10.0.0.10\n".into(),
             hosts: crate::net::dns::hosts("web-0", &[]),
         };
-        root.build(&id).expect("build");
+        root.build(&id, true).expect("build");
         let r = root.path();
         assert!(r.join("usr").is_dir(), "nspawn refuses a tree without /usr");
         assert_eq!(fs::read_link(r.join("var/run")).expect("link"), Path::new("../run"));
@@ -185,13 +196,29 @@ mod tests {
         assert!(pod_target.contains("Wants=supervisor-ready.service"));
         let ready = fs::read_to_string(r.join("etc/systemd/system").join(READY_UNIT)).expect("ready unit");
         assert!(ready.contains("DefaultDependencies=no"));
-        assert!(ready.contains("ExecStartPre=/usr/bin/rm -rf /dev/net\n"), "{ready}");
+        assert!(ready.contains("ExecStart=/usr/bin/ln -sfn ready /rkt/supervisor-status\n"), "{ready}");
         for unit in SHUTDOWN_UNITS {
             assert!(fs::symlink_metadata(r.join("etc/systemd/system").join(unit)).is_ok(), "{unit}");
         }
         assert!(!root.is_ready());
         symlink("ready", root.supervisor_status()).expect("mark ready");
         assert!(root.is_ready());
-        assert!(root.build(&id).is_err(), "building over an existing rootfs fails");
+        assert!(root.build(&id, true).is_err(), "building over an existing rootfs fails");
+    }
+
+    #[test]
+    fn a_pod_its_starter_marks_ready() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let root = Stage1Root::new(t.path().join("rootfs"));
+        root.build(&Identity::default(), false).expect("build");
+        let units = root.path().join("etc/systemd/system");
+        let pod_target = fs::read_to_string(units.join(POD_TARGET)).expect("pod.target");
+        assert!(!pod_target.contains("Wants="), "{pod_target}");
+        assert!(!units.join(READY_UNIT).exists());
+        assert!(!root.is_ready());
+        root.mark_ready().expect("mark");
+        assert!(root.is_ready());
+        root.mark_ready().expect("marking again");
+        assert!(root.is_ready());
     }
 }

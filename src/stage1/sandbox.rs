@@ -59,6 +59,11 @@ pub struct SandboxOptions {
     /// Join only the unified and name=systemd hierarchies; the caller moves
     /// the pod into the v1 controllers while it boots.
     pub defer_controllers: bool,
+    /// The caller places this process in the pod cgroup and says so on
+    /// stdin (`--cgroup-from-caller`).
+    pub cgroup_from_caller: bool,
+    /// The caller hears READY=1 and marks the pod ready (`--ready-by-notify`).
+    pub ready_by_notify: bool,
     /// Nice value for the pod's processes (pool pods boot at a low priority).
     pub nice: Option<i32>,
     pub uuid_file_save: Option<PathBuf>,
@@ -99,7 +104,7 @@ fn prepare(opts: &SandboxOptions, pod: &mut Pod, cgroup_out: &mut Option<PodCgro
         resolv_conf: opts.resolv_conf.clone(),
         hosts,
     };
-    root.build(&identity).map_err(io_err(format!("building stage1 rootfs of pod {uuid}")))?;
+    root.build(&identity, !opts.ready_by_notify).map_err(io_err(format!("building stage1 rootfs of pod {uuid}")))?;
     // rkt's stage0 finds `rkt stop`'s and `rkt gc`'s programs through these
     let binary = std::env::current_exe().map_err(io_err("finding the rktlet binary"))?;
     super::entrypoints::install(&pod.path(), &binary, opts.data.root())
@@ -124,7 +129,9 @@ fn prepare(opts: &SandboxOptions, pod: &mut Pod, cgroup_out: &mut Option<PodCgro
             if opts.defer_controllers { PodCgroup::tracking(&layout, &sub) } else { PodCgroup::new(&layout, &sub) };
         cg.create().map_err(io_err(format!("creating cgroup {sub}")))?;
         *cgroup_out = Some(cg.clone());
-        cg.join_self().map_err(io_err(format!("joining cgroup {sub}")))?;
+        if !(opts.cgroup_from_caller && placed_by_caller()) {
+            cg.join_self().map_err(io_err(format!("joining cgroup {sub}")))?;
+        }
     }
     // cgroup v2 with controllers: the pod's cgroup may hold no process of its
     // own, or nspawn cannot pass the controllers on to the pod's systemd
@@ -157,6 +164,14 @@ fn prepare(opts: &SandboxOptions, pod: &mut Pod, cgroup_out: &mut Option<PodCgro
     }
     // the rootfs moved with the pod directory from prepare/ to run/
     Ok(pod.stage1_rootfs())
+}
+
+/// Whether the caller says (one byte on stdin) that it moved this process
+/// into the pod cgroup; EOF or an error: it did not.
+fn placed_by_caller() -> bool {
+    use std::io::Read;
+    let mut byte = [0u8; 1];
+    std::io::stdin().read(&mut byte).is_ok_and(|n| n == 1)
 }
 
 /// The pod's `runtime-config`: rkt's record of the options it ran with.
@@ -273,7 +288,7 @@ fn exec_nspawn(
         net,
         host_ipc: opts.host_ipc,
         userns: opts.userns,
-        notify_ready: opts.systemd_unit,
+        notify_ready: opts.systemd_unit || opts.ready_by_notify,
     };
     let log_path = pod.path().join(pod::SANDBOX_LOG_FILE);
     let log = fs::OpenOptions::new()
@@ -374,6 +389,18 @@ pub struct SandboxArgs {
     /// moves the pod into the v1 controller cgroups while it boots.
     #[arg(long)]
     pub defer_cgroup_controllers: bool,
+    /// The caller moves this process into the pod's cgroup as soon as it
+    /// exists and then writes one byte to stdin; at EOF without it, the
+    /// process joins the cgroup itself. (The first cgroup migration after a
+    /// quiet spell waits for an RCU grace period, about 8 ms: the daemon's
+    /// passes while this process starts and writes the pod directory.)
+    #[arg(long)]
+    pub cgroup_from_caller: bool,
+    /// nspawn passes the pod's systemd's READY=1 on to `$NOTIFY_SOCKET`,
+    /// whose owner marks the pod ready; no unit in the pod does (it would
+    /// cost the boot a process start).
+    #[arg(long)]
+    pub ready_by_notify: bool,
     /// Run nspawn and the pod's systemd at this nice value (rktlet's pod
     /// pool boots its pods at a low priority and resets it when one is taken).
     #[arg(long, allow_hyphen_values = true)]
@@ -455,6 +482,12 @@ impl SandboxArgs {
         if self.defer_cgroup_controllers {
             a.push("--defer-cgroup-controllers".into());
         }
+        if self.cgroup_from_caller {
+            a.push("--cgroup-from-caller".into());
+        }
+        if self.ready_by_notify {
+            a.push("--ready-by-notify".into());
+        }
         a
     }
 
@@ -534,6 +567,8 @@ impl SandboxArgs {
             cgroup_parent: self.cgroup_parent.unwrap_or_default(),
             systemd_unit: self.in_systemd_unit,
             defer_controllers: self.defer_cgroup_controllers,
+            cgroup_from_caller: self.cgroup_from_caller,
+            ready_by_notify: self.ready_by_notify,
             nice: self.nice,
             uuid_file_save: self.uuid_file_save,
         })
@@ -568,6 +603,8 @@ mod tests {
             cgroup_parent: Some("/kubepods/pod1".into()),
             in_systemd_unit: true,
             defer_cgroup_controllers: true,
+            cgroup_from_caller: true,
+            ready_by_notify: true,
             nice: Some(10),
             annotation: vec!["a=b=c".into()],
             user_annotation: vec!["k=v".into()],

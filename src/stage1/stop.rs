@@ -252,7 +252,7 @@ static AFTER_CALLS: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> = std::sy
 /// Runs `work` on a thread of its own, after the call that asked for it
 /// (the daemon waits for it before it exits: [`finish_after_calls`]). When
 /// no thread can be made, `work` is dropped unrun.
-fn after_the_call(name: &str, work: impl FnOnce() + Send + 'static) -> io::Result<()> {
+pub(crate) fn after_the_call(name: &str, work: impl FnOnce() + Send + 'static) -> io::Result<()> {
     let handle = std::thread::Builder::new().name(name.into()).spawn(work)?;
     if let Ok(mut pending) = AFTER_CALLS.lock() {
         pending.retain(|h| !h.is_finished());
