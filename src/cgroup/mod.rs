@@ -11,6 +11,7 @@ pub mod pod;
 pub mod pod_limits;
 pub mod stats;
 pub mod v2;
+pub mod warm;
 
 use std::fmt;
 use std::fs;

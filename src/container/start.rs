@@ -57,6 +57,8 @@ struct Isolators {
 /// Starts created container `id`: its unit described and started in the
 /// pod's systemd; returns once the app runs (or failed to, recorded as its exit).
 pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
+    // placing the unit's process and then its controllers wait for no RCU grace period each
+    crate::cgroup::warm::hold(crate::cgroup::warm::CONTAINER_START);
     let (t, paths) = open_created(rt, id)?;
     // the pod's systemd, as its bus connection knows it (masks, OOM score and terminal need it)
     let pid1 = rt.pod_bus(&t.pod).map_err(ContainerError::Unavailable)?.pid1();

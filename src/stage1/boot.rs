@@ -90,6 +90,8 @@ pub async fn boot(
     // sandbox joins only what nspawn needs, the daemon adds the controllers
     // while the pod boots
     args.defer_cgroup_controllers = supervisor == Supervisor::Detached;
+    // the boot's cgroup migrations then wait for no RCU grace period each
+    crate::cgroup::warm::hold(crate::cgroup::warm::POD_START);
     let t0 = std::time::Instant::now();
     let micros = move || u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
     // the sandbox boots while CNI ADD runs in the netns made before
