@@ -38,6 +38,9 @@ pub struct Request {
 
 /// Runs the pod `req` asks for; its uuid.
 pub async fn run(rt: &Runtime, req: &Request) -> Result<Uuid, SandboxError> {
+    // from the request's start: the first cgroup migration (a pool pod's
+    // move, a cold sandbox's placement) then waits less of the grace period
+    crate::cgroup::warm::hold(crate::cgroup::warm::POD_START);
     if let Some(uuid) = super::pool::serve(rt, req).await {
         if let Err(e) = tokio::task::block_in_place(|| super::resources::apply_at_start(rt, uuid)) {
             cleanup(rt, uuid).await;

@@ -8,6 +8,10 @@
 //!   come from their own units (`SystemCallFilter=`).
 //! - `SYSTEMD_UNIT_PATH=/etc/systemd/system`: the pod's systemd loads only
 //!   stage1's own units (about 19 instead of 130).
+//! - `SYSTEMD_GENERATOR_PATH` and `SYSTEMD_ENVIRONMENT_GENERATOR_PATH` name a
+//!   directory that does not exist: the node's generators are not the pod's,
+//!   and the pod's systemd forks no executor for them (one per kind, even for
+//!   an empty or fully masked directory: about 3 ms of a cold boot).
 //! - `--kill-signal=SIGRTMIN+14`: stop is systemd's immediate poweroff
 //!   (18-32 ms); rktlet stops apps itself first.
 //! - `SYSTEMD_NSPAWN_LOCK=0`: the pod directory lock (rkt's) already
@@ -23,6 +27,11 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+
+/// A path in the pod that never exists: systemd skips generators whose
+/// directories are all missing.
+const NO_GENERATORS: &str = "--setenv=SYSTEMD_GENERATOR_PATH=/run/rktlet-no-generators";
+const NO_ENVIRONMENT_GENERATORS: &str = "--setenv=SYSTEMD_ENVIRONMENT_GENERATOR_PATH=/run/rktlet-no-generators";
 
 /// How the pod gets its network.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +89,8 @@ impl NspawnSpec {
             "--capability=all",
             "--bind-ro=/usr",
             "--setenv=SYSTEMD_UNIT_PATH=/etc/systemd/system",
+            NO_GENERATORS,
+            NO_ENVIRONMENT_GENERATORS,
         ]
         .into_iter()
         .map(OsString::from)
@@ -140,6 +151,8 @@ mod tests {
             "--kill-signal=SIGRTMIN+14",
             "--capability=all",
             "--setenv=SYSTEMD_UNIT_PATH=/etc/systemd/system",
+            "--setenv=SYSTEMD_GENERATOR_PATH=/run/rktlet-no-generators",
+            "--setenv=SYSTEMD_ENVIRONMENT_GENERATOR_PATH=/run/rktlet-no-generators",
             "--machine=rkt-u-1",
             "--directory=/d/pods/prepare/u-1/stage1/rootfs",
             "--network-namespace-path=/var/run/netns/x",

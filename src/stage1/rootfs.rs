@@ -92,7 +92,6 @@ impl Stage1Root {
         for d in [
             "usr",
             "etc/systemd/system",
-            "etc/systemd/system-generators",
             "proc",
             "sys",
             "dev",
@@ -155,16 +154,6 @@ impl Stage1Root {
         }
         for unit in SHUTDOWN_UNITS {
             symlink(Path::new("/usr/lib/systemd/system").join(unit), units.join(unit))?;
-        }
-        let generators = self.root.join("etc/systemd/system-generators");
-        for dir in ["/usr/lib/systemd/system-generators", "/lib/systemd/system-generators"] {
-            let Ok(entries) = fs::read_dir(dir) else { continue };
-            for e in entries.flatten() {
-                let target = generators.join(e.file_name());
-                if !target.exists() {
-                    symlink("/dev/null", target)?;
-                }
-            }
         }
         Ok(())
     }
