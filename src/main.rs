@@ -1054,11 +1054,18 @@ fn main() -> ExitCode {
                     .and_then(|f| rktlet::cli_app::show(root(), &uuid, Some(&app), f, false))
                     .map(|out| print!("{out}")),
                 AppCommand::Exec { uuid, app, timeout, cmd } => return app_exec(dir, &uuid, &app, timeout, cmd),
-                AppCommand::Sandbox(args) => args
-                    .into_options(data_dir(dir.clone()))
-                    .and_then(rktlet::stage1::sandbox::run)
-                    .map(|never| match never {})
-                    .map_err(|e| e.to_string()),
+                AppCommand::Sandbox(args) => {
+                    // a standby process: the daemon sends the arguments when a pod starts
+                    let args = match args.resolve_standby(&mut std::io::stdin().lock()) {
+                        Ok(Some(args)) => Ok(args),
+                        Ok(None) => return ExitCode::SUCCESS,
+                        Err(e) => Err(e),
+                    };
+                    args.and_then(|a| a.into_options(data_dir(dir.clone())))
+                        .and_then(rktlet::stage1::sandbox::run)
+                        .map(|never| match never {})
+                        .map_err(|e| e.to_string())
+                }
             }
         }
         Command::List { format, no_legend, full, data } => {

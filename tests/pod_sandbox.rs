@@ -513,3 +513,77 @@ async fn a_stopped_pods_processes_are_gone_and_the_daemon_keeps_nothing_of_it() 
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("remove");
     assert_no_leaks(&data, &[id]);
 }
+
+/// The pids and command lines of the standby sandbox processes on `data`.
+fn standbys(data: &std::path::Path) -> Vec<(i32, String)> {
+    common::processes_mentioning(&format!("--dir {} app sandbox --standby", data.display()))
+        .into_iter()
+        .filter_map(|p| {
+            let (pid, cmd) = p.split_once(": ")?;
+            let pid: i32 = pid.parse().ok()?;
+            // a log writer is a fork of its pod's sandbox and keeps its command line
+            (alive(pid) && common::parent_of(pid) != 1).then(|| (pid, cmd.to_string()))
+        })
+        .collect()
+}
+
+/// Waits up to 10 s for `data`'s standby processes to be `n`.
+async fn wait_standbys(data: &std::path::Path, n: usize) -> Vec<(i32, String)> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let now = standbys(data);
+        if now.len() == n {
+            return now;
+        }
+        assert!(std::time::Instant::now() < deadline, "standby processes on {}: {now:?}, want {n}", data.display());
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// The daemon keeps one sandbox process started ahead: a cold pod start
+/// gives it its arguments (the pod gets the uuid it was started with), the
+/// next one is started while that pod is set up, a standby that died is not
+/// used, and none outlives the daemon. Under systemd-run there is none (the
+/// unit starts the sandbox).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cold_start_takes_the_sandbox_process_started_ahead() {
+    let mut d = Daemon::start(&[]);
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    if rktlet::stage1::host::pid1_is_systemd(std::path::Path::new("/")) {
+        let id = run(&mut rt, host_network(pod_config("unit", &[]))).await;
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(standbys(&data).is_empty(), "a standby beside systemd-run: {:?}", standbys(&data));
+        rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("remove");
+        assert_no_leaks(&data, &[id]);
+        return;
+    }
+    let first = wait_standbys(&data, 1).await.remove(0);
+    let id = run(&mut rt, host_network(pod_config("ahead", &[]))).await;
+    assert!(first.1.contains(&format!("--uuid={id}")), "pod {id} did not come from the standby {first:?}");
+    let nspawn: i32 = std::fs::read_to_string(data.join("pods/run").join(&id).join("ppid"))
+        .expect("ppid")
+        .trim()
+        .parse()
+        .expect("pid");
+    assert_eq!(nspawn, first.0, "the standby process is the pod's sandbox, now nspawn");
+    let second = wait_standbys(&data, 1).await.remove(0);
+    assert_ne!(second.0, first.0);
+    assert!(!second.1.contains(&id), "{second:?}");
+
+    // a standby killed by someone (and dead, not dying at this instant): the next pod starts all the same
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(second.0), nix::sys::signal::Signal::SIGKILL).expect("kill");
+    while alive(second.0) {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let other = run(&mut rt, host_network(pod_config("after-kill", &[]))).await;
+    assert_eq!(status(&mut rt, &other).await.expect("status").status.expect("status").state, 0, "ready");
+    for pod in [&id, &other] {
+        rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.to_string() }).await.expect("stop");
+        rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.to_string() }).await.expect("remove");
+    }
+    wait_standbys(&data, 1).await;
+    d.signal_and_wait(nix::sys::signal::Signal::SIGTERM);
+    wait_standbys(&data, 0).await;
+    assert_no_leaks(&data, &[id, other]);
+}

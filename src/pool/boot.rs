@@ -42,7 +42,7 @@ pub async fn boot_member(rt: &Runtime) -> Result<(Member, u64), BootError> {
         let boot = async {
             let program =
                 rt.sandbox_program().map_err(|e| BootError::failed(uuid, "locating the sandbox program", e))?;
-            crate::stage1::boot::boot(&rt.data, &program, rt.supervisor(), uuid, args, None).await
+            crate::stage1::boot::boot(&rt.data, &program, rt.supervisor(), uuid, args, None, None).await
         };
         let (booted, ()) = tokio::join!(boot, prewire(rt, uuid, &netns));
         booted?;

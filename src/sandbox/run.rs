@@ -49,11 +49,16 @@ pub async fn run(rt: &Runtime, req: &Request) -> Result<Uuid, SandboxError> {
         rt.pods.warm(&rt.manifests, &uuid.to_string());
         return Ok(uuid);
     }
-    let uuid = Uuid::new_v4();
+    // a sandbox process started ahead, if the daemon has one: its pod's uuid is this pod's
+    let standby = (rt.supervisor() == crate::stage1::launch::Supervisor::Detached)
+        .then(|| rt.sandbox_program().ok())
+        .flatten()
+        .and_then(|program| crate::stage1::launch::take_standby(&program, rt.data.root()));
+    let uuid = standby.as_ref().map_or_else(Uuid::new_v4, |s| s.uuid());
     let manifest_file = crate::stage1::boot::start_manifest(&rt.data, uuid);
     let bytes = serde_json::to_vec(&req.manifest).map_err(|e| internal(uuid, "encoding manifest", e))?;
     crate::fsutil::write_volatile(&manifest_file, &bytes, 0o600).map_err(|e| internal(uuid, "writing manifest", e))?;
-    let result = start(rt, req, uuid, manifest_file.clone()).await;
+    let result = start(rt, req, uuid, manifest_file.clone(), standby).await;
     let _ = std::fs::remove_file(&manifest_file);
     match result {
         Ok(()) => {
@@ -79,7 +84,13 @@ pub(super) async fn apply_sysctls(pid1: i32, sysctls: &[Sysctl]) -> Result<(), S
         .map_err(|e| SandboxError::Internal(format!("sysctl worker: {e}")))??)
 }
 
-async fn start(rt: &Runtime, req: &Request, uuid: Uuid, manifest_file: PathBuf) -> Result<(), SandboxError> {
+async fn start(
+    rt: &Runtime,
+    req: &Request,
+    uuid: Uuid,
+    manifest_file: PathBuf,
+    standby: Option<crate::stage1::launch::Standby>,
+) -> Result<(), SandboxError> {
     let config = &req.config;
     make_log_directory(uuid, config)?;
     let dns = config.dns_config.clone().unwrap_or_default();
@@ -106,7 +117,7 @@ async fn start(rt: &Runtime, req: &Request, uuid: Uuid, manifest_file: PathBuf) 
         Some((net, netns.path().to_path_buf()))
     };
     let cni = network.as_ref().map(|(net, netns)| (net, cni_request(rt, uuid, netns, config)));
-    if let (Some(result), Some((net, _))) = (boot(rt, uuid, args, cni).await?, &network) {
+    if let (Some(result), Some((net, _))) = (boot(rt, uuid, args, cni, standby).await?, &network) {
         record_network(rt, uuid, net, &result, &req.hostname)?;
     }
     if !req.sysctls.is_empty() {
@@ -139,16 +150,17 @@ pub(super) fn make_log_directory(uuid: Uuid, config: &cri::PodSandboxConfig) -> 
 }
 
 /// Boots a pod (`stage1::boot::boot`) with `args` and `cni` (a network and
-/// its request). Returns the CNI result. A pod not ready in time is
+/// its request), through `standby` if there is one. Returns the CNI result. A pod not ready in time is
 /// DeadlineExceeded.
 async fn boot(
     rt: &Runtime,
     uuid: Uuid,
     args: SandboxArgs,
     cni: Option<(&Network, crate::net::cni::CniRequest)>,
+    standby: Option<crate::stage1::launch::Standby>,
 ) -> Result<Option<CniResult>, SandboxError> {
     let program = rt.sandbox_program().map_err(|e| internal(uuid, "locating the sandbox program", e))?;
-    Ok(crate::stage1::boot::boot(&rt.data, &program, rt.supervisor(), uuid, args, cni).await?)
+    Ok(crate::stage1::boot::boot(&rt.data, &program, rt.supervisor(), uuid, args, cni, standby).await?)
 }
 
 /// The CNI request for a new pod: its identity, port mappings and DNS.

@@ -286,6 +286,12 @@ async fn run(
     let listener_s = crate::stream::server::bind(addr).await.map_err(|e| ServeError::Streaming { addr, source: e })?;
     let streaming = tokio::spawn(crate::stream::server::serve(listener_s, runtime.clone()));
     let refill = tokio::spawn(crate::pool::refill(runtime.clone()));
+    // the first cold pod start's sandbox process
+    if runtime.supervisor() == crate::stage1::launch::Supervisor::Detached
+        && let Ok(program) = runtime.sandbox_program()
+    {
+        crate::stage1::launch::keep_standby(&program, runtime.data.root());
+    }
     let trimmer = tokio::spawn(crate::heap::trim_when_quiet());
     let result = serve(runtime.clone(), listener, signals).await;
     if let Some(m) = metrics {

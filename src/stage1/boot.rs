@@ -76,7 +76,8 @@ impl BootError {
 /// Boots a pod: `program` (`<rkt> app sandbox`) with `args` under
 /// `supervisor`, then waits until it is ready while the daemon moves it into
 /// its controller cgroups and `cni` (a network and its request) is ADDed.
-/// Returns the CNI result.
+/// Returns the CNI result. `standby` (its uuid is `uuid`) is the sandbox
+/// process to use, if the caller took one.
 pub async fn boot(
     data: &DataDir,
     program: &Path,
@@ -84,6 +85,7 @@ pub async fn boot(
     uuid: Uuid,
     mut args: SandboxArgs,
     cni: Option<(&Network, CniRequest)>,
+    standby: Option<launch::Standby>,
 ) -> Result<Option<CniResult>, BootError> {
     let cgroup_parent = args.cgroup_parent.clone().unwrap_or_default();
     // the first cgroup migration waits for an RCU grace period per batch: the
@@ -96,7 +98,7 @@ pub async fn boot(
     let micros = move || u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
     // the sandbox boots while CNI ADD runs in the netns made before
     let boot = async {
-        let started = launch::start(program, data.root(), &args, supervisor, Some(&cgroup_parent))
+        let started = launch::start(program, data.root(), &args, supervisor, Some(&cgroup_parent), standby)
             .await
             .map_err(|e| BootError::failed(uuid, "starting sandbox", e))?;
         tracing::debug!(pod = %uuid, micros = micros(), "sandbox exec'd nspawn");
@@ -114,6 +116,11 @@ pub async fn boot(
                 Err(e) => Err(BootError::failed(uuid, "waiting for the pod", e)),
             };
             tracing::debug!(pod = %uuid, micros = micros(), "pod ready");
+            if r.is_ok() && supervisor == Supervisor::Detached {
+                // the next cold start's sandbox process, started while this pod is set up
+                let (program, data) = (program.to_path_buf(), data.root().to_path_buf());
+                tokio::spawn(async move { launch::keep_standby(&program, &data) });
+            }
             if r.is_ok() {
                 // the masks apps share and appexec, now rather than in the first StartContainer
                 let data = data.clone();

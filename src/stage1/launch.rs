@@ -149,37 +149,47 @@ pub fn pidfd_getfd(pidfd: &OwnedFd, fd: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(got as i32) })
 }
 
-/// Starts the sandbox process and returns once it has exec'd nspawn (or
-/// failed, with its error output quoted).
+/// Starts the sandbox process (or gives `standby` its arguments) and
+/// returns once it has exec'd nspawn (or failed, with its error output
+/// quoted).
 pub async fn start(
     program: &Path,
     data_dir: &Path,
     args: &SandboxArgs,
     supervisor: Supervisor,
     slice: Option<&str>,
+    standby: Option<Standby>,
 ) -> Result<Started, LaunchError> {
     match supervisor {
-        Supervisor::Detached => start_detached(program, data_dir, args).await,
+        Supervisor::Detached => start_detached(program, data_dir, args, standby).await,
         Supervisor::SystemdRun => start_systemd_run(program, data_dir, args, slice).await,
     }
 }
 
-async fn start_detached(program: &Path, data_dir: &Path, args: &SandboxArgs) -> Result<Started, LaunchError> {
+async fn start_detached(
+    program: &Path,
+    data_dir: &Path,
+    args: &SandboxArgs,
+    standby: Option<Standby>,
+) -> Result<Started, LaunchError> {
     let mut args = args.clone();
     args.cgroup_from_caller = args.uuid.is_some();
     let notify = args.uuid.and_then(|uuid| NotifySocket::bind(data_dir, uuid));
     args.ready_by_notify = notify.is_some();
-    let mut cmd = tokio::process::Command::new(program);
-    let stdin = if args.cgroup_from_caller { Stdio::piped() } else { Stdio::null() };
-    cmd.args(sandbox_argv(data_dir, &args)).stdin(stdin).stdout(Stdio::null()).stderr(Stdio::piped());
-    if let Some(n) = &notify {
-        cmd.env("NOTIFY_SOCKET", &n.path);
-    }
-    // its own process group, so signals to the daemon's group spare the pod; no
-    // pre_exec closure, so std can use posix_spawn (vfork) instead of copying
-    // the daemon's page tables with fork
-    cmd.process_group(0);
-    let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn { program: program.into(), source })?;
+    args.notify_socket = notify.as_ref().map(|n| n.path.clone());
+    let sent = match standby {
+        Some(s) => s.send(&args).await,
+        None => None,
+    };
+    let mut child = match sent {
+        Some(child) => child,
+        None => {
+            let stdin = if args.cgroup_from_caller { Stdio::piped() } else { Stdio::null() };
+            sandbox_command(program, sandbox_argv(data_dir, &args), stdin)
+                .spawn()
+                .map_err(|source| LaunchError::Spawn { program: program.into(), source })?
+        }
+    };
     let pid = child.id().map(|p| p as i32).ok_or_else(|| LaunchError::Failed("sandbox exited at once".into()))?;
     let placing = place_in_cgroup(&args, pid, child.stdin.take());
     let pidfd = pidfd_open(pid).map_err(|source| LaunchError::Io { context: "pidfd_open".into(), source })?;
@@ -214,6 +224,99 @@ async fn start_detached(program: &Path, data_dir: &Path, args: &SandboxArgs) -> 
         let _ = child.wait().await;
     });
     Ok(Started { pid, pidfd, notify })
+}
+
+/// The detached sandbox command: stdout to /dev/null, stderr to the daemon
+/// (a failure's message), in a process group of its own, so signals to the
+/// daemon's group spare the pod. No pre_exec closure, so std can use
+/// posix_spawn (vfork) instead of copying the daemon's page tables with fork.
+fn sandbox_command(program: &Path, argv: Vec<OsString>, stdin: Stdio) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(argv).stdin(stdin).stdout(Stdio::null()).stderr(Stdio::piped()).process_group(0);
+    cmd
+}
+
+/// A sandbox process started ahead (`app sandbox --standby`): exec'd and
+/// past its start-up, it waits on stdin for a pod's arguments. A cold pod
+/// start that takes it skips the exec of this program and its start-up
+/// (about 4 ms here); the daemon keeps one ([`keep_standby`]). Its pod's
+/// uuid is chosen when it starts, so its command line names its pod like
+/// any sandbox's (and so does its log writer's, a fork of it). Dropped
+/// unused, it sees EOF on stdin and exits: none outlives the daemon.
+#[derive(Debug)]
+pub struct Standby {
+    program: PathBuf,
+    data_dir: PathBuf,
+    uuid: uuid::Uuid,
+    child: tokio::process::Child,
+}
+
+impl Standby {
+    /// The uuid of the pod this process will start.
+    pub fn uuid(&self) -> uuid::Uuid {
+        self.uuid
+    }
+
+    /// Sends `args` (for the pod [`Standby::uuid`]); the process, or none
+    /// when it is gone (the caller starts a process then).
+    async fn send(self, args: &SandboxArgs) -> Option<tokio::process::Child> {
+        use tokio::io::AsyncWriteExt;
+        if args.uuid != Some(self.uuid) {
+            return None;
+        }
+        let mut child = self.child;
+        let sent = match child.stdin.as_mut() {
+            Some(stdin) => stdin.write_all(&super::sandbox::standby_message(args)).await,
+            None => Err(io::ErrorKind::BrokenPipe.into()),
+        };
+        match sent {
+            Ok(()) => Some(child),
+            Err(e) => {
+                tracing::debug!(pod = %self.uuid, error = %e, "the standby sandbox process is gone; starting one");
+                None
+            }
+        }
+    }
+}
+
+static STANDBY: std::sync::Mutex<Option<Standby>> = std::sync::Mutex::new(None);
+
+/// Starts a standby sandbox process for `program` on `data_dir` unless one
+/// is waiting. Call from the daemon, in its runtime, off a request's path.
+pub fn keep_standby(program: &Path, data_dir: &Path) {
+    // the standby protocol is this binary's; a configured other program starts per pod
+    if std::env::current_exe().ok().as_deref() != Some(program) {
+        return;
+    }
+    let Ok(mut slot) = STANDBY.lock() else { return };
+    if let Some(s) = slot.as_mut()
+        && s.program == program
+        && s.data_dir == data_dir
+        && matches!(s.child.try_wait(), Ok(None))
+    {
+        return;
+    }
+    let uuid = uuid::Uuid::new_v4();
+    let argv = vec![
+        "--dir".into(),
+        data_dir.into(),
+        "app".into(),
+        "sandbox".into(),
+        "--standby".into(),
+        format!("--uuid={uuid}").into(),
+    ];
+    match sandbox_command(program, argv, Stdio::piped()).spawn() {
+        // one it replaces sees EOF on stdin and exits; tokio reaps it
+        Ok(child) => *slot = Some(Standby { program: program.into(), data_dir: data_dir.into(), uuid, child }),
+        Err(e) => tracing::debug!(program = %program.display(), error = %e, "no standby sandbox process"),
+    }
+}
+
+/// The waiting standby process for `program` on `data_dir`, if any: the
+/// caller starts its pod with [`Standby::uuid`].
+pub fn take_standby(program: &Path, data_dir: &Path) -> Option<Standby> {
+    let mut s = STANDBY.lock().ok()?.take()?;
+    (s.program == program && s.data_dir == data_dir && matches!(s.child.try_wait(), Ok(None))).then_some(s)
 }
 
 /// Moves the new sandbox process `pid` into its pod's cgroup on a blocking

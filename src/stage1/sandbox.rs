@@ -18,6 +18,7 @@ use std::convert::Infallible;
 use std::fs;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use uuid::Uuid;
@@ -64,6 +65,8 @@ pub struct SandboxOptions {
     pub cgroup_from_caller: bool,
     /// The caller hears READY=1 and marks the pod ready (`--ready-by-notify`).
     pub ready_by_notify: bool,
+    /// nspawn's `$NOTIFY_SOCKET` (else the one this process was given).
+    pub notify_socket: Option<PathBuf>,
     /// Nice value for the pod's processes (pool pods boot at a low priority).
     pub nice: Option<i32>,
     pub uuid_file_save: Option<PathBuf>,
@@ -299,6 +302,9 @@ fn exec_nspawn(
     let fd = pod.lock_fd()?;
     let mut cmd = std::process::Command::new(&spec.nspawn);
     cmd.args(spec.args()).envs(spec.env()).env("RKT_LOCK_FD", fd.to_string()).stdin(std::process::Stdio::null());
+    if let Some(path) = &opts.notify_socket {
+        cmd.env("NOTIFY_SOCKET", path);
+    }
     // from here on the pod's console goes to its log; the daemon sees EOF on our stderr pipe
     redirect_output(&log).map_err(io_err("redirecting output to the pod log"))?;
     lock::keep_across_exec(fd).map_err(io_err("passing the pod lock to nspawn"))?;
@@ -338,6 +344,66 @@ fn abort(pod: &mut Pod, cgroup: Option<&PodCgroup>) {
         && let Ok(p) = Pod::open(pod.data_dir(), &pod.uuid().to_string())
     {
         let _ = p.delete();
+    }
+}
+
+/// What a standby sandbox process (`--standby`) reads on stdin: its
+/// arguments, each ended by a NUL byte, and an empty one after the last.
+/// The caller may write the cgroup byte (`--cgroup-from-caller`) after it.
+pub fn standby_message(args: &SandboxArgs) -> Vec<u8> {
+    let mut msg = Vec::new();
+    for a in args.to_argv() {
+        msg.extend_from_slice(a.as_encoded_bytes());
+        msg.push(0);
+    }
+    msg.push(0);
+    msg
+}
+
+/// The arguments a standby sandbox process waits for ([`standby_message`]),
+/// read from `input`; `None` at EOF before the first one (the daemon left
+/// without using this process).
+pub fn read_standby(input: &mut impl io::BufRead) -> Result<Option<SandboxArgs>, SandboxError> {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Argv {
+        #[command(flatten)]
+        args: SandboxArgs,
+    }
+    let mut argv: Vec<std::ffi::OsString> = vec!["sandbox".into()];
+    loop {
+        let mut arg = Vec::new();
+        let n = input.read_until(0, &mut arg).map_err(io_err("reading the standby arguments"))?;
+        match arg.pop() {
+            None if n == 0 && argv.len() == 1 => return Ok(None),
+            Some(0) if arg.is_empty() => break,
+            Some(0) => argv.push(std::ffi::OsString::from_vec(arg)),
+            _ => return Err(SandboxError::Invalid("standby arguments cut short".into())),
+        }
+    }
+    let args = Argv::try_parse_from(argv).map_err(|e| SandboxError::Invalid(e.to_string()))?.args;
+    if args.standby {
+        return Err(SandboxError::Invalid("--standby among the standby arguments".into()));
+    }
+    Ok(Some(args))
+}
+
+impl SandboxArgs {
+    /// The arguments to run with: these, or for a standby process
+    /// (`--standby`) those read from `input`, which must be for its own pod
+    /// (`--uuid`); `None`: none came (EOF).
+    pub fn resolve_standby(self, input: &mut impl io::BufRead) -> Result<Option<SandboxArgs>, SandboxError> {
+        if !self.standby {
+            return Ok(Some(self));
+        }
+        let Some(args) = read_standby(input)? else { return Ok(None) };
+        if self.uuid.is_some() && args.uuid != self.uuid {
+            return Err(SandboxError::Invalid(format!(
+                "standby for pod {:?} was sent the arguments of pod {:?}",
+                self.uuid, args.uuid
+            )));
+        }
+        Ok(Some(args))
     }
 }
 
@@ -401,6 +467,15 @@ pub struct SandboxArgs {
     /// cost the boot a process start).
     #[arg(long)]
     pub ready_by_notify: bool,
+    /// The socket nspawn tells about the pod (`$NOTIFY_SOCKET`), when it is
+    /// not this process's own.
+    #[arg(long)]
+    pub notify_socket: Option<PathBuf>,
+    /// Wait for the other arguments on stdin (see [`read_standby`]): the
+    /// daemon starts a sandbox process ahead, so a cold pod start does not
+    /// wait for an exec of this program and its start-up (about 4 ms).
+    #[arg(long)]
+    pub standby: bool,
     /// Run nspawn and the pod's systemd at this nice value (rktlet's pod
     /// pool boots its pods at a low priority and resets it when one is taken).
     #[arg(long, allow_hyphen_values = true)]
@@ -476,6 +551,9 @@ impl SandboxArgs {
         if let Some(n) = self.nice {
             push("nice", &n.to_string());
         }
+        if let Some(p) = &self.notify_socket {
+            push("notify-socket", p);
+        }
         if self.in_systemd_unit {
             a.push("--in-systemd-unit".into());
         }
@@ -487,6 +565,9 @@ impl SandboxArgs {
         }
         if self.ready_by_notify {
             a.push("--ready-by-notify".into());
+        }
+        if self.standby {
+            a.push("--standby".into());
         }
         a
     }
@@ -569,6 +650,7 @@ impl SandboxArgs {
             defer_controllers: self.defer_cgroup_controllers,
             cgroup_from_caller: self.cgroup_from_caller,
             ready_by_notify: self.ready_by_notify,
+            notify_socket: self.notify_socket,
             nice: self.nice,
             uuid_file_save: self.uuid_file_save,
         })
@@ -605,6 +687,8 @@ mod tests {
             defer_cgroup_controllers: true,
             cgroup_from_caller: true,
             ready_by_notify: true,
+            notify_socket: Some("/d/tmp/u.notify".into()),
+            standby: true,
             nice: Some(10),
             annotation: vec!["a=b=c".into()],
             user_annotation: vec!["k=v".into()],
@@ -614,6 +698,45 @@ mod tests {
         let mut argv: Vec<std::ffi::OsString> = vec!["sandbox".into()];
         argv.extend(args.to_argv());
         assert_eq!(Wrap::parse_from(argv).args, args);
+    }
+
+    #[test]
+    fn standby_arguments_come_on_stdin() {
+        let args = SandboxArgs {
+            uuid: Some(Uuid::new_v4()),
+            hostname: Some("web 1\nx".into()),
+            dns: vec!["10.0.0.10".into()],
+            net: "default".into(),
+            netns: Some("/var/run/netns/x".into()),
+            cgroup_from_caller: true,
+            notify_socket: Some("/d/tmp/u.notify".into()),
+            ..Default::default()
+        };
+        // the cgroup byte may follow in the same stream, unread
+        let mut input = std::io::Cursor::new([standby_message(&args), b"1".to_vec()].concat());
+        assert_eq!(read_standby(&mut input).expect("read"), Some(args.clone()));
+        assert_eq!(input.position() as usize, standby_message(&args).len());
+        assert_eq!(read_standby(&mut std::io::Cursor::new(Vec::new())).expect("eof"), None);
+        let cut = standby_message(&args);
+        let cut = &cut[..cut.len() - 1];
+        assert!(matches!(read_standby(&mut std::io::Cursor::new(cut)), Err(SandboxError::Invalid(_))));
+        let nested = SandboxArgs { standby: true, ..args.clone() };
+        assert!(matches!(
+            read_standby(&mut std::io::Cursor::new(standby_message(&nested))),
+            Err(SandboxError::Invalid(_))
+        ));
+        let own = SandboxArgs { standby: true, uuid: args.uuid, ..Default::default() };
+        let other = SandboxArgs { uuid: Some(Uuid::new_v4()), ..args.clone() };
+        assert!(matches!(
+            own.clone().resolve_standby(&mut std::io::Cursor::new(standby_message(&other))),
+            Err(SandboxError::Invalid(_))
+        ));
+        let resolved = own.resolve_standby(&mut std::io::Cursor::new(standby_message(&args))).expect("own pod");
+        assert_eq!(resolved, Some(args.clone()));
+        let plain = SandboxArgs { net: "host".into(), ..Default::default() };
+        assert_eq!(plain.clone().resolve_standby(&mut std::io::empty()).expect("plain"), Some(plain));
+        let unknown = b"--no-such-flag\0\0".to_vec();
+        assert!(matches!(read_standby(&mut std::io::Cursor::new(unknown)), Err(SandboxError::Invalid(_))));
     }
 
     #[test]

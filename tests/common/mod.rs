@@ -522,3 +522,11 @@ pub fn pod_resources(memory: i64, shares: i64) -> rktlet::proto::v1::LinuxContai
         ..Default::default()
     }
 }
+
+/// The parent pid of `pid` (0 when it is gone).
+pub fn parent_of(pid: i32) -> i32 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").and_then(|(_, rest)| rest.split(' ').nth(1)?.parse().ok()))
+        .unwrap_or(0)
+}
