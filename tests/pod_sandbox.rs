@@ -550,7 +550,9 @@ async fn a_cold_start_takes_the_sandbox_process_started_ahead() {
     let mut d = Daemon::start(&[]);
     let data = d.dir.path().join("data");
     let mut rt = d.runtime().await;
-    if rktlet::stage1::host::pid1_is_systemd(std::path::Path::new("/")) {
+    // the daemon's choice, from the same host and environment
+    let pid1_is_systemd = rktlet::stage1::host::pid1_is_systemd(std::path::Path::new("/"));
+    if rktlet::cgroup::Driver::chosen(pid1_is_systemd) == rktlet::cgroup::Driver::Systemd {
         let id = run(&mut rt, host_network(pod_config("unit", &[]))).await;
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         assert!(standbys(&data).is_empty(), "a standby beside systemd-run: {:?}", standbys(&data));

@@ -227,31 +227,42 @@ fn remove_tree(dir: &Path) -> io::Result<()> {
 }
 
 /// `mkdir -p` for a cgroup, copying `cpuset.cpus`/`cpuset.mems` down from the
-/// parent into every level it creates (v1 cpuset starts them empty).
+/// parent into every level that has them empty (v1 cpuset starts them
+/// empty). A level another process made just now (the daemon and a sandbox
+/// make the same pod cgroup) is filled here too: a process cannot join a
+/// cpuset cgroup before both files are (ENOSPC).
 pub(super) fn create_with_cpuset(dir: &Path) -> io::Result<()> {
-    if dir.is_dir() {
-        return Ok(());
+    if !dir.is_dir() {
+        let parent = dir.parent().ok_or_else(|| io::Error::other("cgroup dir without parent"))?;
+        create_with_cpuset(parent)?;
+        match fs::create_dir(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io::Error::new(e.kind(), format!("creating {}: {e}", dir.display()))),
+        }
     }
-    let parent = dir.parent().ok_or_else(|| io::Error::other("cgroup dir without parent"))?;
-    create_with_cpuset(parent)?;
-    match fs::create_dir(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
-        Err(e) => return Err(io::Error::new(e.kind(), format!("creating {}: {e}", dir.display()))),
-    }
+    fill_cpuset(dir)
+}
+
+/// Copies the parent's `cpuset.cpus`/`cpuset.mems` into `dir` where they are
+/// empty (filling empty ancestors first); nothing outside v1 cpuset.
+fn fill_cpuset(dir: &Path) -> io::Result<()> {
     // cgroup v2: an empty cpuset means the parent's (and the root has none to copy)
     if dir.join("cgroup.controllers").exists() {
         return Ok(());
     }
     for file in ["cpuset.cpus", "cpuset.mems"] {
         let own = dir.join(file);
-        if !own.exists() {
+        if !own.exists() || !fs::read_to_string(&own).map(|s| s.trim().is_empty()).unwrap_or(false) {
             continue;
         }
-        if fs::read_to_string(&own).map(|s| s.trim().is_empty()).unwrap_or(false) {
-            let from_parent = fs::read_to_string(parent.join(file))?;
-            fs::write(&own, from_parent.trim())?;
+        let parent = dir.parent().ok_or_else(|| io::Error::other("cgroup dir without parent"))?;
+        let mut from_parent = fs::read_to_string(parent.join(file))?;
+        if from_parent.trim().is_empty() {
+            fill_cpuset(parent)?;
+            from_parent = fs::read_to_string(parent.join(file))?;
         }
+        fs::write(&own, from_parent.trim())?;
     }
     Ok(())
 }

@@ -88,11 +88,12 @@ pub async fn boot(
     standby: Option<launch::Standby>,
 ) -> Result<Option<CniResult>, BootError> {
     let cgroup_parent = args.cgroup_parent.clone().unwrap_or_default();
-    // the first cgroup migration waits for an RCU grace period per batch: the
-    // sandbox joins only what nspawn needs, the daemon adds the controllers
-    // while the pod boots
-    args.defer_cgroup_controllers = supervisor == Supervisor::Detached;
-    // the boot's cgroup migrations then wait for no RCU grace period each
+    // the sandbox is in every hierarchy's pod cgroup before nspawn runs: the
+    // pod's cgroup namespace (nspawn unshares it early) is rooted there. A
+    // controller added while the pod boots would lie outside that root in the
+    // pod's view (`/../../...`, which CRIU refuses). The boot's migrations
+    // wait for no RCU grace period each while the lock is held warm.
+    args.defer_cgroup_controllers = false;
     crate::cgroup::warm::hold(crate::cgroup::warm::POD_START);
     let t0 = std::time::Instant::now();
     let micros = move || u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
