@@ -83,17 +83,13 @@ pub async fn boot(
     program: &Path,
     supervisor: Supervisor,
     uuid: Uuid,
-    mut args: SandboxArgs,
+    args: SandboxArgs,
     cni: Option<(&Network, CniRequest)>,
     standby: Option<launch::Standby>,
 ) -> Result<Option<CniResult>, BootError> {
     let cgroup_parent = args.cgroup_parent.clone().unwrap_or_default();
-    // the sandbox is in every hierarchy's pod cgroup before nspawn runs: the
-    // pod's cgroup namespace (nspawn unshares it early) is rooted there. A
-    // controller added while the pod boots would lie outside that root in the
-    // pod's view (`/../../...`, which CRIU refuses). The boot's migrations
-    // wait for no RCU grace period each while the lock is held warm.
-    args.defer_cgroup_controllers = false;
+    // the boot's cgroup migrations wait for no RCU grace period each while
+    // the lock is held warm
     crate::cgroup::warm::hold(crate::cgroup::warm::POD_START);
     let t0 = std::time::Instant::now();
     let micros = move || u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
@@ -144,8 +140,13 @@ pub async fn boot(
             r
         };
         let controllers = async {
+            // a detached sandbox is placed in every hierarchy before nspawn
+            // runs (no --defer-cgroup-controllers): the pod's cgroup namespace,
+            // which nspawn unshares early, is rooted there, and a controller
+            // added while the pod boots would lie outside that root in the
+            // pod's view (`/../../...`, which CRIU refuses)
             let systemd_unit = supervisor == Supervisor::SystemdRun;
-            if !args.defer_cgroup_controllers && !systemd_unit {
+            if !systemd_unit {
                 return Ok(());
             }
             let parent = cgroup_parent.clone();
