@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod net;
 pub mod pod;
 pub mod pool;
+pub mod program_pages;
 pub mod proto;
 pub mod runtime;
 pub mod sandbox;

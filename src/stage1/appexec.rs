@@ -76,6 +76,7 @@ fn host_copy(data: &DataDir) -> io::Result<PathBuf> {
     }
     if std::fs::read(&path).is_ok_and(|bytes| bytes == BINARY) {
         *checked = Some(path.clone());
+        crate::program_pages::release_bytes(BINARY);
         return Ok(path);
     }
     std::fs::create_dir_all(&dir)?;
@@ -85,6 +86,8 @@ fn host_copy(data: &DataDir) -> io::Result<PathBuf> {
     file.sync_all()?;
     std::fs::rename(&tmp, &path)?;
     *checked = Some(path.clone());
+    // read once to be hashed, compared and written: its 1.2 MB need not stay mapped
+    crate::program_pages::release_bytes(BINARY);
     for old in std::fs::read_dir(&dir)?.flatten() {
         if old.file_name().to_string_lossy().starts_with("appexec-") && old.file_name() != name {
             let _ = std::fs::remove_file(old.path());
