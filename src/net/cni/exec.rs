@@ -422,7 +422,18 @@ impl Network {
             .process_group(0)
             .kill_on_drop(true);
         let stdin = self.plugin_stdin(i, prev, caps);
+        let started = std::time::Instant::now();
         let output = self.spawn_and_wait(&mut cmd, &path, &plugin, command, stdin).await?;
+        // a pod's network set-up and release are mostly these runs (a veth's
+        // deletion waits for the kernel's RCU callbacks inside bridge's DEL)
+        tracing::debug!(
+            network = self.name(),
+            container = %req.container_id,
+            plugin,
+            command = command.as_str(),
+            micros = started.elapsed().as_micros() as u64,
+            "CNI plugin ran"
+        );
         let stdout = String::from_utf8_lossy(&output.stdout);
         if !output.status.success() {
             let stderr = String::from_utf8_lossy(&output.stderr);
