@@ -57,6 +57,7 @@ struct Isolators {
 /// Starts created container `id`: its unit described and started in the
 /// pod's systemd; returns once the app runs (or failed to, recorded as its exit).
 pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
+    let called = std::time::Instant::now();
     // placing the unit's process and then its controllers wait for no RCU grace period each
     crate::cgroup::warm::hold(crate::cgroup::warm::CONTAINER_START);
     let (t, paths) = open_created(rt, id)?;
@@ -88,6 +89,7 @@ pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
     }
     tracing::debug!(
         container = id,
+        prepare_micros = (began - called).as_micros() as u64,
         unit_micros = unit_started.as_micros() as u64,
         cgroups_micros = (began.elapsed() - unit_started).as_micros() as u64,
         "started"

@@ -490,8 +490,11 @@ pub fn convert_one(cas: &Cas, key: &str) -> Result<bool, ImageError> {
     if !indexed {
         let _ = fs::remove_file(&blob);
     }
-    fs::remove_file(&src).map_err(io_ctx(format!("removing {}", src.display())))?;
-    Ok(true)
+    match fs::remove_file(&src) {
+        // a removal of the image took the download meanwhile (it does not wait for this lock)
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_ctx(format!("removing {}", src.display()))(e)),
+        _ => Ok(true),
+    }
 }
 
 /// A compressed (gzip, zstd) or plain tar file, decompressed.
