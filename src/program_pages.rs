@@ -12,6 +12,7 @@
 //! mappings without private copies are touched (a relocated RELRO page, or a
 //! debugger's breakpoint, is a private copy that must not be dropped).
 
+use crate::fsutil::kib_field;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -30,10 +31,6 @@ impl Mapping {
     fn droppable(&self, exe: &Path) -> bool {
         !self.writable && self.path == exe && self.anonymous_kib == Some(0)
     }
-}
-
-fn kib(v: &str) -> Option<u64> {
-    v.trim().strip_suffix("kB")?.trim().parse().ok()
 }
 
 /// The mappings of a `/proc/PID/smaps` text.
@@ -56,10 +53,10 @@ fn parse_smaps(text: &str) -> Vec<Mapping> {
                 anonymous_kib: None,
             });
         } else if let Some(m) = out.last_mut() {
-            if let Some(v) = line.strip_prefix("Rss:") {
-                m.rss_kib = kib(v).unwrap_or(0);
-            } else if let Some(v) = line.strip_prefix("Anonymous:") {
-                m.anonymous_kib = kib(v);
+            if line.starts_with("Rss:") {
+                m.rss_kib = kib_field(line, "Rss:").unwrap_or(0);
+            } else if line.starts_with("Anonymous:") {
+                m.anonymous_kib = kib_field(line, "Anonymous:");
             }
         }
     }
