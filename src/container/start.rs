@@ -343,19 +343,25 @@ fn plan_namespaces_and_cgroups(
     // the pod's own limits with this app counted (they only grow: the pod's
     // cgroup goes before the app's)
     tokio::task::block_in_place(|| super::pod_resources::refresh_for_app(rt, &t.pod))?;
-    // on cgroup v1 the daemon places the app in its cgroups: one with limits
-    // is started by appexec, which waits for that before anything runs
+    // on cgroup v1 the daemon places the app in its cgroups, limits or not:
+    // appexec waits for that before anything of the app runs, so what it
+    // charges from its first instruction is in its own stats and limits (a
+    // v1 process moved later leaves its CPU time and memory behind)
     let placed = match app_cgroup(&t.pod, &t.app.name) {
-        Some(cg) if limits.in_cgroups() && pid_mode != PidMode::Host => {
-            cg.placement(&t.app.name).map(|wait| (cg, wait))
-        }
+        Some(cg) if pid_mode != PidMode::Host => cg.placement(&t.app.name).map(|wait| (cg, wait)),
         _ => None,
     };
-    if let Some((cg, _)) = &placed {
+    let placed = match placed {
         // written before the start: nothing of the app runs without them
-        tokio::task::block_in_place(|| cg.apply(&limits))
-            .map_err(|e| ContainerError::Internal(format!("limits of {}: {e}", id)))?;
-    }
+        Some((cg, wait)) => match tokio::task::block_in_place(|| cg.apply(&limits)) {
+            Ok(()) => Some((cg, wait)),
+            // no limits asked for: the app runs without cgroups of its own,
+            // which only costs its stats (`settle_limits` says so)
+            Err(_) if !limits.in_cgroups() => None,
+            Err(e) => return Err(ContainerError::Internal(format!("limits of {}: {e}", id))),
+        },
+        None => None,
+    };
     let appexec_paths = if pid_mode != PidMode::Pod || !shared.is_empty() || apparmor.is_some() || placed.is_some() {
         api_binds_for_appexec(&t.app, spec);
         Some((masked, readonly, shared, apparmor, placed.as_ref().map(|(_, wait)| wait.clone())))
