@@ -143,6 +143,14 @@ pub async fn run(opts: &Options) -> Result<Report, BenchError> {
         if opts.shared_pid_namespace { "the pod's" } else { "its own (kubelet's default)" }.into(),
     );
     report.context.insert("machine".into(), machine());
+    // whether the node's cgroup moves wait for an RCU grace period (the
+    // container starts' tail): microseconds where it favors dynamic changes
+    let quiet = Duration::from_millis(200);
+    if let Ok(Some(took)) = tokio::task::spawn_blocking(move || crate::cgroup::warm::probe_after_quiet(quiet)).await {
+        report
+            .context
+            .insert("cgroup v1 move after 200 ms quiet".into(), format!("{:.3} ms", took.as_secs_f64() * 1e3));
+    }
     for endpoint in &opts.endpoints {
         tracing::info!(endpoint = endpoint.name, socket = %endpoint.socket.display(), "measuring");
         let mut session = Session::connect(endpoint, opts).await?;

@@ -200,6 +200,15 @@ fn parse_cgroup_mounts(mountinfo: &str) -> Vec<CgroupMount> {
         .collect()
 }
 
+/// Whether a cgroup hierarchy in `mountinfo` (the text of
+/// `/proc/self/mountinfo`) is mounted with the kernel's `favordynmods`
+/// option (Linux 6.1 and later). It is global: with it, moving a process
+/// between cgroups never waits for an RCU grace period (forks and exits pay
+/// a shared counter instead), and [`warm`] has nothing to do.
+pub fn favors_dynmods(mountinfo: &str) -> bool {
+    parse_cgroup_mounts(mountinfo).iter().any(|m| m.options.iter().any(|o| o == "favordynmods"))
+}
+
 /// mountinfo escapes space, tab, newline and backslash as `\ooo`.
 pub fn unescape_mount(s: &str) -> String {
     let b = s.as_bytes();
@@ -255,6 +264,15 @@ mod tests {
         let l = Layout::parse("0::/user.slice\n", "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n");
         assert!(l.is_pure_v2());
         assert_eq!(l.hierarchies[0].path, "/user.slice");
+    }
+
+    #[test]
+    fn favordynmods_is_read_from_any_cgroup_mount() {
+        assert!(!favors_dynmods(HYBRID_MOUNTS));
+        let on = HYBRID_MOUNTS.replace("cgroup2 cgroup2 rw", "cgroup2 cgroup2 rw,favordynmods");
+        assert!(favors_dynmods(&on));
+        // the option of another file system does not count
+        assert!(!favors_dynmods("60 23 0:50 / /mnt rw - tmpfs tmpfs rw,favordynmods\n"));
     }
 
     #[test]

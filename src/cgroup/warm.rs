@@ -60,6 +60,11 @@ fn warmer() -> Option<&'static Warmer> {
         if std::env::var_os(OFF_ENV).is_some_and(|v| v == "0") {
             return None;
         }
+        // the node keeps the lock in its slow mode for good
+        if fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| super::favors_dynmods(&m)) {
+            tracing::debug!("cgroups mounted with favordynmods: no cgroup warm thread");
+            return None;
+        }
         own_tasks_file()?;
         let w: &'static Warmer = Box::leak(Box::new(Warmer { until: Mutex::new(None), wake: Condvar::new() }));
         match std::thread::Builder::new().name("cgroup-warm".into()).spawn(move || run(w)) {
@@ -116,6 +121,28 @@ fn own_tasks_file() -> Option<PathBuf> {
     })
 }
 
+/// How long this thread's move into its own v1 cgroup takes after `quiet`
+/// without one (the median of three): about an RCU grace period where the
+/// migration lock went back to its fast mode meanwhile, microseconds where
+/// the node keeps it slow (`favordynmods`; on Linux 6.18 also once it was
+/// ever turned on, as seen here). None without a v1 hierarchy. For the
+/// context of benchmark figures.
+pub fn probe_after_quiet(quiet: Duration) -> Option<Duration> {
+    let tasks = own_tasks_file()?;
+    // SAFETY: gettid(2) takes no arguments and cannot fail.
+    let tid = unsafe { libc::gettid() }.to_string();
+    let mut took: Vec<Duration> = (0..3)
+        .map(|_| {
+            std::thread::sleep(quiet);
+            let t = Instant::now();
+            fs::write(&tasks, &tid).map(|()| t.elapsed())
+        })
+        .collect::<std::io::Result<_>>()
+        .ok()?;
+    took.sort();
+    took.get(1).copied()
+}
+
 /// Whether the warm thread runs on this node.
 pub fn available() -> bool {
     warmer().is_some()
@@ -134,7 +161,18 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(fs::read_to_string("/proc/self/cgroup").expect("cgroup"), before);
         if !available() {
-            println!("SKIPPED: no mounted cgroup v1 hierarchy: nothing to keep open");
+            println!("SKIPPED: no mounted cgroup v1 hierarchy, or favordynmods: nothing to keep open");
+        }
+    }
+
+    #[test]
+    fn the_probe_moves_nothing() {
+        let before = fs::read_to_string("/proc/thread-self/cgroup").expect("cgroup");
+        let took = probe_after_quiet(Duration::from_millis(5));
+        assert_eq!(fs::read_to_string("/proc/thread-self/cgroup").expect("cgroup"), before);
+        match took {
+            Some(t) => assert!(t > Duration::ZERO),
+            None => println!("SKIPPED: no mounted cgroup v1 hierarchy to probe"),
         }
     }
 }
