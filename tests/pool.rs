@@ -219,9 +219,14 @@ async fn a_pool_pod_gets_what_was_asked_and_runs_containers() {
     // a container with a memory limit runs in it like in a cold pod
     let image = common::pull_busybox(&d).await;
     let mut c = common::container_config("web", &image, &["sh", "-c", "echo started; sleep 1000"]);
+    // (a PID namespace of its own, kubelet's default: one that can be checkpointed)
+    let own_pid = cri::NamespaceOption { pid: cri::NamespaceMode::Container as i32, ..Default::default() };
     c.linux = Some(cri::LinuxContainerConfig {
         resources: Some(cri::LinuxContainerResources { memory_limit_in_bytes: 64 << 20, ..Default::default() }),
-        ..Default::default()
+        security_context: Some(cri::LinuxContainerSecurityContext {
+            namespace_options: Some(own_pid),
+            ..Default::default()
+        }),
     });
     let cid = common::create_container(&mut rt, &id, &config, c).await;
     rt.start_container(cri::StartContainerRequest { container_id: cid.clone() }).await.expect("start");
@@ -231,6 +236,19 @@ async fn a_pool_pod_gets_what_was_asked_and_runs_containers() {
         .expect("ExecSync")
         .into_inner();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "pooled");
+    // a checkpoint is refused before CRIU runs, with the way round it: the
+    // take moved the pod's cgroups out of its cgroup namespace, which CRIU
+    // cannot dump
+    let location = dir.path().join("web.tar");
+    let request = cri::CheckpointContainerRequest {
+        container_id: cid.clone(),
+        location: location.to_string_lossy().into_owned(),
+        timeout: 10,
+    };
+    let err = rt.checkpoint_container(request).await.expect_err("checkpoint of a container in a pool pod");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains("pod pool") && err.message().contains("pod_pool_size = 0"), "{}", err.message());
+    assert!(!location.exists());
     let limit = std::fs::read_to_string(
         Path::new("/sys/fs/cgroup/memory").join(&parent).join(format!("rktlet-{id}/app-0-web/memory.limit_in_bytes")),
     )

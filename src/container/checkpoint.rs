@@ -78,6 +78,25 @@ pub fn refuse_user_namespace(rt: &Runtime, pod: &crate::pod::Pod, id: &str) -> R
     }
 }
 
+/// A pod taken from the pod pool on a cgroup v1 node was moved to its
+/// cgroup parent after it booted, in the v1 controller hierarchies (its
+/// `subcgroup` differs from `subcgroup-tracking`): its processes' cgroups
+/// there lie outside the pod's cgroup namespace, which nspawn rooted where
+/// the pod booted (inside they read `/../../...`), and CRIU refuses to dump
+/// such a process. Refused up front, with the way round it.
+fn refuse_moved_pod(pod: &crate::pod::Pod, id: &str) -> Result<(), ContainerError> {
+    let moved = pod.subcgroups()?.is_some_and(|s| s.controllers != s.tracking);
+    let v1 = crate::cgroup::Layout::cached().is_ok_and(|l| l.v1_controllers().next().is_some());
+    if moved && v1 {
+        return Err(ContainerError::FailedPrecondition(format!(
+            "{id}: its pod was taken from the pod pool and moved to its cgroup parent after it booted, so its \
+             cgroups lie outside the pod's cgroup namespace, which CRIU cannot dump; a node that checkpoints \
+             containers runs the daemon with pod_pool_size = 0"
+        )));
+    }
+    Ok(())
+}
+
 /// The host path of the node's `criu`: the daemon's `PATH`, then the
 /// directories Debian and a local build install it in.
 pub fn criu_binary() -> Result<PathBuf, ContainerError> {
@@ -125,6 +144,7 @@ pub async fn checkpoint(
         )));
     }
     refuse_user_namespace(rt, &t.pod, id)?;
+    refuse_moved_pod(&t.pod, id)?;
     let criu = criu_binary()?;
     let pid1 = rt.pod_bus(&t.pod).map_err(ContainerError::Unavailable)?.pid1();
     let procs = app_cgroup(&t.pod, &t.app.name).map(|cg| cg.unit_processes()).unwrap_or_default();
