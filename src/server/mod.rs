@@ -251,6 +251,10 @@ async fn run(
             if emptied > 0 {
                 tracing::info!(emptied, "deleted the directories of pods removed before a restart");
             }
+            let sockets = crate::stage1::launch::remove_stale_notify_sockets(data.root());
+            if sockets > 0 {
+                tracing::info!(sockets, "removed the notify sockets of pod starts cut short before a restart");
+            }
         });
     }
     let cleaned = runtime.images.clean_leftovers();

@@ -97,6 +97,22 @@ impl Drop for NotifySocket {
     }
 }
 
+/// Removes the notify sockets in `<data>/tmp` that nobody listens on any
+/// more (what a daemon or CLI that died while a pod started left); a socket
+/// still bound, a start in flight, refuses nothing and stays. Returns how
+/// many went.
+pub fn remove_stale_notify_sockets(data_dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(crate::pod::DataDir::new(data_dir).tmp()) else { return 0 };
+    let Ok(probe) = std::os::unix::net::UnixDatagram::unbound() else { return 0 };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "notify"))
+        .filter(|p| probe.connect(p).is_err_and(|e| e.kind() == io::ErrorKind::ConnectionRefused))
+        .filter(|p| std::fs::remove_file(p).is_ok())
+        .count()
+}
+
 /// The full argv of the sandbox command (after the program).
 pub fn sandbox_argv(data_dir: &Path, args: &SandboxArgs) -> Vec<OsString> {
     let mut argv: Vec<OsString> = vec!["--dir".into(), data_dir.into(), "app".into(), "sandbox".into()];
@@ -594,6 +610,23 @@ fn wait_ready_on(inotify: &Inotify, rootfs: &Path, pidfd: &OwnedFd, timeout: Dur
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_notify_sockets_nobody_listens_on_are_removed() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let tmp = crate::pod::DataDir::new(t.path()).tmp();
+        std::fs::create_dir_all(&tmp).expect("tmp");
+        let live = NotifySocket::bind(t.path(), uuid::Uuid::new_v4()).expect("bind");
+        // a socket whose owner died: the file stays behind
+        let stale = tmp.join(format!("{}.notify", uuid::Uuid::new_v4()));
+        drop(std::os::unix::net::UnixDatagram::bind(&stale).expect("bind stale"));
+        let other = tmp.join("some.file");
+        std::fs::write(&other, b"x").expect("file");
+        assert_eq!(remove_stale_notify_sockets(t.path()), 1);
+        assert!(!stale.exists());
+        assert!(live.path.exists() && other.exists());
+        assert_eq!(remove_stale_notify_sockets(t.path()), 0);
+    }
 
     #[test]
     fn command_lines() {
