@@ -198,7 +198,10 @@ fn migrations(mountinfo: &str, v1: bool) -> Check {
     Check::ok(
         NAME,
         format!(
-            "favordynmods is off: the first process move after a quiet spell waits for an RCU grace period,              a few ms{kept}; it was most of StartContainer's slowest 1% here. For the shortest starts, remount              the cgroup2 mount with its options plus favordynmods (Linux 6.1 and later; forks and exits then              share a counter; on Linux 6.18 the effect stays until reboot)"
+            "favordynmods is off: the first process move after a quiet spell waits for an RCU grace period, \
+             a few ms{kept}; it was most of StartContainer's slowest 1% here. For the shortest starts, remount \
+             the cgroup2 mount with its options plus favordynmods (Linux 6.1 and later; forks and exits then \
+             share a counter; on Linux 6.18 the effect stays until reboot)"
         ),
     )
 }
@@ -441,6 +444,8 @@ mod tests {
         assert!(!migrations(off, false).detail.contains("rktlet keeps"));
         let on = off.replace("cgroup2 rw", "cgroup2 rw,favordynmods");
         assert!(migrations(&on, true).detail.contains("waits for no RCU grace period"));
+        // no runs of spaces where the source breaks the text into lines
+        assert!(!c.detail.contains("  "), "{c:?}");
     }
 
     #[test]
