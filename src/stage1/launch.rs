@@ -66,7 +66,8 @@ impl NotifySocket {
     /// address: the pod then marks itself ready.
     fn bind(data_dir: &Path, uuid: uuid::Uuid) -> Option<Self> {
         // sd_notify takes an absolute path only; the data dir may be relative
-        let path = std::path::absolute(crate::pod::DataDir::new(data_dir).tmp().join(format!("{uuid}.notify"))).ok()?;
+        let path =
+            std::path::absolute(crate::pod::DataDir::new(data_dir).tmp().join(format!("{uuid}.{NOTIFY_EXT}"))).ok()?;
         let _ = std::fs::remove_file(&path);
         let socket = std::os::unix::net::UnixDatagram::bind(&path)
             .and_then(|s| s.set_nonblocking(true).map(|()| s))
@@ -97,6 +98,9 @@ impl Drop for NotifySocket {
     }
 }
 
+/// The extension of a pod start's notify socket in `<data>/tmp` (`<uuid>.notify`).
+const NOTIFY_EXT: &str = "notify";
+
 /// Removes the notify sockets in `<data>/tmp` that nobody listens on any
 /// more (what a daemon or CLI that died while a pod started left); a socket
 /// still bound, a start in flight, refuses nothing and stays. Returns how
@@ -107,7 +111,7 @@ pub fn remove_stale_notify_sockets(data_dir: &Path) -> usize {
     entries
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "notify"))
+        .filter(|p| p.extension().is_some_and(|x| x == NOTIFY_EXT))
         .filter(|p| probe.connect(p).is_err_and(|e| e.kind() == io::ErrorKind::ConnectionRefused))
         .filter(|p| std::fs::remove_file(p).is_ok())
         .count()
@@ -618,7 +622,7 @@ mod tests {
         std::fs::create_dir_all(&tmp).expect("tmp");
         let live = NotifySocket::bind(t.path(), uuid::Uuid::new_v4()).expect("bind");
         // a socket whose owner died: the file stays behind
-        let stale = tmp.join(format!("{}.notify", uuid::Uuid::new_v4()));
+        let stale = tmp.join(format!("{}.{NOTIFY_EXT}", uuid::Uuid::new_v4()));
         drop(std::os::unix::net::UnixDatagram::bind(&stale).expect("bind stale"));
         let other = tmp.join("some.file");
         std::fs::write(&other, b"x").expect("file");
