@@ -176,11 +176,28 @@ fn cgroups() -> Vec<Check> {
             "nothing needed; mount them under /sys/fs/cgroup if pods should be placed in them too",
         ));
     }
+    out.push(devices(layout.devices_mechanism()));
     out.push(migrations(&fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(), !v1.is_empty()));
     if !v1.is_empty() && v1.iter().all(|h| h.mount.is_none()) && unified.is_none() {
         out.push(Check::fail("cgroups: mounts", "no cgroup hierarchy is mounted", "mount cgroup2 on /sys/fs/cgroup"));
     }
     out
+}
+
+/// What holds containers to their device nodes here.
+fn devices(mechanism: crate::cgroup::devices::Mechanism) -> Check {
+    const NAME: &str = "cgroups: devices";
+    match mechanism {
+        crate::cgroup::devices::Mechanism::Nothing => Check::fail(
+            NAME,
+            format!("{mechanism}: a container with CAP_MKNOD can make and open a node of the node's disks"),
+            "mount the v1 devices controller under /sys/fs/cgroup/devices, or boot with cgroup v2 only",
+        ),
+        m => Check::ok(
+            NAME,
+            format!("{m}; a container opens only the pseudo devices, terminals, /dev/net/tun and what it is given"),
+        ),
+    }
 }
 
 /// Whether moving a process between cgroups can wait for an RCU grace

@@ -123,6 +123,13 @@ async fn exec_sync_runs_inside_the_container() {
     assert_eq!(unit_processes(&pod, "0-web").len(), app_processes, "only the app's own processes are left");
     let e = exec(&mut rt, &id, &["no-such-program"], 5).await.expect_err("missing program");
     assert!(e.message().contains("No such file"), "{e:?}");
+    // more output than ExecSync keeps (16 MiB a stream): refused as containerd refuses it,
+    // never a cut answer that reads as the whole output
+    let e = exec(&mut rt, &id, &["head", "-c", "17000000", "/dev/zero"], 20).await.expect_err("too much output");
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("16 MiB"), "{e:?}");
+    let out = exec(&mut rt, &id, &["head", "-c", "1000000", "/dev/zero"], 20).await.expect("1 MB is kept");
+    assert_eq!(out.stdout.len(), 1_000_000);
     let e = exec(&mut rt, &id, &[], 5).await.expect_err("empty");
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
     let e = exec(&mut rt, &format!("{pod}:0-nothing"), &["true"], 5).await.expect_err("unknown");

@@ -100,8 +100,9 @@ impl Limits {
 }
 
 /// The controllers an app cgroup is made in (cpuacct for its CPU usage;
-/// often co-mounted with cpu, then one directory serves both).
-const CONTROLLERS: [&str; 6] = ["memory", "cpu", "cpuacct", "pids", "cpuset", "hugetlb"];
+/// often co-mounted with cpu, then one directory serves both; devices for
+/// the nodes it may open, `super::devices`).
+const CONTROLLERS: [&str; 7] = ["memory", "cpu", "cpuacct", "pids", "cpuset", "hugetlb", "devices"];
 
 /// An app's cgroup directories, one per controller that is mounted.
 #[derive(Debug, Clone)]
@@ -232,6 +233,23 @@ impl AppCgroup {
                 .map_err(context("pids", "pids.max"))?;
         }
         Ok(())
+    }
+
+    /// Holds the app to `allowed` in its v1 `devices` cgroup (made by
+    /// [`AppCgroup::apply`]; written before any process of the app is in it).
+    /// On cgroup v2 the unit's properties do it (`DeviceAllow=`); a v1 host
+    /// without a devices hierarchy has nothing to hold devices with.
+    pub fn apply_devices(&self, allowed: &super::devices::Allowed) -> io::Result<()> {
+        match self.dir("devices") {
+            Some(d) => allowed.write_v1(d),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the app's devices are held by a v1 cgroup of its own (the
+    /// app must then not run outside it).
+    pub fn holds_devices(&self) -> bool {
+        self.dir("devices").is_some()
     }
 
     /// Where the app's usage is read from: its v1 cpuacct and memory

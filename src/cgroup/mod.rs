@@ -7,6 +7,7 @@
 //! `/proc/self/cgroup` and `/proc/self/mountinfo`; nothing is assumed.
 
 pub mod app;
+pub mod devices;
 pub mod pod;
 pub mod pod_limits;
 pub mod stats;
@@ -167,6 +168,17 @@ impl Layout {
     /// True when the unified hierarchy is the only one (pure cgroup v2).
     pub fn is_pure_v2(&self) -> bool {
         self.hierarchies.len() == 1 && self.hierarchies[0].is_unified()
+    }
+
+    /// What holds a container to its devices on this host (`devices`).
+    pub fn devices_mechanism(&self) -> devices::Mechanism {
+        if self.is_pure_v2() && self.hierarchies[0].mount.is_some() {
+            devices::Mechanism::V2Bpf
+        } else if self.v1_controllers().any(|h| h.controllers.iter().any(|c| c == "devices")) {
+            devices::Mechanism::V1Cgroup
+        } else {
+            devices::Mechanism::Nothing
+        }
     }
 }
 

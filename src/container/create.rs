@@ -511,6 +511,7 @@ fn device_and_limit_annotations(
     if req.security.privileged {
         let node = tokio::task::block_in_place(|| node_devices(pod, &devices))?;
         devices.extend(node);
+        user_annotations.insert(meta::PRIVILEGED.into(), "true".into());
     }
     if !devices.is_empty() {
         let json = serde_json::to_string(&devices).map_err(|e| ContainerError::Internal(e.to_string()))?;

@@ -68,7 +68,15 @@ pub async fn exec_sync(
         let out = exec::run(pid, &cmd, timeout, OUTPUT_CAP)
             .map_err(|source| ContainerError::Exec { id: id.clone(), source })?;
         if out.truncated {
-            tracing::warn!(container = id, cap = OUTPUT_CAP, "exec output truncated");
+            // as containerd: an answer cut short would read as the whole
+            // output (a probe's, which kubelet shows and may parse)
+            return Err(ContainerError::ResourceExhausted(format!(
+                "the output of {:?} in container {id} passed the {} MiB ExecSync keeps per stream \
+                 (exit code {}); use Exec to stream more",
+                cmd.join(" "),
+                OUTPUT_CAP >> 20,
+                out.exit_code
+            )));
         }
         Ok(out)
     })

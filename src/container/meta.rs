@@ -18,6 +18,8 @@ pub const TTY: &str = "k8s.io/reserved/tty";
 pub const RESOURCES: &str = "k8s.io/reserved/resources";
 /// The container's devices (JSON list of [`Device`]).
 pub const DEVICES: &str = "k8s.io/reserved/devices";
+/// `true` for a privileged container: it may open every device of the node.
+pub const PRIVILEGED: &str = "k8s.io/reserved/privileged";
 /// The signal that stops the container (a name such as `SIGQUIT`), when not SIGTERM.
 pub const STOP_SIGNAL: &str = "k8s.io/reserved/stop-signal";
 /// The container's PID namespace when not the pod's: `container` (its own),
@@ -208,6 +210,17 @@ pub fn apparmor(app: &RuntimeApp) -> Option<String> {
 
 pub fn devices(app: &RuntimeApp) -> Vec<Device> {
     user_annotations(app).get(DEVICES).and_then(|j| serde_json::from_str(j).ok()).unwrap_or_default()
+}
+
+/// The device nodes the kernel lets the container open and make: the
+/// default list plus its devices, or everything when privileged.
+pub fn allowed_devices(app: &RuntimeApp) -> crate::cgroup::devices::Allowed {
+    let privileged = user_annotations(app).get(PRIVILEGED).is_some_and(|v| v == "true");
+    let devices = devices(app);
+    crate::cgroup::devices::Allowed::for_container(
+        privileged,
+        devices.iter().map(|d| (d.kind, d.major, d.minor, d.permissions.as_str())),
+    )
 }
 
 pub fn limits(app: &RuntimeApp) -> crate::cgroup::app::Limits {

@@ -60,6 +60,9 @@ pub enum ContainerError {
     /// Not done within the time the caller gave.
     #[error("{0}")]
     DeadlineExceeded(String),
+    /// More than rktlet keeps (ExecSync's output).
+    #[error("{0}")]
+    ResourceExhausted(String),
     #[error("{0}")]
     Internal(String),
     /// A system call or file failed.
@@ -103,6 +106,8 @@ pub enum ErrorKind {
     Unavailable,
     /// A command did not finish in time.
     DeadlineExceeded,
+    /// More than rktlet keeps.
+    ResourceExhausted,
     /// What went wrong is not known to rktlet (a command that could not start).
     Unknown,
     Internal,
@@ -116,6 +121,7 @@ impl ContainerError {
             ContainerError::FailedPrecondition(_) => ErrorKind::FailedPrecondition,
             ContainerError::Unavailable(_) => ErrorKind::Unavailable,
             ContainerError::DeadlineExceeded(_) => ErrorKind::DeadlineExceeded,
+            ContainerError::ResourceExhausted(_) => ErrorKind::ResourceExhausted,
             ContainerError::Internal(_) | ContainerError::Io { .. } => ErrorKind::Internal,
             ContainerError::Pod(e) => pod_kind(e),
             ContainerError::App(e) => match e {

@@ -84,7 +84,8 @@ pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
     rt.emit(t.pod.uuid(), &t.app.name, EventKind::Started);
     let unit_started = began.elapsed();
     let limits_result = place_in_cgroups(&t, &placed, &limits);
-    if pid_mode == PidMode::Host {
+    // a host-PID app joins its template's cgroups: not before they hold it
+    if pid_mode == PidMode::Host && (limits_result.is_ok() || !devices_held(&t)) {
         start_host_app(rt, &t, &paths, pid1, id)?;
     }
     tracing::debug!(
@@ -180,23 +181,26 @@ fn restore_unit(
         }
     }
     let criu_cmd = ExecCommand::new(criu.display().to_string(), args);
+    let limits = meta::limits(&t.app);
+    tokio::task::block_in_place(|| super::pod_resources::refresh_for_app(rt, &t.pod))?;
+    // (v1) CRIU and what it restores run in the app's cgroups from the start
+    let placed = place_before_start(t, &limits, id)?;
     let plan = Plan {
         restore: Some(pidfile),
         root: Some(rootfs.clone()),
         root_read_only: t.app.read_only_root_fs,
+        cgroup_wait: placed.as_ref().map(|(_, wait)| wait.clone()),
         ..Default::default()
     };
     let mut spec = ServiceSpec::new(unit(&t.app.name), plan.command(&criu_cmd));
     spec.description = format!("container {} (restored)", id);
     spec.mount_api_vfs = false;
     spec.notify_ready = true;
-    let limits = meta::limits(&t.app);
-    tokio::task::block_in_place(|| super::pod_resources::refresh_for_app(rt, &t.pod))?;
     unit_properties(t, pid1, &limits, &mut spec);
     let section = t.app.app.clone().unwrap_or_default();
     stdio(t, pid1, id, &section, &mut spec)?;
     mark_before_start(paths, &PidMode::Container)?;
-    if let Some(e) = start_unit(rt, t, paths, id, &spec, &None) {
+    if let Some(e) = start_unit(rt, t, paths, id, &spec, &placed) {
         let why = super::checkpoint::log_errors(&paths.checkpoint().join("restore.log"));
         return Err(match e {
             ContainerError::Bus(b) => ContainerError::Internal(format!("restoring container {id}: {b}{why}")),
@@ -204,7 +208,7 @@ fn restore_unit(
         });
     }
     rt.emit(t.pod.uuid(), &t.app.name, EventKind::Started);
-    let limits_result = place_in_cgroups(t, &None, &limits);
+    let limits_result = place_in_cgroups(t, &placed, &limits);
     settle_limits(rt, t, id, &limits, limits_result)?;
     rt.pods.warm(&rt.manifests, &t.pod.uuid().to_string());
     Ok(())
@@ -347,21 +351,7 @@ fn plan_namespaces_and_cgroups(
     // appexec waits for that before anything of the app runs, so what it
     // charges from its first instruction is in its own stats and limits (a
     // v1 process moved later leaves its CPU time and memory behind)
-    let placed = match app_cgroup(&t.pod, &t.app.name) {
-        Some(cg) if pid_mode != PidMode::Host => cg.placement(&t.app.name).map(|wait| (cg, wait)),
-        _ => None,
-    };
-    let placed = match placed {
-        // written before the start: nothing of the app runs without them
-        Some((cg, wait)) => match tokio::task::block_in_place(|| cg.apply(&limits)) {
-            Ok(()) => Some((cg, wait)),
-            // no limits asked for: the app runs without cgroups of its own,
-            // which only costs its stats (`settle_limits` says so)
-            Err(_) if !limits.in_cgroups() => None,
-            Err(e) => return Err(ContainerError::Internal(format!("limits of {}: {e}", id))),
-        },
-        None => None,
-    };
+    let placed = if pid_mode == PidMode::Host { None } else { place_before_start(t, &limits, id)? };
     let appexec_paths = if pid_mode != PidMode::Pod || !shared.is_empty() || apparmor.is_some() || placed.is_some() {
         api_binds_for_appexec(&t.app, spec);
         Some((masked, readonly, shared, apparmor, placed.as_ref().map(|(_, wait)| wait.clone())))
@@ -387,10 +377,35 @@ fn plan_namespaces_and_cgroups(
     Ok((pid_mode, limits, placed))
 }
 
+/// The app's cgroups on cgroup v1, made and written before its unit starts
+/// (nothing of the app runs without them; appexec waits until it is moved
+/// there): its limits and the devices it may open. None where the daemon
+/// does not place apps (cgroup v2: the unit's cgroup is the app's), and
+/// where the cgroups cannot be made for an app without limits, which then
+/// runs without cgroups of its own, costing only its stats (`settle_limits`
+/// says so), unless the host holds devices in a v1 cgroup: a container never
+/// runs with the node's devices open to it.
+fn place_before_start(t: &Target, limits: &crate::cgroup::app::Limits, id: &str) -> Result<Placed, ContainerError> {
+    let Some((cg, wait)) = app_cgroup(&t.pod, &t.app.name).and_then(|cg| cg.placement(&t.app.name).map(|w| (cg, w)))
+    else {
+        return Ok(None);
+    };
+    let allowed = meta::allowed_devices(&t.app);
+    match tokio::task::block_in_place(|| cg.apply(limits).and_then(|()| cg.apply_devices(&allowed))) {
+        Ok(()) => Ok(Some((cg, wait))),
+        Err(_) if !limits.in_cgroups() && !cg.holds_devices() => Ok(None),
+        Err(e) => Err(ContainerError::Internal(format!("cgroups of {}: {e}", id))),
+    }
+}
+
 /// The unit's stop signal, accounting and limits (when systemd applies
 /// them, cgroup v2) and OOM score.
 fn unit_properties(t: &Target, pid1: i32, limits: &crate::cgroup::app::Limits, spec: &mut ServiceSpec) {
     spec.extra.extend(unit_spec::kill_signal(meta::stop_signal(&t.app).0));
+    if crate::cgroup::Layout::cached().is_ok_and(|l| l.devices_mechanism() == crate::cgroup::devices::Mechanism::V2Bpf)
+    {
+        spec.extra.extend(unit_spec::devices(&meta::allowed_devices(&t.app)));
+    }
     if crate::cgroup::Layout::cached().is_ok_and(|l| l.limits_through_systemd()) {
         // accounting on for every app, and its limits
         spec.extra.extend(unit_spec::accounting_and_limits(limits));
@@ -544,8 +559,21 @@ fn place_in_cgroups(t: &Target, placed: &Placed, limits: &crate::cgroup::app::Li
     match placed {
         // anything the app started since, too
         Some((cg, _)) => tokio::task::block_in_place(|| cg.adopt_unit_processes()),
-        None => tokio::task::block_in_place(|| apply_limits(t, limits)),
+        // a host-PID app's template: its devices too, before it joins them
+        None => tokio::task::block_in_place(|| match app_cgroup(&t.pod, &t.app.name) {
+            Some(cg) if cg.placement(&t.app.name).is_some() => {
+                cg.apply(limits)?;
+                cg.apply_devices(&meta::allowed_devices(&t.app))?;
+                cg.adopt_unit_processes()
+            }
+            _ => apply_limits(t, limits),
+        }),
     }
+}
+
+/// Whether the app must be in a v1 cgroup of its own for its devices.
+fn devices_held(t: &Target) -> bool {
+    app_cgroup(&t.pod, &t.app.name).is_some_and(|cg| cg.placement(&t.app.name).is_some() && cg.holds_devices())
 }
 
 /// Starts a host-PID app through the pod's log writer, after the limits:
@@ -576,7 +604,7 @@ fn settle_limits(
     limits_result: std::io::Result<()>,
 ) -> Result<(), ContainerError> {
     match limits_result {
-        Err(e) if limits.is_empty() => {
+        Err(e) if limits.is_empty() && !devices_held(t) => {
             tracing::warn!(container = id, error = %e, "no cgroups of its own: no stats for it")
         }
         // on cgroup v2 the pod's systemd applied the limits before the app

@@ -97,6 +97,7 @@ fn code_of(kind: ErrorKind) -> tonic::Code {
         ErrorKind::FailedPrecondition => tonic::Code::FailedPrecondition,
         ErrorKind::Unavailable => tonic::Code::Unavailable,
         ErrorKind::DeadlineExceeded => tonic::Code::DeadlineExceeded,
+        ErrorKind::ResourceExhausted => tonic::Code::ResourceExhausted,
         ErrorKind::Unknown => tonic::Code::Unknown,
         ErrorKind::Internal => tonic::Code::Internal,
     }

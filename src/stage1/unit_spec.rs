@@ -4,6 +4,7 @@
 //! unit), as the pod's systemd takes them. Pure: values in, properties out.
 
 use crate::cgroup::app::Limits;
+use crate::cgroup::devices::Allowed;
 use crate::stage1::bus::{Property, Value};
 
 /// The seccomp filter: `SystemCallFilter=` (an allow list when `allow`, a
@@ -37,6 +38,18 @@ pub fn accounting_and_limits(l: &Limits) -> Vec<Property> {
         .collect();
     p.extend(limits(l));
     p
+}
+
+/// The devices the app may open, where the pod's systemd holds them (pure
+/// cgroup v2: a BPF program on the unit's cgroup): `DevicePolicy=closed`
+/// and `DeviceAllow=` per rule; nothing for a privileged app.
+pub fn devices(allowed: &Allowed) -> Vec<Property> {
+    match allowed.systemd() {
+        Some((policy, pairs)) => {
+            vec![Property::str("DevicePolicy", policy), Property::new("DeviceAllow", Value::Pairs(pairs))]
+        }
+        None => Vec::new(),
+    }
 }
 
 /// `OOMScoreAdjust=`.
@@ -142,6 +155,11 @@ mod tests {
         assert_eq!(t.len(), 4);
         assert!(t[0].starts_with("StandardInput=") && t[0].contains("null"), "{t:?}");
         assert!(t[3].starts_with("TTYPath=") && t[3].contains("/dev/pts/3"), "{t:?}");
+        let d = texts(&devices(&Allowed::for_container(false, [('b', 7, 0, "r")])));
+        assert_eq!(d.len(), 2);
+        assert!(d[0].starts_with("DevicePolicy=") && d[0].contains("closed"), "{d:?}");
+        assert!(d[1].contains(r#"("/dev/block/7:0", "r")"#) && d[1].contains(r#"("char-pts", "rwm")"#), "{d:?}");
+        assert!(devices(&Allowed::Everything).is_empty());
         let a = texts(&accounting_and_limits(&Limits { pids: Some(5), ..Default::default() }));
         assert_eq!(a.len(), 5);
         assert_eq!(a[4], "TasksMax=U64(5)");

@@ -59,6 +59,8 @@ pub enum Value {
     Binds(Vec<BindPath>),
     /// A unix fd passed to the pod's systemd; the message carries a duplicate.
     Fd(OwnedFd),
+    /// `a(ss)`: pairs, as `DeviceAllow` takes them (a device, its access).
+    Pairs(Vec<(String, String)>),
 }
 
 impl Value {
@@ -74,6 +76,7 @@ impl Value {
             Value::Exec(_) => "a(sasb)",
             Value::Binds(_) => "a(ssbt)",
             Value::Fd(_) => "h",
+            Value::Pairs(_) => "a(ss)",
         }
     }
 
@@ -100,6 +103,16 @@ impl Value {
                     let verbatim: Vec<String> = c.argv.iter().map(|a| a.replace('$', "$$")).collect();
                     append_strs(m, &verbatim)?;
                     m.append(Basic::Bool(c.ignore_failure))?;
+                    m.close()?;
+                }
+                m.close()
+            }
+            Value::Pairs(pairs) => {
+                m.open(b'a', "(ss)")?;
+                for (a, b) in pairs {
+                    m.open(b'r', "ss")?;
+                    m.append(Basic::Str(a))?;
+                    m.append(Basic::Str(b))?;
                     m.close()?;
                 }
                 m.close()
@@ -336,6 +349,7 @@ fn duplicate(v: &Value) -> io::Result<Value> {
         Value::Exec(v) => Value::Exec(v.clone()),
         Value::Binds(v) => Value::Binds(v.clone()),
         Value::Fd(fd) => Value::Fd(fd.try_clone()?),
+        Value::Pairs(v) => Value::Pairs(v.clone()),
     })
 }
 
