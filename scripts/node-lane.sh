@@ -7,9 +7,10 @@
 #                             conformance suite (scripts/conformance.sh), inside it
 #   scripts/node-lane.sh vm   the Debian 12 node VM (../shared/tools/node-vm): systemd as
 #                             PID 1, pure cgroup v2 with every controller, AppArmor enforced;
-#                             runs tests/cgroup_v2.rs and tests/apparmor.rs
-#                             inside it (limits enforced, OOM kills reported, live updates,
-#                             stats, no cgroup left), under both cgroup drivers
+#                             runs tests/cgroup_v2.rs (limits enforced, OOM kills reported, live
+#                             updates, stats, no cgroup left, under both cgroup drivers),
+#                             tests/apparmor.rs, tests/checkpoint.rs and tests/devices.rs inside
+#                             it (VM_NODE_TESTS overrides the list)
 #
 # container: builds rktlet and the test binaries on the host, then boots the node (after the
 # build: the node sees the host's root read-only, through an overlay that keeps what it has
@@ -43,7 +44,7 @@ t0=$(date +%s)
 container_lane() {
   local node_sh=${NODE_CONTAINER_TOOLS:-$repo/../shared/tools/node-container}/node.sh
   [ -f "$node_sh" ] || { echo "node-container tools not found at $node_sh (set NODE_CONTAINER_TOOLS)" >&2; exit 1; }
-  local tests=${NODE_TESTS:-pod_sandbox containers pool stats walkthrough exec userns checkpoint}
+  local tests=${NODE_TESTS:-pod_sandbox containers pool stats walkthrough exec userns checkpoint devices}
   ./scripts/install-deps.sh >/dev/null
   cargo build --locked --bin rktlet
   local args=() t
@@ -142,8 +143,10 @@ command -v qemu-system-x86_64 >/dev/null && command -v mmdebstrap >/dev/null || 
 [ -f "$VMDIR/rootfs.ext4" ] || OUT=$VMDIR bash "$tools/build-rootfs.sh"
 
 cargo build --locked --bin rktlet
-vm_tests="cgroup_v2 apparmor checkpoint"
-built=$(cargo test --locked --no-run --test cgroup_v2 --test apparmor --test checkpoint 2>&1 | tee -a /dev/stderr)
+vm_tests=${VM_NODE_TESTS:-cgroup_v2 apparmor checkpoint devices}
+vm_args=()
+for t in $vm_tests; do vm_args+=(--test "$t"); done
+built=$(cargo test --locked --no-run "${vm_args[@]}" 2>&1 | tee -a /dev/stderr)
 testbins=()
 for t in $vm_tests; do
   b=$(sed -n "s/.*Executable tests\/$t.rs (\(.*\))/\1/p" <<<"$built" | tail -1)

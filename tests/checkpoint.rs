@@ -229,6 +229,16 @@ async fn a_checkpointed_container_keeps_running_and_continues_in_a_new_pod() {
     let label_after = crictl::ok(&sock, &[&["exec", restored.as_str()][..], &label[..]].concat());
     assert_eq!(label_after, label_before);
     assert!(caps_after.iter().any(|l| l.starts_with("Seccomp:") && l.ends_with('2')), "{caps_after:?}");
+    // held to its devices: the node's loop0 made and refused, in an exec'd process and, on
+    // cgroup v1, the restored process itself in its app's devices cgroup (v2: its unit's)
+    let probe = ["sh", "-c", "mknod /tmp/.l0 b 7 0 && (exec 3<>/tmp/.l0) 2>&1; rm -f /tmp/.l0"];
+    let refused = crictl::run(&sock, &[&["exec", restored.as_str()][..], &probe[..]].concat());
+    let said = String::from_utf8_lossy(&refused.stdout);
+    assert!(said.contains("Operation not permitted"), "a restored container opened the node's loop0: {said}");
+    let cgroups = crictl::ok(&sock, &["exec", &restored, "cat", "/proc/1/cgroup"]);
+    if let Some(devices) = cgroups.lines().find(|l| l.split(':').nth(1) == Some("devices")) {
+        assert!(devices.ends_with("/app-0-restored"), "the restored process is not in its devices cgroup: {cgroups}");
+    }
     // in the new pod's network namespace
     let pid1_b = common::pod_pid1(&d.dir.path().join("data"), &b);
     let net_b = std::fs::read_link(format!("/proc/{pid1_b}/ns/net")).expect("pod b's netns");

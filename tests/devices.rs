@@ -14,8 +14,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
-/// A block device of the node (`/sys/dev/block`, the first that is not a
-/// loop device when there is one): its major, minor and name.
+/// A block device of the node (`/sys/dev/block`) that the node itself can
+/// open (not an empty floppy drive), a loop device only when there is no
+/// other: its major, minor and name.
 fn node_block_device() -> (u64, u64, String) {
     let mut found: Vec<(u64, u64, String)> = std::fs::read_dir("/sys/dev/block")
         .expect("/sys/dev/block")
@@ -25,11 +26,22 @@ fn node_block_device() -> (u64, u64, String) {
                 e.file_name().to_str()?.split_once(':').map(|(a, b)| (a.to_string(), b.to_string()))?;
             let uevent = std::fs::read_to_string(e.path().join("uevent")).unwrap_or_default();
             let name = uevent.lines().find_map(|l| l.strip_prefix("DEVNAME="))?.to_string();
-            Some((major.parse().ok()?, minor.parse().ok()?, name))
+            let (major, minor) = (major.parse().ok()?, minor.parse().ok()?);
+            opens_on_the_node(major, minor).then_some((major, minor, name))
         })
         .collect();
     found.sort_by_key(|(major, minor, _)| (*major == 7, *major, *minor));
-    found.into_iter().next().expect("the node has no block device in /sys/dev/block")
+    found.into_iter().next().expect("the node opens no block device of /sys/dev/block")
+}
+
+/// Whether the node itself (this test, as root, in its cgroup) opens block
+/// device `major:minor` read-only (a VM's own root disk may be closed to it).
+fn opens_on_the_node(major: u64, minor: u64) -> bool {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = dir.path().join("b");
+    let mode = nix::sys::stat::Mode::from_bits_truncate(0o600);
+    nix::sys::stat::mknod(&node, nix::sys::stat::SFlag::S_IFBLK, mode, nix::sys::stat::makedev(major, minor)).is_ok()
+        && std::fs::File::open(&node).is_ok()
 }
 
 /// The node's devices a container must not open (name, kind, major, minor):
@@ -154,6 +166,20 @@ async fn probe_both(rt: &mut RuntimeServiceClient<Channel>, id: &str, script: &s
     [main, parse(&String::from_utf8_lossy(&exec.stdout))]
 }
 
+/// On cgroup v1, the pod's systemd is in a devices cgroup that allows the
+/// pseudo devices and terminals, and no block device.
+fn pods_own_processes_are_held(test: &str, d: &Daemon, pod: &str) {
+    let pid1 = common::pod_pid1(&d.dir.path().join("data"), pod);
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid1}/cgroup")).expect("the pod's cgroups");
+    let Some(path) = cgroups.lines().find_map(|l| l.split_once(":devices:").map(|(_, p)| p.to_string())) else {
+        return common::skipped(test, "no cgroup v1 devices hierarchy: the pod's own processes keep its cgroup's list");
+    };
+    let list = std::fs::read_to_string(format!("/sys/fs/cgroup/devices{path}/devices.list")).expect("devices.list");
+    assert!(path.ends_with("/rktlet-pod"), "the pod's systemd is in {path}");
+    assert!(list.lines().any(|l| l == "c 1:3 rwm") && list.lines().any(|l| l == "c 136:* rwm"), "{list}");
+    assert!(!list.lines().any(|l| l.starts_with("a ") || l.starts_with("b ")), "the pod's systemd: {list}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn containers_open_only_their_devices() {
     let d = Daemon::start(&[]);
@@ -169,6 +195,7 @@ async fn containers_open_only_their_devices() {
     let pod = common::run_pod(&mut rt, &config).await;
     let forbidden = forbidden();
     let (major, minor, _) = node_block_device();
+    pods_own_processes_are_held("containers_open_only_their_devices", &d, &pod);
     let script = probe_script(&forbidden, &[]);
 
     // kubelet's default: a PID namespace of its own, the default capabilities (CAP_MKNOD among them)
@@ -277,6 +304,66 @@ async fn host_pid_containers_open_only_their_devices() {
     for (how, got) in ["main process", "ExecSync"].iter().zip(probe_both(&mut rt, &id, &script).await) {
         assert_held(&format!("host-PID app ({how})"), &got, &forbidden);
     }
+    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("stop");
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
+    assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+}
+
+/// The pool's status in Status (verbose): `disabled` says why it is off.
+async fn pool_info(rt: &mut RuntimeServiceClient<Channel>) -> serde_json::Value {
+    let st = rt.status(cri::StatusRequest { verbose: true }).await.expect("Status").into_inner();
+    let text = st.info.get("podPool").expect("podPool in verbose info");
+    serde_json::from_str::<serde_json::Value>(text).expect("podPool json")["pool"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pool_pods_hold_their_devices_across_a_daemon_restart() {
+    let test = "pool_pods_hold_their_devices_across_a_daemon_restart";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let net = common::TestNetwork::new(dir.path());
+    let conf = net.conf_dir.to_string_lossy().to_string();
+    let args = ["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni", "--pod-pool-size", "1"];
+    let mut d = Daemon::start(&args);
+    let image = common::pull_busybox(&d).await;
+    let mut rt = d.runtime().await;
+    // a pod taken from the pool where there is one (moved under its parent), else a cold one
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let info = pool_info(&mut rt).await;
+        if let Some(why) = info["disabled"].as_str() {
+            common::skipped(test, &format!("the pod pool is off on this host ({why}): the pod boots cold"));
+            break;
+        }
+        if info["ready"].as_u64() == Some(1) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the pool did not fill: {info}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let logs = tempfile::tempdir().expect("logs");
+    let mut config = pod_config("devices-pool", &[]);
+    config.log_directory = logs.path().display().to_string();
+    let pod = common::run_pod(&mut rt, &config).await;
+    pods_own_processes_are_held(test, &d, &pod);
+    let forbidden = forbidden();
+    let script = probe_script(&forbidden, &[]);
+    let first = start(&mut rt, &pod, &config, prober("first", &image, &script)).await;
+    for (how, got) in ["main process", "ExecSync"].iter().zip(probe_both(&mut rt, &first, &script).await) {
+        assert_held(&format!("pool pod ({how})"), &got, &forbidden);
+    }
+
+    // the daemon restarts: what it wrote holds, and what it starts now is held the same way
+    d.signal_and_wait(nix::sys::signal::Signal::SIGTERM);
+    d.child = Daemon::spawn(&d.socket, d.dir.path(), &args);
+    d.wait_ready();
+    let mut rt = d.runtime().await;
+    let exec = exec_sync(&mut rt, &first, &["sh", "-c", &script]).await;
+    assert_held("after a restart (ExecSync)", &parse(&String::from_utf8_lossy(&exec.stdout)), &forbidden);
+    let second = start(&mut rt, &pod, &config, prober("second", &image, &script)).await;
+    for (how, got) in ["main process", "ExecSync"].iter().zip(probe_both(&mut rt, &second, &script).await) {
+        assert_held(&format!("started after a restart ({how})"), &got, &forbidden);
+    }
+    pods_own_processes_are_held(test, &d, &pod);
     rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("stop");
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);

@@ -123,6 +123,22 @@ impl Allowed {
         Allowed::Only(rules)
     }
 
+    /// The devices the pod's own processes use once it runs (its systemd,
+    /// nspawn, the log writer; commands they start before the daemon moves
+    /// them into an app's cgroup): the pseudo devices, terminals and the
+    /// making of character nodes; no block device, no `/dev/net/tun`.
+    pub fn pod_own() -> Self {
+        match Allowed::for_container(false, []) {
+            Allowed::Only(rules) => Allowed::Only(
+                rules
+                    .into_iter()
+                    .filter(|r| r.kind == Kind::Char && !(r.major == Some(10) && r.minor == Some(200)))
+                    .collect(),
+            ),
+            all => all,
+        }
+    }
+
     /// The lines a v1 `devices` cgroup takes, in order: first
     /// `devices.deny` `a` (nothing), then each `devices.allow` line.
     pub fn v1_writes(&self) -> Vec<(&'static str, String)> {
@@ -233,6 +249,14 @@ mod tests {
         assert!(has("char-*", "m") && has("block-*", "m"), "{pairs:?}");
         assert!(has("/dev/char/1:3", "rwm") && has("char-pts", "rwm") && has("/dev/char/10:200", "rwm"), "{pairs:?}");
         assert!(has("/dev/block/8:0", "rw"), "{pairs:?}");
+    }
+
+    #[test]
+    fn the_pods_own_processes_get_less() {
+        let w: Vec<String> = Allowed::pod_own().v1_writes().into_iter().map(|(_, l)| l).collect();
+        assert_eq!(w[0], "a");
+        assert!(w.contains(&"c 1:3 rwm".to_string()) && w.contains(&"c 136:* rwm".to_string()), "{w:?}");
+        assert!(!w.iter().any(|l| l.starts_with("b ") || l.contains("10:200")), "{w:?}");
     }
 
     #[test]

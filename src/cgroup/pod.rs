@@ -289,6 +289,49 @@ fn sandbox_cgroup(parent: &str, uuid: &str, tracking_only: bool) -> io::Result<P
     Ok(if tracking_only { PodCgroup::tracking(layout, &sub) } else { PodCgroup::new(layout, &sub) })
 }
 
+/// The cgroup below a pod's own, in the v1 devices hierarchy, that holds the
+/// pod's own processes (nspawn, its systemd, the log writer) to the devices
+/// they use; the pod's cgroup keeps the node's list for its apps'.
+pub const OWN_DEVICES: &str = "rktlet-pod";
+
+/// Moves the pod's own processes (those in its devices cgroup itself, at
+/// `controllers`) into [`OWN_DEVICES`], made with
+/// `super::devices::Allowed::pod_own` before any process is in it. Nothing
+/// on a host without a v1 devices hierarchy (pure v2: the pod's processes
+/// keep the pod cgroup's, the node's).
+pub fn hold_own_devices(layout: &Layout, controllers: &str) -> io::Result<()> {
+    let Some(mount) =
+        layout.v1_controllers().find(|h| h.controllers.iter().any(|c| c == "devices")).and_then(|h| h.mount.as_ref())
+    else {
+        return Ok(());
+    };
+    let pod = mount.join(controllers);
+    let own = pod.join(OWN_DEVICES);
+    match fs::create_dir(&own) {
+        Ok(()) => super::devices::Allowed::pod_own().write_v1(&own)?,
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io::Error::new(e.kind(), format!("creating {}: {e}", own.display()))),
+    }
+    // (a process forked meanwhile shows on the next pass)
+    for _ in 0..20 {
+        let pids = fs::read_to_string(pod.join("cgroup.procs"))
+            .map_err(|e| io::Error::new(e.kind(), format!("{}/cgroup.procs: {e}", pod.display())))?;
+        let pids: Vec<&str> = pids.lines().map(str::trim).filter(|p| !p.is_empty()).collect();
+        if pids.is_empty() {
+            return Ok(());
+        }
+        for pid in pids {
+            match fs::write(own.join("cgroup.procs"), pid) {
+                Err(e) if e.raw_os_error() != Some(libc::ESRCH) => {
+                    return Err(io::Error::new(e.kind(), format!("moving {pid} into {}: {e}", own.display())));
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Moves every process of a pod (found in its tracking cgroup) into its v1
 /// controller cgroups below `parent`, repeating until no newcomer is left
 /// behind (processes forked later inherit the controllers of their parent).

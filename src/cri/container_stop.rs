@@ -15,7 +15,14 @@ pub async fn stop_container(
     rt: &Runtime,
     req: cri::StopContainerRequest,
 ) -> Result<cri::StopContainerResponse, Status> {
-    crate::container::stop::stop(rt, &req.container_id, grace_period(req.timeout)).await.map_err(container_error)?;
+    match crate::container::stop::stop(rt, &req.container_id, grace_period(req.timeout)).await {
+        // the CRI: a stop of a container that is gone (kubelet retries stops
+        // after its restarts and the runtime's) is not an error
+        Err(e) if e.kind() == crate::container::ErrorKind::NotFound && !req.container_id.is_empty() => {
+            tracing::debug!(container = req.container_id, error = %e, "StopContainer: already gone");
+        }
+        other => other.map_err(container_error)?,
+    }
     Ok(cri::StopContainerResponse {})
 }
 

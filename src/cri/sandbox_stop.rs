@@ -12,6 +12,13 @@ pub async fn stop_pod_sandbox(
     if req.pod_sandbox_id.is_empty() {
         return Err(Status::invalid_argument("pod_sandbox_id is required"));
     }
-    crate::sandbox::stop::stop(rt, &req.pod_sandbox_id).await.map_err(sandbox_error)?;
+    match crate::sandbox::stop::stop(rt, &req.pod_sandbox_id).await {
+        // the CRI: stopping a pod that is gone is not an error (kubelet
+        // retries stops after its restarts and the runtime's)
+        Err(e) if e.kind() == crate::container::ErrorKind::NotFound => {
+            tracing::debug!(pod = req.pod_sandbox_id, error = %e, "StopPodSandbox: already gone");
+        }
+        other => other.map_err(sandbox_error)?,
+    }
     Ok(cri::StopPodSandboxResponse {})
 }

@@ -29,15 +29,26 @@ fn apply(rt: &Runtime, pod: &Pod, m: &PodManifest, res: &PodResources) -> Result
     Ok(crate::container::pod_resources::apply(rt, pod, m, res)?)
 }
 
-/// At RunPodSandbox, once the pod is in its cgroups: the recorded limits
-/// written (blocking).
+/// At RunPodSandbox, once the pod is in its cgroups: its own processes held
+/// to their devices and the recorded limits written (blocking).
 pub fn apply_at_start(rt: &Runtime, uuid: uuid::Uuid) -> Result<(), SandboxError> {
     let pod = Pod::open(&rt.data, &uuid.to_string())?;
+    hold_own_devices(&pod)?;
     let m = pod.read_manifest()?;
     match recorded(&m) {
         Some(res) if !res.is_empty() => apply(rt, &pod, &m, &res),
         _ => Ok(()),
     }
+}
+
+/// The pod's own processes held to the devices they use (cgroup v1).
+fn hold_own_devices(pod: &Pod) -> Result<(), SandboxError> {
+    let internal = |e: &dyn std::fmt::Display| {
+        SandboxError::Internal(format!("holding pod {}'s own processes to their devices: {e}", pod.uuid()))
+    };
+    let Some(subs) = pod.subcgroups().map_err(|e| internal(&e))? else { return Ok(()) };
+    let layout = crate::cgroup::Layout::cached().map_err(|e| internal(&e))?;
+    crate::cgroup::pod::hold_own_devices(layout, &subs.controllers).map_err(|e| internal(&e))
 }
 
 /// UpdatePodSandboxResources of running pod `id` (blocking): `resources`

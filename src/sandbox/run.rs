@@ -140,13 +140,33 @@ pub(super) fn pod_network(rt: &Runtime) -> Result<Network, SandboxError> {
         .map_err(|e| SandboxError::FailedPrecondition(format!("pod network is not ready: {e}")))
 }
 
-/// Creates kubelet's pod log directory.
+/// Where kubelet keeps pod logs (`/var/log/pods/<ns>_<name>_<uid>`).
+const NODE_LOG_ROOT: &str = "/var/log/pods";
+
+/// Creates kubelet's pod log directory. One outside the node's log root is
+/// accepted, as containerd accepts it (the CRI client is trusted with the
+/// node's paths), and said at warn: the log writer writes there as root.
 pub(super) fn make_log_directory(uuid: Uuid, config: &cri::PodSandboxConfig) -> Result<(), SandboxError> {
     if !config.log_directory.is_empty() {
+        if outside_log_root(&config.log_directory) {
+            tracing::warn!(
+                pod = %uuid,
+                log_directory = config.log_directory,
+                root = NODE_LOG_ROOT,
+                "the pod's log directory is outside the node's log root: container logs are written there as root"
+            );
+        }
         std::fs::create_dir_all(&config.log_directory)
             .map_err(|e| internal(uuid, &format!("creating log directory {}", config.log_directory), e))?;
     }
     Ok(())
+}
+
+/// Whether `dir` is not below the node's log root (its components as
+/// given: a `..` counts as leaving it).
+fn outside_log_root(dir: &str) -> bool {
+    let p = std::path::Path::new(dir);
+    !(p.starts_with(NODE_LOG_ROOT) && !p.components().any(|c| c == std::path::Component::ParentDir))
 }
 
 /// Boots a pod (`stage1::boot::boot`) with `args` and `cni` (a network and
@@ -210,5 +230,16 @@ fn sandbox_log_tail(rt: &Runtime, uuid: Uuid) -> String {
 async fn cleanup(rt: &Runtime, uuid: Uuid) {
     if let Err(e) = crate::stage1::teardown::abort_start(&rt.data, uuid, &rt.net_dirs()).await {
         tracing::error!(pod = %uuid, error = %e, "cleanup after a failed start");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn log_directories_outside_the_nodes_log_root() {
+        assert!(!super::outside_log_root("/var/log/pods/default_web_1"));
+        for dir in ["/etc", "/var/log", "/var/log/pods/../../../etc", "/var/log/podsx", "relative"] {
+            assert!(super::outside_log_root(dir), "{dir}");
+        }
     }
 }
