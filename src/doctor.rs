@@ -466,6 +466,20 @@ mod tests {
     }
 
     #[test]
+    fn devices_say_what_holds_them() {
+        use crate::cgroup::devices::Mechanism;
+        let v1 = devices(Mechanism::V1Cgroup);
+        assert!(matches!(v1.outcome, Outcome::Ok) && v1.detail.contains("cgroup v1 devices"), "{v1:?}");
+        let v2 = devices(Mechanism::V2Bpf);
+        assert!(matches!(v2.outcome, Outcome::Ok) && v2.detail.contains("BPF"), "{v2:?}");
+        let none = devices(Mechanism::Nothing);
+        assert!(matches!(none.outcome, Outcome::Fail) && none.fix.is_some(), "{none:?}");
+        for c in [v1, v2, none] {
+            assert!(!c.detail.contains("  "), "{c:?}");
+        }
+    }
+
+    #[test]
     fn this_host_passes_what_the_tests_need() {
         let t = tempfile::tempdir().expect("tempdir");
         let config = Config {

@@ -217,6 +217,31 @@ async fn sleep_runs_stops_and_is_removed() {
     assert!(!e.d.log().contains("pod bus disconnected"), "{}", e.d.log());
 }
 
+/// A last line the app did not end is a partial (`P`) record in its CRI log,
+/// as containerd writes it: kubelet rebuilds the output from the tags, so
+/// a termination message taken from the log (`FallbackToLogsOnError`) is
+/// `DONE`, not `DONE` and a newline the app never wrote.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unended_last_line_is_a_partial_record() {
+    let mut e = env().await;
+    let pod = e.pod("partial").await;
+    let id = e.create(&pod, "done", &["sh", "-c", "echo one; printf DONE; exit 3"], |_| {}).await;
+    e.start(&id).await;
+    let s = e.wait_state(&id, cri::ContainerState::ContainerExited).await;
+    assert_eq!(s.exit_code, 3);
+    let log = e.wait_log("partial", "done", 2).await;
+    let tags: Vec<(&str, &str)> = log
+        .lines()
+        .map(|l| {
+            let mut f = l.splitn(4, ' ');
+            let (_, _, tag, content) = (f.next(), f.next(), f.next().unwrap_or(""), f.next().unwrap_or(""));
+            (tag, content)
+        })
+        .collect();
+    assert_eq!(tags, [("F", "one"), ("P", "DONE")], "{log}");
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+}
+
 /// StopPodSandbox kills what still runs, as the CRI asks: a container that
 /// was running reads as exited by SIGKILL (137, as containerd reports it),
 /// its output up to the kill is in its log, and no process of it is left.
@@ -1739,7 +1764,8 @@ async fn read_only_submounts(pid: cri::NamespaceMode) {
     // (name, readonly, recursive_read_only) -> (the top writable, the submount writable)
     let cases = [
         ("rw", false, false, true, true),
-        ("ro", true, false, false, false),
+        // `readonly` alone: the volume's own mount, not the mounts below it (the CRI, critest v1.36)
+        ("ro", true, false, false, true),
         ("rro", true, true, false, false),
         ("rwpath", false, false, false, false),
     ];

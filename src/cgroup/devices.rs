@@ -31,9 +31,13 @@ pub enum Mechanism {
 impl fmt::Display for Mechanism {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Mechanism::V1Cgroup => "each container's cgroup v1 devices allow-list, written by rktlet before it runs",
+            Mechanism::V1Cgroup => {
+                "each container's cgroup v1 devices allow-list, written by rktlet before it runs, and one for the \
+                 pod's own processes"
+            }
             Mechanism::V2Bpf => {
-                "a BPF device program on each container's cgroup v2, attached by its pod's systemd (DevicePolicy=closed)"
+                "a BPF device program on each container's cgroup v2, attached by its pod's systemd \
+                 (DevicePolicy=closed), and rktlet's own on the pod's processes"
             }
             Mechanism::Nothing => "nothing: this cgroup v1 host has no devices hierarchy mounted",
         })

@@ -7,6 +7,7 @@
 //! `/proc/self/cgroup` and `/proc/self/mountinfo`; nothing is assumed.
 
 pub mod app;
+pub mod device_program;
 pub mod devices;
 pub mod pod;
 pub mod pod_limits;

@@ -294,12 +294,20 @@ fn sandbox_cgroup(parent: &str, uuid: &str, tracking_only: bool) -> io::Result<P
 /// they use; the pod's cgroup keeps the node's list for its apps'.
 pub const OWN_DEVICES: &str = "rktlet-pod";
 
-/// Moves the pod's own processes (those in its devices cgroup itself, at
-/// `controllers`) into [`OWN_DEVICES`], made with
-/// `super::devices::Allowed::pod_own` before any process is in it. Nothing
-/// on a host without a v1 devices hierarchy (pure v2: the pod's processes
-/// keep the pod cgroup's, the node's).
-pub fn hold_own_devices(layout: &Layout, controllers: &str) -> io::Result<()> {
+/// Holds the pod's own processes (nspawn, its systemd, the log writer) to
+/// the devices they use (`super::devices::Allowed::pod_own`), leaving the
+/// pod's cgroup as it is for its apps. On cgroup v1: those in its devices
+/// cgroup itself (at `subs.controllers`) move into [`OWN_DEVICES`], made
+/// with the list before any process is in it. On pure cgroup v2: the log
+/// writer joins nspawn in `supervisor/`, and that cgroup and the pod
+/// systemd's `payload/init.scope` get rktlet's device program
+/// (`super::device_program`; a process the pod's systemd starts for an app
+/// leaves it for the app's unit before it runs).
+pub fn hold_own_devices(layout: &Layout, subs: &Subcgroups) -> io::Result<()> {
+    if layout.is_pure_v2() {
+        return hold_own_devices_v2(layout, &subs.tracking);
+    }
+    let controllers = subs.controllers.as_str();
     let Some(mount) =
         layout.v1_controllers().find(|h| h.controllers.iter().any(|c| c == "devices")).and_then(|h| h.mount.as_ref())
     else {
@@ -312,18 +320,41 @@ pub fn hold_own_devices(layout: &Layout, controllers: &str) -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(io::Error::new(e.kind(), format!("creating {}: {e}", own.display()))),
     }
-    // (a process forked meanwhile shows on the next pass)
+    move_all(&pod, &own)
+}
+
+fn hold_own_devices_v2(layout: &Layout, tracking: &str) -> io::Result<()> {
+    let Some(root) = layout.hierarchies.first().and_then(|h| h.mount.as_ref()) else { return Ok(()) };
+    let pod = root.join(tracking);
+    let supervisor = pod.join("supervisor");
+    let init = pod.join("payload/init.scope");
+    for dir in [&supervisor, &init] {
+        if !dir.is_dir() {
+            return Err(io::Error::other(format!("{} is missing: the pod's cgroups are not nspawn's", dir.display())));
+        }
+    }
+    let program = super::device_program::load(&super::devices::Allowed::pod_own())?;
+    for dir in [&supervisor, &init] {
+        super::device_program::attach(&program, dir)?;
+    }
+    // the log writer, in the pod's cgroup itself
+    move_all(&pod, &supervisor)
+}
+
+/// Moves the processes of cgroup `from` itself into `to` until none is left
+/// (a process forked meanwhile shows on the next pass; one that exited is skipped).
+fn move_all(from: &Path, to: &Path) -> io::Result<()> {
     for _ in 0..20 {
-        let pids = fs::read_to_string(pod.join("cgroup.procs"))
-            .map_err(|e| io::Error::new(e.kind(), format!("{}/cgroup.procs: {e}", pod.display())))?;
+        let pids = fs::read_to_string(from.join("cgroup.procs"))
+            .map_err(|e| io::Error::new(e.kind(), format!("{}/cgroup.procs: {e}", from.display())))?;
         let pids: Vec<&str> = pids.lines().map(str::trim).filter(|p| !p.is_empty()).collect();
         if pids.is_empty() {
             return Ok(());
         }
         for pid in pids {
-            match fs::write(own.join("cgroup.procs"), pid) {
+            match fs::write(to.join("cgroup.procs"), pid) {
                 Err(e) if e.raw_os_error() != Some(libc::ESRCH) => {
-                    return Err(io::Error::new(e.kind(), format!("moving {pid} into {}: {e}", own.display())));
+                    return Err(io::Error::new(e.kind(), format!("moving {pid} into {}: {e}", to.display())));
                 }
                 _ => {}
             }

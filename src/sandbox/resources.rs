@@ -48,7 +48,7 @@ fn hold_own_devices(pod: &Pod) -> Result<(), SandboxError> {
     };
     let Some(subs) = pod.subcgroups().map_err(|e| internal(&e))? else { return Ok(()) };
     let layout = crate::cgroup::Layout::cached().map_err(|e| internal(&e))?;
-    crate::cgroup::pod::hold_own_devices(layout, &subs.controllers).map_err(|e| internal(&e))
+    crate::cgroup::pod::hold_own_devices(layout, &subs).map_err(|e| internal(&e))
 }
 
 /// UpdatePodSandboxResources of running pod `id` (blocking): `resources`

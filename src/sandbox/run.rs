@@ -166,7 +166,7 @@ pub(super) fn make_log_directory(uuid: Uuid, config: &cri::PodSandboxConfig) -> 
 /// given: a `..` counts as leaving it).
 fn outside_log_root(dir: &str) -> bool {
     let p = std::path::Path::new(dir);
-    !(p.starts_with(NODE_LOG_ROOT) && !p.components().any(|c| c == std::path::Component::ParentDir))
+    !p.starts_with(NODE_LOG_ROOT) || p.components().any(|c| c == std::path::Component::ParentDir)
 }
 
 /// Boots a pod (`stage1::boot::boot`) with `args` and `cni` (a network and

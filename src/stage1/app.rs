@@ -301,9 +301,10 @@ impl AppSpec {
             }
             let target = target_in(&rootfs, &v.container_path)?;
             ensure_target(&target, v.host_path.is_dir()).map_err(io("creating mount target"))?;
-            // read-only with every mount below it (mount_setattr's AT_RECURSIVE),
-            // the same tree the app's unit or appexec later sees
-            let tree = inject::clone_tree(&v.host_path, true, v.read_only || v.recursive_read_only, v.propagation)
+            // the volume with the mounts below it, the same tree the app's unit
+            // or appexec later sees: `readonly` makes its own mount read-only,
+            // `recursive_read_only` every mount of it (mount_setattr's AT_RECURSIVE)
+            let tree = inject::clone_volume(&v.host_path, v.read_only, v.recursive_read_only, v.propagation)
                 .map_err(io(&format!("cloning {}", v.host_path.display())))?;
             if let Some((ns, _)) = &userns {
                 super::userns::idmap_tree(&tree, ns, true, &v.host_path).map_err(io("volume"))?;

@@ -67,6 +67,39 @@ fn cstr(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::other("path contains a NUL byte"))
 }
 
+/// A detached copy of a volume's whole mount tree at `src` on the host,
+/// given `propagation`, and read-only as the CRI asks: `read_only` alone
+/// makes the volume's own mount read-only and leaves the mounts below it as
+/// they are; with `recursive_read_only` every mount of the tree is.
+pub fn clone_volume(
+    src: &Path,
+    read_only: bool,
+    recursive_read_only: bool,
+    propagation: Propagation,
+) -> io::Result<OwnedFd> {
+    let tree = clone_tree(src, true, recursive_read_only, propagation)?;
+    if read_only && !recursive_read_only {
+        let attr = MountAttr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
+        let empty = c"";
+        // SAFETY: mount_setattr(2) on our tree descriptor (its top mount only) with a properly sized struct.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_mount_setattr,
+                tree.as_raw_fd(),
+                empty.as_ptr(),
+                libc::AT_EMPTY_PATH as libc::c_uint,
+                &attr,
+                size_of::<MountAttr>(),
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("mount_setattr {} (read-only): {e}", src.display())));
+        }
+    }
+    Ok(tree)
+}
+
 /// A detached copy of the mount tree at `src` on the host (recursive when
 /// asked), made read-only and given `propagation` if asked.
 pub fn clone_tree(src: &Path, recursive: bool, read_only: bool, propagation: Propagation) -> io::Result<OwnedFd> {

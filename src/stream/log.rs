@@ -122,9 +122,12 @@ impl LineSplitter {
         out
     }
 
-    /// At end of stream: what is left, as a final record.
+    /// At end of stream: what is left, a line the app did not end, as a
+    /// partial record (`P`, as containerd writes it: kubelet rebuilds the
+    /// output from the tags, and a final `F` would add a newline the app
+    /// never wrote, e.g. to a termination message taken from the log).
     pub fn finish(&mut self) -> Option<(bool, Vec<u8>)> {
-        (!self.pending.is_empty()).then(|| (false, std::mem::take(&mut self.pending)))
+        (!self.pending.is_empty()).then(|| (true, std::mem::take(&mut self.pending)))
     }
 }
 
@@ -758,7 +761,8 @@ mod tests {
         assert!(out.iter().all(|(p, c)| *p && c.len() == MAX_LINE));
         assert_eq!(s.feed(b"\n"), vec![(false, vec![b'x'; 5])]);
         assert_eq!(s.feed(b"tail"), vec![]);
-        assert_eq!(s.finish(), Some((false, b"tail".to_vec())));
+        // a last line without its newline stays partial: kubelet adds no newline to it
+        assert_eq!(s.finish(), Some((true, b"tail".to_vec())));
         assert_eq!(s.finish(), None);
     }
 
@@ -797,7 +801,8 @@ mod tests {
         assert_eq!(lines.len(), 2);
         assert!(lines[0].ends_with(" stderr F one"), "{}", lines[0]);
         assert!(lines[1].ends_with(" stderr F two"), "{}", lines[1]);
-        assert!(std::fs::read_to_string(&log).expect("new log").ends_with(" stderr F three\n"));
+        // (its last line, never ended, is a partial record)
+        assert!(std::fs::read_to_string(&log).expect("new log").ends_with(" stderr P three\n"));
         assert!(reopen(&sock, "x").is_ok());
         assert!(request(&sock, "bogus", None).is_err());
         let _ = sleeper.kill();
