@@ -217,6 +217,40 @@ async fn sleep_runs_stops_and_is_removed() {
     assert!(!e.d.log().contains("pod bus disconnected"), "{}", e.d.log());
 }
 
+/// Environment names Kubernetes allows and systemd refuses in a unit
+/// (`data-1` and `a.b`, from a ConfigMap's keys), and a value with a control
+/// character, reach the app and every command exec'd into it unchanged, in
+/// the pod's PID namespace (which systemd runs without appexec otherwise)
+/// and in one of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn environment_names_kubernetes_allows_reach_the_app() {
+    let mut e = env().await;
+    let pod = e.pod("envnames").await;
+    let envs = [("data-1", "one"), ("a.b", "two words"), ("PLAIN", "three"), ("BELL", "x\u{7}y")];
+    let want: Vec<String> = ["BELL=x\u{7}y", "PLAIN=three", "a.b=two words", "data-1=one"].map(String::from).to_vec();
+    // (busybox's shell drops the names it cannot use from the environment it passes on: the
+    // app is `sleep`, and the exec'd `env`, a copy of it, shows what its execve got)
+    for (name, pid) in [("in-pod", cri::NamespaceMode::Pod), ("own", cri::NamespaceMode::Container)] {
+        let id = e
+            .create(&pod, name, &["sleep", "1000"], |c| {
+                c.envs = envs.iter().map(|(k, v)| cri::KeyValue { key: k.to_string(), value: v.to_string() }).collect();
+                c.linux.get_or_insert_default().security_context.get_or_insert_default().namespace_options =
+                    Some(cri::NamespaceOption { pid: pid as i32, ..Default::default() });
+            })
+            .await;
+        e.start(&id).await;
+        let out = common::exec_sync(&mut e.rt, &id, &["env"]).await;
+        let mut got: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| ["data-1=", "a.b=", "PLAIN=", "BELL="].iter().any(|p| l.starts_with(p)))
+            .map(str::to_string)
+            .collect();
+        got.sort();
+        assert_eq!(got, want, "{name}: the app's environment, as the exec'd command copies it");
+    }
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+}
+
 /// A last line the app did not end is a partial (`P`) record in its CRI log,
 /// as containerd writes it: kubelet rebuilds the output from the tags, so
 /// a termination message taken from the log (`FallbackToLogsOnError`) is

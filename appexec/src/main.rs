@@ -121,6 +121,9 @@ fn main() {
     if let Some((name, count)) = &plan.cgroup_wait {
         wait_for_cgroups(name, *count);
     }
+    if let Some(file) = &plan.env_file {
+        load_environment(file);
+    }
     if let Some(pidfile) = &plan.restore {
         restore(&plan, pidfile);
     }
@@ -298,6 +301,20 @@ fn describe(status: c_int) -> String {
     match proc::ended(status) {
         Ok(code) => format!("exit code {code}"),
         Err(signal) => format!("signal {signal}"),
+    }
+}
+
+/// Adds the entries of the environment file `file` to this process's
+/// environment, which the app's execve passes on.
+fn load_environment(file: &CStr) {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::OsStr::from_bytes(file.to_bytes());
+    let bytes = std::fs::read(path).unwrap_or_else(|e| {
+        fail(&format!("reading the environment file {}: {e}", path.to_string_lossy()), e.raw_os_error().unwrap_or(0))
+    });
+    for (name, value) in proc::env_entries(&bytes) {
+        // SAFETY: appexec has a single thread; nothing reads the environment meanwhile.
+        unsafe { std::env::set_var(std::ffi::OsStr::from_bytes(name), std::ffi::OsStr::from_bytes(value)) };
     }
 }
 

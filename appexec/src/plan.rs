@@ -53,6 +53,11 @@ pub struct Plan {
     /// (`--restore-sibling`); no namespace, root or confinement of this
     /// program's own (CRIU restores the container's from its images).
     pub restore: Option<CString>,
+    /// `env=PATH`: a file of `NAME=VALUE` entries, each ended by a NUL, put
+    /// into the environment before anything else (names systemd refuses in
+    /// a unit's `Environment=`, such as `data-1` or `a.b`, which Kubernetes
+    /// allows).
+    pub env_file: Option<CString>,
 }
 
 /// A path of the pod put at one of the app's (`bind=`, `rbind=` with the
@@ -143,6 +148,7 @@ pub fn parse(args: impl IntoIterator<Item = Vec<u8>>) -> Result<Plan, String> {
                 plan.cgroup_wait = Some((format!("/{name}"), number(key, n)?));
             }
             "restore" => plan.restore = Some(cstring(value.into())?),
+            "env" => plan.env_file = Some(cstring(value.into())?),
             _ => return Err(format!("unknown option {arg:?}")),
         }
     }
@@ -201,6 +207,7 @@ mod tests {
             "nnp",
             "aa=cri-containerd.apparmor.d",
             "cgwait=app-7:3",
+            "env=/rkt/env/app.environ",
             "--",
             "/bin/sh",
             "sh",
@@ -238,6 +245,7 @@ mod tests {
         assert_eq!(plan.masks, [c("/proc/kcore")]);
         assert_eq!(plan.read_only, [c("/proc/sys")]);
         assert_eq!(plan.deny, ["mount", "unshare", "setns"]);
+        assert_eq!(plan.env_file, Some(c("/rkt/env/app.environ")));
         assert_eq!(plan.errno, Some(1));
         assert_eq!(plan.caps, Some(0xa804_25fb));
         assert_eq!((plan.uid, plan.gid), (1000, 1000));

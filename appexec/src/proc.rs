@@ -9,6 +9,18 @@ pub fn placed(cgroup: &str, suffix: &str, count: usize) -> bool {
 /// Field 22 of a `/proc/<pid>/stat` text: when the process started (clock
 /// ticks since boot). The command (field 2, in parentheses) may hold
 /// spaces and parentheses itself: the fields are counted after its last `)`.
+/// The entries of an environment file (`NAME=VALUE`, each ended by a NUL;
+/// a last one without its NUL counts too), as (name, value); an entry
+/// without `=` or with an empty name is skipped.
+pub fn env_entries(file: &[u8]) -> Vec<(&[u8], &[u8])> {
+    file.split(|b| *b == 0)
+        .filter_map(|e| {
+            let eq = e.iter().position(|b| *b == b'=')?;
+            (eq > 0).then(|| (&e[..eq], &e[eq + 1..]))
+        })
+        .collect()
+}
+
 pub fn start_time(stat: &str) -> Option<&str> {
     stat.rsplit_once(')')?.1.split_whitespace().nth(19)
 }
@@ -32,6 +44,13 @@ mod tests {
                       9:devices:/machine.slice/pod/app-7\n\
                       1:name=systemd:/machine.slice/pod/system.slice/app.service\n\
                       0::/machine.slice/pod/app-7\n";
+
+    #[test]
+    fn environment_entries_keep_every_byte() {
+        let got = env_entries(b"data-1=x\0a.b=\0=no\0noeq\0K=v=w\nline\0LAST=1");
+        let want: Vec<(&[u8], &[u8])> = vec![(b"data-1", b"x"), (b"a.b", b""), (b"K", b"v=w\nline"), (b"LAST", b"1")];
+        assert_eq!(got, want);
+    }
 
     #[test]
     fn counts_the_v1_hierarchies_that_placed_it() {

@@ -265,7 +265,13 @@ fn base_spec(
     let mut spec = ServiceSpec::new(unit(&t.app.name), exec);
     spec.description = format!("container {}", id);
     spec.root_directory = Some(paths.rootfs_in_pod().display().to_string());
-    spec.environment = section.environment.iter().map(|e| format!("{}={}", e.name, e.value)).collect();
+    // (what systemd refuses goes through appexec: `environment_file`)
+    spec.environment = section
+        .environment
+        .iter()
+        .filter(|e| unit_spec::environment_takes(&e.name, &e.value))
+        .map(|e| format!("{}={}", e.name, e.value))
+        .collect();
     spec.working_directory = Some(section.working_directory.clone()).filter(|w| !w.is_empty());
     spec.user = Some(section.user.clone());
     spec.group = Some(section.group.clone());
@@ -352,9 +358,18 @@ fn plan_namespaces_and_cgroups(
     // charges from its first instruction is in its own stats and limits (a
     // v1 process moved later leaves its CPU time and memory behind)
     let placed = if pid_mode == PidMode::Host { None } else { place_before_start(t, &limits, id)? };
-    let appexec_paths = if pid_mode != PidMode::Pod || !shared.is_empty() || apparmor.is_some() || placed.is_some() {
+    // so does one whose environment has what systemd refuses in a unit (a
+    // name such as `data-1`, a control character): appexec puts it in place
+    let env_file = environment_file(t, paths)?;
+    let appexec_paths = if pid_mode != PidMode::Pod
+        || !shared.is_empty()
+        || apparmor.is_some()
+        || placed.is_some()
+        || env_file.is_some()
+    {
         api_binds_for_appexec(&t.app, spec);
-        Some((masked, readonly, shared, apparmor, placed.as_ref().map(|(_, wait)| wait.clone())))
+        let cgroup_wait = placed.as_ref().map(|(_, wait)| wait.clone());
+        Some(AppexecPaths { masked, readonly, shared, apparmor, cgroup_wait, env_file })
     } else {
         tokio::task::block_in_place(|| api_file_systems(&t.pod, pid1, spec, masked, readonly))?;
         None
@@ -375,6 +390,26 @@ fn plan_namespaces_and_cgroups(
         own_pid_namespace(rt, t, pid1, &pid_mode, spec, filter, appexec_paths)?;
     }
     Ok((pid_mode, limits, placed))
+}
+
+/// Writes the entries of the app's environment that systemd refuses in a
+/// unit (`unit_spec::environment_takes`) to a file of the pod's, NUL-ended,
+/// for appexec to put in place; its path in the pod, or None when systemd
+/// takes them all.
+fn environment_file(t: &Target, paths: &AppPaths) -> Result<Option<String>, ContainerError> {
+    let env = t.app.app.as_ref().map(|a| a.environment.as_slice()).unwrap_or_default();
+    let refused: Vec<u8> = env
+        .iter()
+        .filter(|e| !unit_spec::environment_takes(&e.name, &e.value))
+        .flat_map(|e| format!("{}={}\0", e.name, e.value).into_bytes())
+        .collect();
+    if refused.is_empty() {
+        return Ok(None);
+    }
+    let file = paths.environ_file();
+    crate::fsutil::write_volatile(&file, &refused, 0o600)
+        .map_err(|e| ContainerError::Internal(format!("writing {}: {e}", file.display())))?;
+    Ok(Some(paths.environ_file_in_pod().display().to_string()))
 }
 
 /// The app's cgroups on cgroup v1, made and written before its unit starts
@@ -802,7 +837,17 @@ fn pid_mode(rt: &Runtime, t: &Target, pid1: i32) -> Result<PidMode, ContainerErr
 /// What appexec applies that systemd does not: masked and read-only paths,
 /// volumes shared both ways, the AppArmor profile, the wait for the app's
 /// cgroups (cgroup v1).
-type AppexecPaths = (Option<Vec<String>>, Option<Vec<String>>, Vec<String>, Option<String>, Option<(String, usize)>);
+/// What appexec gets beside the unit: masked and read-only paths, volumes
+/// shared both ways, the AppArmor profile, where it waits to be placed
+/// (cgroup v1), and the environment file of what systemd refuses.
+struct AppexecPaths {
+    masked: Option<Vec<String>>,
+    readonly: Option<Vec<String>>,
+    shared: Vec<String>,
+    apparmor: Option<String>,
+    cgroup_wait: Option<(String, usize)>,
+    env_file: Option<String>,
+}
 
 /// Turns the unit into one that runs the app through appexec
 /// (`stage1/appexec.rs`): systemd keeps the environment, stdio and cgroup;
@@ -817,7 +862,7 @@ fn own_pid_namespace(
     mode: &PidMode,
     spec: &mut ServiceSpec,
     filter: Option<(bool, Vec<String>, Option<i32>)>,
-    (masked, readonly, shared, apparmor, cgroup_wait): AppexecPaths,
+    AppexecPaths { masked, readonly, shared, apparmor, cgroup_wait, env_file }: AppexecPaths,
 ) -> Result<(), ContainerError> {
     tokio::task::block_in_place(|| crate::stage1::appexec::ensure(&rt.data, &t.pod.path(), pid1))
         .map_err(|e| ContainerError::Internal(format!("putting appexec in pod {}: {e}", t.pod.uuid())))?;
@@ -866,6 +911,7 @@ fn own_pid_namespace(
         no_new_privs: spec.no_new_privileges.take().unwrap_or(false),
         apparmor,
         cgroup_wait,
+        env_file,
         ..Default::default()
     };
     plan.groups = std::mem::take(&mut spec.supplementary_groups)

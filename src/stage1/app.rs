@@ -126,6 +126,17 @@ impl AppPaths {
         self.stage1.join("rkt/env").join(&self.name)
     }
 
+    /// The app's environment entries systemd refuses in a unit, NUL-ended,
+    /// for appexec (`stage1::appexec::Plan::env_file`).
+    pub fn environ_file(&self) -> PathBuf {
+        self.stage1.join("rkt/env").join(format!("{}.environ", self.name))
+    }
+
+    /// [`AppPaths::environ_file`] as the pod sees it.
+    pub fn environ_file_in_pod(&self) -> PathBuf {
+        Path::new("/rkt/env").join(format!("{}.environ", self.name))
+    }
+
     /// Device nodes made for the app (bound into its root by its unit).
     pub fn devices(&self) -> PathBuf {
         self.stage1.join("rkt/devices").join(&self.name)

@@ -239,6 +239,10 @@ pub struct Plan {
     /// The app's cgroup v1 directory name and how many hierarchies have
     /// one: appexec waits until the daemon has moved it into all of them.
     pub cgroup_wait: Option<(String, usize)>,
+    /// A file of the pod's with environment entries (`NAME=VALUE`, each
+    /// NUL-ended) appexec adds before anything else: what systemd refuses
+    /// in a unit's `Environment=`.
+    pub env_file: Option<String>,
     /// The app's root in the pod: appexec makes its mount namespace (none
     /// from systemd), the binds, and pivots into it.
     pub root: Option<String>,
@@ -323,6 +327,7 @@ impl Plan {
         }
         args.extend(self.apparmor.iter().map(|p| format!("aa={p}")));
         args.extend(self.cgroup_wait.iter().map(|(name, n)| format!("cgwait={name}:{n}")));
+        args.extend(self.env_file.iter().map(|f| format!("env={f}")));
         args.push("--".into());
         args.push(app.path.clone());
         args.extend(app.argv.iter().cloned());

@@ -23,6 +23,17 @@ pub fn restrict_namespaces(allowed: u64) -> Property {
     Property::new("RestrictNamespaces", Value::U64(allowed))
 }
 
+/// Whether systemd takes `name=value` in a unit's `Environment=`: a name of
+/// letters, digits and `_` not starting with a digit, a value without
+/// control characters but tab and newline. Kubernetes allows more
+/// (`data-1`, `a.b`): appexec puts those in place.
+pub fn environment_takes(name: &str, value: &str) -> bool {
+    let name_ok = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    name_ok && !value.chars().any(|c| c.is_control() && c != '\t' && c != '\n')
+}
+
 /// `KillSignal=`: only for a stop signal other than systemd's SIGTERM.
 pub fn kill_signal(signal: i32) -> Option<Property> {
     (signal != libc::SIGTERM).then(|| Property::new("KillSignal", Value::I32(signal)))
@@ -138,6 +149,16 @@ mod tests {
             [("CPUWeight".to_string(), 1)]
         );
         assert!(limits(&Limits::default()).is_empty());
+    }
+
+    #[test]
+    fn environment_systemd_takes() {
+        for (name, value) in [("PATH", "/bin"), ("_x1", "a\tb\nc"), ("A", "")] {
+            assert!(environment_takes(name, value), "{name}={value:?}");
+        }
+        for (name, value) in [("data-1", "x"), ("a.b", "x"), ("1A", "x"), ("", "x"), ("A", "bell\u{7}")] {
+            assert!(!environment_takes(name, value), "{name}={value:?}");
+        }
     }
 
     #[test]
