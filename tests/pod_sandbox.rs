@@ -191,9 +191,10 @@ async fn bad_requests_are_refused_and_leave_nothing() {
     }
     let unknown = "00000000-0000-4000-8000-000000000000";
     assert_eq!(status(&mut rt, unknown).await.expect_err("unknown").code(), Code::NotFound);
-    let err =
-        rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: unknown.into() }).await.expect_err("unknown");
-    assert_eq!(err.code(), Code::NotFound);
+    // (the CRI: stopping a pod that does not exist is not an error, as removing it is not)
+    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: unknown.into() })
+        .await
+        .expect("stop of unknown is ok");
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: unknown.into() })
         .await
         .expect("remove of unknown is ok");
@@ -588,4 +589,57 @@ async fn a_cold_start_takes_the_sandbox_process_started_ahead() {
     d.signal_and_wait(nix::sys::signal::Signal::SIGTERM);
     wait_standbys(&data, 0).await;
     assert_no_leaks(&data, &[id, other]);
+}
+
+/// The pod's sysctls belong to its own namespaces: they are set where the
+/// node's /proc/sys is read-only (a node in a container, as kind runs
+/// them), here a daemon in a mount namespace whose /proc/sys is.
+#[tokio::test(flavor = "multi_thread")]
+async fn sysctls_apply_where_the_nodes_proc_sys_is_read_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let net = common::TestNetwork::new(dir.path());
+    let conf = net.conf_dir.to_string_lossy().to_string();
+    let extra = ["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni"];
+    let socket = dir.path().join("run/rktlet.sock");
+    let mut wrap = std::process::Command::new("unshare");
+    wrap.args([
+        "-m",
+        "--propagation",
+        "slave",
+        "sh",
+        "-c",
+        "mount -o bind,ro /proc/sys /proc/sys && exec \"$@\"",
+        "sh",
+    ])
+    .arg(common::BIN);
+    let child = Daemon::spawn_with(wrap, &socket, dir.path(), &extra, &[]);
+    let cni_conf_dir = net.conf_dir.clone();
+    let mut d = Daemon { child, socket, dir, cni_conf_dir };
+    d.wait_ready();
+    let mut rt = d.runtime().await;
+    let mut config = pod_config("ro-sysctls", &[]);
+    config.linux.get_or_insert_default().sysctls = [
+        ("kernel.shm_rmid_forced".to_string(), "1".to_string()),
+        ("net/ipv4/ip_local_port_range".to_string(), "40000 50000".to_string()),
+    ]
+    .into();
+    let pod = rt
+        .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() })
+        .await
+        .unwrap_or_else(|e| panic!("RunPodSandbox with sysctls: {e:?}\n{}", d.log()))
+        .into_inner()
+        .pod_sandbox_id;
+    let pid1 = pod_pid1(&d.dir.path().join("data"), &pod);
+    let read = |path: &str| {
+        let out = std::process::Command::new("nsenter")
+            .args(["-t", &pid1.to_string(), "-n", "-i", "-u", "cat", path])
+            .output()
+            .expect("nsenter");
+        String::from_utf8_lossy(&out.stdout).split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    assert_eq!(read("/proc/sys/kernel/shm_rmid_forced"), "1");
+    assert_eq!(read("/proc/sys/net/ipv4/ip_local_port_range"), "40000 50000");
+    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("stop");
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
+    assert_no_leaks(&d.dir.path().join("data"), &[pod]);
 }

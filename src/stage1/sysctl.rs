@@ -186,9 +186,23 @@ pub fn apply(pid1: i32, sysctls: &[Sysctl]) -> Result<(), SysctlError> {
                 }
             }
             // /proc/sys shows the net, IPC and UTS sysctls of the namespaces of the task that uses it
+            let mut proc_of_own = false;
             for s in &sysctls {
                 let path = PathBuf::from("/proc/sys").join(&s.path);
-                let file = std::fs::OpenOptions::new().write(true).open(&path).map_err(|source| {
+                let mut opened = std::fs::OpenOptions::new().write(true).open(&path);
+                if !proc_of_own && opened.as_ref().is_err_and(|e| e.raw_os_error() == Some(libc::EROFS)) {
+                    // the node's /proc/sys is read-only (a node in a container):
+                    // these sysctls are the pod's namespaces', written through a
+                    // procfs of this thread's own
+                    own_proc().map_err(|source| SysctlError::Write {
+                        name: s.name.clone(),
+                        value: s.value.clone(),
+                        source: io::Error::new(source.kind(), format!("the node's /proc/sys is read-only: {source}")),
+                    })?;
+                    proc_of_own = true;
+                    opened = std::fs::OpenOptions::new().write(true).open(&path);
+                }
+                let file = opened.map_err(|source| {
                     if source.kind() == io::ErrorKind::NotFound {
                         SysctlError::Missing { name: s.name.clone() }
                     } else {
@@ -209,6 +223,28 @@ pub fn apply(pid1: i32, sysctls: &[Sysctl]) -> Result<(), SysctlError> {
             namespace: "net/ipc/uts",
             source: io::Error::other("sysctl thread panicked"),
         })?
+}
+
+/// Gives the calling thread a mount namespace of its own (and its own
+/// file-system context, which that needs) with a fresh procfs on /proc: its
+/// /proc/sys is writable where the node's is mounted read-only. Only for a
+/// thread that ends after its writes.
+fn own_proc() -> io::Result<()> {
+    // SAFETY: unshare(2) of this thread's fs context and mount namespace; other threads keep theirs.
+    if unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // nothing mounted here reaches the node's namespace
+    nix::mount::mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        nix::mount::MsFlags::MS_REC | nix::mount::MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(io::Error::from)?;
+    let flags = nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV | nix::mount::MsFlags::MS_NOEXEC;
+    nix::mount::mount(Some("proc"), "/proc", Some("proc"), flags, None::<&str>).map_err(io::Error::from)
 }
 
 #[cfg(test)]

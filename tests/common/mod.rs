@@ -50,7 +50,12 @@ impl Daemon {
 
     /// [`Daemon::spawn`] with extra environment variables.
     pub fn spawn_env(socket: &Path, dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Child {
-        let mut cmd = Command::new(BIN);
+        Self::spawn_with(Command::new(BIN), socket, dir, extra, env)
+    }
+
+    /// [`Daemon::spawn_env`] through `cmd`, a command that ends with the
+    /// rktlet binary (a wrapper such as `unshare ... rktlet`).
+    pub fn spawn_with(mut cmd: Command, socket: &Path, dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Child {
         cmd.envs(env.iter().copied());
         cmd.arg("serve").arg("--socket").arg(socket).arg("--data-dir").arg(dir.join("data"));
         if !extra.contains(&"--cni-conf-dir") {
