@@ -430,7 +430,8 @@ mod cri {
     }
 
     /// An image whose layers were all stored by an earlier pull (here the same
-    /// layers under Docker schema 2 media types) has the size of its layers,
+    /// layers and config under Docker schema 2 media types, rkt's second ACI)
+    /// has the size of its layers,
     /// as ImageStatus, `crictl images` and kubelet's image gc read it.
     #[tokio::test]
     async fn an_image_made_of_stored_layers_has_its_size() {
@@ -454,8 +455,63 @@ mod cri {
                 .expect("image");
             sizes.push((status.id.clone(), status.size));
         }
-        assert_ne!(sizes[0].0, sizes[1].0, "two images");
+        // (the same config under another manifest: one content, one CRI image with both tags)
+        assert_eq!(sizes[0].0, sizes[1].0, "one content id");
         assert!(sizes[0].1 > 0 && sizes[0].1 == sizes[1].1, "{sizes:?}");
+    }
+
+    /// The same image pulled from two registries (here two names of one)
+    /// is one CRI image: one id, the tags of both, and RemoveImage of it
+    /// removes it from both (critest v1.36's image identifier consistency
+    /// and removal across registries). rkt's store keeps an ACI per name.
+    #[tokio::test]
+    async fn one_image_id_whatever_registry_it_came_from() {
+        let reg = registry();
+        let d = common::Daemon::start(&[]);
+        let mut c = d.images().await;
+        let port = reg.main.rsplit_once(':').map(|(_, p)| p.to_string()).expect("port");
+        let tags = [format!("127.0.0.1:{port}/busybox:latest"), format!("localhost:{port}/busybox:latest")];
+        let mut ids = Vec::new();
+        for tag in &tags {
+            let pulled = c
+                .pull_image(cri::PullImageRequest { image: spec(tag), ..Default::default() })
+                .await
+                .expect("pull")
+                .into_inner();
+            ids.push(pulled.image_ref);
+        }
+        assert_eq!(ids[0], ids[1], "one image, one id");
+        assert!(rktlet::image::is_content_id(&ids[0]), "{}", ids[0]);
+        let list = c.list_images(cri::ListImagesRequest::default()).await.expect("list").into_inner().images;
+        assert_eq!(list.len(), 1, "{list:?}");
+        assert_eq!(list[0].id, ids[0]);
+        let mut want = tags.to_vec();
+        want.sort();
+        assert_eq!(list[0].repo_tags, want);
+        for name in [&tags[0], &tags[1], &ids[0]] {
+            let s = c
+                .image_status(cri::ImageStatusRequest { image: spec(name), verbose: false })
+                .await
+                .expect("status")
+                .into_inner();
+            assert_eq!(s.image.map(|i| i.id), Some(ids[0].clone()), "{name}");
+        }
+        // the store keeps rkt's keys: two ACIs, one per name
+        let data = rktlet::pod::DataDir::new(d.dir.path().join("data"));
+        let store = rktlet::image::Store::open(&data, Default::default()).expect("store");
+        assert_eq!(store.list().expect("list").len(), 2);
+        c.remove_image(cri::RemoveImageRequest { image: spec(&ids[0]) }).await.expect("rm by id");
+        assert!(c.list_images(cri::ListImagesRequest::default()).await.expect("list").into_inner().images.is_empty());
+        for tag in &tags {
+            let s = c.image_status(cri::ImageStatusRequest { image: spec(tag), verbose: false }).await.expect("status");
+            assert!(s.into_inner().image.is_none(), "{tag} is gone too");
+        }
+        // removing by one registry's tag removes the other's too
+        for tag in &tags {
+            c.pull_image(cri::PullImageRequest { image: spec(tag), ..Default::default() }).await.expect("pull again");
+        }
+        c.remove_image(cri::RemoveImageRequest { image: spec(&tags[1]) }).await.expect("rm by tag");
+        assert!(c.list_images(cri::ListImagesRequest::default()).await.expect("list").into_inner().images.is_empty());
     }
 
     #[tokio::test]
@@ -469,7 +525,8 @@ mod cri {
             .await
             .expect("pull")
             .into_inner();
-        assert!(pulled.image_ref.starts_with("sha512-"));
+        // the CRI id names the content: the config's digest, as containerd's
+        assert!(rktlet::image::is_content_id(&pulled.image_ref), "{}", pulled.image_ref);
 
         let list = c.list_images(cri::ListImagesRequest::default()).await.expect("list").into_inner().images;
         assert_eq!(list.len(), 1);

@@ -322,6 +322,8 @@ pub async fn create(rt: &Runtime, req: Request) -> Result<String, ContainerError
     let working_dir = working_dir(&req, &image_app);
     let log_path = log_path(&req, &pod_manifest)?;
     let mut user_annotations = user_annotations(&req, &image_ref, log_path);
+    // the CRI's image id (ContainerStatus' image_id and image_ref, as ListImages' id)
+    user_annotations.insert(meta::IMAGE_ID.into(), tree.content_id().to_string());
     device_and_limit_annotations(&req, &pod, &image, &mut user_annotations)?;
     let own_pid_namespace = pid_namespace(&req.pid_namespace, &pod.uuid().to_string(), &pod_manifest)?;
     let pod_userns = crate::stage1::userns::of_manifest(&pod_manifest)

@@ -9,6 +9,8 @@ use std::collections::HashMap;
 pub const NAME: &str = "k8s.io/reserved/container-name";
 pub const ATTEMPT: &str = "k8s.io/reserved/container-attempt";
 pub const IMAGE: &str = "k8s.io/reserved/image-name";
+/// The image's content id (`image::Image::content_id`), the CRI's image id.
+pub const IMAGE_ID: &str = "k8s.io/reserved/image-id";
 pub const LOG_PATH: &str = "k8s.io/reserved/log-path";
 /// `true` or `once` when the container has a stdin (CRI `stdin`, `stdin_once`).
 pub const STDIN: &str = "k8s.io/reserved/stdin";
@@ -99,6 +101,13 @@ pub fn metadata(app: &RuntimeApp) -> cri::ContainerMetadata {
 
 pub fn image(app: &RuntimeApp) -> String {
     user_annotations(app).get(IMAGE).cloned().unwrap_or_else(|| app.image.name.clone().unwrap_or_default())
+}
+
+/// The CRI id of the container's image: its content id, recorded at
+/// CreateContainer; for an app created otherwise (rkt, an older rktlet) its
+/// image's key.
+pub fn image_id(app: &RuntimeApp) -> String {
+    user_annotations(app).get(IMAGE_ID).cloned().unwrap_or_else(|| app.image.id.clone())
 }
 
 pub fn log_path(app: &RuntimeApp) -> String {

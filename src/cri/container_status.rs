@@ -65,7 +65,7 @@ pub fn status_from_info(pod_id: &str, info: AppInfo) -> cri::ContainerStatus {
         finished_at: info.finished_at,
         exit_code: info.exit_code,
         image: Some(cri::ImageSpec { image: meta::image(&app), ..Default::default() }),
-        image_ref: app.image.id.clone(),
+        image_ref: meta::image_id(&app),
         reason: info.reason,
         message: info.message,
         labels: meta::labels(&app),
@@ -74,7 +74,7 @@ pub fn status_from_info(pod_id: &str, info: AppInfo) -> cri::ContainerStatus {
         log_path: meta::log_path(&app),
         resources: meta::resources(&app),
         stop_signal: meta::stop_signal(&app).1 as i32,
-        image_id: app.image.id.clone(),
+        image_id: meta::image_id(&app),
         user: app.app.as_ref().and_then(|a| {
             Some(cri::ContainerUser {
                 linux: Some(cri::LinuxContainerUser {

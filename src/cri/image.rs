@@ -7,16 +7,26 @@ use crate::runtime::Runtime;
 use std::collections::HashMap;
 use tonic::Status;
 
-pub(crate) fn to_cri(image: &Image) -> cri::Image {
-    let (uid, username) = image.user();
+/// One CRI image for the images of one content (`Store::resolve_content`):
+/// its content id, the tags and digests of them all.
+pub(crate) fn group_to_cri(group: &[Image]) -> cri::Image {
+    let Some(first) = group.first() else { return cri::Image::default() };
+    let (uid, username) = first.user();
+    let mut repo_tags: Vec<String> = group.iter().flat_map(|i| i.tags.iter().cloned()).collect();
+    let mut repo_digests: Vec<String> = group.iter().flat_map(|i| i.digests.iter().cloned()).collect();
+    repo_tags.sort();
+    repo_tags.dedup();
+    repo_digests.sort();
+    repo_digests.dedup();
+    let id = first.content_id().to_string();
     cri::Image {
-        id: image.id.clone(),
-        repo_tags: image.tags.clone(),
-        repo_digests: image.digests.clone(),
-        size: image.size,
+        id: id.clone(),
+        repo_tags,
+        repo_digests,
+        size: first.size,
         uid: uid.map(|value| cri::Int64Value { value }),
         username,
-        spec: Some(cri::ImageSpec { image: image.id.clone(), ..Default::default() }),
+        spec: Some(cri::ImageSpec { image: id, ..Default::default() }),
         pinned: false,
     }
 }
@@ -55,38 +65,33 @@ pub async fn pull_image(rt: &Runtime, req: cri::PullImageRequest) -> Result<cri:
     }
     .map_err(|e| Status::new(e.code(), format!("pulling image {name:?}: {e}")))?;
     crate::metrics::global().record_pull(image.size);
-    Ok(cri::PullImageResponse { image_ref: image.id })
+    Ok(cri::PullImageResponse { image_ref: image.content_id().to_string() })
 }
 
 pub async fn list_images(rt: &Runtime, req: cri::ListImagesRequest) -> Result<cri::ListImagesResponse, Status> {
     let filter = spec_image(req.filter.and_then(|f| f.image));
-    let images = blocking(&rt.images, move |store| {
+    let groups = blocking(&rt.images, move |store| {
         if filter.is_empty() {
-            return store.list();
+            return store.list_by_content();
         }
-        match store.resolve(&filter) {
-            Ok(i) => Ok(vec![i]),
-            Err(ImageError::NotFound(_)) => Ok(vec![]),
-            Err(e) => Err(e),
-        }
+        let group = store.resolve_content(&filter)?;
+        Ok(if group.is_empty() { vec![] } else { vec![group] })
     })
     .await?;
-    Ok(cri::ListImagesResponse { images: images.iter().map(to_cri).collect() })
+    Ok(cri::ListImagesResponse { images: groups.iter().map(|g| group_to_cri(g)).collect() })
 }
 
 pub async fn image_status(rt: &Runtime, req: cri::ImageStatusRequest) -> Result<cri::ImageStatusResponse, Status> {
     let name = spec_image(req.image);
     let verbose = req.verbose;
-    let found = blocking(&rt.images, move |store| match store.resolve(&name) {
-        Ok(i) => {
-            let tree_id = store.tree_id(&i).unwrap_or_default();
-            Ok(Some((i, tree_id)))
-        }
-        Err(ImageError::NotFound(_)) => Ok(None),
-        Err(e) => Err(e),
+    let found = blocking(&rt.images, move |store| {
+        let group = store.resolve_content(&name)?;
+        let tree_id = group.first().map(|i| store.tree_id(i).unwrap_or_default()).unwrap_or_default();
+        Ok((group, tree_id))
     })
     .await?;
-    let Some((image, tree_id)) = found else {
+    let (group, tree_id) = found;
+    let Some(image) = group.first() else {
         // CRI: an image that is not present is an empty answer, not an error
         return Ok(cri::ImageStatusResponse::default());
     };
@@ -94,6 +99,7 @@ pub async fn image_status(rt: &Runtime, req: cri::ImageStatusRequest) -> Result<
     if verbose {
         let v = serde_json::json!({
             "id": image.id,
+            "keys": group.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(),
             "treeStoreID": tree_id,
             "importTime": image.import_time,
             "lastUsed": image.last_used,
@@ -101,7 +107,7 @@ pub async fn image_status(rt: &Runtime, req: cri::ImageStatusRequest) -> Result<
         });
         info.insert("info".to_string(), v.to_string());
     }
-    Ok(cri::ImageStatusResponse { image: Some(to_cri(&image)), info })
+    Ok(cri::ImageStatusResponse { image: Some(group_to_cri(&group)), info })
 }
 
 pub async fn remove_image(rt: &Runtime, req: cri::RemoveImageRequest) -> Result<cri::RemoveImageResponse, Status> {
@@ -109,8 +115,9 @@ pub async fn remove_image(rt: &Runtime, req: cri::RemoveImageRequest) -> Result<
     if name.is_empty() {
         return Err(Status::invalid_argument("RemoveImage: image spec is empty"));
     }
-    let removed = blocking(&rt.images, move |store| store.remove(&name)).await?;
-    if let Some(id) = removed {
+    // every image of the same content goes, from every registry (as containerd removes every reference)
+    let removed = blocking(&rt.images, move |store| store.remove_content(&name)).await?;
+    for id in removed {
         tracing::info!(image = %id, "image removed");
     }
     Ok(cri::RemoveImageResponse {})

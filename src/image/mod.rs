@@ -171,6 +171,16 @@ pub struct Image {
 }
 
 impl Image {
+    /// What names the image's content, whatever registry or tag it came
+    /// through: the digest of a docker image's config (`sha256:...`, which
+    /// its ACI records as `appc.io/docker/imageid`), as containerd names an
+    /// image; else (an ACI, an image fetched by rkt without it) the key.
+    /// rkt's key stays the store's: an image pulled from two registries is
+    /// two ACIs, two keys, one content id.
+    pub fn content_id(&self) -> &str {
+        content_id(&self.manifest, &self.id)
+    }
+
     /// The user the image runs as: (uid if numeric, username otherwise).
     pub fn user(&self) -> (Option<i64>, String) {
         let user = self.manifest.app.as_ref().map(|a| a.user.clone()).unwrap_or_default();
@@ -216,6 +226,16 @@ impl Tree {
     pub fn rootfs(&self) -> PathBuf {
         self.path.join("rootfs")
     }
+
+    /// Its image's content id ([`Image::content_id`]).
+    pub fn content_id(&self) -> &str {
+        content_id(&self.manifest, &self.image_id)
+    }
+}
+
+/// The content id of the image with `manifest` and key `key`.
+fn content_id<'a>(manifest: &'a ImageManifest, key: &'a str) -> &'a str {
+    manifest.annotation(convert::ANN_IMAGE_ID).filter(|d| is_content_id(d)).unwrap_or(key)
 }
 
 /// What `gc` removed.
@@ -374,12 +394,55 @@ impl Store {
         pull::pull(self, &r, creds, progress).await
     }
 
-    /// Finds an image by id (`sha512-` prefix, at least 9 characters) or by a
-    /// docker reference it was pulled as (tag or digest).
+    /// Finds an image by id (`sha512-` prefix, at least 9 characters), by
+    /// its content id (`sha256:` and the config's 64 hex digits: the
+    /// newest of the images that have it) or by a docker reference it was
+    /// pulled as (tag or digest).
     pub fn resolve(&self, reference_or_id: &str) -> Result<Image, ImageError> {
+        if is_content_id(reference_or_id) {
+            return self
+                .with_content(reference_or_id)?
+                .pop()
+                .ok_or_else(|| ImageError::NotFound(reference_or_id.to_string()));
+        }
         let index = self.index()?;
         let key = resolve_key(&index, reference_or_id)?;
         self.image_from(&index, &key)
+    }
+
+    /// Every image whose content id is `content_id`, oldest first.
+    pub fn with_content(&self, content_id: &str) -> Result<Vec<Image>, ImageError> {
+        Ok(self.list()?.into_iter().filter(|i| i.content_id() == content_id).collect())
+    }
+
+    /// The image `reference_or_id` names ([`Store::resolve`]) with every
+    /// other of the same content (pulled from another registry, repository
+    /// or mirror), oldest first; empty when there is none.
+    pub fn resolve_content(&self, reference_or_id: &str) -> Result<Vec<Image>, ImageError> {
+        match self.resolve(reference_or_id) {
+            Ok(image) if image.content_id() != image.id => self.with_content(image.content_id()),
+            Ok(image) => Ok(vec![image]),
+            Err(ImageError::NotFound(_)) => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every image, grouped by content id (each group oldest first, the
+    /// groups in the order of their oldest).
+    pub fn list_by_content(&self) -> Result<Vec<Vec<Image>>, ImageError> {
+        Ok(group_by_content(self.list()?))
+    }
+
+    /// Removes the image `reference_or_id` names and every other of the same
+    /// content, with all their names, as [`Store::remove`] removes one (a
+    /// CRI RemoveImage: containerd removes every reference to the image).
+    /// The keys removed; empty when there was no such image.
+    pub fn remove_content(&self, reference_or_id: &str) -> Result<Vec<String>, ImageError> {
+        let mut removed = Vec::new();
+        for image in self.resolve_content(reference_or_id)? {
+            removed.extend(self.remove(&image.id)?);
+        }
+        Ok(removed)
     }
 
     fn image_from(&self, index: &Index, key: &str) -> Result<Image, ImageError> {
@@ -741,6 +804,25 @@ pub struct ImageVolume {
     pub image_id: String,
     pub tree_id: String,
     pub source: PathBuf,
+}
+
+/// `images` grouped by content id ([`Image::content_id`]), each group and
+/// the groups in the order given.
+pub fn group_by_content(images: Vec<Image>) -> Vec<Vec<Image>> {
+    let mut groups: Vec<Vec<Image>> = Vec::new();
+    for image in images {
+        match groups.iter_mut().find(|g| g[0].content_id() == image.content_id()) {
+            Some(group) => group.push(image),
+            None => groups.push(vec![image]),
+        }
+    }
+    groups
+}
+
+/// Whether `s` is a content id: `sha256:` and 64 lowercase hex digits.
+pub fn is_content_id(s: &str) -> bool {
+    s.strip_prefix("sha256:")
+        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
 }
 
 /// An image key from an id prefix or a reference.

@@ -1,7 +1,7 @@
 //! Images the exec way: `fetch`, and `image list` plus one `image
 //! cat-manifest` per image for every list or status.
 
-use super::super::image::to_cri;
+use super::super::image::group_to_cri;
 use super::ExecMode;
 use crate::api_v1::ImageInfo;
 use crate::image::Image;
@@ -41,10 +41,19 @@ async fn find(x: &ExecMode, name: &str) -> Result<Option<Image>, Status> {
         Some(src) => format!("{ACI_PREFIX}{}", src.strip_prefix("file://").unwrap_or(src)),
         None => name.parse::<Reference>().map(|r| r.to_string()).unwrap_or_else(|_| name.to_string()),
     };
-    Ok(all(x)
-        .await?
-        .into_iter()
-        .find(|i| i.id.starts_with(name) || i.tags.contains(&normalized) || i.digests.contains(&normalized)))
+    Ok(all(x).await?.into_iter().find(|i| {
+        i.id.starts_with(name)
+            || i.content_id() == name
+            || i.tags.contains(&normalized)
+            || i.digests.contains(&normalized)
+    }))
+}
+
+/// The image `name` names ([`find`]) and every other of the same content.
+async fn find_content(x: &ExecMode, name: &str) -> Result<Vec<Image>, Status> {
+    let Some(found) = find(x, name).await? else { return Ok(Vec::new()) };
+    let content = found.content_id().to_string();
+    Ok(all(x).await?.into_iter().filter(|i| i.content_id() == content).collect())
 }
 
 pub async fn pull_image(x: &ExecMode, req: cri::PullImageRequest) -> Result<cri::PullImageResponse, Status> {
@@ -57,7 +66,13 @@ pub async fn pull_image(x: &ExecMode, req: cri::PullImageRequest) -> Result<cri:
         Fetch::Aci(source) => x.run_with(&x.aci_global, &["fetch", &source]).await?,
         Fetch::Docker(source) => x.run(&["fetch", &source]).await?,
     };
-    let image_ref = out.lines().last().unwrap_or_default().trim().to_string();
+    let key = out.lines().last().unwrap_or_default().trim().to_string();
+    // the CLI answers rkt's key; the CRI's id is the content's
+    let store = x.rt.images.clone();
+    let image_ref = tokio::task::spawn_blocking(move || store.resolve(&key).map(|i| i.content_id().to_string()))
+        .await
+        .map_err(|e| Status::internal(format!("image store task failed: {e}")))?
+        .map_err(Status::from)?;
     // the tree the call rendered is synced here, after the answer
     let cas = x.rt.images.cas().clone();
     tokio::task::spawn_blocking(move || {
@@ -88,14 +103,16 @@ fn fetch_args(name: &str, own_cli: bool) -> Fetch {
 
 pub async fn list_images(x: &ExecMode, req: cri::ListImagesRequest) -> Result<cri::ListImagesResponse, Status> {
     let filter = spec_image(req.filter.and_then(|f| f.image));
-    let images = if filter.is_empty() { all(x).await? } else { find(x, &filter).await?.into_iter().collect() };
-    Ok(cri::ListImagesResponse { images: images.iter().map(to_cri).collect() })
+    let images = if filter.is_empty() { all(x).await? } else { find_content(x, &filter).await? };
+    let groups = crate::image::group_by_content(images);
+    Ok(cri::ListImagesResponse { images: groups.iter().map(|g| group_to_cri(g)).collect() })
 }
 
 pub async fn image_status(x: &ExecMode, req: cri::ImageStatusRequest) -> Result<cri::ImageStatusResponse, Status> {
     let name = spec_image(req.image);
-    let image = find(x, &name).await?;
-    Ok(cri::ImageStatusResponse { image: image.as_ref().map(to_cri), ..Default::default() })
+    let group = find_content(x, &name).await?;
+    let image = (!group.is_empty()).then(|| group_to_cri(&group));
+    Ok(cri::ImageStatusResponse { image, ..Default::default() })
 }
 
 pub async fn remove_image(x: &ExecMode, req: cri::RemoveImageRequest) -> Result<cri::RemoveImageResponse, Status> {
@@ -103,7 +120,7 @@ pub async fn remove_image(x: &ExecMode, req: cri::RemoveImageRequest) -> Result<
     if name.is_empty() {
         return Err(Status::invalid_argument("RemoveImage: image spec is empty"));
     }
-    if let Some(image) = find(x, &name).await? {
+    for image in find_content(x, &name).await? {
         x.run(&["image", "rm", &image.id]).await?;
     }
     Ok(cri::RemoveImageResponse {})
