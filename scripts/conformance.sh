@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# conformance.sh - the official Kubernetes CRI conformance suite, critest v1.29.0 (unmodified),
-# against rktlet, fully offline. Run as root, after a build (target/debug or target/release).
+# conformance.sh - the official Kubernetes CRI conformance suite, critest v1.29.0 (unmodified;
+# CRI_TOOLS_TAG=v1.36.0 for the newest release), against rktlet, fully offline. Run as root,
+# after a build (target/debug or target/release).
 #
 #   1. the test images critest pulls are built locally and served by a loopback registry, by the
 #      offline kit cri-conformance.sh (its stages images, registry, push; $CRI_TOOLS_KIT);

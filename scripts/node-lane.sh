@@ -250,6 +250,8 @@ vm_failed=()
 [ "$skipped" = 0 ] || vm_failed+=("a test skipped inside the VM")
 
 if [ "${VM_CONFORMANCE:-1}" != 0 ]; then
+  # the newest official suite (its specs include v1.29.0's, and AppArmor's, which this guest enforces)
+  export CRI_TOOLS_TAG=${VM_CRI_TOOLS_TAG:-v1.36.0}
   kit=${CRI_TOOLS_KIT:-$repo/../shared/tools/cri-conformance.sh}
   [ -f "$kit" ] || { echo "the offline CRI test kit is not at $kit (set CRI_TOOLS_KIT)" >&2; exit 1; }
   # the test images on the host's loopback; the kit unpacks crictl and critest into $peer/bin
@@ -265,7 +267,7 @@ if [ "${VM_CONFORMANCE:-1}" != 0 ]; then
   results=$repo/target/node-lane-vm-results
   rm -rf "$results"
   t3=$(date +%s)
-  echo "node-lane vm: conformance (test images on 127.0.0.1:$cport, host side $((t3 - t2)) s)"
+  echo "node-lane vm: conformance, critest $CRI_TOOLS_TAG (test images on 127.0.0.1:$cport, host side $((t3 - t2)) s)"
   cat >"$script" <<GUEST
 set -e
 $guest_setup
@@ -274,7 +276,7 @@ mkdir -p \$P/bin
 cp "$peer/bin/crictl" "$peer/bin/critest" \$P/bin/
 cd "$repo"
 set +e
-{ SKIP_DEPS=1 PEER_DIR=\$P REG_PORT=$cport REGISTRY=10.0.2.2:$cport CRI_TOOLS_KIT="$peer/kit/$kitname" \
+{ SKIP_DEPS=1 PEER_DIR=\$P REG_PORT=$cport REGISTRY=10.0.2.2:$cport CRI_TOOLS_KIT="$peer/kit/$kitname" CRI_TOOLS_TAG=$CRI_TOOLS_TAG \
   START_TIMEOUT=300 ./scripts/conformance.sh && echo 0 >/tmp/crc || echo \$? >/tmp/crc; } 2>&1 | tee -a $glog
 crc=\$(cat /tmp/crc)
 mkdir -p "$results" && cp -r \$P/results/. "$results"/ || true
@@ -285,7 +287,7 @@ GUEST
   cat "$out"
   conf=$(tail -1 "$out")
   t4=$(date +%s)
-  echo "node-lane vm: conformance (exit $crc): $conf in $((t4 - t3)) s; results in $results"
+  echo "node-lane vm: conformance, critest $CRI_TOOLS_TAG (exit $crc): $conf in $((t4 - t3)) s; results in $results"
   [ "$crc" = 0 ] || vm_failed+=("conformance (exit $crc)")
 fi
 rm -f "$out" "$script"
