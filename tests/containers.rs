@@ -183,6 +183,13 @@ async fn sleep_runs_stops_and_is_removed() {
     let list = e.rt.list_containers(cri::ListContainersRequest { filter: None }).await.expect("list").into_inner();
     assert_eq!(list.containers.len(), 1);
     assert_eq!(list.containers[0].pod_sandbox_id, pod.0);
+    // one image id across the APIs: the content id ListImages and ContainerStatus give
+    let s = e.status(&id).await;
+    assert!(rktlet::image::is_content_id(&s.image_id), "{}", s.image_id);
+    assert_eq!(
+        (list.containers[0].image_id.as_str(), s.image_ref.as_str()),
+        (s.image_id.as_str(), s.image_id.as_str())
+    );
     let running = cri::ContainerFilter {
         state: Some(cri::ContainerStateValue { state: cri::ContainerState::ContainerRunning as i32 }),
         label_selector: [("app".to_string(), "sleep".to_string())].into(),

@@ -182,6 +182,6 @@ pub fn container_from_status(pod_id: &str, s: cri::ContainerStatus) -> cri::Cont
         created_at: s.created_at,
         labels: s.labels,
         annotations: s.annotations,
-        ..Default::default()
+        image_id: s.image_id,
     }
 }
