@@ -182,6 +182,12 @@ async fn oom_kill_and_cleanup(cgroupfs: bool, parent: &str) {
     let hog = e.run(&pod, "hog", &["sh", "-c", "v=$(yes | head -c 80000000); echo survived"], memory(32 << 20)).await;
     let s = e.wait_exited(&hog, Duration::from_secs(120)).await;
     assert_eq!((s.exit_code, s.reason.as_str()), (137, "OOMKilled"), "{s:?}");
+    // a child OOM-killed: the pod's systemd does not stop the unit (the shell
+    // is not SIGTERMed, 143), the exit is the shell's own, reported OOMKilled
+    let script = "head -c 200000000 /dev/zero | tail; echo after $?; exit 7";
+    let piped = e.run(&pod, "piped", &["sh", "-c", script], memory(32 << 20)).await;
+    let s = e.wait_exited(&piped, Duration::from_secs(120)).await;
+    assert_eq!((s.exit_code, s.reason.as_str()), (7, "OOMKilled"), "{s:?}");
     let sub = e.pod_cgroup(&pod.0);
     let pod_dir = root().join(&sub);
     assert!(pod_dir.is_dir(), "the pod's cgroup {} exists while it runs", pod_dir.display());

@@ -682,6 +682,19 @@ async fn memory_limit_oom_kill_and_resource_updates() {
     e.start(&hog).await;
     let s = e.wait_state(&hog, cri::ContainerState::ContainerExited).await;
     assert_eq!((s.exit_code, s.reason.as_str()), (137, "OOMKilled"), "{s:?}");
+    // a child OOM-killed, the app's shell goes on: its own exit (tail's 137), OOMKilled as
+    // containerd reports a container whose cgroup counted an OOM kill
+    let piped = e
+        .create(&pod, "piped", &["sh", "-c", "head -c 200000000 /dev/zero | tail; echo after $?"], |c| {
+            c.linux =
+                Some(cri::LinuxContainerConfig { resources: Some(resources(32 << 20, 50_000)), ..Default::default() });
+        })
+        .await;
+    e.start(&piped).await;
+    let s = e.wait_state(&piped, cri::ContainerState::ContainerExited).await;
+    assert_eq!((s.exit_code, s.reason.as_str()), (0, "OOMKilled"), "{s:?}");
+    let log = e.wait_log("limits", "piped", 1).await;
+    assert!(log.contains("after 137"), "the shell saw tail killed and went on: {log}");
 
     // the limits hold from the app's first instruction: on cgroup v1 the
     // daemon moves the app, and a process moved once it ran keeps what it

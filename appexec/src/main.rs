@@ -193,7 +193,7 @@ fn main() {
         // SAFETY: a signal to our own child.
         unsafe { kill(child, SIGKILL) };
     }
-    wait_and_mirror(child);
+    wait_and_mirror(child, plan.oom_marker.as_deref());
 }
 
 /// A container restored from a checkpoint: runs `criu restore` (the
@@ -250,7 +250,7 @@ fn restore(plan: &Plan, pidfile: &CStr) -> ! {
         // SAFETY: a signal to the restored container, our child.
         unsafe { kill(restored, SIGKILL) };
     }
-    wait_and_mirror(restored)
+    wait_and_mirror(restored, plan.oom_marker.as_deref())
 }
 
 /// What CRIU sees, in a mount namespace of its own:
@@ -301,6 +301,19 @@ fn describe(status: c_int) -> String {
     match proc::ended(status) {
         Ok(code) => format!("exit code {code}"),
         Err(signal) => format!("signal {signal}"),
+    }
+}
+
+/// Makes `marker` when this process's cgroup v2 (the app's unit's, which
+/// goes with it) counted an OOM kill; nothing where there is none (v1: the
+/// daemon reads the app's own memory cgroup).
+fn mark_oom_kills(marker: &CStr) {
+    use std::os::unix::ffi::OsStrExt;
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let Some(path) = proc::v2_cgroup(&own) else { return };
+    let events = std::fs::read_to_string(format!("/sys/fs/cgroup{path}/memory.events")).unwrap_or_default();
+    if proc::oom_kills(&events) > 0 {
+        let _ = std::fs::write(std::ffi::OsStr::from_bytes(marker.to_bytes()), b"");
     }
 }
 
@@ -373,7 +386,7 @@ fn start_time(pid: u32) -> Option<String> {
 }
 
 /// The parent: waits for the container and ends the same way.
-fn wait_and_mirror(child: c_int) -> ! {
+fn wait_and_mirror(child: c_int, oom_marker: Option<&CStr>) -> ! {
     let mut status: c_int = 0;
     loop {
         // SAFETY: waits for our own child.
@@ -384,6 +397,9 @@ fn wait_and_mirror(child: c_int) -> ! {
         if rc < 0 && errno() != EINTR {
             fail("waiting for the container", errno());
         }
+    }
+    if let Some(marker) = oom_marker {
+        mark_oom_kills(marker);
     }
     let signaled = match proc::ended(status) {
         // SAFETY: ends this process.

@@ -58,6 +58,11 @@ pub struct Plan {
     /// a unit's `Environment=`, such as `data-1` or `a.b`, which Kubernetes
     /// allows).
     pub env_file: Option<CString>,
+    /// `oom=PATH`: once the app has ended, a file made at PATH when this
+    /// process's cgroup v2 counted an OOM kill (`memory.events`), before
+    /// the cgroup goes with the unit: the daemon reports the container
+    /// OOMKilled whichever of its processes the kernel chose.
+    pub oom_marker: Option<CString>,
 }
 
 /// A path of the pod put at one of the app's (`bind=`, `rbind=` with the
@@ -149,6 +154,7 @@ pub fn parse(args: impl IntoIterator<Item = Vec<u8>>) -> Result<Plan, String> {
             }
             "restore" => plan.restore = Some(cstring(value.into())?),
             "env" => plan.env_file = Some(cstring(value.into())?),
+            "oom" => plan.oom_marker = Some(cstring(value.into())?),
             _ => return Err(format!("unknown option {arg:?}")),
         }
     }
@@ -208,6 +214,7 @@ mod tests {
             "aa=cri-containerd.apparmor.d",
             "cgwait=app-7:3",
             "env=/rkt/env/app.environ",
+            "oom=/rkt/status/app-oom",
             "--",
             "/bin/sh",
             "sh",
@@ -246,6 +253,7 @@ mod tests {
         assert_eq!(plan.read_only, [c("/proc/sys")]);
         assert_eq!(plan.deny, ["mount", "unshare", "setns"]);
         assert_eq!(plan.env_file, Some(c("/rkt/env/app.environ")));
+        assert_eq!(plan.oom_marker, Some(c("/rkt/status/app-oom")));
         assert_eq!(plan.errno, Some(1));
         assert_eq!(plan.caps, Some(0xa804_25fb));
         assert_eq!((plan.uid, plan.gid), (1000, 1000));

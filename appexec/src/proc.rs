@@ -21,6 +21,16 @@ pub fn env_entries(file: &[u8]) -> Vec<(&[u8], &[u8])> {
         .collect()
 }
 
+/// This process's cgroup v2 path (the `0::` line of /proc/self/cgroup).
+pub fn v2_cgroup(cgroup: &str) -> Option<&str> {
+    cgroup.lines().find_map(|l| l.strip_prefix("0::"))
+}
+
+/// `oom_kill` of a cgroup v2 `memory.events` (its text); 0 without one.
+pub fn oom_kills(events: &str) -> u64 {
+    events.lines().find_map(|l| l.strip_prefix("oom_kill ")).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
+}
+
 pub fn start_time(stat: &str) -> Option<&str> {
     stat.rsplit_once(')')?.1.split_whitespace().nth(19)
 }
@@ -44,6 +54,14 @@ mod tests {
                       9:devices:/machine.slice/pod/app-7\n\
                       1:name=systemd:/machine.slice/pod/system.slice/app.service\n\
                       0::/machine.slice/pod/app-7\n";
+
+    #[test]
+    fn oom_kills_of_the_own_cgroup() {
+        assert_eq!(v2_cgroup("5:devices:/x\n0::/system.slice/a.service\n"), Some("/system.slice/a.service"));
+        assert_eq!(v2_cgroup("5:devices:/x\n"), None);
+        assert_eq!(oom_kills("low 0\nhigh 0\nmax 4\noom 2\noom_kill 1\noom_group_kill 0\n"), 1);
+        assert_eq!(oom_kills(""), 0);
+    }
 
     #[test]
     fn environment_entries_keep_every_byte() {

@@ -35,7 +35,15 @@ pub fn apparmor_asked(
             Ok(ProfileType::Localhost) if p.localhost_ref.is_empty() => {
                 Err(ContainerError::InvalidArgument(format!("{field}: a Localhost profile needs localhost_ref")))
             }
-            Ok(ProfileType::Localhost) => Ok(Some(AppArmor::Localhost(p.localhost_ref.clone()))),
+            // the profile's name, which kubelet and critest may give with the
+            // deprecated field's `localhost/` prefix (containerd strips it too)
+            Ok(ProfileType::Localhost) => {
+                let name = p.localhost_ref.strip_prefix("localhost/").unwrap_or(&p.localhost_ref);
+                if name.is_empty() {
+                    return Err(ContainerError::InvalidArgument(format!("{field}: a Localhost profile needs a name")));
+                }
+                Ok(Some(AppArmor::Localhost(name.to_string())))
+            }
             Err(_) => Err(ContainerError::InvalidArgument(format!("{field}: unknown profile type {}", p.profile_type))),
         };
     }
@@ -364,6 +372,24 @@ mod tests {
 
     fn sc() -> cri::LinuxContainerSecurityContext {
         cri::LinuxContainerSecurityContext::default()
+    }
+
+    #[test]
+    fn apparmor_localhost_names_with_or_without_their_prefix() {
+        use crate::stage1::lsm::AppArmor;
+        let localhost = |r: &str| cri::SecurityProfile {
+            profile_type: cri::security_profile::ProfileType::Localhost as i32,
+            localhost_ref: r.into(),
+        };
+        for r in ["deny-write", "localhost/deny-write"] {
+            let got = apparmor_asked("f", Some(&localhost(r)), "").ok().flatten();
+            assert_eq!(got, Some(AppArmor::Localhost("deny-write".into())), "{r}");
+        }
+        for r in ["", "localhost/"] {
+            assert!(apparmor_asked("f", Some(&localhost(r)), "").is_err(), "{r:?}");
+        }
+        let old = apparmor_asked("f", None, "localhost/deny-write").ok().flatten();
+        assert_eq!(old, Some(AppArmor::Localhost("deny-write".into())));
     }
 
     #[test]

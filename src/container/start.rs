@@ -190,12 +190,14 @@ fn restore_unit(
         root: Some(rootfs.clone()),
         root_read_only: t.app.read_only_root_fs,
         cgroup_wait: placed.as_ref().map(|(_, wait)| wait.clone()),
+        oom_marker: Some(oom_marker(t)),
         ..Default::default()
     };
     let mut spec = ServiceSpec::new(unit(&t.app.name), plan.command(&criu_cmd));
     spec.description = format!("container {} (restored)", id);
     spec.mount_api_vfs = false;
     spec.notify_ready = true;
+    spec.extra.push(unit_spec::oom_policy_continue());
     unit_properties(t, pid1, &limits, &mut spec);
     let section = t.app.app.clone().unwrap_or_default();
     stdio(t, pid1, id, &section, &mut spec)?;
@@ -390,6 +392,11 @@ fn plan_namespaces_and_cgroups(
         own_pid_namespace(rt, t, pid1, &pid_mode, spec, filter, appexec_paths)?;
     }
     Ok((pid_mode, limits, placed))
+}
+
+/// Where appexec marks an OOM kill its unit's cgroup counted, in the pod.
+fn oom_marker(t: &Target) -> String {
+    AppPaths::new(&t.pod, &t.app.name).status_file_in_pod(app::OOM_KILLED).display().to_string()
 }
 
 /// Writes the entries of the app's environment that systemd refuses in a
@@ -912,6 +919,7 @@ fn own_pid_namespace(
         apparmor,
         cgroup_wait,
         env_file,
+        oom_marker: Some(oom_marker(t)),
         ..Default::default()
     };
     plan.groups = std::mem::take(&mut spec.supplementary_groups)
@@ -925,6 +933,7 @@ fn own_pid_namespace(
         plan.errno = errno;
     }
     spec.exec_start = plan.command(&spec.exec_start);
+    spec.extra.push(unit_spec::oom_policy_continue());
     // systemd's notification socket is appexec's: the app's environment must not replace it
     spec.environment.retain(|e| !e.starts_with("NOTIFY_SOCKET="));
     // started once the app is exec'd (an exec or postStart hook right after

@@ -30,7 +30,9 @@ pub fn app_info(pod: &Pod, app: &RuntimeApp, running: bool) -> AppInfo {
     };
     let (exit_code, reason) = match f.state {
         AppState::Exited(Some(c)) if start_error.is_some() => (c, "StartError"),
-        AppState::Exited(Some(137)) if oom() => (137, "OOMKilled"),
+        // whenever its cgroup counted an OOM kill, as containerd says (the
+        // kernel may have chosen a child: the exit code stays the app's)
+        AppState::Exited(Some(c)) if oom() => (c, "OOMKilled"),
         AppState::Exited(Some(0)) => (0, "Completed"),
         AppState::Exited(Some(c)) => (c, "Error"),
         AppState::Exited(None) => (255, "Unknown"),

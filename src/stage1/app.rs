@@ -160,6 +160,11 @@ impl AppPaths {
     pub fn status_file(&self, suffix: &str) -> PathBuf {
         self.stage1.join("rkt/status").join(format!("{}{suffix}", self.name))
     }
+
+    /// [`AppPaths::status_file`] as the pod sees it.
+    pub fn status_file_in_pod(&self, suffix: &str) -> PathBuf {
+        Path::new("/rkt/status").join(format!("{}{suffix}", self.name))
+    }
 }
 
 /// Joins `inner` (absolute, inside the app) under `root`, refusing `..`.

@@ -243,6 +243,9 @@ pub struct Plan {
     /// NUL-ended) appexec adds before anything else: what systemd refuses
     /// in a unit's `Environment=`.
     pub env_file: Option<String>,
+    /// Where appexec marks, once the app has ended, that its unit's cgroup
+    /// v2 counted an OOM kill (`stage1::app::OOM_KILLED`).
+    pub oom_marker: Option<String>,
     /// The app's root in the pod: appexec makes its mount namespace (none
     /// from systemd), the binds, and pivots into it.
     pub root: Option<String>,
@@ -328,6 +331,7 @@ impl Plan {
         args.extend(self.apparmor.iter().map(|p| format!("aa={p}")));
         args.extend(self.cgroup_wait.iter().map(|(name, n)| format!("cgwait={name}:{n}")));
         args.extend(self.env_file.iter().map(|f| format!("env={f}")));
+        args.extend(self.oom_marker.iter().map(|f| format!("oom={f}")));
         args.push("--".into());
         args.push(app.path.clone());
         args.extend(app.argv.iter().cloned());

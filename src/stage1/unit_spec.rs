@@ -63,6 +63,14 @@ pub fn devices(allowed: &Allowed) -> Vec<Property> {
     }
 }
 
+/// `OOMPolicy=continue`, for an app appexec runs: a process of it the
+/// kernel OOM-kills (a child, not the app) does not make the pod's systemd
+/// stop the whole unit, as runc does not stop a container for it; appexec
+/// marks the kill for its status (`OOMKilled`), the app's exit stays its own.
+pub fn oom_policy_continue() -> Property {
+    Property::str("OOMPolicy", "continue")
+}
+
 /// `OOMScoreAdjust=`.
 pub fn oom_score_adjust(adj: i32) -> Property {
     Property::new("OOMScoreAdjust", Value::I32(adj))
