@@ -335,6 +335,14 @@ if ! jq -e 'type == "array" and length > 0' "$report" >/dev/null 2>&1; then
   die "critest produced no report ($report); see $RES/critest.log and $DAEMON_LOG"
 fi
 failures_of "$report"
+# every skipped spec with its reason: critest's own (a feature the node lacks), or the kit's
+# selection (POD_IP_TESTS, DIGEST_TEST unset; benchmarks run by scripts/critest-bench.sh)
+jq -r '.[0].SpecReports[]? | select(.LeafNodeType == "It") | select(.State | IN("skipped", "pending"))
+  | "SKIPPED: \(.ContainerHierarchyTexts | join(" ")) \(.LeafNodeText): "
+    + (if (.Failure.Message // "") != "" then (.Failure.Message | split("\n")[0])
+       elif (.LeafNodeText | test("benchmark")) or ((.ContainerHierarchyTexts | join(" ")) | test("benchmark"))
+       then "a benchmark (scripts/critest-bench.sh runs them)"
+       else "not selected here (POD_IP_TESTS, DIGEST_TEST: see this script'"'"'s header)" end)' "$report"
 succeeded=$(jq -r '.[0].SuiteSucceeded' "$report")
 read -r passed failed skipped < <(jq -r '
   [.[0].SpecReports[]? | select(.LeafNodeType == "It")] as $s

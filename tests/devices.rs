@@ -111,15 +111,6 @@ fn assert_held(who: &str, got: &BTreeMap<String, String>, forbidden: &[(String, 
     }
 }
 
-async fn status(rt: &mut RuntimeServiceClient<Channel>, id: &str) -> cri::ContainerStatus {
-    rt.container_status(cri::ContainerStatusRequest { container_id: id.into(), verbose: false })
-        .await
-        .expect("ContainerStatus")
-        .into_inner()
-        .status
-        .expect("status")
-}
-
 /// What the container's main process printed to `/tmp/main.out` (it
 /// probes first, then sleeps), read by ExecSync once it is all there.
 async fn main_output(rt: &mut RuntimeServiceClient<Channel>, id: &str) -> String {
@@ -130,7 +121,7 @@ async fn main_output(rt: &mut RuntimeServiceClient<Channel>, id: &str) -> String
             let out = exec_sync(rt, id, &["cat", "/tmp/main.out"]).await;
             return String::from_utf8_lossy(&out.stdout).into_owned();
         }
-        let s = status(rt, id).await;
+        let s = common::container_status(rt, id).await;
         assert_eq!(s.state, cri::ContainerState::ContainerRunning as i32, "container {id} ended: {s:?}");
         assert!(Instant::now() < deadline, "container {id} did not finish its probes");
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -146,17 +137,6 @@ fn prober(name: &str, image: &str, script: &str) -> cri::ContainerConfig {
 
 fn security(c: &mut cri::ContainerConfig) -> &mut cri::LinuxContainerSecurityContext {
     c.linux.get_or_insert_default().security_context.get_or_insert_default()
-}
-
-async fn start(
-    rt: &mut RuntimeServiceClient<Channel>,
-    pod: &str,
-    config: &cri::PodSandboxConfig,
-    c: cri::ContainerConfig,
-) -> String {
-    let id = common::create_container(rt, pod, config, c).await;
-    rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("StartContainer");
-    id
 }
 
 /// Main process and ExecSync both: the same result.
@@ -245,13 +225,13 @@ async fn open_only_their_devices(test: &str, cgroupfs: bool) {
     let script = probe_script(&forbidden, &[]);
 
     // kubelet's default: a PID namespace of its own, the default capabilities (CAP_MKNOD among them)
-    let default = start(&mut rt, &pod, &config, prober("default", &image, &script)).await;
+    let default = common::start_container(&mut rt, &pod, &config, prober("default", &image, &script)).await;
     // MKNOD asked for, in the pod's PID namespace (systemd runs it without appexec where it can)
     let mut c = prober("mknod", &image, &script);
     security(&mut c).capabilities =
         Some(cri::Capability { add_capabilities: vec!["MKNOD".into()], ..Default::default() });
     security(&mut c).namespace_options.get_or_insert_default().pid = cri::NamespaceMode::Pod as i32;
-    let mknod = start(&mut rt, &pod, &config, c).await;
+    let mknod = common::start_container(&mut rt, &pod, &config, c).await;
     for (who, id) in [("default", &default), ("MKNOD, pod PID namespace", &mknod)] {
         for (how, got) in ["main process", "ExecSync"].iter().zip(probe_both(&mut rt, id, &script).await) {
             assert_held(&format!("{who} ({how})"), &got, &forbidden);
@@ -275,7 +255,7 @@ async fn open_only_their_devices(test: &str, cgroupfs: bool) {
         host_path: host_path.display().to_string(),
         permissions: "r".into(),
     }];
-    let given_id = start(&mut rt, &pod, &config, c).await;
+    let given_id = common::start_container(&mut rt, &pod, &config, c).await;
     for got in probe_both(&mut rt, &given_id, &given).await {
         assert_held("with a device", &got, &forbidden);
         assert_eq!(got.get("given-r").map(String::as_str), Some("ok"), "the device given 'r' reads: {got:?}");
@@ -305,7 +285,7 @@ async fn open_only_their_devices(test: &str, cgroupfs: bool) {
     let privileged_script = format!("{PRELUDE}mk disk b {major} {minor} r\n");
     let mut c = prober("privileged", &image, &privileged_script);
     security(&mut c).privileged = true;
-    let privileged = start(&mut rt, &pod, &config, c).await;
+    let privileged = common::start_container(&mut rt, &pod, &config, c).await;
     for got in probe_both(&mut rt, &privileged, &privileged_script).await {
         assert_eq!(got.get("disk").map(String::as_str), Some("ok"), "privileged opens the node's disk: {got:?}");
     }
@@ -346,7 +326,7 @@ async fn host_pid_containers_open_only_their_devices() {
     let ns = security(&mut c).namespace_options.get_or_insert_default();
     ns.pid = cri::NamespaceMode::Node as i32;
     ns.network = cri::NamespaceMode::Node as i32;
-    let id = start(&mut rt, &pod, &config, c).await;
+    let id = common::start_container(&mut rt, &pod, &config, c).await;
     for (how, got) in ["main process", "ExecSync"].iter().zip(probe_both(&mut rt, &id, &script).await) {
         assert_held(&format!("host-PID app ({how})"), &got, &forbidden);
     }
@@ -394,7 +374,7 @@ async fn pool_pods_hold_their_devices_across_a_daemon_restart() {
     pods_own_processes_are_held(test, &d, &pod);
     let forbidden = forbidden();
     let script = probe_script(&forbidden, &[]);
-    let first = start(&mut rt, &pod, &config, prober("first", &image, &script)).await;
+    let first = common::start_container(&mut rt, &pod, &config, prober("first", &image, &script)).await;
     for (how, got) in ["main process", "ExecSync"].iter().zip(probe_both(&mut rt, &first, &script).await) {
         assert_held(&format!("pool pod ({how})"), &got, &forbidden);
     }
@@ -406,7 +386,7 @@ async fn pool_pods_hold_their_devices_across_a_daemon_restart() {
     let mut rt = d.runtime().await;
     let exec = exec_sync(&mut rt, &first, &["sh", "-c", &script]).await;
     assert_held("after a restart (ExecSync)", &parse(&String::from_utf8_lossy(&exec.stdout)), &forbidden);
-    let second = start(&mut rt, &pod, &config, prober("second", &image, &script)).await;
+    let second = common::start_container(&mut rt, &pod, &config, prober("second", &image, &script)).await;
     for (how, got) in ["main process", "ExecSync"].iter().zip(probe_both(&mut rt, &second, &script).await) {
         assert_held(&format!("started after a restart ({how})"), &got, &forbidden);
     }

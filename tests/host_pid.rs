@@ -46,30 +46,10 @@ fn host_container(name: &str, image: &str, script: &str) -> cri::ContainerConfig
     c
 }
 
-async fn start(
-    rt: &mut RuntimeServiceClient<Channel>,
-    pod: &str,
-    config: &cri::PodSandboxConfig,
-    c: cri::ContainerConfig,
-) -> String {
-    let id = common::create_container(rt, pod, config, c).await;
-    rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("StartContainer");
-    id
-}
-
-async fn status(rt: &mut RuntimeServiceClient<Channel>, id: &str) -> cri::ContainerStatus {
-    rt.container_status(cri::ContainerStatusRequest { container_id: id.into(), verbose: false })
-        .await
-        .expect("ContainerStatus")
-        .into_inner()
-        .status
-        .expect("status")
-}
-
 async fn wait_exited(rt: &mut RuntimeServiceClient<Channel>, id: &str, within: Duration) -> cri::ContainerStatus {
     let deadline = Instant::now() + within;
     loop {
-        let s = status(rt, id).await;
+        let s = common::container_status(rt, id).await;
         if s.state == cri::ContainerState::ContainerExited as i32 {
             return s;
         }
@@ -137,7 +117,7 @@ async fn host_pid_containers_are_node_processes_and_confined() {
     let ns = st.linux.and_then(|l| l.namespaces).and_then(|n| n.options).expect("namespace options");
     assert_eq!(ns.pid, cri::NamespaceMode::Node as i32, "{ns:?}");
 
-    let main = start(
+    let main = common::start_container(
         &mut rt,
         &pod,
         &config,
@@ -179,7 +159,8 @@ async fn host_pid_containers_are_node_processes_and_confined() {
     let out = exec_sync(&mut rt, &main, &["sh", "-c", &format!("wc -c < {masked}")]).await;
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0", "{masked}: {out:?}");
     // a second container sees the first's process
-    let other = start(&mut rt, &pod, &config, host_container("other", &image, "exec sleep 1000")).await;
+    let other =
+        common::start_container(&mut rt, &pod, &config, host_container("other", &image, "exec sleep 1000")).await;
     let out = exec_sync(&mut rt, &other, &["cat", &format!("/proc/{pid}/cmdline")]).await;
     assert_eq!(out.stdout, b"sleep\x001000\x00", "{out:?}");
     // its output is in its CRI log
@@ -191,12 +172,13 @@ async fn host_pid_containers_are_node_processes_and_confined() {
     }
 
     // its exit code is recorded
-    let exits = start(&mut rt, &pod, &config, host_container("exits", &image, "sleep 0.2; exit 3")).await;
+    let exits =
+        common::start_container(&mut rt, &pod, &config, host_container("exits", &image, "sleep 0.2; exit 3")).await;
     let s = wait_exited(&mut rt, &exits, Duration::from_secs(15)).await;
     assert_eq!(s.exit_code, 3, "{s:?}");
 
     // StopContainer: SIGTERM (ignored here), SIGKILL at the timeout
-    let stubborn = start(
+    let stubborn = common::start_container(
         &mut rt,
         &pod,
         &config,
@@ -210,19 +192,19 @@ async fn host_pid_containers_are_node_processes_and_confined() {
         .expect("StopContainer");
     let took = began.elapsed();
     assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(10), "{took:?}");
-    let s = status(&mut rt, &stubborn).await;
+    let s = common::container_status(&mut rt, &stubborn).await;
     assert_eq!((s.state, s.exit_code), (cri::ContainerState::ContainerExited as i32, 137), "{s:?}");
     assert!(!alive(stubborn_pid), "the stopped container's process lives on");
     // a graceful one exits at SIGTERM
     rt.stop_container(cri::StopContainerRequest { container_id: other.clone(), timeout: 10 })
         .await
         .expect("StopContainer");
-    assert_eq!(status(&mut rt, &other).await.exit_code, 143);
+    assert_eq!(common::container_status(&mut rt, &other).await.exit_code, 143);
 
     // the pod's stop kills a running one; its exit is its own (SIGKILL), not its template's
     rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("StopPodSandbox");
     assert!(!alive(pid), "a host-PID container outlived its pod");
-    let s = status(&mut rt, &main).await;
+    let s = common::container_status(&mut rt, &main).await;
     assert_eq!((s.state, s.exit_code), (cri::ContainerState::ContainerExited as i32, 137), "{s:?}");
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() })
         .await
@@ -240,8 +222,13 @@ async fn a_host_pid_exit_is_recorded_across_a_daemon_crash() {
     let logs = tempfile::tempdir().expect("logs");
     let config = host_pid_pod("hostpid-crash", logs.path());
     let pod = common::run_pod(&mut rt, &config).await;
-    let late =
-        start(&mut rt, &pod, &config, host_container("late", &image, "echo $$ > /tmp/pid; sleep 2; exit 5")).await;
+    let late = common::start_container(
+        &mut rt,
+        &pod,
+        &config,
+        host_container("late", &image, "echo $$ > /tmp/pid; sleep 2; exit 5"),
+    )
+    .await;
     let pid = own_pid(&mut rt, &late).await;
     d.signal_and_wait(nix::sys::signal::Signal::SIGKILL);
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -306,7 +293,13 @@ async fn a_host_pid_app_without_its_writer_is_killed_at_a_restart() {
     let logs = tempfile::tempdir().expect("logs");
     let config = host_pid_pod("hostpid-orphan", logs.path());
     let pod = common::run_pod(&mut rt, &config).await;
-    let app = start(&mut rt, &pod, &config, host_container("app", &image, "echo $$ > /tmp/pid; exec sleep 1000")).await;
+    let app = common::start_container(
+        &mut rt,
+        &pod,
+        &config,
+        host_container("app", &image, "echo $$ > /tmp/pid; exec sleep 1000"),
+    )
+    .await;
     let pid = own_pid(&mut rt, &app).await;
     d.signal_and_wait(nix::sys::signal::Signal::SIGKILL);
     let writer = log_writer_of(&pod);
@@ -350,7 +343,7 @@ async fn a_host_pid_app_is_the_process_its_writer_started() {
     // older than the app: started before it
     let mut older = std::process::Command::new("sleep").arg("1000").spawn().expect("sleep");
     let script = "trap 'exit 143' TERM; echo $$ > /tmp/pid; while true; do sleep 0.05; done";
-    let id = start(&mut rt, &pod, &config, host_container("app", &image, script)).await;
+    let id = common::start_container(&mut rt, &pod, &config, host_container("app", &image, script)).await;
     let app = own_pid(&mut rt, &id).await;
     // into the app's unit cgroup (the unified hierarchy's, where the unit's processes are read)
     let cgroups = std::fs::read_to_string(format!("/proc/{app}/cgroup")).expect("the app's cgroups");
@@ -363,7 +356,7 @@ async fn a_host_pid_app_is_the_process_its_writer_started() {
     let out = exec_sync(&mut rt, &id, &["sh", "-c", "cat /tmp/pid; id -u"]).await;
     assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{app}\n1000\n"), "the exec copies the app: {out:?}");
     rt.stop_container(cri::StopContainerRequest { container_id: id.clone(), timeout: 10 }).await.expect("stop");
-    let s = status(&mut rt, &id).await;
+    let s = common::container_status(&mut rt, &id).await;
     assert_eq!(s.exit_code, 143, "the app got the stop signal: {s:?}");
     let _ = older.kill();
     let _ = older.wait();

@@ -170,21 +170,22 @@ pub fn load(allowed: &Allowed) -> io::Result<OwnedFd> {
         expected_attach_type: BPF_CGROUP_DEVICE,
         ..Default::default()
     };
-    // SAFETY: bpf(2) with a zero-padded attribute of its size; the pointers in it
-    // (instructions, license, log) outlive the call.
-    let fd = unsafe { libc::syscall(libc::SYS_bpf, BPF_PROG_LOAD, &attr, size_of::<LoadAttr>()) };
-    if fd < 0 {
-        let e = io::Error::last_os_error();
+    let fd = bpf(BPF_PROG_LOAD, &attr).map_err(|e| {
         let log = String::from_utf8_lossy(&log);
         let log = log.trim_end_matches('\0').trim();
-        return Err(io::Error::new(e.kind(), format!("loading the device program: {e}{}", suffix(log))));
-    }
+        let said = if log.is_empty() { String::new() } else { format!(" (verifier: {log})") };
+        io::Error::new(e.kind(), format!("loading the device program: {e}{said}"))
+    })?;
     // SAFETY: the kernel just returned this descriptor; we own it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-fn suffix(log: &str) -> String {
-    if log.is_empty() { String::new() } else { format!(" (verifier: {log})") }
+/// bpf(2) command `cmd` with `attr`, a zero-padded `union bpf_attr` whose
+/// pointers outlive the call; its non-negative answer.
+fn bpf<T>(cmd: libc::c_long, attr: &T) -> io::Result<libc::c_long> {
+    // SAFETY: bpf(2) with an attribute of its own size, as the caller vouches.
+    let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr as *const T, size_of::<T>()) };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc) }
 }
 
 /// Attaches `program` to the cgroup v2 directory `cgroup`, beside the
@@ -199,13 +200,9 @@ pub fn attach(program: &OwnedFd, cgroup: &Path) -> io::Result<()> {
         attach_flags: BPF_F_ALLOW_MULTI,
         ..Default::default()
     };
-    // SAFETY: bpf(2) with a zero-padded attribute of its size and two descriptors we hold.
-    let rc = unsafe { libc::syscall(libc::SYS_bpf, BPF_PROG_ATTACH, &attr, size_of::<AttachAttr>()) };
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(e.kind(), format!("attaching the device program to {}: {e}", cgroup.display())));
-    }
-    Ok(())
+    bpf(BPF_PROG_ATTACH, &attr)
+        .map(drop)
+        .map_err(|e| io::Error::new(e.kind(), format!("attaching the device program to {}: {e}", cgroup.display())))
 }
 
 #[cfg(test)]

@@ -430,6 +430,30 @@ pub async fn run_pod(rt: &mut RuntimeServiceClient<Channel>, config: &rktlet::pr
         .pod_sandbox_id
 }
 
+/// ContainerStatus of `id` (not verbose).
+pub async fn container_status(rt: &mut RuntimeServiceClient<Channel>, id: &str) -> rktlet::proto::v1::ContainerStatus {
+    rt.container_status(rktlet::proto::v1::ContainerStatusRequest { container_id: id.into(), verbose: false })
+        .await
+        .expect("ContainerStatus")
+        .into_inner()
+        .status
+        .expect("status")
+}
+
+/// CreateContainer and StartContainer in `pod`; the container's id.
+pub async fn start_container(
+    rt: &mut RuntimeServiceClient<Channel>,
+    pod: &str,
+    pod_config: &rktlet::proto::v1::PodSandboxConfig,
+    config: rktlet::proto::v1::ContainerConfig,
+) -> String {
+    let id = create_container(rt, pod, pod_config, config).await;
+    rt.start_container(rktlet::proto::v1::StartContainerRequest { container_id: id.clone() })
+        .await
+        .expect("StartContainer");
+    id
+}
+
 /// PodSandboxStatus of `pod` (not verbose).
 pub async fn pod_status(rt: &mut RuntimeServiceClient<Channel>, pod: &str) -> rktlet::proto::v1::PodSandboxStatus {
     rt.pod_sandbox_status(rktlet::proto::v1::PodSandboxStatusRequest { pod_sandbox_id: pod.into(), verbose: false })
