@@ -612,7 +612,9 @@ async fn sysctls_apply_where_the_nodes_proc_sys_is_read_only() {
         "sh",
     ])
     .arg(common::BIN);
-    let child = Daemon::spawn_with(wrap, &socket, dir.path(), &extra, &[]);
+    // (pods the daemon starts itself, in its mount namespace: under systemd-run they would
+    // start in PID 1's, which has not the network namespaces the daemon binds in its own)
+    let child = Daemon::spawn_with(wrap, &socket, dir.path(), &extra, &[("RKTLET_CGROUP_DRIVER", "cgroupfs")]);
     let cni_conf_dir = net.conf_dir.clone();
     let mut d = Daemon { child, socket, dir, cni_conf_dir };
     d.wait_ready();

@@ -841,9 +841,6 @@ fn pid_mode(rt: &Runtime, t: &Target, pid1: i32) -> Result<PidMode, ContainerErr
     })
 }
 
-/// What appexec applies that systemd does not: masked and read-only paths,
-/// volumes shared both ways, the AppArmor profile, the wait for the app's
-/// cgroups (cgroup v1).
 /// What appexec gets beside the unit: masked and read-only paths, volumes
 /// shared both ways, the AppArmor profile, where it waits to be placed
 /// (cgroup v1), and the environment file of what systemd refuses.
