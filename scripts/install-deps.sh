@@ -6,6 +6,9 @@ set -euo pipefail
 packages=(
   # build (protoc comes vendored with the build dependencies)
   build-essential pkg-config libsystemd-dev
+  # exec where the daemon itself runs under a seccomp filter: libseccomp
+  # compiles the container's profile (stage1/filters.rs)
+  libseccomp-dev
   # running pods: systemd-nspawn, systemd as the pod's PID 1, flock(1), ip(8)
   systemd systemd-container util-linux iproute2 iptables
   # pod networking

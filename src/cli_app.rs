@@ -324,7 +324,7 @@ pub fn exec_tty(data_dir: PathBuf, uuid: &str, app: &str, cmd: Vec<String>) -> R
     use std::io::{Read, Write};
     let (tokio, rt) = runtime(data_dir)?;
     let id = id(uuid, app);
-    let pid = crate::container::exec::running_main_pid(&rt, &id).map_err(|e| e.to_string())?;
+    let app = crate::container::exec::running_app(&rt, &id).map_err(|e| e.to_string())?;
     let stdin = std::io::stdin();
     let saved = tcgetattr(&stdin).map_err(|e| format!("reading the terminal's mode: {e}"))?;
     let mut raw = saved.clone();
@@ -353,7 +353,7 @@ pub fn exec_tty(data_dir: PathBuf, uuid: &str, app: &str, cmd: Vec<String>) -> R
         let mut winch = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
             .map_err(|e| format!("watching the terminal's size: {e}"))?;
         let streams = Streams { tty: true, stdin: true, stdout: true, stderr: false };
-        let session = tokio::spawn(remotecommand::session(pid, cmd, streams, in_rx, out_tx));
+        let session = tokio::spawn(remotecommand::session(app, cmd, streams, in_rx, out_tx));
         let mut status = String::new();
         loop {
             tokio::select! {

@@ -54,6 +54,7 @@ pub fn run(config: &Config) -> Vec<Check> {
     out.extend(data_dir(&config.data_dir));
     out.push(socket(&config.socket));
     out.push(privileges());
+    out.push(own_seccomp(&fs::read_to_string("/proc/self/status").unwrap_or_default()));
     out.push(security_modules(crate::stage1::lsm::Lsms::detect(), crate::stage1::apparmor::parser().is_some()));
     out
 }
@@ -432,6 +433,28 @@ fn privileges_of(status: &str) -> Check {
     Check::ok("privileges", format!("CAP_SYS_ADMIN and CAP_SYS_RESOURCE are effective ({bits})"))
 }
 
+/// Whether rktlet itself runs under seccomp filters (a node in a container
+/// that keeps its engine's, a service manager's `SystemCallFilter=`), read
+/// from a `/proc/PID/status` text: then the kernel refuses it the filters of
+/// an app, and a command exec'd into one gets filters built from the app's
+/// profile (`stage1/filters.rs`).
+fn own_seccomp(status: &str) -> Check {
+    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+    match field("Seccomp:") {
+        Some("0") | None => {
+            Check::ok("own seccomp", "rktlet runs unfiltered: exec copies an app's filters as they are")
+        }
+        Some(mode) => Check::ok(
+            "own seccomp",
+            format!(
+                "rktlet runs under {} seccomp filter(s) (mode {mode}), which every pod inherits: a command exec'd \
+                 into an app gets filters built from the app's profile, as systemd built the app's",
+                field("Seccomp_filters:").unwrap_or("?")
+            ),
+        ),
+    }
+}
+
 /// The checks as text, one per line with its fix below.
 pub fn to_text(checks: &[Check]) -> String {
     let mut out = String::new();
@@ -528,6 +551,14 @@ mod tests {
         let c = security_modules(Lsms { apparmor: false, selinux: true }, false);
         assert_eq!(c.outcome, Outcome::Ok);
         assert!(c.detail.contains("not enabled") && c.detail.contains("SELinux"), "{}", c.detail);
+    }
+
+    #[test]
+    fn own_seccomp_says_how_exec_gets_filters() {
+        let free = own_seccomp("Name:\tx\nSeccomp:\t0\nSeccomp_filters:\t0\n");
+        assert!(free.detail.contains("unfiltered"), "{free:?}");
+        let held = own_seccomp("Name:\tx\nSeccomp:\t2\nSeccomp_filters:\t3\n");
+        assert!(held.detail.contains("under 3 seccomp filter(s)") && held.detail.contains("profile"), "{held:?}");
     }
 
     #[test]

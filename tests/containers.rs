@@ -842,10 +842,39 @@ in_both_pid_namespaces!(exec_gets_the_seccomp_filters, exec_gets_the_seccomp_fil
 
 in_the_node_pid_namespace!(exec_gets_the_seccomp_filters_node_pid_namespace, exec_filters);
 
-/// ExecSync runs under the very filters of the container's main process:
-/// the same count, and a call the profile denies is denied to the command.
+in_both_pid_namespaces!(
+    exec_gets_the_seccomp_filters_from_a_filtered_daemon,
+    exec_gets_the_seccomp_filters_from_a_filtered_daemon_pod_pid_namespace,
+    exec_filters_filtered_daemon
+);
+
+in_the_node_pid_namespace!(
+    exec_gets_the_seccomp_filters_from_a_filtered_daemon_node_pid_namespace,
+    exec_filters_filtered_daemon
+);
+
 async fn exec_filters(pid: cri::NamespaceMode) {
-    let mut e = env_with_pid(pid).await;
+    exec_filters_with(Env { pid, ..env().await }, false).await;
+}
+
+/// The daemon itself under a seccomp filter (a node in a container that
+/// keeps its engine's): the kernel refuses it the app's filters, and exec
+/// still confines the command (issue: every ExecSync failed there).
+async fn exec_filters_filtered_daemon(pid: cri::NamespaceMode) {
+    let d = Daemon::start_under_seccomp(&[]);
+    let image = common::pull_busybox(&d).await;
+    let rt = d.runtime().await;
+    let e = Env { d, rt, image, logs: tempfile::tempdir().expect("logs"), pid, net: None };
+    exec_filters_with(e, true).await;
+}
+
+/// ExecSync runs under the filters of the container's main process: the
+/// same count (read from the main process; with a filtered daemon, as on a
+/// node that keeps a filter, built from the profile: more than the daemon's
+/// own), a call the profile denies
+/// is denied to the command, and so is a user namespace to a RuntimeDefault
+/// container (its RestrictNamespaces=).
+async fn exec_filters_with(mut e: Env, filtered_daemon: bool) {
     let pod = e.pod("filtered").await;
     let profiles = tempfile::tempdir().expect("profiles");
     let deny_mkdir = profiles.path().join("deny-mkdir.json");
@@ -879,8 +908,43 @@ async fn exec_filters(pid: cri::NamespaceMode) {
     assert_eq!(lines.first().map(|l| l.split_whitespace().collect::<Vec<_>>()), Some(vec!["Seccomp:", "2"]), "{text}");
     let own = lines.get(1).copied().unwrap_or_default();
     assert!(own.starts_with("Seccomp_filters:"), "{text}");
-    assert_eq!(lines.get(2).copied(), Some(own), "the command has the main process's filters: {text}");
+    let count = |l: &str| l.split_whitespace().nth(1).and_then(|n| n.parse::<u32>().ok()).unwrap_or(0);
+    // the daemon's own filters: the test's, and the node's where the node keeps one
+    let daemon = std::fs::read_to_string(format!("/proc/{}/status", e.d.child.id())).expect("daemon status");
+    let daemon = daemon.lines().find(|l| l.starts_with("Seccomp_filters:")).map(count).unwrap_or(0);
+    if filtered_daemon {
+        assert!(daemon >= 1, "the daemon runs under the test's filter");
+    }
+    if daemon > 0 {
+        assert!(count(own) > daemon, "the command has filters of the app's beyond the daemon's: {text}");
+    } else {
+        assert_eq!(lines.get(2).copied(), Some(own), "the command has the main process's filters: {text}");
+    }
     assert!(text.contains("Permission denied") && text.contains("rc=1"), "mkdir denied to the command: {text}");
+
+    // RuntimeDefault: no user namespace without SYS_ADMIN, in the command too
+    let id = e
+        .create(&pod, "default", &["sleep", "1000"], |c| {
+            c.linux = secured(cri::LinuxContainerSecurityContext {
+                seccomp: Some(cri::SecurityProfile {
+                    profile_type: cri::security_profile::ProfileType::RuntimeDefault as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        })
+        .await;
+    e.start(&id).await;
+    e.wait_state(&id, cri::ContainerState::ContainerRunning).await;
+    let out = common::exec_sync(
+        &mut e.rt,
+        &id,
+        &["sh", "-c", "unshare -U true 2>&1; echo rc=$?; mkdir /tmp/made; echo rc=$?"],
+    )
+    .await;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("Operation not permitted"), "unshare -U denied to the command: {text}");
+    assert!(text.ends_with("rc=0\n") && text.contains("rc=1"), "mkdir allowed, unshare not: {text}");
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
 }
 

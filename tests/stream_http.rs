@@ -25,7 +25,7 @@ impl Lookup for Fake {
     fn streams(&self) -> &StreamServer {
         &self.streams
     }
-    fn main_pid(&self, id: &str) -> Result<i32, String> {
+    fn app_process(&self, id: &str) -> Result<rktlet::stage1::exec::AppProcess, String> {
         Err(format!("container {id} is not running"))
     }
     fn attach_source(&self, id: &str, _stdin: bool) -> Result<attach::Source, String> {

@@ -4,7 +4,7 @@
 
 use super::{ContainerError, Target, open};
 use crate::runtime::Runtime;
-use crate::stage1::exec::{self, ExecOutput};
+use crate::stage1::exec::{self, AppProcess, ExecOutput};
 use std::time::Duration;
 
 /// Output kept per stream; the rest is read and dropped.
@@ -33,13 +33,24 @@ pub fn main_pid(t: &Target) -> Option<i32> {
     None
 }
 
-/// The main pid of a running container (for a streaming exec). Blocking.
-pub fn running_main_pid(rt: &Runtime, id: &str) -> Result<i32, ContainerError> {
+/// The main process of a running container as a command exec'd into it
+/// copies it (for a streaming exec). Blocking.
+pub fn running_app(rt: &Runtime, id: &str) -> Result<AppProcess, ContainerError> {
     let t = open(rt, id)?;
     if !t.running {
         return Err(ContainerError::FailedPrecondition(format!("pod of container {id} is not running")));
     }
-    main_pid(&t).ok_or_else(|| ContainerError::FailedPrecondition(format!("container {id} is not running")))
+    app_process(&t, id)
+}
+
+/// The app's main process and the seccomp profile it was started with.
+fn app_process(t: &Target, id: &str) -> Result<AppProcess, ContainerError> {
+    let isolators = t.app.app.as_ref().map(|a| a.isolators.as_slice()).unwrap_or_default();
+    let profile = crate::stage1::seccomp::profile_of(isolators)
+        .map_err(|e| ContainerError::Internal(format!("the seccomp isolator of container {id}: {e}")))?;
+    let pid =
+        main_pid(t).ok_or_else(|| ContainerError::FailedPrecondition(format!("container {id} is not running")))?;
+    Ok(AppProcess { pid, profile })
 }
 
 /// Runs `cmd` in running container `id` and waits for it, killed after
@@ -63,9 +74,8 @@ pub async fn exec_sync(
     }
     let timeout = (timeout_secs > 0).then(|| Duration::from_secs(timeout_secs as u64));
     tokio::task::spawn_blocking(move || {
-        let pid =
-            main_pid(&t).ok_or_else(|| ContainerError::FailedPrecondition(format!("container {id} is not running")))?;
-        let out = exec::run(pid, &cmd, timeout, OUTPUT_CAP)
+        let app = app_process(&t, &id)?;
+        let out = exec::run(&app, &cmd, timeout, OUTPUT_CAP)
             .map_err(|source| ContainerError::Exec { id: id.clone(), source })?;
         if out.truncated {
             // as containerd: an answer cut short would read as the whole

@@ -291,7 +291,7 @@ fn isolators(
     spec: &mut ServiceSpec,
 ) -> Result<Isolators, ContainerError> {
     let (mut masked, mut readonly) = meta::path_lists(&t.app);
-    let (mut filter, mut namespaces) = (None, None);
+    let profile = seccomp::profile_of(&section.isolators).map_err(ContainerError::Internal)?;
     for iso in &section.isolators {
         match iso.name.as_str() {
             meta::ISOLATOR_CAPS | meta::ISOLATOR_CAPS_REMOVE => {
@@ -301,15 +301,6 @@ fn isolators(
                     Some(if iso.name == meta::ISOLATOR_CAPS { named } else { crate::stage1::caps::ALL & !named });
             }
             meta::ISOLATOR_NO_NEW_PRIVS => spec.no_new_privileges = iso.value.as_bool(),
-            seccomp::ISOLATOR_RETAIN | seccomp::ISOLATOR_REMOVE => {
-                // no errno: a denied call kills the process (SIGSYS)
-                filter = Some((
-                    iso.name == seccomp::ISOLATOR_RETAIN,
-                    set_of(&iso.value),
-                    seccomp::errno_of(&iso.value["errno"]),
-                ));
-                namespaces = seccomp::allowed_namespaces(&iso.value).map_err(ContainerError::Internal)?;
-            }
             // as older builds kept them (the annotations, when there, win)
             meta::ISOLATOR_MASKED if masked.is_none() => masked = Some(set_of(&iso.value)),
             meta::ISOLATOR_READONLY if readonly.is_none() => readonly = Some(set_of(&iso.value)),
@@ -319,13 +310,14 @@ fn isolators(
     // InaccessiblePaths=/ReadOnlyPaths= do not reach below the /proc and
     // /sys that MountAPIVFS mounts; binds do (applied after them)
     let readonly = readonly.map(crate::stage1::api_vfs::app_read_only);
-    if let Some((allow, entries, errno)) = &filter {
-        spec.extra.extend(unit_spec::syscall_filter(*allow, entries, *errno));
+    if let Some(p) = &profile {
+        spec.extra.extend(unit_spec::syscall_filter(p.allow, &p.calls, p.errno));
     }
     // (appexec's own namespace calls, PID and mount, stay allowed)
-    if let Some(allowed) = namespaces {
+    if let Some(allowed) = profile.as_ref().and_then(|p| p.namespaces) {
         spec.extra.push(unit_spec::restrict_namespaces(allowed));
     }
+    let filter = profile.map(|p| (p.allow, p.calls, p.errno));
     Ok(Isolators { masked, readonly, filter })
 }
 

@@ -4,7 +4,7 @@
 //! with a single-use URL of the streaming server (`crate::stream`), which
 //! runs the command when the client connects.
 
-use crate::container::exec::running_main_pid;
+use crate::container::exec::running_app;
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use tonic::Status;
@@ -26,7 +26,7 @@ pub async fn exec(rt: &Runtime, req: cri::ExecRequest) -> Result<cri::ExecRespon
         return Err(Status::invalid_argument("cmd is required"));
     }
     check_streams(req.stdin, req.stdout, req.stderr, req.tty)?;
-    tokio::task::block_in_place(|| running_main_pid(rt, &req.container_id))?;
+    tokio::task::block_in_place(|| running_app(rt, &req.container_id))?;
     let url = rt
         .streams
         .url(crate::stream::token::StreamRequest::Exec {
@@ -72,8 +72,8 @@ impl crate::stream::server::Lookup for Runtime {
         &self.streams
     }
 
-    fn main_pid(&self, container_id: &str) -> Result<i32, String> {
-        running_main_pid(self, container_id).map_err(|e| e.to_string())
+    fn app_process(&self, container_id: &str) -> Result<crate::stage1::exec::AppProcess, String> {
+        running_app(self, container_id).map_err(|e| e.to_string())
     }
 
     fn attach_source(&self, container_id: &str, stdin: bool) -> Result<crate::stream::attach::Source, String> {

@@ -6,7 +6,8 @@
 //! working directory, environment, uid/gid/groups, capability sets,
 //! no_new_privs, cgroups, resource limits and AppArmor profile, all read
 //! from `/proc/<main pid>` beforehand, and the same seccomp filters, copied
-//! from the main process (`filters`).
+//! from the main process, or built from the app's profile where the daemon,
+//! itself filtered, may not read them (`filters`).
 //!
 //! One child, made the way `posix_spawn` makes one, because copying the
 //! daemon's page tables for a fork was most of an exec's cost:
@@ -34,6 +35,8 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use super::filters::Profile;
 
 /// Namespaces joined, in this order: the user namespace of a pod that has
 /// one last, since the node's root may enter the others (some are owned by
@@ -107,6 +110,14 @@ pub struct ExecOutput {
     pub truncated: bool,
 }
 
+/// An app's process a command is started as a copy of, and the seccomp
+/// profile the app was started with (None: no filter of its own).
+#[derive(Debug, Clone)]
+pub struct AppProcess {
+    pub pid: i32,
+    pub profile: Option<Profile>,
+}
+
 /// The app's main process as the command must copy it.
 #[derive(Debug)]
 struct Target {
@@ -167,7 +178,8 @@ fn status_field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
 }
 
 impl Target {
-    fn read(pid: i32) -> Result<Target, ExecError> {
+    fn read(app: &AppProcess) -> Result<Target, ExecError> {
+        let (pid, profile) = (app.pid, app.profile.as_ref());
         let proc = PathBuf::from(format!("/proc/{pid}"));
         let gone = |source: io::Error| ExecError::TargetGone { pid, source };
         let bad = |detail: &str| ExecError::Target { pid, detail: detail.to_string() };
@@ -238,7 +250,7 @@ impl Target {
         let limits = std::fs::read_to_string(proc.join("limits")).map_err(gone)?;
         let rlimits = rlimits_of(&limits).ok_or_else(|| bad("its limits cannot be read"))?;
         // last: the main process is held for a moment while its filters are read
-        let seccomp = super::filters::of_process(pid, status_field(&status, "Seccomp").unwrap_or("0"))
+        let seccomp = super::filters::for_exec(pid, status_field(&status, "Seccomp").unwrap_or("0"), profile)
             .map_err(|e| bad(&format!("cannot read its seccomp filters: {e}")))?;
         let apparmor =
             super::apparmor::label_of(pid).map(|p| cstring(super::apparmor::exec_attr(&p).as_bytes())).transpose()?;
@@ -288,14 +300,14 @@ impl Target {
     }
 }
 
-/// Runs `argv` as a copy of the app process `pid`; `timeout` kills it (and
+/// Runs `argv` as a copy of the app process `app`; `timeout` kills it (and
 /// whatever it started in its process group); output beyond `cap` bytes per
 /// stream is read and dropped. Blocking.
-pub fn run(pid: i32, argv: &[String], timeout: Option<Duration>, cap: usize) -> Result<ExecOutput, ExecError> {
+pub fn run(app: &AppProcess, argv: &[String], timeout: Option<Duration>, cap: usize) -> Result<ExecOutput, ExecError> {
     let devnull = std::fs::File::open("/dev/null")?;
     let (out_r, out_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
     let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-    let mut running = spawn(pid, argv, [devnull.as_fd(), out_w.as_fd(), err_w.as_fd()], false, timeout)?;
+    let mut running = spawn(app, argv, [devnull.as_fd(), out_w.as_fd(), err_w.as_fd()], false, timeout)?;
     drop((out_w, err_w, devnull));
     let (stdout, stderr, truncated) = match collect(running.child, [out_r, err_r], timeout, cap) {
         Ok(Collected::Output { stdout, stderr, truncated }) => (stdout, stderr, truncated),
@@ -311,20 +323,20 @@ pub fn run(pid: i32, argv: &[String], timeout: Option<Duration>, cap: usize) -> 
     Ok(ExecOutput { stdout, stderr, exit_code, truncated })
 }
 
-/// Starts `argv` as a copy of the app process `pid` with `stdio` as its
+/// Starts `argv` as a copy of the app process `app` with `stdio` as its
 /// standard streams; with `tty`, stdin is a terminal that becomes its
 /// controlling terminal. Returns once it has exec'd (or failed to, or was
 /// killed for taking longer than `setup_timeout`); then [`Running::wait`]
 /// for its exit code. Blocking (briefly).
 pub fn spawn(
-    pid: i32,
+    app: &AppProcess,
     argv: &[String],
     stdio: [std::os::fd::BorrowedFd<'_>; 3],
     tty: bool,
     setup_timeout: Option<Duration>,
 ) -> Result<Running, ExecError> {
     let program = argv.first().filter(|p| !p.is_empty()).ok_or(ExecError::EmptyCommand)?.clone();
-    let target = Target::read(pid)?;
+    let target = Target::read(app)?;
     spawn_as(target, program, argv, stdio, tty, setup_timeout)
 }
 
@@ -336,7 +348,7 @@ pub fn spawn(
 /// stdin is a terminal that becomes its controlling terminal. Returns once
 /// it has exec'd or failed to ([`Running::started`] tells which).
 pub fn spawn_in_own_pid_namespace(
-    template: i32,
+    template: &AppProcess,
     program: &str,
     argv: &[String],
     stdio: [std::os::fd::BorrowedFd<'_>; 3],
@@ -1021,19 +1033,20 @@ mod tests {
         let pid = target.id() as i32;
         std::thread::sleep(Duration::from_millis(30));
         let argv = ["sh".to_string(), "-c".into(), "echo $MARK; pwd; echo err >&2; exit 7".into()];
-        let out = run(pid, &argv, Some(Duration::from_secs(10)), 1 << 20).expect("exec");
+        let out = run(&AppProcess { pid, profile: None }, &argv, Some(Duration::from_secs(10)), 1 << 20).expect("exec");
         assert_eq!(
             (out.exit_code, out.stdout.as_slice(), out.stderr.as_slice()),
             (7, &b"copied\n/tmp\n"[..], &b"err\n"[..])
         );
         // the cap keeps the first bytes and says so
         let argv = ["sh".to_string(), "-c".into(), "echo 0123456789".into()];
-        let out = run(pid, &argv, None, 4).expect("exec");
+        let out = run(&AppProcess { pid, profile: None }, &argv, None, 4).expect("exec");
         assert_eq!((out.stdout.as_slice(), out.truncated), (&b"0123"[..], true));
         // a timeout kills the command and what it started
         let argv = ["sh".to_string(), "-c".into(), "sleep 30; echo late".into()];
         let t = Instant::now();
-        let e = run(pid, &argv, Some(Duration::from_millis(200)), 1 << 20).expect_err("timeout");
+        let e = run(&AppProcess { pid, profile: None }, &argv, Some(Duration::from_millis(200)), 1 << 20)
+            .expect_err("timeout");
         assert!(matches!(e, ExecError::Timeout { .. }), "{e}");
         assert!(t.elapsed() < Duration::from_secs(10));
         // a lock the daemon held while the command started is free once the
@@ -1044,7 +1057,9 @@ mod tests {
         let held = std::fs::File::create(&lock_path).expect("lock file");
         // SAFETY: flock(2) on a descriptor we own.
         assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
-        let long = std::thread::spawn(move || run(pid, &["sleep".to_string(), "1".into()], None, 1 << 10));
+        let long = std::thread::spawn(move || {
+            run(&AppProcess { pid, profile: None }, &["sleep".to_string(), "1".into()], None, 1 << 10)
+        });
         std::thread::sleep(Duration::from_millis(200));
         drop(held);
         let again = std::fs::File::open(&lock_path).expect("open");
@@ -1053,11 +1068,12 @@ mod tests {
         assert_eq!(taken, 0, "the lock is still held by a copy in the exec's processes");
         assert!(long.join().expect("join").is_ok());
         // a missing program is an error, not an exit code
-        let e = run(pid, &["no-such-program".to_string()], None, 1 << 20).expect_err("missing");
+        let e = run(&AppProcess { pid, profile: None }, &["no-such-program".to_string()], None, 1 << 20)
+            .expect_err("missing");
         assert!(e.to_string().contains("No such file"), "{e}");
         let _ = target.kill();
         let _ = target.wait();
-        let e = run(pid, &["true".to_string()], None, 1 << 20).expect_err("gone");
+        let e = run(&AppProcess { pid, profile: None }, &["true".to_string()], None, 1 << 20).expect_err("gone");
         assert!(matches!(e, ExecError::TargetGone { .. }), "{e}");
     }
 }

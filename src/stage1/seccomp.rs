@@ -242,6 +242,28 @@ pub fn allowed_namespaces(value: &serde_json::Value) -> Result<Option<u64>, Stri
     Ok((!refused.is_empty()).then_some(allowed))
 }
 
+/// The profile an app's isolators record (None: the app has no filter of
+/// its own): what its unit's filters are built from, and a command exec'd
+/// into it gets where they cannot be read (`stage1::filters`).
+pub fn profile_of(isolators: &[crate::pod::manifest::Isolator]) -> Result<Option<super::filters::Profile>, String> {
+    let Some(iso) = isolators.iter().rev().find(|i| i.name == ISOLATOR_RETAIN || i.name == ISOLATOR_REMOVE) else {
+        return Ok(None);
+    };
+    let calls = iso.value["set"]
+        .as_array()
+        .ok_or_else(|| format!("{}: no set of calls", iso.name))?
+        .iter()
+        .map(|c| c.as_str().map(str::to_string).ok_or_else(|| format!("{}: {c} is not a call's name", iso.name)))
+        .collect::<Result<_, _>>()?;
+    Ok(Some(super::filters::Profile {
+        allow: iso.name == ISOLATOR_RETAIN,
+        calls,
+        // no errno: a denied call kills the process (SIGSYS)
+        errno: errno_of(&iso.value["errno"]),
+        namespaces: allowed_namespaces(&iso.value)?,
+    }))
+}
+
 /// Reads the profile at `path` (a host path, as kubelet's `localhost_ref`).
 pub fn isolator_from_file(path: &str) -> Result<(&'static str, serde_json::Value), String> {
     use std::io::Read;

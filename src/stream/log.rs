@@ -306,6 +306,17 @@ fn parse_template(comm: &str, cmdline: &[u8]) -> Option<(String, Vec<String>)> {
     Some((program, rest))
 }
 
+/// The seccomp profile host-PID app `app` of the pod in `dir` was started
+/// with, from the pod's manifest.
+fn host_app_profile(dir: &Path, app: &str) -> Result<Option<crate::stage1::filters::Profile>, String> {
+    let path = dir.join(crate::pod::MANIFEST_FILE);
+    let bytes = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let manifest: crate::pod::manifest::PodManifest =
+        serde_json::from_slice(&bytes).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let isolators = manifest.app(app).and_then(|a| a.app.as_ref()).map(|a| a.isolators.as_slice()).unwrap_or_default();
+    crate::stage1::seccomp::profile_of(isolators).map_err(|e| format!("the seccomp isolator of {app}: {e}"))
+}
+
 impl State {
     /// Starts host-PID app `app` as a copy of `template` (checked to be the
     /// process that started at `start`); its pid.
@@ -330,8 +341,13 @@ impl State {
             };
             // a tty container's terminal becomes the app's controlling terminal
             let tty = nix::unistd::isatty(&i).unwrap_or(false);
+            // (read only where this process may not read the template's filters)
+            let profile = match &self.pod_dir {
+                Some(dir) if crate::stage1::filters::filtered_self() => host_app_profile(dir, app)?,
+                _ => None,
+            };
             let mut running = crate::stage1::exec::spawn_in_own_pid_namespace(
-                template,
+                &crate::stage1::exec::AppProcess { pid: template, profile },
                 &program,
                 &argv,
                 [i.as_fd(), o.as_fd(), e.as_fd()],

@@ -218,18 +218,18 @@ pub enum Output {
     Status(String),
 }
 
-/// Runs `cmd` as a copy of the app process `main_pid` and relays its
+/// Runs `cmd` as a copy of the app process `app` and relays its
 /// streams: `input` from the client (it ends when the client is gone, which
 /// kills the command), `output` to it, ending with the status. Transports
 /// (WebSocket, SPDY) adapt their framing to these two channels.
 pub async fn session(
-    main_pid: i32,
+    app: exec::AppProcess,
     cmd: Vec<String>,
     streams: Streams,
     mut input: mpsc::Receiver<Input>,
     output: mpsc::Sender<Output>,
 ) {
-    let (running, io) = match start(main_pid, cmd, streams).await {
+    let (running, io) = match start(app, cmd, streams).await {
         Ok(x) => x,
         Err(e) => {
             let _ = output.send(Output::Status(status_json(&Err(e)))).await;
@@ -366,9 +366,9 @@ where
     type Fut = Fut;
 }
 
-/// The exec session of `cmd` in the app process `main_pid`, for a transport.
-pub fn exec(main_pid: i32, cmd: Vec<String>, streams: Streams) -> impl Run {
-    move |input, output| session(main_pid, cmd, streams, input, output)
+/// The exec session of `cmd` in the app process `app`, for a transport.
+pub fn exec(app: exec::AppProcess, cmd: Vec<String>, streams: Streams) -> impl Run {
+    move |input, output| session(app, cmd, streams, input, output)
 }
 
 /// Serves one session over a WebSocket (tungstenite answers pings and a
@@ -627,12 +627,12 @@ async fn close_spdy_streams(out_tx: &mpsc::Sender<Vec<u8>>, ids: &std::collectio
 }
 
 /// Makes the stdio and starts the command (blocking parts on a worker).
-async fn start(main_pid: i32, cmd: Vec<String>, streams: Streams) -> Result<(Running, Ours), String> {
+async fn start(app: exec::AppProcess, cmd: Vec<String>, streams: Streams) -> Result<(Running, Ours), String> {
     tokio::task::spawn_blocking(move || {
-        let io = stdio(streams, main_pid).map_err(|e| format!("making the exec's stdio: {e}"))?;
+        let io = stdio(streams, app.pid).map_err(|e| format!("making the exec's stdio: {e}"))?;
         let [a, b, c] = &io.child;
-        let running = exec::spawn(main_pid, &cmd, [a.as_fd(), b.as_fd(), c.as_fd()], streams.tty, None)
-            .map_err(|e| e.to_string())?;
+        let running =
+            exec::spawn(&app, &cmd, [a.as_fd(), b.as_fd(), c.as_fd()], streams.tty, None).map_err(|e| e.to_string())?;
         // the command holds its ends now; ours of them close here, so EOF
         // (or EIO on a pty) reaches the readers when the command is done
         Ok((running, io.ours))

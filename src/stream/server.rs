@@ -63,8 +63,8 @@ impl StreamServer {
 /// async threads); an `Err` is why there is no target, answered with 404.
 pub trait Lookup: Send + Sync + 'static {
     fn streams(&self) -> &StreamServer;
-    /// The main process of a running container (exec enters its namespaces).
-    fn main_pid(&self, container_id: &str) -> Result<i32, String>;
+    /// The main process of a running container (exec copies it).
+    fn app_process(&self, container_id: &str) -> Result<crate::stage1::exec::AppProcess, String>;
     /// Where a container's output is read from and its stdin written.
     fn attach_source(&self, container_id: &str, stdin: bool) -> Result<attach::Source, String>;
     /// A running pod's network namespace (`None`: the host's).
@@ -322,14 +322,14 @@ async fn ws_upgrade<L: Lookup>(mut req: Request<Incoming>, sreq: StreamRequest, 
             let Some(protocol) = chosen(&remotecommand::PROTOCOLS) else {
                 return no_protocol(&remotecommand::PROTOCOLS);
             };
-            let pid = match lookup(&rt, move |rt| rt.main_pid(&container_id)).await {
-                Ok(pid) => pid,
+            let app = match lookup(&rt, move |rt| rt.app_process(&container_id)).await {
+                Ok(app) => app,
                 Err(answer) => return answer,
             };
             let streams = Streams { tty, stdin, stdout, stderr };
             on_upgrade(&mut req, move |io| async move {
                 let socket = ws::upgraded(io).await;
-                remotecommand::serve_ws(socket, Framing::of(protocol), remotecommand::exec(pid, cmd, streams)).await;
+                remotecommand::serve_ws(socket, Framing::of(protocol), remotecommand::exec(app, cmd, streams)).await;
             });
             ws_switch(&key, protocol)
         }
@@ -408,13 +408,13 @@ async fn spdy_upgrade<L: Lookup>(mut req: Request<Incoming>, sreq: StreamRequest
             if !offered.iter().any(|o| o == protocol) {
                 return refuse(protocol, " over SPDY");
             }
-            let pid = match lookup(&rt, move |rt| rt.main_pid(&container_id)).await {
-                Ok(pid) => pid,
+            let app = match lookup(&rt, move |rt| rt.app_process(&container_id)).await {
+                Ok(app) => app,
                 Err(answer) => return answer,
             };
             let streams = Streams { tty, stdin, stdout, stderr };
             on_upgrade(&mut req, move |io| async move {
-                remotecommand::serve_spdy(TokioIo::new(io), streams, remotecommand::exec(pid, cmd, streams)).await;
+                remotecommand::serve_spdy(TokioIo::new(io), streams, remotecommand::exec(app, cmd, streams)).await;
             });
             spdy_switch(protocol)
         }

@@ -24,9 +24,57 @@ impl Daemon {
     /// Starts `rktlet serve` with a temporary socket, data dir and CNI conf dir,
     /// plus `extra` flags, and waits until the socket accepts connections.
     pub fn start(extra: &[&str]) -> Daemon {
+        Self::start_with(Command::new(BIN), extra)
+    }
+
+    /// [`Daemon::start`] with the daemon under a seccomp filter of its own,
+    /// as a node in a container keeps its engine's (or a service manager
+    /// confines the daemon): every pod inherits it, and the kernel refuses
+    /// the daemon the filters of others. The filter denies `kexec_load`
+    /// (EPERM) and lets everything else through.
+    pub fn start_under_seccomp(extra: &[&str]) -> Daemon {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(BIN);
+        // SAFETY: in the forked child before exec: prctl(2) with a program on
+        // this closure's stack, alive for the call; async-signal-safe only.
+        unsafe {
+            cmd.pre_exec(|| {
+                let ld = |k| libc::sock_filter {
+                    code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+                    jt: 0,
+                    jf: 0,
+                    k,
+                };
+                let ret = |k| libc::sock_filter { code: (libc::BPF_RET | libc::BPF_K) as u16, jt: 0, jf: 0, k };
+                let jeq = |k, jt, jf| libc::sock_filter {
+                    code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+                    jt,
+                    jf,
+                    k,
+                };
+                let mut program = [
+                    ld(4),                  // arch
+                    jeq(0xc000_003e, 0, 3), // x86_64 only (the tests' machines)
+                    ld(0),                  // nr
+                    jeq(libc::SYS_kexec_load as u32, 0, 1),
+                    ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+                    ret(libc::SECCOMP_RET_ALLOW),
+                ];
+                let prog = libc::sock_fprog { len: program.len() as u16, filter: program.as_mut_ptr() };
+                if libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog as *const libc::sock_fprog) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        Self::start_with(cmd, extra)
+    }
+
+    /// [`Daemon::start`] through `cmd` (a command that runs the rktlet binary).
+    pub fn start_with(cmd: Command, extra: &[&str]) -> Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("run/rktlet.sock");
-        let child = Self::spawn(&socket, dir.path(), extra);
+        let child = Self::spawn_with(cmd, &socket, dir.path(), extra, &[]);
         let cni_conf_dir = Self::cni_conf_dir(dir.path(), extra);
         let mut d = Daemon { child, socket, dir, cni_conf_dir };
         d.wait_ready();
