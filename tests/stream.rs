@@ -99,6 +99,20 @@ async fn exec_streams_over_websocket() {
     let again = connect(&url.replace("http://", "ws://"), "v4.channel.k8s.io").await;
     assert!(matches!(again, Err(tokio_tungstenite::tungstenite::Error::Http(ref r)) if r.status() == 404), "{again:?}");
 
+    // the protocols before v4, as Kubernetes' e2e check speaks them through the API server and
+    // kubelet: no status on success (every frame but stdout's carries nothing), the error's text
+    for protocol in ["channel.k8s.io", "base64.channel.k8s.io", ""] {
+        let url = exec_url(&mut rt, &ctr, &["sh", "-c", "echo container is alive"], [false, false, true, true]).await;
+        let mut ws = connect(&url.replace("http://", "ws://"), protocol).await.expect("connect");
+        let out = collect(&mut ws).await;
+        assert_eq!(channel(&out, 1), "container is alive\n", "{protocol}: {out:?}");
+        assert!(out.iter().all(|(c, d)| *c == 1 || d.is_empty()), "{protocol}: only stdout carries data: {out:?}");
+        let url = exec_url(&mut rt, &ctr, &["sh", "-c", "exit 3"], [false, false, true, true]).await;
+        let mut ws = connect(&url.replace("http://", "ws://"), protocol).await.expect("connect");
+        let out = collect(&mut ws).await;
+        assert_eq!(channel(&out, 3), "command terminated with non-zero exit code: exit status 3", "{protocol}");
+    }
+
     // stdin, closed with v5's close signal
     let url = exec_url(&mut rt, &ctr, &["cat"], [false, true, true, false]).await;
     let mut ws = connect(&url.replace("http://", "ws://"), "v5.channel.k8s.io").await.expect("connect");

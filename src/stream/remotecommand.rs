@@ -2,7 +2,11 @@
 //! multiplexed by a leading channel byte (0 stdin, 1 stdout, 2 stderr,
 //! 3 error: the final `metav1.Status` JSON, 4 resize: `{"Width","Height"}`),
 //! binary frames, or text frames with base64 data in the `base64` variants;
-//! v5 adds channel 255 (the client closes one of its streams).
+//! v5 adds channel 255 (the client closes one of its streams). The
+//! protocols before v4 (`channel.k8s.io`, `base64.channel.k8s.io`, or none
+//! offered: what Kubernetes' own e2e "remote command execution over
+//! websockets" check sends, through the API server and kubelet) carry no
+//! status on success and the error's text on failure.
 //!
 //! The command is started like ExecSync's (`stage1::exec::spawn`), with
 //! pipes or a pty as its stdio. Blocking descriptor I/O runs on threads of
@@ -28,9 +32,16 @@ pub const RESIZE: u8 = 4;
 /// v5: the client closes the stream named in the payload.
 pub const CLOSE: u8 = 255;
 
-/// The channel sub-protocols served, preferred first.
-pub const PROTOCOLS: [&str; 4] =
-    ["v5.channel.k8s.io", "v5.base64.channel.k8s.io", "v4.channel.k8s.io", "v4.base64.channel.k8s.io"];
+/// The channel sub-protocols served, preferred first (none offered is the
+/// first of the pre-v4 ones).
+pub const PROTOCOLS: [&str; 6] = [
+    "v5.channel.k8s.io",
+    "v5.base64.channel.k8s.io",
+    "v4.channel.k8s.io",
+    "v4.base64.channel.k8s.io",
+    "channel.k8s.io",
+    "base64.channel.k8s.io",
+];
 
 /// After the command exits, output still buffered is sent for this long
 /// (a background process may keep the pipes open forever).
@@ -41,11 +52,28 @@ const DRAIN: Duration = Duration::from_secs(1);
 pub struct Framing {
     pub base64: bool,
     pub v5: bool,
+    /// v4 and later: the error channel carries the final status as JSON
+    /// (before: nothing on success, the error's text on failure).
+    pub json_status: bool,
 }
 
 impl Framing {
     pub fn of(protocol: &str) -> Framing {
-        Framing { base64: protocol.contains("base64"), v5: protocol.starts_with("v5.") }
+        let v5 = protocol.starts_with("v5.");
+        Framing { base64: protocol.contains("base64"), v5, json_status: v5 || protocol.starts_with("v4.") }
+    }
+
+    /// What the error channel carries for the final status `json` (a
+    /// `metav1.Status`): itself, or before v4 its message, nothing on success.
+    pub fn status(self, json: &str) -> Option<String> {
+        if self.json_status {
+            return Some(json.to_string());
+        }
+        let status: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+        match status["status"].as_str() {
+            Some("Success") => None,
+            _ => Some(status["message"].as_str().unwrap_or("the command failed").to_string()),
+        }
     }
 
     /// One channel message as a WebSocket message: binary, or text (the
@@ -405,7 +433,9 @@ where
                 }
             }
             Output::Status(json) => {
-                let _ = wr.send(framing.encode(ERROR, json.as_bytes())).await;
+                if let Some(status) = framing.status(&json) {
+                    let _ = wr.send(framing.encode(ERROR, status.as_bytes())).await;
+                }
             }
         }
     }
@@ -680,6 +710,18 @@ mod tests {
         }
         assert_eq!(Framing::of("v4.base64.channel.k8s.io").encode(ERROR, b"x"), Message::text("3eA=="));
         assert!(Framing::of("v5.channel.k8s.io").v5);
+        // before v4: no status on success, the message on failure
+        let v1 = Framing::of("channel.k8s.io");
+        assert!(!v1.v5 && !v1.base64 && !v1.json_status);
+        assert_eq!(v1.status(&status_json(&Ok(0))), None);
+        assert_eq!(
+            v1.status(&status_json(&Ok(2))).as_deref(),
+            Some("command terminated with non-zero exit code: exit status 2")
+        );
+        assert_eq!(Framing::of("").status(&status_json(&Err("gone".into()))).as_deref(), Some("gone"));
+        assert!(Framing::of("base64.channel.k8s.io").base64);
+        let v4 = Framing::of("v4.channel.k8s.io");
+        assert_eq!(v4.status(&status_json(&Ok(0))).as_deref(), Some(r#"{"metadata":{},"status":"Success"}"#));
     }
 
     #[test]

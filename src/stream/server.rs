@@ -314,12 +314,14 @@ async fn ws_upgrade<L: Lookup>(mut req: Request<Incoming>, sreq: StreamRequest, 
     }
     let offered = tokens(headers, header::SEC_WEBSOCKET_PROTOCOL);
     let chosen = |ours: &[&'static str]| ours.iter().copied().find(|p| offered.iter().any(|o| o == p));
+    // exec and attach: none offered is binary channels before v4, as kubelet's server takes it
+    let channels = || if offered.is_empty() { Some("") } else { chosen(&remotecommand::PROTOCOLS) };
     let no_protocol = |ours: &[&str]| {
         reply(StatusCode::BAD_REQUEST, format!("no supported sub-protocol offered; rktlet speaks {ours:?}\n"))
     };
     match sreq {
         StreamRequest::Exec { container_id, cmd, tty, stdin, stdout, stderr } => {
-            let Some(protocol) = chosen(&remotecommand::PROTOCOLS) else {
+            let Some(protocol) = channels() else {
                 return no_protocol(&remotecommand::PROTOCOLS);
             };
             let app = match lookup(&rt, move |rt| rt.app_process(&container_id)).await {
@@ -367,7 +369,7 @@ async fn ws_upgrade<L: Lookup>(mut req: Request<Incoming>, sreq: StreamRequest, 
             ws_switch(&key, protocol)
         }
         StreamRequest::Attach { container_id, tty, stdin, stdout, stderr } => {
-            let Some(protocol) = chosen(&remotecommand::PROTOCOLS) else {
+            let Some(protocol) = channels() else {
                 return no_protocol(&remotecommand::PROTOCOLS);
             };
             let source = match lookup(&rt, move |rt| rt.attach_source(&container_id, stdin)).await {
