@@ -227,8 +227,9 @@ async fn sleep_runs_stops_and_is_removed() {
 /// Environment names Kubernetes allows and systemd refuses in a unit
 /// (`data-1` and `a.b`, from a ConfigMap's keys), and a value with a control
 /// character, reach the app and every command exec'd into it unchanged, in
-/// the pod's PID namespace (which systemd runs without appexec otherwise)
-/// and in one of its own.
+/// the pod's PID namespace (which systemd runs without appexec otherwise),
+/// in one of its own, and in the node's (the pod's log writer starts the
+/// app as a copy of its template).
 #[tokio::test(flavor = "multi_thread")]
 async fn environment_names_kubernetes_allows_reach_the_app() {
     let mut e = env().await;
@@ -255,6 +256,24 @@ async fn environment_names_kubernetes_allows_reach_the_app() {
         got.sort();
         assert_eq!(got, want, "{name}: the app's environment, as the exec'd command copies it");
     }
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    // a host-PID pod's app, which the pod's log writer starts as a copy of its template
+    e.pid = cri::NamespaceMode::Node;
+    let pod = e.pod("envnames-host").await;
+    let id = e
+        .create(&pod, "host", &["sleep", "1000"], |c| {
+            c.envs = envs.iter().map(|(k, v)| cri::KeyValue { key: k.to_string(), value: v.to_string() }).collect();
+        })
+        .await;
+    e.start(&id).await;
+    let out = common::exec_sync(&mut e.rt, &id, &["env"]).await;
+    let mut got: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| ["data-1=", "a.b=", "PLAIN=", "BELL="].iter().any(|p| l.starts_with(p)))
+        .map(str::to_string)
+        .collect();
+    got.sort();
+    assert_eq!(got, want, "host-PID: the app's environment, as the exec'd command copies it");
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
 }
 

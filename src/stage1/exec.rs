@@ -344,7 +344,9 @@ pub fn spawn(
 /// as a copy of its template `template` (appexec, parked confined: see
 /// appexec/src/main.rs) in every way but the PID namespace: the caller's (the
 /// pod's log writer, in the node's) is kept. Systemd's notification socket,
-/// in the template's environment for appexec, is left out. With `tty`,
+/// in the template's environment for appexec, is left out; `env_file`'s
+/// entries (`NAME=VALUE`, each NUL-ended: the names systemd refused, which
+/// appexec puts in place for its other apps) are added. With `tty`,
 /// stdin is a terminal that becomes its controlling terminal. Returns once
 /// it has exec'd or failed to ([`Running::started`] tells which).
 pub fn spawn_in_own_pid_namespace(
@@ -353,6 +355,7 @@ pub fn spawn_in_own_pid_namespace(
     argv: &[String],
     stdio: [std::os::fd::BorrowedFd<'_>; 3],
     tty: bool,
+    env_file: &[u8],
 ) -> Result<Running, ExecError> {
     if program.is_empty() || argv.is_empty() {
         return Err(ExecError::EmptyCommand);
@@ -360,6 +363,11 @@ pub fn spawn_in_own_pid_namespace(
     let mut target = Target::read(template)?;
     target.ns.retain(|(flag, _)| *flag != libc::CLONE_NEWPID);
     target.env.retain(|e| !e.to_bytes().starts_with(b"NOTIFY_SOCKET="));
+    for entry in env_file.split(|b| *b == 0).filter(|e| e.iter().skip(1).any(|b| *b == b'=')) {
+        let name_eq = &entry[..=entry.iter().position(|b| *b == b'=').unwrap_or_default()];
+        target.env.retain(|e| !e.to_bytes().starts_with(name_eq));
+        target.env.push(cstring(entry)?);
+    }
     spawn_as(target, program.to_string(), argv, stdio, tty, None)
 }
 

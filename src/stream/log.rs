@@ -285,6 +285,12 @@ fn template_command(template: i32) -> io::Result<(String, Vec<String>)> {
         .ok_or_else(|| io::Error::other(format!("process {template} is not a host-PID app's template")))
 }
 
+/// Whether template `template`'s plan names an environment file (`env=`).
+fn template_has_env_file(template: i32) -> bool {
+    let cmdline = std::fs::read(format!("/proc/{template}/cmdline")).unwrap_or_default();
+    cmdline.split(|b| *b == 0).take_while(|a| *a != b"--").any(|a| a.starts_with(b"env="))
+}
+
 /// The program and argv of a template from its `comm` and `cmdline`: only
 /// a parked appexec of `pid=host` is one (not appexec before it confined
 /// itself, nor any other process).
@@ -346,12 +352,21 @@ impl State {
                 Some(dir) if crate::stage1::filters::filtered_self() => host_app_profile(dir, app)?,
                 _ => None,
             };
+            // the names systemd refused, which the template was told of (`env=`)
+            let env_file = match &self.pod_dir {
+                Some(dir) if template_has_env_file(template) => {
+                    let file = crate::stage1::app::AppPaths::in_pod_dir(dir, app).environ_file();
+                    std::fs::read(&file).map_err(|e| format!("reading {}: {e}", file.display()))?
+                }
+                _ => Vec::new(),
+            };
             let mut running = crate::stage1::exec::spawn_in_own_pid_namespace(
                 &crate::stage1::exec::AppProcess { pid: template, profile },
                 &program,
                 &argv,
                 [i.as_fd(), o.as_fd(), e.as_fd()],
                 tty,
+                &env_file,
             )
             .map_err(|e| e.to_string())?;
             running.started().map_err(|e| e.to_string())?;
