@@ -141,7 +141,7 @@ impl Env {
     /// The container's cgroup: its unit's in the pod's systemd.
     fn app_cgroup(&self, pod: &str, app: &str) -> PathBuf {
         let sub = self.pod_cgroup(pod);
-        root().join(rktlet::cgroup::app::unit_subpath(&sub, app))
+        root().join(rktlet::cgroup::unit_subpath(&sub, app))
     }
 
     async fn remove_pod(&mut self, pod: &str) {

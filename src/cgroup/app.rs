@@ -8,96 +8,14 @@
 //! the next pass; later ones inherit the app cgroup.
 
 use super::Layout;
+pub use super::limits::Limits;
 use cgroups_rs::fs::MaxValue;
 use cgroups_rs::fs::cpu::CpuController;
 use cgroups_rs::fs::memory::MemController;
 use cgroups_rs::fs::pid::PidController;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::PathBuf;
-
-/// The limits CRI can ask for, as the cgroup v1 files take them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Limits {
-    pub memory_bytes: Option<i64>,
-    pub cpu_shares: Option<u64>,
-    pub cpu_quota_us: Option<i64>,
-    pub cpu_period_us: Option<u64>,
-    pub pids: Option<i64>,
-    /// CRI's memory plus swap (v1 `memsw`); on v2 `memory.swap.max` gets the swap part.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_swap_bytes: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpuset_cpus: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpuset_mems: Option<String>,
-    /// Hugepage size (`2MB`) to limit in bytes.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub hugepages: BTreeMap<String, u64>,
-    /// CRI's `unified` map: cgroup v2 files written as given (checked by `v2::validate_unified`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub unified: BTreeMap<String, String>,
-    /// Not a cgroup file: the OOM score adjustment the app's unit starts with.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub oom_score_adj: Option<i64>,
-}
-
-impl Limits {
-    pub fn is_empty(&self) -> bool {
-        *self == Limits::default()
-    }
-
-    /// Whether any of them is a cgroup's (the OOM score adjustment is not).
-    pub fn in_cgroups(&self) -> bool {
-        !Limits { oom_score_adj: None, ..self.clone() }.is_empty()
-    }
-
-    /// Refuses what no host could apply: unknown or path-like `unified`
-    /// keys, `unified` on a host without cgroup v2 controllers, malformed
-    /// cpusets and hugepage sizes; and on cgroup v1, a cpuset or a hugepage
-    /// limit the host has no controller for (a limit of 0, which kubelet
-    /// sends for every page size the node has, is kept where nothing is).
-    pub fn validate(&self) -> Result<(), String> {
-        self.validate_on(Layout::cached().ok())
-    }
-
-    fn validate_on(&self, layout: Option<&Layout>) -> Result<(), String> {
-        super::v2::validate_unified(&self.unified)?;
-        let v2 = layout.and_then(|l| l.v2_root()).is_some();
-        if !self.unified.is_empty() && !v2 {
-            return Err("unified (cgroup v2) resources were given, but this host has no cgroup v2 controllers".into());
-        }
-        let v1_has = |c: &str| {
-            layout.is_some_and(|l| {
-                l.hierarchies.iter().any(|h| h.mount.is_some() && h.controllers.iter().any(|x| x == c))
-            })
-        };
-        if let Some(l) = layout
-            && !v2
-            && !l.hierarchies.is_empty()
-        {
-            if (self.cpuset_cpus.is_some() || self.cpuset_mems.is_some()) && !v1_has("cpuset") {
-                return Err("cpuset_cpus/cpuset_mems were given, but this host has no cpuset cgroup controller".into());
-            }
-            if self.hugepages.values().any(|l| *l > 0) && !v1_has("hugetlb") {
-                return Err("hugepage_limits were given, but this host has no hugetlb cgroup controller mounted".into());
-            }
-        }
-        for (what, v) in [("cpuset_cpus", &self.cpuset_cpus), ("cpuset_mems", &self.cpuset_mems)] {
-            if let Some(v) = v
-                && !v.bytes().all(|b| b.is_ascii_digit() || b == b',' || b == b'-')
-            {
-                return Err(format!("{what} {v:?} is not a list of numbers and ranges"));
-            }
-        }
-        if let Some(size) = self.hugepages.keys().find(|s| !super::v2::valid_page_size(s)) {
-            return Err(format!("hugepage size {size:?} is not one the kernel names (2MB, 1GB, ...)"));
-        }
-        Ok(())
-    }
-}
 
 /// The controllers an app cgroup is made in (cpuacct for its CPU usage;
 /// often co-mounted with cpu, then one directory serves both; devices for
@@ -113,12 +31,6 @@ pub struct AppCgroup {
     /// Pure cgroup v2 with controllers: the unified hierarchy's root and the
     /// unit's cgroup relative to it, which is the app's cgroup (no `dirs`).
     v2: Option<(PathBuf, String)>,
-}
-
-/// The app's unit cgroup relative to the hierarchy root, below the pod's
-/// tracking cgroup (nspawn's `payload`, the pod systemd's `system.slice`).
-pub fn unit_subpath(tracking: &str, app: &str) -> String {
-    format!("{}/payload/system.slice/{app}.service", tracking.trim_end_matches('/'))
 }
 
 /// Where an app's limits are written: its cgroups ([`AppCgroup`]); a test
@@ -138,7 +50,7 @@ impl LimitsWriter for AppCgroup {
 impl AppCgroup {
     pub fn new(layout: &Layout, pod: &super::pod::Subcgroups, app: &str) -> Self {
         if let Some(root) = layout.v2_root() {
-            let rel = unit_subpath(&pod.tracking, app);
+            let rel = super::unit_subpath(&pod.tracking, app);
             return AppCgroup { dirs: Vec::new(), unit: Some(root.join(&rel)), v2: Some((root.to_path_buf(), rel)) };
         }
         let mut dirs = Vec::new();
@@ -157,7 +69,7 @@ impl AppCgroup {
             .iter()
             .find(|h| h.is_unified())
             .and_then(|h| h.mount.as_ref())
-            .map(|m| m.join(unit_subpath(&pod.tracking, app)));
+            .map(|m| m.join(super::unit_subpath(&pod.tracking, app)));
         AppCgroup { dirs, unit, v2: None }
     }
 

@@ -9,6 +9,7 @@
 pub mod app;
 pub mod device_program;
 pub mod devices;
+pub mod limits;
 pub mod pod;
 pub mod pod_limits;
 pub mod stats;
@@ -211,6 +212,12 @@ fn parse_cgroup_mounts(mountinfo: &str) -> Vec<CgroupMount> {
             Some(CgroupMount { mount_point, v2, options })
         })
         .collect()
+}
+
+/// The app's unit cgroup relative to the hierarchy root, below the pod's
+/// tracking cgroup (nspawn's `payload`, the pod systemd's `system.slice`).
+pub fn unit_subpath(tracking: &str, app: &str) -> String {
+    format!("{}/payload/system.slice/{app}.service", tracking.trim_end_matches('/'))
 }
 
 /// Whether a cgroup hierarchy in `mountinfo` (the text of

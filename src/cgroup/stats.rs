@@ -61,7 +61,7 @@ impl StatDirs {
     /// controllers, else its own `app-<name>` v1 cgroups below the pod's.
     pub fn of_app(layout: &Layout, pod: &str, app: &str) -> StatDirs {
         if layout.v2_root().is_some() {
-            return StatDirs::of(layout, &super::app::unit_subpath(pod, app));
+            return StatDirs::of(layout, &super::unit_subpath(pod, app));
         }
         StatDirs::of(layout, &format!("{pod}/app-{app}"))
     }

@@ -20,7 +20,7 @@
 //! go through its controllers constructed at the directory, and
 //! `memory.events` and the `unified` map are written and read here.
 
-use super::app::Limits;
+use super::limits::Limits;
 use cgroups_rs::fs::cpu::CpuController;
 use cgroups_rs::fs::cpuset::CpuSetController;
 use cgroups_rs::fs::hugetlb::HugeTlbController;
@@ -109,68 +109,6 @@ pub fn weight_from_shares(shares: u64) -> u64 {
     }
     let shares = shares.clamp(2, 262_144);
     1 + ((shares - 2) * 9999) / 262_142
-}
-
-/// `unified` keys rktlet writes: controller interface files that set a
-/// limit or a weight. Anything else (core `cgroup.*` files, read-only
-/// statistics, paths) is refused.
-const UNIFIED_FILES: [&str; 24] = [
-    "cpu.weight",
-    "cpu.weight.nice",
-    "cpu.max",
-    "cpu.max.burst",
-    "cpu.idle",
-    "cpu.uclamp.min",
-    "cpu.uclamp.max",
-    "cpuset.cpus",
-    "cpuset.mems",
-    "io.weight",
-    "io.bfq.weight",
-    "io.max",
-    "io.latency",
-    "memory.min",
-    "memory.low",
-    "memory.high",
-    "memory.max",
-    "memory.swap.high",
-    "memory.swap.max",
-    "memory.zswap.max",
-    "memory.oom.group",
-    "pids.max",
-    "rdma.max",
-    "misc.max",
-];
-
-/// Checks a CRI `unified` map: known controller files only (hugetlb ones by
-/// pattern), no path, values on one line.
-pub fn validate_unified<'a>(map: impl IntoIterator<Item = (&'a String, &'a String)>) -> Result<(), String> {
-    for (k, v) in map {
-        let known = UNIFIED_FILES.contains(&k.as_str()) || is_hugetlb_file(k);
-        if !known {
-            return Err(format!(
-                "unified resource {k:?} is not a cgroup v2 limit rktlet writes (one of {} or hugetlb.<size>.max)",
-                UNIFIED_FILES.join(", ")
-            ));
-        }
-        if v.contains('\n') || v.contains('\0') || v.len() > 4096 {
-            return Err(format!("unified resource {k:?}: the value must be one line"));
-        }
-    }
-    Ok(())
-}
-
-fn is_hugetlb_file(k: &str) -> bool {
-    let Some(rest) = k.strip_prefix("hugetlb.") else { return false };
-    let Some(size) = rest.strip_suffix(".max").or_else(|| rest.strip_suffix(".rsvd.max")) else { return false };
-    valid_page_size(size)
-}
-
-/// A hugepage size as the kernel names it (`2MB`, `1GB`, `64KB`).
-pub fn valid_page_size(size: &str) -> bool {
-    let digits = size.trim_end_matches(['K', 'M', 'G', 'B']);
-    !digits.is_empty()
-        && digits.bytes().all(|b| b.is_ascii_digit())
-        && ["KB", "MB", "GB"].iter().any(|u| size.strip_prefix(digits) == Some(u))
 }
 
 fn ctl<T>(dir: &Path, what: &str, r: Result<T, CgError>) -> Result<T, V2Error> {
@@ -280,7 +218,6 @@ pub fn set_memory_high(dir: &Path, bytes: Option<i64>) -> Result<(), V2Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     #[test]
     fn shares_become_weights_as_kubelet_converts_them() {
@@ -289,32 +226,6 @@ mod tests {
         assert_eq!(weight_from_shares(262_144), 10_000);
         assert_eq!(weight_from_shares(1), 1, "below the minimum share");
         assert_eq!(weight_from_shares(0), 0, "none asked");
-    }
-
-    #[test]
-    fn unified_keys_are_checked() {
-        let ok: BTreeMap<String, String> =
-            [("memory.high", "1000000"), ("pids.max", "20"), ("hugetlb.2MB.max", "0"), ("io.weight", "default 50")]
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-        assert_eq!(validate_unified(&ok), Ok(()));
-        for bad in [
-            "../memory.max",
-            "memory.max/../../x",
-            "cgroup.procs",
-            "cgroup.subtree_control",
-            "memory.current",
-            "memory.reclaim",
-            "hugetlb.2XB.max",
-            "hugetlb..max",
-            "",
-        ] {
-            let m: BTreeMap<String, String> = [(bad.to_string(), "1".to_string())].into();
-            assert!(validate_unified(&m).is_err(), "{bad:?} accepted");
-        }
-        let m: BTreeMap<String, String> = [("memory.max".to_string(), "1\n2".to_string())].into();
-        assert!(validate_unified(&m).is_err(), "a second line accepted");
     }
 
     /// A directory laid out as a v2 cgroup with the memory, cpu and pids
