@@ -1,6 +1,6 @@
 //! RunPodSandbox: the request checked (metadata, namespaces, hostname,
 //! cgroup parent, sysctls, pod resources, confinement) and its manifest
-//! made, then `sandbox::run::run`.
+//! made, then `sandbox::start::run`.
 
 use super::{pod_meta, sandbox_error};
 use crate::proto::v1 as cri;
@@ -122,6 +122,6 @@ pub async fn run_pod_sandbox(
         }
     }
     let req = validate(req, rt.cgroup_driver == crate::cgroup::Driver::Systemd)?;
-    let uuid = crate::sandbox::run::run(rt, &req).await.map_err(sandbox_error)?;
+    let uuid = crate::sandbox::start::run(rt, &req).await.map_err(sandbox_error)?;
     Ok(cri::RunPodSandboxResponse { pod_sandbox_id: uuid.to_string() })
 }

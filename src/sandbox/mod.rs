@@ -16,6 +16,7 @@
 pub mod pool;
 pub mod resources;
 pub mod run;
+pub mod start;
 pub mod status;
 pub mod stop;
 

@@ -36,19 +36,9 @@ pub struct Request {
     pub manifest: PodManifest,
 }
 
-/// Runs the pod `req` asks for; its uuid.
-pub async fn run(rt: &Runtime, req: &Request) -> Result<Uuid, SandboxError> {
-    // from the request's start: the first cgroup migration (a pool pod's
-    // move, a cold sandbox's placement) then waits less of the grace period
-    crate::cgroup::warm::hold(crate::cgroup::warm::POD_START);
-    if let Some(uuid) = super::pool::serve(rt, req).await {
-        if let Err(e) = tokio::task::block_in_place(|| super::resources::apply_at_start(rt, uuid)) {
-            cleanup(rt, uuid).await;
-            return Err(e);
-        }
-        rt.pods.warm(&rt.manifests, &uuid.to_string());
-        return Ok(uuid);
-    }
+/// Starts the pod `req` asks for cold (no pool pod fits: `super::start`);
+/// its uuid.
+pub(super) async fn cold(rt: &Runtime, req: &Request) -> Result<Uuid, SandboxError> {
     // a sandbox process started ahead, if the daemon has one: its pod's uuid is this pod's
     let standby = (rt.supervisor() == crate::stage1::launch::Supervisor::Detached)
         .then(|| rt.sandbox_program().ok())
@@ -227,7 +217,7 @@ fn sandbox_log_tail(rt: &Runtime, uuid: Uuid) -> String {
 
 /// Takes down whatever a failed start left: processes, cgroup, mounts,
 /// network, pod dir.
-async fn cleanup(rt: &Runtime, uuid: Uuid) {
+pub(super) async fn cleanup(rt: &Runtime, uuid: Uuid) {
     if let Err(e) = crate::stage1::teardown::abort_start(&rt.data, uuid, &rt.net_dirs()).await {
         tracing::error!(pod = %uuid, error = %e, "cleanup after a failed start");
     }
