@@ -58,7 +58,7 @@ async fn a_decompression_bomb_is_cut_at_the_layer_limit() {
     let repo = format!("bomb-{}", uuid::Uuid::new_v4().simple());
     reg.push(&repo, &[layer]).await;
     let err = s.pull(&format!("{}/{repo}:latest", reg.main), Credentials::default(), None).await.expect_err("bomb");
-    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err}");
+    assert_eq!(rktlet::cri::image_error_code(&err), tonic::Code::FailedPrecondition, "{err}");
     assert!(err.to_string().contains("max_layer_bytes"), "{err}");
     assert_eq!(files(&s), before, "the store changed");
 }
@@ -190,13 +190,13 @@ async fn a_stalled_or_cut_blob_fails_and_leaves_nothing() {
 
     let addr = fake_registry(Blob::Stall, 0).await;
     let err = failing_pull(&s, &format!("{addr}/stalls:latest")).await;
-    assert_eq!(err.code(), tonic::Code::Unavailable, "{err}");
+    assert_eq!(rktlet::cri::image_error_code(&err), tonic::Code::Unavailable, "{err}");
     assert!(err.to_string().contains("no data for 1s"), "{err}");
     assert_eq!(files(&s), before, "a stalled pull changed the store");
 
     let addr = fake_registry(Blob::Cut, 0).await;
     let err = failing_pull(&s, &format!("{addr}/cut:latest")).await;
-    assert_eq!(err.code(), tonic::Code::Unavailable, "{err}");
+    assert_eq!(rktlet::cri::image_error_code(&err), tonic::Code::Unavailable, "{err}");
     assert!(err.to_string().contains("connection broke"), "{err}");
     assert_eq!(files(&s), before, "a cut pull changed the store");
 
@@ -215,7 +215,7 @@ async fn an_identity_token_is_exchanged_at_the_token_realm() {
     let reference = format!("{addr}/private:latest");
     let wrong = Credentials::from_cri("", "", "", "not-it", "");
     let err = s.pull(&reference, wrong, None).await.expect_err("a wrong refresh token");
-    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err}");
+    assert_eq!(rktlet::cri::image_error_code(&err), tonic::Code::Unauthenticated, "{err}");
     let right = Credentials::from_cri("", "", "", "the-refresh-token", "");
     let image = s.pull(&reference, right, None).await.expect("pull with the identity token");
     let tree = s.tree(&image.id).expect("tree");

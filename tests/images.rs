@@ -148,10 +148,10 @@ async fn basic_auth_right_and_wrong_credentials() {
     let (_t, store) = store();
     let r = format!("{}/busybox:latest", reg.auth);
     let err = store.pull(&r, Credentials::default(), None).await.expect_err("no creds");
-    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err}");
+    assert_eq!(rktlet::cri::image_error_code(&err), tonic::Code::Unauthenticated, "{err}");
     assert!(err.to_string().contains("requires a username and password"), "{err}");
     let err = store.pull(&r, Credentials::basic(USER, "wrong"), None).await.expect_err("wrong");
-    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err}");
+    assert_eq!(rktlet::cri::image_error_code(&err), tonic::Code::Unauthenticated, "{err}");
     assert!(err.to_string().contains("rejected the credentials"), "{err}");
     let image = store.pull(&r, Credentials::basic(USER, PASS), None).await.expect("right creds");
     assert!(store.tree(&image.id).expect("tree").rootfs().join("bin/busybox").exists());
@@ -163,11 +163,11 @@ async fn token_auth_right_and_wrong_credentials() {
     let (_t, store) = store();
     let r = format!("{}/busybox:latest", reg.token);
     let err = store.pull(&r, Credentials::basic(USER, "wrong"), None).await.expect_err("wrong");
-    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err}");
+    assert_eq!(rktlet::cri::image_error_code(&err), tonic::Code::Unauthenticated, "{err}");
     assert!(err.to_string().contains("token server"), "{err}");
     let bogus = Credentials { registry_token: "not-a-token".into(), ..Default::default() };
     let err = store.pull(&r, bogus, None).await.expect_err("bogus token");
-    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err}");
+    assert_eq!(rktlet::cri::image_error_code(&err), tonic::Code::Unauthenticated, "{err}");
     let image = store.pull(&r, Credentials::basic(USER, PASS), None).await.expect("token via realm");
     assert!(image.tags[0].ends_with("busybox:latest"));
     let (_t2, store2) = store_pair();
@@ -201,7 +201,7 @@ async fn corrupted_blob_fails_and_leaves_the_store_unchanged() {
     fs::write(&data, &bytes).expect("corrupt");
     let err =
         store.pull(&format!("{}/{repo}:latest", reg.main), Credentials::default(), None).await.expect_err("corrupt");
-    assert_eq!(err.code(), tonic::Code::DataLoss, "{err}");
+    assert_eq!(rktlet::cri::image_error_code(&err), tonic::Code::DataLoss, "{err}");
     assert!(err.to_string().contains("digest mismatch"), "{err}");
     assert_eq!(snapshot(store.cas().root()), before, "the store changed");
 }
@@ -223,7 +223,7 @@ async fn hostile_layers_are_refused() {
         let err =
             store.pull(&format!("{}/{repo}:latest", reg.main), Credentials::default(), None).await.expect_err(name);
         assert!(matches!(err, ImageError::Extract(_)), "{name}: {err}");
-        assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{name}: {err}");
+        assert_eq!(rktlet::cri::image_error_code(&err), tonic::Code::FailedPrecondition, "{name}: {err}");
         assert!(err.to_string().contains("refusing layer"), "{name}: {err}");
     }
     assert!(!outside.exists() && !Path::new("/escaped").exists());

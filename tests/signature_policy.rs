@@ -105,7 +105,7 @@ fn walk_files(dir: &Path) -> usize {
 fn refused(r: Result<rktlet::image::Image, ImageError>, needle: &str) {
     match r {
         Err(e @ ImageError::Policy(_)) => {
-            assert_eq!(e.code(), tonic::Code::PermissionDenied);
+            assert_eq!(rktlet::cri::image_error_code(&e), tonic::Code::PermissionDenied);
             assert!(e.to_string().contains(needle), "{e} lacks {needle:?}");
         }
         other => panic!("expected a policy refusal containing {needle:?}, got {other:?}"),

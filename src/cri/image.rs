@@ -63,7 +63,7 @@ pub async fn pull_image(rt: &Runtime, req: cri::PullImageRequest) -> Result<cri:
     } else {
         rt.images.pull(&name, creds, None).await
     }
-    .map_err(|e| Status::new(e.code(), format!("pulling image {name:?}: {e}")))?;
+    .map_err(|e| Status::new(code_of(&e), format!("pulling image {name:?}: {e}")))?;
     crate::metrics::global().record_pull(image.size);
     Ok(cri::PullImageResponse { image_ref: image.content_id().to_string() })
 }
@@ -147,4 +147,41 @@ pub async fn image_fs_info(rt: &Runtime, _req: cri::ImageFsInfoRequest) -> Resul
         inodes_used: Some(cri::UInt64Value { value: containers.1 }),
     };
     Ok(cri::ImageFsInfoResponse { image_filesystems: vec![usage], container_filesystems: vec![container_usage] })
+}
+
+/// The gRPC code a CRI client expects for an image error.
+pub fn code_of(e: &ImageError) -> tonic::Code {
+    use tonic::Code;
+    match e {
+        ImageError::Reference(_) | ImageError::Ambiguous(_) | ImageError::InvalidVolume(_) => Code::InvalidArgument,
+        ImageError::NotFound(_) => Code::NotFound,
+        ImageError::Registry(e) => match e {
+            crate::image::registry::RegistryError::Unauthorized { .. } => Code::Unauthenticated,
+            crate::image::registry::RegistryError::Denied { .. } => Code::PermissionDenied,
+            crate::image::registry::RegistryError::NotFound { .. } => Code::NotFound,
+            crate::image::registry::RegistryError::Http { .. }
+            | crate::image::registry::RegistryError::Status { .. } => Code::Unavailable,
+            crate::image::registry::RegistryError::Invalid(_) => Code::FailedPrecondition,
+            crate::image::registry::RegistryError::Client(_) => Code::Internal,
+        },
+        ImageError::Verify { .. } => Code::DataLoss,
+        ImageError::Network(_) => Code::Unavailable,
+        ImageError::Policy(_) => Code::PermissionDenied,
+        ImageError::InUse(_) => Code::FailedPrecondition,
+        ImageError::Discovery(
+            crate::image::discovery::DiscoveryError::InvalidName { .. }
+            | crate::image::discovery::DiscoveryError::InvalidLabel { .. },
+        ) => Code::InvalidArgument,
+        ImageError::Discovery(crate::image::discovery::DiscoveryError::NotFound { .. }) => Code::NotFound,
+        ImageError::PolicyFile(_) => Code::FailedPrecondition,
+        ImageError::Unsupported(_) => Code::FailedPrecondition,
+        ImageError::Extract(crate::image::extract::ExtractError::Unsafe { .. }) => Code::FailedPrecondition,
+        ImageError::Extract(_) | ImageError::Io { .. } | ImageError::Task(_) => Code::Internal,
+    }
+}
+
+impl From<ImageError> for tonic::Status {
+    fn from(e: ImageError) -> Self {
+        tonic::Status::new(code_of(&e), e.to_string())
+    }
 }

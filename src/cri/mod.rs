@@ -15,6 +15,8 @@ mod events;
 /// `serve --exec-mode`: the same RPCs served by exec'ing the CLI.
 pub mod exec_mode;
 pub(crate) mod image;
+/// The gRPC code a CRI client gets for an image error.
+pub use image::code_of as image_error_code;
 mod list_streams;
 pub(crate) mod pod_meta;
 mod pod_metrics;
@@ -107,7 +109,7 @@ fn code_of(kind: ErrorKind) -> tonic::Code {
 pub(crate) fn container_error(e: ContainerError) -> Status {
     let code = match &e {
         // the image store names its own codes (a reference, a registry...)
-        ContainerError::Image { source, .. } => source.code(),
+        ContainerError::Image { source, .. } => image::code_of(source),
         e => code_of(e.kind()),
     };
     Status::new(code, e.to_string())

@@ -116,43 +116,6 @@ pub(crate) fn io_ctx(context: impl Into<String>) -> impl FnOnce(io::Error) -> Im
     move |source| ImageError::Io { context, source }
 }
 
-impl ImageError {
-    /// The gRPC code a CRI client expects for this error.
-    pub fn code(&self) -> tonic::Code {
-        use tonic::Code;
-        match self {
-            ImageError::Reference(_) | ImageError::Ambiguous(_) | ImageError::InvalidVolume(_) => Code::InvalidArgument,
-            ImageError::NotFound(_) => Code::NotFound,
-            ImageError::Registry(e) => match e {
-                RegistryError::Unauthorized { .. } => Code::Unauthenticated,
-                RegistryError::Denied { .. } => Code::PermissionDenied,
-                RegistryError::NotFound { .. } => Code::NotFound,
-                RegistryError::Http { .. } | RegistryError::Status { .. } => Code::Unavailable,
-                RegistryError::Invalid(_) => Code::FailedPrecondition,
-                RegistryError::Client(_) => Code::Internal,
-            },
-            ImageError::Verify { .. } => Code::DataLoss,
-            ImageError::Network(_) => Code::Unavailable,
-            ImageError::Policy(_) => Code::PermissionDenied,
-            ImageError::InUse(_) => Code::FailedPrecondition,
-            ImageError::Discovery(
-                discovery::DiscoveryError::InvalidName { .. } | discovery::DiscoveryError::InvalidLabel { .. },
-            ) => Code::InvalidArgument,
-            ImageError::Discovery(discovery::DiscoveryError::NotFound { .. }) => Code::NotFound,
-            ImageError::PolicyFile(_) => Code::FailedPrecondition,
-            ImageError::Unsupported(_) => Code::FailedPrecondition,
-            ImageError::Extract(extract::ExtractError::Unsafe { .. }) => Code::FailedPrecondition,
-            ImageError::Extract(_) | ImageError::Io { .. } | ImageError::Task(_) => Code::Internal,
-        }
-    }
-}
-
-impl From<ImageError> for tonic::Status {
-    fn from(e: ImageError) -> Self {
-        tonic::Status::new(e.code(), e.to_string())
-    }
-}
-
 /// An image in the store, with the names it was pulled by.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Image {
