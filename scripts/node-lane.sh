@@ -283,7 +283,7 @@ w=\$(dmesg | grep -E 'rcu: INFO|rcu_preempt kthread starved|detected stall|block
 echo "\${w:-none}"
 exit \$rc
 GUEST
-vm_run "${VM_TIMEOUT:-600}" "$script"
+vm_run "${VM_TIMEOUT:-900}" "$script"
 rc=$vrc
 cat "$out"
 skipped=$(grep -c '^SKIPPED:' "$out" || true)
