@@ -21,7 +21,7 @@ use uuid::Uuid;
 pub async fn boot_member(rt: &Runtime) -> Result<(Member, u64), BootError> {
     let uuid = Uuid::new_v4();
     let mut manifest = PodManifest::mutable();
-    manifest.set_annotation(super::POOL_ANNOTATION, super::fingerprint(rt));
+    manifest.set_annotation(super::POOL_ANNOTATION, fingerprint(rt));
     // see stage1::boot::interrupted_starts
     let manifest_file = crate::stage1::boot::start_manifest(&rt.data, uuid);
     let bytes = serde_json::to_vec(&manifest).map_err(|e| BootError::failed(uuid, "encoding manifest", e))?;
@@ -84,4 +84,11 @@ async fn prewire(rt: &Runtime, uuid: Uuid, netns: &std::path::Path) {
     if let Err(e) = net.add_prefix(&podnet::request(&rt.data, uuid, netns), n).await {
         tracing::warn!(pod = %uuid, error = %e, "cannot wire the pool pod's network ahead; its take will");
     }
+}
+
+/// What a pool pod must have been booted with to be usable by this daemon:
+/// the program that built its stage1 and its version.
+pub fn fingerprint(rt: &Runtime) -> String {
+    let program = rt.sandbox_program().map(|p| p.display().to_string()).unwrap_or_default();
+    format!("{}@{program}", env!("CARGO_PKG_VERSION"))
 }

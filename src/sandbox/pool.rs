@@ -46,7 +46,7 @@ pub(crate) async fn serve(rt: &Runtime, req: &Request) -> Option<Uuid> {
         let result = adapt(rt, req, &member).await;
         let Err(why) = result else { return Some(member.uuid) };
         rt.pool.discarded();
-        pool::discard(rt, member.uuid).await;
+        pool::fill::discard(rt, member.uuid).await;
         match why {
             Unusable::Dead(e) => tracing::info!(pod = %member.uuid, reason = %e, "pool pod died; taking the next"),
             Unusable::Failed(e) => {
