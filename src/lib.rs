@@ -37,5 +37,6 @@ pub mod sandbox;
 pub mod server;
 pub mod stage1;
 pub mod stream;
+pub mod sys;
 pub mod time;
 pub mod trust;

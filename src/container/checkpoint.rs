@@ -383,7 +383,7 @@ fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), ContainerError
 
 fn rfc3339(nanos: i64) -> String {
     let t = std::time::UNIX_EPOCH + Duration::from_nanos(u64::try_from(nanos).unwrap_or(0));
-    crate::stream::log::rfc3339_nano(t)
+    crate::time::rfc3339_nano(t)
 }
 
 fn config_dump(t: &Target, id: &str, paths: &AppPaths) -> ConfigDump {

@@ -81,21 +81,15 @@ pub(super) fn stop_unit(bus: &dyn UnitBus, name: &str, timeout: Duration) -> Res
 fn stop_host_app(t: &Target, paths: &AppPaths, first_signal: i32, timeout: Duration) {
     let procs = app_cgroup(&t.pod, &t.app.name).map(|cg| cg.unit_processes()).unwrap_or_default();
     let Some(pid) = crate::stage1::appexec::host_app_pid(app::host_app(paths), &procs) else { return };
-    // SAFETY: pidfd_open(2) takes no pointers; a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return;
-    }
-    // SAFETY: the kernel just returned this descriptor; we own it.
-    let pidfd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+    let Ok(pidfd) = crate::sys::pidfd_open(pid) else { return };
     // opened, then checked: still a process of the unit, not a reused pid
     let cgroup = app_cgroup(&t.pod, &t.app.name);
     if !cgroup.is_some_and(|cg| cg.unit_processes().contains(&pid)) {
         return;
     }
+    // (a process already gone needs no signal)
     let signal = |sig: i32| {
-        // SAFETY: pidfd_send_signal(2) on our pidfd with a null info.
-        unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), sig, std::ptr::null::<u8>(), 0) }
+        let _ = crate::sys::pidfd_send_signal(pidfd.as_raw_fd(), sig);
     };
     let exited_within = |wait: Duration| {
         use nix::poll::{PollFd, PollFlags, PollTimeout, poll};

@@ -424,8 +424,8 @@ fn spawn_as(
             fired = true;
             let fd = pidfd_slot.load(std::sync::atomic::Ordering::Acquire);
             if fd >= 0 {
-                // SAFETY: pidfd_send_signal(2) on the pidfd the kernel gave the spawning thread; a null info.
-                unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd, libc::SIGKILL, std::ptr::null::<u8>(), 0) };
+                // (the pidfd the kernel gave the spawning thread)
+                let _ = crate::sys::pidfd_send_signal(fd, libc::SIGKILL);
             }
         }
         spawner.join().unwrap_or_else(|_| Err(io::Error::other("the spawning thread panicked")))
@@ -686,10 +686,7 @@ impl Running {
 fn kill_session(child: i32, pidfd: Option<&OwnedFd>) {
     use nix::sys::signal::{Signal, killpg};
     let alive = match pidfd {
-        // SAFETY: pidfd_send_signal(2) on a pidfd we hold; no memory is passed but a null info.
-        Some(fd) => unsafe {
-            libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), libc::SIGKILL, std::ptr::null::<u8>(), 0) == 0
-        },
+        Some(fd) => crate::sys::pidfd_send_signal(fd.as_raw_fd(), libc::SIGKILL).is_ok(),
         None => nix::sys::signal::kill(nix::unistd::Pid::from_raw(child), Signal::SIGKILL).is_ok(),
     };
     if alive {
@@ -959,15 +956,7 @@ fn collect(child: i32, pipes: [OwnedFd; 2], timeout: Option<Duration>, cap: usiz
     }
 }
 
-fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open(2) on our own child; returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just returned this descriptor; we own it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
+use crate::sys::pidfd_open;
 
 /// Reaps our child; its wait status (`None` if it could not be waited for).
 fn reap(child: i32) -> Option<i32> {

@@ -6,11 +6,12 @@
 //! Runs in: the daemon (async), plus one blocking thread per wait.
 
 use super::sandbox::SandboxArgs;
+use crate::sys::pidfd_open;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -145,28 +146,6 @@ pub fn systemd_run_argv(uuid: &str, slice: Option<&str>) -> Vec<OsString> {
     // cgroup in every controller it manages (else cpu stays at the slice)
     a.push("--property=Delegate=yes".into());
     a
-}
-
-/// Opens a pidfd for `pid` (a process that exists now).
-pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open(2) takes a pid and flags and returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-/// A copy of descriptor `fd` of the process behind `pidfd` (close-on-exec).
-pub fn pidfd_getfd(pidfd: &OwnedFd, fd: i32) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_getfd(2) takes no pointers; a new descriptor or -1.
-    let got = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
-    if got < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(got as i32) })
 }
 
 /// Starts the sandbox process (or gives `standby` its arguments) and

@@ -196,7 +196,7 @@ pub fn runtime_config(hostname: &str, net: &PodNet, host_ipc: bool) -> String {
 fn spawn_log_writer(pod: &Pod, cgroup: Option<&Path>) -> io::Result<()> {
     use nix::unistd::{ForkResult, fork};
     let listener = std::os::unix::net::UnixListener::bind(pod.path().join(crate::stream::log::SOCKET_FILE))?;
-    let me = super::launch::pidfd_open(std::process::id() as i32)?;
+    let me = crate::sys::pidfd_open(std::process::id() as i32)?;
     let lock_fd = pod.lock_fd().ok();
     let host_pid = pod
         .read_manifest()

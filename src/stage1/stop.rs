@@ -6,9 +6,9 @@
 //! remove interrupted by a crash is simply run again.
 
 use super::app::{self, AppPaths, AppState};
-use super::launch::{pidfd_getfd, pidfd_open};
 use crate::cgroup::{Layout, pod::PodCgroup};
 use crate::pod::{Pod, PodError, PodState};
+use crate::sys::{pidfd_getfd, pidfd_open};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;

@@ -21,7 +21,7 @@
 //! and kills the template, so the unit ends; the template's end (the unit
 //! stopped) kills the app; the pod's end kills them all.
 
-use crate::stage1::launch::{pidfd_getfd, pidfd_open};
+use crate::sys::{pidfd_getfd, pidfd_open};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use std::collections::HashMap;
@@ -31,7 +31,7 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 /// Socket of the pod's log writer, in the pod directory.
 pub const SOCKET_FILE: &str = "logger.sock";
@@ -65,30 +65,6 @@ impl Stream {
             _ => None,
         }
     }
-}
-
-/// RFC 3339 with nanoseconds in UTC, as kubelet writes and parses it.
-pub fn rfc3339_nano(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // civil date from days since 1970-01-01 (Howard Hinnant's algorithm)
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:09}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_nanos()
-    )
 }
 
 /// Turns a byte stream into CRI log lines; keeps an unfinished line until
@@ -133,7 +109,8 @@ impl LineSplitter {
 
 /// Formats one record.
 pub fn record(t: SystemTime, stream: Stream, partial: bool, content: &[u8]) -> Vec<u8> {
-    let mut line = format!("{} {} {} ", rfc3339_nano(t), stream.as_str(), if partial { "P" } else { "F" }).into_bytes();
+    let mut line = format!("{} {} {} ", crate::time::rfc3339_nano(t), stream.as_str(), if partial { "P" } else { "F" })
+        .into_bytes();
     line.extend_from_slice(content);
     line.push(b'\n');
     line
@@ -271,8 +248,7 @@ fn cgroup_kill_of(pid: i32) -> Option<PathBuf> {
 }
 
 fn pidfd_kill(pidfd: &OwnedFd, signal: i32) {
-    // SAFETY: pidfd_send_signal(2) on our pidfd with a null info.
-    unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), signal, std::ptr::null::<u8>(), 0) };
+    let _ = crate::sys::pidfd_send_signal(pidfd.as_raw_fd(), signal);
 }
 
 /// The app's program and argv as its template holds them: appexec's
@@ -417,10 +393,7 @@ impl State {
     fn kill_hosts(&mut self) {
         for h in self.hosts.values() {
             if let Some(fd) = h.running.pidfd() {
-                // SAFETY: pidfd_send_signal(2) on the child's pidfd with a null info.
-                unsafe {
-                    libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), libc::SIGKILL, std::ptr::null::<u8>(), 0)
-                };
+                let _ = crate::sys::pidfd_send_signal(fd.as_raw_fd(), libc::SIGKILL);
             }
         }
         let apps: Vec<String> = self.hosts.keys().cloned().collect();
@@ -512,10 +485,7 @@ pub fn serve_pod(listener: UnixListener, pidfd: Option<OwnedFd>, pod_dir: Option
         // the template gone (its unit stopped): the app goes too, reaped once its pidfd says so
         for app in orphaned.iter().filter(|a| !exited.contains(a)) {
             if let Some(fd) = st.hosts.get(app).and_then(|h| h.running.pidfd()) {
-                // SAFETY: pidfd_send_signal(2) on the child's pidfd with a null info.
-                unsafe {
-                    libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), libc::SIGKILL, std::ptr::null::<u8>(), 0)
-                };
+                let _ = crate::sys::pidfd_send_signal(fd.as_raw_fd(), libc::SIGKILL);
             }
         }
         for fd in ready {
@@ -773,15 +743,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn timestamps() {
-        let t = UNIX_EPOCH + std::time::Duration::new(1_700_000_000, 123_456_789);
-        assert_eq!(rfc3339_nano(t), "2023-11-14T22:13:20.123456789Z");
-        assert_eq!(rfc3339_nano(UNIX_EPOCH), "1970-01-01T00:00:00.000000000Z");
-        let leap = UNIX_EPOCH + std::time::Duration::from_secs(951_782_400); // 2000-02-29
-        assert!(rfc3339_nano(leap).starts_with("2000-02-29T00:00:00"));
-    }
-
-    #[test]
     fn splitting() {
         let mut s = LineSplitter::default();
         assert_eq!(s.feed(b"a\nb"), vec![(false, b"a".to_vec())]);
@@ -803,7 +764,7 @@ mod tests {
         let sock = t.path().join(SOCKET_FILE);
         let listener = UnixListener::bind(&sock).expect("bind");
         let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
-        let pidfd = crate::stage1::launch::pidfd_open(sleeper.id() as i32).expect("pidfd");
+        let pidfd = crate::sys::pidfd_open(sleeper.id() as i32).expect("pidfd");
         let writer = std::thread::spawn(move || serve(listener, Some(pidfd)));
         let log = t.path().join("c/0.log");
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
@@ -847,7 +808,7 @@ mod tests {
         let sock = t.path().join(SOCKET_FILE);
         let listener = UnixListener::bind(&sock).expect("bind");
         let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
-        let pidfd = crate::stage1::launch::pidfd_open(sleeper.id() as i32).expect("pidfd");
+        let pidfd = crate::sys::pidfd_open(sleeper.id() as i32).expect("pidfd");
         let writer = std::thread::spawn(move || serve(listener, Some(pidfd)));
         assert!(subscribe(&sock, "app").is_err(), "no output to subscribe to yet");
         let (out_r, out_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");

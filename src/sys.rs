@@ -1,0 +1,59 @@
+//! The process-descriptor calls rktlet makes: pidfd_open(2), pidfd_getfd(2)
+//! and pidfd_send_signal(2), which libc numbers but does not wrap. A pidfd
+//! names one process for good: a signal through it never reaches a process
+//! that took a reused pid. Std and libc only, for every module.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Opens a pidfd for `pid` (a process that exists now).
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open(2) takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// A copy of descriptor `fd` of the process behind `pidfd` (close-on-exec).
+pub fn pidfd_getfd(pidfd: &OwnedFd, fd: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_getfd(2) takes no pointers; a new descriptor or -1.
+    let got = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if got < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(got as RawFd) })
+}
+
+/// Sends `signal` to the process behind `pidfd` (a descriptor that is not
+/// one is refused by the kernel, EBADF).
+pub fn pidfd_send_signal(pidfd: RawFd, signal: i32) -> io::Result<()> {
+    // SAFETY: pidfd_send_signal(2) with a null info: no memory is passed.
+    if unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd, signal, std::ptr::null::<u8>(), 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_is_signalled_through_its_pidfd_and_its_descriptors_copied() {
+        let mut child = std::process::Command::new("sleep").arg("100").spawn().expect("sleep");
+        let pidfd = pidfd_open(child.id() as i32).expect("pidfd");
+        // its stdin, when the caller may trace it (root, or its parent under ptrace_scope 1)
+        if let Ok(fd) = pidfd_getfd(&pidfd, 0) {
+            assert!(fd.as_raw_fd() >= 0);
+        }
+        pidfd_send_signal(pidfd.as_raw_fd(), libc::SIGKILL).expect("signal");
+        let status = child.wait().expect("wait");
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
+        assert!(pidfd_send_signal(-1, 0).is_err());
+        assert!(pidfd_open(-1).is_err());
+    }
+}
