@@ -7,6 +7,7 @@
 
 pub mod api_vfs;
 pub mod app;
+pub mod app_status;
 pub mod apparmor;
 pub mod appexec;
 pub mod boot;

@@ -13,7 +13,7 @@
 //! first owns it, so two adds, the daemon and the CLI, or a daemon after a
 //! restart all share them safely. Spares go with the pod's directory.
 
-use super::app::AppPaths;
+use super::app_status::AppPaths;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};

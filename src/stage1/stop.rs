@@ -5,7 +5,7 @@
 //! Runs in: the daemon (and the CLI). Every step is idempotent, so a stop or
 //! remove interrupted by a crash is simply run again.
 
-use super::app::{self, AppPaths, AppState};
+use super::app_status::{self as app, AppPaths, AppState};
 use crate::cgroup::{Layout, pod::PodCgroup};
 use crate::pod::{Pod, PodError, PodState};
 use crate::sys::{pidfd_getfd, pidfd_open};

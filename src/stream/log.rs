@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 /// Socket of the pod's log writer, in the pod directory.
-pub const SOCKET_FILE: &str = "logger.sock";
+pub const SOCKET_FILE: &str = crate::pod::LOG_SOCKET_FILE;
 /// Longest line written whole; longer ones are split into `P` pieces.
 pub const MAX_LINE: usize = 16 * 1024;
 /// Output kept for an attach session that does not read fast enough; past
@@ -331,7 +331,7 @@ impl State {
             // the names systemd refused, which the template was told of (`env=`)
             let env_file = match &self.pod_dir {
                 Some(dir) if template_has_env_file(template) => {
-                    let file = crate::stage1::app::AppPaths::in_pod_dir(dir, app).environ_file();
+                    let file = crate::stage1::app_status::AppPaths::in_pod_dir(dir, app).environ_file();
                     std::fs::read(&file).map_err(|e| format!("reading {}: {e}", file.display()))?
                 }
                 _ => Vec::new(),
@@ -349,8 +349,8 @@ impl State {
             // ours and not reaped: the pid is the app's until we wait for it
             let start = crate::stage1::appexec::start_time(running.pid()).ok_or("the app is gone")?;
             if let Some(dir) = &self.pod_dir {
-                let paths = crate::stage1::app::AppPaths::in_pod_dir(dir, app);
-                crate::stage1::app::record_host_app(&paths, running.pid(), &start)
+                let paths = crate::stage1::app_status::AppPaths::in_pod_dir(dir, app);
+                crate::stage1::app_status::record_host_app(&paths, running.pid(), &start)
                     .map_err(|e| format!("recording the app's process: {e}"))?;
             }
             Ok(running)
@@ -376,8 +376,8 @@ impl State {
         let Some(h) = self.hosts.remove(app) else { return };
         let code = h.running.wait().unwrap_or(255);
         if let Some(dir) = &self.pod_dir {
-            let paths = crate::stage1::app::AppPaths::in_pod_dir(dir, app);
-            if let Err(e) = crate::stage1::app::record_exit(&paths, code) {
+            let paths = crate::stage1::app_status::AppPaths::in_pod_dir(dir, app);
+            if let Err(e) = crate::stage1::app_status::record_exit(&paths, code) {
                 tracing::warn!(app, error = %e, "cannot record the exit of a host-PID app");
             }
         }
