@@ -16,5 +16,12 @@ pub mod net_info;
 pub mod netns;
 pub mod pod;
 
+/// Where CNI configs and plugins are.
+#[derive(Debug, Clone)]
+pub struct NetDirs {
+    pub conf_dir: std::path::PathBuf,
+    pub bin_dirs: Vec<std::path::PathBuf>,
+}
+
 #[cfg(test)]
 mod tests;

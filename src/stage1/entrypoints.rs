@@ -13,7 +13,7 @@
 //!
 //! Runs in: the sandbox process (writing), the entry points (reading).
 
-use super::teardown::NetDirs;
+use crate::net::NetDirs;
 use crate::pod::DataDir;
 use crate::pod::manifest::{ImageManifest, NameValue};
 use std::fs;

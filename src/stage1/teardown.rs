@@ -35,12 +35,7 @@ impl From<PodError> for TeardownError {
     }
 }
 
-/// Where CNI configs and plugins are.
-#[derive(Debug, Clone)]
-pub struct NetDirs {
-    pub conf_dir: PathBuf,
-    pub bin_dirs: Vec<PathBuf>,
-}
+pub use crate::net::NetDirs;
 
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, TeardownError> + Send + 'static,
