@@ -19,9 +19,7 @@
 # (the tests start their own seeded registry on the shared loopback), then conformance.sh
 # with a bridge, subnet and registry port of its own. Prints passed/failed/SKIPPED counts,
 # the conformance line and the time; fails when a test or a conformance spec fails.
-# NODE_TESTS overrides the list of test targets. Then the exec tests (NODE_SECCOMP_TESTS,
-# target:filter pairs; empty: none) in a second node that keeps nspawn's seccomp filter, as a
-# node in a container keeps its engine's: the daemon runs filtered there.
+# NODE_TESTS overrides the list of test targets.
 #
 # vm: installs QEMU and mmdebstrap (node-vm/setup-host.sh) and builds the VM image
 # (node-vm/build-rootfs.sh, about 40 s) when missing, builds rktlet and the test binaries,
@@ -104,49 +102,6 @@ container_lane() {
     skipped=$((skipped + $(grep -c '^SKIPPED:' "$out" || true)))
     grep '^SKIPPED:' "$out" >>"$out.skipped" || true
   done
-  # a node that keeps nspawn's seccomp filter over everything, as a node in a container keeps
-  # its engine's: the daemon runs filtered, and exec still confines what it starts (NODE_SECCOMP_TESTS)
-  local sc_name=$name-seccomp sc_tests=${NODE_SECCOMP_TESTS:-containers:exec_gets_the_seccomp exec:exec_sync}
-  trap "bash '$node_sh' stop '$name' >/dev/null 2>&1 || true; bash '$node_sh' stop '$sc_name' >/dev/null 2>&1 || true
-    [ -e /var/tmp/node-container/$name/root ] || rm -rf /var/tmp/node-container/$name
-    [ -e /var/tmp/node-container/$sc_name/root ] || rm -rf /var/tmp/node-container/$sc_name" EXIT
-  if [ -n "$sc_tests" ]; then
-    SYSTEMD_NSPAWN_API_VFS_WRITABLE=1 NET=host EXTRA_NSPAWN_ARGS=--capability=all node start "$sc_name"
-    node exec "$sc_name" grep -q '^Seccomp:[[:space:]]*2' /proc/self/status || {
-      echo "node-lane container: the seccomp node runs without a filter" >&2
-      broken+=("seccomp node (no filter)")
-      failed=$((failed + 1))
-    }
-    node exec "$sc_name" sh -c "mkdir -p $tmp && mount -t tmpfs -o size=2g,mode=0755 node-lane $tmp"
-    local spec
-    for spec in $sc_tests; do
-      local bin
-      bin=$(sed -n "s/^${spec%%:*} //p" <<<"$bins")
-      if [ -z "$bin" ]; then
-        broken+=("seccomp node: no test binary for $spec (NODE_TESTS lacks ${spec%%:*})")
-        failed=$((failed + 1))
-        continue
-      fi
-      echo "=== node-lane container (node under seccomp): tests/${spec%%:*}.rs ${spec#*:}"
-      set +e
-      node exec "$sc_name" env -C "$repo" TMPDIR="$tmp" RUST_BACKTRACE=0 RKTLET_TEST_LOG=rktlet=info \
-        "$repo/$bin" --test-threads=2 "${spec#*:}" >"$out" 2>&1
-      rc=$?
-      set -e
-      cat "$out"
-      local line
-      line=$(grep '^test result:' "$out" | tail -1 || true)
-      if [ -z "$line" ] || [ "$(sed -n 's/.* \([0-9]*\) passed.*/\1/p' <<<"$line")" = 0 ]; then
-        broken+=("seccomp node: $spec (exit $rc, nothing passed)")
-        failed=$((failed + 1))
-      else
-        passed=$((passed + $(sed -n 's/.* \([0-9]*\) passed.*/\1/p' <<<"$line")))
-        failed=$((failed + $(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")))
-        [ "$rc" = 0 ] || broken+=("seccomp node: $spec")
-      fi
-    done
-    node stop "$sc_name" >/dev/null 2>&1 || true
-  fi
   local t2
   t2=$(date +%s)
   echo "=== node-lane container: conformance"

@@ -402,8 +402,20 @@ impl Store {
     /// The keys removed; empty when there was no such image.
     pub fn remove_content(&self, reference_or_id: &str) -> Result<Vec<String>, ImageError> {
         let mut removed = Vec::new();
-        for image in self.resolve_content(reference_or_id)? {
-            removed.extend(self.remove(&image.id)?);
+        let images = match self.resolve_content(reference_or_id) {
+            Ok(images) => images,
+            // (gone while its content's images were read)
+            Err(ImageError::NotFound(_)) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        for image in images {
+            match self.remove(&image.id) {
+                Ok(key) => removed.extend(key),
+                // removed meanwhile by a concurrent call: RemoveImage is
+                // idempotent (critest v1.36's simultaneous RemoveImage calls)
+                Err(ImageError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(removed)
     }
