@@ -248,13 +248,7 @@ async fn environment_names_kubernetes_allows_reach_the_app() {
             .await;
         e.start(&id).await;
         let out = common::exec_sync(&mut e.rt, &id, &["env"]).await;
-        let mut got: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| ["data-1=", "a.b=", "PLAIN=", "BELL="].iter().any(|p| l.starts_with(p)))
-            .map(str::to_string)
-            .collect();
-        got.sort();
-        assert_eq!(got, want, "{name}: the app's environment, as the exec'd command copies it");
+        assert_eq!(named_env(&out.stdout), want, "{name}: the app's environment, as the exec'd command copies it");
     }
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     // a host-PID pod's app, which the pod's log writer starts as a copy of its template
@@ -267,14 +261,19 @@ async fn environment_names_kubernetes_allows_reach_the_app() {
         .await;
     e.start(&id).await;
     let out = common::exec_sync(&mut e.rt, &id, &["env"]).await;
-    let mut got: Vec<String> = String::from_utf8_lossy(&out.stdout)
+    assert_eq!(named_env(&out.stdout), want, "host-PID: the app's environment, as the exec'd command copies it");
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+}
+
+/// The entries of `env`'s output that the environment-name test set, sorted.
+fn named_env(stdout: &[u8]) -> Vec<String> {
+    let mut got: Vec<String> = String::from_utf8_lossy(stdout)
         .lines()
         .filter(|l| ["data-1=", "a.b=", "PLAIN=", "BELL="].iter().any(|p| l.starts_with(p)))
         .map(str::to_string)
         .collect();
     got.sort();
-    assert_eq!(got, want, "host-PID: the app's environment, as the exec'd command copies it");
-    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    got
 }
 
 /// A last line the app did not end is a partial (`P`) record in its CRI log,

@@ -179,7 +179,7 @@ const DENIED_AGAIN: [&str; 20] = [
 /// the exec): let through and left so. A strict allow list that names none
 /// of these is that much wider for the app than with runc, which installs
 /// the profile itself.
-const STILL_NEEDED: [&str; 10] =
+pub(super) const STILL_NEEDED: [&str; 10] =
     ["prctl", "capget", "capset", "setgroups", "setresgid", "setresuid", "poll", "execve", "write", "exit_group"];
 
 /// Whether a systemd (252) filter entry names `call`, itself or by a group

@@ -108,12 +108,6 @@ const SYSTEMD_DEFAULT: [&str; 63] = [
     "uretprobe",
 ];
 
-/// What the exec'd command's own setup calls once its filters are in (its
-/// ids, capabilities and no_new_privs, the exec, a failure's report): let
-/// through an allow list, as appexec's apps get them (`stage1::appexec`).
-const EXEC_SETUP: [&str; 10] =
-    ["prctl", "capget", "capset", "setgroups", "setresgid", "setresuid", "execve", "write", "exit", "exit_group"];
-
 /// The namespace types `RestrictNamespaces=` knows, as clone flags.
 const NAMESPACE_FLAGS: [u64; 7] = [
     libc::CLONE_NEWCGROUP as u64,
@@ -189,7 +183,10 @@ pub fn compile(profile: &Profile) -> io::Result<Filters> {
         let call = |name: &str| libseccomp::ScmpSyscall::from_name(name).ok();
         let (mut ctx, listed_action) =
             if profile.allow { (context(deny)?, ScmpAction::Allow) } else { (context(ScmpAction::Allow)?, deny) };
-        let defaults: &[&str] = if profile.allow { &[&SYSTEMD_DEFAULT[..], &EXEC_SETUP[..]].concat() } else { &[] };
+        // (with what the command's own setup calls once its filters are in,
+        // as appexec's apps get them)
+        let defaults: &[&str] =
+            if profile.allow { &[&SYSTEMD_DEFAULT[..], &super::appexec::STILL_NEEDED[..]].concat() } else { &[] };
         let mut names: Vec<&str> = profile.calls.iter().map(String::as_str).chain(defaults.iter().copied()).collect();
         names.sort_unstable();
         names.dedup();
