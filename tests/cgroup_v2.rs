@@ -378,14 +378,17 @@ async fn unified_keys_outside_the_controllers_are_refused() {
 /// A container that is not privileged cannot raise its own limits, neither
 /// its process nor a command exec'd into it, in its own PID namespace or
 /// the pod's: its cgroup files are read-only to it, as containerd mounts
-/// them; the limits stay what the node set.
+/// them; the limits stay what the node set. It reads them where runc shows
+/// them, its own cgroup at /sys/fs/cgroup (kubelet's swap checks read
+/// `memory.max` and `memory.swap.max` there).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_container_cannot_raise_its_own_limits() {
     v2_only!("a_container_cannot_raise_its_own_limits");
     let mut e = env(false).await;
     let pod = e.pod("self-raise", "").await;
-    let raise = "cg=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup); \
-                 echo max 2>&1 > $cg/memory.max; echo max 2>&1 > $cg/pids.max; true";
+    let raise = "cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/pids.max; \
+                 cat /sys/fs/cgroup/memory.swap.max > /dev/null && echo swap read; \
+                 echo max 2>&1 > /sys/fs/cgroup/memory.max; echo max 2>&1 > /sys/fs/cgroup/pids.max; true";
     let main = format!("{{ {raise}; }} > /tmp/raised 2>&1; touch /tmp/done; exec sleep 300");
     for (name, pid) in [("pod-ns", cri::NamespaceMode::Pod), ("own-ns", cri::NamespaceMode::Container)] {
         let mut config = container_config(name, &e.image, &["sh", "-c", &main]);
@@ -412,6 +415,9 @@ async fn a_container_cannot_raise_its_own_limits() {
         let out = common::exec_sync(&mut e.rt, &id, &["sh", "-c", &check]).await;
         let text = String::from_utf8_lossy(&out.stdout);
         assert_eq!(text.matches("Read-only file system").count(), 4, "{name}: the app's and the exec's writes: {text}");
+        let read: Vec<&str> = text.lines().filter(|l| !l.contains("Read-only")).collect();
+        let limits = [(64u64 << 20).to_string(), "50".into(), "swap read".into()];
+        assert_eq!(read, [&limits[..], &limits[..]].concat(), "{name}: the app's and the exec's reads: {text}");
         // (the app's name: attempt-name)
         let dir = e.app_cgroup(&pod.0, &format!("0-{name}"));
         assert_eq!(file(&dir, "memory.max"), (64u64 << 20).to_string(), "{name}");

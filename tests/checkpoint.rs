@@ -131,6 +131,11 @@ async fn a_checkpointed_container_keeps_running_and_continues_in_a_new_pod() {
     let label = ["sh", "-c", "cat /proc/1/attr/current 2>/dev/null || echo none"];
     let label_before = crictl::ok(&sock, &[&["exec", counter.as_str()][..], &label[..]].concat());
 
+    // its own cgroup at /sys/fs/cgroup (v1: its memory cgroup there), holding its PID 1
+    let own_cgroup = ["sh", "-c", "cg=/sys/fs/cgroup; [ -d $cg/memory ] && cg=$cg/memory; cat $cg/cgroup.procs"];
+    let procs = crictl::ok(&sock, &[&["exec", counter.as_str()][..], &own_cgroup[..]].concat());
+    assert!(procs.lines().any(|l| l == "1"), "the container's own cgroup: {procs}");
+
     let archive = dir.path().join("counter.tar");
     crictl::ok(&sock, &["checkpoint", &format!("--export={}", archive.display()), &counter]);
     let after = *numbers(&logs.join("counter.log")).last().expect("a number");
@@ -239,6 +244,9 @@ async fn a_checkpointed_container_keeps_running_and_continues_in_a_new_pod() {
     if let Some(devices) = cgroups.lines().find(|l| l.split(':').nth(1) == Some("devices")) {
         assert!(devices.ends_with("/app-0-restored"), "the restored process is not in its devices cgroup: {cgroups}");
     }
+    // its own new cgroup at /sys/fs/cgroup, as before
+    let procs = crictl::ok(&sock, &[&["exec", restored.as_str()][..], &own_cgroup[..]].concat());
+    assert!(procs.lines().any(|l| l == "1"), "the restored container's own cgroup: {procs}");
     // in the new pod's network namespace
     let pid1_b = common::pod_pid1(&d.dir.path().join("data"), &b);
     let net_b = std::fs::read_link(format!("/proc/{pid1_b}/ns/net")).expect("pod b's netns");

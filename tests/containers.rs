@@ -2170,9 +2170,10 @@ async fn cgroup_fs(pid: cri::NamespaceMode) {
     let mut e = env_with_pid(pid).await;
     let pod = e.pod("cgroupfs").await;
     // the options of the mount on top, then a write to the app's own cgroup
+    // (its memory cgroup at /sys/fs/cgroup/memory on v1, /sys/fs/cgroup on v2)
     let script = "grep ' /sys/fs/cgroup ' /proc/self/mountinfo | tail -n 1 | cut -d' ' -f6 | cut -d, -f1; \
-                  cg=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup); \
-                  echo 100 2>&1 > $cg/cgroup.max.descendants && echo wrote; true";
+                  cg=/sys/fs/cgroup; [ -d $cg/memory ] && cg=$cg/memory; \
+                  echo $$ 2>&1 > $cg/cgroup.procs && echo wrote; true";
     let id = e.create(&pod, "plain", &["sh", "-c", &format!("{script}; exec sleep 1000")], |_| {}).await;
     e.start(&id).await;
     let log = e.wait_log("cgroupfs", "plain", 2).await;
@@ -2199,6 +2200,70 @@ async fn cgroup_fs(pid: cri::NamespaceMode) {
     assert!(log_content(&log).first().is_some_and(|l| l.starts_with("rw")), "privileged: {log}");
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}
+
+in_both_pid_namespaces!(
+    a_container_reads_its_own_limits,
+    a_container_reads_its_own_limits_pod_pid_namespace,
+    own_limits
+);
+
+in_the_node_pid_namespace!(a_container_reads_its_own_limits_node_pid_namespace, own_limits);
+
+/// kubelet's swap checks (and programs that size themselves, as a JVM does)
+/// read the container's own limits where runc shows them:
+/// `/sys/fs/cgroup/memory/memory.limit_in_bytes` and
+/// `memory.memsw.limit_in_bytes` on cgroup v1, `/sys/fs/cgroup/memory.max`
+/// and `memory.swap.max` on v2; so does a command exec'd into it. They
+/// cannot be written. (Under RuntimeDefault, as kubelet's `SeccompDefault`
+/// runs every container.)
+async fn own_limits(pid: cri::NamespaceMode) {
+    let mut e = env_with_pid(pid).await;
+    let pod = e.pod("ownlimits").await;
+    let script = own_limits_script();
+    let id = e
+        .create(&pod, "limited", &["sh", "-c", &format!("{{ {script}; }} 2>&1; exec sleep 1000")], |c| {
+            let mut linux = secured(cri::LinuxContainerSecurityContext {
+                seccomp: Some(cri::SecurityProfile {
+                    profile_type: cri::security_profile::ProfileType::RuntimeDefault as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .unwrap_or_default();
+            linux.resources =
+                Some(cri::LinuxContainerResources { memory_limit_in_bytes: 64 << 20, ..Default::default() });
+            c.linux = Some(linux);
+        })
+        .await;
+    e.start(&id).await;
+    let log = e.wait_log("ownlimits", "limited", 3).await;
+    let want = [(64u64 << 20).to_string(), "read".to_string(), "not written".to_string()];
+    assert_eq!(log_content(&log), want, "{log}");
+    let ex = common::exec_sync(&mut e.rt, &id, &["sh", "-c", &format!("{{ {script}; }} 2>&1")]).await;
+    assert_eq!(String::from_utf8_lossy(&ex.stdout), format!("{}\n", want.join("\n")), "an exec");
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
+}
+
+/// A shell script that prints the memory limit a container reads at its
+/// /sys/fs/cgroup (v1 or v2, as the node runs), `read` once it has read its
+/// swap limit too, and `not written` when raising its limit fails. A v1
+/// kernel without swap accounting (no `memory.memsw.*`) is named by a
+/// counted SKIPPED line.
+fn own_limits_script() -> &'static str {
+    if Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
+        if !Path::new("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes").exists() {
+            println!("SKIPPED: memory.memsw.limit_in_bytes: this kernel has no swap accounting (swapaccount=1)");
+            return "cat /sys/fs/cgroup/memory/memory.limit_in_bytes && echo read && \
+                    { { echo -1 > /sys/fs/cgroup/memory/memory.limit_in_bytes; } 2>/dev/null || echo not written; }";
+        }
+        "cat /sys/fs/cgroup/memory/memory.limit_in_bytes && cat /sys/fs/cgroup/memory/memory.memsw.limit_in_bytes \
+         >/dev/null && echo read && { { echo -1 > /sys/fs/cgroup/memory/memory.limit_in_bytes; } 2>/dev/null || echo not written; }"
+    } else {
+        "cat /sys/fs/cgroup/memory.max && cat /sys/fs/cgroup/memory.swap.max >/dev/null && echo read && \
+         { { echo max > /sys/fs/cgroup/memory.max; } 2>/dev/null || echo not written; }"
+    }
 }
 
 in_both_pid_namespaces!(exec_takes_the_apps_rlimits, exec_takes_the_apps_rlimits_pod_pid_namespace, exec_rlimits);

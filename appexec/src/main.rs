@@ -21,7 +21,8 @@
 //!    with its exit code or by its signal;
 //! 3. in the child: makes the app's mount namespace and pivots into its
 //!    rootfs (`root=`), leaving the pod's mounts behind, with the binds
-//!    (`bind=`, `rbind=`, `robind=`, `rrobind=`); mounts a /proc of the new
+//!    (`bind=`, `rbind=`, `robind=`, `rrobind=`) and the app's own cgroups
+//!    at /sys/fs/cgroup (`cgroupfs=`); mounts a /proc of the new
 //!    PID namespace, then the app's masked (`mask=`) and read-only (`ro=`)
 //!    paths, /proc's and the others; makes the root read-only (`rootro`);
 //!    enters the working directory (`cwd=`, made when missing); asks AppArmor
@@ -64,15 +65,16 @@ mod seccomp;
 
 use libc::{
     __errno_location, _exit, AT_EMPTY_PATH, AT_FDCWD, AT_RECURSIVE, CLD_DUMPED, CLD_KILLED, CLONE_NEWNS, CLONE_NEWPID,
-    EINTR, EINVAL, ENOENT, MNT_DETACH, MOUNT_ATTR_RDONLY, MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_SYMLINKS, MS_BIND,
-    MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_RDONLY, MS_REC, MS_SLAVE, O_CLOEXEC, O_DIRECTORY, O_PATH, O_RDONLY, O_WRONLY,
-    OPEN_TREE_CLONE, P_PID, POLLHUP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, PR_CAPBSET_DROP, PR_SET_DUMPABLE,
-    PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, PR_SET_SECCOMP, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, SECCOMP_MODE_FILTER,
-    SIG_IGN, SIGCHLD, SIGKILL, SIGSTOP, SYS_capget, SYS_capset, SYS_mount_setattr, SYS_move_mount, SYS_open_tree,
-    SYS_openat2, SYS_pivot_root, SYS_rt_sigaction, TIOCSCTTY, WEXITED, WNOHANG, WNOWAIT, c_char, c_int, c_long, c_uint,
-    c_ulong, chdir, close, execv, fork, getpid, ioctl, isatty, kill, mount, mount_attr, open, open_how, pipe2, poll,
-    pollfd, prctl, read, setgroups, setns, setresgid, setresuid, setsid, syscall, umount2, unshare, waitid, waitpid,
-    write,
+    EINTR, EINVAL, ENOENT, FSCONFIG_CMD_CREATE, FSCONFIG_SET_FLAG, FSCONFIG_SET_STRING, FSMOUNT_CLOEXEC,
+    FSOPEN_CLOEXEC, MNT_DETACH, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
+    MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_SYMLINKS, MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_RDONLY, MS_REC,
+    MS_SLAVE, O_CLOEXEC, O_DIRECTORY, O_PATH, O_RDONLY, O_WRONLY, OPEN_TREE_CLONE, P_PID, POLLHUP, PR_CAP_AMBIENT,
+    PR_CAP_AMBIENT_CLEAR_ALL, PR_CAPBSET_DROP, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, PR_SET_SECCOMP,
+    RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, SECCOMP_MODE_FILTER, SIG_IGN, SIGCHLD, SIGKILL, SIGSTOP, SYS_capget,
+    SYS_capset, SYS_fsconfig, SYS_fsmount, SYS_fsopen, SYS_mount_setattr, SYS_move_mount, SYS_open_tree, SYS_openat2,
+    SYS_pivot_root, SYS_rt_sigaction, TIOCSCTTY, WEXITED, WNOHANG, WNOWAIT, c_char, c_int, c_long, c_uint, c_ulong,
+    chdir, close, execv, fork, getpid, ioctl, isatty, kill, mount, mount_attr, open, open_how, pipe2, poll, pollfd,
+    prctl, read, setgroups, setns, setresgid, setresuid, setsid, syscall, umount2, unshare, waitid, waitpid, write,
 };
 use plan::Plan;
 use std::ffi::CStr;
@@ -221,7 +223,10 @@ fn restore(plan: &Plan, pidfile: &CStr) -> ! {
         mounts_for_criu(plan);
         // SAFETY: this program has a single thread.
         unsafe { std::env::remove_var("NOTIFY_SOCKET") };
-        let mut argv: Vec<*const c_char> = plan.argv.iter().map(|a| a.as_ptr()).collect();
+        let images = pidfile.to_string_lossy();
+        let stage = format!("{}/cgroups", images.rsplit_once('/').map_or(".", |(dir, _)| dir));
+        let external = plan.cgroup_view.map(|_| criu_cgroup_mounts(&stage)).unwrap_or_default();
+        let mut argv: Vec<*const c_char> = plan.argv.iter().chain(&external).map(|a| a.as_ptr()).collect();
         argv.push(std::ptr::null());
         // SAFETY: execv(2) with NUL-terminated strings and a NULL-terminated array.
         unsafe { execv(plan.path.as_ptr(), argv.as_ptr()) };
@@ -430,8 +435,8 @@ fn container(plan: &Plan, alive: c_int) -> ! {
     if !plan.host {
         own_session();
     }
-    enter_root(plan, &plan.root);
-    proc_mount(plan);
+    let cgroups_read_only = enter_root(plan, &plan.root);
+    proc_mount(plan, cgroups_read_only);
     // made when missing (runc's way), before the root may turn read-only
     working_directory(plan.cwd.as_deref().unwrap_or(c"/"));
     if plan.root_read_only {
@@ -564,7 +569,9 @@ fn open_in_root(root: &CStr, inner: &CStr) -> c_int {
 /// 4. each copy moved onto its target, resolved inside the app's root now
 ///    (a symlink in the image cannot point out of it), the target made
 ///    when missing.
-fn enter_root(plan: &Plan, root: &CStr) {
+///
+/// Returns whether the app's own cgroups are at /sys/fs/cgroup, read-only.
+fn enter_root(plan: &Plan, root: &CStr) -> bool {
     // copies of the shared volumes while they are still peers of the host's
     let mut shared = Vec::new();
     for path in &plan.shared {
@@ -609,16 +616,13 @@ fn enter_root(plan: &Plan, root: &CStr) {
         }
         check(fd, &format!("copying {}", bind.source.to_string_lossy()));
         if bind.read_only {
-            let attr = mount_attr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
-            let at = AT_EMPTY_PATH as c_uint | if bind.recursive { AT_RECURSIVE as c_uint } else { 0 };
-            // SAFETY: mount_setattr(2) on our tree descriptor with a properly sized struct.
-            let rc = unsafe { syscall(SYS_mount_setattr, fd, c"".as_ptr(), at, &attr, size_of::<mount_attr>()) };
-            check(rc as c_int, &format!("making {} read-only", bind.source.to_string_lossy()));
+            read_only_tree(fd, bind.recursive, &bind.source);
         }
         // the source's kind, for the mount point (told by the copy itself)
         let is_dir = std::fs::metadata(format!("/proc/self/fd/{fd}")).is_ok_and(|m| m.is_dir());
         trees.push((fd, bind, is_dir));
     }
+    let cgroups = plan.cgroup_view.and_then(|ro| Some((own_cgroups()?, ro)));
     // SAFETY: chdir(2), pivot_root(2) and umount2(2) with C strings: the old
     // root ends up on top of the new one, at ".", and is detached from there.
     unsafe {
@@ -635,6 +639,186 @@ fn enter_root(plan: &Plan, root: &CStr) {
         make_target(&path, is_dir);
         attach_tree(fd, &bind.target, &format!("mounting {}", path));
     }
+    // in place of the pod's, below the /sys the binds brought
+    let made_read_only = cgroups.as_ref().is_some_and(|(_, ro)| *ro);
+    if let Some((cgroups, read_only)) = cgroups {
+        mount_own_cgroups(cgroups, read_only);
+    }
+    made_read_only
+}
+
+/// Makes the detached tree `fd` (with the mounts below it when `recursive`)
+/// read-only; `source` names it in an error.
+fn read_only_tree(fd: c_int, recursive: bool, source: &CStr) {
+    let attr = mount_attr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
+    let at = AT_EMPTY_PATH as c_uint | if recursive { AT_RECURSIVE as c_uint } else { 0 };
+    // SAFETY: mount_setattr(2) on our tree descriptor with a properly sized struct.
+    let rc = unsafe { syscall(SYS_mount_setattr, fd, c"".as_ptr(), at, &attr, size_of::<mount_attr>()) };
+    check(rc as c_int, &format!("making {} read-only", source.to_string_lossy()));
+}
+
+/// The app's own cgroups (`cgroupfs=`), taken while this process still
+/// sees the pod (`proc::cgroup_view`): on pure v2 a copy of its cgroup in
+/// the pod's /sys/fs/cgroup; on v1 each hierarchy mounted afresh (in the
+/// pod's cgroup namespace, whose v1 hierarchies the pod does not show) and
+/// the app's cgroup in it copied. A hierarchy that cannot be had (a pod in
+/// a user namespace may not mount v1 ones) is left out.
+enum OwnCgroups {
+    V2(c_int),
+    /// (place, controllers, tree) for each hierarchy.
+    V1(Vec<(String, Vec<String>, c_int)>),
+}
+
+fn own_cgroups() -> Option<OwnCgroups> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let flags = OPEN_TREE_CLONE | O_CLOEXEC as c_uint;
+    match proc::cgroup_view(&own)? {
+        proc::CgroupView::V2 { path } => {
+            let source = std::ffi::CString::new(format!("/sys/fs/cgroup/{path}")).ok()?;
+            // SAFETY: open_tree(2) with a prepared C string; returns a descriptor or -1.
+            let fd = unsafe { syscall(SYS_open_tree, AT_FDCWD, source.as_ptr(), flags) as c_int };
+            (fd >= 0).then_some(OwnCgroups::V2(fd))
+        }
+        proc::CgroupView::V1(hierarchies) => {
+            let mut trees = Vec::new();
+            for h in hierarchies {
+                let Some(mount) = v1_hierarchy(&h) else { continue };
+                let path = std::ffi::CString::new(h.path.as_str()).unwrap_or_default();
+                let at = if h.path.is_empty() { AT_EMPTY_PATH as c_uint } else { 0 };
+                // SAFETY: open_tree(2) below our own detached mount, closed right after.
+                let fd = unsafe {
+                    let fd = syscall(SYS_open_tree, mount, path.as_ptr(), flags | at) as c_int;
+                    close(mount);
+                    fd
+                };
+                if fd >= 0 {
+                    trees.push((h.place, h.controllers, fd));
+                }
+            }
+            Some(OwnCgroups::V1(trees))
+        }
+    }
+}
+
+/// A detached mount of cgroup v1 hierarchy `h` (fsopen, fsconfig,
+/// fsmount), its root the root of this process's cgroup namespace; None if
+/// the kernel refuses it.
+fn v1_hierarchy(h: &proc::Hierarchy) -> Option<c_int> {
+    // SAFETY: fsopen(2), fsconfig(2) and fsmount(2) on our own context
+    // descriptor with C strings alive for each call; the context is closed.
+    unsafe {
+        let fs = syscall(SYS_fsopen, c"cgroup".as_ptr(), FSOPEN_CLOEXEC) as c_int;
+        if fs < 0 {
+            return None;
+        }
+        let flag = |key: &str| {
+            let key = std::ffi::CString::new(key).unwrap_or_default();
+            syscall(SYS_fsconfig, fs, FSCONFIG_SET_FLAG, key.as_ptr(), std::ptr::null::<c_char>(), 0) >= 0
+        };
+        let mut ok = h.controllers.iter().all(|c| flag(c));
+        if let Some(name) = &h.name {
+            let name = std::ffi::CString::new(name.as_str()).unwrap_or_default();
+            ok &=
+                flag("none") && syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, c"name".as_ptr(), name.as_ptr(), 0) >= 0;
+        }
+        ok &= syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, std::ptr::null::<c_char>(), std::ptr::null::<c_char>(), 0)
+            >= 0;
+        let attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+        let mount = if ok { syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, attrs as c_uint) as c_int } else { -1 };
+        close(fs);
+        (mount >= 0).then_some(mount)
+    }
+}
+
+/// Puts the app's own cgroups at /sys/fs/cgroup, read-only when
+/// `read_only`, in place of the pod's (one mount at each place: CRIU knows
+/// a mount by its place): on v1 a tmpfs there with each hierarchy at its
+/// place, a link by each controller's name to a hierarchy of several.
+fn mount_own_cgroups(cgroups: OwnCgroups, read_only: bool) {
+    const ROOT: &CStr = c"/sys/fs/cgroup";
+    // SAFETY: umount2(2) of the pod's cgroup file system in our namespace (none there: EINVAL, nothing to do).
+    unsafe { umount2(ROOT.as_ptr(), MNT_DETACH) };
+    match cgroups {
+        OwnCgroups::V2(fd) => {
+            if read_only {
+                read_only_tree(fd, false, ROOT);
+            }
+            attach_tree(fd, ROOT, "mounting the app's cgroup at /sys/fs/cgroup");
+        }
+        OwnCgroups::V1(trees) => {
+            // SAFETY: mount(2) with C string literals.
+            let rc = unsafe {
+                mount(
+                    c"tmpfs".as_ptr(),
+                    ROOT.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                    c"mode=755,size=64k".as_ptr().cast(),
+                )
+            };
+            check(rc, "mounting a tmpfs at /sys/fs/cgroup");
+            for (place, controllers, fd) in trees {
+                let dir = format!("/sys/fs/cgroup/{place}");
+                make_target(&dir, true);
+                let target = std::ffi::CString::new(dir.as_str()).unwrap_or_default();
+                if read_only {
+                    read_only_tree(fd, false, &target);
+                }
+                attach_tree(fd, &target, &format!("mounting the app's cgroup at {dir}"));
+                if controllers.len() > 1 {
+                    for c in &controllers {
+                        let _ = std::os::unix::fs::symlink(&place, format!("/sys/fs/cgroup/{c}"));
+                    }
+                }
+            }
+            if read_only {
+                let attr = mount_attr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
+                // SAFETY: mount_setattr(2) on the tmpfs just mounted, with a properly sized struct.
+                let rc =
+                    unsafe { syscall(SYS_mount_setattr, AT_FDCWD, ROOT.as_ptr(), 0, &attr, size_of::<mount_attr>()) };
+                check(rc as c_int, "making /sys/fs/cgroup read-only");
+            }
+        }
+    }
+}
+
+/// CRIU's options that put the restored container's own cgroups where the
+/// checkpoint had them (`cgroupfs=`; the daemon names every other external
+/// mount): `--external mnt[PLACE]:SOURCE` for each. On v1 the hierarchies
+/// are mounted for CRIU in `stage` (a directory of the images'), in CRIU's
+/// own mount namespace.
+fn criu_cgroup_mounts(stage: &str) -> Vec<std::ffi::CString> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mut places = Vec::new();
+    match proc::cgroup_view(&own) {
+        None => {}
+        Some(proc::CgroupView::V2 { path }) => {
+            places.push(("/sys/fs/cgroup".to_string(), format!("/sys/fs/cgroup/{path}")))
+        }
+        Some(proc::CgroupView::V1(hierarchies)) => {
+            make_target(stage, true);
+            let stage_c = std::ffi::CString::new(stage).unwrap_or_default();
+            // SAFETY: mount(2) in CRIU's own mount namespace, with C strings.
+            let rc = unsafe {
+                mount(c"tmpfs".as_ptr(), stage_c.as_ptr(), c"tmpfs".as_ptr(), MS_NOSUID | MS_NODEV, std::ptr::null())
+            };
+            check(rc, &format!("mounting a tmpfs at {stage}"));
+            for h in hierarchies {
+                let Some(mount) = v1_hierarchy(&h) else { continue };
+                let dir = format!("{stage}/{}", h.place);
+                make_target(&dir, true);
+                let target = std::ffi::CString::new(dir.as_str()).unwrap_or_default();
+                attach_tree(mount, &target, &format!("mounting cgroup {} for criu", h.place));
+                places.push((format!("/sys/fs/cgroup/{}", h.place), format!("{dir}/{}", h.path)));
+            }
+        }
+    }
+    places
+        .into_iter()
+        .filter(|(_, source)| std::path::Path::new(source).is_dir())
+        .flat_map(|(place, source)| ["--external".to_string(), format!("mnt[{place}]:{source}")])
+        .filter_map(|a| std::ffi::CString::new(a).ok())
+        .collect()
 }
 
 /// Moves the detached tree `fd` onto `target` (resolved inside the current
@@ -692,7 +876,7 @@ fn working_directory(cwd: &CStr) {
 
 /// A /proc of the new PID namespace, then the app's masks and read-only
 /// paths (below it and elsewhere).
-fn proc_mount(plan: &Plan) {
+fn proc_mount(plan: &Plan, cgroups_read_only: bool) {
     // a template's /proc is the node's, bound by the daemon (`bind=`)
     if !plan.host {
         make_target("/proc", true);
@@ -731,6 +915,10 @@ fn proc_mount(plan: &Plan) {
         check(rc, &format!("masking {}", path.to_string_lossy()));
     }
     for path in &plan.read_only {
+        // (already so, and a bind on itself would put each of them there twice)
+        if cgroups_read_only && path.as_bytes() == b"/sys/fs/cgroup" {
+            continue;
+        }
         match std::fs::symlink_metadata(path.to_string_lossy().as_ref()) {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(ENOENT) => continue,

@@ -63,6 +63,12 @@ pub struct Plan {
     /// the cgroup goes with the unit: the daemon reports the container
     /// OOMKilled whichever of its processes the kernel chose.
     pub oom_marker: Option<CString>,
+    /// `cgroupfs=ro` or `cgroupfs=rw`: the app's own cgroups at its
+    /// /sys/fs/cgroup, each hierarchy's at its place there (`proc::cgroup_view`),
+    /// read-only or not (a privileged container's), as runc shows a container
+    /// its own limits; with `restore=`, CRIU is told to put them where the
+    /// checkpoint had them. `Some(true)` for read-only.
+    pub cgroup_view: Option<bool>,
 }
 
 /// A path of the pod put at one of the app's (`bind=`, `rbind=` with the
@@ -155,6 +161,13 @@ pub fn parse(args: impl IntoIterator<Item = Vec<u8>>) -> Result<Plan, String> {
             "restore" => plan.restore = Some(cstring(value.into())?),
             "env" => plan.env_file = Some(cstring(value.into())?),
             "oom" => plan.oom_marker = Some(cstring(value.into())?),
+            "cgroupfs" => {
+                plan.cgroup_view = Some(match value {
+                    "ro" => true,
+                    "rw" => false,
+                    _ => return Err(format!("cgroupfs={value}: ro or rw")),
+                })
+            }
             _ => return Err(format!("unknown option {arg:?}")),
         }
     }
@@ -279,6 +292,15 @@ mod tests {
         assert!(plain.join.is_none() && !plain.keep_pid);
         assert_eq!((plain.uid, plain.gid, plain.caps, plain.errno), (0, 0, None, None));
         assert!(plain.deny.is_empty() && plain.binds.is_empty() && plain.cgroup_wait.is_none());
+    }
+
+    #[test]
+    fn the_cgroup_view_is_read_only_or_not() {
+        let with = |v: &str| parse(args(&["root=/r", v, "--", "/p", "p"]));
+        assert_eq!(with("cgroupfs=ro").unwrap().cgroup_view, Some(true));
+        assert_eq!(with("cgroupfs=rw").unwrap().cgroup_view, Some(false));
+        assert!(with("cgroupfs=yes").is_err());
+        assert_eq!(with("nnp").unwrap().cgroup_view, None);
     }
 
     #[test]

@@ -6,9 +6,6 @@ pub fn placed(cgroup: &str, suffix: &str, count: usize) -> bool {
     cgroup.lines().filter(|l| !l.starts_with("0::") && l.ends_with(suffix)).count() >= count
 }
 
-/// Field 22 of a `/proc/<pid>/stat` text: when the process started (clock
-/// ticks since boot). The command (field 2, in parentheses) may hold
-/// spaces and parentheses itself: the fields are counted after its last `)`.
 /// The entries of an environment file (`NAME=VALUE`, each ended by a NUL;
 /// a last one without its NUL counts too), as (name, value); an entry
 /// without `=` or with an empty name is skipped.
@@ -26,11 +23,77 @@ pub fn v2_cgroup(cgroup: &str) -> Option<&str> {
     cgroup.lines().find_map(|l| l.strip_prefix("0::"))
 }
 
+/// Where a container's own cgroups go at its /sys/fs/cgroup, as runc puts
+/// them, from its /proc/self/cgroup text read in the pod (whose cgroup
+/// namespace the paths are relative to).
+#[derive(Debug, PartialEq, Eq)]
+pub enum CgroupView {
+    /// Pure cgroup v2: the cgroup at `path` below the pod's /sys/fs/cgroup
+    /// is the container's /sys/fs/cgroup.
+    V2 { path: String },
+    /// cgroup v1 hierarchies (the v2 one of a hybrid host is left out, as
+    /// runc leaves it): a tmpfs at /sys/fs/cgroup with each hierarchy's
+    /// cgroup at its place.
+    V1(Vec<Hierarchy>),
+}
+
+/// A cgroup v1 hierarchy of the view.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Hierarchy {
+    /// The controllers that make it a hierarchy (mount flags), or its
+    /// name (`name=systemd`: `name`).
+    pub controllers: Vec<String>,
+    pub name: Option<String>,
+    /// Its directory below /sys/fs/cgroup: the controllers comma-joined,
+    /// or the name.
+    pub place: String,
+    /// The process's cgroup, relative to the hierarchy's root in this
+    /// cgroup namespace (empty: the root).
+    pub path: String,
+}
+
+/// The view for a /proc/self/cgroup text; None when it names no cgroup
+/// this program can show (a path that climbs out of the namespace, `..`).
+pub fn cgroup_view(cgroup: &str) -> Option<CgroupView> {
+    let lines: Vec<(&str, &str)> = cgroup
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.splitn(3, ':');
+            let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+            Some((controllers, path))
+        })
+        .collect();
+    let relative = |path: &str| -> Option<String> {
+        let rest = path.strip_prefix('/')?;
+        rest.split('/').all(|p| p != ".." && p != ".").then(|| rest.to_string())
+    };
+    if lines.iter().all(|(c, _)| c.is_empty()) {
+        let (_, path) = lines.first()?;
+        return Some(CgroupView::V2 { path: relative(path)? });
+    }
+    let mut hierarchies = Vec::new();
+    for (controllers, path) in lines.into_iter().filter(|(c, _)| !c.is_empty()) {
+        let (controllers, name) = match controllers.strip_prefix("name=") {
+            Some(name) => (Vec::new(), Some(name.to_string())),
+            None => (controllers.split(',').map(str::to_string).collect(), None),
+        };
+        let place = name.clone().unwrap_or_else(|| controllers.join(","));
+        if place.is_empty() || place.contains('/') || place.starts_with('.') {
+            return None;
+        }
+        hierarchies.push(Hierarchy { controllers, name, place, path: relative(path)? });
+    }
+    Some(CgroupView::V1(hierarchies))
+}
+
 /// `oom_kill` of a cgroup v2 `memory.events` (its text); 0 without one.
 pub fn oom_kills(events: &str) -> u64 {
     events.lines().find_map(|l| l.strip_prefix("oom_kill ")).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
 }
 
+/// Field 22 of a `/proc/<pid>/stat` text: when the process started (clock
+/// ticks since boot). The command (field 2, in parentheses) may hold
+/// spaces and parentheses itself: the fields are counted after its last `)`.
 pub fn start_time(stat: &str) -> Option<&str> {
     stat.rsplit_once(')')?.1.split_whitespace().nth(19)
 }
@@ -54,6 +117,40 @@ mod tests {
                       9:devices:/machine.slice/pod/app-7\n\
                       1:name=systemd:/machine.slice/pod/system.slice/app.service\n\
                       0::/machine.slice/pod/app-7\n";
+
+    #[test]
+    fn the_own_cgroups_at_their_hierarchies_places() {
+        let Some(CgroupView::V1(got)) = cgroup_view(V1) else { panic!("not v1") };
+        let h = |controllers: &[&str], name: Option<&str>, place: &str, path: &str| Hierarchy {
+            controllers: controllers.iter().map(|c| c.to_string()).collect(),
+            name: name.map(str::to_string),
+            place: place.into(),
+            path: path.into(),
+        };
+        let want = [
+            h(&["pids"], None, "pids", "machine.slice/pod/app-7"),
+            h(&["memory"], None, "memory", "machine.slice/pod/app-7"),
+            h(&["cpu", "cpuacct"], None, "cpu,cpuacct", "machine.slice/pod"),
+            h(&["devices"], None, "devices", "machine.slice/pod/app-7"),
+            h(&[], Some("systemd"), "systemd", "machine.slice/pod/system.slice/app.service"),
+        ];
+        assert_eq!(got, want);
+        // in the pod's cgroup namespace: a hierarchy where the app is at the root
+        let Some(CgroupView::V1(got)) = cgroup_view("7:blkio:/\n4:memory:/app-0-a\n0::/system.slice/a.service\n")
+        else {
+            panic!("not v1")
+        };
+        assert_eq!(got, [h(&["blkio"], None, "blkio", ""), h(&["memory"], None, "memory", "app-0-a")]);
+        // pure v2: the one hierarchy is /sys/fs/cgroup itself
+        assert_eq!(
+            cgroup_view("0::/system.slice/0-web.service\n"),
+            Some(CgroupView::V2 { path: "system.slice/0-web.service".into() })
+        );
+        // a path that climbs, a place that is no directory name, nothing: no view
+        for bad in ["4:memory:/a/../../x\n", "3:a/b:/p\n", "0::/../x\n", "2:name=.:/p\n", ""] {
+            assert_eq!(cgroup_view(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn oom_kills_of_the_own_cgroup() {

@@ -63,6 +63,11 @@ pub struct ConfigDump {
 pub struct DumpFacts {
     pub external_mounts: Vec<String>,
     pub stdio: Vec<(i32, String)>,
+    /// Those of `external_mounts` that are cgroup hierarchies under
+    /// /sys/fs/cgroup: the restored container gets its own new cgroups
+    /// there (appexec's `cgroupfs=` names them to CRIU).
+    #[serde(default)]
+    pub cgroup_mounts: Vec<String>,
 }
 
 /// Containers of a pod in a user namespace are neither checkpointed nor
@@ -200,7 +205,11 @@ async fn dump_and_write(
 fn dump_facts(pid: i32) -> Result<DumpFacts, ContainerError> {
     let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
         .map_err(ContainerError::io(format!("reading the mounts of process {pid}")))?;
-    let mut facts = DumpFacts { external_mounts: external_mounts(&mountinfo), stdio: Vec::new() };
+    let mut facts = DumpFacts {
+        external_mounts: external_mounts(&mountinfo),
+        stdio: Vec::new(),
+        cgroup_mounts: cgroup_mounts(&mountinfo),
+    };
     // (CRIU's `mnt[KEY]:VALUE` cannot carry a `]` in the key)
     if let Some(odd) = facts.external_mounts.iter().find(|p| p.contains(']')) {
         return Err(ContainerError::FailedPrecondition(format!(
@@ -220,18 +229,48 @@ fn dump_facts(pid: i32) -> Result<DumpFacts, ContainerError> {
 
 /// The mount points of a container's mount table that came from its pod
 /// (propagated from it: `master:N`), but those under /proc (appexec's masks,
-/// binds of the pod's /dev/null: CRIU finds their source among the others).
+/// binds of the pod's /dev/null: CRIU finds their source among the others),
+/// and its own cgroups (`cgroup_mounts`), each once.
 pub fn external_mounts(mountinfo: &str) -> Vec<String> {
-    mountinfo
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(' ').collect();
-            let point = *fields.get(4)?;
-            let optional = fields.iter().skip(6).take_while(|f| **f != "-");
-            let from_pod = optional.into_iter().any(|f| f.starts_with("master:"));
-            (from_pod && point != "/" && point != "/proc" && !point.starts_with("/proc/")).then(|| unescape(point))
-        })
-        .collect()
+    let mut points: Vec<String> = Vec::new();
+    for line in mountinfo.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let Some(point) = fields.get(4) else { continue };
+        let optional = fields.iter().skip(6).take_while(|f| **f != "-");
+        let from_pod = optional.into_iter().any(|f| f.starts_with("master:"));
+        let wanted = (from_pod && *point != "/" && *point != "/proc" && !point.starts_with("/proc/"))
+            || cgroup_mount(&fields).is_some();
+        let point = unescape(point);
+        if wanted && !points.contains(&point) {
+            points.push(point);
+        }
+    }
+    points
+}
+
+/// The mount points of cgroup hierarchies at /sys/fs/cgroup and below it
+/// (the pod's, and the container's own cgroups on top of them), each once.
+pub fn cgroup_mounts(mountinfo: &str) -> Vec<String> {
+    let mut points: Vec<String> = Vec::new();
+    for line in mountinfo.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        if let Some(point) = cgroup_mount(&fields).map(unescape)
+            && !points.contains(&point)
+        {
+            points.push(point);
+        }
+    }
+    points
+}
+
+/// The mount point of a mountinfo line (split at spaces) when it is a
+/// cgroup hierarchy at /sys/fs/cgroup or below.
+fn cgroup_mount<'a>(fields: &[&'a str]) -> Option<&'a str> {
+    let point = *fields.get(4)?;
+    let fstype = fields.iter().skip_while(|f| **f != "-").nth(1)?;
+    let under = point == crate::stage1::api_vfs::CGROUP_FS
+        || point.strip_prefix(crate::stage1::api_vfs::CGROUP_FS).is_some_and(|rest| rest.starts_with('/'));
+    (under && (*fstype == "cgroup" || *fstype == "cgroup2")).then_some(point)
 }
 
 /// A mountinfo path with its octal escapes (`\040` for a space) undone.
@@ -508,6 +547,23 @@ mod tests {
 178 176 0:43 /null /proc/keys rw,nosuid master:10 - tmpfs tmpfs rw
 180 219 0:56 / /sys/firmware ro,nosuid - tmpfs tmpfs ro";
         assert_eq!(external_mounts(info), ["/sys", "/dev", "/etc/hosts", "/my data"]);
+        assert!(cgroup_mounts(info).is_empty());
+        // the pod's hierarchies and the container's own cgroups on top of them: each point once
+        let cgroups = "\
+219 218 0:22 / /sys ro,nosuid master:9 - sysfs sysfs rw
+240 219 0:25 / /sys/fs/cgroup ro,nosuid master:11 - tmpfs tmpfs ro
+241 240 0:30 / /sys/fs/cgroup/memory ro,nosuid master:12 - cgroup cgroup rw,memory
+242 240 0:31 / /sys/fs/cgroup/cpu,cpuacct ro,nosuid master:13 - cgroup cgroup rw,cpu,cpuacct
+250 241 0:30 /pod/app-0-a /sys/fs/cgroup/memory ro,nosuid - cgroup cgroup rw,memory
+251 242 0:31 /pod/app-0-a /sys/fs/cgroup/cpu,cpuacct ro,nosuid - cgroup cgroup rw,cpu,cpuacct
+252 219 0:32 / /sys/fs/cgroupx rw - cgroup2 cgroup2 rw";
+        assert_eq!(
+            external_mounts(cgroups),
+            ["/sys", "/sys/fs/cgroup", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu,cpuacct"]
+        );
+        assert_eq!(cgroup_mounts(cgroups), ["/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu,cpuacct"]);
+        let v2 = "260 219 0:26 /system.slice/a.service /sys/fs/cgroup ro,nosuid - cgroup2 cgroup2 rw";
+        assert_eq!(cgroup_mounts(v2), ["/sys/fs/cgroup"]);
         // an escape cut short or before a multi-byte character stays as it is
         assert_eq!(unescape("/a\\04"), "/a\\04");
     }

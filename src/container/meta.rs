@@ -221,10 +221,15 @@ pub fn devices(app: &RuntimeApp) -> Vec<Device> {
     user_annotations(app).get(DEVICES).and_then(|j| serde_json::from_str(j).ok()).unwrap_or_default()
 }
 
+/// Whether the container is privileged.
+pub fn privileged(app: &RuntimeApp) -> bool {
+    user_annotations(app).get(PRIVILEGED).is_some_and(|v| v == "true")
+}
+
 /// The device nodes the kernel lets the container open and make: the
 /// default list plus its devices, or everything when privileged.
 pub fn allowed_devices(app: &RuntimeApp) -> crate::cgroup::devices::Allowed {
-    let privileged = user_annotations(app).get(PRIVILEGED).is_some_and(|v| v == "true");
+    let privileged = privileged(app);
     let devices = devices(app);
     crate::cgroup::devices::Allowed::for_container(
         privileged,

@@ -155,7 +155,8 @@ fn restore_unit(
     );
     args.extend(["--pidfile".to_string(), pidfile.clone()]);
     let is_volume = |point: &str| t.app.mounts.iter().any(|m| Path::new(&m.path) == Path::new(point));
-    for point in &facts.external_mounts {
+    // the container's own cgroups are its new ones: appexec names them (`cgroupfs=`)
+    for point in facts.external_mounts.iter().filter(|p| !facts.cgroup_mounts.contains(p)) {
         // a volume is in this app's root, where CreateContainer put it; the
         // rest (/dev, /sys, identity files...) is the pod's own
         let source = if is_volume(point) { format!("{rootfs}{point}") } else { point.clone() };
@@ -191,6 +192,8 @@ fn restore_unit(
         root_read_only: t.app.read_only_root_fs,
         cgroup_wait: placed.as_ref().map(|(_, wait)| wait.clone()),
         oom_marker: Some(oom_marker(t)),
+        // (a checkpoint without them, from an older rktlet, has its pod's at their places)
+        cgroup_view: (!facts.cgroup_mounts.is_empty()).then(|| !meta::privileged(&t.app)),
         ..Default::default()
     };
     let mut spec = ServiceSpec::new(unit(&t.app.name), plan.command(&criu_cmd));
@@ -351,7 +354,9 @@ fn plan_namespaces_and_cgroups(
     // appexec waits for that before anything of the app runs, so what it
     // charges from its first instruction is in its own stats and limits (a
     // v1 process moved later leaves its CPU time and memory behind)
-    let placed = if pid_mode == PidMode::Host { None } else { place_before_start(t, &limits, id)? };
+    // (a host-PID app's template too: the app's own cgroups it shows at
+    // /sys/fs/cgroup are those it is in when it makes the app's mounts)
+    let placed = place_before_start(t, &limits, id)?;
     // so does one whose environment has what systemd refuses in a unit (a
     // name such as `data-1`, a control character): appexec puts it in place
     let env_file = environment_file(t, paths)?;
@@ -366,6 +371,7 @@ fn plan_namespaces_and_cgroups(
         Some(AppexecPaths { masked, readonly, shared, apparmor, cgroup_wait, env_file })
     } else {
         tokio::task::block_in_place(|| api_file_systems(&t.pod, pid1, spec, masked, readonly))?;
+        own_cgroup_bind(t, spec);
         None
     };
     if t.app.read_only_root_fs {
@@ -767,6 +773,28 @@ fn api_binds_for_appexec(app: &RuntimeApp, spec: &mut ServiceSpec) {
     }
 }
 
+/// The app's own cgroup at its /sys/fs/cgroup for an app systemd gives its
+/// namespaces (pure cgroup v2: the unit's cgroup is the app's; on v1 such
+/// an app has no cgroups of its own), as appexec binds them for the others
+/// (`cgroupfs=`): read-only but for a privileged container. The pod's
+/// systemd sees its own cgroup namespace, whose root is the pod's payload.
+fn own_cgroup_bind(t: &Target, spec: &mut ServiceSpec) {
+    if !crate::cgroup::Layout::cached().is_ok_and(|l| l.is_pure_v2()) {
+        return;
+    }
+    let bind = BindPath {
+        source: format!("{}/system.slice/{}", crate::stage1::api_vfs::CGROUP_FS, unit(&t.app.name)),
+        destination: crate::stage1::api_vfs::CGROUP_FS.into(),
+        ignore_missing: false,
+        recursive: false,
+    };
+    if meta::privileged(&t.app) {
+        spec.bind_paths.push(bind);
+    } else {
+        spec.bind_read_only_paths.push(bind);
+    }
+}
+
 /// /proc, /sys and /dev in an app of the pod's PID namespace, with its
 /// masked and read-only paths. Apps asking for at least kubelet's defaults
 /// bind the pod's own (its /proc masked once, `stage1/api_vfs.rs`) plus
@@ -909,6 +937,7 @@ fn own_pid_namespace(
         cgroup_wait,
         env_file,
         oom_marker: Some(oom_marker(t)),
+        cgroup_view: Some(!meta::privileged(&t.app)),
         ..Default::default()
     };
     plan.groups = std::mem::take(&mut spec.supplementary_groups)

@@ -139,6 +139,10 @@ fn needs(pid: &PidMode) -> Vec<&'static str> {
         "move_mount",
         "pivot_root",
         "umount2",
+        // (the app's own cgroup v1 hierarchies, mounted afresh)
+        "fsopen",
+        "fsconfig",
+        "fsmount",
         "setsid",
         "ioctl",
     ];
@@ -152,8 +156,10 @@ fn needs(pid: &PidMode) -> Vec<&'static str> {
 /// The other calls appexec makes under the app's filter (besides its
 /// start-up) that its child no longer needs once its own filter is in:
 /// let through, then denied again like the namespace calls.
-const DENIED_AGAIN: [&str; 20] = [
+const DENIED_AGAIN: [&str; 22] = [
     "waitid",
+    "symlink",
+    "symlinkat",
     "nanosleep",
     "clock_nanosleep",
     "chdir",
@@ -186,7 +192,8 @@ pub(super) const STILL_NEEDED: [&str; 10] =
 /// (`@system-service`, RuntimeDefault's, holds every call appexec makes but
 /// the @mount ones).
 fn names(entry: &str, call: &str) -> bool {
-    const MOUNT_API: [&str; 6] = ["mount", "mount_setattr", "open_tree", "move_mount", "pivot_root", "umount2"];
+    const MOUNT_API: [&str; 9] =
+        ["mount", "mount_setattr", "open_tree", "move_mount", "pivot_root", "umount2", "fsopen", "fsconfig", "fsmount"];
     match (call, entry) {
         (_, "@known") => true,
         (_, "@mount") => MOUNT_API.contains(&call),
@@ -246,6 +253,11 @@ pub struct Plan {
     /// Where appexec marks, once the app has ended, that its unit's cgroup
     /// v2 counted an OOM kill (`stage1::app::OOM_KILLED`).
     pub oom_marker: Option<String>,
+    /// The app's own cgroups at its /sys/fs/cgroup (`cgroupfs=`), as runc
+    /// shows them (kubelet's swap checks and programs that size themselves
+    /// read the container's limits there): `Some(true)` read-only, as for
+    /// every container but a privileged one.
+    pub cgroup_view: Option<bool>,
     /// The app's root in the pod: appexec makes its mount namespace (none
     /// from systemd), the binds, and pivots into it.
     pub root: Option<String>,
@@ -282,6 +294,7 @@ impl Plan {
             if self.root_read_only {
                 args.push("rootro".into());
             }
+            self.cgroup_args(&mut args);
             args.extend(["--".into(), app.path.clone()]);
             args.extend(app.argv.iter().cloned());
             let mut cmd = ExecCommand::new(IN_POD, args);
@@ -329,15 +342,25 @@ impl Plan {
             args.push("nnp".into());
         }
         args.extend(self.apparmor.iter().map(|p| format!("aa={p}")));
-        args.extend(self.cgroup_wait.iter().map(|(name, n)| format!("cgwait={name}:{n}")));
         args.extend(self.env_file.iter().map(|f| format!("env={f}")));
-        args.extend(self.oom_marker.iter().map(|f| format!("oom={f}")));
+        self.cgroup_args(&mut args);
         args.push("--".into());
         args.push(app.path.clone());
         args.extend(app.argv.iter().cloned());
         let mut cmd = ExecCommand::new(IN_POD, args);
         cmd.argv[0] = COMM.into();
         cmd
+    }
+}
+
+impl Plan {
+    /// What restored and started apps alike take: where appexec waits to
+    /// be placed (cgroup v1), where it marks an OOM kill, and the app's own
+    /// cgroups at its /sys/fs/cgroup.
+    fn cgroup_args(&self, args: &mut Vec<String>) {
+        args.extend(self.cgroup_wait.iter().map(|(name, n)| format!("cgwait={name}:{n}")));
+        args.extend(self.oom_marker.iter().map(|f| format!("oom={f}")));
+        args.extend(self.cgroup_view.map(|ro| format!("cgroupfs={}", if ro { "ro" } else { "rw" })));
     }
 }
 
@@ -416,7 +439,17 @@ mod tests {
     fn the_filter_lets_appexec_through_and_keeps_what_it_denied() {
         // RuntimeDefault: unshare is in @system-service (through @process), mount is not
         let (allow, deny) = widen(&PidMode::Container, true, &list(&["@system-service"]));
-        let mount_api = ["mount", "mount_setattr", "open_tree", "move_mount", "pivot_root", "umount2"];
+        let mount_api = [
+            "mount",
+            "mount_setattr",
+            "open_tree",
+            "move_mount",
+            "pivot_root",
+            "umount2",
+            "fsopen",
+            "fsconfig",
+            "fsmount",
+        ];
         assert_eq!(allow[..3], ["mount", "mount_setattr", "unshare"]);
         assert!(allow.iter().any(|c| c == "setresuid") && allow.iter().any(|c| c == "chdir"));
         assert_eq!(deny, mount_api);
@@ -451,8 +484,12 @@ mod tests {
             root: Some("/opt/stage2/a/rootfs".into()),
             root_read_only: true,
             caps: Some(0x20),
+            cgroup_wait: Some(("app-0-a".into(), 3)),
+            oom_marker: Some("/rkt/status/a.oom".into()),
+            cgroup_view: Some(true),
             ..Default::default()
         };
+        // (CRIU runs in the app's cgroups, and is told where the app's own go)
         assert_eq!(
             plan.command(&criu).argv,
             list(&[
@@ -460,6 +497,9 @@ mod tests {
                 "restore=/rkt/checkpoint/a/restored.pid",
                 "root=/opt/stage2/a/rootfs",
                 "rootro",
+                "cgwait=app-0-a:3",
+                "oom=/rkt/status/a.oom",
+                "cgroupfs=ro",
                 "--",
                 "/usr/sbin/criu",
                 "/usr/sbin/criu",
