@@ -89,8 +89,39 @@ pub fn tty(path_in_pod: &str, stdin: bool) -> Vec<Property> {
 
 /// Limits as the pod's systemd takes them on a cgroup v2 host: MemoryMax,
 /// CPUWeight (from CPU shares as Kubernetes converts them), CPUQuotaPerSecUSec
-/// and CPUQuotaPeriodUSec, TasksMax.
+/// and CPUQuotaPeriodUSec, TasksMax; then the CRI `unified` files systemd
+/// has a property for, which win over the fields (the daemon writes every
+/// `unified` file once the unit runs: these hold from the app's first
+/// instruction).
 pub fn limits(l: &Limits) -> Vec<Property> {
+    let mut p = field_limits(l);
+    for (file, value) in &l.unified {
+        let Some((name, value)) = unified_property(file, value) else { continue };
+        p.retain(|q| q.name != name);
+        p.push(Property::u64(name, value));
+    }
+    p
+}
+
+/// The systemd property of a cgroup v2 file and its value (`max`: systemd's
+/// infinity), for the files whose property takes the file's plain number.
+fn unified_property(file: &str, value: &str) -> Option<(&'static str, u64)> {
+    let name = match file {
+        "pids.max" => "TasksMax",
+        "memory.max" => "MemoryMax",
+        "memory.high" => "MemoryHigh",
+        "memory.low" => "MemoryLow",
+        "memory.min" => "MemoryMin",
+        "memory.swap.max" => "MemorySwapMax",
+        "cpu.weight" => "CPUWeight",
+        _ => return None,
+    };
+    let value = value.trim();
+    let n = if value == "max" { u64::MAX } else { value.parse().ok()? };
+    Some((name, n))
+}
+
+fn field_limits(l: &Limits) -> Vec<Property> {
     let mut p = Vec::new();
     if let Some(m) = l.memory_bytes.and_then(|m| u64::try_from(m).ok()) {
         p.push(Property::u64("MemoryMax", m));
@@ -157,6 +188,18 @@ mod tests {
             [("CPUWeight".to_string(), 1)]
         );
         assert!(limits(&Limits::default()).is_empty());
+        // unified files systemd has a property for, over the fields; the others are written later
+        let unified = Limits {
+            pids: Some(100),
+            memory_bytes: Some(64 << 20),
+            unified: [("pids.max", "50"), ("memory.high", "max"), ("io.weight", "default 100"), ("cpu.weight", "x")]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .into(),
+            ..Default::default()
+        };
+        let want: Vec<(String, u64)> =
+            [("MemoryMax", 64 << 20), ("MemoryHigh", u64::MAX), ("TasksMax", 50)].map(|(n, v)| (n.into(), v)).into();
+        assert_eq!(values(&limits(&unified)), want);
     }
 
     #[test]
