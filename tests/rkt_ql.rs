@@ -135,11 +135,14 @@ fn rktlets_index_changes_reach_rkts_database() {
     let rkt = rktlet::image::ql::read_dir(&late.cas().root().join("db")).unwrap().unwrap();
     assert!(!rkt.aciinfo.iter().any(|a| a.blobkey == other.blobkey), "removed by rkt, back again");
     assert_eq!(rkt.aciinfo.len(), 4);
-    // a store rkt never used gets no ql.db
+    // a store rkt never used gets rkt's database with rktlet's image (rkt lists it)
     let t = tempfile::tempdir().unwrap();
     let plain = Store::open(&DataDir::new(t.path().join("data")), RegistryConfig::default()).unwrap();
+    put_blob(&plain, &key);
     plain.cas().update_index(|i| i.upsert_aci(row.clone())).unwrap();
-    assert!(!plain.cas().root().join("db/ql.db").exists());
+    let rkt = rktlet::image::ql::read_dir(&plain.cas().root().join("db")).unwrap().expect("rkt's database made");
+    assert_eq!(rkt.aciinfo.iter().map(|a| a.blobkey.as_str()).collect::<Vec<_>>(), [key.as_str()]);
+    assert_eq!(rkt.version, Some(rktlet::image::ql::RKT_DB_VERSION));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -8,9 +8,10 @@
 //! columns; times as Unix nanoseconds) plus `layerdigest` (registry blob
 //! digest -> layer key, so a layer is found before it is downloaded). It is a
 //! JSON file rewritten atomically while holding an exclusive flock on `db/`,
-//! as rkt serializes its ql transactions; readers need no lock. When rkt's
-//! own `db/ql.db` exists, each change is also written into it, in the same
-//! lock (`ql::write::mirror_held`).
+//! as rkt serializes its ql transactions; readers need no lock. Each change
+//! is also written into rkt's own `db/ql.db`, in the same lock, which the
+//! first change makes as rkt would when rkt never opened the store
+//! (`ql::write::mirror_held`).
 
 use crate::fsutil;
 use crate::lock::{self, HeldLock};

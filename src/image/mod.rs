@@ -492,7 +492,14 @@ impl Store {
         self.parsed.manifests.retain(|key| index.aciinfo.iter().any(|a| &a.blobkey == key));
         let mut rows: Vec<_> = index.aciinfo.iter().filter(|a| !a.is_layer()).collect();
         rows.sort_by_key(|a| a.importtime);
-        rows.iter().map(|a| self.image_from(&index, &a.blobkey)).collect()
+        rows.iter()
+            .filter_map(|a| match self.image_from(&index, &a.blobkey) {
+                // removed by rkt (`rkt image rm` takes the manifest and the
+                // blob, and its own row): not listed, as rkt no longer lists it
+                Err(ImageError::NotFound(_)) => None,
+                other => Some(other),
+            })
+            .collect()
     }
 
     /// The rendered tree of an image, rendering it from the stored layers if

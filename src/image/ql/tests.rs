@@ -645,12 +645,44 @@ fn a_change_of_rktlets_index_reaches_rkts_database() {
     // a failed change leaves the file as it was
     let kept = fs::read(dir.path().join(DB_FILE)).unwrap();
     let held = lock::exclusive_dir(dir.path()).unwrap();
-    let err = write::update_held(dir.path(), |db| db.insert("aciinfo", &[("nosuch", scalar::Scalar::Null)]));
+    let err = write::update_held(dir.path(), false, |db| db.insert("aciinfo", &[("nosuch", scalar::Scalar::Null)]));
     drop(held);
     assert!(err.is_err());
     assert!(fs::read(dir.path().join(DB_FILE)).unwrap() == kept, "file changed by a failed change");
     let left: Vec<_> = fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(left, [std::ffi::OsString::from(DB_FILE)], "nothing else left behind");
+}
+
+/// A store rkt never opened: rktlet's first change makes rkt's database, as
+/// rkt makes it (the schema, mode 0666), with every row of rktlet's index,
+/// so `rkt image list` finds rktlet's images; a store's database is made
+/// only by a change (`update_dir` leaves a store without one alone).
+#[test]
+fn a_store_rkt_never_opened_gets_rkts_database_with_rktlets_rows() {
+    let (empty, _) = fixture("empty");
+    assert!(write::EMPTY_DB == &empty[..], "the embedded empty database is the one rkt 1.30 makes");
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(write::update_dir(dir.path(), |_| Ok(())).unwrap(), None);
+    assert!(!dir.path().join(DB_FILE).exists());
+    let (three, _) = fixture("three");
+    let rkt = parse(&three).unwrap();
+    let after = Index { aciinfo: rkt.aciinfo.clone(), remote: rkt.remote.clone(), ..Default::default() };
+    let held = lock::exclusive_dir(dir.path()).unwrap();
+    let written = write::mirror_held(dir.path(), &Index::default(), &after, |_| true).unwrap();
+    drop(held);
+    assert_eq!(written, Some(rkt.aciinfo.len() + rkt.remote.len()));
+    let got = read_dir(dir.path()).unwrap().unwrap();
+    let sorted = |mut v: Vec<AciInfo>| {
+        v.sort_by(|a, b| a.blobkey.cmp(&b.blobkey));
+        v
+    };
+    assert_eq!(sorted(got.aciinfo.clone()), sorted(rkt.aciinfo.clone()));
+    assert_eq!(got.remote.len(), rkt.remote.len());
+    let out = fs::read(dir.path().join(DB_FILE)).unwrap();
+    check_allocator(&out);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = fs::metadata(dir.path().join(DB_FILE)).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o666, "rkt's mode");
 }
 
 #[test]

@@ -1328,22 +1328,37 @@ pub fn update_dir<T>(db_dir: &Path, change: impl FnOnce(&mut Db) -> Result<T, Ql
         return Ok(None);
     }
     let _lock = lock::exclusive_dir(db_dir).map_err(io_ctx(format!("locking {}", db_dir.display())))?;
-    update_held(db_dir, change)
+    update_held(db_dir, false, change)
 }
 
+/// The database rkt 1.30 makes when it opens a store that has none: its
+/// schema (version 7) and no rows, as the real ql wrote it
+/// (`tests/fixtures/ql/empty.db`, the same bytes). rktlet starts from it in
+/// a store rkt never opened, so rkt finds rktlet's images there.
+pub const EMPTY_DB: &[u8] = include_bytes!("empty.db");
+
+/// The mode rkt gives its database (it runs with umask 0).
+const DB_MODE: u32 = 0o666;
+
 /// [`update_dir`] for a caller that holds the exclusive lock on `db_dir`.
-pub fn update_held<T>(db_dir: &Path, change: impl FnOnce(&mut Db) -> Result<T, QlError>) -> Result<Option<T>, QlError> {
+/// With `create`, a store without rkt's database gets one ([`EMPTY_DB`]
+/// with the change); without, nothing is done there (`None`).
+pub fn update_held<T>(
+    db_dir: &Path,
+    create: bool,
+    change: impl FnOnce(&mut Db) -> Result<T, QlError>,
+) -> Result<Option<T>, QlError> {
     let path = db_dir.join(super::DB_FILE);
     match fs::metadata(db_dir.join(WAL_FILE)) {
         Ok(m) if m.len() > 0 => return Err(QlError::PendingWal(path)),
         _ => {}
     }
-    let bytes = match fs::read(&path) {
-        Ok(b) => b,
+    let (bytes, mode) = match fs::read(&path) {
+        Ok(b) => (b, fs::metadata(&path).map(|m| m.permissions().mode() & 0o7777).unwrap_or(DB_MODE)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound && create => (EMPTY_DB.to_vec(), DB_MODE),
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_ctx(format!("reading {}", path.display()))(e)),
     };
-    let mode = fs::metadata(&path).map(|m| m.permissions().mode() & 0o7777).unwrap_or(0o644);
     let mut db = Db::new(bytes)?;
     let out = change(&mut db)?;
     let data = db.into_bytes();
@@ -1378,9 +1393,10 @@ pub fn rkt_aciurl(rktlet: &str) -> Option<String> {
 /// database lacks or holds differently is written (rkt's DELETE + INSERT),
 /// so rows from before rkt created its database get there too. Rows only
 /// rkt has are left alone, and so are rows whose blob `stored` says is gone
-/// (rkt removed the image: it must not come back). The caller holds the
-/// exclusive lock on `db_dir`. Returns how many rows were written or deleted
-/// (`None`: rkt has no database here).
+/// (rkt removed the image: it must not come back). A store without rkt's
+/// database gets one, as rkt would make it, with every row of `after`: rkt
+/// then lists the images of a store only rktlet filled. The caller holds the
+/// exclusive lock on `db_dir`. Returns how many rows were written or deleted.
 pub fn mirror_held(
     db_dir: &Path,
     before: &Index,
@@ -1402,7 +1418,7 @@ pub fn mirror_held(
         .iter()
         .filter_map(|r| rkt_aciurl(&r.aciurl).map(|aciurl| Remote { aciurl, ..r.clone() }))
         .collect();
-    update_held(db_dir, |db| {
+    update_held(db_dir, true, |db| {
         let rkt = super::parse(&db.data)?;
         let mut n = 0;
         for key in &aci_gone {

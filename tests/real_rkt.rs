@@ -1,0 +1,131 @@
+//! The real rkt 1.30.0 and rktlet on one data directory, both ways (issue
+//! 37): rkt lists, shows, exports and removes the images of a directory
+//! rktlet alone created; rktlet lists and shows the images rkt fetched, and
+//! leaves their removal to rkt.
+//! `RKT` names a rkt binary; otherwise the one shipped xz-compressed in the
+//! shared tools (`../shared/tools/rkt/rkt-1.30.0.xz` beside the project) is
+//! unpacked once under the target dir. Without either, each test prints a
+//! counted SKIPPED line.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+const BIN: &str = env!("CARGO_BIN_EXE_rktlet");
+
+/// The rkt binary, or why there is none.
+fn rkt_binary() -> Result<&'static Path, String> {
+    static RKT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    RKT.get_or_init(|| {
+        if let Some(path) = std::env::var_os("RKT") {
+            return Ok(PathBuf::from(path));
+        }
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tools/rkt/rkt-1.30.0.xz");
+        let dest = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rkt-1.30.0");
+        if dest.exists() {
+            return Ok(dest);
+        }
+        if !shipped.exists() {
+            return Err(format!("no rkt: set RKT=path or provide {}", shipped.display()));
+        }
+        let out = Command::new("xz").arg("-dc").arg(&shipped).output().map_err(|e| format!("xz: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("unpacking {}: {}", shipped.display(), String::from_utf8_lossy(&out.stderr)));
+        }
+        let tmp = dest.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&tmp, &out.stdout).map_err(|e| e.to_string())?;
+        std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .map_err(|e| e.to_string())?;
+        std::fs::rename(&tmp, &dest).map_err(|e| e.to_string())?;
+        Ok(dest)
+    })
+    .as_deref()
+    .map_err(Clone::clone)
+}
+
+/// Runs `program` on data directory `dir` (`--dir=`, which both take);
+/// its stdout, or a panic with what it said.
+fn run(program: &Path, dir: &Path, args: &[&str]) -> String {
+    let out = Command::new(program).arg(format!("--dir={}", dir.display())).args(args).output().expect("run");
+    assert!(
+        out.status.success(),
+        "{} {args:?} failed: {}{}",
+        program.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn write_aci(dir: &Path, file: &str, name: &str) -> PathBuf {
+    let path = dir.join(file);
+    std::fs::write(&path, common::aci::aci(name, "hello")).expect("write aci");
+    path
+}
+
+#[test]
+fn rkt_reads_and_removes_the_images_of_a_directory_rktlet_created() {
+    let rkt = match rkt_binary() {
+        Ok(p) => p,
+        Err(why) => return common::skipped("rkt_reads_and_removes_the_images_of_a_directory_rktlet_created", &why),
+    };
+    let t = tempfile::tempdir().expect("tempdir");
+    let data = t.path().join("data");
+    let aci = write_aci(t.path(), "made.aci", "example.com/rktlet-made");
+    let id = run(Path::new(BIN), &data, &["--insecure-options=image", "fetch", &aci.display().to_string()]);
+    let id = id.trim().to_string();
+    assert!(id.starts_with("sha512-"), "{id}");
+
+    // rkt never opened this directory: it lists rktlet's image all the same
+    let list = run(rkt, &data, &["image", "list", "--no-legend", "--full"]);
+    let line = list.lines().find(|l| l.starts_with(&id)).unwrap_or_else(|| panic!("rkt lists no {id}: {list}"));
+    assert!(line.contains("example.com/rktlet-made"), "{line}");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&run(rkt, &data, &["image", "cat-manifest", &id])).expect("rkt prints the manifest");
+    assert_eq!(manifest["name"], "example.com/rktlet-made");
+    let exported = t.path().join("exported.aci");
+    run(rkt, &data, &["image", "export", &id, &exported.display().to_string()]);
+    assert!(std::fs::metadata(&exported).is_ok_and(|m| m.len() > 0), "rkt exported nothing");
+
+    // removed by rkt: gone for rktlet too
+    run(rkt, &data, &["image", "rm", &id]);
+    let left = run(Path::new(BIN), &data, &["image", "list"]);
+    assert!(!left.contains(&id[..19]), "rktlet still lists the image rkt removed: {left}");
+    let left = run(rkt, &data, &["image", "list", "--no-legend", "--full"]);
+    assert!(!left.contains(&id), "{left}");
+}
+
+#[test]
+fn rktlet_lists_rkts_images_and_leaves_their_removal_to_rkt() {
+    let rkt = match rkt_binary() {
+        Ok(p) => p,
+        Err(why) => return common::skipped("rktlet_lists_rkts_images_and_leaves_their_removal_to_rkt", &why),
+    };
+    let t = tempfile::tempdir().expect("tempdir");
+    let data = t.path().join("data");
+    let aci = write_aci(t.path(), "theirs.aci", "example.com/rkt-made");
+    let id = run(rkt, &data, &["--insecure-options=image", "fetch", &aci.display().to_string()]);
+    let id = id.trim().to_string();
+    assert!(id.starts_with("sha512-"), "{id}");
+    let list = run(Path::new(BIN), &data, &["image", "list"]);
+    assert!(list.contains("example.com/rkt-made"), "rktlet does not list rkt's image: {list}");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&run(Path::new(BIN), &data, &["image", "cat-manifest", &id]))
+            .expect("rktlet prints the manifest");
+    assert_eq!(manifest["name"], "example.com/rkt-made");
+    // an image rktlet fetches into rkt's directory reaches rkt's database beside rkt's own
+    let mine = write_aci(t.path(), "mine.aci", "example.com/rktlet-made");
+    let my_id = run(Path::new(BIN), &data, &["--insecure-options=image", "fetch", &mine.display().to_string()]);
+    let list = run(rkt, &data, &["image", "list", "--no-legend", "--full"]);
+    assert!(list.contains(my_id.trim()) && list.contains(&id), "{list}");
+    // rkt's own image is rkt's to remove: rktlet says so and keeps it
+    let refused = Command::new(BIN).arg(format!("--dir={}", data.display())).args(["image", "rm", &id]).output();
+    let refused = refused.expect("run rktlet");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && said.contains("rkt image rm"), "{said}");
+    run(rkt, &data, &["image", "rm", &id]);
+    let list = run(Path::new(BIN), &data, &["image", "list"]);
+    assert!(!list.contains("example.com/rkt-made") && list.contains(my_id.trim()), "{list}");
+}
