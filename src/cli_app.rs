@@ -263,6 +263,35 @@ fn id(uuid: &str, app: &str) -> String {
     format!("{uuid}:{app}")
 }
 
+/// The app `name` names among `apps`, as rkt names apps (`--app=NAME`): the
+/// app of that name, else the one `app add --name=NAME` made
+/// (`<attempt>-NAME`, the CRI's form), its latest attempt.
+pub fn app_named<'a>(apps: impl IntoIterator<Item = &'a str>, name: &str) -> Option<&'a str> {
+    let mut latest: Option<(u32, &str)> = None;
+    for app in apps {
+        if app == name {
+            return Some(app);
+        }
+        let attempt = app.split_once('-').filter(|(_, rest)| *rest == name).and_then(|(n, _)| n.parse::<u32>().ok());
+        if let Some(n) = attempt
+            && latest.is_none_or(|(m, _)| n > m)
+        {
+            latest = Some((n, app));
+        }
+    }
+    latest.map(|(_, app)| app)
+}
+
+/// The container id of pod `uuid`'s app `app` ([`app_named`]); as given
+/// when the pod cannot be read (the verb then says what is wrong).
+fn app_id(rt: &Runtime, uuid: &str, app: &str) -> String {
+    let found = Pod::open(&rt.data, uuid)
+        .ok()
+        .and_then(|pod| rt.manifests.read(&pod).ok())
+        .and_then(|m| app_named(m.apps.iter().map(|a| a.name.as_str()), app).map(str::to_string));
+    id(uuid, found.as_deref().unwrap_or(app))
+}
+
 /// `app add`: prints the container id.
 pub fn add(data_dir: PathBuf, a: AddArgs) -> Result<String, String> {
     let req = a.to_cri()?;
@@ -278,7 +307,7 @@ pub fn add(data_dir: PathBuf, a: AddArgs) -> Result<String, String> {
 /// `app start|stop|rm UUID --app=NAME`.
 pub fn lifecycle(data_dir: PathBuf, verb: &str, uuid: &str, app: &str, timeout: i64) -> Result<(), String> {
     let (tokio, rt) = runtime(data_dir)?;
-    let container_id = id(uuid, app);
+    let container_id = app_id(&rt, uuid, app);
     let result = tokio.block_on(async {
         match verb {
             "start" => crate::container::start::start(&rt, &container_id).await,
@@ -311,7 +340,8 @@ pub fn exec(
     cmd: Vec<String>,
 ) -> Result<crate::stage1::exec::ExecOutput, String> {
     let (tokio, rt) = runtime(data_dir)?;
-    tokio.block_on(crate::container::exec::exec_sync(&rt, &id(uuid, app), cmd, timeout)).map_err(|e| e.to_string())
+    let id = app_id(&rt, uuid, app);
+    tokio.block_on(crate::container::exec::exec_sync(&rt, &id, cmd, timeout)).map_err(|e| e.to_string())
 }
 
 /// `app exec` on a terminal: the command gets a terminal of its own, sized
@@ -323,7 +353,7 @@ pub fn exec_tty(data_dir: PathBuf, uuid: &str, app: &str, cmd: Vec<String>) -> R
     use nix::sys::termios::{SetArg, cfmakeraw, tcgetattr, tcsetattr};
     use std::io::{Read, Write};
     let (tokio, rt) = runtime(data_dir)?;
-    let id = id(uuid, app);
+    let id = app_id(&rt, uuid, app);
     let app = crate::container::exec::running_app(&rt, &id).map_err(|e| e.to_string())?;
     let stdin = std::io::stdin();
     let saved = tcgetattr(&stdin).map_err(|e| format!("reading the terminal's mode: {e}"))?;
@@ -406,6 +436,8 @@ pub fn show(
     rt.reconcile_pod(&mut pod);
     let running = pod.state().map_err(|e| e.to_string())? == PodState::Running;
     let manifest = pod.read_manifest().map_err(|e| e.to_string())?;
+    let named = app.and_then(|name| app_named(manifest.apps.iter().map(|a| a.name.as_str()), name));
+    let app = named.or(app);
     let mut rows: Vec<AppInfo> = manifest
         .apps
         .iter()
@@ -517,4 +549,20 @@ pub fn stats(data_dir: PathBuf, json: bool) -> Result<String, String> {
         ));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::app_named;
+
+    #[test]
+    fn apps_by_rkts_name_or_the_cri_attempts() {
+        let apps = ["0-web", "1-web", "bb", "2-db", "x-web"];
+        assert_eq!(app_named(apps, "bb"), Some("bb"), "rkt's own name");
+        assert_eq!(app_named(apps, "web"), Some("1-web"), "the latest attempt");
+        assert_eq!(app_named(apps, "1-web"), Some("1-web"), "the CRI's name itself");
+        assert_eq!(app_named(apps, "db"), Some("2-db"));
+        assert_eq!(app_named(apps, "nosuch"), None);
+        assert_eq!(app_named(["web-0"], "0"), None, "an attempt is a number before the name");
+    }
 }

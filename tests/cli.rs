@@ -95,6 +95,25 @@ fn cli_runs_a_pod_and_an_app_without_the_daemon() {
         assert!(err.contains("not found") && err.contains(app.trim_start_matches("--app=")), "{err}");
     }
 
+    // rkt's names: an ACI by its name (and version label), an app by the name it was added as
+    let aci = t.path().join("named.aci");
+    std::fs::write(&aci, common::aci::aci("example.com/named", "hi")).expect("aci");
+    let aci_id = rktlet(&dir, &["--insecure-options=image", "fetch", &aci.display().to_string()]);
+    for image in ["example.com/named:1.0", "example.com/named"] {
+        let cid = rktlet(&dir, &["app", "add", &uuid, image, "--name=named", "--exec=/bin/true"]);
+        assert_eq!(cid, format!("{uuid}:0-named"), "{image}");
+        let status = json(&dir, &["app", "status", &uuid, "--app=named", "--format=json"]);
+        assert_eq!((status["state"].as_str(), status["image_id"].as_str()), (Some("created"), Some(aci_id.as_str())));
+        rktlet(&dir, &["app", "rm", &uuid, "--app=named"]);
+    }
+    let out = Command::new(BIN)
+        .arg("--dir")
+        .arg(&dir)
+        .args(["app", "add", &uuid, "example.com/named:2.0", "--name=v2"])
+        .output()
+        .expect("app add");
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("not found"), "{out:?}");
+
     // a running app's status shows what it uses: a 1 MB file in its writable layer, CPU, memory
     let script = "head -c 1000000 /dev/zero > /tmp/f; exec sleep 100";
     rktlet(&dir, &["app", "add", &uuid, &id, "--name=user", "--exec=/bin/sh", "--", "-c", script]);

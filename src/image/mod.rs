@@ -369,8 +369,37 @@ impl Store {
                 .ok_or_else(|| ImageError::NotFound(reference_or_id.to_string()));
         }
         let index = self.index()?;
-        let key = resolve_key(&index, reference_or_id)?;
+        let key = match resolve_key(&index, reference_or_id) {
+            Ok(key) => key,
+            // rkt's image string: an ACI by its manifest's name and version label
+            Err(e) => self.aci_by_name(&index, reference_or_id)?.ok_or(e)?,
+        };
         self.image_from(&index, &key)
+    }
+
+    /// The key of the ACI rkt's image string `name[:version]` names (as `rkt
+    /// app add` and `rkt run` take it): an image whose manifest is named
+    /// `name`, with the label `version` when one is given; of several, the
+    /// newest import. None when there is none.
+    fn aci_by_name(&self, index: &Index, s: &str) -> Result<Option<String>, ImageError> {
+        let (name, version) = match s.rsplit_once(':') {
+            Some((name, version)) if !version.contains('/') && !version.is_empty() => (name, Some(version)),
+            _ => (s, None),
+        };
+        let mut found: Option<&cas::AciInfo> = None;
+        for row in index.aciinfo.iter().filter(|a| !a.is_layer() && a.name == name) {
+            if let Some(v) = version {
+                match self.read_manifest(&row.blobkey) {
+                    Ok(m) if m.label("version") == Some(v) => {}
+                    Ok(_) | Err(ImageError::NotFound(_)) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            if found.is_none_or(|f| row.importtime > f.importtime) {
+                found = Some(row);
+            }
+        }
+        Ok(found.map(|a| a.blobkey.clone()))
     }
 
     /// Every image whose content id is `content_id`, oldest first.
