@@ -299,6 +299,32 @@ fn host_app_profile(dir: &Path, app: &str) -> Result<Option<crate::stage1::filte
     crate::stage1::seccomp::profile_of(isolators).map_err(|e| format!("the seccomp isolator of {app}: {e}"))
 }
 
+/// Descriptor `fd` of the template (a pipe, a terminal or /dev/null): a
+/// copy by pidfd_getfd(2), or, where a seccomp filter the node keeps refuses
+/// that call (systemd-nspawn's), the same file opened again through
+/// /proc/PID/fd with the template's access mode (the same pipe, terminal or
+/// file; not a socket, which stdio never is here).
+fn template_fd(pidfd: &OwnedFd, pid: i32, fd: i32) -> io::Result<OwnedFd> {
+    match pidfd_getfd(pidfd, fd) {
+        Ok(copy) => return Ok(copy),
+        Err(e) if e.raw_os_error() != Some(libc::EPERM) && e.raw_os_error() != Some(libc::ENOSYS) => return Err(e),
+        Err(_) => {}
+    }
+    let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}"))?;
+    let flags = info
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| i32::from_str_radix(f.trim(), 8).ok())
+        .ok_or_else(|| io::Error::other(format!("no flags in /proc/{pid}/fdinfo/{fd}")))?;
+    let file = OpenOptions::new()
+        .read(flags & libc::O_ACCMODE != libc::O_WRONLY)
+        .write(flags & libc::O_ACCMODE != libc::O_RDONLY)
+        .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(format!("/proc/{pid}/fd/{fd}"))
+        .map_err(|e| io::Error::new(e.kind(), format!("opening the template's descriptor {fd}: {e}")))?;
+    Ok(file.into())
+}
+
 impl State {
     /// Starts host-PID app `app` as a copy of `template` (checked to be the
     /// process that started at `start`); its pid.
@@ -317,9 +343,10 @@ impl State {
         // (not a template: refused, and left alone)
         let (program, argv) = template_command(template).map_err(|e| e.to_string())?;
         let started = (|| -> Result<crate::stage1::exec::Running, String> {
-            let stdio = [0, 1, 2].map(|fd| pidfd_getfd(&tpl, fd));
+            let stdio = [0, 1, 2].map(|fd| template_fd(&tpl, template, fd));
             let [Ok(i), Ok(o), Ok(e)] = stdio else {
-                return Err("cannot copy the template's stdio".into());
+                let why: Vec<String> = stdio.into_iter().filter_map(Result::err).map(|e| e.to_string()).collect();
+                return Err(format!("cannot copy the template's stdio: {}", why.join("; ")));
             };
             // a tty container's terminal becomes the app's controlling terminal
             let tty = nix::unistd::isatty(&i).unwrap_or(false);

@@ -30,8 +30,10 @@ impl Daemon {
     /// [`Daemon::start`] with the daemon under a seccomp filter of its own,
     /// as a node in a container keeps its engine's (or a service manager
     /// confines the daemon): every pod inherits it, and the kernel refuses
-    /// the daemon the filters of others. The filter denies `kexec_load`
-    /// (EPERM) and lets everything else through.
+    /// the daemon the filters of others. The filter denies `kexec_load` and
+    /// `pidfd_getfd` (EPERM; systemd-nspawn's filter, which a node in a
+    /// container keeps, lets no pidfd_getfd through) and lets everything
+    /// else through.
     pub fn start_under_seccomp(extra: &[&str]) -> Daemon {
         use std::os::unix::process::CommandExt;
         let mut cmd = Command::new(BIN);
@@ -54,9 +56,11 @@ impl Daemon {
                 };
                 let mut program = [
                     ld(4),                  // arch
-                    jeq(0xc000_003e, 0, 3), // x86_64 only (the tests' machines)
+                    jeq(0xc000_003e, 0, 5), // x86_64 only (the tests' machines)
                     ld(0),                  // nr
-                    jeq(libc::SYS_kexec_load as u32, 0, 1),
+                    jeq(libc::SYS_kexec_load as u32, 2, 0),
+                    jeq(libc::SYS_pidfd_getfd as u32, 1, 0),
+                    ret(libc::SECCOMP_RET_ALLOW),
                     ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
                     ret(libc::SECCOMP_RET_ALLOW),
                 ];
