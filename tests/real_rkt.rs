@@ -129,3 +129,100 @@ fn rktlet_lists_rkts_images_and_leaves_their_removal_to_rkt() {
     let list = run(Path::new(BIN), &data, &["image", "list"]);
     assert!(!list.contains("example.com/rkt-made") && list.contains(my_id.trim()), "{list}");
 }
+
+/// An ACI of the node's static busybox that sleeps, as `name` version 1.0.
+fn sleeper_aci(dir: &Path, name: &str) -> PathBuf {
+    let busybox = std::fs::read("/bin/busybox").expect("the static busybox (busybox-static, scripts/install-deps.sh)");
+    let manifest = serde_json::json!({
+        "acKind": "ImageManifest", "acVersion": "0.8.11", "name": name,
+        "labels": [{"name": "version", "value": "1.0"}, {"name": "os", "value": "linux"}, {"name": "arch", "value": "amd64"}],
+        "app": {"exec": ["/bin/busybox", "sleep", "1000"], "user": "0", "group": "0"}
+    });
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut add = |path: &str, kind: tar::EntryType, mode: u32, data: &[u8]| {
+        let mut h = tar::Header::new_ustar();
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        h.set_size(data.len() as u64);
+        h.set_cksum();
+        tar.append_data(&mut h, path, data).expect("tar entry");
+    };
+    add("manifest", tar::EntryType::Regular, 0o644, &serde_json::to_vec(&manifest).expect("json"));
+    for d in ["rootfs", "rootfs/bin"] {
+        add(d, tar::EntryType::Directory, 0o755, &[]);
+    }
+    add("rootfs/bin/busybox", tar::EntryType::Regular, 0o755, &busybox);
+    let path = dir.join("sleeper.aci");
+    std::fs::write(&path, tar.into_inner().expect("tar")).expect("write aci");
+    path
+}
+
+/// A pod and app rktlet's CLI made, read and driven by rkt: `list`,
+/// `status`, `cat-manifest`, `app list`, `app status`, then `stop` and `gc`,
+/// which leave nothing behind.
+#[test]
+fn rkt_reads_stops_and_collects_a_pod_rktlet_runs() {
+    let test = "rkt_reads_stops_and_collects_a_pod_rktlet_runs";
+    let rkt = match rkt_binary() {
+        Ok(p) => p,
+        Err(why) => return common::skipped(test, &why),
+    };
+    let t = tempfile::tempdir().expect("tempdir");
+    let data = t.path().join("data");
+    let aci = sleeper_aci(t.path(), "example.com/sleeper");
+    let image = run(Path::new(BIN), &data, &["--insecure-options=image", "fetch", &aci.display().to_string()]);
+    let uuid_file = t.path().join("uuid");
+    let mut sandbox = Command::new(BIN)
+        .arg(format!("--dir={}", data.display()))
+        .args(["app", "sandbox", "--net=host", "--hostname=rktread"])
+        .arg(format!("--uuid-file-save={}", uuid_file.display()))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("app sandbox");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !uuid_file.exists() {
+        assert!(std::time::Instant::now() < deadline, "no pod in 20 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let uuid = std::fs::read_to_string(&uuid_file).expect("uuid");
+    // by rkt's image string and app name
+    run(Path::new(BIN), &data, &["app", "add", &uuid, "example.com/sleeper:1.0", "--name=sl"]);
+    run(Path::new(BIN), &data, &["app", "start", &uuid, "--app=sl"]);
+
+    let list = run(rkt, &data, &["list", "--no-legend", "--full"]);
+    assert!(list.contains(&uuid) && list.contains("example.com/sleeper:1.0") && list.contains("running"), "{list}");
+    let status = run(rkt, &data, &["status", &uuid]);
+    assert!(status.contains("state=running"), "{status}");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&run(rkt, &data, &["cat-manifest", &uuid])).expect("rkt prints the pod manifest");
+    assert_eq!(manifest["apps"][0]["image"]["id"], image.trim(), "{manifest:#}");
+    let app = |args: &[&str]| {
+        let out = Command::new(rkt)
+            .arg(format!("--dir={}", data.display()))
+            .args(args)
+            .env("RKT_EXPERIMENT_APP", "true")
+            .output()
+            .expect("run rkt");
+        assert!(out.status.success(), "rkt {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let apps = app(&["app", "list", &uuid]);
+    assert!(apps.lines().any(|l| l.starts_with("0-sl") && l.contains("running")), "{apps}");
+    let one = app(&["app", "status", &uuid, "--app=0-sl"]);
+    assert!(one.contains("state=running") && one.contains(image.trim()), "{one}");
+
+    run(rkt, &data, &["stop", &uuid]);
+    let status = sandbox.wait().expect("the sandbox process ends with its pod");
+    assert!(status.code().is_some(), "{status:?}");
+    let list = run(rkt, &data, &["list", "--no-legend", "--full"]);
+    assert!(list.contains("exited"), "{list}");
+    run(rkt, &data, &["gc", "--grace-period=0s"]);
+    let list = run(Path::new(BIN), &data, &["list"]);
+    assert!(!list.contains(&uuid[..8]), "rktlet still lists the pod rkt collected: {list}");
+    common::assert_no_leaks(&data, &[uuid]);
+}
