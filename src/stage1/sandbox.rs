@@ -238,6 +238,12 @@ fn spawn_log_writer(pod: &Pod, cgroup: Option<&Path>) -> io::Result<()> {
                 // only a host-PID pod's writer starts apps (`run`): in any
                 // other pod nothing may reach the node's PID namespace
                 let dir = host_pid.then(|| PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd())));
+                // what the sandbox process used before the fork stays resident
+                // in this one, for the pod's life, unless let go: its heap,
+                // stack and the program's pages (each pod pays for them)
+                crate::heap::trim();
+                crate::heap::release_unused_stack();
+                crate::program_pages::release_all();
                 crate::stream::log::serve_pod(listener, Some(me), dir)
             })();
             // SAFETY: leave without running the parent's atexit handlers or destructors.
