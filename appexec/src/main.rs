@@ -695,7 +695,8 @@ fn own_cgroups() -> Option<OwnCgroups> {
                     trees.push((h.place, h.controllers, fd));
                 }
             }
-            Some(OwnCgroups::V1(trees))
+            // (none to be had: the pod's stay)
+            (!trees.is_empty()).then_some(OwnCgroups::V1(trees))
         }
     }
 }
