@@ -129,14 +129,17 @@ fn need(dir: &Path, controller: &str, file: &str) -> Result<(), V2Error> {
 
 /// Writes `limits` into the cgroup at `dir` (its controller files must be
 /// there: see [`enable_down`]). Limits not given are reset to none, so an
-/// update that drops one takes it off; the `unified` entries go last and win.
+/// update that drops one takes it off; the `unified` entries go last and win,
+/// and a file they set is not written from the fields first (the app would
+/// see it reset meanwhile: the unit started with the unified value).
 pub fn apply(dir: &Path, limits: &Limits) -> Result<(), V2Error> {
+    let from_fields = |file: &str| !limits.unified.contains_key(file);
     let mem = MemController::new(dir.to_path_buf(), PathBuf::new(), true);
-    if limits.memory_bytes.is_some() || has(dir, "memory.max") {
+    if from_fields("memory.max") && (limits.memory_bytes.is_some() || has(dir, "memory.max")) {
         need(dir, "memory", "memory.max")?;
         ctl(dir, "memory.max", mem.set_limit(limits.memory_bytes.filter(|m| *m > 0).unwrap_or(-1)))?;
     }
-    if let Some(swap) = limits.memory_swap_bytes {
+    if let Some(swap) = limits.memory_swap_bytes.filter(|_| from_fields("memory.swap.max")) {
         need(dir, "memory", "memory.swap.max")?;
         // CRI's figure is memory plus swap (as v1's memsw), v2 limits swap alone
         let swap_only = match limits.memory_bytes {
@@ -147,11 +150,13 @@ pub fn apply(dir: &Path, limits: &Limits) -> Result<(), V2Error> {
         ctl(dir, "memory.swap.max", mem.set_memswap_limit(swap_only))?;
     }
     let cpu = CpuController::new(dir.to_path_buf(), PathBuf::new(), true);
-    if let Some(shares) = limits.cpu_shares.filter(|s| *s > 0) {
+    if let Some(shares) = limits.cpu_shares.filter(|s| *s > 0 && from_fields("cpu.weight")) {
         need(dir, "cpu", "cpu.weight")?;
         ctl(dir, "cpu.weight", cpu.set_shares(weight_from_shares(shares)))?;
     }
-    if limits.cpu_quota_us.is_some() || limits.cpu_period_us.is_some() || has(dir, "cpu.max") {
+    if from_fields("cpu.max")
+        && (limits.cpu_quota_us.is_some() || limits.cpu_period_us.is_some() || has(dir, "cpu.max"))
+    {
         need(dir, "cpu", "cpu.max")?;
         let quota = limits.cpu_quota_us.filter(|q| *q > 0).unwrap_or(-1);
         let period = limits.cpu_period_us.filter(|p| *p > 0).unwrap_or(100_000);
@@ -167,7 +172,7 @@ pub fn apply(dir: &Path, limits: &Limits) -> Result<(), V2Error> {
         ctl(dir, "cpuset.mems", cpuset.set_mems(mems))?;
     }
     let pids = PidController::new(dir.to_path_buf(), PathBuf::new(), true);
-    if limits.pids.is_some() || has(dir, "pids.max") {
+    if from_fields("pids.max") && (limits.pids.is_some() || has(dir, "pids.max")) {
         need(dir, "pids", "pids.max")?;
         let max = limits.pids.filter(|p| *p > 0).map_or(MaxValue::Max, MaxValue::Value);
         ctl(dir, "pids.max", pids.set_pid_max(max))?;
@@ -258,6 +263,14 @@ mod tests {
         assert_eq!(read(d, "cpu.max").as_deref(), Some("50000 100000"));
         assert_eq!(read(d, "pids.max").as_deref(), Some("30"));
         assert_eq!(read(d, "memory.high").as_deref(), Some("50000000"));
+        // a file `unified` sets wins over the field (and is written once, by it)
+        let both = Limits {
+            pids: Some(30),
+            unified: [("pids.max".to_string(), "50".to_string())].into(),
+            ..Default::default()
+        };
+        apply(d, &both).expect("apply");
+        assert_eq!(read(d, "pids.max").as_deref(), Some("50"));
         // an update without a memory limit takes it off
         apply(d, &Limits { cpu_shares: Some(512), ..Default::default() }).expect("apply");
         assert_eq!(read(d, "memory.max").as_deref(), Some("max"));
