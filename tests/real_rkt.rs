@@ -184,12 +184,20 @@ fn rkt_reads_stops_and_collects_a_pod_rktlet_runs() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("app sandbox");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !uuid_file.exists() {
-        assert!(std::time::Instant::now() < deadline, "no pod in 20 s");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let uuid = std::fs::read_to_string(&uuid_file).expect("uuid");
+    // the uuid written whole, then the pod ready (its systemd up), as `rktlet status` says
+    let wait = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what} did not happen in 20 s");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    wait("the pod's uuid", &|| std::fs::read_to_string(&uuid_file).is_ok_and(|u| u.trim().len() == 36));
+    let uuid = std::fs::read_to_string(&uuid_file).expect("uuid").trim().to_string();
+    wait("the pod ready", &|| {
+        let status = run(Path::new(BIN), &data, &["status", &uuid, "--format=json"]);
+        serde_json::from_str::<serde_json::Value>(&status).is_ok_and(|s| s["ready"] == true)
+    });
     // by rkt's image string and app name
     run(Path::new(BIN), &data, &["app", "add", &uuid, "example.com/sleeper:1.0", "--name=sl"]);
     run(Path::new(BIN), &data, &["app", "start", &uuid, "--app=sl"]);

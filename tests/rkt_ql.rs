@@ -270,3 +270,40 @@ fn rkts_docker_images_resolve_by_reference() {
     let image = store.resolve("busybox:1.36").unwrap();
     assert!(image.tags.contains(&"docker.io/library/busybox:1.36".to_string()), "{:?}", image.tags);
 }
+
+/// Concurrent removals of one image rktlet fetched (its rows mirrored into
+/// rkt's database) all succeed: none takes the image for rkt's while another
+/// has removed it from rktlet's index but not yet from rkt's database
+/// (critest v1.36's simultaneous RemoveImage calls failed so).
+#[test]
+fn simultaneous_removals_of_an_image_rktlet_fetched_all_succeed() {
+    let t = tempfile::tempdir().unwrap();
+    let store = Store::open(&DataDir::new(t.path().join("data")), RegistryConfig::default()).unwrap();
+    for round in 0..20 {
+        let key = format!("sha512-{:0>128}", format!("{round:x}"))[..71].to_string();
+        put_blob(&store, &key);
+        let path = store.cas().image_manifest(&key);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let manifest = r#"{"acKind":"ImageManifest","acVersion":"0.8.11","name":"example.com/gone"}"#;
+        fs::write(path, manifest).unwrap();
+        let row = rktlet::image::cas::AciInfo {
+            blobkey: key.clone(),
+            name: "example.com/gone".into(),
+            importtime: 1,
+            lastused: 1,
+            latest: true,
+            size: 4,
+            treestoresize: 0,
+            verified: true,
+        };
+        store.cas().update_index(|i| i.upsert_aci(row)).unwrap();
+        std::thread::scope(|s| {
+            let calls: Vec<_> = (0..6).map(|_| s.spawn(|| store.remove(&key))).collect();
+            for call in calls {
+                let got = call.join().unwrap();
+                assert!(got.is_ok(), "round {round}: {got:?}");
+            }
+        });
+        assert!(store.list().unwrap().is_empty(), "round {round}");
+    }
+}

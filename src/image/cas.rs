@@ -122,12 +122,15 @@ impl Cas {
         let out = change(&mut index);
         index.version = INDEX_VERSION;
         let bytes = serde_json::to_vec(&index).map_err(io::Error::other)?;
-        fsutil::write_atomic(&self.index_path(), &bytes, 0o640)?;
-        // rkt's own database, if it has one, shows the same change
+        // rkt's own database shows the same change, first: a reader without
+        // the lock, or a restart after a crash between the two, never finds
+        // an image in rkt's database that rktlet's index no longer has (it
+        // would take it for rkt's)
         let stored = |key: &str| self.blob(key).exists();
         if let Err(e) = super::ql::write::mirror_held(&self.root.join("db"), &before, &index, stored) {
             tracing::warn!(error = %e, "rkt's image database not updated");
         }
+        fsutil::write_atomic(&self.index_path(), &bytes, 0o640)?;
         Ok(out)
     }
 }

@@ -329,8 +329,27 @@ impl Store {
     }
 
     /// Whether `key` is an image only rkt's database lists.
+    /// Whether image `key` is rkt's alone: in rkt's database, not in
+    /// rktlet's index. A key rktlet's index lacks is decided again under the
+    /// index's lock, against rkt's database as it is then: a removal by
+    /// rktlet writes its index, then rkt's database, and a concurrent call
+    /// could see the one without the other (critest's simultaneous
+    /// RemoveImage calls did). NotFound when neither has it any more.
     fn rkt_only(&self, key: &str) -> Result<bool, ImageError> {
-        Ok(self.own_index()?.aci(key).is_none())
+        if self.own_index()?.aci(key).is_some() {
+            return Ok(false);
+        }
+        let db = self.cas.root().join("db");
+        let _lock = crate::lock::exclusive_dir(&db).map_err(io_ctx("locking the image index"))?;
+        if self.own_index()?.aci(key).is_some() {
+            return Ok(false);
+        }
+        let rkt_has = match fs::read(db.join(ql::DB_FILE)) {
+            Ok(bytes) => ql::parse(&bytes).is_ok_and(|t| t.aciinfo.iter().any(|a| a.blobkey == key)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+            Err(e) => return Err(io_ctx("reading rkt's image database")(e)),
+        };
+        if rkt_has { Ok(true) } else { Err(ImageError::NotFound(key.to_string())) }
     }
 
     /// rktlet's own index (parsed again only when it changed).
@@ -594,7 +613,12 @@ impl Store {
             Err(ImageError::NotFound(_)) => return Ok(None),
             Err(e) => return Err(e),
         };
-        if self.rkt_only(&image.id)? {
+        let rkt_only = match self.rkt_only(&image.id) {
+            // removed meanwhile by a concurrent call
+            Err(ImageError::NotFound(_)) => return Ok(None),
+            other => other?,
+        };
+        if rkt_only {
             return Err(ImageError::InUse(format!(
                 "image {} ({}) was fetched by rkt: remove it with `rkt image rm {}`",
                 image.id, image.manifest.name, image.id
@@ -762,7 +786,11 @@ impl Store {
             // rkt's own images are left to `rkt image gc`
             if image.last_used < cutoff
                 && !used.images.contains(&image.id)
-                && !self.rkt_only(&image.id)?
+                && !self.rkt_only(&image.id).or_else(|e| match e {
+                    // (removed meanwhile: remove says so, below)
+                    ImageError::NotFound(_) => Ok(false),
+                    e => Err(e),
+                })?
                 && !needed
                 && self.remove(&image.id)?.is_some()
             {
