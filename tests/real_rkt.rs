@@ -45,6 +45,11 @@ fn rkt_binary() -> Result<&'static Path, String> {
     .map_err(Clone::clone)
 }
 
+/// The rkt binary, or None after a counted SKIPPED line for `test`.
+fn rkt_or_skip(test: &str) -> Option<&'static Path> {
+    rkt_binary().map_err(|why| common::skipped(test, &why)).ok()
+}
+
 /// Runs `program` on data directory `dir` (`--dir=`, which both take);
 /// its stdout, or a panic with what it said.
 fn run(program: &Path, dir: &Path, args: &[&str]) -> String {
@@ -67,10 +72,7 @@ fn write_aci(dir: &Path, file: &str, name: &str) -> PathBuf {
 
 #[test]
 fn rkt_reads_and_removes_the_images_of_a_directory_rktlet_created() {
-    let rkt = match rkt_binary() {
-        Ok(p) => p,
-        Err(why) => return common::skipped("rkt_reads_and_removes_the_images_of_a_directory_rktlet_created", &why),
-    };
+    let Some(rkt) = rkt_or_skip("rkt_reads_and_removes_the_images_of_a_directory_rktlet_created") else { return };
     let t = tempfile::tempdir().expect("tempdir");
     let data = t.path().join("data");
     let aci = write_aci(t.path(), "made.aci", "example.com/rktlet-made");
@@ -99,10 +101,7 @@ fn rkt_reads_and_removes_the_images_of_a_directory_rktlet_created() {
 
 #[test]
 fn rktlet_lists_rkts_images_and_leaves_their_removal_to_rkt() {
-    let rkt = match rkt_binary() {
-        Ok(p) => p,
-        Err(why) => return common::skipped("rktlet_lists_rkts_images_and_leaves_their_removal_to_rkt", &why),
-    };
+    let Some(rkt) = rkt_or_skip("rktlet_lists_rkts_images_and_leaves_their_removal_to_rkt") else { return };
     let t = tempfile::tempdir().expect("tempdir");
     let data = t.path().join("data");
     let aci = write_aci(t.path(), "theirs.aci", "example.com/rkt-made");
@@ -166,10 +165,7 @@ fn sleeper_aci(dir: &Path, name: &str) -> PathBuf {
 #[test]
 fn rkt_reads_stops_and_collects_a_pod_rktlet_runs() {
     let test = "rkt_reads_stops_and_collects_a_pod_rktlet_runs";
-    let rkt = match rkt_binary() {
-        Ok(p) => p,
-        Err(why) => return common::skipped(test, &why),
-    };
+    let Some(rkt) = rkt_or_skip(test) else { return };
     let t = tempfile::tempdir().expect("tempdir");
     let data = t.path().join("data");
     let aci = sleeper_aci(t.path(), "example.com/sleeper");

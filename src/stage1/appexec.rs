@@ -188,12 +188,14 @@ const DENIED_AGAIN: [&str; 22] = [
 pub(super) const STILL_NEEDED: [&str; 10] =
     ["prctl", "capget", "capset", "setgroups", "setresgid", "setresuid", "poll", "execve", "write", "exit_group"];
 
+/// systemd's `@mount` group, as far as appexec calls it (not in `@system-service`).
+const MOUNT_API: [&str; 9] =
+    ["mount", "mount_setattr", "open_tree", "move_mount", "pivot_root", "umount2", "fsopen", "fsconfig", "fsmount"];
+
 /// Whether a systemd (252) filter entry names `call`, itself or by a group
 /// (`@system-service`, RuntimeDefault's, holds every call appexec makes but
 /// the @mount ones).
 fn names(entry: &str, call: &str) -> bool {
-    const MOUNT_API: [&str; 9] =
-        ["mount", "mount_setattr", "open_tree", "move_mount", "pivot_root", "umount2", "fsopen", "fsconfig", "fsmount"];
     match (call, entry) {
         (_, "@known") => true,
         (_, "@mount") => MOUNT_API.contains(&call),
@@ -439,17 +441,7 @@ mod tests {
     fn the_filter_lets_appexec_through_and_keeps_what_it_denied() {
         // RuntimeDefault: unshare is in @system-service (through @process), mount is not
         let (allow, deny) = widen(&PidMode::Container, true, &list(&["@system-service"]));
-        let mount_api = [
-            "mount",
-            "mount_setattr",
-            "open_tree",
-            "move_mount",
-            "pivot_root",
-            "umount2",
-            "fsopen",
-            "fsconfig",
-            "fsmount",
-        ];
+        let mount_api = MOUNT_API;
         assert_eq!(allow[..3], ["mount", "mount_setattr", "unshare"]);
         assert!(allow.iter().any(|c| c == "setresuid") && allow.iter().any(|c| c == "chdir"));
         assert_eq!(deny, mount_api);
