@@ -95,9 +95,12 @@ fi
 
 # 200 rounds, so that p99 is not just the slowest of 20 samples; the image
 # lifecycle (a 50 MiB pull each round) keeps 20, and so does the exec-mode
-# endpoint in every lifecycle (its calls take several times longer: an exec each)
+# endpoint in every lifecycle (its calls take several times longer: an exec each);
+# then density runs of DENSITY=20,110 pods started CONCURRENCY=4 at a time
+# (in-process and containerd: the node's memory per pod, what was left behind)
 "$bin" bench "${endpoints[@]}" --rounds "${ROUNDS:-200}" --image-rounds "${IMAGE_ROUNDS:-20}" \
   --few-rounds exec-mode --pods-only pool --image "127.0.0.1:$port/busybox:latest" \
+  --density "${DENSITY:-20,110}" --concurrency "${CONCURRENCY:-4}" \
   --pull-image "127.0.0.1:$port/big:latest" --log-dir "$work/logs" --out "$out" "$@"
 if [ -n "$critest_section" ] && ! grep -qxF "$crit_begin" "$out/bench.md"; then
   printf '\n%s\n' "$critest_section" >>"$out/bench.md"

@@ -400,6 +400,17 @@ struct BenchArgs {
     /// Measure this endpoint (by NAME; repeatable) with --image-rounds in every lifecycle.
     #[arg(long)]
     few_rounds: Vec<String>,
+    /// Density runs: this many pods (each with one container; comma-separated
+    /// counts, e.g. 20,110) started and removed --concurrency at a time, with
+    /// the node's memory per pod at rest and what the teardown left.
+    #[arg(long, value_delimiter = ',')]
+    density: Vec<usize>,
+    /// Pods started at once in a density run (kubelet's parallel pod workers).
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Only the density runs: no lifecycles, no list calls.
+    #[arg(long, requires = "density")]
+    density_only: bool,
     /// Measure nothing: render the README's performance section from this
     /// bench.json (printed, or written into --readme).
     #[arg(long, value_name = "BENCH_JSON", conflicts_with = "endpoints")]
@@ -429,6 +440,9 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         log_dir: args.log_dir,
         pods_only: args.pods_only,
         few_rounds: args.few_rounds,
+        density: args.density,
+        concurrency: args.concurrency,
+        density_only: args.density_only,
     };
     let report = runtime()?.block_on(rktlet::bench::run(&opts)).map_err(|e| e.to_string())?;
     let markdown = report.to_markdown();

@@ -31,7 +31,7 @@ pub fn rss_mib(pid: i32) -> Option<f64> {
 }
 
 /// Proportional set size of `pid`, KiB (shared pages divided among their users).
-fn pss_kib(pid: i32) -> Option<u64> {
+pub fn pss_kib(pid: i32) -> Option<u64> {
     kib_field(&Path::new("/proc").join(pid.to_string()).join("smaps_rollup"), "Pss:")
 }
 

@@ -10,9 +10,12 @@
 //! container lifecycle in one pod (create/start/status/exec/stop/remove), then
 //! list calls (ListPodSandbox, ListContainers, ListPodSandboxStats,
 //! ListContainerStats) with 10/50/100 pods each running one container, with
-//! the daemon's RSS at each count. Everything it made is removed at the end,
-//! also after a failed call.
+//! the daemon's RSS at each count; then, where asked, density runs
+//! (`density`: many pods started and removed a few at a time, the node's
+//! memory per pod at rest, what was left behind). Everything it made is
+//! removed at the end, also after a failed call.
 
+mod density;
 pub mod memory;
 pub mod report;
 
@@ -74,6 +77,13 @@ pub struct Options {
     /// every lifecycle: one whose calls take seconds (exec mode) would make
     /// a run of hundreds of rounds last an hour.
     pub few_rounds: Vec<String>,
+    /// Pod counts of the density runs (none: no density run); on every
+    /// endpoint not in `pods_only` or `few_rounds`.
+    pub density: Vec<usize>,
+    /// Pods started (and removed) at once in a density run.
+    pub concurrency: usize,
+    /// Only the density runs (and the gRPC floor).
+    pub density_only: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -248,6 +258,10 @@ impl<'a> Session<'a> {
         let daemon = memory::server_pid(&self.socket).ok();
         let mut mem = Memory::default();
         self.floor().await?;
+        if self.opts.density_only {
+            self.pull_container_image().await?;
+            return self.densities(report).await;
+        }
         if self.opts.pods_only.contains(&self.name) {
             self.pod_lifecycle().await?;
             self.note_pool().await;
@@ -280,6 +294,29 @@ impl<'a> Session<'a> {
             mem.pod_pss_mib = Some(pss / pods);
         }
         report.memory.insert(self.name.clone(), mem);
+        self.densities(report).await
+    }
+
+    /// The density runs asked for, from no pod of this session's (the list
+    /// phase's are removed first), unless the endpoint is measured on pods
+    /// only or with few rounds (there it would not be comparable).
+    async fn densities(&mut self, report: &mut Report) -> Result<(), BenchError> {
+        if self.opts.density.is_empty()
+            || self.opts.pods_only.contains(&self.name)
+            || self.opts.few_rounds.contains(&self.name)
+        {
+            return Ok(());
+        }
+        for id in self.pods.clone() {
+            self.remove_pod(&id).await?;
+        }
+        let concurrency = self.opts.concurrency;
+        report.context.insert("density: pods started at once".into(), concurrency.to_string());
+        for &pods in &self.opts.density {
+            tracing::info!(endpoint = self.name, pods, concurrency, "density run");
+            let run = self.density(pods, concurrency).await?;
+            report.density.entry(self.name.clone()).or_default().push(run);
+        }
         Ok(())
     }
 
@@ -329,6 +366,11 @@ impl<'a> Session<'a> {
                 .await
                 .map_err(|e| self.fail("RemoveImage", e))?;
         }
+        self.pull_container_image().await
+    }
+
+    /// The containers' image, pulled untimed.
+    async fn pull_container_image(&mut self) -> Result<(), BenchError> {
         let image = self.opts.image.clone();
         self.img
             .pull_image(cri::PullImageRequest { image: Self::image_spec(&image), ..Default::default() })

@@ -57,6 +57,37 @@ pub struct Memory {
     pub pod_processes: Option<f64>,
 }
 
+/// One density run on one endpoint (`density`): pods with one container
+/// each, started and removed `concurrency` at a time, measured at rest.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Density {
+    pub pods: usize,
+    pub concurrency: usize,
+    /// RunPodSandbox + CreateContainer + StartContainer of one pod.
+    pub start: Option<Stats>,
+    /// Pods started over the time until the last one ran.
+    pub pods_per_s: f64,
+    /// StopPodSandbox + RemovePodSandbox of one pod.
+    pub stop_remove: Option<Stats>,
+    /// Until every pod was removed.
+    pub teardown_s: f64,
+    /// The node's memory per pod that no reclaim gives back, MiB: the
+    /// growth of anonymous memory and of the kernel's (`kernel_kib_per_pod`).
+    pub node_mib_per_pod: Option<f64>,
+    /// The node's anonymous memory (AnonPages) per pod, MiB: the processes'
+    /// private memory, without the page cache their PSS also counts.
+    #[serde(default)]
+    pub anon_mib_per_pod: Option<f64>,
+    /// Kernel memory per pod by kind (/proc/meminfo deltas), KiB.
+    pub kernel_kib_per_pod: BTreeMap<String, f64>,
+    /// PSS per pod of the processes the pods brought, by command name, MiB.
+    pub pss_mib_per_pod: BTreeMap<String, f64>,
+    /// The daemon's RSS with every pod running, MiB.
+    pub daemon_rss_mib: Option<f64>,
+    /// What the node still held after the teardown that it did not before.
+    pub left_behind: Vec<String>,
+}
+
 /// Everything one run measured.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Report {
@@ -67,6 +98,9 @@ pub struct Report {
     /// operation -> endpoint -> stats.
     pub results: BTreeMap<String, BTreeMap<String, Stats>>,
     pub memory: BTreeMap<String, Memory>,
+    /// endpoint -> its density runs, by pod count.
+    #[serde(default)]
+    pub density: BTreeMap<String, Vec<Density>>,
     /// Facts about the run (machine, image, rounds).
     pub context: BTreeMap<String, String>,
 }
@@ -174,6 +208,7 @@ impl Report {
             self.memory_row(&mut out, "one pod's processes, PSS", &|m| m.pod_pss_mib);
             self.memory_row(&mut out, "processes per pod (count)", &|m| m.pod_processes);
         }
+        self.density_tables(&mut out, false);
         if !self.context.is_empty() {
             out.push('\n');
             for (k, v) in &self.context {
@@ -196,6 +231,80 @@ impl Report {
             }
         }
         out.push('\n');
+    }
+
+    /// A table per density pod count, a column per endpoint that ran it;
+    /// ratios to the first such endpoint in the later columns. `full` adds
+    /// the breakdowns (by process, kernel memory) and what was left behind.
+    fn density_tables(&self, out: &mut String, full: bool) {
+        let names: Vec<&String> = self.endpoints.iter().filter(|e| self.density.contains_key(*e)).collect();
+        let counts: std::collections::BTreeSet<usize> =
+            self.density.values().flat_map(|runs| runs.iter().map(|r| r.pods)).collect();
+        for n in counts {
+            let runs: Vec<Option<&Density>> =
+                names.iter().map(|e| self.density.get(*e).and_then(|r| r.iter().find(|r| r.pods == n))).collect();
+            let at_once = runs.iter().flatten().map(|r| r.concurrency).next().unwrap_or(1);
+            let _ = write!(out, "\n| {n} pods, {at_once} started at once |");
+            for e in &names {
+                let _ = write!(out, " {e} |");
+            }
+            out.push('\n');
+            out.push_str(&"|---".repeat(1 + names.len()));
+            out.push_str("|\n");
+            // a row of one figure per endpoint, with its ratio to the first
+            let figure = |out: &mut String, label: &str, pick: &dyn Fn(&Density) -> Option<f64>, unit: &str| {
+                let _ = write!(out, "| {label} |");
+                let base = runs.first().copied().flatten().and_then(pick);
+                for (i, run) in runs.iter().enumerate() {
+                    match (run.and_then(pick), base) {
+                        (Some(v), Some(b)) if i > 0 && b > 0.0 => {
+                            let _ = write!(out, " {v:.1}{unit} ({:.2}x) |", v / b);
+                        }
+                        (Some(v), _) => {
+                            let _ = write!(out, " {v:.1}{unit} |");
+                        }
+                        (None, _) => out.push_str(" n/a |"),
+                    }
+                }
+                out.push('\n');
+            };
+            let stats = |out: &mut String, label: &str, pick: &dyn Fn(&Density) -> Option<Stats>| {
+                let _ = write!(out, "| {label} |");
+                for run in &runs {
+                    match run.and_then(pick) {
+                        Some(s) => {
+                            let _ = write!(out, " {} / {} ({}) |", fmt_ms(s.p50), fmt_ms(s.p99), s.n);
+                        }
+                        None => out.push_str(" n/a |"),
+                    }
+                }
+                out.push('\n');
+            };
+            stats(out, "pod + container start, p50 / p99 ms (samples)", &|r| r.start);
+            figure(out, "start: p99 over p50", &|r| r.start.map(|s| s.p99 / s.p50.max(1e-9)), "");
+            figure(out, "pods per second until all ran", &|r| Some(r.pods_per_s), "");
+            figure(out, "node memory per idle pod (MiB): anonymous + kernel", &|r| r.node_mib_per_pod, "");
+            figure(out, "processes per pod, PSS (MiB)", &|r| Some(r.pss_mib_per_pod.values().sum()), "");
+            figure(out, "anonymous memory per pod (MiB)", &|r| r.anon_mib_per_pod, "");
+            figure(out, "kernel memory per pod (MiB)", &|r| Some(r.kernel_kib_per_pod.values().sum::<f64>() / 1024.0), "");
+            figure(out, "daemon RSS (MiB)", &|r| r.daemon_rss_mib, "");
+            stats(out, "pod stop + remove, p50 / p99 ms (samples)", &|r| r.stop_remove);
+            figure(out, "all stopped and removed (s)", &|r| Some(r.teardown_s), "");
+            let listed = |out: &mut String, label: &str, pick: &dyn Fn(&Density) -> String| {
+                let _ = write!(out, "| {label} |");
+                for run in &runs {
+                    let _ = write!(out, " {} |", run.map(pick).unwrap_or_else(|| "n/a".into()));
+                }
+                out.push('\n');
+            };
+            listed(out, "left behind", &|r| {
+                if r.left_behind.is_empty() { "nothing".into() } else { r.left_behind.join(", ") }
+            });
+            if full {
+                listed(out, "PSS per pod by process (MiB)", &|r| breakdown(&r.pss_mib_per_pod, 0.05));
+                listed(out, "kernel memory per pod (KiB)", &|r| breakdown(&r.kernel_kib_per_pod, 1.0));
+            }
+        }
     }
 
     /// The head of a memory table: `title`, then a column per endpoint.
@@ -253,6 +362,7 @@ impl Report {
             self.memory_row(&mut out, "per-pod processes, PSS (MiB)", &|m| m.pod_pss_mib);
             self.memory_row(&mut out, "per-pod process count", &|m| m.pod_processes);
         }
+        self.density_tables(&mut out, true);
         if !self.context.is_empty() {
             out.push('\n');
             for (k, v) in &self.context {
@@ -384,6 +494,13 @@ pub fn render_readme(bench_json: &Path, readme: Option<&Path>) -> Result<Option<
     Ok(None)
 }
 
+/// `name figure, ...`, largest first, those under `floor` left out.
+fn breakdown(parts: &BTreeMap<String, f64>, floor: f64) -> String {
+    let mut parts: Vec<(&String, f64)> = parts.iter().map(|(k, v)| (k, *v)).filter(|(_, v)| *v >= floor).collect();
+    parts.sort_by(|a, b| b.1.total_cmp(&a.1));
+    parts.iter().map(|(k, v)| format!("{k} {v:.1}")).collect::<Vec<_>>().join(", ")
+}
+
 fn xml(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
@@ -433,6 +550,43 @@ mod tests {
         assert_eq!(svg.matches("<title>").count(), 3);
         let json: serde_json::Value = serde_json::from_str(&r.to_json()).expect("json");
         assert_eq!(json["results"]["StartContainer"]["exec-mode"]["p50"], 40.0);
+    }
+
+    #[test]
+    fn density_tables_give_ratios_breakdowns_and_leaks() {
+        let mut r =
+            Report { endpoints: vec!["in-process".into(), "pool".into(), "containerd".into()], ..Default::default() };
+        let run = |mib: f64, pods_per_s: f64, left: Vec<String>| Density {
+            pods: 20,
+            concurrency: 4,
+            start: Stats::of(&ms(&[100, 200, 300, 400])),
+            pods_per_s,
+            node_mib_per_pod: Some(mib),
+            pss_mib_per_pod: [("systemd".to_string(), 2.0), ("sleep".to_string(), 0.01)].into(),
+            kernel_kib_per_pod: [("page tables".to_string(), 120.0), ("shmem/tmpfs".to_string(), -4.0)].into(),
+            left_behind: left,
+            ..Default::default()
+        };
+        r.density.insert("in-process".into(), vec![run(2.0, 10.0, vec![])]);
+        r.density.insert("containerd".into(), vec![run(3.0, 5.0, vec!["1 mounts".into()])]);
+        let md = r.to_markdown();
+        // no column for an endpoint without a density run
+        assert!(md.contains("| 20 pods, 4 started at once | in-process | containerd |"), "{md}");
+        assert!(md.contains("| node memory per idle pod (MiB): anonymous + kernel | 2.0 | 3.0 (1.50x) |"), "{md}");
+        assert!(md.contains("| pods per second until all ran | 10.0 | 5.0 (0.50x) |"), "{md}");
+        assert!(md.contains("| pod + container start, p50 / p99 ms (samples) | 200 / 400 (4) |"), "{md}");
+        assert!(md.contains("| left behind | nothing | 1 mounts |"), "{md}");
+        // breakdowns: largest first, what is below the floor (or negative) left out
+        assert!(md.contains("| PSS per pod by process (MiB) | systemd 2.0 |"), "{md}");
+        assert!(md.contains("| kernel memory per pod (KiB) | page tables 120.0 |"), "{md}");
+        let readme = r.to_readme_section();
+        assert!(readme.contains("| left behind | nothing | 1 mounts |") && !readme.contains("by process"), "{readme}");
+        let back: Report = serde_json::from_str(&r.to_json()).expect("json");
+        assert_eq!(back.density, r.density);
+        // a report written before density runs existed still reads
+        let old: Report = serde_json::from_str(r#"{"endpoints":[],"operations":[],"results":{},"memory":{},"context":{}}"#)
+            .expect("old json");
+        assert!(old.density.is_empty());
     }
 
     #[test]
