@@ -7,7 +7,9 @@
 # scripts/containerd-baseline.sh; CONTAINERD=0 leaves it out) as a third
 # endpoint; then runs `rktlet bench` against them, one endpoint at a
 # time, and writes docs/bench.{md,json,svg}. Extra arguments go to
-# `rktlet bench` (e.g. --list-pods 10; rounds come from ROUNDS=200 and IMAGE_ROUNDS=20), and renders README.md's
+# `rktlet bench` (e.g. --list-pods 10; rounds come from ROUNDS=200 and IMAGE_ROUNDS=20;
+# PROFILE_B=release-lto adds rktlet built with that cargo profile as one more
+# endpoint), and renders README.md's
 # performance section (between `<!-- bench:begin -->` and `<!-- bench:end -->`)
 # from the new bench.json (`rktlet bench --render-only`, which measures
 # nothing: run it alone after editing the renderer). bench.md is rewritten
@@ -23,13 +25,21 @@ out=${BENCH_OUT:-$root/docs}
 containerd=${CONTAINERD:-1}
 
 ./scripts/install-deps.sh
-# RKTLET=path measures that binary instead of building one (a release
-# build with LTO takes several minutes)
+# RKTLET=path measures that binary instead of building one (a release build
+# takes about 7 minutes on 2 cores)
 if [ -n "${RKTLET:-}" ]; then
   bin=$RKTLET
 else
   cargo build --release --locked
   bin="$root/target/release/rktlet"
+fi
+# PROFILE_B=NAME (a cargo profile of Cargo.toml, e.g. release-lto) measures
+# rktlet built with that profile too, as one more in-process endpoint named
+# after it: two build profiles side by side in one run
+modes=(in-process pool exec-mode)
+if [ -n "${PROFILE_B:-}" ]; then
+  cargo build --profile "$PROFILE_B" --locked
+  modes+=("$PROFILE_B")
 fi
 
 mkdir -p "$work"
@@ -41,7 +51,7 @@ cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   # pods a failed run left behind: the CLI removes them without a daemon
-  for mode in in-process pool exec-mode; do
+  for mode in "${modes[@]}"; do
     for state in run prepare embryo; do
       for pod in "$work/$mode/data/pods/$state"/*; do
         [ -e "$pod" ] && "$bin" --dir "$work/$mode/data" rm "$(basename "$pod")" >/dev/null 2>&1 || true
@@ -65,12 +75,14 @@ grep -q '"ipMasq": false' "$work/net.d/10-bench.conflist" \
   || { echo "bench: could not turn masquerade off in $work/net.d/10-bench.conflist" >&2; exit 1; }
 
 endpoints=()
-for mode in in-process pool exec-mode; do
+for mode in "${modes[@]}"; do
   flag=(--pod-pool-size 0 --cni-conf-dir "$work/net.d")
   [ "$mode" = pool ] && flag=(--pod-pool-size "${POOL_SIZE:-2}" --cni-conf-dir "$work/net.d")
   [ "$mode" = exec-mode ] && flag=(--exec-mode --cni-conf-dir "$work/net.d")
+  mode_bin=$bin
+  [ "$mode" = "${PROFILE_B:-}" ] && mode_bin="$root/target/$PROFILE_B/rktlet"
   rm -f "$work/$mode.sock"
-  "$bin" serve --socket "$work/$mode.sock" --data-dir "$work/$mode/data" "${flag[@]}" \
+  "$mode_bin" serve --socket "$work/$mode.sock" --data-dir "$work/$mode/data" "${flag[@]}" \
     --log-level warn 2>"$work/$mode.log" &
   pids+=($!)
   endpoints+=(--endpoint "$mode=$work/$mode.sock")
@@ -79,7 +91,7 @@ if [ "$containerd" = 1 ]; then
   sock=$(./scripts/containerd-baseline.sh start "$work/containerd" "$port" | tail -1)
   endpoints+=(--endpoint "containerd=$sock")
 fi
-for mode in in-process pool exec-mode; do
+for mode in "${modes[@]}"; do
   for _ in $(seq 200); do [ -S "$work/$mode.sock" ] && break; sleep 0.05; done
 done
 

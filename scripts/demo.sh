@@ -25,7 +25,7 @@ if [ -z "$image" ] && ss -Hltn "sport = :$port" 2>/dev/null | grep -q .; then
 fi
 say "installing what rktlet needs (scripts/install-deps.sh)"
 ./scripts/install-deps.sh
-say "building rktlet (cargo build --release; the first build takes several minutes)"
+say "building rktlet (cargo build --release; the first build takes about 7 minutes on 2 cores)"
 cargo build --release --locked
 bin="$root/target/release/rktlet"
 mkdir -p "$work"

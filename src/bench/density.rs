@@ -300,3 +300,36 @@ async fn start_one(
         .map_err(|e| (Some(pod.clone()), "StartContainer", e))?;
     Ok((pod, clock.elapsed()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(procs: &[(i32, &str)], mounts: usize, cgroups: usize) -> Node {
+        Node {
+            meminfo: "AnonPages:     1000 kB\nSUnreclaim:      50 kB\n".into(),
+            procs: procs.iter().map(|(pid, name)| (*pid, name.to_string())).collect(),
+            mounts,
+            links: 3,
+            cgroups,
+        }
+    }
+
+    #[test]
+    fn left_behind_counts_by_name_and_what_grew() {
+        let before = node(&[(1, "init"), (10, "rktlet")], 30, 100);
+        // the standby sandbox process replaced by another: nothing left
+        assert!(node(&[(1, "init"), (11, "rktlet")], 30, 100).more_than(&before).is_empty());
+        // fewer mounts than before is not something left behind
+        assert!(node(&[(1, "init")], 29, 99).more_than(&before).is_empty());
+        let after = node(&[(1, "init"), (11, "rktlet"), (12, "sleep"), (13, "sleep"), (14, "systemd")], 32, 101);
+        assert_eq!(
+            after.more_than(&before),
+            ["2 mounts", "1 cgroups", "2 sleep processes", "1 systemd processes"].map(String::from)
+        );
+        let mut grown = node(&[], 0, 0);
+        grown.meminfo = "AnonPages:     3048 kB\n".into();
+        assert_eq!(grown.grown(&before, "AnonPages:"), Some(2048.0));
+        assert_eq!(grown.grown(&before, "SUnreclaim:"), None);
+    }
+}

@@ -449,7 +449,9 @@ pub fn serve(listener: UnixListener, pidfd: Option<OwnedFd>) -> io::Result<()> {
 pub fn serve_pod(listener: UnixListener, pidfd: Option<OwnedFd>, pod_dir: Option<PathBuf>) -> io::Result<()> {
     listener.set_nonblocking(true)?;
     let mut st = State { pod_dir, ..State::default() };
-    let mut buf = vec![0u8; 64 * 1024];
+    // a read's worth: a longer output takes more reads (the writer of a
+    // pod stays resident, and the buffer with it)
+    let mut buf = vec![0u8; 16 * 1024];
     loop {
         let keys: Vec<RawFd> = st.sources.keys().copied().collect();
         let subs: Vec<RawFd> = st.subscribers.keys().copied().collect();
