@@ -104,11 +104,7 @@ impl Node {
 /// following links (v1's aliases such as `cpu` -> `cpu,cpuacct`).
 fn count_dirs(dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| 1 + count_dirs(&e.path()))
-        .sum()
+    entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| 1 + count_dirs(&e.path())).sum()
 }
 
 /// A process's command name, or `?` once it is gone.

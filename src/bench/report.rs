@@ -286,7 +286,12 @@ impl Report {
             figure(out, "node memory per idle pod (MiB): anonymous + kernel", &|r| r.node_mib_per_pod, "");
             figure(out, "processes per pod, PSS (MiB)", &|r| Some(r.pss_mib_per_pod.values().sum()), "");
             figure(out, "anonymous memory per pod (MiB)", &|r| r.anon_mib_per_pod, "");
-            figure(out, "kernel memory per pod (MiB)", &|r| Some(r.kernel_kib_per_pod.values().sum::<f64>() / 1024.0), "");
+            figure(
+                out,
+                "kernel memory per pod (MiB)",
+                &|r| Some(r.kernel_kib_per_pod.values().sum::<f64>() / 1024.0),
+                "",
+            );
             figure(out, "daemon RSS (MiB)", &|r| r.daemon_rss_mib, "");
             stats(out, "pod stop + remove, p50 / p99 ms (samples)", &|r| r.stop_remove);
             figure(out, "all stopped and removed (s)", &|r| Some(r.teardown_s), "");
@@ -584,8 +589,9 @@ mod tests {
         let back: Report = serde_json::from_str(&r.to_json()).expect("json");
         assert_eq!(back.density, r.density);
         // a report written before density runs existed still reads
-        let old: Report = serde_json::from_str(r#"{"endpoints":[],"operations":[],"results":{},"memory":{},"context":{}}"#)
-            .expect("old json");
+        let old: Report =
+            serde_json::from_str(r#"{"endpoints":[],"operations":[],"results":{},"memory":{},"context":{}}"#)
+                .expect("old json");
         assert!(old.density.is_empty());
     }
 
