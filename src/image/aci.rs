@@ -33,9 +33,7 @@ use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-/// How CRI names an ACI: `aci:` + a file path, an https URL, or an appc
-/// name (`name[:version][,label=value...]`).
-pub const ACI_PREFIX: &str = "aci:";
+pub use super::index::ACI_PREFIX;
 
 /// The largest manifest accepted inside an ACI.
 const MAX_MANIFEST: u64 = 1 << 20;

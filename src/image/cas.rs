@@ -15,10 +15,11 @@
 
 use crate::fsutil;
 use crate::lock::{self, HeldLock};
-use serde::{Deserialize, Serialize};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+
+pub use super::index::{AciInfo, Index, LayerDigest, Remote};
 
 pub const INDEX_VERSION: u32 = 1;
 
@@ -69,13 +70,13 @@ impl Cas {
     /// (`tree.rs`). A tree rendered in another boot and never synced may have
     /// lost files in a crash: it is rendered again.
     pub fn tree_rendered(&self, tree_id: &str) -> bool {
-        super::tree::state(&self.tree(tree_id), boot_id()).usable()
+        state(&self.tree(tree_id), boot_id()).usable()
     }
 
     /// Marks a tree directory that is not in place yet as rendered in this
     /// boot and not synced (before it is moved into place).
     pub fn mark_unsynced(tree_dir: &Path) -> io::Result<()> {
-        fs::write(tree_dir.join(super::tree::UNSYNCED), boot_id())
+        fs::write(tree_dir.join(UNSYNCED), boot_id())
     }
 
     /// Marks a complete tree directory as rendered: an empty `rendered`, as rkt writes it.
@@ -144,111 +145,48 @@ pub(super) fn boot_id() -> &'static str {
     })
 }
 
-/// rkt's tables, and rktlet's `layerdigest`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Index {
-    #[serde(default)]
-    pub version: u32,
-    #[serde(default)]
-    pub aciinfo: Vec<AciInfo>,
-    #[serde(default)]
-    pub remote: Vec<Remote>,
-    #[serde(default)]
-    pub layerdigest: Vec<LayerDigest>,
+/// rktlet's marker of a tree not yet synced; holds the boot id it was
+/// rendered in. rkt does not know it (and removes it with the tree).
+pub const UNSYNCED: &str = "rktlet-unsynced";
+
+/// The state of a tree directory's markers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TreeState {
+    /// No (complete) `rendered`: render it (again).
+    NotRendered,
+    /// Rendered in another boot and never synced: render it again.
+    OtherBoot,
+    /// Rendered in this boot, not synced yet (usable; settled in the background).
+    Unsynced,
+    /// Rendered and durable (rkt's trees, settled ones): trusted.
+    Settled,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct AciInfo {
-    pub blobkey: String,
-    pub name: String,
-    pub importtime: i64,
-    pub lastused: i64,
-    pub latest: bool,
-    /// Bytes of the stored blob, as rkt records them (a docker image's own
-    /// small ACI; a layer's uncompressed ACI, recorded at the pull, before
-    /// the background task has written it).
-    pub size: i64,
-    /// rkt's size of the image's rendered tree (0 before it is rendered).
-    pub treestoresize: i64,
-    /// rktlet: an ACI whose signature was checked when it was imported
-    /// (absent in older indexes: unverified).
-    #[serde(default)]
-    pub verified: bool,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Remote {
-    /// `docker://<normalized reference>` (by tag and by digest).
-    pub aciurl: String,
-    pub sigurl: String,
-    pub etag: String,
-    pub blobkey: String,
-    pub cachemaxage: i64,
-    pub downloadtime: i64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct LayerDigest {
-    /// The registry's digest of the blob as downloaded, e.g. `sha256:...`.
-    pub digest: String,
-    pub blobkey: String,
-}
-
-impl AciInfo {
-    /// A docker layer's ACI (a dependency of images, not an image to list):
-    /// named `layer/...`. Indexes of older releases also kept a `layer`
-    /// column; it said the same and is no longer written (rkt has none).
-    pub fn is_layer(&self) -> bool {
-        self.name.starts_with(super::convert::LAYER_NAME_PREFIX)
+impl TreeState {
+    pub fn usable(self) -> bool {
+        matches!(self, TreeState::Unsynced | TreeState::Settled)
     }
 }
 
-impl Index {
-    pub fn aci(&self, key: &str) -> Option<&AciInfo> {
-        self.aciinfo.iter().find(|a| a.blobkey == key)
-    }
-
-    pub fn upsert_aci(&mut self, row: AciInfo) {
-        match self.aciinfo.iter_mut().find(|a| a.blobkey == row.blobkey) {
-            Some(a) => {
-                a.lastused = row.lastused;
-                a.treestoresize = row.treestoresize.max(a.treestoresize);
-                a.verified |= row.verified;
-            }
-            None => self.aciinfo.push(row),
-        }
-    }
-
-    pub fn upsert_remote(&mut self, row: Remote) {
-        self.remote.retain(|r| r.aciurl != row.aciurl);
-        self.remote.push(row);
-    }
-
-    pub fn layer_key(&self, digest: &str) -> Option<&str> {
-        self.layerdigest.iter().find(|l| l.digest == digest).map(|l| l.blobkey.as_str())
-    }
-
-    pub fn add_layer_digest(&mut self, digest: &str, key: &str) {
-        if self.layer_key(digest).is_none() {
-            self.layerdigest.push(LayerDigest { digest: digest.to_string(), blobkey: key.to_string() });
-        }
-    }
-
-    /// Maps `digest` to `key`, replacing what it mapped to (a layer an older
-    /// release stored under another key).
-    pub fn set_layer_digest(&mut self, digest: &str, key: &str) {
-        self.layerdigest.retain(|l| l.digest != digest);
-        self.layerdigest.push(LayerDigest { digest: digest.to_string(), blobkey: key.to_string() });
-    }
-
-    /// Image keys (not layers) whose key starts with `prefix`.
-    pub fn images_with_prefix(&self, prefix: &str) -> Vec<&AciInfo> {
-        self.aciinfo.iter().filter(|a| !a.is_layer() && a.blobkey.starts_with(prefix)).collect()
-    }
-
-    pub fn remotes_of(&self, key: &str) -> impl Iterator<Item = &Remote> {
-        self.remote.iter().filter(move |r| r.blobkey == key)
-    }
+/// The markers of tree directory `dir`, judged against boot `boot`.
+pub fn state(dir: &Path, boot: &str) -> TreeState {
+    let rendered = match fs::read_to_string(dir.join("rendered")) {
+        Ok(s) => s,
+        Err(_) => return TreeState::NotRendered,
+    };
+    // a release before this one: the boot id in `rendered` itself
+    let legacy = rendered.trim();
+    let marker = match fs::read_to_string(dir.join(UNSYNCED)) {
+        Ok(m) => Some(m),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(_) => return TreeState::OtherBoot,
+    };
+    let unsynced_in = match (&marker, legacy.is_empty()) {
+        (Some(m), _) => m.trim().to_string(),
+        (None, false) => legacy.to_string(),
+        (None, true) => return TreeState::Settled,
+    };
+    if unsynced_in == boot { TreeState::Unsynced } else { TreeState::OtherBoot }
 }
 
 #[cfg(test)]

@@ -96,9 +96,9 @@ pub fn verify(store: &Store, deep: bool) -> Result<Report, ImageError> {
     // making one clears leftovers
     for e in fs::read_dir(cas.tmp()).into_iter().flatten().flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with(super::pull::WORK_PREFIX)
+        if name.starts_with(super::workdir::WORK_PREFIX)
             && !name.ends_with(".lock")
-            && !super::pull::tmp_in_use(cas, &name)
+            && !super::workdir::tmp_in_use(cas, &name)
         {
             r.problems.push(format!("leftover of an interrupted pull: {}", e.path().display()));
         }

@@ -306,7 +306,7 @@ fn head_of<R: Read>(entry: &mut tar::Entry<'_, R>, rel: &Path) -> io::Result<Opt
         tar::EntryType::Link => {
             let target = entry.link_name()?.map(|l| l.into_owned()).unwrap_or_default();
             // a target that climbs out is the unpacker's to refuse, after this
-            h.link = match super::extract::clean(&target) {
+            h.link = match super::tar_entry::clean(&target) {
                 Ok(cleaned) => [b"rootfs/", cleaned.as_os_str().as_bytes()].concat(),
                 Err(_) => target.as_os_str().as_bytes().to_vec(),
             };
@@ -327,11 +327,11 @@ fn head_of<R: Read>(entry: &mut tar::Entry<'_, R>, rel: &Path) -> io::Result<Opt
 /// Writes the ACI rendition of the layer tar `layer` to `out`.
 pub fn convert<W: Write>(layer: impl Read, manifest: &[u8], out: W) -> io::Result<W> {
     let mut w = AciWriter::new(out, manifest)?;
-    let mut archive = tar::Archive::new(super::extract::PadLastBlock::new(layer));
+    let mut archive = tar::Archive::new(super::tar_entry::PadLastBlock::new(layer));
     let mut buf = vec![0u8; 256 * 1024];
     for entry in archive.entries()? {
         let mut entry = entry?;
-        let rel = super::extract::clean(&entry.path()?).map_err(|e| invalid(e.to_string()))?;
+        let rel = super::tar_entry::clean(&entry.path()?).map_err(|e| invalid(e.to_string()))?;
         if w.entry(&mut entry, &rel)? {
             loop {
                 let n = entry.read(&mut buf)?;
@@ -459,7 +459,7 @@ pub fn convert_one(cas: &Cas, key: &str) -> Result<bool, ImageError> {
     }
     let manifest_path = cas.image_manifest(key);
     let manifest = fs::read(&manifest_path).map_err(io_ctx(format!("reading {}", manifest_path.display())))?;
-    let work = super::pull::WorkDir::new(cas)?;
+    let work = super::workdir::WorkDir::new(cas)?;
     let tmp = work.path().join("aci");
     let file = fs::File::create(&tmp).map_err(io_ctx(format!("creating {}", tmp.display())))?;
     let input = fs::File::open(&src).map_err(io_ctx(format!("opening {}", src.display())))?;

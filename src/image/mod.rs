@@ -47,6 +47,7 @@ pub mod discovery;
 pub mod extract;
 pub mod fsck;
 pub mod hosts;
+pub mod index;
 pub mod layer;
 pub mod layer_aci;
 pub mod oci;
@@ -55,8 +56,10 @@ mod pull;
 pub mod ql;
 pub mod reference;
 pub mod registry;
+mod tar_entry;
 pub mod tree;
 pub mod verify;
+mod workdir;
 
 use crate::filecache::{FileCache, ReadError};
 use crate::pod::manifest::{self as pod_manifest, ImageManifest};
@@ -761,7 +764,7 @@ impl Store {
         fs::create_dir_all(&locks).map_err(io_ctx(format!("creating {}", locks.display())))?;
         let _prepare =
             crate::lock::exclusive_file(&locks.join("prepareLock")).map_err(io_ctx("taking the prepare lock"))?;
-        let mut report = GcReport { tmp: pull::clean_tmp(&self.cas), ..Default::default() };
+        let mut report = GcReport { tmp: workdir::clean_tmp(&self.cas), ..Default::default() };
         let used = self.used_by_pods();
         if let Ok(trees) = fs::read_dir(self.cas.trees()) {
             for t in trees.flatten() {
@@ -807,7 +810,7 @@ impl Store {
     /// Removes the work directories of pulls that were cut short (their
     /// locks are free); returns how many.
     pub fn clean_leftovers(&self) -> usize {
-        pull::clean_tmp(&self.cas)
+        workdir::clean_tmp(&self.cas)
     }
 
     /// Bytes and inodes the store uses on disk.

@@ -12,9 +12,10 @@ use super::oci::{self, AnyManifest, ImageConfig};
 use super::policy;
 use super::reference::Reference;
 use super::verify::Digest;
+use super::workdir::WorkDir;
 use super::{Credentials, Image, ImageError, Store, io_ctx};
 use crate::fsutil;
-use crate::lock::{self, HeldLock};
+use crate::lock::HeldLock;
 use crate::pod::manifest::ImageManifest;
 use crate::time::now_nanos;
 use futures::StreamExt;
@@ -37,96 +38,6 @@ struct LayerDesc {
     /// An older release's blob of this layer (its tar, under the tar's
     /// key): the layer's ACI is made from it instead of a download.
     legacy: Option<String>,
-}
-
-/// `cas/tmp/pull-<uuid>/`, locked while in use; removed on drop.
-pub(super) struct WorkDir {
-    path: PathBuf,
-    lock_path: PathBuf,
-    _lock: HeldLock,
-}
-
-impl WorkDir {
-    pub(super) fn new(cas: &Cas) -> Result<WorkDir, ImageError> {
-        // creators and cleaners take turns, so a cleaner never sees a lock
-        // file that exists but is not held yet, or a directory before its lock
-        let guard_path = cas.tmp().join(CREATE_GUARD);
-        let _guard = lock::exclusive_file(&guard_path).map_err(io_ctx(format!("locking {}", guard_path.display())))?;
-        let stale = clean_tmp_locked(cas);
-        if stale > 0 {
-            tracing::info!(stale, "removed leftovers of interrupted pulls");
-        }
-        let name = format!("{WORK_PREFIX}{}", uuid::Uuid::new_v4().simple());
-        let path = cas.tmp().join(&name);
-        let lock_path = cas.tmp().join(format!("{name}.lock"));
-        let lock = lock::exclusive_file(&lock_path).map_err(io_ctx(format!("locking {}", lock_path.display())))?;
-        fs::create_dir(&path).map_err(io_ctx(format!("creating {}", path.display())))?;
-        fs::create_dir_all(path.join("tree/rootfs")).map_err(io_ctx(format!("creating {}", path.display())))?;
-        Ok(WorkDir { path, lock_path, _lock: lock })
-    }
-
-    fn rootfs(&self) -> PathBuf {
-        self.path.join("tree/rootfs")
-    }
-
-    pub(super) fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.path);
-        let _ = fs::remove_file(&self.lock_path);
-    }
-}
-
-/// Serialises making work directories with cleaning them up.
-const CREATE_GUARD: &str = ".create.lock";
-
-/// Prefix of the work directories (and their locks) of rktlet's pulls, the
-/// only `cas/tmp` entries rktlet ever removes: the directory is shared with
-/// rkt, whose temporary entries (`docker2aci-*`, ...) are not ours to judge.
-pub(super) const WORK_PREFIX: &str = "pull-";
-
-/// Removes `cas/tmp` leftovers of rktlet's pulls whose lock nobody holds (a
-/// killed pull). Returns how many.
-pub fn clean_tmp(cas: &Cas) -> usize {
-    match lock::exclusive_file(&cas.tmp().join(CREATE_GUARD)) {
-        Ok(_guard) => clean_tmp_locked(cas),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot lock cas/tmp for cleaning");
-            0
-        }
-    }
-}
-
-fn clean_tmp_locked(cas: &Cas) -> usize {
-    let mut n = 0;
-    let Ok(entries) = fs::read_dir(cas.tmp()) else { return 0 };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if !name.starts_with(WORK_PREFIX) {
-            continue;
-        }
-        if let Some(base) = name.strip_suffix(".lock") {
-            // a pull killed between taking its lock and making its directory
-            if !cas.tmp().join(base).exists()
-                && let Ok(Some(_held)) = lock::try_exclusive_file(&e.path())
-            {
-                let _ = fs::remove_file(e.path());
-                n += 1;
-            }
-            continue;
-        }
-        let lock_path = cas.tmp().join(format!("{name}.lock"));
-        if let Ok(Some(_held)) = lock::try_exclusive_file(&lock_path) {
-            let _ = fs::remove_dir_all(e.path()).or_else(|_| fs::remove_file(e.path()));
-            let _ = fs::remove_file(&lock_path);
-            n += 1;
-        }
-    }
-    n
 }
 
 async fn blocking<T: Send + 'static>(
@@ -690,7 +601,7 @@ fn commit_tree(
     let final_path = cas.tree(tree_id);
     let tmp_tree = work.join("tree");
     if cas.tree_rendered(tree_id) {
-        return Ok(tree_size(&final_path)); // rendered meanwhile by another process
+        return Ok(super::tree::tree_size(&final_path)); // rendered meanwhile by another process
     }
     if final_path.exists() {
         fs::remove_dir_all(&final_path).map_err(io_ctx(format!("removing partial tree {}", final_path.display())))?;
@@ -709,32 +620,7 @@ fn commit_tree(
     Cas::mark_rendered(&final_path).map_err(io_ctx(format!("marking {} rendered", final_path.display())))?;
     super::tree::settle_later(cas, tree_id);
     // as it will be once settled: with its `hash` (`sha512-` + 64 hex)
-    Ok(tree_size(&final_path) + if final_path.join("hash").exists() { 0 } else { 71 })
-}
-
-/// rkt's `treestoresize`: the apparent sizes of everything in the tree
-/// directory (itself included), each hard-linked inode once; rktlet's
-/// not-synced marker is not counted.
-pub(super) fn tree_size(dir: &Path) -> i64 {
-    let mut total = 0u64;
-    let mut seen = std::collections::HashSet::new();
-    let mut stack = vec![dir.to_path_buf()];
-    let marker = dir.join(super::tree::UNSYNCED);
-    while let Some(p) = stack.pop() {
-        if p == marker {
-            continue;
-        }
-        let Ok(m) = fs::symlink_metadata(&p) else { continue };
-        if m.is_dir() {
-            stack.extend(fs::read_dir(&p).into_iter().flatten().flatten().map(|e| e.path()));
-        }
-        use std::os::unix::fs::MetadataExt;
-        if m.nlink() > 1 && !m.is_dir() && !seen.insert(m.ino()) {
-            continue;
-        }
-        total += m.len();
-    }
-    total as i64
+    Ok(super::tree::tree_size(&final_path) + if final_path.join("hash").exists() { 0 } else { 71 })
 }
 
 /// Deletes what a tree holds beside `rootfs/`. An ACI's tar is unpacked at
@@ -902,14 +788,6 @@ fn stored_job(cas: &Cas, index: usize, key: &str, dest: PathBuf) -> Result<Layer
         // it was accepted once; a store read back is not limited again
         max_bytes: u64::MAX,
     })
-}
-
-/// Whether the `cas/tmp` entry `name` belongs to a pull that is running
-/// (its lock is held).
-pub(super) fn tmp_in_use(cas: &Cas, name: &str) -> bool {
-    let lock_path = cas.tmp().join(format!("{name}.lock"));
-    // no lock file: nobody made it (and a check must not create one)
-    lock_path.exists() && !matches!(lock::try_exclusive_file(&lock_path), Ok(Some(_)))
 }
 
 /// Renders an image from its stored layers into a scratch directory, hands

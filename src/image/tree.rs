@@ -14,16 +14,13 @@
 //! itself; such a tree is trusted in its boot only, and settled like a marked one.
 
 use super::cas::Cas;
+pub use super::cas::{TreeState, UNSYNCED, state};
 use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-
-/// rktlet's marker of a tree not yet synced; holds the boot id it was
-/// rendered in. rkt does not know it (and removes it with the tree).
-pub const UNSYNCED: &str = "rktlet-unsynced";
 
 /// The tree's own files, not part of its hash (rkt's list, and rktlet's marker).
 const NOT_HASHED: [&str; 5] = ["manifest", "hash", "rendered", "image", UNSYNCED];
@@ -43,46 +40,6 @@ pub enum ModeRule {
 
 /// The rule rktlet writes with: that of rkt 1.30's released binary.
 pub const WRITTEN_RULE: ModeRule = ModeRule::WithTypeBits;
-
-/// The state of a tree directory's markers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TreeState {
-    /// No (complete) `rendered`: render it (again).
-    NotRendered,
-    /// Rendered in another boot and never synced: render it again.
-    OtherBoot,
-    /// Rendered in this boot, not synced yet (usable; settled in the background).
-    Unsynced,
-    /// Rendered and durable (rkt's trees, settled ones): trusted.
-    Settled,
-}
-
-impl TreeState {
-    pub fn usable(self) -> bool {
-        matches!(self, TreeState::Unsynced | TreeState::Settled)
-    }
-}
-
-/// The markers of tree directory `dir`, judged against boot `boot`.
-pub fn state(dir: &Path, boot: &str) -> TreeState {
-    let rendered = match fs::read_to_string(dir.join("rendered")) {
-        Ok(s) => s,
-        Err(_) => return TreeState::NotRendered,
-    };
-    // a release before this one: the boot id in `rendered` itself
-    let legacy = rendered.trim();
-    let marker = match fs::read_to_string(dir.join(UNSYNCED)) {
-        Ok(m) => Some(m),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(_) => return TreeState::OtherBoot,
-    };
-    let unsynced_in = match (&marker, legacy.is_empty()) {
-        (Some(m), _) => m.trim().to_string(),
-        (None, false) => legacy.to_string(),
-        (None, true) => return TreeState::Settled,
-    };
-    if unsynced_in == boot { TreeState::Unsynced } else { TreeState::OtherBoot }
-}
 
 /// rkt's tree store hash of the tree directory `dir` (`treestore.Hash`):
 /// SHA-512 over every entry below `dir`, walked depth first with each
@@ -299,7 +256,7 @@ pub fn settle(cas: &Cas, id: &str) -> io::Result<bool> {
     crate::fsutil::sync_dir(&dir)?;
     // rkt's treestoresize counts the finished tree, `hash` included
     let image = fs::read_to_string(dir.join("image")).unwrap_or_default();
-    let size = super::pull::tree_size(&dir);
+    let size = tree_size(&dir);
     cas.update_index(|i| {
         if let Some(a) = i.aciinfo.iter_mut().find(|a| a.blobkey == image.trim()) {
             a.treestoresize = size;
@@ -408,6 +365,31 @@ pub fn settle_unsynced(cas: &Cas) -> usize {
         }
     }
     n
+}
+
+/// rkt's `treestoresize`: the apparent sizes of everything in the tree
+/// directory (itself included), each hard-linked inode once; rktlet's
+/// not-synced marker is not counted.
+pub(super) fn tree_size(dir: &Path) -> i64 {
+    let mut total = 0u64;
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![dir.to_path_buf()];
+    let marker = dir.join(UNSYNCED);
+    while let Some(p) = stack.pop() {
+        if p == marker {
+            continue;
+        }
+        let Ok(m) = fs::symlink_metadata(&p) else { continue };
+        if m.is_dir() {
+            stack.extend(fs::read_dir(&p).into_iter().flatten().flatten().map(|e| e.path()));
+        }
+        use std::os::unix::fs::MetadataExt;
+        if m.nlink() > 1 && !m.is_dir() && !seen.insert(m.ino()) {
+            continue;
+        }
+        total += m.len();
+    }
+    total as i64
 }
 
 #[cfg(test)]

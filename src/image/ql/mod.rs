@@ -13,7 +13,7 @@ mod blocks;
 pub mod scalar;
 pub mod write;
 
-use crate::image::cas::{AciInfo, Index, Remote};
+use crate::image::index::{AciInfo, Index, Remote};
 use crate::lock;
 use blocks::Blocks;
 use scalar::Scalar;
@@ -95,7 +95,7 @@ pub fn with_db<T>(db_dir: &Path, read: impl FnOnce(&Path) -> Result<T, QlError>)
 /// is how a reference finds it.
 pub fn rktlet_aciurl(rkt: &str) -> String {
     if rkt.starts_with("https://") || rkt.starts_with("http://") {
-        format!("{}{rkt}", crate::image::aci::ACI_PREFIX)
+        format!("{}{rkt}", crate::image::index::ACI_PREFIX)
     } else if let Some(rest) = rkt.strip_prefix("docker://")
         && let Ok(r) = rest.parse::<crate::image::reference::Reference>()
     {

@@ -1,0 +1,116 @@
+//! The rows of the store's index (`db/index.json`): rkt's `aciinfo` and
+//! `remote` tables and rktlet's `layerdigest`, as the CAS keeps them and
+//! rkt's `ql.db` mirrors them; and how the CRI names an ACI.
+
+use serde::{Deserialize, Serialize};
+
+/// How CRI names an ACI: `aci:` + a file path, an https URL, or an appc
+/// name (`name[:version][,label=value...]`).
+pub const ACI_PREFIX: &str = "aci:";
+
+/// rkt's tables, and rktlet's `layerdigest`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Index {
+    #[serde(default)]
+    pub version: u32,
+    #[serde(default)]
+    pub aciinfo: Vec<AciInfo>,
+    #[serde(default)]
+    pub remote: Vec<Remote>,
+    #[serde(default)]
+    pub layerdigest: Vec<LayerDigest>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AciInfo {
+    pub blobkey: String,
+    pub name: String,
+    pub importtime: i64,
+    pub lastused: i64,
+    pub latest: bool,
+    /// Bytes of the stored blob, as rkt records them (a docker image's own
+    /// small ACI; a layer's uncompressed ACI, recorded at the pull, before
+    /// the background task has written it).
+    pub size: i64,
+    /// rkt's size of the image's rendered tree (0 before it is rendered).
+    pub treestoresize: i64,
+    /// rktlet: an ACI whose signature was checked when it was imported
+    /// (absent in older indexes: unverified).
+    #[serde(default)]
+    pub verified: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Remote {
+    /// `docker://<normalized reference>` (by tag and by digest).
+    pub aciurl: String,
+    pub sigurl: String,
+    pub etag: String,
+    pub blobkey: String,
+    pub cachemaxage: i64,
+    pub downloadtime: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LayerDigest {
+    /// The registry's digest of the blob as downloaded, e.g. `sha256:...`.
+    pub digest: String,
+    pub blobkey: String,
+}
+
+impl AciInfo {
+    /// A docker layer's ACI (a dependency of images, not an image to list):
+    /// named `layer/...`. Indexes of older releases also kept a `layer`
+    /// column; it said the same and is no longer written (rkt has none).
+    pub fn is_layer(&self) -> bool {
+        self.name.starts_with(super::convert::LAYER_NAME_PREFIX)
+    }
+}
+
+impl Index {
+    pub fn aci(&self, key: &str) -> Option<&AciInfo> {
+        self.aciinfo.iter().find(|a| a.blobkey == key)
+    }
+
+    pub fn upsert_aci(&mut self, row: AciInfo) {
+        match self.aciinfo.iter_mut().find(|a| a.blobkey == row.blobkey) {
+            Some(a) => {
+                a.lastused = row.lastused;
+                a.treestoresize = row.treestoresize.max(a.treestoresize);
+                a.verified |= row.verified;
+            }
+            None => self.aciinfo.push(row),
+        }
+    }
+
+    pub fn upsert_remote(&mut self, row: Remote) {
+        self.remote.retain(|r| r.aciurl != row.aciurl);
+        self.remote.push(row);
+    }
+
+    pub fn layer_key(&self, digest: &str) -> Option<&str> {
+        self.layerdigest.iter().find(|l| l.digest == digest).map(|l| l.blobkey.as_str())
+    }
+
+    pub fn add_layer_digest(&mut self, digest: &str, key: &str) {
+        if self.layer_key(digest).is_none() {
+            self.layerdigest.push(LayerDigest { digest: digest.to_string(), blobkey: key.to_string() });
+        }
+    }
+
+    /// Maps `digest` to `key`, replacing what it mapped to (a layer an older
+    /// release stored under another key).
+    pub fn set_layer_digest(&mut self, digest: &str, key: &str) {
+        self.layerdigest.retain(|l| l.digest != digest);
+        self.layerdigest.push(LayerDigest { digest: digest.to_string(), blobkey: key.to_string() });
+    }
+
+    /// Image keys (not layers) whose key starts with `prefix`.
+    pub fn images_with_prefix(&self, prefix: &str) -> Vec<&AciInfo> {
+        self.aciinfo.iter().filter(|a| !a.is_layer() && a.blobkey.starts_with(prefix)).collect()
+    }
+
+    pub fn remotes_of(&self, key: &str) -> impl Iterator<Item = &Remote> {
+        self.remote.iter().filter(move |r| r.blobkey == key)
+    }
+}
