@@ -1,7 +1,9 @@
 //! Compiles the CRI wire contract in `proto/` with a vendored protoc, so the
 //! build does not depend on the host's (often too old) protobuf compiler;
-//! and the workspace's `appexec` crate into a static executable the daemon
-//! embeds (it runs inside the apps' images, whatever libc they have, if any).
+//! and the workspace's `appexec` and `logwriter` crates into static
+//! executables the daemon embeds (appexec runs inside the apps' images,
+//! whatever libc they have, if any; the log writer is what every pod keeps
+//! resident, so it is small).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
@@ -16,7 +18,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     appexec(&out)
 }
 
-/// The `appexec` crate of this workspace, built by a cargo of its own: its
+/// The `appexec` and `logwriter` programs of this workspace, built by a cargo of its own: its
 /// own target directory under OUT_DIR (the outer build holds the lock of
 /// its own), for the target being built, with the `appexec` profile (the
 /// workspace's Cargo.toml: opt-level 2, panic=abort, stripped) and glibc
@@ -27,7 +29,8 @@ fn appexec(out: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     let manifest_dir = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
     let target_dir = out.join("appexec-build");
     let status = std::process::Command::new(cargo)
-        .args(["build", "--package", "appexec", "--profile", "appexec", "--offline", "--locked", "--quiet"])
+        .args(["build", "--package", "appexec", "--package", "logwriter", "--bins", "--profile", "appexec"])
+        .args(["--offline", "--locked", "--quiet"])
         .arg("--manifest-path")
         .arg(manifest_dir.join("Cargo.toml"))
         .args(["--target", &target])
@@ -42,10 +45,17 @@ fn appexec(out: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
         .env_remove("CARGO_BUILD_TARGET")
         .status()?;
     if !status.success() {
-        return Err(format!("building appexec: {status}").into());
+        return Err(format!("building appexec and logwriter: {status}").into());
     }
-    std::fs::copy(target_dir.join(&target).join("appexec").join("appexec"), out.join("appexec"))?;
-    for input in ["appexec", "Cargo.toml", "Cargo.lock"] {
+    for program in ["appexec", "logwriter"] {
+        std::fs::copy(target_dir.join(&target).join("appexec").join(program), out.join(program))?;
+    }
+    // the log writer's copy in a data dir is named by its content, known
+    // here so that no pod start hashes it (`stage1::logwriter`)
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    std::hash::Hash::hash(&std::fs::read(out.join("logwriter"))?, &mut hasher);
+    println!("cargo:rustc-env=RKTLET_LOGWRITER_NAME=logwriter-{:016x}", std::hash::Hasher::finish(&hasher));
+    for input in ["appexec", "logwriter", "Cargo.toml", "Cargo.lock"] {
         println!("cargo:rerun-if-changed={input}");
     }
     Ok(())

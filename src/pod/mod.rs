@@ -44,7 +44,7 @@ pub fn hostname_from_name(name: &str) -> &str {
 /// Name of the pod manifest file in a pod directory.
 pub const MANIFEST_FILE: &str = "pod";
 /// Socket of the pod's log writer (`stream::log`).
-pub const LOG_SOCKET_FILE: &str = "logger.sock";
+pub const LOG_SOCKET_FILE: &str = logwriter::SOCKET_FILE;
 /// Lock file serialising manifest rewrites (`app add` / `app rm`).
 pub const MANIFEST_LOCK_FILE: &str = "pod.lck";
 /// Empty file whose mtime is the pod's creation time.

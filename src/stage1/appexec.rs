@@ -24,7 +24,6 @@
 use super::bus::ExecCommand;
 use super::inject::{self, Attach, Propagation};
 use crate::pod::DataDir;
-use sha2::Digest;
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -54,46 +53,12 @@ pub enum PidMode {
 /// of a pod that has it bound.
 fn name() -> &'static str {
     static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    NAME.get_or_init(|| {
-        let digest = sha2::Sha256::digest(BINARY);
-        format!("appexec-{}", digest[..8].iter().map(|b| format!("{b:02x}")).collect::<String>())
-    })
+    NAME.get_or_init(|| super::embedded::name("appexec", BINARY))
 }
 
-/// The host copy of the program, named by its digest: written (complete
-/// and synced before it gets its name) once per data directory and build of
-/// the daemon; a copy that differs from the embedded program is replaced,
-/// and other builds' copies go (pods bound to them keep theirs).
+/// The host copy of the program (`appexec/appexec-<digest>` in the data dir).
 fn host_copy(data: &DataDir) -> io::Result<PathBuf> {
-    let name = name();
-    let dir = data.root().join("appexec");
-    let path = dir.join(name);
-    // checked once per daemon: every pod boot binds it
-    static CHECKED: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
-    let mut checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
-    if checked.as_ref() == Some(&path) && path.exists() {
-        return Ok(path);
-    }
-    if std::fs::read(&path).is_ok_and(|bytes| bytes == BINARY) {
-        *checked = Some(path.clone());
-        crate::program_pages::release_bytes(BINARY);
-        return Ok(path);
-    }
-    std::fs::create_dir_all(&dir)?;
-    let tmp = dir.join(format!(".tmp-{}", uuid::Uuid::new_v4().simple()));
-    let mut file = std::fs::OpenOptions::new().create_new(true).write(true).mode(0o555).open(&tmp)?;
-    io::Write::write_all(&mut file, BINARY)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, &path)?;
-    *checked = Some(path.clone());
-    // read once to be hashed, compared and written: its 1.2 MB need not stay mapped
-    crate::program_pages::release_bytes(BINARY);
-    for old in std::fs::read_dir(&dir)?.flatten() {
-        if old.file_name().to_string_lossy().starts_with("appexec-") && old.file_name() != name {
-            let _ = std::fs::remove_file(old.path());
-        }
-    }
-    Ok(path)
+    super::embedded::host_copy(data, "appexec", name(), BINARY)
 }
 
 /// Binds the program read-only at [`IN_POD`] in the pod, once per build of

@@ -159,6 +159,11 @@ pub async fn start(
     slice: Option<&str>,
     standby: Option<Standby>,
 ) -> Result<Started, LaunchError> {
+    // the program the pod's log writer execs (written once per data dir and
+    // build); without it the sandbox process's fork serves the pod itself
+    if let Err(e) = super::logwriter::host_copy(&crate::pod::DataDir::new(data_dir)) {
+        tracing::warn!(error = %e, "cannot write the log writer program into the data directory");
+    }
     match supervisor {
         Supervisor::Detached => start_detached(program, data_dir, args, standby).await,
         Supervisor::SystemdRun => start_systemd_run(program, data_dir, args, slice).await,

@@ -161,7 +161,9 @@ fn prepare(opts: &SandboxOptions, pod: &mut Pod, cgroup_out: &mut Option<PodCgro
 
     pod.to_run()?;
     pod.write_file(pod::PPID_FILE, format!("{}\n", std::process::id()).as_bytes())?;
-    spawn_log_writer(pod, supervisor.as_deref()).map_err(io_err(format!("starting the log writer of pod {uuid}")))?;
+    let program = super::logwriter::installed(&opts.data);
+    spawn_log_writer(pod, supervisor.as_deref(), &program)
+        .map_err(io_err(format!("starting the log writer of pod {uuid}")))?;
     if let Some(path) = &opts.uuid_file_save {
         fs::write(path, uuid.to_string()).map_err(io_err(format!("writing {}", path.display())))?;
     }
@@ -193,7 +195,7 @@ pub fn runtime_config(hostname: &str, net: &PodNet, host_ipc: bool) -> String {
 /// Forks the pod's CRI log writer (see `crate::stream::log`): a grandchild,
 /// so it is not nspawn's child, in the pod cgroup, without the pod lock, that
 /// exits with the sandbox process (watched through a pidfd made here).
-fn spawn_log_writer(pod: &Pod, cgroup: Option<&Path>) -> io::Result<()> {
+fn spawn_log_writer(pod: &Pod, cgroup: Option<&Path>, program: &Path) -> io::Result<()> {
     use nix::unistd::{ForkResult, fork};
     let listener = std::os::unix::net::UnixListener::bind(pod.path().join(crate::stream::log::SOCKET_FILE))?;
     let me = crate::sys::pidfd_open(std::process::id() as i32)?;
@@ -235,6 +237,13 @@ fn spawn_log_writer(pod: &Pod, cgroup: Option<&Path>) -> io::Result<()> {
                     // SAFETY: dup2 of a valid descriptor onto a standard stream.
                     unsafe { libc::dup2(null.as_raw_fd(), target) };
                 }
+                // any pod but a host-PID one: the small program (what it
+                // keeps resident is a fraction of this process's); should
+                // its exec fail, this process serves instead
+                if !host_pid {
+                    let e = exec_log_writer(program, &listener, &me, &pod.uuid());
+                    tracing::debug!(program = %program.display(), error = %e, "the log writer program did not start");
+                }
                 // only a host-PID pod's writer starts apps (`run`): in any
                 // other pod nothing may reach the node's PID namespace
                 let dir = host_pid.then(|| PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd())));
@@ -250,6 +259,26 @@ fn spawn_log_writer(pod: &Pod, cgroup: Option<&Path>) -> io::Result<()> {
             unsafe { libc::_exit(i32::from(code.is_err())) }
         }
     }
+}
+
+/// Execs the log writer program (`stage1::logwriter`) with the pod's
+/// listening socket and the pidfd of the process to outlive (nspawn) open
+/// across the exec; returns only when it could not, with both descriptors
+/// close-on-exec again.
+fn exec_log_writer(program: &Path, listener: &impl AsRawFd, me: &impl AsRawFd, uuid: &Uuid) -> io::Error {
+    let (listen, pidfd) = (listener.as_raw_fd(), me.as_raw_fd());
+    if let Err(e) = lock::keep_across_exec(listen).and_then(|()| lock::keep_across_exec(pidfd)) {
+        return e;
+    }
+    let e = std::process::Command::new(program)
+        .args([format!("listen={listen}"), format!("pidfd={pidfd}"), format!("--uuid={uuid}")])
+        .env_clear()
+        .exec();
+    for fd in [listen, pidfd] {
+        // SAFETY: F_SETFD on descriptors this process owns.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    e
 }
 
 /// Lowers the priority of this process and so of nspawn and the pod's
