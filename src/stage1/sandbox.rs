@@ -194,7 +194,9 @@ pub fn runtime_config(hostname: &str, net: &PodNet, host_ipc: bool) -> String {
 
 /// Forks the pod's CRI log writer (see `crate::stream::log`): a grandchild,
 /// so it is not nspawn's child, in the pod cgroup, without the pod lock, that
-/// exits with the sandbox process (watched through a pidfd made here).
+/// exits with the sandbox process (watched through a pidfd made here). It
+/// execs `program` (the `logwriter` program), unless the pod shares the
+/// node's PID namespace or the exec fails: then it serves as it is.
 fn spawn_log_writer(pod: &Pod, cgroup: Option<&Path>, program: &Path) -> io::Result<()> {
     use nix::unistd::{ForkResult, fork};
     let listener = std::os::unix::net::UnixListener::bind(pod.path().join(crate::stream::log::SOCKET_FILE))?;
