@@ -55,6 +55,16 @@ fn modules() -> BTreeMap<String, String> {
     let src = root().join("src");
     let mut out = BTreeMap::new();
     walk(&src, &src, &mut out);
+    // the workspace's library crates, under their own names
+    for krate in ["logwriter"] {
+        let src = root().join(krate).join("src");
+        let mut inner = BTreeMap::new();
+        walk(&src, &src, &mut inner);
+        for (module, text) in inner {
+            let name = if module.is_empty() { krate.to_string() } else { format!("{krate}::{module}") };
+            out.insert(name, text);
+        }
+    }
     out
 }
 
@@ -64,14 +74,20 @@ fn is_ident(c: char) -> bool {
 
 /// `text` defines `name` as an item (`fn name`, `struct name`, ...).
 fn defines(text: &str, name: &str) -> bool {
-    KEYWORDS.iter().any(|kw| {
-        let pattern = format!("{kw} {name}");
-        text.match_indices(&pattern).any(|(i, _)| {
-            let before = text[..i].chars().next_back().is_none_or(|c| !is_ident(c));
-            let after = text[i + pattern.len()..].chars().next().is_none_or(|c| !is_ident(c));
-            before && after
+    // a `pub use` names what another module defines as this one's
+    let reexported = text.match_indices("pub use ").any(|(i, _)| {
+        let statement = text[i..].split(';').next().unwrap_or("");
+        statement.split(|c: char| !is_ident(c)).any(|word| word == name)
+    });
+    reexported
+        || KEYWORDS.iter().any(|kw| {
+            let pattern = format!("{kw} {name}");
+            text.match_indices(&pattern).any(|(i, _)| {
+                let before = text[..i].chars().next_back().is_none_or(|c| !is_ident(c));
+                let after = text[i + pattern.len()..].chars().next().is_none_or(|c| !is_ident(c));
+                before && after
+            })
         })
-    })
 }
 
 /// The sources that have an `impl` block of `ty` (inherent or of a trait).
