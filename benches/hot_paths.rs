@@ -7,12 +7,12 @@
 //! `pod_dir`, sd-bus figures against a live pod in `pod_bus`.
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use rktlet::image::cas::{AciInfo, Cas, Remote};
+use rkt::cas::{AciInfo, Cas, Remote};
+use rkt::pod::DataDir;
+use rkt::reference::Reference;
+use rkt::schema::ImageManifest;
 use rktlet::image::layer::{Compression, LayerJob};
-use rktlet::image::reference::Reference;
 use rktlet::image::{RegistryConfig, Store};
-use rktlet::pod::DataDir;
-use rktlet::pod::manifest::ImageManifest;
 use rktlet::stream::log::{LineSplitter, Stream, record};
 use std::hint::black_box;
 use std::io::Write;

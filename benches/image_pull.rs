@@ -10,8 +10,8 @@ mod ports;
 #[allow(dead_code)]
 mod registry;
 
+use rkt::pod::DataDir;
 use rktlet::image::{Credentials, RegistryConfig, Store};
-use rktlet::pod::DataDir;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -66,7 +66,7 @@ fn main() {
         assert!(st.success(), "skopeo copy failed");
         // what the pull left to background threads (tree hash and sync, the
         // layers' ACIs) finishes before the next round is timed
-        rktlet::image::tree::finish_settling();
+        rkt::tree::finish_settling();
         if i > 0 {
             // the first round warms the page cache of the registry's storage
             ours.push(took);

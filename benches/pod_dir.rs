@@ -3,7 +3,8 @@
 //! 100 pods: probe one, list all with their states, parse and rewrite a manifest.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use rktlet::pod::{DataDir, Pod, manifest::PodManifest};
+use rkt::pod::{DataDir, Pod};
+use rkt::schema::PodManifest;
 use std::hint::black_box;
 
 fn bench(c: &mut Criterion) {

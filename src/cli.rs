@@ -5,10 +5,10 @@
 use crate::api_v1::{AppInfo, MountInfo, PodInfo};
 use crate::cli_out::{self, Format, GoTime, ListApp, PodView};
 use crate::net::net_info;
-use crate::pod::manifest::{ImageManifest, PodManifest, RuntimeApp};
-use crate::pod::{self, DataDir, Pod, PodDir, PodError, PodState};
 use crate::stage1::rootfs::Stage1Root;
 use crate::stage1::teardown::{self, NetDirs, TeardownError};
+use rkt::pod::{self, DataDir, Pod, PodDir, PodError, PodState};
+use rkt::schema::{ImageManifest, PodManifest, RuntimeApp};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -121,7 +121,7 @@ pub fn read_pod(pod: &mut Pod, image_names: bool) -> Result<PodRead, PodError> {
 /// An app of a pod as rkt's `list`/`status` JSON shows it: its state and
 /// times inferred from the pod's (rkt does not read app status files there,
 /// only a recorded exit code).
-fn pod_app(r: &PodRead, a: &RuntimeApp, volumes: &[crate::pod::manifest::Volume]) -> AppInfo {
+fn pod_app(r: &PodRead, a: &RuntimeApp, volumes: &[rkt::schema::Volume]) -> AppInfo {
     use PodState::*;
     let exit_code = r.view.exit_codes.iter().find(|(n, _)| *n == a.name).map(|(_, c)| *c);
     let state = match (exit_code, r.view.state) {
@@ -489,7 +489,7 @@ mod tests {
     /// the pod's, recorded exit codes, image names from `appsinfo`.
     #[test]
     fn list_and_status_read_a_pod_as_rkt_does() {
-        use crate::pod::manifest::{NameValue, RuntimeImage};
+        use rkt::schema::{NameValue, RuntimeImage};
         let tmp = tempfile::tempdir().unwrap();
         let data = DataDir::new(tmp.path().join("data"));
         data.ensure().unwrap();

@@ -9,10 +9,10 @@ use crate::api_v1::AppInfo;
 use crate::cli_out::{self, Format, GoTime};
 use crate::config::Config;
 use crate::container::stats;
-use crate::pod::manifest::USER_ANNOTATION_POD_NAME;
-use crate::pod::{Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
+use rkt::pod::{Pod, PodState};
+use rkt::schema::USER_ANNOTATION_POD_NAME;
 use std::path::PathBuf;
 
 /// Flags of `rktlet app add` (rkt's, as rktlet passed them per CRI field).

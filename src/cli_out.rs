@@ -18,7 +18,7 @@
 
 use crate::api_v1::{AppInfo, PodInfo};
 use crate::net::net_info::NetInfo;
-use crate::pod::PodState;
+use rkt::pod::PodState;
 
 /// The output formats rkt's `--format` takes (rktlet also takes `table`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

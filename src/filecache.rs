@@ -152,7 +152,7 @@ mod tests {
     }
 
     fn replace(path: &Path, content: &str) {
-        crate::fsutil::write_volatile(path, content.as_bytes(), 0o644).expect("write");
+        rkt::fs::write_volatile(path, content.as_bytes(), 0o644).expect("write");
     }
 
     #[test]

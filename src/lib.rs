@@ -25,7 +25,6 @@ pub mod fsutil;
 pub mod heap;
 pub mod http_head;
 pub mod image;
-pub mod lock;
 pub mod metrics;
 pub mod net;
 pub mod pod;

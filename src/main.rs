@@ -711,8 +711,8 @@ fn info(socket: PathBuf) -> Result<(), String> {
     Ok(())
 }
 
-fn data_dir(dir: Option<PathBuf>) -> rktlet::pod::DataDir {
-    rktlet::pod::DataDir::new(dir.unwrap_or_else(|| PathBuf::from(rktlet::config::DEFAULT_DATA_DIR)))
+fn data_dir(dir: Option<PathBuf>) -> rkt::pod::DataDir {
+    rkt::pod::DataDir::new(dir.unwrap_or_else(|| PathBuf::from(rktlet::config::DEFAULT_DATA_DIR)))
 }
 
 /// rkt's `list` and `status` exit with 254 when they fail; scripts may check.
@@ -802,8 +802,8 @@ fn fetch(rkt: RktFlags, image: String) -> Result<(), String> {
         println!("{}", imported.id);
         return Ok(());
     }
-    let reference: rktlet::image::reference::Reference =
-        image.parse().map_err(|e: rktlet::image::reference::ReferenceError| e.to_string())?;
+    let reference: rkt::reference::Reference =
+        image.parse().map_err(|e: rkt::reference::ReferenceError| e.to_string())?;
     let creds = rktlet::image::auth::DockerConfig::default_path()
         .map(|p| rktlet::image::auth::DockerConfig::load(&p))
         .transpose()?
@@ -1162,7 +1162,7 @@ fn main() -> ExitCode {
         }
     };
     // trees this command rendered are synced before it ends (`image/tree.rs`)
-    rktlet::image::tree::finish_settling();
+    rkt::tree::finish_settling();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -139,8 +139,8 @@ struct Live {
 }
 
 async fn live(rt: &Runtime) -> Live {
-    use crate::pod::PodDir;
     use crate::proto::v1 as cri;
+    use rkt::pod::PodDir;
     let mut l = Live::default();
     // the pods in run/, as ListPodSandbox and ListContainers see them (from the pod table)
     let in_run =
@@ -153,7 +153,7 @@ async fn live(rt: &Runtime) -> Live {
                     let state = if v.sandbox.ready { "ready" } else { "notready" };
                     *l.pods.entry(state.into()).or_default() += 1;
                 }
-                Ok(_) | Err(crate::pod::PodError::NotFound(_)) => {}
+                Ok(_) | Err(rkt::pod::PodError::NotFound(_)) => {}
                 Err(e) => tracing::warn!(pod = %uuid, error = %e, "skipping unreadable pod"),
             }
         }

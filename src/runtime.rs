@@ -5,9 +5,9 @@ use crate::cgroup;
 use crate::config::Config;
 use crate::image::{RegistryConfig, Store};
 use crate::net::cni;
-use crate::pod::{DataDir, PodError};
 use crate::stage1::bus::{BusEvent, PodBus};
 use crate::stage1::host::Host;
+use rkt::pod::{DataDir, PodError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use uuid::Uuid;
@@ -158,7 +158,7 @@ impl Runtime {
 
     /// The pod's bus connection, connecting (and starting its exit recorder)
     /// on first use. Blocking: call from a blocking thread.
-    pub fn pod_bus(&self, pod: &crate::pod::Pod) -> Result<Arc<PodBus>, String> {
+    pub fn pod_bus(&self, pod: &rkt::pod::Pod) -> Result<Arc<PodBus>, String> {
         let uuid = pod.uuid();
         if let Ok(map) = self.buses.lock()
             && let Some(bus) = map.get(&uuid)
@@ -181,7 +181,7 @@ impl Runtime {
     pub fn reconcile(&self) {
         if let Ok(pods) = self.data.list_pods() {
             for (uuid, dir) in pods {
-                let mut pod = crate::pod::Pod::at(&self.data, uuid, dir);
+                let mut pod = rkt::pod::Pod::at(&self.data, uuid, dir);
                 // pods an older rktlet made: rkt's stop and gc work on them too
                 if dir.is_listed() {
                     match crate::stage1::entrypoints::install_missing(&pod.path(), self.data.root()) {
@@ -208,8 +208,8 @@ impl Runtime {
     /// Records the exits of one running pod's started apps from its systemd
     /// (what `reconcile` does per pod; the CLI, with no daemon listening,
     /// does it for the one pod it reports on).
-    pub fn reconcile_pod(&self, pod: &mut crate::pod::Pod) {
-        if pod.state().ok() != Some(crate::pod::PodState::Running) {
+    pub fn reconcile_pod(&self, pod: &mut rkt::pod::Pod) {
+        if pod.state().ok() != Some(rkt::pod::PodState::Running) {
             return;
         }
         let Ok(manifest) = pod.read_manifest() else { return };
@@ -323,7 +323,7 @@ impl Runtime {
 /// Writes each app's exit code to its status file as soon as the pod's
 /// systemd reports the exit, so list and status stay file reads and the
 /// code outlives the unit, the daemon and the pod.
-fn record_exits(bus: &PodBus, pod: &crate::pod::Pod, out: tokio::sync::broadcast::Sender<ContainerEvent>) {
+fn record_exits(bus: &PodBus, pod: &rkt::pod::Pod, out: tokio::sync::broadcast::Sender<ContainerEvent>) {
     let Ok(events) = bus.subscribe() else { return };
     let (data, uuid) = (pod.data_dir().clone(), pod.uuid());
     let spawned = std::thread::Builder::new().name(format!("exits-{uuid}")).spawn(move || {
@@ -333,7 +333,7 @@ fn record_exits(bus: &PodBus, pod: &crate::pod::Pod, out: tokio::sync::broadcast
             let BusEvent::UnitChanged { unit, status } = event else { continue };
             let (Some(app), Some(exit)) = (unit.strip_suffix(".service"), status.main_exit()) else { continue };
             // with RemainAfterExit an exited app stays "active (exited)": the exit code is what counts
-            let Ok(pod) = crate::pod::Pod::open(&data, &uuid.to_string()) else { return };
+            let Ok(pod) = rkt::pod::Pod::open(&data, &uuid.to_string()) else { return };
             let paths = crate::stage1::app::AppPaths::new(&pod, app);
             if !paths.status_file("-started").exists() {
                 continue;

@@ -190,7 +190,7 @@ impl TrustStore {
             .to_armored_string(Default::default())
             .map_err(|e| TrustError::BadKey(format!("cannot armor it again: {e}")))?;
         let path = dir.join(&fingerprint);
-        crate::fsutil::write_atomic(&path, armored.as_bytes(), 0o644)
+        rkt::fs::write_atomic(&path, armored.as_bytes(), 0o644)
             .map_err(io_err(format!("writing {}", path.display())))?;
         let prefix = prefix_dir.map(|p| p.display().to_string());
         Ok(TrustedKey { prefix, fingerprint, path })

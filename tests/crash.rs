@@ -145,7 +145,7 @@ async fn interrupted_operations_recover_after_a_restart() {
     // the answer may or may not get out before the background task dies
     let _ = img.pull_image(cri::PullImageRequest { image: spec(), ..Default::default() }).await;
     crashed(&mut d);
-    let store = rktlet::image::Store::open(&rktlet::pod::DataDir::new(&data), Default::default()).expect("store");
+    let store = rktlet::image::Store::open(&rkt::pod::DataDir::new(&data), Default::default()).expect("store");
     let layer = store.resolve(&reference).expect("the pull committed").layer_keys()[0].clone();
     assert!(!store.cas().blob(&layer).exists(), "no ACI under its key before the rename");
     assert!(rktlet::image::layer_aci::pending(store.cas(), &layer).exists(), "the download stays");
@@ -155,7 +155,7 @@ async fn interrupted_operations_recover_after_a_restart() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let aci = std::fs::read(store.cas().blob(&layer)).expect("the start wrote the ACI");
-    assert_eq!(rktlet::image::verify::cas_key_of(&aci), layer);
+    assert_eq!(rkt::digest::cas_key_of(&aci), layer);
     let st = img.image_status(cri::ImageStatusRequest { image: spec(), verbose: false }).await.expect("status");
     assert!(st.into_inner().image.is_some());
     store_verifies(&data);

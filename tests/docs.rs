@@ -56,7 +56,7 @@ fn modules() -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     walk(&src, &src, &mut out);
     // the workspace's library crates, under their own names
-    for krate in ["logwriter"] {
+    for krate in ["logwriter", "rkt"] {
         let src = root().join(krate).join("src");
         let mut inner = BTreeMap::new();
         walk(&src, &src, &mut inner);

@@ -10,8 +10,8 @@
 
 mod common;
 
+use rkt::pod::DataDir;
 use rktlet::image::{Credentials, RegistryConfig, Store};
-use rktlet::pod::DataDir;
 use sha2::Digest as _;
 use std::path::Path;
 use std::time::Duration;

@@ -5,8 +5,8 @@
 mod common;
 
 use common::registry::{PASS, USER, raw_tar, registry};
+use rkt::pod::DataDir;
 use rktlet::image::{Credentials, ImageError, RegistryConfig, Store};
-use rktlet::pod::DataDir;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -185,7 +185,7 @@ async fn corrupted_blob_fails_and_leaves_the_store_unchanged() {
     let (_t, store) = store();
     store.pull(&format!("{}/busybox:latest", reg.main), Credentials::default(), None).await.expect("seed pull");
     // the seed's tree is synced in the background (hash, marker, index): done first
-    tokio::task::spawn_blocking(rktlet::image::tree::finish_settling).await.expect("settled");
+    tokio::task::spawn_blocking(rkt::tree::finish_settling).await.expect("settled");
     let before = snapshot(store.cas().root());
     let repo = format!("corrupt-{}", uuid::Uuid::new_v4().simple());
     // unique content: a blob left corrupted by an earlier run must not be reused
@@ -497,7 +497,7 @@ mod cri {
             assert_eq!(s.image.map(|i| i.id), Some(ids[0].clone()), "{name}");
         }
         // the store keeps rkt's keys: two ACIs, one per name
-        let data = rktlet::pod::DataDir::new(d.dir.path().join("data"));
+        let data = rkt::pod::DataDir::new(d.dir.path().join("data"));
         let store = rktlet::image::Store::open(&data, Default::default()).expect("store");
         assert_eq!(store.list().expect("list").len(), 2);
         c.remove_image(cri::RemoveImageRequest { image: spec(&ids[0]) }).await.expect("rm by id");
@@ -607,7 +607,7 @@ mod cri {
 /// before a crash) is rendered again from the stored blobs when next used.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tree_from_another_boot_is_rendered_again() {
-    use rktlet::image::tree;
+    use rkt::tree;
     let reg = registry();
     let (_t, store) = store();
     let image = store.pull(&format!("{}/cfg:latest", reg.main), Credentials::default(), None).await.expect("pull");

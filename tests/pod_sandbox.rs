@@ -399,7 +399,7 @@ async fn reads_follow_changes_made_outside_the_daemon() {
     let ppid: i32 = std::fs::read_to_string(pod_dir.join("ppid")).expect("ppid").trim().parse().expect("pid");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(ppid), nix::sys::signal::Signal::SIGKILL).expect("kill");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while rktlet::lock::is_held(&pod_dir).expect("probe") {
+    while rkt::lock::is_held(&pod_dir).expect("probe") {
         assert!(std::time::Instant::now() < deadline, "pod lock still held");
         std::thread::sleep(std::time::Duration::from_millis(5));
     }

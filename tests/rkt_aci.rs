@@ -9,11 +9,12 @@
 mod common;
 
 use common::registry::registry;
-use rktlet::image::cas::{AciInfo, Remote};
-use rktlet::image::verify::cas_key_of;
-use rktlet::image::{Credentials, RegistryConfig, Store, convert, layer_aci, tree};
-use rktlet::pod::DataDir;
-use rktlet::pod::manifest::{Dependency, ImageManifest};
+use rkt::cas::{AciInfo, Remote};
+use rkt::digest::cas_key_of;
+use rkt::pod::DataDir;
+use rkt::schema::{Dependency, ImageManifest};
+use rkt::tree;
+use rktlet::image::{Credentials, RegistryConfig, Store, convert, layer_aci};
 use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::io::Read;
@@ -220,7 +221,7 @@ fn store_legacy_layer(store: &Store, download: &Path, digest: &str) -> String {
     fs::create_dir_all(blob.parent().expect("dir")).expect("dir");
     fs::copy(download, &blob).expect("blob");
     let mut m = ImageManifest::new(format!("layer/{key}"));
-    m.annotations.push(rktlet::pod::manifest::NameValue::new(convert::ANN_LAYER_DIGEST, digest));
+    m.annotations.push(rkt::schema::NameValue::new(convert::ANN_LAYER_DIGEST, digest));
     let mp = store.cas().image_manifest(&key);
     fs::create_dir_all(mp.parent().expect("dir")).expect("dir");
     fs::write(&mp, serde_json::to_vec(&m).expect("json")).expect("manifest");

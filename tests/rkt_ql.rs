@@ -1,17 +1,17 @@
 //! rkt's image database (`cas/db/ql.db`) seen through rktlet's image store:
 //! images rkt fetched are listed and resolvable, and left to rkt to remove.
-//! The databases are written by the real ql (tests/fixtures/ql/README.md).
+//! The databases are written by the real ql (rkt/tests/fixtures/ql/README.md).
 
 mod common;
 
+use rkt::pod::DataDir;
 use rktlet::image::{Credentials, ImageError, RegistryConfig, Store};
-use rktlet::pod::DataDir;
 use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
 fn fixture(name: &str) -> Vec<u8> {
-    fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ql").join(name)).unwrap()
+    fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("rkt/tests/fixtures/ql").join(name)).unwrap()
 }
 
 /// The keys `three.db` lists, oldest first, as ql returned them.
@@ -93,7 +93,7 @@ fn rktlets_index_changes_reach_rkts_database() {
     let (_t, store) = store_with(&fixture("three.db"));
     let db_dir = store.cas().root().join("db");
     let key = format!("sha512-{}", "c3".repeat(32));
-    let row = rktlet::image::cas::AciInfo {
+    let row = rkt::cas::AciInfo {
         blobkey: key.clone(),
         name: "docker.io/library/busybox".into(),
         importtime: 1_795_780_800_000_000_000,
@@ -105,7 +105,7 @@ fn rktlets_index_changes_reach_rkts_database() {
     };
     put_blob(&store, &key);
     store.cas().update_index(|i| i.upsert_aci(row.clone())).unwrap();
-    let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
+    let rkt = rkt::ql::read_dir(&db_dir).unwrap().unwrap();
     assert_eq!(rkt.aciinfo.len(), 4);
     let mirrored = rkt.aciinfo.iter().find(|a| a.blobkey == key).expect("rkt lists rktlet's image");
     assert_eq!((mirrored.size, mirrored.importtime, mirrored.latest), (row.size, row.importtime, true));
@@ -113,7 +113,7 @@ fn rktlets_index_changes_reach_rkts_database() {
         fs::copy(db_dir.join("ql.db"), Path::new(&dir).join("store.db")).unwrap();
     }
     store.cas().update_index(|i| i.aciinfo.retain(|a| a.blobkey != key)).unwrap();
-    let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
+    let rkt = rkt::ql::read_dir(&db_dir).unwrap().unwrap();
     assert_eq!(rkt.aciinfo.len(), 3, "and its removal");
     // rows rktlet had before rkt created its database get there with the next change
     let t = tempfile::tempdir().unwrap();
@@ -121,18 +121,18 @@ fn rktlets_index_changes_reach_rkts_database() {
     put_blob(&late, &key);
     late.cas().update_index(|i| i.upsert_aci(row.clone())).unwrap();
     fs::write(late.cas().root().join("db/ql.db"), fixture("three.db")).unwrap();
-    let other = rktlet::image::cas::AciInfo { blobkey: format!("sha512-{}", "d4".repeat(32)), ..row.clone() };
+    let other = rkt::cas::AciInfo { blobkey: format!("sha512-{}", "d4".repeat(32)), ..row.clone() };
     put_blob(&late, &other.blobkey);
     late.cas().update_index(|i| i.upsert_aci(other.clone())).unwrap();
-    let rkt = rktlet::image::ql::read_dir(&late.cas().root().join("db")).unwrap().unwrap();
+    let rkt = rkt::ql::read_dir(&late.cas().root().join("db")).unwrap().unwrap();
     let keys: Vec<&str> = rkt.aciinfo.iter().map(|a| a.blobkey.as_str()).collect();
     assert!(keys.contains(&key.as_str()) && keys.contains(&other.blobkey.as_str()), "{keys:?}");
     assert_eq!(keys.len(), 5, "rkt's three stay");
     // rkt removes rktlet's image (row and blob): the next change does not bring it back
-    rktlet::image::ql::write::update_dir(&late.cas().root().join("db"), |db| db.remove_image(&other.blobkey)).unwrap();
+    rkt::ql::write::update_dir(&late.cas().root().join("db"), |db| db.remove_image(&other.blobkey)).unwrap();
     fs::remove_file(late.cas().blob(&other.blobkey)).unwrap();
     late.cas().update_index(|i| i.upsert_aci(row.clone())).unwrap();
-    let rkt = rktlet::image::ql::read_dir(&late.cas().root().join("db")).unwrap().unwrap();
+    let rkt = rkt::ql::read_dir(&late.cas().root().join("db")).unwrap().unwrap();
     assert!(!rkt.aciinfo.iter().any(|a| a.blobkey == other.blobkey), "removed by rkt, back again");
     assert_eq!(rkt.aciinfo.len(), 4);
     // a store rkt never used gets rkt's database with rktlet's image (rkt lists it)
@@ -140,9 +140,9 @@ fn rktlets_index_changes_reach_rkts_database() {
     let plain = Store::open(&DataDir::new(t.path().join("data")), RegistryConfig::default()).unwrap();
     put_blob(&plain, &key);
     plain.cas().update_index(|i| i.upsert_aci(row.clone())).unwrap();
-    let rkt = rktlet::image::ql::read_dir(&plain.cas().root().join("db")).unwrap().expect("rkt's database made");
+    let rkt = rkt::ql::read_dir(&plain.cas().root().join("db")).unwrap().expect("rkt's database made");
     assert_eq!(rkt.aciinfo.iter().map(|a| a.blobkey.as_str()).collect::<Vec<_>>(), [key.as_str()]);
-    assert_eq!(rkt.version, Some(rktlet::image::ql::RKT_DB_VERSION));
+    assert_eq!(rkt.version, Some(rkt::ql::RKT_DB_VERSION));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -152,8 +152,8 @@ async fn a_pull_and_its_removal_reach_rkts_database() {
     let db_dir = store.cas().root().join("db");
     let image = store.pull(&format!("{}/busybox:latest", reg.main), Credentials::default(), None).await.unwrap();
     // a layer is listed once its ACI is written, after the pull
-    rktlet::image::tree::finish_settling();
-    let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
+    rkt::tree::finish_settling();
+    let rkt = rkt::ql::read_dir(&db_dir).unwrap().unwrap();
     let keys: Vec<&str> = rkt.aciinfo.iter().map(|a| a.blobkey.as_str()).collect();
     assert!(keys.contains(&image.id.as_str()), "rkt lists the pulled image: {keys:?}");
     for layer in image.layer_keys() {
@@ -166,7 +166,7 @@ async fn a_pull_and_its_removal_reach_rkts_database() {
     let id = image.id.clone();
     let s = store.clone();
     tokio::task::spawn_blocking(move || s.remove(&id)).await.unwrap().unwrap();
-    let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
+    let rkt = rkt::ql::read_dir(&db_dir).unwrap().unwrap();
     let keys: Vec<&str> = rkt.aciinfo.iter().map(|a| a.blobkey.as_str()).collect();
     assert_eq!(keys.len(), 3, "only rkt's own images are left: {keys:?}");
     assert_eq!(rkt.remote.len(), 3);
@@ -178,10 +178,10 @@ fn many_images_reach_rkts_database_past_one_index_page() {
     // B-tree pages; rktlet adds 600 of its own and removes them again
     let (_t, store) = store_with(&fixture("paged.db"));
     let db_dir = store.cas().root().join("db");
-    let rkts = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
+    let rkts = rkt::ql::read_dir(&db_dir).unwrap().unwrap();
     assert_eq!(rkts.aciinfo.len(), 540);
-    let rows: Vec<rktlet::image::cas::AciInfo> = (1..=600u64)
-        .map(|i| rktlet::image::cas::AciInfo {
+    let rows: Vec<rkt::cas::AciInfo> = (1..=600u64)
+        .map(|i| rkt::cas::AciInfo {
             blobkey: format!("sha512-{:016x}{:048x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15), i),
             name: format!("docker.io/library/app-{}", i % 40),
             importtime: 1_795_780_800_000_000_000 + i as i64,
@@ -204,10 +204,10 @@ fn many_images_reach_rkts_database_past_one_index_page() {
                 }
             })
             .unwrap();
-        let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
+        let rkt = rkt::ql::read_dir(&db_dir).unwrap().unwrap();
         assert_eq!(rkt.aciinfo.len(), 540 + 100 * (n + 1));
     }
-    let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
+    let rkt = rkt::ql::read_dir(&db_dir).unwrap().unwrap();
     for row in &rows {
         let got = rkt.aciinfo.iter().find(|a| a.blobkey == row.blobkey).expect("rkt lists rktlet's image");
         assert_eq!((got.size, got.importtime, &got.name), (row.size, row.importtime, &row.name));
@@ -216,7 +216,7 @@ fn many_images_reach_rkts_database_past_one_index_page() {
         fs::copy(db_dir.join("ql.db"), Path::new(&dir).join("store-many.db")).unwrap();
     }
     store.cas().update_index(|i| i.aciinfo.retain(|a| !rows.iter().any(|r| r.blobkey == a.blobkey))).unwrap();
-    assert_eq!(rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap(), rkts, "back to rkt's rows");
+    assert_eq!(rkt::ql::read_dir(&db_dir).unwrap().unwrap(), rkts, "back to rkt's rows");
 }
 
 #[test]
@@ -226,7 +226,7 @@ fn a_database_rkt_never_fetched_into_gets_rktlets_first_image() {
     let (_t, store) = store_with(&fixture("empty.db"));
     let db_dir = store.cas().root().join("db");
     let key = format!("sha512-{}", "e5".repeat(32));
-    let row = rktlet::image::cas::AciInfo {
+    let row = rkt::cas::AciInfo {
         blobkey: key.clone(),
         name: "docker.io/library/alpine".into(),
         importtime: 1_795_780_800_123_456_789,
@@ -238,10 +238,10 @@ fn a_database_rkt_never_fetched_into_gets_rktlets_first_image() {
     };
     put_blob(&store, &key);
     store.cas().update_index(|i| i.upsert_aci(row.clone())).unwrap();
-    let rkt = rktlet::image::ql::read_dir(&db_dir).unwrap().unwrap();
+    let rkt = rkt::ql::read_dir(&db_dir).unwrap().unwrap();
     assert_eq!(rkt.aciinfo.len(), 1);
     assert_eq!(rkt.aciinfo[0].importtime, row.importtime);
-    assert_eq!(rkt.version, Some(rktlet::image::ql::RKT_DB_VERSION));
+    assert_eq!(rkt.version, Some(rkt::ql::RKT_DB_VERSION));
 }
 
 #[test]
@@ -251,8 +251,8 @@ fn rkts_docker_images_resolve_by_reference() {
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("ql.db"), fixture("three.db")).unwrap();
     let key = three_keys()[1].clone();
-    rktlet::image::ql::write::update_dir(dir.path(), |db| {
-        db.put_remote(&rktlet::image::cas::Remote {
+    rkt::ql::write::update_dir(dir.path(), |db| {
+        db.put_remote(&rkt::cas::Remote {
             aciurl: "docker://busybox:1.36".into(),
             sigurl: String::new(),
             etag: String::new(),
@@ -286,7 +286,7 @@ fn simultaneous_removals_of_an_image_rktlet_fetched_all_succeed() {
         fs::create_dir_all(path.parent().unwrap()).unwrap();
         let manifest = r#"{"acKind":"ImageManifest","acVersion":"0.8.11","name":"example.com/gone"}"#;
         fs::write(path, manifest).unwrap();
-        let row = rktlet::image::cas::AciInfo {
+        let row = rkt::cas::AciInfo {
             blobkey: key.clone(),
             name: "example.com/gone".into(),
             importtime: 1,

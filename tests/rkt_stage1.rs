@@ -35,7 +35,7 @@ fn stage1_manifest(pod_dir: &Path) -> serde_json::Value {
     let path = pod_dir.join("stage1/manifest");
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     // the same bytes parse as rktlet's own appc ImageManifest type
-    let _: rktlet::pod::manifest::ImageManifest = serde_json::from_slice(&bytes).expect("an appc ImageManifest");
+    let _: rkt::schema::ImageManifest = serde_json::from_slice(&bytes).expect("an appc ImageManifest");
     let m: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
     assert_eq!(m["acKind"], "ImageManifest", "{m}");
     let version = m["acVersion"].as_str().expect("acVersion");
@@ -129,7 +129,7 @@ fn mounts_under(dir: &Path) -> Vec<String> {
 
 fn wait_unlocked(pod_dir: &Path) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while rktlet::lock::is_held(pod_dir).expect("probe") {
+    while rkt::lock::is_held(pod_dir).expect("probe") {
         assert!(Instant::now() < deadline, "pod lock of {} still held", pod_dir.display());
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -141,7 +141,7 @@ fn wait_unlocked(pod_dir: &Path) {
 /// The entry point must have unmounted everything under the pod (rkt's own
 /// unmount pass after it is a fallback this test does not take).
 fn rkt_sweep(pod_dir: &Path, uuid: &str) {
-    let _lock = rktlet::lock::try_exclusive_dir(pod_dir).expect("lock").expect("nobody holds an exited pod's lock");
+    let _lock = rkt::lock::try_exclusive_dir(pod_dir).expect("lock").expect("nobody holds an exited pod's lock");
     ok(&run_entry_point(pod_dir, "gc", &gc_args(pod_dir, uuid, true)), "gc entry point");
     let left = mounts_under(pod_dir);
     assert!(left.is_empty(), "mounts left after the gc entry point of {uuid}: {left:?}");
@@ -175,7 +175,7 @@ async fn rkt_stop_entry_point_stops_a_running_pod() {
         assert!(pod_dir.join("stage1TreeStoreID").is_file());
         assert_eq!(sandbox_state(&mut rt, id).await, cri::PodSandboxState::SandboxReady as i32);
         ok(&run_entry_point(&pod_dir, "stop", &args), "stop entry point");
-        assert!(!rktlet::lock::is_held(&pod_dir).expect("probe"), "pod {id} still running after stop");
+        assert!(!rkt::lock::is_held(&pod_dir).expect("probe"), "pod {id} still running after stop");
         assert_eq!(sandbox_state(&mut rt, id).await, cri::PodSandboxState::SandboxNotready as i32);
         assert!(common::processes_mentioning(id).is_empty(), "{:?}", common::processes_mentioning(id));
         assert!(!Path::new(&format!("/var/run/netns/rktlet-{id}")).exists(), "netns of {id} left");
@@ -330,7 +330,7 @@ async fn daemon_start_leaves_other_programs_work_in_cas_tmp() {
     make("pull-0123456789abcdef0123456789abcdef");
     std::fs::write(tmp.join("pull-0123456789abcdef0123456789abcdef.lock"), b"").expect("lock");
     make("pull-fedcba9876543210fedcba9876543210");
-    let held = rktlet::lock::exclusive_file(&tmp.join("pull-fedcba9876543210fedcba9876543210.lock")).expect("hold");
+    let held = rkt::lock::exclusive_file(&tmp.join("pull-fedcba9876543210fedcba9876543210.lock")).expect("hold");
 
     let socket = root.path().join("run/rktlet.sock");
     let child = Daemon::spawn(&socket, root.path(), &[]);

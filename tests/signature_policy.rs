@@ -7,8 +7,8 @@ mod common;
 
 use base64::Engine;
 use common::registry::{raw_tar, registry};
+use rkt::pod::DataDir;
 use rktlet::image::{ImageError, RegistryConfig, Store};
-use rktlet::pod::DataDir;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

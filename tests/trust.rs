@@ -208,7 +208,7 @@ fn fetch_imports_a_signed_aci_and_refuses_what_does_not_verify() {
     let (ok, id, err) = fetch(&app, &[]);
     assert!(ok, "{err}");
     assert!(id.starts_with("sha512-") && id.len() == 71, "{id}");
-    let store = rktlet::image::Store::open(&rktlet::pod::DataDir::new(&data), Default::default()).expect("store");
+    let store = rktlet::image::Store::open(&rkt::pod::DataDir::new(&data), Default::default()).expect("store");
     let image = store.resolve(&id).expect("indexed");
     assert_eq!(image.manifest.name, "example.com/app");
     let tree = store.tree(&id).expect("tree");
@@ -307,7 +307,7 @@ fn fetch_refuses_what_a_masked_system_key_signed_and_takes_root_keys() {
     let v1 = signed("v1.aci", "example.com/app", "v1\n", "vendor@example.com");
     let (ok, id, err) = fetch(&data, &local, &system_config, &v1);
     assert!(ok && id.starts_with("sha512-"), "{err}");
-    let store = rktlet::image::Store::open(&rktlet::pod::DataDir::new(&data), Default::default()).expect("store");
+    let store = rktlet::image::Store::open(&rkt::pod::DataDir::new(&data), Default::default()).expect("store");
     assert_eq!(store.resolve(&id).expect("indexed").manifest.name, "example.com/app");
 
     // masked by an empty local file of the same name: what it signs is refused, nothing stored
@@ -528,7 +528,7 @@ async fn discovery_fetches_signed_acis_with_dependencies_and_caches() {
     assert!(unchecked.status.success(), "{}", String::from_utf8_lossy(&unchecked.stderr));
     let (ok, id, err) = tokio::task::block_in_place(|| fetch(&format!("aci:{host}/app:2.0")));
     assert!(ok, "{err}");
-    let store = rktlet::image::Store::open(&rktlet::pod::DataDir::new(&data), Default::default()).expect("store");
+    let store = rktlet::image::Store::open(&rkt::pod::DataDir::new(&data), Default::default()).expect("store");
     let image = store.resolve(&id).expect("app indexed");
     assert_eq!(image.manifest.name, format!("{host}/app"));
     let base_id = image.dependency_keys().pop().expect("the dependency is pinned in the stored manifest");

@@ -75,14 +75,7 @@ fn join_rel(a: &str, b: &str) -> String {
     if a.is_empty() { b.to_string() } else { format!("{a}/{b}") }
 }
 
-/// Where a pod is, relative to each hierarchy root: its v1 controller
-/// cgroups and its process-tracking ones (unified, `name=systemd`). They
-/// differ only for a pod taken from the pod pool.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Subcgroups {
-    pub controllers: String,
-    pub tracking: String,
-}
+pub use rkt::pod::Subcgroups;
 
 /// The pod's cgroup directories, one per mounted hierarchy.
 #[derive(Debug, Clone, PartialEq, Eq)]

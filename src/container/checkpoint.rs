@@ -73,7 +73,7 @@ pub struct DumpFacts {
 /// Containers of a pod in a user namespace are neither checkpointed nor
 /// restored: CRIU would have to dump and recreate the pod's user namespace,
 /// whose mapping is the pod's, not the container's (not built).
-pub fn refuse_user_namespace(rt: &Runtime, pod: &crate::pod::Pod, id: &str) -> Result<(), ContainerError> {
+pub fn refuse_user_namespace(rt: &Runtime, pod: &rkt::pod::Pod, id: &str) -> Result<(), ContainerError> {
     let manifest = rt.manifests.read(pod)?;
     match crate::stage1::userns::of_manifest(&manifest) {
         Ok(None) => Ok(()),
@@ -89,7 +89,7 @@ pub fn refuse_user_namespace(rt: &Runtime, pod: &crate::pod::Pod, id: &str) -> R
 /// there lie outside the pod's cgroup namespace, which nspawn rooted where
 /// the pod booted (inside they read `/../../...`), and CRIU refuses to dump
 /// such a process. Refused up front, with the way round it.
-fn refuse_moved_pod(pod: &crate::pod::Pod, id: &str) -> Result<(), ContainerError> {
+fn refuse_moved_pod(pod: &rkt::pod::Pod, id: &str) -> Result<(), ContainerError> {
     let moved = pod.subcgroups()?.is_some_and(|s| s.controllers != s.tracking);
     let v1 = crate::cgroup::Layout::cached().is_ok_and(|l| l.v1_controllers().next().is_some());
     if moved && v1 {
@@ -364,7 +364,7 @@ pub fn log_errors(log: &Path) -> String {
 /// Writes the changes of an overlay upper directory as a tar (paths
 /// relative to the root) and returns the deleted paths (whiteouts:
 /// character devices 0/0), absolute in the container.
-fn rootfs_diff(upper: &Path, tar_path: &Path, app: &crate::pod::manifest::RuntimeApp) -> std::io::Result<Vec<String>> {
+fn rootfs_diff(upper: &Path, tar_path: &Path, app: &rkt::schema::RuntimeApp) -> std::io::Result<Vec<String>> {
     let file = std::fs::File::create(tar_path)?;
     let mut tar = tar::Builder::new(std::io::BufWriter::new(file));
     tar.follow_symlinks(false);
@@ -382,7 +382,7 @@ fn walk(
     dir: &Path,
     tar: &mut tar::Builder<std::io::BufWriter<std::fs::File>>,
     deleted: &mut Vec<String>,
-    app: &crate::pod::manifest::RuntimeApp,
+    app: &rkt::schema::RuntimeApp,
 ) -> std::io::Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
     entries.sort_by_key(|e| e.file_name());
@@ -410,7 +410,7 @@ fn walk(
 /// file systems. Such paths are not the container's own files: no
 /// checkpoint records them, no restore writes or deletes them (that would
 /// reach the volume's files on the node).
-pub fn mounted_over(app: &crate::pod::manifest::RuntimeApp, path: &Path) -> bool {
+pub fn mounted_over(app: &rkt::schema::RuntimeApp, path: &Path) -> bool {
     let fixed = crate::stage1::app::IDENTITY_FILES.iter().copied().chain(["/dev", "/proc", "/sys"]);
     fixed.map(Path::new).chain(app.mounts.iter().map(|m| Path::new(&m.path))).any(|m| path.starts_with(m))
 }
@@ -445,8 +445,8 @@ fn config_dump(t: &Target, id: &str, paths: &AppPaths) -> ConfigDump {
 /// `spec.dump`: the container as an OCI runtime spec (process, mounts,
 /// masked and read-only paths), with the CRI names as containerd's
 /// annotations, which checkpointctl shows.
-fn spec_dump(t: &Target, id: &str, pod: &crate::pod::manifest::PodManifest) -> serde_json::Value {
-    use crate::pod::manifest::{USER_ANNOTATION_POD_NAME, USER_ANNOTATION_POD_NAMESPACE, USER_ANNOTATION_POD_UID};
+fn spec_dump(t: &Target, id: &str, pod: &rkt::schema::PodManifest) -> serde_json::Value {
+    use rkt::schema::{USER_ANNOTATION_POD_NAME, USER_ANNOTATION_POD_NAMESPACE, USER_ANNOTATION_POD_UID};
     let section = t.app.app.clone().unwrap_or_default();
     let pod_get = |k: &str| pod.user_annotations.get(k).cloned().unwrap_or_default();
     let mut annotations: serde_json::Map<String, serde_json::Value> =
@@ -570,9 +570,9 @@ mod tests {
 
     #[test]
     fn volumes_identity_files_and_api_file_systems_are_not_the_containers_files() {
-        let mut app: crate::pod::manifest::RuntimeApp =
+        let mut app: rkt::schema::RuntimeApp =
             serde_json::from_value(serde_json::json!({"name": "a", "image": {"id": "sha512-x"}})).unwrap();
-        app.mounts.push(crate::pod::manifest::Mount { volume: "v".into(), path: "/data".into(), app_volume: None });
+        app.mounts.push(rkt::schema::Mount { volume: "v".into(), path: "/data".into(), app_volume: None });
         for path in ["/data", "/data/x", "/etc/hosts", "/dev/termination-log", "/proc", "/sys/fs"] {
             assert!(mounted_over(&app, Path::new(path)), "{path}");
         }

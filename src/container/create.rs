@@ -7,13 +7,13 @@
 use super::{ContainerError, meta};
 use crate::cgroup::app::Limits;
 use crate::image::convert::{ANN_CMD, ANN_ENTRYPOINT, ANN_STOP_SIGNAL};
-use crate::pod::manifest::{self, App as AppSection, NameValue};
-use crate::pod::{Pod, PodState};
 use crate::runtime::Runtime;
 use crate::stage1::app::{AppError, AppSpec, VolumeSpec};
 use crate::stage1::caps;
 use crate::stage1::identity;
 use crate::stage1::inject::Propagation;
+use rkt::pod::{Pod, PodState};
+use rkt::schema::{self, App as AppSection, NameValue};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -136,7 +136,7 @@ pub struct Mount {
 }
 
 /// The command line: CRI command replaces the entrypoint, CRI args replace cmd.
-pub fn merge_exec(image: &manifest::ImageManifest, command: &[String], args: &[String]) -> Vec<String> {
+pub fn merge_exec(image: &schema::ImageManifest, command: &[String], args: &[String]) -> Vec<String> {
     let json = |name: &str| -> Vec<String> {
         image.annotation(name).and_then(|v| serde_json::from_str(v).ok()).unwrap_or_default()
     };
@@ -155,7 +155,7 @@ pub fn merge_exec(image: &manifest::ImageManifest, command: &[String], args: &[S
 
 /// The container's stop signal when it is not SIGTERM: the one asked for,
 /// else the image's `StopSignal` (one the node does not know is ignored, with a warning).
-fn stop_signal(asked: Option<String>, image: &manifest::ImageManifest) -> Option<String> {
+fn stop_signal(asked: Option<String>, image: &schema::ImageManifest) -> Option<String> {
     let name = asked.or_else(|| image.annotation(ANN_STOP_SIGNAL).map(str::to_string))?;
     match meta::parse_signal(&name) {
         Some((libc::SIGTERM, _)) => None,
@@ -169,7 +169,7 @@ fn stop_signal(asked: Option<String>, image: &manifest::ImageManifest) -> Option
 
 /// Capabilities and no_new_privs as rkt's isolators (`os/linux/capabilities-retain-set`,
 /// `os/linux/no-new-privileges`): privileged keeps every capability.
-fn security_isolators(sc: &Security) -> Result<Vec<manifest::Isolator>, ContainerError> {
+fn security_isolators(sc: &Security) -> Result<Vec<schema::Isolator>, ContainerError> {
     let privileged = sc.privileged;
     let set = if privileged {
         caps::ALL
@@ -181,16 +181,13 @@ fn security_isolators(sc: &Security) -> Result<Vec<manifest::Isolator>, Containe
     // appc wants a non-empty set: no capability at all is written as all of them removed
     let caps = if names.is_empty() {
         let all: Vec<String> = caps::NAMES.iter().map(|n| format!("CAP_{n}")).collect();
-        manifest::Isolator { name: meta::ISOLATOR_CAPS_REMOVE.into(), value: serde_json::json!({ "set": all }) }
+        schema::Isolator { name: meta::ISOLATOR_CAPS_REMOVE.into(), value: serde_json::json!({ "set": all }) }
     } else {
-        manifest::Isolator { name: meta::ISOLATOR_CAPS.into(), value: serde_json::json!({ "set": names }) }
+        schema::Isolator { name: meta::ISOLATOR_CAPS.into(), value: serde_json::json!({ "set": names }) }
     };
     let mut out = vec![
         caps,
-        manifest::Isolator {
-            name: meta::ISOLATOR_NO_NEW_PRIVS.into(),
-            value: serde_json::Value::Bool(sc.no_new_privs),
-        },
+        schema::Isolator { name: meta::ISOLATOR_NO_NEW_PRIVS.into(), value: serde_json::Value::Bool(sc.no_new_privs) },
     ];
     if privileged {
         return Ok(out);
@@ -201,12 +198,12 @@ fn security_isolators(sc: &Security) -> Result<Vec<manifest::Isolator>, Containe
     match &sc.seccomp {
         Seccomp::RuntimeDefault => {
             let (name, value) = crate::stage1::seccomp::runtime_default(set);
-            out.push(manifest::Isolator { name: name.into(), value });
+            out.push(schema::Isolator { name: name.into(), value });
         }
         Seccomp::Localhost(path) => {
             let (name, value) =
                 crate::stage1::seccomp::isolator_from_file(path).map_err(ContainerError::InvalidArgument)?;
-            out.push(manifest::Isolator { name: name.into(), value });
+            out.push(schema::Isolator { name: name.into(), value });
         }
         Seccomp::Unconfined => {}
     }
@@ -265,13 +262,9 @@ fn node_devices(pod: &Pod, asked: &[meta::Device]) -> Result<Vec<meta::Device>, 
 
 /// The container's PID namespace as [`meta::PID_NAMESPACE`] records it
 /// (`None`: the pod's). A target must be another container of the same pod.
-fn pid_namespace(
-    asked: &PidAsked,
-    pod_id: &str,
-    pod: &manifest::PodManifest,
-) -> Result<Option<String>, ContainerError> {
+fn pid_namespace(asked: &PidAsked, pod_id: &str, pod: &schema::PodManifest) -> Result<Option<String>, ContainerError> {
     // a host-PID pod's PID namespace is the node's: its apps run there
-    let host_pod = pod.annotation(manifest::ANNOTATION_PID_MODE) == Some("node");
+    let host_pod = pod.annotation(schema::ANNOTATION_PID_MODE) == Some("node");
     match asked {
         PidAsked::Unset => Ok(host_pod.then(|| "host".into())),
         PidAsked::Pod | PidAsked::Node if host_pod => Ok(Some("host".into())),
@@ -393,7 +386,7 @@ pub async fn create(rt: &Runtime, req: Request) -> Result<String, ContainerError
 }
 
 /// Opens pod `pod_id`, checks that it runs, and reads its manifest.
-fn open_running(rt: &Runtime, pod_id: &str) -> Result<(Pod, std::sync::Arc<manifest::PodManifest>), ContainerError> {
+fn open_running(rt: &Runtime, pod_id: &str) -> Result<(Pod, std::sync::Arc<schema::PodManifest>), ContainerError> {
     let mut pod = Pod::open(&rt.data, pod_id)?;
     let state = pod.state()?;
     if state != PodState::Running {
@@ -418,11 +411,11 @@ fn environment(
     image_app: &AppSection,
     rootfs: &Path,
     uid: u32,
-    pod_manifest: &manifest::PodManifest,
+    pod_manifest: &schema::PodManifest,
 ) -> Vec<NameValue> {
     let mut env: Vec<NameValue> = image_app.environment.clone();
     for (key, value) in &req.envs {
-        manifest::set(&mut env, key, value.clone());
+        schema::set(&mut env, key, value.clone());
     }
     if !env.iter().any(|e| e.name == "PATH") {
         env.push(NameValue::new("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
@@ -433,7 +426,7 @@ fn environment(
         env.push(NameValue::new("HOME", home));
     }
     if !env.iter().any(|e| e.name == "HOSTNAME")
-        && let Some(h) = pod_manifest.annotation(manifest::ANNOTATION_HOSTNAME)
+        && let Some(h) = pod_manifest.annotation(schema::ANNOTATION_HOSTNAME)
     {
         env.push(NameValue::new("HOSTNAME", h));
     }
@@ -453,8 +446,8 @@ fn working_dir(req: &Request, image_app: &AppSection) -> String {
 
 /// The app's log file on the host: the request's path in the pod's log
 /// directory, or none.
-fn log_path(req: &Request, pod_manifest: &manifest::PodManifest) -> Result<String, ContainerError> {
-    Ok(match (pod_manifest.annotation(manifest::ANNOTATION_LOG_DIR), req.log_path.as_str()) {
+fn log_path(req: &Request, pod_manifest: &schema::PodManifest) -> Result<String, ContainerError> {
+    Ok(match (pod_manifest.annotation(schema::ANNOTATION_LOG_DIR), req.log_path.as_str()) {
         (_, "") => String::new(),
         // the log writer runs as root: a log path must not leave the pod's log directory
         (Some(_), rel) if Path::new(rel).components().any(|c| !matches!(c, std::path::Component::Normal(_))) => {
@@ -506,7 +499,7 @@ fn user_annotations(req: &Request, image_ref: &str, log_path: String) -> std::co
 fn device_and_limit_annotations(
     req: &Request,
     pod: &Pod,
-    image: &manifest::ImageManifest,
+    image: &schema::ImageManifest,
     user_annotations: &mut std::collections::BTreeMap<String, String>,
 ) -> Result<(), ContainerError> {
     let mut devices = req.devices.clone();
@@ -600,8 +593,8 @@ fn add_app(
 mod tests {
     use super::*;
 
-    fn image(ep: &str, cmd: &str) -> manifest::ImageManifest {
-        let mut m = manifest::ImageManifest::new("x");
+    fn image(ep: &str, cmd: &str) -> schema::ImageManifest {
+        let mut m = schema::ImageManifest::new("x");
         m.annotations = vec![NameValue::new(ANN_ENTRYPOINT, ep), NameValue::new(ANN_CMD, cmd)];
         m
     }

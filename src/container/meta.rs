@@ -2,8 +2,8 @@
 //! rktlet's), the app name is `<attempt>-<sanitized container name>`, and CRI
 //! metadata rides in the app's user annotations and labels.
 
-use crate::pod::manifest::RuntimeApp;
 use crate::proto::v1 as cri;
+use rkt::schema::RuntimeApp;
 use std::collections::HashMap;
 
 pub const NAME: &str = "k8s.io/reserved/container-name";
@@ -72,7 +72,7 @@ pub fn app_name(meta: &cri::ContainerMetadata) -> String {
 
 /// The app name of attempt `attempt` of container `name`.
 pub fn app_name_of(name: &str, attempt: u32) -> String {
-    format!("{attempt}-{}", crate::pod::manifest::sanitize_ac_name(name))
+    format!("{attempt}-{}", rkt::schema::sanitize_ac_name(name))
 }
 
 pub fn container_id(pod: &str, app: &str) -> String {

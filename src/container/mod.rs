@@ -37,11 +37,11 @@ pub mod status;
 pub mod stop;
 
 use crate::cgroup::pod_limits::PodLimitsError;
-use crate::pod::manifest::RuntimeApp;
-use crate::pod::{Pod, PodError, PodState};
 use crate::runtime::Runtime;
 use crate::stage1::app::AppError;
 use crate::stage1::bus::{BusError, PodBus};
+use rkt::pod::{Pod, PodError, PodState};
+use rkt::schema::RuntimeApp;
 use std::sync::Arc;
 
 /// Why a container verb failed. [`ContainerError::kind`] says which of the
@@ -217,7 +217,7 @@ pub fn container_not_found(id: &str, e: PodError) -> ContainerError {
 
 /// The index of container `id`'s app in its pod's manifest.
 pub fn app_index(
-    manifest: &crate::pod::manifest::PodManifest,
+    manifest: &rkt::schema::PodManifest,
     pod_id: &str,
     id: &str,
     name: Option<&str>,

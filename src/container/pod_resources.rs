@@ -4,9 +4,9 @@
 
 use super::meta;
 use crate::cgroup::pod_limits::{PodCgroupLimits, PodLimitsError, PodResources};
-use crate::pod::Pod;
-use crate::pod::manifest::PodManifest;
 use crate::runtime::Runtime;
+use rkt::pod::Pod;
+use rkt::schema::PodManifest;
 
 /// Pod annotation: the pod-level resources in force (`PodResources` as JSON).
 pub const POD_RESOURCES: &str = "rktlet.io/pod-resources";

@@ -102,14 +102,14 @@ fn merged_limits(current: &Limits, update: &Limits) -> Limits {
 }
 
 /// Records the limits in force in the pod manifest (what ContainerStatus reports).
-fn store_limits(t: &Target, limits: &Limits) -> Result<(), crate::pod::PodError> {
+fn store_limits(t: &Target, limits: &Limits) -> Result<(), rkt::pod::PodError> {
     let _lock = t.pod.lock_manifest()?;
     let mut manifest = t.pod.read_manifest()?;
     let Some(section) = manifest.apps.iter_mut().find(|a| a.name == t.app.name).and_then(|a| a.app.as_mut()) else {
         return Ok(());
     };
-    let json = serde_json::to_string(limits)
-        .map_err(|source| crate::pod::PodError::Manifest { uuid: t.pod.uuid(), source })?;
+    let json =
+        serde_json::to_string(limits).map_err(|source| rkt::pod::PodError::Manifest { uuid: t.pod.uuid(), source })?;
     section.user_annotations.insert(meta::RESOURCES.into(), json);
     t.pod.write_manifest(&manifest).map(drop)
 }

@@ -65,7 +65,7 @@ fn unpack(archive: &Path, staged: &Path) -> Result<Archive, ContainerError> {
 
 async fn create_staged(rt: &Runtime, mut req: create::Request, staged: &Path) -> Result<String, ContainerError> {
     let archive = PathBuf::from(&req.image);
-    let pod = crate::pod::Pod::open(&rt.data, &req.pod_id)?;
+    let pod = rkt::pod::Pod::open(&rt.data, &req.pod_id)?;
     checkpoint::refuse_user_namespace(rt, &pod, &format!("pod {}", pod.uuid()))?;
     let a = tokio::task::block_in_place(|| unpack(&archive, staged))?;
     // the base image, by the name it was pulled as, else by id

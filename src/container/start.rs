@@ -8,8 +8,6 @@
 use super::resources::apply_limits;
 use super::stop::stop_app;
 use super::{ContainerError, Target, app_cgroup, meta, open, unit, with_bus};
-use crate::pod::Pod;
-use crate::pod::manifest::RuntimeApp;
 use crate::runtime::{EventKind, Runtime};
 use crate::stage1::app::{self, AppPaths, AppState};
 use crate::stage1::appexec::{Bind, PidMode, Plan};
@@ -17,16 +15,14 @@ use crate::stage1::bus::{BindPath, BusError, ExecCommand, Output, Property, Serv
 use crate::stage1::seccomp;
 use crate::stage1::unit_spec;
 use crate::stream::log::{self as crilog, Stream};
+use rkt::pod::Pod;
+use rkt::schema::RuntimeApp;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::Duration;
 
 /// The program to run: absolute as given, else found in the app's `PATH`.
-fn resolve_program(
-    rootfs: &Path,
-    program: &str,
-    env: &[crate::pod::manifest::NameValue],
-) -> Result<String, ContainerError> {
+fn resolve_program(rootfs: &Path, program: &str, env: &[rkt::schema::NameValue]) -> Result<String, ContainerError> {
     if program.starts_with('/') {
         return Ok(program.to_string());
     }
@@ -259,7 +255,7 @@ fn base_spec(
     t: &Target,
     paths: &AppPaths,
     id: &str,
-    section: &crate::pod::manifest::App,
+    section: &rkt::schema::App,
 ) -> Result<ServiceSpec, ContainerError> {
     let argv = section.exec.clone().unwrap_or_default();
     let program = argv.first().ok_or_else(|| ContainerError::InvalidArgument("container has no command".into()))?;
@@ -288,11 +284,7 @@ fn base_spec(
 /// do its seccomp filter and the namespaces it may make; the masked and
 /// read-only paths (the annotations, else the isolators of older builds) and
 /// the filter are returned for the rest of the start.
-fn isolators(
-    t: &Target,
-    section: &crate::pod::manifest::App,
-    spec: &mut ServiceSpec,
-) -> Result<Isolators, ContainerError> {
+fn isolators(t: &Target, section: &rkt::schema::App, spec: &mut ServiceSpec) -> Result<Isolators, ContainerError> {
     let (mut masked, mut readonly) = meta::path_lists(&t.app);
     let profile = seccomp::profile_of(&section.isolators).map_err(ContainerError::Internal)?;
     for iso in &section.isolators {
@@ -412,7 +404,7 @@ fn environment_file(t: &Target, paths: &AppPaths) -> Result<Option<String>, Cont
         return Ok(None);
     }
     let file = paths.environ_file();
-    crate::fsutil::write_volatile(&file, &refused, 0o600)
+    rkt::fs::write_volatile(&file, &refused, 0o600)
         .map_err(|e| ContainerError::Internal(format!("writing {}: {e}", file.display())))?;
     Ok(Some(paths.environ_file_in_pod().display().to_string()))
 }
@@ -463,7 +455,7 @@ fn stdio(
     t: &Target,
     pid1: i32,
     id: &str,
-    section: &crate::pod::manifest::App,
+    section: &rkt::schema::App,
     spec: &mut ServiceSpec,
 ) -> Result<Option<crate::stage1::pty::PodPty>, ContainerError> {
     let log_path = meta::log_path(&t.app);

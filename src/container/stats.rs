@@ -7,12 +7,12 @@
 
 use crate::cgroup::Layout;
 use crate::cgroup::stats::{StatDirs, Usage};
-use crate::pod::manifest::RuntimeApp;
-use crate::pod::{Pod, PodError};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::app::AppPaths;
 use crate::time::now_nanos;
+use rkt::pod::{Pod, PodError};
+use rkt::schema::RuntimeApp;
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -5,11 +5,11 @@
 
 use super::{ContainerError, open};
 use crate::api_v1::{AppInfo, AppUsage, MountInfo};
-use crate::pod::Pod;
-use crate::pod::manifest::RuntimeApp;
 use crate::runtime::Runtime;
 use crate::stage1::app::{self, AppPaths, AppState};
 use crate::stage1::inject::Propagation;
+use rkt::pod::Pod;
+use rkt::schema::RuntimeApp;
 
 /// An app as rkt's `app status` reports it: what `rktlet app status` prints
 /// and what ContainerStatus is made from.
@@ -88,7 +88,7 @@ pub fn usage(rt: &Runtime, id: &str) -> Result<AppUsage, ContainerError> {
     if !t.running {
         return Err(ContainerError::NotFound(format!("container {id} has no stats: its pod is not running")));
     }
-    let sub = t.pod.read_file(crate::pod::SUBCGROUP_FILE).ok().flatten();
+    let sub = t.pod.read_file(rkt::pod::SUBCGROUP_FILE).ok().flatten();
     let (sample, writable) = super::stats::app_sample(rt, &t.pod, &t.app.name, id, sub.as_deref());
     let usage = sample.usage;
     Ok(AppUsage {

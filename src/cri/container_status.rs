@@ -6,12 +6,12 @@
 use super::{container_meta as meta, pod_status};
 use crate::api_v1::AppInfo;
 use crate::container::{app_index, container_not_found, split_container_id};
-use crate::pod::Pod;
-use crate::pod::manifest::{App, RuntimeApp, RuntimeImage};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::app::AppPaths;
 use crate::stage1::inject::Propagation;
+use rkt::pod::Pod;
+use rkt::schema::{App, RuntimeApp, RuntimeImage};
 use tonic::Status;
 
 pub use crate::container::status::app_info;

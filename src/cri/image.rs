@@ -136,7 +136,7 @@ pub async fn image_fs_info(rt: &Runtime, _req: cri::ImageFsInfoRequest) -> Resul
     let containers = tokio::task::block_in_place(|| {
         let pods = rt.data.list_pods().unwrap_or_default();
         pods.into_iter().fold((0, 0), |(b, i), (uuid, dir)| {
-            let (pb, pi) = crate::stage1::app::pod_writable_usage(&crate::pod::Pod::at(&rt.data, uuid, dir));
+            let (pb, pi) = crate::stage1::app::pod_writable_usage(&rkt::pod::Pod::at(&rt.data, uuid, dir));
             (b + pb, i + pi)
         })
     });

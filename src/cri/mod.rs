@@ -127,8 +127,8 @@ impl From<ContainerError> for Status {
 }
 
 /// Maps pod-directory errors to the codes CRI clients expect.
-fn pod_status(e: crate::pod::PodError) -> Status {
-    use crate::pod::PodError;
+fn pod_status(e: rkt::pod::PodError) -> Status {
+    use rkt::pod::PodError;
     match e {
         // an id that names no pod, whatever its form, is not found (as for
         // containers: RemovePodSandbox of it succeeds, as RemoveContainer does)
@@ -287,7 +287,7 @@ cri_impl! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::PodError;
+    use rkt::pod::PodError;
     use tonic::Code;
 
     #[test]

@@ -3,26 +3,26 @@
 //! rktlet did), labels as user labels, the options rktlet must remember as
 //! pod annotations.
 
-use crate::pod::manifest::PodManifest;
 use crate::proto::v1 as cri;
+use rkt::schema::PodManifest;
 use std::collections::HashMap;
 
-pub const POD_UID: &str = crate::pod::manifest::USER_ANNOTATION_POD_UID;
-pub const POD_NAME: &str = crate::pod::manifest::USER_ANNOTATION_POD_NAME;
-pub const POD_NAMESPACE: &str = crate::pod::manifest::USER_ANNOTATION_POD_NAMESPACE;
+pub const POD_UID: &str = rkt::schema::USER_ANNOTATION_POD_UID;
+pub const POD_NAME: &str = rkt::schema::USER_ANNOTATION_POD_NAME;
+pub const POD_NAMESPACE: &str = rkt::schema::USER_ANNOTATION_POD_NAMESPACE;
 pub const POD_ATTEMPT: &str = "k8s.io/reserved/pod-attempt";
 const RESERVED_PREFIX: &str = "k8s.io/reserved/";
 
 /// Pod annotation: `node` when the pod uses the node's network namespace.
-pub const NETWORK_MODE: &str = crate::pod::manifest::ANNOTATION_NETWORK_MODE;
+pub const NETWORK_MODE: &str = rkt::schema::ANNOTATION_NETWORK_MODE;
 /// Pod annotation: `node` when the pod shares the node's IPC namespace.
 pub const IPC_MODE: &str = "rktlet.io/ipc-mode";
 /// `node` for a host-PID pod (its apps in the node's PID namespace); absent otherwise.
-pub const PID_MODE: &str = crate::pod::manifest::ANNOTATION_PID_MODE;
+pub const PID_MODE: &str = rkt::schema::ANNOTATION_PID_MODE;
 /// Pod annotation: the pod's hostname.
-pub const HOSTNAME: &str = crate::pod::manifest::ANNOTATION_HOSTNAME;
+pub const HOSTNAME: &str = rkt::schema::ANNOTATION_HOSTNAME;
 /// Pod annotation rkt uses for kubelet's pod log directory.
-pub const LOG_DIR: &str = crate::pod::manifest::ANNOTATION_LOG_DIR;
+pub const LOG_DIR: &str = rkt::schema::ANNOTATION_LOG_DIR;
 
 /// The manifest of a new sandbox for `config`.
 pub fn manifest_from_config(

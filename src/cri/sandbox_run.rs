@@ -43,18 +43,18 @@ fn validate(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Result<Requ
         ));
     }
     let hostname = if !config.hostname.is_empty() {
-        if config.hostname.len() > crate::pod::HOST_NAME_MAX {
+        if config.hostname.len() > rkt::pod::HOST_NAME_MAX {
             return Err(Status::invalid_argument(format!(
                 "config.hostname: {} bytes, more than the kernel's {}",
                 config.hostname.len(),
-                crate::pod::HOST_NAME_MAX
+                rkt::pod::HOST_NAME_MAX
             )));
         }
         config.hostname.clone()
     } else if host_network {
         nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
     } else {
-        crate::pod::hostname_from_name(&meta.name).to_string()
+        rkt::pod::hostname_from_name(&meta.name).to_string()
     };
     let cgroup_parent = config.linux.as_ref().map(|l| l.cgroup_parent.clone()).unwrap_or_default();
     crate::cgroup::pod::subcgroup(&cgroup_parent, "check", systemd_driver)
@@ -73,7 +73,7 @@ fn validate(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Result<Requ
         manifest.set_annotation(pod_meta::PID_MODE, "node");
     }
     if let Some(map) = userns {
-        manifest.set_annotation(crate::pod::manifest::ANNOTATION_USERNS, map.to_string());
+        manifest.set_annotation(rkt::schema::ANNOTATION_USERNS, map.to_string());
     }
     crate::sandbox::resources::record(&mut manifest, &pod_resources).map_err(sandbox_error)?;
     Ok(Request {

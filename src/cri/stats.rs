@@ -9,9 +9,9 @@ use super::container_status::status_of;
 use super::sandbox_status::{PodView, list_views};
 use super::{pod_meta, pod_status};
 use crate::container::stats::{self, Sample};
-use crate::pod::{self, Pod, PodState};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
+use rkt::pod::{self, Pod, PodState};
 use std::sync::Arc;
 use tonic::Status;
 
@@ -45,7 +45,7 @@ fn cpu_memory(s: &Sample) -> (Option<cri::CpuUsage>, Option<cri::MemoryUsage>) {
 fn container_stats_of(
     rt: &Runtime,
     pod: &Pod,
-    app: &crate::pod::manifest::RuntimeApp,
+    app: &rkt::schema::RuntimeApp,
     status: cri::ContainerStatus,
     sub: Option<&str>,
 ) -> cri::ContainerStats {

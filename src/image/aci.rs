@@ -20,20 +20,19 @@
 //! of the response. Within max-age the stored image is used without asking;
 //! after it, the fetch is conditional (`If-None-Match`) and a 304 keeps it.
 
-use super::cas::{AciInfo, Remote};
 use super::discovery;
-use super::verify::cas_key_of;
 use super::{Image, ImageError, Store, io_ctx};
-use crate::fsutil;
-use crate::pod::manifest::ImageManifest;
 use crate::time::now_nanos;
 use crate::trust::TrustStore;
+use rkt::cas::{AciInfo, Remote};
+use rkt::digest::cas_key_of;
+use rkt::schema::ImageManifest;
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-pub use super::index::ACI_PREFIX;
+pub use rkt::index::ACI_PREFIX;
 
 /// The largest manifest accepted inside an ACI.
 const MAX_MANIFEST: u64 = 1 << 20;
@@ -373,7 +372,7 @@ impl<'a> Fetcher<'a> {
 
     /// A dependency's key: the pinned `imageID` if stored, else the newest
     /// stored image of that name and labels, else discovery.
-    async fn dependency(&self, dep: &crate::pod::manifest::Dependency, depth: usize) -> Result<String, ImageError> {
+    async fn dependency(&self, dep: &rkt::schema::Dependency, depth: usize) -> Result<String, ImageError> {
         let wanted = Wanted {
             name: dep.image_name.clone(),
             labels: dep.labels.iter().map(|l| (l.name.clone(), l.value.clone())).collect(),
@@ -385,7 +384,7 @@ impl<'a> Fetcher<'a> {
                 && self.store.cas().blob(key).exists()
                 && self.store.read_manifest(key).is_ok_and(|m| {
                     wanted.matches(&m)
-                        && !m.dependencies.iter().any(|d| d.image_name.starts_with(super::convert::LAYER_NAME_PREFIX))
+                        && !m.dependencies.iter().any(|d| d.image_name.starts_with(rkt::index::LAYER_NAME_PREFIX))
                 })
         };
         // appc writes the full SHA-512 (128 hex); rkt's keys keep 64
@@ -393,7 +392,7 @@ impl<'a> Fetcher<'a> {
             Some(hex) if hex.len() > 64 => format!("sha512-{}", &hex[..64]),
             _ => id.to_string(),
         });
-        let dep = crate::pod::manifest::Dependency { image_id: pinned, ..dep.clone() };
+        let dep = rkt::schema::Dependency { image_id: pinned, ..dep.clone() };
         if let Some(id) = &dep.image_id {
             if stored(id) {
                 return Ok(id.clone());
@@ -483,7 +482,7 @@ impl<'a> Fetcher<'a> {
                 fs::create_dir_all(parent).map_err(io_ctx(format!("creating {}", parent.display())))?;
             }
             let json = serde_json::to_vec(&stored).map_err(|e| io_ctx("encoding the manifest")(io::Error::other(e)))?;
-            fsutil::write_atomic(&blob, &tar, 0o644).map_err(io_ctx(format!("writing {}", blob.display())))?;
+            rkt::fs::write_atomic(&blob, &tar, 0o644).map_err(io_ctx(format!("writing {}", blob.display())))?;
             let forget = |e: ImageError| {
                 // a first import that failed leaves no blob behind (gc only knows indexed ones)
                 if !known {
@@ -493,7 +492,7 @@ impl<'a> Fetcher<'a> {
             };
             let tree_size = super::pull::render_aci(cas, &key, &stored).map_err(forget)?;
             // the manifest (with its pinned dependencies) once the tree stands
-            fsutil::write_atomic(&mpath, &json, 0o644).map_err(io_ctx(format!("writing {}", mpath.display())))?;
+            rkt::fs::write_atomic(&mpath, &json, 0o644).map_err(io_ctx(format!("writing {}", mpath.display())))?;
             let now = now_nanos();
             let deps: Vec<String> = stored.dependencies.iter().filter_map(|d| d.image_id.clone()).collect();
             let gone = cas

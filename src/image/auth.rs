@@ -191,7 +191,7 @@ fn normalize_auth_key(k: &str) -> String {
     let host = k.trim_start_matches("https://").trim_start_matches("http://");
     let host = host.split('/').next().unwrap_or(host);
     match host {
-        "index.docker.io" | "registry-1.docker.io" => super::reference::DEFAULT_DOMAIN.to_string(),
+        "index.docker.io" | "registry-1.docker.io" => rkt::reference::DEFAULT_DOMAIN.to_string(),
         h => h.to_string(),
     }
 }

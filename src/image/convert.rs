@@ -9,12 +9,11 @@
 //! `remote` table.
 
 use super::oci::ImageConfig;
-use super::reference::Reference;
-use super::verify::{Digest, cas_key_of};
-use crate::pod::manifest::{App, Dependency, ImageManifest, MountPoint, NameValue, Port, sanitize_ac_name};
+use rkt::digest::{Digest, cas_key_of};
+use rkt::reference::Reference;
+use rkt::schema::{App, Dependency, ImageManifest, MountPoint, NameValue, Port, sanitize_ac_name};
 
-/// Layer ACIs are named `layer/<registry digest>` (`layer/<key>` before they were rkt ACIs).
-pub const LAYER_NAME_PREFIX: &str = "layer/";
+use rkt::index::LAYER_NAME_PREFIX;
 pub const ANN_REGISTRY: &str = "appc.io/docker/registryurl";
 pub const ANN_REPOSITORY: &str = "appc.io/docker/repository";
 pub const ANN_IMAGE_ID: &str = "appc.io/docker/imageid";
@@ -278,7 +277,7 @@ mod tests {
         )
         .expect("config");
         let r: Reference = "127.0.0.1:5000/cfg:latest".parse().expect("ref");
-        let d = Digest::of(super::super::verify::Algorithm::Sha256, b"m");
+        let d = Digest::of(rkt::digest::Algorithm::Sha256, b"m");
         let m = image_manifest(
             &r,
             &d,

@@ -20,10 +20,10 @@
 //! that image reuses them), trees rendered in another boot and never synced
 //! (rendered again from the blobs on first use) and trees not synced yet.
 
-use super::cas::Cas;
-use super::tree::{self, TreeState};
-use super::verify::{Algorithm, Hasher, cas_key, cas_key_of};
 use super::{ImageError, Store, io_ctx};
+use rkt::cas::Cas;
+use rkt::digest::{Algorithm, Hasher, cas_key, cas_key_of};
+use rkt::tree::{self, TreeState};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
@@ -106,7 +106,7 @@ pub fn verify(store: &Store, deep: bool) -> Result<Report, ImageError> {
     for id in fs::read_dir(cas.trees()).into_iter().flatten().flatten() {
         let id = id.file_name().to_string_lossy().into_owned();
         r.trees += 1;
-        match tree::state(&cas.tree(&id), super::cas::boot_id()) {
+        match tree::state(&cas.tree(&id), rkt::cas::boot_id()) {
             TreeState::NotRendered | TreeState::OtherBoot => {
                 r.notes.push(format!(
                     "tree {id} is not rendered, or was not synced before a reboot (rendered again on first use)"
@@ -212,7 +212,7 @@ fn stored_keys(cas: &Cas) -> Vec<String> {
     for shard in fs::read_dir(root).into_iter().flatten().flatten() {
         for f in fs::read_dir(shard.path()).into_iter().flatten().flatten() {
             let name = f.file_name().to_string_lossy().into_owned();
-            if super::verify::is_cas_key(&name) {
+            if rkt::digest::is_cas_key(&name) {
                 keys.push(name);
             }
         }

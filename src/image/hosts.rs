@@ -142,7 +142,7 @@ impl RegistryConfig {
             })
             .unwrap_or_default();
         if !host.is_some_and(|h| h.skip_upstream) || out.is_empty() {
-            let base = if domain == super::reference::DEFAULT_DOMAIN {
+            let base = if domain == rkt::reference::DEFAULT_DOMAIN {
                 DOCKER_HUB_ENDPOINT.to_string()
             } else if self.is_insecure(domain) {
                 format!("http://{domain}")

@@ -9,8 +9,8 @@
 
 use super::ImageError;
 use super::extract::{Unpacked, Unpacker};
-use super::verify::{Algorithm, Digest, HashingReader, Mismatch, cas_key};
 use bytes::Bytes;
+use rkt::digest::{Algorithm, Digest, HashingReader, Mismatch, cas_key};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::PathBuf;

@@ -30,9 +30,9 @@
 //! - entry types rktlet does not unpack are left out; the archive ends
 //!   with two zero blocks.
 
-use super::cas::Cas;
-use super::verify::{Algorithm, Hasher, cas_key};
 use super::{ImageError, io_ctx};
+use rkt::cas::Cas;
+use rkt::digest::{Algorithm, Hasher, cas_key};
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -421,7 +421,7 @@ pub fn convert_pending(cas: &Cas) -> usize {
         .flatten()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|k| super::verify::is_cas_key(k))
+        .filter(|k| rkt::digest::is_cas_key(k))
         .collect();
     keys.sort();
     for key in keys {
@@ -484,7 +484,7 @@ pub fn convert_one(cas: &Cas, key: &str) -> Result<bool, ImageError> {
     // start, which writes it again) and the download in place
     crate::fault::point("layer-aci-before-rename");
     fs::rename(&tmp, &blob).map_err(io_ctx(format!("storing {}", blob.display())))?;
-    crate::fsutil::sync_dir(&parent).map_err(io_ctx("syncing the blob store"))?;
+    rkt::fs::sync_dir(&parent).map_err(io_ctx("syncing the blob store"))?;
     // the layer was removed meanwhile: its blob goes too
     let indexed = cas.read_index().map(|i| i.aci(key).is_some()).unwrap_or(true);
     if !indexed {
@@ -530,11 +530,11 @@ impl Write for Tee {
 /// tree sync), after the pull that stored them; `tree::finish_settling`
 /// waits for it too.
 pub fn convert_later(cas: &Cas) {
-    if std::env::var_os(super::tree::SYNC_LATER_ENV).is_some() {
+    if std::env::var_os(rkt::tree::SYNC_LATER_ENV).is_some() {
         return;
     }
     let cas = cas.clone();
-    super::tree::background("layer-aci", move || {
+    rkt::tree::background("layer-aci", move || {
         convert_pending(&cas);
     });
 }
@@ -542,7 +542,7 @@ pub fn convert_later(cas: &Cas) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::manifest::ImageManifest;
+    use rkt::schema::ImageManifest;
     use tar::EntryType as T;
 
     /// A docker layer: (path, type, data, link target, xattrs).
@@ -586,7 +586,7 @@ mod tests {
 
     fn manifest() -> Vec<u8> {
         let mut m = ImageManifest::new("layer/sha256-abc");
-        m.labels = vec![crate::pod::manifest::NameValue::new("os", "linux")];
+        m.labels = vec![rkt::schema::NameValue::new("os", "linux")];
         serde_json::to_vec(&m).expect("json")
     }
 
@@ -664,7 +664,7 @@ mod tests {
             .unpack(&sample()[..])
             .expect("unpack");
         let aci = convert(&sample()[..], &manifest(), Vec::new()).expect("convert");
-        assert_eq!(done.aci, Some((super::super::verify::cas_key_of(&aci), aci.len() as u64)));
+        assert_eq!(done.aci, Some((rkt::digest::cas_key_of(&aci), aci.len() as u64)));
         let back = super::super::extract::Unpacker::new(&b, false).from_aci().unpack(&aci[..]).expect("from aci");
         assert_eq!(back.whiteouts, done.whiteouts);
         assert_eq!(back.opaque, done.opaque);

@@ -41,35 +41,29 @@
 
 pub mod aci;
 pub mod auth;
-pub mod cas;
 pub mod convert;
 pub mod discovery;
 pub mod extract;
 pub mod fsck;
 pub mod hosts;
-pub mod index;
 pub mod layer;
 pub mod layer_aci;
 pub mod oci;
 pub mod policy;
 mod pull;
-pub mod ql;
-pub mod reference;
 pub mod registry;
 mod tar_entry;
-pub mod tree;
-pub mod verify;
 mod workdir;
 
 use crate::filecache::{FileCache, ReadError};
-use crate::pod::manifest::{self as pod_manifest, ImageManifest};
-use crate::pod::{DataDir, PodDir};
 pub use auth::Credentials;
-use cas::{Cas, Index};
 pub use hosts::RegistryConfig;
 pub use pull::Progress;
-use reference::Reference;
 use registry::{RegistryClient, RegistryError};
+use rkt::cas::{Cas, Index};
+use rkt::pod::{DataDir, PodDir};
+use rkt::reference::Reference;
+use rkt::schema::{self as pod_manifest, ImageManifest};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -79,7 +73,7 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
     #[error(transparent)]
-    Reference(#[from] reference::ReferenceError),
+    Reference(#[from] rkt::reference::ReferenceError),
     #[error(transparent)]
     Registry(#[from] RegistryError),
     #[error("image {0:?} not found in the store")]
@@ -162,7 +156,7 @@ impl Image {
         self.manifest
             .dependencies
             .iter()
-            .filter(|d| d.image_name.starts_with(convert::LAYER_NAME_PREFIX))
+            .filter(|d| d.image_name.starts_with(rkt::index::LAYER_NAME_PREFIX))
             .filter_map(|d| d.image_id.clone())
             .collect()
     }
@@ -232,7 +226,7 @@ struct Parsed {
     index: FileCache<(), Index>,
     manifests: FileCache<String, ImageManifest>,
     /// rkt's tables in `cas/db/ql.db` (`ql.rs`).
-    rkt: FileCache<(), ql::Tables>,
+    rkt: FileCache<(), rkt::ql::Tables>,
     /// rktlet's index with rkt's images added, for the versions it was made of.
     merged: std::sync::Mutex<Option<Merged>>,
     /// The last error reading rkt's database (logged once).
@@ -242,7 +236,7 @@ struct Parsed {
 #[derive(Debug)]
 struct Merged {
     own: Arc<Index>,
-    rkt: Arc<ql::Tables>,
+    rkt: Arc<rkt::ql::Tables>,
     index: Arc<Index>,
 }
 
@@ -314,7 +308,7 @@ impl Store {
             return Ok(m.index.clone());
         }
         let mut merged = (*own).clone();
-        let index = if ql::merge_into(&mut merged, &rkt) { Arc::new(merged) } else { own.clone() };
+        let index = if rkt::ql::merge_into(&mut merged, &rkt) { Arc::new(merged) } else { own.clone() };
         if let Ok(mut m) = self.parsed.merged.lock() {
             *m = Some(Merged { own, rkt, index: index.clone() });
         }
@@ -322,10 +316,12 @@ impl Store {
     }
 
     /// rkt's tables, read under its lock (parsed again only when the file changed).
-    fn rkt_tables(&self) -> Result<Option<Arc<ql::Tables>>, ql::QlError> {
-        ql::with_db(&self.cas.root().join("db"), |path| {
-            self.parsed.rkt.read(&(), path, ql::parse).map_err(|e| match e {
-                ReadError::Io(source) => ql::QlError::Io { context: format!("reading {}", path.display()), source },
+    fn rkt_tables(&self) -> Result<Option<Arc<rkt::ql::Tables>>, rkt::ql::QlError> {
+        rkt::ql::with_db(&self.cas.root().join("db"), |path| {
+            self.parsed.rkt.read(&(), path, rkt::ql::parse).map_err(|e| match e {
+                ReadError::Io(source) => {
+                    rkt::ql::QlError::Io { context: format!("reading {}", path.display()), source }
+                }
                 ReadError::Parse(e) => e,
             })
         })
@@ -343,12 +339,12 @@ impl Store {
             return Ok(false);
         }
         let db = self.cas.root().join("db");
-        let _lock = crate::lock::exclusive_dir(&db).map_err(io_ctx("locking the image index"))?;
+        let _lock = rkt::lock::exclusive_dir(&db).map_err(io_ctx("locking the image index"))?;
         if self.own_index()?.aci(key).is_some() {
             return Ok(false);
         }
-        let rkt_has = match fs::read(db.join(ql::DB_FILE)) {
-            Ok(bytes) => ql::parse(&bytes).is_ok_and(|t| t.aciinfo.iter().any(|a| a.blobkey == key)),
+        let rkt_has = match fs::read(db.join(rkt::ql::DB_FILE)) {
+            Ok(bytes) => rkt::ql::parse(&bytes).is_ok_and(|t| t.aciinfo.iter().any(|a| a.blobkey == key)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => false,
             Err(e) => return Err(io_ctx("reading rkt's image database")(e)),
         };
@@ -408,7 +404,7 @@ impl Store {
             Some((name, version)) if !version.contains('/') && !version.is_empty() => (name, Some(version)),
             _ => (s, None),
         };
-        let mut found: Option<&cas::AciInfo> = None;
+        let mut found: Option<&rkt::cas::AciInfo> = None;
         for row in index.aciinfo.iter().filter(|a| !a.is_layer() && a.name == name) {
             if let Some(v) = version {
                 match self.read_manifest(&row.blobkey) {
@@ -498,7 +494,7 @@ impl Store {
             .manifest
             .dependencies
             .iter()
-            .filter(|d| d.image_name.starts_with(convert::LAYER_NAME_PREFIX))
+            .filter(|d| d.image_name.starts_with(rkt::index::LAYER_NAME_PREFIX))
             .collect();
         if !layers.is_empty() {
             image.size = layers.iter().map(|d| d.size).sum();
@@ -747,7 +743,7 @@ impl Store {
                     }
                 }
                 if let Ok(bytes) = fs::read(p.join("pod"))
-                    && let Ok(m) = serde_json::from_slice::<crate::pod::manifest::PodManifest>(&bytes)
+                    && let Ok(m) = serde_json::from_slice::<rkt::schema::PodManifest>(&bytes)
                 {
                     used.images.extend(m.apps.into_iter().map(|a| a.image.id));
                 }
@@ -763,7 +759,7 @@ impl Store {
         let locks = self.data.locks();
         fs::create_dir_all(&locks).map_err(io_ctx(format!("creating {}", locks.display())))?;
         let _prepare =
-            crate::lock::exclusive_file(&locks.join("prepareLock")).map_err(io_ctx("taking the prepare lock"))?;
+            rkt::lock::exclusive_file(&locks.join("prepareLock")).map_err(io_ctx("taking the prepare lock"))?;
         let mut report = GcReport { tmp: workdir::clean_tmp(&self.cas), ..Default::default() };
         let used = self.used_by_pods();
         if let Ok(trees) = fs::read_dir(self.cas.trees()) {

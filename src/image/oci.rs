@@ -101,7 +101,7 @@ pub fn parse_config(bytes: &[u8]) -> Result<ImageConfig, String> {
 }
 
 /// The digest of a descriptor as rktlet verifies it.
-pub fn digest_of(d: &Descriptor) -> Result<super::verify::Digest, super::verify::InvalidDigest> {
+pub fn digest_of(d: &Descriptor) -> Result<rkt::digest::Digest, rkt::digest::InvalidDigest> {
     d.digest().to_string().parse()
 }
 

@@ -29,9 +29,9 @@
 //! pulls as it always did. A file named explicitly (`signature_policy` in
 //! registries.toml) must exist.
 
-use super::reference::Reference;
-use super::verify::Digest;
 use base64::Engine;
+use rkt::digest::Digest;
+use rkt::reference::Reference;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -3,22 +3,21 @@
 //! once), run every layer through the pipeline concurrently, merge the staged
 //! layers in order, sync, then commit blobs, tree and index in that order.
 
-use super::cas::{AciInfo, Cas, Remote};
 use super::convert::{self, LayerRef};
 use super::extract::{self, Unpacked};
 use super::layer::{self, ChannelReader, Compression, LayerDone, LayerJob};
 use super::layer_aci;
 use super::oci::{self, AnyManifest, ImageConfig};
 use super::policy;
-use super::reference::Reference;
-use super::verify::Digest;
 use super::workdir::WorkDir;
 use super::{Credentials, Image, ImageError, Store, io_ctx};
-use crate::fsutil;
-use crate::lock::HeldLock;
-use crate::pod::manifest::ImageManifest;
 use crate::time::now_nanos;
 use futures::StreamExt;
+use rkt::cas::{AciInfo, Cas, Remote};
+use rkt::digest::Digest;
+use rkt::lock::HeldLock;
+use rkt::reference::Reference;
+use rkt::schema::ImageManifest;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -133,7 +132,7 @@ impl Fetched {
                 .layers()
                 .get(i)
                 .and_then(|l| digest_of(l).ok())
-                .map_or_else(String::new, |d| format!("{}{}", convert::LAYER_NAME_PREFIX, d.file_name()))
+                .map_or_else(String::new, |d| format!("{}{}", rkt::index::LAYER_NAME_PREFIX, d.file_name()))
         };
         let refs: Vec<LayerRef> =
             keys.iter().enumerate().map(|(i, (k, s))| LayerRef { key: k.clone(), name: name(i), size: *s }).collect();
@@ -272,7 +271,7 @@ async fn lock_layers(cas: &Cas, layers: &[LayerDesc]) -> Result<Vec<HeldLock>, I
 /// download waiting for it), by the index. A layer an older release stored
 /// (its tar under the tar's key) is not: its ACI has another key, made from
 /// that blob (`legacy_layer`), and the images made of it keep theirs.
-fn known_layers(cas: &Cas, index: &super::cas::Index, layers: &[LayerDesc]) -> Vec<Option<String>> {
+fn known_layers(cas: &Cas, index: &rkt::cas::Index, layers: &[LayerDesc]) -> Vec<Option<String>> {
     layers
         .iter()
         .map(|l| {
@@ -286,7 +285,7 @@ fn known_layers(cas: &Cas, index: &super::cas::Index, layers: &[LayerDesc]) -> V
 
 /// The key of an older release's blob of layer `l` (its tar under the
 /// tar's key, named `layer/<key>`), if there is one.
-fn legacy_layer(cas: &Cas, index: &super::cas::Index, l: &LayerDesc) -> Option<String> {
+fn legacy_layer(cas: &Cas, index: &rkt::cas::Index, l: &LayerDesc) -> Option<String> {
     let key = index.layer_key(&l.digest.to_string())?;
     let row = index.aci(key)?;
     (convert::is_legacy_layer(&row.name, key) && cas.blob(key).exists()).then(|| key.to_string())
@@ -308,7 +307,7 @@ fn already_stored(
     reference: &Reference,
     fetched: &Fetched,
     cas: &Cas,
-    index: &super::cas::Index,
+    index: &rkt::cas::Index,
     known: &[Option<String>],
     remotes: &[String],
 ) -> Result<Option<String>, ImageError> {
@@ -327,7 +326,7 @@ fn already_stored(
     let same_layers = m
         .dependencies
         .iter()
-        .filter(|d| d.image_name.starts_with(convert::LAYER_NAME_PREFIX))
+        .filter(|d| d.image_name.starts_with(rkt::index::LAYER_NAME_PREFIX))
         .filter_map(|d| d.image_id.clone())
         .eq(layer_keys.iter().cloned());
     let tree_id = convert::layered_tree_id(&image_key, &layer_keys);
@@ -601,7 +600,7 @@ fn commit_tree(
     let final_path = cas.tree(tree_id);
     let tmp_tree = work.join("tree");
     if cas.tree_rendered(tree_id) {
-        return Ok(super::tree::tree_size(&final_path)); // rendered meanwhile by another process
+        return Ok(rkt::tree::tree_size(&final_path)); // rendered meanwhile by another process
     }
     if final_path.exists() {
         fs::remove_dir_all(&final_path).map_err(io_ctx(format!("removing partial tree {}", final_path.display())))?;
@@ -618,9 +617,9 @@ fn commit_tree(
     Cas::mark_unsynced(&tmp_tree).map_err(io_ctx(format!("marking {} unsynced", tmp_tree.display())))?;
     fs::rename(&tmp_tree, &final_path).map_err(io_ctx(format!("moving the tree to {}", final_path.display())))?;
     Cas::mark_rendered(&final_path).map_err(io_ctx(format!("marking {} rendered", final_path.display())))?;
-    super::tree::settle_later(cas, tree_id);
+    rkt::tree::settle_later(cas, tree_id);
     // as it will be once settled: with its `hash` (`sha512-` + 64 hex)
-    Ok(super::tree::tree_size(&final_path) + if final_path.join("hash").exists() { 0 } else { 71 })
+    Ok(rkt::tree::tree_size(&final_path) + if final_path.join("hash").exists() { 0 } else { 71 })
 }
 
 /// Deletes what a tree holds beside `rootfs/`. An ACI's tar is unpacked at
@@ -670,7 +669,7 @@ impl Commit<'_> {
             let mpath = cas.image_manifest(&d.key);
             if !mpath.exists() {
                 ensure_parent(&mpath)?;
-                fsutil::write_atomic(&mpath, &manifests[d.index], 0o644)
+                rkt::fs::write_atomic(&mpath, &manifests[d.index], 0o644)
                     .map_err(io_ctx(format!("writing {}", mpath.display())))?;
             }
             let blob = cas.blob(&d.key);
@@ -694,7 +693,7 @@ impl Commit<'_> {
                     None => Ok(()),
                 };
                 stored.map_err(io_ctx(format!("storing {}", waiting.display())))?;
-                fsutil::sync_dir(waiting.parent().unwrap_or(&waiting)).map_err(io_ctx("syncing the layer store"))?;
+                rkt::fs::sync_dir(waiting.parent().unwrap_or(&waiting)).map_err(io_ctx("syncing the layer store"))?;
             }
         }
         // a crash here leaves stored blobs the index does not name: `image
@@ -704,12 +703,12 @@ impl Commit<'_> {
         let (image_key, aci) = convert::empty_aci(&image).map_err(io_ctx("building the image ACI"))?;
         let blob = cas.blob(&image_key);
         ensure_parent(&blob)?;
-        fsutil::write_atomic(&blob, &aci, 0o644).map_err(io_ctx(format!("writing {}", blob.display())))?;
+        rkt::fs::write_atomic(&blob, &aci, 0o644).map_err(io_ctx(format!("writing {}", blob.display())))?;
         let mpath = cas.image_manifest(&image_key);
         ensure_parent(&mpath)?;
         let json =
             serde_json::to_vec(&image).map_err(|e| io_ctx("encoding the image manifest")(io::Error::other(e)))?;
-        fsutil::write_atomic(&mpath, &json, 0o644).map_err(io_ctx(format!("writing {}", mpath.display())))?;
+        rkt::fs::write_atomic(&mpath, &json, 0o644).map_err(io_ctx(format!("writing {}", mpath.display())))?;
         // 3. the tree
         let layer_keys: Vec<String> = done.iter().map(|d| d.key.clone()).collect();
         let tree_id = convert::layered_tree_id(&image_key, &layer_keys);
@@ -724,7 +723,7 @@ impl Commit<'_> {
                 i.upsert_aci(AciInfo {
                     blobkey: d.key.clone(),
                     // the name its manifest has, as rkt records it
-                    name: format!("{}{}", convert::LAYER_NAME_PREFIX, layer_meta[d.index].0.file_name()),
+                    name: format!("{}{}", rkt::index::LAYER_NAME_PREFIX, layer_meta[d.index].0.file_name()),
                     importtime: now,
                     lastused: now,
                     latest: false,
@@ -957,14 +956,14 @@ mod tests {
         let work = tmp.path().join("work");
         let tree = work.join("tree");
         fs::create_dir_all(tree.join("rootfs/etc")).expect("rootfs");
-        for name in ["manifest", "image", "hash", "rendered", super::super::tree::UNSYNCED] {
+        for name in ["manifest", "image", "hash", "rendered", rkt::tree::UNSYNCED] {
             std::os::unix::fs::symlink(&outside, tree.join(name)).expect("link");
         }
         fs::create_dir(tree.join("extra")).expect("extra");
         commit_tree(&cas, &work, "deps-sha512-t", "sha512-k", &ImageManifest::new("x")).expect("commit");
         assert_eq!(fs::read_to_string(&outside).expect("node file"), "node", "written through a link");
         let committed = cas.tree("deps-sha512-t");
-        super::super::tree::finish_settling();
+        rkt::tree::finish_settling();
         for name in ["manifest", "image", "hash", "rendered"] {
             assert!(fs::symlink_metadata(committed.join(name)).expect(name).is_file(), "{name}");
         }

@@ -5,12 +5,12 @@
 use super::auth::{Challenge, Credentials, parse_challenge};
 use super::hosts::{Endpoint, RegistryConfig};
 use super::oci;
-use super::reference::Reference;
-use super::verify::{Digest, Hasher};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use reqwest::StatusCode;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use rkt::digest::{Digest, Hasher};
+use rkt::reference::Reference;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -243,7 +243,7 @@ impl Session<'_> {
             .unwrap_or_default();
         let body = read_limited(resp, oci::MAX_MANIFEST_BYTES, &what).await?;
         let expected: Option<Digest> = object.parse().ok();
-        let algorithm = expected.as_ref().map_or(super::verify::Algorithm::Sha256, |d| d.algorithm);
+        let algorithm = expected.as_ref().map_or(rkt::digest::Algorithm::Sha256, |d| d.algorithm);
         let mut h = Hasher::new(algorithm);
         h.update(&body);
         let actual = h.finish();

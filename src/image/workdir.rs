@@ -1,9 +1,9 @@
 //! The work directories of rktlet's pulls and renders in `cas/tmp`, and the
 //! cleaning of what killed ones left there.
 
-use super::cas::Cas;
 use super::{ImageError, io_ctx};
-use crate::lock::{self, HeldLock};
+use rkt::cas::Cas;
+use rkt::lock::{self, HeldLock};
 use std::fs;
 use std::path::{Path, PathBuf};
 

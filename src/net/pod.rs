@@ -5,7 +5,7 @@
 
 use super::cni::{CniError, CniRequest, CniResult, Network};
 use super::netns::{self, Netns, NetnsError};
-use crate::pod::{self, DataDir, Pod};
+use rkt::pod::{self, DataDir, Pod};
 use std::path::{Path, PathBuf};
 use uuid::Uuid;
 

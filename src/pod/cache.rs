@@ -1,9 +1,9 @@
 //! Parsed pod manifests kept by the daemon between calls, checked against
 //! the file at every read ([`crate::filecache`] says how).
 
-use super::manifest::PodManifest;
-use super::{Pod, PodError, Result};
 use crate::filecache::{FileCache, ReadError};
+use rkt::pod::{Pod, PodError, Result};
+use rkt::schema::PodManifest;
 use std::collections::HashSet;
 use std::sync::Arc;
 use uuid::Uuid;
@@ -49,7 +49,7 @@ impl ManifestCache {
 mod tests {
     use super::*;
     use crate::filecache::SETTLED;
-    use crate::pod::DataDir;
+    use rkt::pod::DataDir;
 
     /// A pod being prepared, with an empty manifest.
     fn preparing_pod(dir: &std::path::Path) -> Pod {

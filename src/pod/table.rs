@@ -18,10 +18,10 @@
 //!   table is off and every request reads from disk.
 
 use crate::pod::cache::ManifestCache;
-use crate::pod::manifest::{PodManifest, RuntimeApp};
 use crate::pod::watch::{Change, PodWatch};
-use crate::pod::{self, DataDir, Pod, PodDir, PodError, PodState};
 use crate::stage1::rootfs::Stage1Root;
+use rkt::pod::{self, DataDir, Pod, PodDir, PodError, PodState};
+use rkt::schema::{PodManifest, RuntimeApp};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};

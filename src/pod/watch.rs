@@ -18,10 +18,10 @@
 //! mtimes); plain writes to files kept open (nspawn's console log) are not,
 //! so a booting pod does not invalidate itself with every line.
 
-use super::{DataDir, PodDir};
 use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+use rkt::pod::{DataDir, PodDir};
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::OwnedFd;

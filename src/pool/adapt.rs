@@ -60,7 +60,7 @@ pub fn renice(pids: &[i32]) -> io::Result<()> {
 /// Makes `now` the pod's creation time (`pod-created`'s mtime): a taken pool
 /// pod was created, as far as anyone can tell, when the request was served.
 pub fn set_created(pod_dir: &Path, now: SystemTime) -> io::Result<()> {
-    fs::File::options().write(true).open(pod_dir.join(crate::pod::CREATED_FILE))?.set_modified(now)
+    fs::File::options().write(true).open(pod_dir.join(rkt::pod::CREATED_FILE))?.set_modified(now)
 }
 
 /// CPU time the processes of a tracking cgroup used so far (cgroup2's
@@ -78,10 +78,10 @@ mod tests {
     #[test]
     fn creation_time_is_set() {
         let t = tempfile::tempdir().expect("tempdir");
-        fs::write(t.path().join(crate::pod::CREATED_FILE), b"").expect("w");
+        fs::write(t.path().join(rkt::pod::CREATED_FILE), b"").expect("w");
         let when = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_900_000_000);
         set_created(t.path(), when).expect("set");
-        let m = fs::metadata(t.path().join(crate::pod::CREATED_FILE)).expect("meta");
+        let m = fs::metadata(t.path().join(rkt::pod::CREATED_FILE)).expect("meta");
         assert_eq!(m.modified().expect("mtime"), when);
         assert!(set_created(&t.path().join("missing"), when).is_err());
     }

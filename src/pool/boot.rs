@@ -9,10 +9,10 @@
 
 use super::{Member, adapt};
 use crate::net::pod as podnet;
-use crate::pod::manifest::PodManifest;
 use crate::runtime::Runtime;
 use crate::stage1::boot::BootError;
 use crate::stage1::sandbox::SandboxArgs;
+use rkt::schema::PodManifest;
 use uuid::Uuid;
 
 /// Boots one pool pod: pre-made netns, no CNI, pool cgroup parent, low
@@ -25,7 +25,7 @@ pub async fn boot_member(rt: &Runtime) -> Result<(Member, u64), BootError> {
     // see stage1::boot::interrupted_starts
     let manifest_file = crate::stage1::boot::start_manifest(&rt.data, uuid);
     let bytes = serde_json::to_vec(&manifest).map_err(|e| BootError::failed(uuid, "encoding manifest", e))?;
-    crate::fsutil::write_volatile(&manifest_file, &bytes, 0o600)
+    rkt::fs::write_volatile(&manifest_file, &bytes, 0o600)
         .map_err(|e| BootError::failed(uuid, "writing manifest", e))?;
     let booted = async {
         let netns = podnet::create_netns(uuid).map_err(|e| BootError::failed(uuid, "creating network namespace", e))?;

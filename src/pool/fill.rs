@@ -4,8 +4,8 @@
 
 use super::boot;
 use super::{Member, POOL_ANNOTATION, POOL_PARENT, REFILL_PAUSE, RETRY_MAX, RETRY_MIN, TAKING_FILE};
-use crate::pod::{Pod, PodDir, PodState};
 use crate::runtime::Runtime;
+use rkt::pod::{Pod, PodDir, PodState};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -95,7 +95,7 @@ pub async fn discard(rt: &Runtime, uuid: Uuid) {
         crate::stage1::teardown::Deletion::Later,
     )
     .await
-        && !matches!(e.pod_error(), Ok(crate::pod::PodError::NotFound(_)))
+        && !matches!(e.pod_error(), Ok(rkt::pod::PodError::NotFound(_)))
     {
         tracing::warn!(pod = %uuid, "cannot remove pool pod");
     }
@@ -108,7 +108,7 @@ pub async fn discard(rt: &Runtime, uuid: Uuid) {
 
 /// After a restart: pool pods that are alive, were booted by this build and
 /// fit the configured size join the pool; every other one is removed.
-async fn readopt(rt: &Runtime) -> Result<(), crate::pod::PodError> {
+async fn readopt(rt: &Runtime) -> Result<(), rkt::pod::PodError> {
     let wanted = boot::fingerprint(rt);
     let mut stale = Vec::new();
     for (uuid, dir) in rt.data.list_pods()? {
@@ -120,7 +120,7 @@ async fn readopt(rt: &Runtime) -> Result<(), crate::pod::PodError> {
         let Some(booted_by) = manifest.annotation(POOL_ANNOTATION) else { continue };
         let alive = pod.state().ok() == Some(PodState::Running)
             && crate::stage1::rootfs::Stage1Root::new(pod.stage1_rootfs()).is_ready();
-        let netns = pod.read_file(crate::pod::NETNS_FILE).ok().flatten().map(PathBuf::from);
+        let netns = pod.read_file(rkt::pod::NETNS_FILE).ok().flatten().map(PathBuf::from);
         let half_taken = pod.path().join(TAKING_FILE).exists();
         let keep = alive && booted_by == wanted && rt.pool.enabled() && !half_taken;
         let adopted = match netns {

@@ -22,10 +22,10 @@ pub mod stop;
 
 use crate::cgroup::pod_limits::PodLimitsError;
 use crate::container::{ErrorKind, pod_kind};
-use crate::pod::PodError;
 use crate::stage1::boot::BootError;
 use crate::stage1::sysctl::SysctlError;
 use crate::stage1::teardown::TeardownError;
+use rkt::pod::PodError;
 use uuid::Uuid;
 
 /// Why a pod verb failed. [`SandboxError::kind`] says which of the CRI's

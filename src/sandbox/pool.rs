@@ -9,11 +9,11 @@
 
 use super::run::{Request, cni_request, make_log_directory, pod_network, record_network};
 use super::{SandboxError, internal};
-use crate::pod::{self, Pod, PodState};
 use crate::pool::{self, Member, adapt};
 use crate::runtime::Runtime;
 use crate::stage1::nspawn::PodNet;
 use crate::stage1::rootfs::{Identity, Stage1Root};
+use rkt::pod::{self, Pod, PodState};
 use std::time::SystemTime;
 use uuid::Uuid;
 

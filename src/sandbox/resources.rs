@@ -7,9 +7,9 @@ use super::SandboxError;
 use crate::cgroup::app::Limits;
 use crate::cgroup::pod_limits::PodResources;
 use crate::container::meta;
-use crate::pod::manifest::PodManifest;
-use crate::pod::{Pod, PodState};
 use crate::runtime::Runtime;
+use rkt::pod::{Pod, PodState};
+use rkt::schema::PodManifest;
 
 pub use crate::container::pod_resources::{POD_RESOURCES, pod_cgroup, recorded};
 

@@ -7,12 +7,12 @@ use super::{SandboxError, internal};
 use crate::cgroup::pod_limits::PodResources;
 use crate::net::cni::{CniResult, Network, PortMapping};
 use crate::net::pod as podnet;
-use crate::pod::manifest::PodManifest;
-use crate::pod::{self, Pod};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::sandbox::SandboxArgs;
 use crate::stage1::sysctl::{self, Sysctl};
+use rkt::pod::{self, Pod};
+use rkt::schema::PodManifest;
 use std::path::PathBuf;
 use uuid::Uuid;
 
@@ -47,7 +47,7 @@ pub(super) async fn cold(rt: &Runtime, req: &Request) -> Result<Uuid, SandboxErr
     let uuid = standby.as_ref().map_or_else(Uuid::new_v4, |s| s.uuid());
     let manifest_file = crate::stage1::boot::start_manifest(&rt.data, uuid);
     let bytes = serde_json::to_vec(&req.manifest).map_err(|e| internal(uuid, "encoding manifest", e))?;
-    crate::fsutil::write_volatile(&manifest_file, &bytes, 0o600).map_err(|e| internal(uuid, "writing manifest", e))?;
+    rkt::fs::write_volatile(&manifest_file, &bytes, 0o600).map_err(|e| internal(uuid, "writing manifest", e))?;
     let result = start(rt, req, uuid, manifest_file.clone(), standby).await;
     let _ = std::fs::remove_file(&manifest_file);
     match result {
@@ -204,7 +204,7 @@ pub(super) fn record_network(
     podnet::record(&pod, net, result).map_err(|e| internal(uuid, "writing net-info.json", e))?;
     let hosts = crate::net::dns::hosts(hostname, &result.pod_ips());
     let path = pod.stage1_rootfs().join("etc/hosts");
-    crate::fsutil::write_volatile(&path, hosts.as_bytes(), 0o644).map_err(|e| internal(uuid, "writing /etc/hosts", e))
+    rkt::fs::write_volatile(&path, hosts.as_bytes(), 0o644).map_err(|e| internal(uuid, "writing /etc/hosts", e))
 }
 
 /// Last lines of the pod's console log, for error messages.

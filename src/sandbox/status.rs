@@ -3,8 +3,8 @@
 
 use super::SandboxError;
 use crate::container::stats::PodView;
-use crate::pod::{self, Pod, PodState};
 use crate::runtime::Runtime;
+use rkt::pod::{self, Pod, PodState};
 use std::sync::Arc;
 
 /// The pod's view (`pod::table`, kept warm by the verbs).
@@ -26,7 +26,7 @@ pub fn verbose_info(rt: &Runtime, pod_view: &PodView) -> serde_json::Value {
         "subcgroupTracking": p.read_file(pod::TRACKING_SUBCGROUP_FILE).ok().flatten(),
         "sandboxLog": p.path().join(pod::SANDBOX_LOG_FILE),
         "netns": p.read_file(pod::NETNS_FILE).ok().flatten(),
-        "hostname": view.manifest.annotation(pod::manifest::ANNOTATION_HOSTNAME),
+        "hostname": view.manifest.annotation(rkt::schema::ANNOTATION_HOSTNAME),
         "podResources": super::resources::status_info(rt, p, &view.manifest),
     })
 }
@@ -38,7 +38,7 @@ pub fn running_netns(rt: &Runtime, id: &str) -> Result<Option<std::path::PathBuf
         return Err(SandboxError::FailedPrecondition(format!("pod {id} is not running")));
     }
     let manifest = rt.manifests.read(&p)?;
-    if manifest.annotation(pod::manifest::ANNOTATION_NETWORK_MODE) == Some("node") {
+    if manifest.annotation(rkt::schema::ANNOTATION_NETWORK_MODE) == Some("node") {
         return Ok(None);
     }
     let netns = p.read_file(pod::NETNS_FILE)?;

@@ -3,9 +3,9 @@
 //! to the pod's systemd is let go as the pod goes away.
 
 use super::SandboxError;
-use crate::pod::PodError;
 use crate::runtime::Runtime;
 use crate::stage1::teardown;
+use rkt::pod::PodError;
 use std::time::Duration;
 
 /// How long a pod's systemd gets to power off before everything is killed.

@@ -6,10 +6,10 @@
 pub mod authority;
 
 use crate::cri::CriService;
-use crate::lock::{self, HeldLock};
 use crate::proto::v1::image_service_server::ImageServiceServer;
 use crate::proto::v1::runtime_service_server::RuntimeServiceServer;
 use crate::runtime::Runtime;
+use rkt::lock::{self, HeldLock};
 use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
@@ -202,7 +202,7 @@ pub async fn run_with(config: crate::config::Config) -> Result<(), ServeError> {
             conf_dir: config.cni_conf_dir.clone(),
             bin_dirs: config.cni_bin_dirs.clone(),
         };
-        let data = crate::pod::DataDir::new(&config.data_dir);
+        let data = rkt::pod::DataDir::new(&config.data_dir);
         if let Err(e) = crate::stage1::entrypoints::record_net(&data, &net) {
             tracing::warn!(error = %e, "cannot record the CNI directories for rkt's gc of the pods");
         }
@@ -262,7 +262,7 @@ async fn run(
         tracing::info!(cleaned, "removed leftovers of interrupted pulls");
     }
     // trees of this boot a process that rendered them left unsynced
-    let unsynced = crate::image::tree::settle_unsynced(runtime.images.cas());
+    let unsynced = rkt::tree::settle_unsynced(runtime.images.cas());
     if unsynced > 0 {
         tracing::info!(unsynced, "syncing rendered trees in the background");
     }
@@ -312,7 +312,7 @@ async fn run(
     // removed pods' directories are deleted (and stopped pods' inotify
     // instances closed) before the daemon exits
     let _ = tokio::task::spawn_blocking(crate::stage1::stop::finish_after_calls).await;
-    let _ = tokio::task::spawn_blocking(crate::image::tree::finish_settling).await;
+    let _ = tokio::task::spawn_blocking(rkt::tree::finish_settling).await;
     drop(guard);
     tracing::info!(socket = %socket.display(), "socket removed, bye");
     result

@@ -10,10 +10,10 @@ pub use super::app_status::*;
 use super::inject::{self, Attach, Propagation};
 use super::spare::Spare;
 use crate::pod::cache::ManifestCache;
-use crate::pod::manifest::{
+use rkt::pod::{Pod, PodError, PodState};
+use rkt::schema::{
     App as AppSection, ImageManifest, Mount as PodMount, NameValue, PodManifest, RuntimeApp, RuntimeImage, Volume,
 };
-use crate::pod::{Pod, PodError, PodState};
 use std::ffi::CString;
 use std::fs;
 use std::io;
@@ -113,7 +113,7 @@ impl AppSpec {
     /// `spare`: directories made ahead for it ([`super::spare`]), if any.
     pub fn add(&self, pod: &mut Pod, manifests: &ManifestCache, spare: Option<Spare>) -> Result<(), AppError> {
         let uuid = pod.uuid().to_string();
-        if !crate::pod::manifest::is_ac_name(&self.name) {
+        if !rkt::schema::is_ac_name(&self.name) {
             return Err(AppError::Invalid(format!("app name {:?} is not an ACName", self.name)));
         }
         let state = pod.state()?;

@@ -16,7 +16,7 @@ pub struct AppPaths {
 }
 
 impl AppPaths {
-    pub fn new(pod: &crate::pod::Pod, name: &str) -> Self {
+    pub fn new(pod: &rkt::pod::Pod, name: &str) -> Self {
         AppPaths { name: name.to_string(), pod_path: pod.path(), stage1: pod.stage1_rootfs() }
     }
 
@@ -206,7 +206,7 @@ pub const HOST_PID: &str = "-host";
 /// `<app>-host`, written aside and renamed in. An exec copies that process
 /// and a stop signals it, nothing else that may be in the app's cgroup.
 pub fn record_host_app(paths: &AppPaths, pid: i32, start: &str) -> io::Result<()> {
-    crate::fsutil::write_volatile(&paths.status_file(HOST_PID), format!("{pid} {start}\n").as_bytes(), 0o644)
+    rkt::fs::write_volatile(&paths.status_file(HOST_PID), format!("{pid} {start}\n").as_bytes(), 0o644)
 }
 
 /// The process of a host-PID app as its log writer recorded it: its pid

@@ -113,7 +113,7 @@ pub fn ensure_default(dir: &Path) -> Result<(), AppArmorError> {
     let io_err = |context: String| move |source| AppArmorError::Io { context, source };
     std::fs::create_dir_all(dir).map_err(io_err(format!("creating {}", dir.display())))?;
     let file = dir.join(DEFAULT_PROFILE);
-    crate::fsutil::write_atomic(&file, DEFAULT_PROFILE_TEXT.as_bytes(), 0o644)
+    rkt::fs::write_atomic(&file, DEFAULT_PROFILE_TEXT.as_bytes(), 0o644)
         .map_err(io_err(format!("writing {}", file.display())))?;
     // -r: replace a loaded one; -K: no cache (the profile is small)
     let out = Command::new(&parser)

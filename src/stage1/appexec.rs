@@ -23,7 +23,7 @@
 
 use super::bus::ExecCommand;
 use super::inject::{self, Attach, Propagation};
-use crate::pod::DataDir;
+use rkt::pod::DataDir;
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};

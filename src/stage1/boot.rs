@@ -5,9 +5,9 @@
 //! Runs in: the daemon.
 
 use crate::net::cni::{CniRequest, CniResult, Network};
-use crate::pod::{self, DataDir};
 use crate::stage1::launch::{self, LaunchError, Supervisor};
 use crate::stage1::sandbox::SandboxArgs;
+use rkt::pod::{self, DataDir};
 use std::path::Path;
 use std::time::Duration;
 use uuid::Uuid;

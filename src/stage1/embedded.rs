@@ -2,7 +2,7 @@
 //! writer: static, built by build.rs) and writes into the data directory to
 //! be exec'd or bound into pods.
 
-use crate::pod::DataDir;
+use rkt::pod::DataDir;
 use sha2::Digest;
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;

@@ -14,8 +14,8 @@
 //! Runs in: the sandbox process (writing), the entry points (reading).
 
 use crate::net::NetDirs;
-use crate::pod::DataDir;
-use crate::pod::manifest::{ImageManifest, NameValue};
+use rkt::pod::DataDir;
+use rkt::schema::{ImageManifest, NameValue};
 use std::fs;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
@@ -103,12 +103,12 @@ pub fn install(pod_dir: &Path, binary: &Path, data: &Path) -> io::Result<()> {
     let rootfs = pod_dir.join("stage1/rootfs");
     for (name, path) in ENTRY_POINTS {
         let file = rootfs.join(path.trim_start_matches('/'));
-        crate::fsutil::write_volatile(&file, script(name, &binary, &data).as_bytes(), 0o755)?;
+        rkt::fs::write_volatile(&file, script(name, &binary, &data).as_bytes(), 0o755)?;
         fs::set_permissions(&file, fs::Permissions::from_mode(0o755))?;
     }
     let json = serde_json::to_vec_pretty(&manifest()).map_err(io::Error::other)?;
-    crate::fsutil::write_volatile(&pod_dir.join(MANIFEST), &json, 0o644)?;
-    crate::fsutil::write_volatile(&pod_dir.join(TREE_STORE_ID_FILE), TREE_STORE_ID.as_bytes(), 0o640)
+    rkt::fs::write_volatile(&pod_dir.join(MANIFEST), &json, 0o644)?;
+    rkt::fs::write_volatile(&pod_dir.join(TREE_STORE_ID_FILE), TREE_STORE_ID.as_bytes(), 0o640)
 }
 
 /// Gives a pod made before rktlet wrote stage1 manifests (one with a stage1
@@ -132,7 +132,7 @@ struct NetRecord {
 pub fn record_net(data: &DataDir, net: &NetDirs) -> io::Result<()> {
     let record = NetRecord { cni_conf_dir: net.conf_dir.clone(), cni_bin_dirs: net.bin_dirs.clone() };
     let json = serde_json::to_vec_pretty(&record).map_err(io::Error::other)?;
-    crate::fsutil::write_atomic(&data.root().join(NET_RECORD), &json, 0o644)
+    rkt::fs::write_atomic(&data.root().join(NET_RECORD), &json, 0o644)
 }
 
 /// The CNI directories the daemon recorded, or the defaults when no daemon

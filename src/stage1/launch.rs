@@ -68,7 +68,7 @@ impl NotifySocket {
     fn bind(data_dir: &Path, uuid: uuid::Uuid) -> Option<Self> {
         // sd_notify takes an absolute path only; the data dir may be relative
         let path =
-            std::path::absolute(crate::pod::DataDir::new(data_dir).tmp().join(format!("{uuid}.{NOTIFY_EXT}"))).ok()?;
+            std::path::absolute(rkt::pod::DataDir::new(data_dir).tmp().join(format!("{uuid}.{NOTIFY_EXT}"))).ok()?;
         let _ = std::fs::remove_file(&path);
         let socket = std::os::unix::net::UnixDatagram::bind(&path)
             .and_then(|s| s.set_nonblocking(true).map(|()| s))
@@ -107,7 +107,7 @@ const NOTIFY_EXT: &str = "notify";
 /// still bound, a start in flight, refuses nothing and stays. Returns how
 /// many went.
 pub fn remove_stale_notify_sockets(data_dir: &Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(crate::pod::DataDir::new(data_dir).tmp()) else { return 0 };
+    let Ok(entries) = std::fs::read_dir(rkt::pod::DataDir::new(data_dir).tmp()) else { return 0 };
     let Ok(probe) = std::os::unix::net::UnixDatagram::unbound() else { return 0 };
     entries
         .flatten()
@@ -161,7 +161,7 @@ pub async fn start(
 ) -> Result<Started, LaunchError> {
     // the program the pod's log writer execs (written once per data dir and
     // build); without it the sandbox process's fork serves the pod itself
-    if let Err(e) = super::logwriter::host_copy(&crate::pod::DataDir::new(data_dir)) {
+    if let Err(e) = super::logwriter::host_copy(&rkt::pod::DataDir::new(data_dir)) {
         tracing::warn!(error = %e, "cannot write the log writer program into the data directory");
     }
     match supervisor {
@@ -373,8 +373,7 @@ async fn start_systemd_run(
         let said = if said.is_empty() { String::new() } else { format!(" ({})", bounded(&said, 300)) };
         return Err(LaunchError::Failed(format!("systemd-run{said}: {}", unit_failure(&uuid).await)));
     }
-    let ppid =
-        crate::pod::DataDir::new(data_dir).pod_parent(crate::pod::PodDir::Run).join(&uuid).join(crate::pod::PPID_FILE);
+    let ppid = rkt::pod::DataDir::new(data_dir).pod_parent(rkt::pod::PodDir::Run).join(&uuid).join(rkt::pod::PPID_FILE);
     let pid: i32 = std::fs::read_to_string(&ppid)
         .ok()
         .and_then(|s| s.trim().parse().ok())
@@ -602,7 +601,7 @@ mod tests {
     #[test]
     fn only_notify_sockets_nobody_listens_on_are_removed() {
         let t = tempfile::tempdir().expect("tempdir");
-        let tmp = crate::pod::DataDir::new(t.path()).tmp();
+        let tmp = rkt::pod::DataDir::new(t.path()).tmp();
         std::fs::create_dir_all(&tmp).expect("tmp");
         let live = NotifySocket::bind(t.path(), uuid::Uuid::new_v4()).expect("bind");
         // a socket whose owner died: the file stays behind

@@ -3,7 +3,7 @@
 //! directory, `logwriter/logwriter-<digest>`, written by the daemon before
 //! it starts a pod.
 
-use crate::pod::DataDir;
+use rkt::pod::DataDir;
 use std::io;
 use std::path::PathBuf;
 

@@ -47,7 +47,7 @@ pub(crate) fn once_per_pod(
     if done.exists() {
         return Ok(());
     }
-    let _lock = crate::lock::exclusive_file(&pod_dir.join(format!("{marker}.lock")))?;
+    let _lock = rkt::lock::exclusive_file(&pod_dir.join(format!("{marker}.lock")))?;
     if done.exists() {
         return Ok(());
     }

@@ -128,9 +128,9 @@ impl Stage1Root {
     /// (Re)writes hostname, hosts and resolv.conf (also used to adapt a pod).
     pub fn write_network_identity(&self, id: &Identity) -> io::Result<()> {
         let etc = self.root.join("etc");
-        crate::fsutil::write_volatile(&etc.join("hostname"), format!("{}\n", id.hostname).as_bytes(), 0o644)?;
-        crate::fsutil::write_volatile(&etc.join("hosts"), id.hosts.as_bytes(), 0o644)?;
-        crate::fsutil::write_volatile(&etc.join("resolv.conf"), id.resolv_conf.as_bytes(), 0o644)
+        rkt::fs::write_volatile(&etc.join("hostname"), format!("{}\n", id.hostname).as_bytes(), 0o644)?;
+        rkt::fs::write_volatile(&etc.join("hosts"), id.hosts.as_bytes(), 0o644)?;
+        rkt::fs::write_volatile(&etc.join("resolv.conf"), id.resolv_conf.as_bytes(), 0o644)
     }
 
     fn write_units(&self, ready_unit: bool) -> io::Result<()> {

@@ -11,9 +11,9 @@
 use super::nspawn::{NspawnSpec, PodNet};
 use super::rootfs::{Identity, Stage1Root};
 use crate::cgroup::{Layout, pod::PodCgroup};
-use crate::lock;
-use crate::pod::manifest::PodManifest;
-use crate::pod::{self, DataDir, Pod, PodError};
+use rkt::lock;
+use rkt::pod::{self, DataDir, Pod, PodError};
+use rkt::schema::PodManifest;
 use std::convert::Infallible;
 use std::fs;
 use std::io;
@@ -91,7 +91,7 @@ fn prepare(opts: &SandboxOptions, pod: &mut Pod, cgroup_out: &mut Option<PodCgro
     let uuid = pod.uuid();
     pod.to_preparing()?;
     let mut manifest = opts.manifest.clone();
-    manifest.set_annotation(pod::manifest::ANNOTATION_MUTABLE, "true");
+    manifest.set_annotation(rkt::schema::ANNOTATION_MUTABLE, "true");
     pod.write_initial(&manifest)?;
 
     let hostname = opts.hostname.clone().unwrap_or_else(|| format!("rkt-{uuid}"));
@@ -202,11 +202,9 @@ fn spawn_log_writer(pod: &Pod, cgroup: Option<&Path>, program: &Path) -> io::Res
     let listener = std::os::unix::net::UnixListener::bind(pod.path().join(crate::stream::log::SOCKET_FILE))?;
     let me = crate::sys::pidfd_open(std::process::id() as i32)?;
     let lock_fd = pod.lock_fd().ok();
-    let host_pid = pod
-        .read_manifest()
-        .ok()
-        .and_then(|m| m.annotation(crate::pod::manifest::ANNOTATION_PID_MODE).map(str::to_string))
-        == Some("node".to_string());
+    let host_pid =
+        pod.read_manifest().ok().and_then(|m| m.annotation(rkt::schema::ANNOTATION_PID_MODE).map(str::to_string))
+            == Some("node".to_string());
     // the pod directory as a descriptor: its path through /proc/self/fd holds
     // across the renames of the directory (host-PID apps' exits are recorded there)
     let dir = nix::fcntl::open(
@@ -638,7 +636,7 @@ impl SandboxArgs {
         if let Some(u) = &self.private_users {
             let map = super::userns::IdMap::parse(u)
                 .map_err(|e| SandboxError::Invalid(format!("--private-users={u}: {e}")))?;
-            manifest.set_annotation(pod::manifest::ANNOTATION_USERNS, map.to_string());
+            manifest.set_annotation(rkt::schema::ANNOTATION_USERNS, map.to_string());
         }
         let userns = super::userns::of_manifest(&manifest).map_err(|e| SandboxError::Invalid(e.to_string()))?;
         let net = match self.net.as_str() {
@@ -804,7 +802,7 @@ mod tests {
             SandboxArgs { net: "none".into(), private_users: Some("65536:65536".into()), ..Default::default() };
         let o = userns.into_options(data.clone()).expect("options");
         assert_eq!(o.userns, Some(crate::stage1::userns::IdMap { host: 65536, len: 65536 }));
-        assert_eq!(o.manifest.annotation(pod::manifest::ANNOTATION_USERNS), Some("65536:65536"));
+        assert_eq!(o.manifest.annotation(rkt::schema::ANNOTATION_USERNS), Some("65536:65536"));
         for bad in ["0:65536", "65536", "65536:0"] {
             let args = SandboxArgs { net: "none".into(), private_users: Some(bad.into()), ..Default::default() };
             assert!(matches!(args.into_options(data.clone()), Err(SandboxError::Invalid(_))), "{bad}");

@@ -245,7 +245,7 @@ pub fn allowed_namespaces(value: &serde_json::Value) -> Result<Option<u64>, Stri
 /// The profile an app's isolators record (None: the app has no filter of
 /// its own): what its unit's filters are built from, and a command exec'd
 /// into it gets where they cannot be read (`stage1::filters`).
-pub fn profile_of(isolators: &[crate::pod::manifest::Isolator]) -> Result<Option<super::filters::Profile>, String> {
+pub fn profile_of(isolators: &[rkt::schema::Isolator]) -> Result<Option<super::filters::Profile>, String> {
     let Some(iso) = isolators.iter().rev().find(|i| i.name == ISOLATOR_RETAIN || i.name == ISOLATOR_REMOVE) else {
         return Ok(None);
     };

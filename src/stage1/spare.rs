@@ -128,7 +128,7 @@ pub fn replenish_later(pod_dir: PathBuf) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::{DataDir, Pod};
+    use rkt::pod::{DataDir, Pod};
 
     #[test]
     fn a_spare_is_taken_once_and_lands_in_the_apps_places() {

@@ -7,11 +7,11 @@
 
 use super::app_status::{self as app, AppPaths, AppState};
 use crate::cgroup::{Layout, pod::PodCgroup};
-use crate::pod::{Pod, PodError, PodState};
 use crate::sys::{pidfd_getfd, pidfd_open};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use rkt::pod::{Pod, PodError, PodState};
 use std::fs;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};

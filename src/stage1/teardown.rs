@@ -5,7 +5,7 @@
 
 use super::stop::{self, StopError};
 use crate::net::pod::{self as podnet, PodNetError};
-use crate::pod::{self, DataDir, Pod, PodError};
+use rkt::pod::{self, DataDir, Pod, PodError};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

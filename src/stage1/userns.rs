@@ -148,8 +148,8 @@ fn kernel_at_least(release: &str, want: (u32, u32)) -> bool {
 }
 
 /// The user namespace a pod manifest records (`rktlet.io/userns`).
-pub fn of_manifest(m: &crate::pod::manifest::PodManifest) -> Result<Option<IdMap>, MappingError> {
-    m.annotation(crate::pod::manifest::ANNOTATION_USERNS).map(IdMap::parse).transpose()
+pub fn of_manifest(m: &rkt::schema::PodManifest) -> Result<Option<IdMap>, MappingError> {
+    m.annotation(rkt::schema::ANNOTATION_USERNS).map(IdMap::parse).transpose()
 }
 
 /// Translates node ids to the ids of a process's user namespace, from the

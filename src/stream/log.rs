@@ -131,9 +131,9 @@ fn parse_template(comm: &str, cmdline: &[u8]) -> Option<(String, Vec<String>)> {
 /// The seccomp profile host-PID app `app` of the pod in `dir` was started
 /// with, from the pod's manifest.
 fn host_app_profile(dir: &Path, app: &str) -> Result<Option<crate::stage1::filters::Profile>, String> {
-    let path = dir.join(crate::pod::MANIFEST_FILE);
+    let path = dir.join(rkt::pod::MANIFEST_FILE);
     let bytes = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    let manifest: crate::pod::manifest::PodManifest =
+    let manifest: rkt::schema::PodManifest =
         serde_json::from_slice(&bytes).map_err(|e| format!("reading {}: {e}", path.display()))?;
     let isolators = manifest.app(app).and_then(|a| a.app.as_ref()).map(|a| a.isolators.as_slice()).unwrap_or_default();
     crate::stage1::seccomp::profile_of(isolators).map_err(|e| format!("the seccomp isolator of {app}: {e}"))

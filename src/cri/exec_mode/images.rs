@@ -6,9 +6,9 @@ use super::ExecMode;
 use crate::api_v1::ImageInfo;
 use crate::image::Image;
 use crate::image::aci::ACI_PREFIX;
-use crate::image::reference::Reference;
-use crate::pod::manifest::ImageManifest;
 use crate::proto::v1 as cri;
+use rkt::reference::Reference;
+use rkt::schema::ImageManifest;
 use tonic::Status;
 
 fn spec_image(spec: Option<cri::ImageSpec>) -> String {
@@ -76,7 +76,7 @@ pub async fn pull_image(x: &ExecMode, req: cri::PullImageRequest) -> Result<cri:
     // the tree the call rendered is synced here, after the answer
     let cas = x.rt.images.cas().clone();
     tokio::task::spawn_blocking(move || {
-        crate::image::tree::settle_unsynced(&cas);
+        rkt::tree::settle_unsynced(&cas);
         crate::image::layer_aci::convert_later(&cas);
     });
     Ok(cri::PullImageResponse { image_ref })

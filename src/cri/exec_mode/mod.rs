@@ -95,7 +95,7 @@ impl ExecMode {
             .args(args)
             .stdin(std::process::Stdio::null())
             // trees a call renders are synced by this daemon, not waited for
-            .env(crate::image::tree::SYNC_LATER_ENV, "1")
+            .env(rkt::tree::SYNC_LATER_ENV, "1")
             .kill_on_drop(true)
             .output()
             .await

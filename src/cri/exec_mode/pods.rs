@@ -3,8 +3,8 @@
 use super::super::pod_meta;
 use super::{ExecMode, ok_if_missing};
 use crate::api_v1::PodInfo;
-use crate::pod::manifest::PodManifest;
 use crate::proto::v1 as cri;
+use rkt::schema::PodManifest;
 use tonic::Status;
 
 /// The manifest fields CRI metadata is kept in, as the CLI reported them.
@@ -49,7 +49,7 @@ fn sandbox_status(info: &PodInfo) -> cri::PodSandboxStatus {
 
 /// Pods kubelet sees: made through CRI, running or exited.
 fn listed(info: &PodInfo) -> bool {
-    info.user_annotations.contains_key(crate::pod::manifest::USER_ANNOTATION_POD_UID)
+    info.user_annotations.contains_key(rkt::schema::USER_ANNOTATION_POD_UID)
         && matches!(info.state.as_str(), "running" | "exited" | "exited garbage" | "exited deleting")
 }
 

@@ -13,8 +13,8 @@
 //! is trusted. Releases before this one wrote the boot id into `rendered`
 //! itself; such a tree is trusted in its boot only, and settled like a marked one.
 
-use super::cas::Cas;
-pub use super::cas::{TreeState, UNSYNCED, state};
+use crate::cas::Cas;
+pub use crate::cas::{TreeState, UNSYNCED, state};
 use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Read};
@@ -51,7 +51,7 @@ pub const WRITTEN_RULE: ModeRule = ModeRule::WithTypeBits;
 /// size 0, the first path as its target, no bytes). The result is `sha512-`
 /// and the first 64 hex digits.
 pub fn tree_hash(dir: &Path, rule: ModeRule) -> io::Result<String> {
-    let mut hasher = super::verify::Hasher::new(super::verify::Algorithm::Sha512);
+    let mut hasher = crate::digest::Hasher::new(crate::digest::Algorithm::Sha512);
     let mut seen: HashMap<u64, Vec<u8>> = HashMap::new();
     let mut buf = vec![0u8; 256 * 1024];
     // (path, relative name); pushed in reverse order so names pop in order
@@ -123,7 +123,7 @@ pub fn tree_hash(dir: &Path, rule: ModeRule) -> io::Result<String> {
             }
         }
     }
-    Ok(super::verify::cas_key(&hasher.finish()))
+    Ok(crate::digest::cas_key(&hasher.finish()))
 }
 
 /// The entries of `dir` as (path, name relative to the tree), last name first.
@@ -230,14 +230,14 @@ fn go_json_string(out: &mut Vec<u8>, s: &[u8]) {
 pub fn settle(cas: &Cas, id: &str) -> io::Result<bool> {
     use std::os::unix::fs::MetadataExt;
     let dir = cas.tree(id);
-    let boot = super::cas::boot_id();
+    let boot = crate::cas::boot_id();
     // which render this is: a tree removed and rendered again meanwhile is another one
     let render = |dir: &Path| fs::metadata(dir.join("rendered")).map(|m| (m.dev(), m.ino())).ok();
     let this_render = render(&dir);
     if state(&dir, boot) != TreeState::Unsynced {
         return Ok(false);
     }
-    let work = tree_hash(&dir, WRITTEN_RULE).and_then(|hash| crate::fsutil::syncfs(&dir).map(|()| hash));
+    let work = tree_hash(&dir, WRITTEN_RULE).and_then(|hash| crate::fs::syncfs(&dir).map(|()| hash));
     let _lock = cas.lock_tree(id)?;
     if state(&dir, boot) != TreeState::Unsynced || render(&dir) != this_render {
         // removed, settled or rendered again meanwhile (that render settles
@@ -253,7 +253,7 @@ pub fn settle(cas: &Cas, id: &str) -> io::Result<bool> {
     } else {
         fs::File::create(dir.join("rendered"))?.sync_all()?;
     }
-    crate::fsutil::sync_dir(&dir)?;
+    crate::fs::sync_dir(&dir)?;
     // rkt's treestoresize counts the finished tree, `hash` included
     let image = fs::read_to_string(dir.join("image")).unwrap_or_default();
     let size = tree_size(&dir);
@@ -315,7 +315,7 @@ pub fn settle_later(cas: &Cas, id: &str) {
 
 /// Runs `work` on a thread of its own at nice 10, after the call that asked
 /// for it ([`finish_settling`] waits for it).
-pub(super) fn background(name: &str, work: impl FnOnce() + Send + 'static) {
+pub fn background(name: &str, work: impl FnOnce() + Send + 'static) {
     let running = Running::start();
     let spawned = std::thread::Builder::new().name(name.into()).spawn(move || {
         let _running = running;
@@ -359,7 +359,7 @@ pub fn settle_unsynced(cas: &Cas) -> usize {
     let mut n = 0;
     for e in fs::read_dir(cas.trees()).into_iter().flatten().flatten() {
         let id = e.file_name().to_string_lossy().into_owned();
-        if state(&e.path(), super::cas::boot_id()) == TreeState::Unsynced {
+        if state(&e.path(), crate::cas::boot_id()) == TreeState::Unsynced {
             settle_later(cas, &id);
             n += 1;
         }
@@ -370,7 +370,7 @@ pub fn settle_unsynced(cas: &Cas) -> usize {
 /// rkt's `treestoresize`: the apparent sizes of everything in the tree
 /// directory (itself included), each hard-linked inode once; rktlet's
 /// not-synced marker is not counted.
-pub(super) fn tree_size(dir: &Path) -> i64 {
+pub fn tree_size(dir: &Path) -> i64 {
     let mut total = 0u64;
     let mut seen = std::collections::HashSet::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -520,7 +520,7 @@ mod tests {
             }
             d
         };
-        let mine = make("deps-mine", Some(super::super::cas::boot_id()));
+        let mine = make("deps-mine", Some(crate::cas::boot_id()));
         let other = make("deps-other", Some("another-boot"));
         let rkts = make("deps-rkt", None);
         assert_eq!(settle_unsynced(&cas), 1);
@@ -530,7 +530,7 @@ mod tests {
             fs::read_to_string(mine.join("hash")).expect("hash"),
             tree_hash(&mine, WRITTEN_RULE).expect("computed")
         );
-        assert_eq!(state(&mine, super::super::cas::boot_id()), TreeState::Settled);
+        assert_eq!(state(&mine, crate::cas::boot_id()), TreeState::Settled);
         assert!(other.join(UNSYNCED).exists() && !other.join("hash").exists());
         assert!(!rkts.join("hash").exists(), "rkt's tree is not touched");
     }

@@ -19,7 +19,7 @@
 use super::blocks::{self, ATOM, Blocks, FLT, HEADER, MAX_CONTENT, MAX_SHORT, TAG_FREE_LONG, TAG_FREE_SHORT};
 use super::scalar::{self, Scalar};
 use super::{CHUNK_TIME, KIND_TIME, QlError, WAL_FILE, corrupt, io_ctx};
-use crate::image::index::{AciInfo, Index, Remote};
+use crate::index::{AciInfo, Index, Remote};
 use crate::lock;
 use std::cmp::Ordering;
 use std::fs;
@@ -1381,7 +1381,7 @@ pub fn update_held<T>(
 /// rkt's form of a remote URL rktlet recorded: `aci:<http(s) URL>` as the
 /// bare URL; `None` for what rkt keeps no remote of (a local ACI file).
 pub fn rkt_aciurl(rktlet: &str) -> Option<String> {
-    match rktlet.strip_prefix(crate::image::index::ACI_PREFIX) {
+    match rktlet.strip_prefix(crate::index::ACI_PREFIX) {
         Some(url) if url.starts_with("https://") || url.starts_with("http://") => Some(url.to_string()),
         Some(_) => None,
         None => Some(rktlet.to_string()),

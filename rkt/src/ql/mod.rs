@@ -13,7 +13,7 @@ mod blocks;
 pub mod scalar;
 pub mod write;
 
-use crate::image::index::{AciInfo, Index, Remote};
+use crate::index::{AciInfo, Index, Remote};
 use crate::lock;
 use blocks::Blocks;
 use scalar::Scalar;
@@ -95,9 +95,9 @@ pub fn with_db<T>(db_dir: &Path, read: impl FnOnce(&Path) -> Result<T, QlError>)
 /// is how a reference finds it.
 pub fn rktlet_aciurl(rkt: &str) -> String {
     if rkt.starts_with("https://") || rkt.starts_with("http://") {
-        format!("{}{rkt}", crate::image::index::ACI_PREFIX)
+        format!("{}{rkt}", crate::index::ACI_PREFIX)
     } else if let Some(rest) = rkt.strip_prefix("docker://")
-        && let Ok(r) = rest.parse::<crate::image::reference::Reference>()
+        && let Ok(r) = rest.parse::<crate::reference::Reference>()
     {
         format!("docker://{r}")
     } else {

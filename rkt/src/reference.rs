@@ -1,7 +1,7 @@
 //! Docker image references: parsing and normalization the way docker's
 //! `ParseNormalizedNamed` does it (`busybox` is `docker.io/library/busybox:latest`).
 
-use super::verify::Digest;
+use crate::digest::Digest;
 use std::fmt;
 use std::str::FromStr;
 

@@ -13,13 +13,13 @@
 //! first change makes as rkt would when rkt never opened the store
 //! (`ql::write::mirror_held`).
 
-use crate::fsutil;
+use crate::fs as fsutil;
 use crate::lock::{self, HeldLock};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-pub use super::index::{AciInfo, Index, LayerDigest, Remote};
+pub use crate::index::{AciInfo, Index, LayerDigest, Remote};
 
 pub const INDEX_VERSION: u32 = 1;
 
@@ -92,7 +92,8 @@ impl Cas {
         self.root.join("tmp")
     }
 
-    pub(super) fn index_path(&self) -> PathBuf {
+    /// `db/index.json`: rktlet's index of the store ([`crate::index`]).
+    pub fn index_path(&self) -> PathBuf {
         self.root.join("db/index.json")
     }
 
@@ -128,7 +129,7 @@ impl Cas {
         // an image in rkt's database that rktlet's index no longer has (it
         // would take it for rkt's)
         let stored = |key: &str| self.blob(key).exists();
-        if let Err(e) = super::ql::write::mirror_held(&self.root.join("db"), &before, &index, stored) {
+        if let Err(e) = crate::ql::write::mirror_held(&self.root.join("db"), &before, &index, stored) {
             tracing::warn!(error = %e, "rkt's image database not updated");
         }
         fsutil::write_atomic(&self.index_path(), &bytes, 0o640)?;
@@ -138,7 +139,7 @@ impl Cas {
 
 /// This boot's id (`/proc/sys/kernel/random/boot_id`); empty if unreadable,
 /// which still tells boots apart from each other as long as it stays readable.
-pub(super) fn boot_id() -> &'static str {
+pub fn boot_id() -> &'static str {
     static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     ID.get_or_init(|| {
         fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()

@@ -82,7 +82,7 @@ fn create_prepare_prepared_run_exit_gc() {
     assert!(pod.path().starts_with(data.pods().join("prepare")));
     // another handle probes the lock this one holds
     assert_eq!(state_of(&data, uuid), PodState::Preparing);
-    pod.write_initial(&manifest::PodManifest::mutable()).expect("initial files");
+    pod.write_initial(&crate::schema::PodManifest::mutable()).expect("initial files");
 
     pod.to_prepared().expect("to prepared");
     assert!(!pod.holds_lock());
@@ -236,7 +236,7 @@ fn manifest_rewrite_is_atomic_and_keeps_mode() {
     let (_t, data) = data();
     let mut pod = Pod::create(&data).expect("create");
     pod.to_preparing().expect("prepare");
-    let mut m = manifest::PodManifest::mutable();
+    let mut m = crate::schema::PodManifest::mutable();
     pod.write_initial(&m).expect("initial");
     let mode = fs::metadata(pod.manifest_path()).expect("stat").permissions().mode() & 0o777;
     assert_eq!(mode, 0o640);
@@ -263,7 +263,7 @@ fn pod_lck_serialises_manifest_writers_across_processes() {
     let (_t, data) = data();
     let mut pod = Pod::create(&data).expect("create");
     pod.to_preparing().expect("prepare");
-    pod.write_initial(&manifest::PodManifest::mutable()).expect("initial");
+    pod.write_initial(&crate::schema::PodManifest::mutable()).expect("initial");
     let lck = pod.path().join(MANIFEST_LOCK_FILE);
     let held = pod.lock_manifest().expect("lock pod.lck");
     let status = Command::new("flock").args(["-n", "-x"]).arg(&lck).arg("true").status().expect("flock");

@@ -8,6 +8,10 @@ use serde::{Deserialize, Serialize};
 /// name (`name[:version][,label=value...]`).
 pub const ACI_PREFIX: &str = "aci:";
 
+/// The name prefix of a docker layer's ACI (`layer/<digest>`): a dependency
+/// of images, never an image of its own.
+pub const LAYER_NAME_PREFIX: &str = "layer/";
+
 /// rkt's tables, and rktlet's `layerdigest`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Index {
@@ -63,7 +67,7 @@ impl AciInfo {
     /// named `layer/...`. Indexes of older releases also kept a `layer`
     /// column; it said the same and is no longer written (rkt has none).
     pub fn is_layer(&self) -> bool {
-        self.name.starts_with(super::convert::LAYER_NAME_PREFIX)
+        self.name.starts_with(LAYER_NAME_PREFIX)
     }
 }
 

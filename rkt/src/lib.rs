@@ -1,0 +1,26 @@
+//! rkt's on-disk world, as the rkt 1.30 binary reads and writes it: what
+//! rktlet's daemon and its rkt-style CLI share with rkt itself.
+//!
+//! - [`schema`]: the appc Pod and Image Manifests.
+//! - [`pod`]: the data dir's layout, a pod's directory, its states and the
+//!   locks that make them.
+//! - [`cas`], [`index`], [`ql`]: the image store: blobs and image manifests by
+//!   CAS key, the index of them, and rkt's own `ql.db` kept in step.
+//! - [`tree`]: the tree store's rules (rendered trees and their hash).
+//! - [`digest`], [`reference`]: content digests and rkt's CAS key; docker
+//!   image references as `docker://` image strings name them.
+//! - [`lock`], [`fs`]: rkt's flock rules; atomic and durable writes.
+//!
+//! Std and format crates only: nothing here runs a pod, speaks the CRI or
+//! needs root (its tests run as an ordinary user).
+
+pub mod cas;
+pub mod digest;
+pub mod fs;
+pub mod index;
+pub mod lock;
+pub mod pod;
+pub mod ql;
+pub mod reference;
+pub mod schema;
+pub mod tree;
