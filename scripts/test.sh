@@ -12,6 +12,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --all-targets --locked 2>&1 | tee "$log"
+# what needs no root is shown to need none: run again as an ordinary user
+./scripts/unprivileged-tests.sh
 skipped=$(grep -c '^SKIPPED: ' "$log" || true)
 echo "tests done; $skipped checks SKIPPED on this machine"
 grep '^SKIPPED: ' "$log" || true

@@ -7,12 +7,9 @@
 //! `cgroup` owns cgroup files; `net` owns pod networking; `stream` serves
 //! exec/attach/port-forward streams.
 
-pub mod api_v1;
 pub mod bench;
 pub mod cgroup;
 pub mod cli;
-pub mod cli_app;
-pub mod cli_out;
 pub mod client;
 pub mod config;
 pub mod container;

@@ -81,14 +81,39 @@ pub struct NotReady {
     pub message: String,
 }
 
-impl Runtime {
-    /// Prepares the data dir layout and reads the host.
-    pub fn new(config: Config) -> Result<Self, PodError> {
-        let data = DataDir::new(&config.data_dir);
-        data.ensure()?;
+/// What the runtime knows of the node it runs on: read once at start
+/// ([`NodeFacts::probe`]), or given (tests run a runtime over a node of
+/// their own making).
+#[derive(Debug, Clone)]
+pub struct NodeFacts {
+    pub host: Host,
+    pub cgroup_driver: cgroup::Driver,
+}
+
+impl NodeFacts {
+    /// Reads the host (systemd, systemd-nspawn, security modules, the cgroup
+    /// driver) and raises the kernel limits every pod draws on
+    /// (`stage1::host::tune_node`): the daemon's first step.
+    pub fn probe() -> Self {
         let host = Host::detect();
         crate::stage1::host::tune_node();
         let cgroup_driver = cgroup::Driver::chosen(host.pid1_is_systemd);
+        NodeFacts { host, cgroup_driver }
+    }
+}
+
+impl Runtime {
+    /// Prepares the data dir layout and reads the host ([`NodeFacts::probe`]).
+    pub fn new(config: Config) -> Result<Self, PodError> {
+        Self::on_node(config, NodeFacts::probe())
+    }
+
+    /// Prepares the data dir layout; the node is as `node` says. Changes
+    /// nothing outside the data dir.
+    pub fn on_node(config: Config, node: NodeFacts) -> Result<Self, PodError> {
+        let data = DataDir::new(&config.data_dir);
+        data.ensure()?;
+        let NodeFacts { host, cgroup_driver } = node;
         let image_err =
             |e: String| PodError::Io { context: "opening the image store".into(), source: std::io::Error::other(e) };
         let registries = RegistryConfig::load(&config.registry_config).map_err(image_err)?;

@@ -4,7 +4,7 @@
 //! is made from the first).
 
 use super::{ContainerError, open};
-use crate::api_v1::{AppInfo, AppUsage, MountInfo};
+use crate::cli::api_v1::{AppInfo, AppUsage, MountInfo};
 use crate::runtime::Runtime;
 use crate::stage1::app::{self, AppPaths, AppState};
 use crate::stage1::inject::Propagation;

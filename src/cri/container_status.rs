@@ -4,7 +4,7 @@
 //! recorder as systemd reports them.
 
 use super::{container_meta as meta, pod_status};
-use crate::api_v1::AppInfo;
+use crate::cli::api_v1::AppInfo;
 use crate::container::{app_index, container_not_found, split_container_id};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;

@@ -285,6 +285,9 @@ cri_impl! {
 }
 
 #[cfg(test)]
+mod handler_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use rkt::pod::PodError;

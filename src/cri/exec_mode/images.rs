@@ -3,7 +3,7 @@
 
 use super::super::image::group_to_cri;
 use super::ExecMode;
-use crate::api_v1::ImageInfo;
+use crate::cli::api_v1::ImageInfo;
 use crate::image::Image;
 use crate::image::aci::ACI_PREFIX;
 use crate::proto::v1 as cri;

@@ -2,7 +2,7 @@
 
 use super::super::pod_meta;
 use super::{ExecMode, ok_if_missing};
-use crate::api_v1::PodInfo;
+use crate::cli::api_v1::PodInfo;
 use crate::proto::v1 as cri;
 use rkt::schema::PodManifest;
 use tonic::Status;

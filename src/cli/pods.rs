@@ -2,8 +2,8 @@
 //! same data directory the daemon uses. These are what an operator runs, and
 //! what the exec design of the benchmark calls per CRI request.
 
-use crate::api_v1::{AppInfo, MountInfo, PodInfo};
-use crate::cli_out::{self, Format, GoTime, ListApp, PodView};
+use crate::cli::api_v1::{AppInfo, MountInfo, PodInfo};
+use crate::cli::out::{self, Format, GoTime, ListApp, PodView};
 use crate::net::net_info;
 use crate::stage1::rootfs::Stage1Root;
 use crate::stage1::teardown::{self, NetDirs, TeardownError};
@@ -226,7 +226,7 @@ pub fn list(data: &DataDir, format: Format, full: bool, no_legend: bool) -> Resu
     let out = match format {
         Format::Tabbed => {
             let views: Vec<PodView> = reads.into_iter().map(|r| r.view).collect();
-            let (table, problems) = cli_out::list_table(&views, full, no_legend, now_secs());
+            let (table, problems) = out::list_table(&views, full, no_legend, now_secs());
             errors.extend(problems);
             table
         }
@@ -238,7 +238,7 @@ pub fn list(data: &DataDir, format: Format, full: bool, no_legend: bool) -> Resu
                     None => errors.push(format!("pod {}: invalid creation time", r.view.uuid)),
                 }
             }
-            cli_out::list_json(&infos, json)?
+            out::list_json(&infos, json)?
         }
     };
     Ok(Listing { out, errors })
@@ -249,10 +249,10 @@ pub fn status(data: &DataDir, id: &str, format: Format) -> Result<String, String
     let mut pod = Pod::open(data, id).map_err(|e| e.to_string())?;
     let r = read_pod(&mut pod, false).map_err(|e| e.to_string())?;
     match format {
-        Format::Tabbed => Ok(cli_out::status_text(&r.view)),
+        Format::Tabbed => Ok(out::status_text(&r.view)),
         json => {
             let info = pod_info(&r).ok_or_else(|| format!("pod {}: invalid creation time", r.view.uuid))?;
-            cli_out::go_json(&info, json)
+            out::go_json(&info, json)
         }
     }
 }
@@ -417,7 +417,7 @@ pub fn ago(unix_ns: i64, now: SystemTime) -> String {
         return "never".into();
     }
     let now = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-    cli_out::humanize_ago(unix_ns.div_euclid(1_000_000_000), now)
+    out::humanize_ago(unix_ns.div_euclid(1_000_000_000), now)
 }
 
 /// A size in bytes as rkt 1.30's `image list` shows it (go-humanize's

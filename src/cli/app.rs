@@ -5,8 +5,8 @@
 //! CreateContainer does), so the CLI and the daemon cannot disagree; the CLI
 //! is what the exec design of the benchmark runs per call.
 
-use crate::api_v1::AppInfo;
-use crate::cli_out::{self, Format, GoTime};
+use crate::cli::api_v1::AppInfo;
+use crate::cli::out::{self, Format, GoTime};
 use crate::config::Config;
 use crate::container::stats;
 use crate::proto::v1 as cri;
@@ -452,10 +452,10 @@ pub fn show(
     }
     match (app, rows.first(), format) {
         (Some(name), None, _) => Err(format!("app {name} not found in pod {uuid}")),
-        (Some(_), Some(one), Format::Tabbed) => Ok(cli_out::app_status_text(one, GoTime::local)),
-        (Some(_), Some(one), json) => cli_out::go_json(one, json),
-        (None, _, Format::Tabbed) => Ok(cli_out::app_list_table(&rows, no_legend)),
-        (None, _, json) => cli_out::go_json(&rows, json),
+        (Some(_), Some(one), Format::Tabbed) => Ok(out::app_status_text(one, GoTime::local)),
+        (Some(_), Some(one), json) => out::go_json(one, json),
+        (None, _, Format::Tabbed) => Ok(out::app_list_table(&rows, no_legend)),
+        (None, _, json) => out::go_json(&rows, json),
     }
 }
 

@@ -1,0 +1,11 @@
+//! The `rktlet` command line, all of it: the arguments and what each command
+//! runs ([`command`], which `src/main.rs` calls), rkt's pod commands on a data
+//! dir ([`pods`]: `list`, `status`, `stop`, `rm`, `gc`) and its app commands
+//! ([`app`]), how rkt 1.30 printed them ([`out`]) and their JSON
+//! ([`api_v1`]). The daemon (`rktlet serve`) is one command of it.
+
+pub mod api_v1;
+pub mod app;
+pub mod command;
+pub mod out;
+pub mod pods;
