@@ -43,7 +43,7 @@ pub fn global() -> &'static Metrics {
 impl Metrics {
     /// One CRI call: its method, how long it took, its gRPC code.
     pub fn record_call(&self, method: &'static str, took: Duration, code: tonic::Code) {
-        crate::heap::note_call();
+        crate::base::heap::note_call();
         let Ok(mut r) = self.recorded.lock() else { return };
         let secs = took.as_secs_f64();
         let h = r.latency.entry(method).or_default();
@@ -180,7 +180,8 @@ pub async fn serve(listener: tokio::net::TcpListener, rt: Arc<Runtime>) {
         let rt = rt.clone();
         tokio::spawn(async move {
             // the whole head, however the client's bytes are segmented
-            let head = tokio::time::timeout(Duration::from_secs(10), crate::http_head::read_head(&mut conn)).await;
+            let head =
+                tokio::time::timeout(Duration::from_secs(10), crate::base::http_head::read_head(&mut conn)).await;
             let (status, body) = match head {
                 Ok(Ok(Some(h))) if h.method == "GET" && (h.path == "/metrics" || h.path == "/") => {
                     ("200 OK", global().render(&live(&rt).await))

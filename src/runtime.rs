@@ -67,7 +67,7 @@ pub struct ContainerEvent {
 
 impl ContainerEvent {
     pub fn now(pod: Uuid, app: &str, kind: EventKind) -> Self {
-        ContainerEvent { pod, app: app.to_string(), kind, at: crate::time::now_nanos() }
+        ContainerEvent { pod, app: app.to_string(), kind, at: crate::base::time::now_nanos() }
     }
 }
 

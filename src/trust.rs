@@ -88,7 +88,7 @@ pub fn parse_key(bytes: &[u8]) -> Result<SignedPublicKey, TrustError> {
 fn expired(created: Timestamp, sig: &Signature, now: SystemTime) -> Option<String> {
     let valid_for = std::time::Duration::from(sig.key_expiration_time()?);
     let until = SystemTime::from(created) + valid_for;
-    (!valid_for.is_zero() && until <= now).then(|| format!("expired at {}", crate::time::rfc3339_nano(until)))
+    (!valid_for.is_zero() && until <= now).then(|| format!("expired at {}", crate::base::time::rfc3339_nano(until)))
 }
 
 /// Why `key`'s primary key may not sign at `now`, if it may not: it has no

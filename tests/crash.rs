@@ -1,5 +1,5 @@
 //! Crash safety (issue 10): the daemon SIGKILLs itself at chosen points
-//! (`RKTLET_CRASH_AT`, see `rktlet::fault`); after a restart every pod,
+//! (`RKTLET_CRASH_AT`, see `rktlet::base::fault`); after a restart every pod,
 //! container and image is reported in its true state, the interrupted
 //! operation succeeds when retried, and nothing leaks.
 
@@ -18,7 +18,7 @@ async fn restart(d: &mut Daemon, point: Option<&str>) -> (RuntimeServiceClient<C
     if d.child.try_wait().expect("try_wait").is_none() {
         d.signal_and_wait(nix::sys::signal::Signal::SIGTERM);
     }
-    let env: Vec<(&str, &str)> = point.map(|p| (rktlet::fault::ENV, p)).into_iter().collect();
+    let env: Vec<(&str, &str)> = point.map(|p| (rktlet::base::fault::ENV, p)).into_iter().collect();
     d.child = Daemon::spawn_env(&d.socket, d.dir.path(), &[], &env);
     d.wait_ready();
     (d.runtime().await, d.images().await)

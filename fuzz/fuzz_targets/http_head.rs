@@ -3,7 +3,7 @@
 //! head, nor more than its limit.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use rktlet::http_head::{Head, MAX_HEAD, read_head};
+use rktlet::base::http_head::{Head, MAX_HEAD, read_head};
 
 fuzz_target!(|data: &[u8]| {
     if let Some(head) = Head::parse(&String::from_utf8_lossy(data)) {

@@ -2,7 +2,7 @@
 //! a write and a read unchanged.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use rktlet::pod::manifest::PodManifest;
+use rkt::schema::PodManifest;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(m) = serde_json::from_slice::<PodManifest>(data) {

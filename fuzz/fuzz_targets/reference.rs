@@ -2,7 +2,7 @@
 //! a string that parses to the same reference.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use rktlet::image::reference::Reference;
+use rkt::reference::Reference;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(s) = std::str::from_utf8(data) else { return };

@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 
 pub use crate::index::{AciInfo, Index, LayerDigest, Remote};
 
-pub const INDEX_VERSION: u32 = 1;
+/// The format version every change writes into `db/index.json`.
+const INDEX_VERSION: u32 = 1;
 
 /// The directories of one CAS.
 #[derive(Debug, Clone)]
@@ -30,14 +31,17 @@ pub struct Cas {
 }
 
 impl Cas {
+    /// The CAS at `root` (`$D/cas`); nothing is created.
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Cas { root: root.into() }
     }
 
+    /// The CAS directory.
     pub fn root(&self) -> &Path {
         &self.root
     }
 
+    /// Creates the CAS's directories (0750) that are missing. Idempotent.
     pub fn ensure(&self) -> io::Result<()> {
         use std::os::unix::fs::DirBuilderExt;
         let mut b = fs::DirBuilder::new();
@@ -53,14 +57,17 @@ impl Cas {
         self.root.join(kind).join("sha512").join(shard).join(key)
     }
 
+    /// The blob (an ACI) of CAS key `key`: `blob/sha512/<key[7..9]>/<key>`.
     pub fn blob(&self, key: &str) -> PathBuf {
         self.sharded("blob", key)
     }
 
+    /// The image manifest of CAS key `key`: `imageManifest/sha512/<key[7..9]>/<key>`.
     pub fn image_manifest(&self, key: &str) -> PathBuf {
         self.sharded("imageManifest", key)
     }
 
+    /// The rendered tree `tree/<tree_id>`.
     pub fn tree(&self, tree_id: &str) -> PathBuf {
         self.root.join("tree").join(tree_id)
     }
@@ -84,10 +91,12 @@ impl Cas {
         fs::write(tree_dir.join("rendered"), "")
     }
 
+    /// The directory of the rendered trees, `tree/`.
     pub fn trees(&self) -> PathBuf {
         self.root.join("tree")
     }
 
+    /// Scratch space, `tmp/`.
     pub fn tmp(&self) -> PathBuf {
         self.root.join("tmp")
     }
@@ -164,7 +173,8 @@ pub enum TreeState {
 }
 
 impl TreeState {
-    pub fn usable(self) -> bool {
+    /// Whether a tree in this state is used as it is (unsynced in this boot, or settled).
+    fn usable(self) -> bool {
         matches!(self, TreeState::Unsynced | TreeState::Settled)
     }
 }

@@ -9,19 +9,24 @@ use std::str::FromStr;
 /// A registry content digest, e.g. `sha256:<64 hex>`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Digest {
+    /// The hash function.
     pub algorithm: Algorithm,
     /// Lower-case hex.
     pub hex: String,
 }
 
+/// A digest's hash function, as its prefix names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Algorithm {
+    /// SHA-256: `sha256:` and 64 hex characters.
     Sha256,
+    /// SHA-512: `sha512:` and 128 hex characters.
     Sha512,
 }
 
 impl Algorithm {
-    pub fn as_str(self) -> &'static str {
+    /// The prefix: `sha256` or `sha512`.
+    fn as_str(self) -> &'static str {
         match self {
             Algorithm::Sha256 => "sha256",
             Algorithm::Sha512 => "sha512",
@@ -36,6 +41,7 @@ impl Algorithm {
     }
 }
 
+/// A string that is not a digest (it holds the string).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("invalid digest {0:?}: expected sha256:<64 hex> or sha512:<128 hex>")]
 pub struct InvalidDigest(pub String);
@@ -80,11 +86,14 @@ impl Digest {
 /// A running hash of either algorithm.
 #[derive(Clone)]
 pub enum Hasher {
+    /// A SHA-256 hash in progress.
     Sha256(Sha256),
+    /// A SHA-512 hash in progress.
     Sha512(Sha512),
 }
 
 impl Hasher {
+    /// A hash of `algorithm` over no bytes yet.
     pub fn new(algorithm: Algorithm) -> Self {
         match algorithm {
             Algorithm::Sha256 => Hasher::Sha256(Sha256::new()),
@@ -92,6 +101,7 @@ impl Hasher {
         }
     }
 
+    /// Hashes `bytes` in.
     pub fn update(&mut self, bytes: &[u8]) {
         match self {
             Hasher::Sha256(h) => h.update(bytes),
@@ -99,6 +109,7 @@ impl Hasher {
         }
     }
 
+    /// The digest of the bytes hashed.
     pub fn finish(self) -> Digest {
         let (algorithm, bytes) = match self {
             Hasher::Sha256(h) => (Algorithm::Sha256, h.finalize().to_vec()),
@@ -108,7 +119,8 @@ impl Hasher {
     }
 }
 
-pub fn to_hex(bytes: &[u8]) -> String {
+/// Lower-case hex of `bytes`.
+fn to_hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -137,10 +149,22 @@ pub fn is_cas_key(s: &str) -> bool {
 /// What a verifying reader found wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum Mismatch {
+    /// The bytes read have another digest.
     #[error("digest mismatch: expected {expected}, got {actual}")]
-    Digest { expected: Digest, actual: Digest },
+    Digest {
+        /// The digest asked for.
+        expected: Digest,
+        /// The digest of the bytes read.
+        actual: Digest,
+    },
+    /// The bytes read are more or fewer than expected, or over the limit.
     #[error("size mismatch: expected {expected} bytes, got {actual} or more")]
-    Size { expected: u64, actual: u64 },
+    Size {
+        /// The size asked for, or the limit.
+        expected: u64,
+        /// The bytes read when it was found.
+        actual: u64,
+    },
 }
 
 /// Hashes and counts what is read through it. `check` compares with the
@@ -165,6 +189,7 @@ impl<R: Read> HashingReader<R> {
         HashingReader { inner, hasher: Hasher::new(Algorithm::Sha512), hashing: false, count: 0, limit }
     }
 
+    /// The bytes read through it so far.
     pub fn count(&self) -> u64 {
         self.count
     }

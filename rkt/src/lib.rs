@@ -7,12 +7,14 @@
 //! - [`cas`], [`index`], [`ql`]: the image store: blobs and image manifests by
 //!   CAS key, the index of them, and rkt's own `ql.db` kept in step.
 //! - [`tree`]: the tree store's rules (rendered trees and their hash).
-//! - [`digest`], [`reference`]: content digests and rkt's CAS key; docker
+//! - [`digest`], [`reference`](mod@reference): content digests and rkt's CAS key; docker
 //!   image references as `docker://` image strings name them.
 //! - [`lock`], [`fs`]: rkt's flock rules; atomic and durable writes.
 //!
 //! Std and format crates only: nothing here runs a pod, speaks the CRI or
 //! needs root (its tests run as an ordinary user).
+
+#![deny(missing_docs)]
 
 pub mod cas;
 pub mod digest;

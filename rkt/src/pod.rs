@@ -42,7 +42,10 @@ pub fn hostname_from_name(name: &str) -> &str {
 /// use, whose tracking cgroup it cannot leave (rktlet's pod pool).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subcgroups {
+    /// The path in the v1 controller hierarchies (`subcgroup`).
     pub controllers: String,
+    /// The path in the process-tracking hierarchies (`subcgroup-tracking`,
+    /// else `subcgroup`).
     pub tracking: String,
 }
 
@@ -74,24 +77,50 @@ pub const SANDBOX_LOG_FILE: &str = "sandbox.log";
 /// Errors of the pod directory layer; each names the pod it concerns.
 #[derive(Debug, thiserror::Error)]
 pub enum PodError {
+    /// No pod has this id (or id prefix).
     #[error("pod {0} not found")]
     NotFound(String),
+    /// The id prefix matches more than one pod.
     #[error("pod id prefix {0:?} matches more than one pod")]
     Ambiguous(String),
+    /// The id is neither a uuid nor a prefix of one.
     #[error("invalid pod id {0:?}: expected a UUID or a UUID prefix")]
     InvalidId(String),
+    /// The pod's state does not allow the operation.
     #[error("pod {uuid} is {state}, cannot {op}")]
-    WrongState { uuid: Uuid, state: PodState, op: &'static str },
+    WrongState {
+        /// The pod.
+        uuid: Uuid,
+        /// Its state when the operation was refused.
+        state: PodState,
+        /// The operation refused.
+        op: &'static str,
+    },
+    /// A pod with this uuid exists already.
     #[error("pod {0} already exists")]
     Exists(Uuid),
+    /// Another process holds the pod's lock.
     #[error("pod {0} is locked by another process")]
     Busy(Uuid),
+    /// The pod manifest cannot be parsed (or serialized).
     #[error("pod {uuid}: invalid pod manifest: {source}")]
-    Manifest { uuid: Uuid, source: serde_json::Error },
+    Manifest {
+        /// The pod.
+        uuid: Uuid,
+        /// The JSON error.
+        source: serde_json::Error,
+    },
+    /// A file system operation failed.
     #[error("{context}: {source}")]
-    Io { context: String, source: io::Error },
+    Io {
+        /// What was being done.
+        context: String,
+        /// The error.
+        source: io::Error,
+    },
 }
 
+/// The result of a pod directory operation.
 pub type Result<T> = std::result::Result<T, PodError>;
 
 fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> PodError {
@@ -102,11 +131,17 @@ fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> PodError {
 /// The six parent directories under `pods/`; the one holding a pod is half its state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PodDir {
+    /// `pods/embryo`: created, not being prepared yet.
     Embryo,
+    /// `pods/prepare`: being prepared (locked), or its preparation aborted.
     Prepare,
+    /// `pods/prepared`: prepared, not run yet.
     Prepared,
+    /// `pods/run`: running (locked) or exited.
     Run,
+    /// `pods/exited-garbage`: exited, marked as garbage (locked while deleted).
     ExitedGarbage,
+    /// `pods/garbage`: never run, marked as garbage (locked while deleted).
     Garbage,
 }
 
@@ -115,7 +150,8 @@ impl PodDir {
     pub const ALL: [PodDir; 6] =
         [PodDir::Embryo, PodDir::Prepare, PodDir::Prepared, PodDir::Run, PodDir::ExitedGarbage, PodDir::Garbage];
 
-    pub fn name(self) -> &'static str {
+    /// The directory's name under `pods/`.
+    fn name(self) -> &'static str {
         match self {
             PodDir::Embryo => "embryo",
             PodDir::Prepare => "prepare",
@@ -157,19 +193,30 @@ impl PodDir {
 /// A pod's state, with rkt's names (`rkt list`/`status` JSON `state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PodState {
+    /// In `embryo`.
     Embryo,
+    /// In `prepare`, locked: being prepared.
     Preparing,
+    /// In `prepare`, unlocked: its preparer is gone.
     AbortedPrepare,
+    /// In `prepared`.
     Prepared,
+    /// In `run`, locked: its sandbox process lives.
     Running,
+    /// In `garbage`, locked: being deleted.
     Deleting,
+    /// In `exited-garbage`, locked: being deleted.
     ExitedDeleting,
+    /// In `run`, unlocked: it ran and its sandbox process is gone.
     Exited,
+    /// In `exited-garbage`, unlocked.
     ExitedGarbage,
+    /// In `garbage`, unlocked.
     Garbage,
 }
 
 impl PodState {
+    /// rkt's name of the state: `running`, `exited garbage`, ...
     pub fn as_str(self) -> &'static str {
         match self {
             PodState::Embryo => "embryo",
@@ -199,30 +246,37 @@ pub struct DataDir {
 }
 
 impl DataDir {
+    /// The data dir at `root`; nothing is created.
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self { root: root.into() }
     }
 
+    /// The data dir itself.
     pub fn root(&self) -> &Path {
         &self.root
     }
 
-    pub fn pods(&self) -> PathBuf {
+    /// `pods/`, the parent of the state directories.
+    fn pods(&self) -> PathBuf {
         self.root.join("pods")
     }
 
+    /// The state directory `pods/<dir>`.
     pub fn pod_parent(&self, dir: PodDir) -> PathBuf {
         self.pods().join(dir.name())
     }
 
+    /// The image store, `cas/`.
     pub fn cas(&self) -> PathBuf {
         self.root.join("cas")
     }
 
+    /// `locks/`: lock files shared with rkt (such as its `prepareLock`).
     pub fn locks(&self) -> PathBuf {
         self.root.join("locks")
     }
 
+    /// Scratch space, `tmp/`.
     pub fn tmp(&self) -> PathBuf {
         self.root.join("tmp")
     }
@@ -363,10 +417,12 @@ impl Pod {
         Ok(None)
     }
 
+    /// The pod's uuid.
     pub fn uuid(&self) -> Uuid {
         self.uuid
     }
 
+    /// The data dir the pod is in.
     pub fn data_dir(&self) -> &DataDir {
         &self.data
     }
@@ -381,6 +437,7 @@ impl Pod {
         self.data.pod_parent(self.dir).join(self.uuid.to_string())
     }
 
+    /// The pod manifest, `$P/pod`.
     pub fn manifest_path(&self) -> PathBuf {
         self.path().join(MANIFEST_FILE)
     }
@@ -498,7 +555,7 @@ impl Pod {
     }
 
     /// prepare (held by us) or prepared -> run. The lock stays held: hand it to
-    /// the sandbox process with [`Pod::lock_for_exec`] so the pod reads as running
+    /// the sandbox process through [`Pod::lock_fd`] so the pod reads as running
     /// exactly while that process lives.
     pub fn to_run(&mut self) -> Result<()> {
         match self.refresh()? {

@@ -7,7 +7,8 @@ use std::str::FromStr;
 
 /// The registry a name without a domain lives on.
 pub const DEFAULT_DOMAIN: &str = "docker.io";
-pub const DEFAULT_TAG: &str = "latest";
+/// The tag of a reference that names neither a tag nor a digest.
+const DEFAULT_TAG: &str = "latest";
 
 /// A normalized reference: domain, repository path, and a tag and/or digest.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -16,16 +17,26 @@ pub struct Reference {
     pub domain: String,
     /// Repository path, e.g. `library/busybox`.
     pub path: String,
+    /// The tag; `latest` when the reference names neither a tag nor a digest.
     pub tag: Option<String>,
+    /// The digest after `@`, if any.
     pub digest: Option<Digest>,
 }
 
+/// Why a string is not an image reference.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReferenceError {
+    /// The string is empty (or only `docker://`).
     #[error("empty image reference")]
     Empty,
+    /// The string is not a valid reference.
     #[error("invalid image reference {reference:?}: {reason}")]
-    Invalid { reference: String, reason: String },
+    Invalid {
+        /// The string as given.
+        reference: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 fn invalid(reference: &str, reason: impl Into<String>) -> ReferenceError {

@@ -35,11 +35,14 @@ pub const USER_ANNOTATION_POD_NAMESPACE: &str = "k8s.io/reserved/pod-namespace";
 /// A `{name, value}` pair: appc labels, annotations and environment entries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NameValue {
+    /// `name`.
     pub name: String,
+    /// `value`.
     pub value: String,
 }
 
 impl NameValue {
+    /// The pair `name`, `value`.
     pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
         Self { name: name.into(), value: value.into() }
     }
@@ -71,20 +74,30 @@ where
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodManifest {
+    /// `acVersion`: the version of the writer ([`POD_AC_VERSION`] for rktlet).
     pub ac_version: String,
+    /// `acKind`: `PodManifest`.
     pub ac_kind: String,
+    /// `apps`: the pod's apps (`null` reads as none).
     #[serde(default, deserialize_with = "null_as_empty")]
     pub apps: Vec<RuntimeApp>,
+    /// `volumes`: the pod's volumes.
     #[serde(default)]
     pub volumes: Option<Vec<Volume>>,
+    /// `isolators`: the pod's isolators.
     #[serde(default)]
     pub isolators: Option<Vec<Isolator>>,
+    /// `annotations`: the pod's annotations (the `ANNOTATION_*` names).
     #[serde(default)]
     pub annotations: Option<Vec<NameValue>>,
+    /// `ports`: the pod's ports exposed on the host.
     #[serde(default)]
     pub ports: Option<Vec<ExposedPort>>,
+    /// `userAnnotations`: the user's annotations (the CRI pod's, and the
+    /// `USER_ANNOTATION_*` names).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub user_annotations: BTreeMap<String, String>,
+    /// `userLabels`: the user's labels (the CRI pod's).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub user_labels: BTreeMap<String, String>,
 }
@@ -113,14 +126,17 @@ impl PodManifest {
         m
     }
 
+    /// The value of pod annotation `name`.
     pub fn annotation(&self, name: &str) -> Option<&str> {
         self.annotations.as_deref().and_then(|a| lookup(a, name))
     }
 
+    /// Sets pod annotation `name` to `value`, replacing its value.
     pub fn set_annotation(&mut self, name: &str, value: impl Into<String>) {
         set(self.annotations.get_or_insert_with(Vec::new), name, value);
     }
 
+    /// Whether the pod's app list may change ([`ANNOTATION_MUTABLE`] is `true`).
     pub fn is_mutable(&self) -> bool {
         self.annotation(ANNOTATION_MUTABLE) == Some("true")
     }
@@ -130,6 +146,7 @@ impl PodManifest {
         self.user_annotations.contains_key(USER_ANNOTATION_POD_UID)
     }
 
+    /// The app named `name`.
     pub fn app(&self, name: &str) -> Option<&RuntimeApp> {
         self.apps.iter().find(|a| a.name == name)
     }
@@ -139,14 +156,20 @@ impl PodManifest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeApp {
+    /// `name`: the app's name in the pod (an ACName).
     pub name: String,
+    /// `image`: the image it runs.
     pub image: RuntimeImage,
+    /// `app`: what to run and how, in place of the image's `app`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app: Option<App>,
+    /// `readOnlyRootFS`: the app's root filesystem is read-only.
     #[serde(default, rename = "readOnlyRootFS", skip_serializing_if = "std::ops::Not::not")]
     pub read_only_root_fs: bool,
+    /// `mounts`: the volumes mounted into the app.
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_empty")]
     pub mounts: Vec<Mount>,
+    /// `annotations`: the app's annotations.
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_empty")]
     pub annotations: Vec<NameValue>,
 }
@@ -154,9 +177,12 @@ pub struct RuntimeApp {
 /// The image an app runs, by id (`sha512-...`), with its name and labels.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RuntimeImage {
+    /// `name`: the image's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// `id`: the image's id, its CAS key (`sha512-...`).
     pub id: String,
+    /// `labels`: the image's labels (`version`, `os`, `arch`, ...).
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_empty")]
     pub labels: Vec<NameValue>,
 }
@@ -165,8 +191,11 @@ pub struct RuntimeImage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Mount {
+    /// `volume`: the name of the volume mounted.
     pub volume: String,
+    /// `path`: where it is mounted in the app.
     pub path: String,
+    /// `appVolume`: the volume itself when it is the app's own, not a pod volume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_volume: Option<Volume>,
 }
@@ -175,22 +204,31 @@ pub struct Mount {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Volume {
+    /// `name`: the volume's name (an ACName).
     pub name: String,
+    /// `kind`: `host` or `empty`.
     pub kind: String,
+    /// `source`: the host path of a `host` volume.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub source: String,
+    /// `readOnly`: the volume is mounted read-only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_only: Option<bool>,
+    /// `recursive`: a `host` volume's bind mount takes the mounts below
+    /// `source` with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recursive: Option<bool>,
+    /// `mode`: an `empty` volume's directory mode, in octal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// `uid`: the owner of an `empty` volume's directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<i64>,
+    /// `gid`: the group of an `empty` volume's directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gid: Option<i64>,
     /// rktlet's: how mounts below the volume propagate (`private`, `slave`
-    /// or `shared`, as [`crate::stage1::inject::Propagation`] names them);
+    /// or `shared`, as rktlet's `stage1::inject::Propagation` names them);
     /// none is private.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub propagation: Option<String>,
@@ -209,7 +247,9 @@ pub struct Volume {
 /// A named isolator; its value's shape depends on the name (kept as raw JSON).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Isolator {
+    /// `name`, e.g. `resource/memory`.
     pub name: String,
+    /// `value`, as raw JSON.
     pub value: serde_json::Value,
 }
 
@@ -217,10 +257,14 @@ pub struct Isolator {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExposedPort {
+    /// `name`: the name of the port exposed.
     pub name: String,
+    /// `hostPort`: the port on the host.
     pub host_port: u32,
+    /// `hostIP`: the host address it is bound to; none is every address.
     #[serde(default, rename = "hostIP", skip_serializing_if = "Option::is_none")]
     pub host_ip: Option<String>,
+    /// `podPort`: the port in the pod; absent, the app port of the same name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_port: Option<Port>,
 }
@@ -229,11 +273,16 @@ pub struct ExposedPort {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Port {
+    /// `name`: the port's name (an ACName).
     pub name: String,
+    /// `protocol`: `tcp` or `udp`.
     pub protocol: String,
+    /// `port`: the port number.
     pub port: u32,
+    /// `count`: how many consecutive ports, from `port`.
     #[serde(default)]
     pub count: u32,
+    /// `socketActivated`: the app is started by a connection to it.
     #[serde(default)]
     pub socket_activated: bool,
 }
@@ -242,8 +291,11 @@ pub struct Port {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MountPoint {
+    /// `name`: the name of the volume expected.
     pub name: String,
+    /// `path`: where the app expects it.
     pub path: String,
+    /// `readOnly`: the app expects it read-only.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub read_only: bool,
 }
@@ -251,7 +303,9 @@ pub struct MountPoint {
 /// A `pre-start` or `post-stop` hook.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventHandler {
+    /// `name`: `pre-start` or `post-stop`.
     pub name: String,
+    /// `exec`: the command and its arguments.
     pub exec: Vec<String>,
 }
 
@@ -259,12 +313,17 @@ pub struct EventHandler {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct App {
+    /// `exec`: the command and its arguments.
     #[serde(default)]
     pub exec: Option<Vec<String>>,
+    /// `eventHandlers`: the `pre-start` and `post-stop` hooks.
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_empty")]
     pub event_handlers: Vec<EventHandler>,
+    /// `user`: the user to run as, a name or a uid.
     pub user: String,
+    /// `group`: the group to run as, a name or a gid.
     pub group: String,
+    /// `supplementaryGIDs`: the process's supplementary groups.
     #[serde(
         default,
         rename = "supplementaryGIDs",
@@ -272,18 +331,25 @@ pub struct App {
         deserialize_with = "null_as_empty"
     )]
     pub supplementary_gids: Vec<u32>,
+    /// `workingDirectory`: the directory the app starts in.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub working_directory: String,
+    /// `environment`: the variables set for the app.
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_empty")]
     pub environment: Vec<NameValue>,
+    /// `mountPoints`: the volumes the app expects.
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_empty")]
     pub mount_points: Vec<MountPoint>,
+    /// `ports`: the ports the app listens on.
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_empty")]
     pub ports: Vec<Port>,
+    /// `isolators`: the app's isolators (resource limits, capabilities, ...).
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_empty")]
     pub isolators: Vec<Isolator>,
+    /// `userAnnotations`: the user's annotations (the CRI container's).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub user_annotations: BTreeMap<String, String>,
+    /// `userLabels`: the user's labels (the CRI container's).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub user_labels: BTreeMap<String, String>,
 }
@@ -292,11 +358,15 @@ pub struct App {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Dependency {
+    /// `imageName`: the name of the image depended on.
     pub image_name: String,
+    /// `imageID`: its id (`sha512-...`), when it is fixed.
     #[serde(default, rename = "imageID", skip_serializing_if = "Option::is_none")]
     pub image_id: Option<String>,
+    /// `labels`: the labels that select it.
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_empty")]
     pub labels: Vec<NameValue>,
+    /// `size`: its size in bytes; 0 (unknown) is omitted.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub size: u64,
 }
@@ -309,22 +379,31 @@ fn is_zero(v: &u64) -> bool {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ImageManifest {
+    /// `acKind`: `ImageManifest`.
     pub ac_kind: String,
+    /// `acVersion`: the appc spec version ([`IMAGE_AC_VERSION`] for rktlet's).
     pub ac_version: String,
+    /// `name`: the image's name.
     pub name: String,
+    /// `labels`: the image's labels (`version`, `os`, `arch`, ...).
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_empty")]
     pub labels: Vec<NameValue>,
+    /// `app`: the app the image runs by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app: Option<App>,
+    /// `annotations`: the image's annotations.
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_empty")]
     pub annotations: Vec<NameValue>,
+    /// `dependencies`: the images whose files are laid down first, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_empty")]
     pub dependencies: Vec<Dependency>,
+    /// `pathWhitelist`: the only paths the rendered tree keeps; empty keeps all.
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_empty")]
     pub path_whitelist: Vec<String>,
 }
 
 impl ImageManifest {
+    /// A manifest of image `name` with nothing else set.
     pub fn new(name: impl Into<String>) -> Self {
         Self {
             ac_kind: "ImageManifest".to_string(),
@@ -338,10 +417,12 @@ impl ImageManifest {
         }
     }
 
+    /// The value of label `name`.
     pub fn label(&self, name: &str) -> Option<&str> {
         lookup(&self.labels, name)
     }
 
+    /// The value of annotation `name`.
     pub fn annotation(&self, name: &str) -> Option<&str> {
         lookup(&self.annotations, name)
     }

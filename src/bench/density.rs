@@ -59,7 +59,7 @@ impl Node {
     }
 
     fn kib(&self, field: &str) -> Option<u64> {
-        crate::fsutil::kib_field(&self.meminfo, field)
+        crate::base::fsutil::kib_field(&self.meminfo, field)
     }
 
     /// `field`'s growth since `before`, KiB.

@@ -16,7 +16,7 @@ pub fn server_pid(socket: &Path) -> std::io::Result<i32> {
 
 /// A `kB` field of a /proc file, in KiB.
 fn kib_field(path: &Path, field: &str) -> Option<u64> {
-    crate::fsutil::kib_field(&std::fs::read_to_string(path).ok()?, field)
+    crate::base::fsutil::kib_field(&std::fs::read_to_string(path).ok()?, field)
 }
 
 /// How long a daemon is left without calls before its RSS is read: the

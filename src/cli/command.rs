@@ -644,19 +644,19 @@ fn demo(socket: &std::path::Path, image: &str, log_dir: &std::path::Path) -> Res
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    tokio.block_on(crate::demo::run(socket, image, log_dir, &mut std::io::stdout()))
+    tokio.block_on(crate::cli::demo::run(socket, image, log_dir, &mut std::io::stdout()))
 }
 
 /// `rktlet doctor`: fails (exit 1) when a check fails.
 fn doctor(args: ServeArgs, format: &str) -> Result<(), String> {
     let config = args.config().map_err(|e| e.to_string())?;
-    let checks = crate::doctor::run(&config);
+    let checks = crate::cli::doctor::run(&config);
     match format {
         "json" => println!("{}", serde_json::to_string_pretty(&checks).map_err(|e| e.to_string())?),
-        "text" => print!("{}", crate::doctor::to_text(&checks)),
+        "text" => print!("{}", crate::cli::doctor::to_text(&checks)),
         other => return Err(format!("unknown --format={other}: use text or json")),
     }
-    let failed = checks.iter().filter(|c| c.outcome == crate::doctor::Outcome::Fail).count();
+    let failed = checks.iter().filter(|c| c.outcome == crate::cli::doctor::Outcome::Fail).count();
     if failed > 0 { Err(format!("{failed} check(s) failed; see the fixes above")) } else { Ok(()) }
 }
 
@@ -694,7 +694,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         );
     }
     // before the runtime's threads ask for arenas of their own
-    crate::heap::tune();
+    crate::base::heap::tune();
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -2,10 +2,14 @@
 //! runs ([`command`], which `src/main.rs` calls), rkt's pod commands on a data
 //! dir ([`pods`]: `list`, `status`, `stop`, `rm`, `gc`) and its app commands
 //! ([`app`]), how rkt 1.30 printed them ([`out`]) and their JSON
-//! ([`api_v1`]). The daemon (`rktlet serve`) is one command of it.
+//! ([`api_v1`]), the host checks (`rktlet doctor`, [`doctor`]) and the
+//! walk-through (`rktlet demo`, [`demo`]). The daemon (`rktlet serve`) is
+//! one command of it.
 
 pub mod api_v1;
 pub mod app;
 pub mod command;
+pub mod demo;
+pub mod doctor;
 pub mod out;
 pub mod pods;

@@ -422,7 +422,7 @@ fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), ContainerError
 
 fn rfc3339(nanos: i64) -> String {
     let t = std::time::UNIX_EPOCH + Duration::from_nanos(u64::try_from(nanos).unwrap_or(0));
-    crate::time::rfc3339_nano(t)
+    crate::base::time::rfc3339_nano(t)
 }
 
 fn config_dump(t: &Target, id: &str, paths: &AppPaths) -> ConfigDump {
@@ -434,7 +434,7 @@ fn config_dump(t: &Target, id: &str, paths: &AppPaths) -> ConfigDump {
         rootfs_image_name: meta::image(&t.app),
         runtime: "rktlet".into(),
         created_time: rfc3339(app::facts(paths, true).created_at),
-        checkpointed_time: rfc3339(crate::time::now_nanos()),
+        checkpointed_time: rfc3339(crate::base::time::now_nanos()),
         // (Go's zero time, as Podman writes a checkpoint never restored)
         restored_time: "0001-01-01T00:00:00Z".into(),
         // (a container made from a checkpoint keeps the annotation saying so)

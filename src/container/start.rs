@@ -76,7 +76,7 @@ pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
         }
         return Err(e);
     }
-    crate::fault::point("start-after-unit");
+    crate::base::fault::point("start-after-unit");
     rt.emit(t.pod.uuid(), &t.app.name, EventKind::Started);
     let unit_started = began.elapsed();
     let limits_result = place_in_cgroups(&t, &placed, &limits);

@@ -5,12 +5,12 @@
 //! ContainerStats and the pod stats verbs (`cri::stats`) and `rktlet stats`
 //! are made from these.
 
+use crate::base::time::now_nanos;
 use crate::cgroup::Layout;
 use crate::cgroup::stats::{StatDirs, Usage};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::app::AppPaths;
-use crate::time::now_nanos;
 use rkt::pod::{Pod, PodError};
 use rkt::schema::RuntimeApp;
 use std::collections::HashMap;

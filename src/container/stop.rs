@@ -70,7 +70,7 @@ pub(super) fn stop_unit(bus: &dyn UnitBus, name: &str, timeout: Duration) -> Res
     }
     // a crash here leaves the exit unrecorded: the restarted daemon reads
     // it from the pod's systemd (reconcile), a repeated stop is a no-op
-    crate::fault::point("stop-before-record");
+    crate::base::fault::point("stop-before-record");
     Ok(bus.unit_status(name).ok())
 }
 
@@ -81,7 +81,7 @@ pub(super) fn stop_unit(bus: &dyn UnitBus, name: &str, timeout: Duration) -> Res
 fn stop_host_app(t: &Target, paths: &AppPaths, first_signal: i32, timeout: Duration) {
     let procs = app_cgroup(&t.pod, &t.app.name).map(|cg| cg.unit_processes()).unwrap_or_default();
     let Some(pid) = crate::stage1::appexec::host_app_pid(app::host_app(paths), &procs) else { return };
-    let Ok(pidfd) = crate::sys::pidfd_open(pid) else { return };
+    let Ok(pidfd) = crate::base::sys::pidfd_open(pid) else { return };
     // opened, then checked: still a process of the unit, not a reused pid
     let cgroup = app_cgroup(&t.pod, &t.app.name);
     if !cgroup.is_some_and(|cg| cg.unit_processes().contains(&pid)) {
@@ -89,7 +89,7 @@ fn stop_host_app(t: &Target, paths: &AppPaths, first_signal: i32, timeout: Durat
     }
     // (a process already gone needs no signal)
     let signal = |sig: i32| {
-        let _ = crate::sys::pidfd_send_signal(pidfd.as_raw_fd(), sig);
+        let _ = crate::base::sys::pidfd_send_signal(pidfd.as_raw_fd(), sig);
     };
     let exited_within = |wait: Duration| {
         use nix::poll::{PollFd, PollFlags, PollTimeout, poll};

@@ -125,7 +125,7 @@ pub async fn remove_image(rt: &Runtime, req: cri::RemoveImageRequest) -> Result<
 
 pub async fn image_fs_info(rt: &Runtime, _req: cri::ImageFsInfoRequest) -> Result<cri::ImageFsInfoResponse, Status> {
     let (bytes, inodes) = blocking(&rt.images, |store| Ok(store.usage())).await?;
-    let timestamp = crate::time::now_nanos();
+    let timestamp = crate::base::time::now_nanos();
     let usage = cri::FilesystemUsage {
         timestamp,
         fs_id: Some(cri::FilesystemIdentifier { mountpoint: rt.images.cas().root().display().to_string() }),

@@ -11,9 +11,9 @@
 use super::sandbox_status::{PodView, list_views};
 use super::stats::{par_flat_map, pod_stats_of};
 use super::{container_meta as meta, pod_meta, pod_status};
+use crate::base::time::now_nanos as now_ns;
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
-use crate::time::now_nanos as now_ns;
 use std::sync::Arc;
 use tonic::Status;
 

@@ -22,7 +22,7 @@
 
 use super::discovery;
 use super::{Image, ImageError, Store, io_ctx};
-use crate::time::now_nanos;
+use crate::base::time::now_nanos;
 use crate::trust::TrustStore;
 use rkt::cas::{AciInfo, Remote};
 use rkt::digest::cas_key_of;

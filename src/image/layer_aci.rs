@@ -482,7 +482,7 @@ pub fn convert_one(cas: &Cas, key: &str) -> Result<bool, ImageError> {
     }
     // a crash here leaves the ACI in the work dir (removed at the next
     // start, which writes it again) and the download in place
-    crate::fault::point("layer-aci-before-rename");
+    crate::base::fault::point("layer-aci-before-rename");
     fs::rename(&tmp, &blob).map_err(io_ctx(format!("storing {}", blob.display())))?;
     rkt::fs::sync_dir(&parent).map_err(io_ctx("syncing the blob store"))?;
     // the layer was removed meanwhile: its blob goes too

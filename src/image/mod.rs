@@ -55,7 +55,7 @@ pub mod registry;
 mod tar_entry;
 mod workdir;
 
-use crate::filecache::{FileCache, ReadError};
+use crate::base::filecache::{FileCache, ReadError};
 pub use auth::Credentials;
 pub use hosts::RegistryConfig;
 pub use pull::Progress;
@@ -559,7 +559,7 @@ impl Store {
         if !self.cas.tree_rendered(&id) {
             pull::render_stored(self, &image)?;
         }
-        let now = crate::time::now_nanos();
+        let now = crate::base::time::now_nanos();
         if now - image.last_used >= LAST_USED_STEP_NANOS {
             self.cas
                 .update_index(|i| {
@@ -771,7 +771,7 @@ impl Store {
                 }
             }
         }
-        let cutoff = crate::time::now_nanos() - grace.as_nanos() as i64;
+        let cutoff = crate::base::time::now_nanos() - grace.as_nanos() as i64;
         // newest first: an ACI's dependencies were imported before it, and
         // stay as long as an image that needs them does
         let mut images = self.list()?;

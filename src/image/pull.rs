@@ -11,7 +11,7 @@ use super::oci::{self, AnyManifest, ImageConfig};
 use super::policy;
 use super::workdir::WorkDir;
 use super::{Credentials, Image, ImageError, Store, io_ctx};
-use crate::time::now_nanos;
+use crate::base::time::now_nanos;
 use futures::StreamExt;
 use rkt::cas::{AciInfo, Cas, Remote};
 use rkt::digest::Digest;
@@ -186,7 +186,7 @@ pub async fn pull(
     let done = await_layers(running, layers.len()).await?;
     tracing::debug!(image = %reference, ms = started.elapsed().as_millis() as u64, "layers downloaded, verified and unpacked");
     // a crash here leaves only the work dir (temporary, removed by gc); the pull is simply repeated
-    crate::fault::point("pull-before-commit");
+    crate::base::fault::point("pull-before-commit");
 
     let image_key = commit(reference, fetched, cas, work, done, &layers, remotes).await?;
     tracing::debug!(image = %reference, micros = began.elapsed().as_micros() as u64, "image committed");
@@ -495,7 +495,7 @@ async fn await_layers(running: Running, layer_count: usize) -> Result<Vec<LayerD
                 done.push(d);
                 // a crash between layers leaves only the work dir, as below
                 if done.len() == 1 && layer_count > 1 {
-                    crate::fault::point("pull-between-layers");
+                    crate::base::fault::point("pull-between-layers");
                 }
             }
             Ok(Err(e)) => {
@@ -698,7 +698,7 @@ impl Commit<'_> {
         }
         // a crash here leaves stored blobs the index does not name: `image
         // verify` notes them; the repeated pull keeps them (same keys)
-        crate::fault::point("pull-mid-commit");
+        crate::base::fault::point("pull-mid-commit");
         // 2. the image ACI and its manifest
         let (image_key, aci) = convert::empty_aci(&image).map_err(io_ctx("building the image ACI"))?;
         let blob = cas.blob(&image_key);

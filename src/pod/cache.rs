@@ -1,7 +1,7 @@
 //! Parsed pod manifests kept by the daemon between calls, checked against
-//! the file at every read ([`crate::filecache`] says how).
+//! the file at every read ([`crate::base::filecache`] says how).
 
-use crate::filecache::{FileCache, ReadError};
+use crate::base::filecache::{FileCache, ReadError};
 use rkt::pod::{Pod, PodError, Result};
 use rkt::schema::PodManifest;
 use std::collections::HashSet;
@@ -48,7 +48,7 @@ impl ManifestCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::filecache::SETTLED;
+    use crate::base::filecache::SETTLED;
     use rkt::pod::DataDir;
 
     /// A pod being prepared, with an empty manifest.

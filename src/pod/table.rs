@@ -406,7 +406,7 @@ impl<S: AppStatus> PodTable<S> {
                 None => {
                     // the exit watch exists before the lock is probed: an exit after the probe is reported
                     let sandbox_pid = pod.sandbox_pid().ok().flatten();
-                    let pidfd = sandbox_pid.and_then(|pid| crate::sys::pidfd_open(pid).ok());
+                    let pidfd = sandbox_pid.and_then(|pid| crate::base::sys::pidfd_open(pid).ok());
                     let subcgroup = pod.read_file(pod::SUBCGROUP_FILE).ok().flatten();
                     (SandboxView::load(pod, manifests)?, subcgroup, sandbox_pid, pidfd)
                 }

@@ -205,7 +205,7 @@ impl Pool {
             let Ok(sub) = crate::cgroup::pod::subcgroup(POOL_PARENT, &uuid.to_string(), false) else { continue };
             for pid in crate::cgroup::pod::PodCgroup::tracking(layout, &sub).pids() {
                 let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")) else { continue };
-                let kib = |f: &str| crate::fsutil::kib_field(&text, f).unwrap_or(0);
+                let kib = |f: &str| crate::base::fsutil::kib_field(&text, f).unwrap_or(0);
                 mem.processes += 1;
                 mem.rss_kib += kib("Rss:");
                 mem.pss_kib += kib("Pss:");

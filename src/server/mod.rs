@@ -296,10 +296,10 @@ async fn run(
     {
         crate::stage1::launch::keep_standby(&program, runtime.data.root());
     }
-    let trimmer = tokio::spawn(crate::heap::trim_when_quiet());
+    let trimmer = tokio::spawn(crate::base::heap::trim_when_quiet());
     // what only the start-up ran need not stay mapped: calls fault back what they run
     tokio::task::spawn_blocking(|| {
-        let kib = crate::program_pages::release_all();
+        let kib = crate::base::program_pages::release_all();
         tracing::debug!(kib, "start-up's program pages released");
     });
     let result = serve(runtime.clone(), listener, signals).await;

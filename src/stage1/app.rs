@@ -92,11 +92,11 @@ pub fn under(root: &Path, inner: &Path) -> Result<PathBuf, AppError> {
 
 /// Where `inner` (absolute, inside the app) is in the tree `root` (an
 /// image's tree or a new app's rootfs): `..` refused, the image's symlinks
-/// followed inside `root` ([`crate::fsutil::resolve_in_root`]), so an
+/// followed inside `root` ([`crate::base::fsutil::resolve_in_root`]), so an
 /// image's link cannot make the daemon read or create a node's file.
 pub fn target_in(root: &Path, inner: &Path) -> Result<PathBuf, AppError> {
     under(root, inner)?;
-    crate::fsutil::resolve_in_root(root, inner)
+    crate::base::fsutil::resolve_in_root(root, inner)
         .map_err(|e| AppError::Invalid(format!("path {} in the image: {e}", inner.display())))
 }
 
@@ -283,7 +283,7 @@ impl AppSpec {
                 .collect(),
             annotations: self.annotations.clone(),
         });
-        crate::fault::point("create-before-manifest");
+        crate::base::fault::point("create-before-manifest");
         manifests.write(pod, manifest)?;
         let micros = |d: std::time::Duration| d.as_micros() as u64;
         tracing::debug!(

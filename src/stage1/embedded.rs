@@ -30,7 +30,7 @@ pub fn host_copy(data: &DataDir, subdir: &str, name: &str, binary: &'static [u8]
     }
     if std::fs::read(&path).is_ok_and(|bytes| bytes == binary) {
         checked.push(path.clone());
-        crate::program_pages::release_bytes(binary);
+        crate::base::program_pages::release_bytes(binary);
         return Ok(path);
     }
     std::fs::create_dir_all(&dir)?;
@@ -41,7 +41,7 @@ pub fn host_copy(data: &DataDir, subdir: &str, name: &str, binary: &'static [u8]
     std::fs::rename(&tmp, &path)?;
     checked.push(path.clone());
     // read once to be hashed, compared and written: its pages need not stay mapped
-    crate::program_pages::release_bytes(binary);
+    crate::base::program_pages::release_bytes(binary);
     let prefix = name.rsplit_once('-').map_or(name, |(p, _)| p);
     for old in std::fs::read_dir(&dir)?.flatten() {
         let file = old.file_name().to_string_lossy().into_owned();

@@ -6,7 +6,7 @@
 //! Runs in: the daemon (async), plus one blocking thread per wait.
 
 use super::sandbox::SandboxArgs;
-use crate::sys::pidfd_open;
+use crate::base::sys::pidfd_open;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use std::ffi::OsString;

@@ -200,7 +200,7 @@ pub fn runtime_config(hostname: &str, net: &PodNet, host_ipc: bool) -> String {
 fn spawn_log_writer(pod: &Pod, cgroup: Option<&Path>, program: &Path) -> io::Result<()> {
     use nix::unistd::{ForkResult, fork};
     let listener = std::os::unix::net::UnixListener::bind(pod.path().join(crate::stream::log::SOCKET_FILE))?;
-    let me = crate::sys::pidfd_open(std::process::id() as i32)?;
+    let me = crate::base::sys::pidfd_open(std::process::id() as i32)?;
     let lock_fd = pod.lock_fd().ok();
     let host_pid =
         pod.read_manifest().ok().and_then(|m| m.annotation(rkt::schema::ANNOTATION_PID_MODE).map(str::to_string))
@@ -250,9 +250,9 @@ fn spawn_log_writer(pod: &Pod, cgroup: Option<&Path>, program: &Path) -> io::Res
                 // what the sandbox process used before the fork stays resident
                 // in this one, for the pod's life, unless let go: its heap,
                 // stack and the program's pages (each pod pays for them)
-                crate::heap::trim();
-                crate::heap::release_unused_stack();
-                crate::program_pages::release_all();
+                crate::base::heap::trim();
+                crate::base::heap::release_unused_stack();
+                crate::base::program_pages::release_all();
                 crate::stream::log::serve_pod(listener, Some(me), dir)
             })();
             // SAFETY: leave without running the parent's atexit handlers or destructors.

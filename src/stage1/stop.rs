@@ -6,8 +6,8 @@
 //! remove interrupted by a crash is simply run again.
 
 use super::app_status::{self as app, AppPaths, AppState};
+use crate::base::sys::{pidfd_getfd, pidfd_open};
 use crate::cgroup::{Layout, pod::PodCgroup};
-use crate::sys::{pidfd_getfd, pidfd_open};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;

@@ -101,7 +101,7 @@ pub async fn remove_pod(
     let t0 = Instant::now();
     stop_pod(data, id, grace, net).await?;
     let t_stop = t0.elapsed();
-    crate::fault::point("remove-after-stop");
+    crate::base::fault::point("remove-after-stop");
     let (data2, id2) = (data.clone(), id.to_string());
     let uuid = blocking(move || {
         let pod = Pod::open(&data2, &id2)?;

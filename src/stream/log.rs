@@ -22,7 +22,7 @@ pub use logwriter::{
     read_frame, record, reopen, run_host_app, stdin_of, subscribe,
 };
 
-use crate::sys::{pidfd_getfd, pidfd_open};
+use crate::base::sys::{pidfd_getfd, pidfd_open};
 use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io;
@@ -88,7 +88,7 @@ fn cgroup_kill_of(pid: i32) -> Option<PathBuf> {
 }
 
 fn pidfd_kill(pidfd: &OwnedFd, signal: i32) {
-    let _ = crate::sys::pidfd_send_signal(pidfd.as_raw_fd(), signal);
+    let _ = crate::base::sys::pidfd_send_signal(pidfd.as_raw_fd(), signal);
 }
 
 /// The app's program and argv as its template holds them: appexec's
@@ -253,7 +253,7 @@ impl HostApps {
     fn kill_hosts(&mut self) {
         for h in self.hosts.values() {
             if let Some(fd) = h.running.pidfd() {
-                let _ = crate::sys::pidfd_send_signal(fd.as_raw_fd(), libc::SIGKILL);
+                let _ = crate::base::sys::pidfd_send_signal(fd.as_raw_fd(), libc::SIGKILL);
             }
         }
         let apps: Vec<String> = self.hosts.keys().cloned().collect();
@@ -304,7 +304,7 @@ impl logwriter::Hooks for HostApps {
         // the template gone (its unit stopped): the app goes too, reaped once its pidfd says so
         for app in orphaned.iter().filter(|a| !exited.contains(a)) {
             if let Some(fd) = self.hosts.get(app).and_then(|h| h.running.pidfd()) {
-                let _ = crate::sys::pidfd_send_signal(fd.as_raw_fd(), libc::SIGKILL);
+                let _ = crate::base::sys::pidfd_send_signal(fd.as_raw_fd(), libc::SIGKILL);
             }
         }
     }

@@ -29,14 +29,25 @@ pub const WAL_FILE: &str = ".34a8b4c1ad933745146fdbfef3073706ee571625";
 /// The schema version rkt 1.30 writes in its `version` table.
 pub const RKT_DB_VERSION: i64 = 7;
 
+/// Errors reading or changing a ql database.
 #[derive(Debug, thiserror::Error)]
 pub enum QlError {
+    /// A file system operation failed.
     #[error("{context}: {source}")]
-    Io { context: String, source: io::Error },
+    Io {
+        /// What was being done.
+        context: String,
+        /// The error.
+        source: io::Error,
+    },
+    /// The file is not a well-formed ql database (what is wrong).
     #[error("corrupted ql database: {0}")]
     Format(String),
+    /// Valid ql, beyond what this module reads or writes (what it is).
     #[error("unsupported in a ql database: {0}")]
     Unsupported(String),
+    /// The database's write-ahead log is not empty: a transaction was
+    /// interrupted (it holds the database's path).
     #[error(
         "{0} holds an interrupted rkt transaction (its write-ahead log is not empty); run any rkt image command to recover it"
     )]
@@ -53,7 +64,9 @@ fn io_ctx(context: impl Into<String>) -> impl FnOnce(io::Error) -> QlError {
 pub struct Tables {
     /// The `version` table's row (rkt's schema version), if present.
     pub version: Option<i64>,
+    /// The `aciinfo` table's rows, oldest first.
     pub aciinfo: Vec<AciInfo>,
+    /// The `remote` table's rows, oldest first.
     pub remote: Vec<Remote>,
 }
 
@@ -127,8 +140,10 @@ pub fn merge_into(index: &mut Index, rkt: &Tables) -> bool {
 
 /// A column as ql records it: its type letter, name and position in a record.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Column {
+pub(crate) struct Column {
+    /// The type letter (`s` string, `l` int64, `b` bool, `T` time, ...).
     pub kind: u8,
+    /// The column's name.
     pub name: String,
     /// Index of the value in a record (after the next-record link and the id).
     pub index: usize,
@@ -136,8 +151,10 @@ pub struct Column {
 
 /// One table read whole.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Table {
+pub(crate) struct Table {
+    /// The table's name.
     pub name: String,
+    /// Its columns, in record order.
     pub columns: Vec<Column>,
     /// Rows as stored, newest first, each with its record id.
     pub rows: Vec<(i64, Vec<Scalar>)>,
@@ -177,7 +194,7 @@ fn str_at<'v>(v: &'v [Scalar], i: usize, what: &str) -> Result<&'v str, QlError>
 }
 
 /// Reads every table of a ql database held in memory, times as Unix nanoseconds.
-pub fn tables(data: &[u8]) -> Result<Vec<Table>, QlError> {
+pub(crate) fn tables(data: &[u8]) -> Result<Vec<Table>, QlError> {
     let blocks = Blocks::new(data)?;
     let mut out = tables_raw(data)?;
     // resolve time values (stored out of line as gob messages)

@@ -11,13 +11,21 @@ use super::QlError;
 /// One decoded scalar.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Scalar {
+    /// Null (tag 0).
     Null,
+    /// A boolean (tags 1 and 2).
     Bool(bool),
+    /// A signed integer.
     Int(i64),
+    /// An unsigned integer.
     Uint(u64),
+    /// A float.
     Float(f64),
+    /// A complex number: its real and imaginary parts.
     Complex(f64, f64),
+    /// A byte string.
     Bytes(Vec<u8>),
+    /// A string.
     Str(String),
 }
 
@@ -223,14 +231,16 @@ fn put_gob_uint(out: &mut Vec<u8>, v: u64) {
 /// A gob value message carrying a `time.Time`: the type id it was sent
 /// with and the instant in nanoseconds since the Unix epoch.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct GobTime {
+pub(crate) struct GobTime {
+    /// The gob type id the value was sent with.
     pub type_id: i64,
+    /// The instant, in nanoseconds since the Unix epoch.
     pub unix_nanos: i64,
 }
 
 /// Decodes a gob message holding one `time.Time` (its MarshalBinary form:
 /// version 1 or 2, seconds since year 1, nanoseconds, zone offset).
-pub fn decode_gob_time(mut b: &[u8]) -> Result<GobTime, QlError> {
+pub(crate) fn decode_gob_time(mut b: &[u8]) -> Result<GobTime, QlError> {
     let len = gob_uint(&mut b)? as usize;
     let mut msg = take(&mut b, len)?;
     let raw_id = gob_uint(&mut msg)?;

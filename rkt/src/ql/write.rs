@@ -66,7 +66,8 @@ fn slot(atoms: usize) -> usize {
 }
 
 impl Db {
-    pub fn new(data: Vec<u8>) -> Result<Db, QlError> {
+    /// Takes the bytes of a `ql.db` to change them.
+    pub(crate) fn new(data: Vec<u8>) -> Result<Db, QlError> {
         Blocks::new(&data)?;
         let mut flt = [0i64; SLOTS];
         for (i, head) in flt.iter_mut().enumerate() {
@@ -1117,8 +1118,11 @@ struct TableMeta {
 /// One index of a table: the column, whether it is unique, its B-tree.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IndexTree {
+    /// The column indexed.
     pub column: String,
+    /// Whether the index is unique.
     pub unique: bool,
+    /// The handle of the index's B-tree.
     pub tree: i64,
 }
 

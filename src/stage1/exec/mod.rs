@@ -430,7 +430,7 @@ fn spawn_as(
             let fd = pidfd_slot.load(std::sync::atomic::Ordering::Acquire);
             if fd >= 0 {
                 // (the pidfd the kernel gave the spawning thread)
-                let _ = crate::sys::pidfd_send_signal(fd, libc::SIGKILL);
+                let _ = crate::base::sys::pidfd_send_signal(fd, libc::SIGKILL);
             }
         }
         spawner.join().unwrap_or_else(|_| Err(io::Error::other("the spawning thread panicked")))
@@ -569,7 +569,7 @@ impl Running {
 fn kill_session(child: i32, pidfd: Option<&OwnedFd>) {
     use nix::sys::signal::{Signal, killpg};
     let alive = match pidfd {
-        Some(fd) => crate::sys::pidfd_send_signal(fd.as_raw_fd(), libc::SIGKILL).is_ok(),
+        Some(fd) => crate::base::sys::pidfd_send_signal(fd.as_raw_fd(), libc::SIGKILL).is_ok(),
         None => nix::sys::signal::kill(nix::unistd::Pid::from_raw(child), Signal::SIGKILL).is_ok(),
     };
     if alive {
@@ -673,7 +673,7 @@ fn collect(child: i32, pipes: [OwnedFd; 2], timeout: Option<Duration>, cap: usiz
     }
 }
 
-use crate::sys::pidfd_open;
+use crate::base::sys::pidfd_open;
 
 /// Reaps our child; its wait status (`None` if it could not be waited for).
 fn reap(child: i32) -> Option<i32> {

@@ -13,9 +13,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The guide's pod file.
-pub const POD_JSON: &str = include_str!("../docs/crictl/pod.json");
+pub const POD_JSON: &str = include_str!("../../docs/crictl/pod.json");
 /// The guide's container file.
-pub const CONTAINER_JSON: &str = include_str!("../docs/crictl/container.json");
+pub const CONTAINER_JSON: &str = include_str!("../../docs/crictl/container.json");
 
 fn text(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_string()

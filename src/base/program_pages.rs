@@ -12,7 +12,7 @@
 //! mappings without private copies are touched (a relocated RELRO page, or a
 //! debugger's breakpoint, is a private copy that must not be dropped).
 
-use crate::fsutil::kib_field;
+use crate::base::fsutil::kib_field;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 

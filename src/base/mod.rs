@@ -1,0 +1,17 @@
+//! The daemon's bottom layer: small helpers every other module may use and
+//! that use no other module of the daemon (only `rkt` and outside crates).
+//! Parsed files checked by `stat` ([`filecache`]), paths resolved inside a
+//! root and /proc fields ([`fsutil`]), an HTTP request head reader
+//! ([`http_head`]), crash points for tests ([`fault`]), the clock in
+//! nanoseconds and RFC 3339 ([`time`]), the pidfd calls ([`sys`]), the
+//! allocator's upkeep ([`heap`]) and the program's own pages
+//! ([`program_pages`]).
+
+pub mod fault;
+pub mod filecache;
+pub mod fsutil;
+pub mod heap;
+pub mod http_head;
+pub mod program_pages;
+pub mod sys;
+pub mod time;
