@@ -9,6 +9,9 @@
 //! - [`tree`]: the tree store's rules (rendered trees and their hash).
 //! - [`digest`], [`reference`](mod@reference): content digests and rkt's CAS key; docker
 //!   image references as `docker://` image strings name them.
+//! - [`net_info`]: the networks a pod joined (`net-info.json`).
+//! - [`api_v1`]: rkt's `api/v1` JSON, as `rkt list`, `status` and `app
+//!   status` print it with `--format=json`.
 //! - [`lock`], [`fs`]: rkt's flock rules; atomic and durable writes.
 //!
 //! Std and format crates only: nothing here runs a pod, speaks the CRI or
@@ -16,11 +19,13 @@
 
 #![deny(missing_docs)]
 
+pub mod api_v1;
 pub mod cas;
 pub mod digest;
 pub mod fs;
 pub mod index;
 pub mod lock;
+pub mod net_info;
 pub mod pod;
 pub mod ql;
 pub mod reference;

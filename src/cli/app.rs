@@ -5,12 +5,12 @@
 //! CreateContainer does), so the CLI and the daemon cannot disagree; the CLI
 //! is what the exec design of the benchmark runs per call.
 
-use crate::cli::api_v1::AppInfo;
 use crate::cli::out::{self, Format, GoTime};
 use crate::config::Config;
 use crate::container::stats;
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
+use rkt::api_v1::AppInfo;
 use rkt::pod::{Pod, PodState};
 use rkt::schema::USER_ANNOTATION_POD_NAME;
 use std::path::PathBuf;

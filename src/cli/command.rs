@@ -855,9 +855,9 @@ fn image_cmd(rkt: RktFlags, command: ImageCommand) -> Result<(), String> {
             let now = std::time::SystemTime::now();
             match format.as_str() {
                 "json" => {
-                    let rows: Vec<crate::cli::api_v1::ImageInfo> = images
+                    let rows: Vec<rkt::api_v1::ImageInfo> = images
                         .iter()
-                        .map(|i| crate::cli::api_v1::ImageInfo {
+                        .map(|i| rkt::api_v1::ImageInfo {
                             id: i.id.clone(),
                             name: i.manifest.name.clone(),
                             size: i.size,

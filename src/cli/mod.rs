@@ -1,12 +1,11 @@
 //! The `rktlet` command line, all of it: the arguments and what each command
 //! runs ([`command`], which `src/main.rs` calls), rkt's pod commands on a data
 //! dir ([`pods`]: `list`, `status`, `stop`, `rm`, `gc`) and its app commands
-//! ([`app`]), how rkt 1.30 printed them ([`out`]) and their JSON
-//! ([`api_v1`]), the host checks (`rktlet doctor`, [`doctor`]) and the
+//! ([`app`]), how rkt 1.30 printed them ([`out`]; their JSON is
+//! `rkt::api_v1`), the host checks (`rktlet doctor`, [`doctor`]) and the
 //! walk-through (`rktlet demo`, [`demo`]). The daemon (`rktlet serve`) is
 //! one command of it.
 
-pub mod api_v1;
 pub mod app;
 pub mod command;
 pub mod demo;

@@ -16,8 +16,8 @@
 //! - JSON is Go's `encoding/json`: struct fields in order, map keys sorted,
 //!   `<`, `>`, `&`, U+2028 and U+2029 escaped; `json-pretty` indents by a tab.
 
-use crate::cli::api_v1::{AppInfo, PodInfo};
-use crate::net::net_info::NetInfo;
+use rkt::api_v1::{AppInfo, PodInfo};
+use rkt::net_info::NetInfo;
 use rkt::pod::PodState;
 
 /// The output formats rkt's `--format` takes (rktlet also takes `table`).

@@ -2,11 +2,11 @@
 //! same data directory the daemon uses. These are what an operator runs, and
 //! what the exec design of the benchmark calls per CRI request.
 
-use crate::cli::api_v1::{AppInfo, MountInfo, PodInfo};
 use crate::cli::out::{self, Format, GoTime, ListApp, PodView};
-use crate::net::net_info;
 use crate::stage1::rootfs::Stage1Root;
 use crate::stage1::teardown::{self, NetDirs, TeardownError};
+use rkt::api_v1::{AppInfo, MountInfo, PodInfo};
+use rkt::net_info;
 use rkt::pod::{self, DataDir, Pod, PodDir, PodError, PodState};
 use rkt::schema::{ImageManifest, PodManifest, RuntimeApp};
 use std::os::unix::fs::MetadataExt;

@@ -4,10 +4,10 @@
 //! is made from the first).
 
 use super::{ContainerError, open};
-use crate::cli::api_v1::{AppInfo, AppUsage, MountInfo};
 use crate::runtime::Runtime;
 use crate::stage1::app::{self, AppPaths, AppState};
 use crate::stage1::inject::Propagation;
+use rkt::api_v1::{AppInfo, AppUsage, MountInfo};
 use rkt::pod::Pod;
 use rkt::schema::RuntimeApp;
 

@@ -4,12 +4,12 @@
 //! recorder as systemd reports them.
 
 use super::{container_meta as meta, pod_status};
-use crate::cli::api_v1::AppInfo;
 use crate::container::{app_index, container_not_found, split_container_id};
 use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use crate::stage1::app::AppPaths;
 use crate::stage1::inject::Propagation;
+use rkt::api_v1::AppInfo;
 use rkt::pod::Pod;
 use rkt::schema::{App, RuntimeApp, RuntimeImage};
 use tonic::Status;

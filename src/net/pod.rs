@@ -41,8 +41,8 @@ pub fn request(data: &DataDir, uuid: Uuid, netns: &Path) -> CniRequest {
 
 /// Writes `net-info.json` for a pod from its CNI result.
 pub fn record(pod: &Pod, network: &Network, result: &CniResult) -> Result<(), PodNetError> {
-    let info = super::net_info::NetInfo::from_result(network, "eth0", "", result);
-    pod.write_file(pod::NET_INFO_FILE, &super::net_info::to_json(&[info]))?;
+    let info = super::net_info::from_result(network, "eth0", "", result);
+    pod.write_file(pod::NET_INFO_FILE, &rkt::net_info::to_json(&[info]))?;
     Ok(())
 }
 

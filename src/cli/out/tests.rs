@@ -4,7 +4,7 @@
 //! `text/tabwriter` and `time` layouts, go-humanize's `times.go`).
 
 use super::*;
-use crate::cli::api_v1::MountInfo;
+use rkt::api_v1::MountInfo;
 use std::collections::BTreeMap;
 
 const T0: i64 = 1_800_000_000; // 2027-01-15 08:00:00 UTC

@@ -3,10 +3,10 @@
 
 use super::super::container_status::{container_from_status, matches, status_from_info};
 use super::{ExecMode, failure, ok_if_missing, pods};
-use crate::cli::api_v1::AppInfo;
 use crate::cli::app::AddArgs;
 use crate::container::meta::split_id;
 use crate::proto::v1 as cri;
+use rkt::api_v1::AppInfo;
 use tonic::Status;
 
 fn split(id: &str) -> Result<(&str, &str), Status> {

@@ -3,10 +3,10 @@
 
 use super::super::image::group_to_cri;
 use super::ExecMode;
-use crate::cli::api_v1::ImageInfo;
 use crate::image::Image;
 use crate::image::aci::ACI_PREFIX;
 use crate::proto::v1 as cri;
+use rkt::api_v1::ImageInfo;
 use rkt::reference::Reference;
 use rkt::schema::ImageManifest;
 use tonic::Status;

@@ -2,8 +2,8 @@
 
 use super::super::pod_meta;
 use super::{ExecMode, ok_if_missing};
-use crate::cli::api_v1::PodInfo;
 use crate::proto::v1 as cri;
+use rkt::api_v1::PodInfo;
 use rkt::schema::PodManifest;
 use tonic::Status;
 

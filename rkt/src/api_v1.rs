@@ -7,7 +7,7 @@
 //! Times: pods in seconds (`created_at`, as rkt printed them), apps in
 //! nanoseconds (as rkt's app status did).
 
-use crate::net::net_info::NetInfo;
+use crate::net_info::NetInfo;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -22,6 +22,7 @@ pub struct PodInfo {
     /// rkt's `net-info.json` entries (running and exited pods).
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_default")]
     pub networks: Vec<NetInfo>,
+    /// The names of the pod's apps, in the manifest's order.
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_default")]
     pub app_names: Vec<String>,
     /// Each app as rkt infers it from the pod (its state follows the pod's;
@@ -34,8 +35,10 @@ pub struct PodInfo {
     /// Seconds since the epoch; absent until the pod ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<u64>,
+    /// The pod's annotations as its user gave them (the CRI's).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "null_as_default")]
     pub user_annotations: BTreeMap<String, String>,
+    /// The pod's labels as its user gave them (the CRI's).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "null_as_default")]
     pub user_labels: BTreeMap<String, String>,
     /// rktlet's: running and its systemd reported the pod ready.
@@ -64,14 +67,19 @@ fn null_as_default<'de, D: serde::Deserializer<'de>, T: Default + Deserialize<'d
 /// A volume mounted into an app.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MountInfo {
+    /// The volume's name in the pod manifest.
     pub name: String,
+    /// Where it is mounted in the app.
     pub container_path: String,
+    /// What is mounted: a path on the node.
     pub host_path: String,
+    /// Mounted read-only.
     #[serde(default)]
     pub read_only: bool,
     /// private, slave or shared.
     #[serde(default)]
     pub propagation: String,
+    /// Asked to be relabelled for SELinux.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub selinux_relabel: bool,
     /// Asked to be read-only recursively (it is whenever `read_only` is).
@@ -85,16 +93,20 @@ pub struct MountInfo {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(into = "AppJson")]
 pub struct AppInfo {
+    /// The app's name in the pod.
     pub name: String,
     /// created, running, exited or unknown.
     pub state: String,
     /// Nanoseconds since the epoch; 0 when not reached.
     #[serde(default)]
     pub created_at: i64,
+    /// Nanoseconds since the epoch; 0 when not started.
     #[serde(default)]
     pub started_at: i64,
+    /// Nanoseconds since the epoch; 0 while not exited.
     #[serde(default)]
     pub finished_at: i64,
+    /// The main process' exit code, once exited.
     #[serde(default)]
     pub exit_code: i32,
     /// Why it exited: Completed, Error, OOMKilled, StartError, Unknown (empty while not exited).
@@ -103,20 +115,27 @@ pub struct AppInfo {
     /// What went wrong, for a StartError.
     #[serde(default)]
     pub message: String,
+    /// The image's id (rkt's CAS key of its ACI).
     pub image_id: String,
+    /// The image's name as it was asked for.
     #[serde(default)]
     pub image_name: Option<String>,
+    /// The volumes mounted into the app.
     #[serde(default, deserialize_with = "null_as_default")]
     pub mounts: Vec<MountInfo>,
+    /// The app's annotations as its user gave them (the CRI's).
     #[serde(default, deserialize_with = "null_as_default")]
     pub user_annotations: BTreeMap<String, String>,
+    /// The app's labels as its user gave them (the CRI's).
     #[serde(default, deserialize_with = "null_as_default")]
     pub user_labels: BTreeMap<String, String>,
     /// The numeric user, group and supplementary groups it runs as.
     #[serde(default)]
     pub user: String,
+    /// The numeric group it runs as.
     #[serde(default)]
     pub group: String,
+    /// Its supplementary groups.
     #[serde(default, deserialize_with = "null_as_default")]
     pub supplementary_gids: Vec<u32>,
     /// What a running app uses now (`app status --app=NAME` only).
@@ -190,11 +209,17 @@ impl From<AppInfo> for AppJson {
 /// An app's resource use, read from its cgroups and writable layer.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AppUsage {
+    /// CPU time used, in nanoseconds (cpuacct.usage or cpu.stat).
     pub cpu_total_ns: Option<u64>,
+    /// Memory charged to its cgroup, page cache included.
     pub memory_usage_bytes: Option<u64>,
+    /// The usage less inactive file pages (what kubelet evicts on).
     pub memory_working_set_bytes: Option<u64>,
+    /// Anonymous memory and swap cache.
     pub memory_rss_bytes: Option<u64>,
+    /// Bytes written to its writable layer.
     pub writable_layer_bytes: Option<u64>,
+    /// Inodes of its writable layer.
     pub writable_layer_inodes: Option<u64>,
 }
 
@@ -202,13 +227,20 @@ pub struct AppUsage {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ImageInfo {
+    /// rkt's CAS key of the image's ACI (`sha512-...`).
     pub id: String,
+    /// The image's name (`registry/repository:tag` for a docker image).
     pub name: String,
+    /// Bytes on disk.
     pub size: u64,
+    /// When it was fetched, nanoseconds since the epoch.
     pub import_time: i64,
+    /// When a pod last used it, nanoseconds since the epoch.
     pub last_used_time: i64,
+    /// Every reference the image is known by (rktlet's).
     #[serde(default)]
     pub tags: Vec<String>,
+    /// Its registry digests (rktlet's).
     #[serde(default)]
     pub digests: Vec<String>,
 }
