@@ -45,6 +45,8 @@ impl Node {
             cgroup_driver: Driver::Cgroupfs,
         };
         let rt = Arc::new(Runtime::on_node(config, node).expect("a runtime over a temporary data dir"));
+        // as the daemon does before it serves (status reads wait for it)
+        rt.reconcile();
         Node { svc: CriService::new(rt.clone()), rt, dir }
     }
 
@@ -331,4 +333,26 @@ async fn update_runtime_config_keeps_the_pod_cidr() {
     };
     n.svc.update_runtime_config(Request::new(req)).await.expect("UpdateRuntimeConfig");
     assert_eq!(n.rt.pod_cidr(), "10.88.0.0/16");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn config_metrics_and_pod_stats_of_an_empty_node() {
+    let n = Node::new();
+    let s = &n.svc;
+    let config = s.runtime_config(Request::new(cri::RuntimeConfigRequest {})).await.expect("RuntimeConfig");
+    let linux = config.into_inner().linux.expect("the linux section");
+    assert_eq!(linux.cgroup_driver, cri::CgroupDriver::Cgroupfs as i32, "the node's driver, as kubelet must use it");
+    let descriptors = s.list_metric_descriptors(Request::new(cri::ListMetricDescriptorsRequest {})).await;
+    assert!(!descriptors.expect("ListMetricDescriptors").into_inner().descriptors.is_empty());
+    let metrics = s.list_pod_sandbox_metrics(Request::new(cri::ListPodSandboxMetricsRequest {})).await;
+    assert!(metrics.expect("ListPodSandboxMetrics").into_inner().pod_metrics.is_empty());
+    let stats = s.list_pod_sandbox_stats(Request::new(cri::ListPodSandboxStatsRequest::default())).await;
+    assert!(stats.expect("ListPodSandboxStats").into_inner().stats.is_empty());
+    let update = |id: &str| cri::UpdatePodSandboxResourcesRequest {
+        pod_sandbox_id: id.into(),
+        resources: Some(cri::LinuxContainerResources { cpu_shares: 512, ..Default::default() }),
+        ..Default::default()
+    };
+    assert_eq!(code(s.update_pod_sandbox_resources(Request::new(update(NO_POD))).await), Code::NotFound);
+    assert_eq!(code(s.update_pod_sandbox_resources(Request::new(update(""))).await), Code::InvalidArgument);
 }
