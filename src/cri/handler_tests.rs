@@ -356,3 +356,43 @@ async fn config_metrics_and_pod_stats_of_an_empty_node() {
     assert_eq!(code(s.update_pod_sandbox_resources(Request::new(update(NO_POD))).await), Code::NotFound);
     assert_eq!(code(s.update_pod_sandbox_resources(Request::new(update(""))).await), Code::InvalidArgument);
 }
+
+#[test]
+fn the_clients_deadline_is_read_from_grpc_timeout() {
+    use std::time::Duration;
+    let deadline = |v: &str| {
+        let mut m = tonic::metadata::MetadataMap::new();
+        m.insert("grpc-timeout", v.parse().expect("ascii"));
+        super::client_deadline(&m)
+    };
+    assert_eq!(deadline("2S"), Some(Duration::from_millis(1999)), "a millisecond ahead of tonic's own timer");
+    assert_eq!(deadline("1m"), Some(Duration::ZERO));
+    assert_eq!(deadline("999u"), Some(Duration::ZERO));
+    assert_eq!(deadline("3M"), Some(Duration::from_secs(180) - Duration::from_millis(1)));
+    assert_eq!(deadline("1H"), Some(Duration::from_secs(3600) - Duration::from_millis(1)));
+    for bad in ["", "S", "5", "123456789S", "1x", "-1S", "1.5S"] {
+        assert_eq!(deadline(bad), None, "{bad:?}");
+    }
+    assert_eq!(super::client_deadline(&tonic::metadata::MetadataMap::new()), None);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_past_the_clients_deadline_is_deadline_exceeded() {
+    // what critest v1.36 asks of PullImage with 1 ms: tonic alone answered CANCELLED
+    // a registry that takes the connection and never answers
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let image = format!("{}/never/answers:1", silent.local_addr().expect("addr"));
+    let mut req = Request::new(cri::PullImageRequest {
+        image: Some(cri::ImageSpec { image, ..Default::default() }),
+        ..Default::default()
+    });
+    req.metadata_mut().insert("grpc-timeout", "1m".parse().expect("ascii"));
+    let n = Node::new();
+    let r = tokio::time::timeout(std::time::Duration::from_secs(30), n.svc.pull_image(req)).await;
+    assert_eq!(code(r.expect("PullImage ends at the deadline, not at the registry's")), Code::DeadlineExceeded);
+    let never =
+        super::observe("Test", Some(std::time::Duration::from_millis(20)), std::future::pending::<Result<(), _>>());
+    let status = never.await.expect_err("the deadline ends it");
+    assert_eq!(status.code(), Code::DeadlineExceeded);
+    assert!(status.message().contains("deadline"), "{}", status.message());
+}

@@ -71,13 +71,49 @@ fn is_frequent(method: &str) -> bool {
         || matches!(method, "Version" | "ImageFsInfo" | "RuntimeConfig")
 }
 
-/// Runs one RPC handler and logs its method, duration and status code.
+/// How long the client gives a call: its `grpc-timeout` header (up to
+/// eight digits and a unit, `H` `M` `S` `m` `u` `n`), less a millisecond.
+/// tonic ends a call whose header has run out itself, but answers
+/// CANCELLED; the CRI client expects DEADLINE_EXCEEDED (critest v1.36's
+/// "public image should timeout if requested", which gives PullImage 1 ms),
+/// so [`observe`] ends it first.
+fn client_deadline(metadata: &tonic::metadata::MetadataMap) -> Option<std::time::Duration> {
+    use std::time::Duration;
+    let value = metadata.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    let timeout = match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    };
+    Some(timeout.saturating_sub(Duration::from_millis(1)))
+}
+
+/// Runs one RPC handler within the client's deadline, if it gave one, and
+/// logs its method, duration and status code.
 async fn observe<T>(
     method: &'static str,
+    deadline: Option<std::time::Duration>,
     handler: impl Future<Output = Result<T, Status>>,
 ) -> Result<Response<T>, Status> {
     let start = Instant::now();
-    let result = handler.await;
+    let result = match deadline {
+        Some(d) => tokio::time::timeout(d, handler).await.unwrap_or_else(|_| {
+            Err(Status::deadline_exceeded(format!(
+                "{method}: the client's deadline passed after {} ms",
+                start.elapsed().as_millis()
+            )))
+        }),
+        None => handler.await,
+    };
     let took = start.elapsed();
     let code = result.as_ref().map_or_else(|s| s.code(), |_| tonic::Code::Ok);
     crate::metrics::global().record_call(method, took, code);
@@ -166,18 +202,19 @@ macro_rules! cri_impl {
             $(type $assoc = $assoc_ty;)*
             $(
                 async fn $f(&self, request: Request<cri::$req>) -> Result<Response<$resp>, Status> {
+                    let deadline = client_deadline(request.metadata());
                     let request = request.into_inner();
                     $(
                         if let Some(exec) = &self.exec {
-                            return observe($name, $eh(exec, request)).await;
+                            return observe($name, deadline, $eh(exec, request)).await;
                         }
                     )?
-                    observe($name, $handler(&self.rt, request)).await
+                    observe($name, deadline, $handler(&self.rt, request)).await
                 }
             )*
             $(
                 async fn $pf(&self, _request: Request<cri::$preq>) -> Result<Response<$presp>, Status> {
-                    observe($pname, async { Err(unimplemented($pname)) }).await
+                    observe($pname, None, async { Err(unimplemented($pname)) }).await
                 }
             )*
         }
