@@ -5,7 +5,8 @@
 # Run by scripts/test.sh after the whole run as root; builds nothing new.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# the test executables cargo built: (package, kind, path) as JSON lines
+# the paths of the test executables cargo built for these arguments (built
+# already by the run before: nothing is compiled again)
 executables() {
   cargo test --locked --no-run --message-format=json "$@" 2>/dev/null |
     python3 -c 'import json,sys
