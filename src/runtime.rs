@@ -171,11 +171,11 @@ impl Runtime {
         }
     }
 
-    /// Who supervises a pod's sandbox process: systemd (`systemd-run`) with
+    /// Who supervises a pod's sandbox process: the node's systemd (a transient unit) with
     /// the systemd cgroup driver, the daemon otherwise.
     pub fn supervisor(&self) -> crate::stage1::launch::Supervisor {
         if self.cgroup_driver == cgroup::Driver::Systemd {
-            crate::stage1::launch::Supervisor::SystemdRun
+            crate::stage1::launch::Supervisor::NodeSystemd
         } else {
             crate::stage1::launch::Supervisor::Detached
         }

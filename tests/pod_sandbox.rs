@@ -427,7 +427,7 @@ async fn reads_follow_changes_made_outside_the_daemon() {
 }
 
 /// A sandbox program that fails before booting the pod: RunPodSandbox says
-/// why (its output and exit status), under systemd-run as when detached, and
+/// why (its output and exit status), in a unit of the node's systemd as when detached, and
 /// no failed unit stays behind.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failing_sandbox_says_why() {
@@ -600,7 +600,7 @@ async fn wait_standbys(data: &std::path::Path, n: usize) -> Vec<(i32, String)> {
 /// The daemon keeps one sandbox process started ahead: a cold pod start
 /// gives it its arguments (the pod gets the uuid it was started with), the
 /// next one is started while that pod is set up, a standby that died is not
-/// used, and none outlives the daemon. Under systemd-run there is none (the
+/// used, and none outlives the daemon. In a unit of the node's systemd there is none (the
 /// unit starts the sandbox).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cold_start_takes_the_sandbox_process_started_ahead() {
@@ -612,7 +612,7 @@ async fn a_cold_start_takes_the_sandbox_process_started_ahead() {
     if rktlet::cgroup::Driver::chosen(pid1_is_systemd) == rktlet::cgroup::Driver::Systemd {
         let id = run(&mut rt, host_network(pod_config("unit", &[]))).await;
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        assert!(standbys(&data).is_empty(), "a standby beside systemd-run: {:?}", standbys(&data));
+        assert!(standbys(&data).is_empty(), "a standby beside a systemd unit: {:?}", standbys(&data));
         rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("remove");
         assert_no_leaks(&data, &[id]);
         return;
@@ -668,7 +668,7 @@ async fn sysctls_apply_where_the_nodes_proc_sys_is_read_only() {
         "sh",
     ])
     .arg(common::BIN);
-    // (pods the daemon starts itself, in its mount namespace: under systemd-run they would
+    // (pods the daemon starts itself, in its mount namespace: in units of the node's systemd they would
     // start in PID 1's, which has not the network namespaces the daemon binds in its own)
     let child = Daemon::spawn_with(wrap, &socket, dir.path(), &extra, &[("RKTLET_CGROUP_DRIVER", "cgroupfs")]);
     let cni_conf_dir = net.conf_dir.clone();

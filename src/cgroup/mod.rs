@@ -36,7 +36,7 @@ impl Driver {
 
     /// [`Driver::detect`], unless `RKTLET_CGROUP_DRIVER=cgroupfs` asks for
     /// plain cgroup paths on a systemd host (pods then run detached, not
-    /// under `systemd-run`; kubelet must be told `--cgroup-driver=cgroupfs`).
+    /// in units of the node's systemd; kubelet must be told `--cgroup-driver=cgroupfs`).
     /// `systemd` is only honoured where PID 1 is systemd.
     pub fn chosen(pid1_is_systemd: bool) -> Self {
         match std::env::var("RKTLET_CGROUP_DRIVER").as_deref() {

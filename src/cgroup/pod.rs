@@ -6,7 +6,7 @@
 //! split and everything in the pod land under it. Hierarchies that are listed
 //! but mounted nowhere are skipped.
 //!
-//! systemd driver: `systemd-run --slice=<parent> --unit=rktlet-<uuid>.service`
+//! systemd driver: the unit `rktlet-<uuid>.service` in `Slice=<parent>`
 //! places the pod; here we only compute the resulting path.
 
 use super::{Hierarchy, Layout};
@@ -62,7 +62,7 @@ pub fn subcgroup(parent: &str, uuid: &str, systemd_driver: bool) -> Result<Strin
 
 /// The slice a systemd-driver cgroup parent names: kubelet sends the slice
 /// itself (`kubepods-burstable-pod1.slice`), critest a path (`/test.slice`);
-/// systemd-run needs the name (a path would be read as a mount unit).
+/// systemd's `Slice=` needs the name (a path would be read as a mount unit).
 pub fn slice_name(parent: &str) -> &str {
     base_name(parent)
 }

@@ -254,7 +254,7 @@ fn init_system() -> Check {
     if crate::stage1::host::pid1_is_systemd(Path::new("/")) {
         Check::ok(
             "init system",
-            "PID 1 is systemd: pods run under `systemd-run` units, the cgroup driver is systemd \
+            "PID 1 is systemd: pods run as units of the node's systemd, the cgroup driver is systemd \
              (tell kubelet --cgroup-driver=systemd); the pod pool is off (a booted pod cannot change units)",
         )
     } else {

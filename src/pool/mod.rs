@@ -134,7 +134,7 @@ impl Pool {
         } else if rt_config.exec_mode {
             Some("exec mode starts every pod through the CLI".to_string())
         } else if host.pid1_is_systemd {
-            Some("pods are placed by systemd-run on this host; a pool pod cannot change units".to_string())
+            Some("pods are placed by the node's systemd on this host; a pool pod cannot change units".to_string())
         } else {
             match crate::cgroup::Layout::cached() {
                 Ok(l) if !crate::cgroup::pod::PodCgroup::controllers(l, "").dirs.is_empty() => None,

@@ -106,7 +106,7 @@ pub async fn boot(
             let r = match launch::wait_ready(rootfs, started.pidfd, started.notify, READY_TIMEOUT).await {
                 Ok(fd) => Ok(fd),
                 Err(e @ LaunchError::Timeout(_)) => Err(BootError::Timeout { uuid, source: e }),
-                Err(LaunchError::Exited(_)) if supervisor == Supervisor::SystemdRun => {
+                Err(LaunchError::Exited(_)) if supervisor == Supervisor::NodeSystemd => {
                     let cause = format!(": {}", launch::unit_failure(&uuid.to_string()).await);
                     Err(BootError::failed(uuid, "waiting for the pod", LaunchError::Exited(cause)))
                 }
@@ -145,7 +145,7 @@ pub async fn boot(
             // which nspawn unshares early, is rooted there, and a controller
             // added while the pod boots would lie outside that root in the
             // pod's view (`/../../...`, which CRIU refuses)
-            let systemd_unit = supervisor == Supervisor::SystemdRun;
+            let systemd_unit = supervisor == Supervisor::NodeSystemd;
             if !systemd_unit {
                 return Ok(());
             }

@@ -33,6 +33,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use worker::{MANAGER_IFACE, MANAGER_PATH, Request, Worker};
 
+/// The daemon's units on the node's systemd (`rktlet-<uuid>.service`).
+const NODE_UNIT_PREFIX: &str = "rktlet-";
 /// Bound of one method call to the pod's systemd.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bound of a start job (Type=exec: until the app's execve).
@@ -123,8 +125,24 @@ impl PodBus {
     /// Connects to the systemd whose host pid is `pod_pid1` and starts the
     /// pod's bus thread.
     pub fn connect(pod_pid1: i32) -> Result<PodBus, BusError> {
+        let fd = connect::connect_private(pod_pid1).map_err(|source| BusError::Connect { pid1: pod_pid1, source })?;
+        Self::start(fd, pod_pid1, "")
+    }
+
+    /// Connects to the node's own systemd (the daemon's PID 1), whose
+    /// private socket it reaches directly: the sandbox units of a systemd
+    /// node are started and forgotten there without exec'ing `systemd-run`
+    /// or `systemctl` (each a process start and a bus handshake per call).
+    pub fn connect_node() -> Result<PodBus, BusError> {
+        let err = |source| BusError::Connect { pid1: 1, source };
+        let stream = std::os::unix::net::UnixStream::connect(format!("/{}", connect::PRIVATE_SOCKET)).map_err(err)?;
+        Self::start(OwnedFd::from(stream), 1, NODE_UNIT_PREFIX)
+    }
+
+    /// Starts the bus thread on a connected socket to the systemd `pid1`,
+    /// keeping the state of the units named `tracked...` from its signals.
+    fn start(fd: OwnedFd, pod_pid1: i32, tracked: &'static str) -> Result<PodBus, BusError> {
         let err = |source| BusError::Connect { pid1: pod_pid1, source };
-        let fd = connect::connect_private(pod_pid1).map_err(err)?;
         let bus = Bus::start_on_fd(fd).map_err(|e| err(io::Error::other(e)))?;
         // signals reach direct connections anyway; Subscribe makes it explicit
         let subscribe =
@@ -135,7 +153,7 @@ impl PodBus {
         let wake = Arc::new(eventfd().map_err(err)?);
         let (tx, rx) = mpsc::channel();
         let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let w = Worker::new(bus, pod_pid1, Arc::clone(&closing));
+        let w = Worker::new(bus, pod_pid1, Arc::clone(&closing), tracked);
         let wake2 = Arc::clone(&wake);
         let thread = std::thread::Builder::new()
             .name(format!("podbus-{pod_pid1}"))
@@ -242,6 +260,20 @@ impl PodBus {
             };
             // signals of the stop arrive before the reply: read them, then forget
             w.pump();
+            w.forget(&unit);
+            send(reply, r)
+        })
+    }
+
+    /// `ResetFailedUnit(name)`: a failed unit is unloaded (one that is not
+    /// loaded is already reset).
+    pub fn reset_failed(&self, name: &str) -> Result<(), BusError> {
+        let unit = name.to_string();
+        self.request(move |w, reply| {
+            let r = match manager_call(w, "ResetFailedUnit", &unit, &[Basic::Str(&unit)]) {
+                Err(e) if !e.is_not_found() => Err(e),
+                _ => Ok(()),
+            };
             w.forget(&unit);
             send(reply, r)
         })

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 /// Facts about the host read once at start-up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Host {
-    /// The host's PID 1 is systemd (so `systemd-run` can supervise sandboxes).
+    /// The host's PID 1 is systemd (so its units can supervise sandboxes).
     pub pid1_is_systemd: bool,
     /// Path of `systemd-nspawn`, if installed.
     pub nspawn: Option<PathBuf>,

@@ -1,10 +1,12 @@
 //! Daemon side of a pod start: run `<rkt> app sandbox` (the one exec), either
-//! under `systemd-run` (host PID 1 is systemd: init supervises the pod) or
+//! in a transient unit of the node's systemd (host PID 1 is systemd: init
+//! supervises the pod; started over its bus, `stage1::node_bus`) or
 //! detached in its own session (elsewhere: containers, CI), then wait for the
 //! pod to be ready without polling in fixed steps.
 //!
 //! Runs in: the daemon (async), plus one blocking thread per wait.
 
+use super::bus::{ExecCommand, Property, Value};
 use super::sandbox::SandboxArgs;
 use crate::base::sys::pidfd_open;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -34,8 +36,9 @@ pub enum LaunchError {
 /// Who supervises the sandbox process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Supervisor {
-    /// `systemd-run --unit=rktlet-<uuid> --service-type=notify`.
-    SystemdRun,
+    /// The node's systemd: a transient service `rktlet-<uuid>.service`
+    /// ([`sandbox_unit_properties`]), started over its bus.
+    NodeSystemd,
     /// A child of the daemon in its own session; reaped by the daemon while
     /// it lives, by init afterwards.
     Detached,
@@ -125,27 +128,31 @@ pub fn sandbox_argv(data_dir: &Path, args: &SandboxArgs) -> Vec<OsString> {
     argv
 }
 
-/// `systemd-run` prefix for the systemd supervisor. No `--collect`: a unit
-/// that ends cleanly is unloaded anyway, and a failed one stays loaded so its
-/// result and exit status can be read (`unit_failure`) until the pod is
-/// removed (`forget_unit`).
-pub fn systemd_run_argv(uuid: &str, slice: Option<&str>) -> Vec<OsString> {
-    let mut a: Vec<OsString> = vec![
-        format!("--unit=rktlet-{uuid}").into(),
-        format!("--description=rktlet pod {uuid}").into(),
-        "--service-type=notify".into(),
-        "--quiet".into(),
-        "--property=KillMode=mixed".into(),
+/// The sandbox's transient service on the node's systemd, as `systemd-run
+/// --unit=rktlet-<uuid> --service-type=notify --slice=... -p Delegate=yes`
+/// would make it. Not collected: a unit that ends cleanly is unloaded
+/// anyway, and a failed one stays loaded so its result and exit status can
+/// be read (`unit_failure`) until the pod is removed (`forget_unit`).
+pub fn sandbox_unit_properties(uuid: &str, slice: Option<&str>, program: &Path, argv: &[OsString]) -> Vec<Property> {
+    let program = program.to_string_lossy().into_owned();
+    let args = argv.iter().map(|a| a.to_string_lossy().into_owned());
+    let mut p = vec![
+        Property::str("Description", format!("rktlet pod {uuid}")),
+        // ready when the sandbox says so (READY=1 from nspawn, the pod's systemd's)
+        Property::str("Type", "notify"),
+        Property::str("NotifyAccess", "main"),
+        Property::str("KillMode", "mixed"),
+        // the unit's subtree is the pod's (nspawn splits it into payload/ and
+        // supervisor/, the pod's systemd manages payload/): on cgroup v2 systemd
+        // enables the controllers down to it, on v1 it gives the unit its own
+        // cgroup in every controller it manages (else cpu stays at the slice)
+        Property::bool("Delegate", true),
+        Property::new("ExecStart", Value::Exec(vec![ExecCommand::new(program, args)])),
     ];
     if let Some(s) = slice.map(crate::cgroup::pod::slice_name).filter(|s| !s.is_empty()) {
-        a.push(format!("--slice={s}").into());
+        p.push(Property::str("Slice", s));
     }
-    // the unit's subtree is the pod's (nspawn splits it into payload/ and
-    // supervisor/, the pod's systemd manages payload/): on cgroup v2 systemd
-    // enables the controllers down to it, on v1 it gives the unit its own
-    // cgroup in every controller it manages (else cpu stays at the slice)
-    a.push("--property=Delegate=yes".into());
-    a
+    p
 }
 
 /// Starts the sandbox process (or gives `standby` its arguments) and
@@ -166,7 +173,7 @@ pub async fn start(
     }
     match supervisor {
         Supervisor::Detached => start_detached(program, data_dir, args, standby).await,
-        Supervisor::SystemdRun => start_systemd_run(program, data_dir, args, slice).await,
+        Supervisor::NodeSystemd => start_node_unit(program, data_dir, args, slice).await,
     }
 }
 
@@ -351,7 +358,7 @@ fn place_in_cgroup(
     }))
 }
 
-async fn start_systemd_run(
+async fn start_node_unit(
     program: &Path,
     data_dir: &Path,
     args: &SandboxArgs,
@@ -360,18 +367,22 @@ async fn start_systemd_run(
     let uuid = args.uuid.map(|u| u.to_string()).ok_or_else(|| LaunchError::Failed("no pod uuid".into()))?;
     let mut args = args.clone();
     args.in_systemd_unit = true;
-    let out = tokio::process::Command::new("systemd-run")
-        .args(systemd_run_argv(&uuid, slice))
-        .arg(program)
-        .args(sandbox_argv(data_dir, &args))
-        .stdin(Stdio::null())
-        .output()
+    let unit = crate::cgroup::pod::unit_name(&uuid);
+    let argv = sandbox_argv(data_dir, &args);
+    let (program, slice) = (program.to_path_buf(), slice.map(str::to_string));
+    // until the sandbox is ready (or failed): the start job of a notify unit
+    let started = {
+        let (name, uuid) = (unit.clone(), uuid.clone());
+        tokio::task::spawn_blocking(move || {
+            super::node_bus::call(|bus| {
+                bus.start_transient_unit(&name, sandbox_unit_properties(&uuid, slice.as_deref(), &program, &argv))
+            })
+        })
         .await
-        .map_err(|source| LaunchError::Spawn { program: "systemd-run".into(), source })?;
-    if !out.status.success() {
-        let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        let said = if said.is_empty() { String::new() } else { format!(" ({})", bounded(&said, 300)) };
-        return Err(LaunchError::Failed(format!("systemd-run{said}: {}", unit_failure(&uuid).await)));
+        .map_err(|e| LaunchError::Failed(format!("starting unit {unit}: {e}")))?
+    };
+    if let Err(e) = started {
+        return Err(LaunchError::Failed(format!("{e}: {}", unit_failure(&uuid).await)));
     }
     let ppid = rkt::pod::DataDir::new(data_dir).pod_parent(rkt::pod::PodDir::Run).join(&uuid).join(rkt::pod::PPID_FILE);
     let pid: i32 = std::fs::read_to_string(&ppid)
@@ -443,15 +454,14 @@ fn journal_lines<'a>(text: &'a str, unit: &str) -> Vec<&'a str> {
 /// that is not loaded is no error: nothing is left to clear.
 pub async fn forget_unit(uuid: &str) {
     let unit = crate::cgroup::pod::unit_name(uuid);
-    match tokio::process::Command::new("systemctl")
-        .args(["reset-failed", &unit])
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .await
-    {
-        Ok(_) => {}
-        Err(e) => tracing::debug!(unit, error = %e, "systemctl reset-failed"),
+    let reset = {
+        let unit = unit.clone();
+        tokio::task::spawn_blocking(move || super::node_bus::call(|bus| bus.reset_failed(&unit))).await
+    };
+    match reset {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(unit, error = %e, "ResetFailedUnit"),
+        Err(e) => tracing::debug!(unit, error = %e, "ResetFailedUnit"),
     }
 }
 
@@ -622,19 +632,22 @@ mod tests {
             sandbox_argv(Path::new("/d"), &args).iter().map(|a| a.to_string_lossy().into_owned()).collect();
         assert_eq!(&argv[..4], ["--dir", "/d", "app", "sandbox"]);
         assert!(argv.contains(&"--net=host".to_string()));
-        let sr: Vec<String> = systemd_run_argv("u1", Some("kubepods-pod1.slice"))
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        assert!(sr.contains(&"--unit=rktlet-u1".to_string()));
-        assert!(sr.contains(&"--service-type=notify".to_string()));
-        assert!(sr.contains(&"--slice=kubepods-pod1.slice".to_string()));
-        let path: Vec<String> =
-            systemd_run_argv("u1", Some("/test.slice")).iter().map(|a| a.to_string_lossy().into_owned()).collect();
-        assert!(path.contains(&"--slice=test.slice".to_string()), "{path:?}");
-        assert!(!systemd_run_argv("u1", None).iter().any(|a| a.to_string_lossy().starts_with("--slice")));
+        let props = |slice| {
+            sandbox_unit_properties("u1", slice, Path::new("/bin/rktlet"), &sandbox_argv(Path::new("/d"), &args))
+        };
+        let find =
+            |props: &[Property], name: &str| props.iter().find(|p| p.name == name).map(|p| format!("{:?}", p.value));
+        let unit = props(Some("kubepods-pod1.slice"));
+        assert_eq!(find(&unit, "Type").as_deref(), Some(r#"Str("notify")"#));
+        assert_eq!(find(&unit, "Delegate").as_deref(), Some("Bool(true)"));
+        assert_eq!(find(&unit, "KillMode").as_deref(), Some(r#"Str("mixed")"#));
+        assert_eq!(find(&unit, "Slice").as_deref(), Some(r#"Str("kubepods-pod1.slice")"#));
+        let exec = find(&unit, "ExecStart").expect("ExecStart");
+        assert!(exec.contains(r#"path: "/bin/rktlet""#) && exec.contains(r#""sandbox""#), "{exec}");
+        assert_eq!(find(&props(Some("/test.slice")), "Slice").as_deref(), Some(r#"Str("test.slice")"#));
+        assert_eq!(find(&props(None), "Slice"), None);
         // a failed unit must stay loaded for its result to be read
-        assert!(!sr.contains(&"--collect".to_string()));
+        assert_eq!(find(&unit, "CollectMode"), None);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! with systemd as the pod's PID 1) and talking to the pod's systemd.
 //!
 //! What the host offers decides how the sandbox is supervised: under
-//! `systemd-run` when the host's PID 1 is systemd, detached by the daemon
+//! a unit of the node's systemd when the host's PID 1 is systemd, detached by the daemon
 //! otherwise (containers, CI).
 
 pub mod api_vfs;
@@ -23,6 +23,7 @@ pub mod inject;
 pub mod launch;
 pub mod logwriter;
 pub mod lsm;
+pub mod node_bus;
 pub mod nspawn;
 pub mod pty;
 pub mod rootfs;

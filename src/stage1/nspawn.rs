@@ -55,7 +55,7 @@ pub struct NspawnSpec {
     /// A user namespace of its own: nspawn's `--private-users`, with the
     /// stage1 root id-mapped (`--private-users-ownership=map`).
     pub userns: Option<super::userns::IdMap>,
-    /// Forward the pod systemd's READY=1 (for `systemd-run --service-type=notify`).
+    /// Forward the pod systemd's READY=1 (for its `Type=notify` unit on a systemd node).
     pub notify_ready: bool,
 }
 

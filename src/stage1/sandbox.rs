@@ -55,7 +55,7 @@ pub struct SandboxOptions {
     /// The pod's user namespace (recorded in its manifest); none: the node's.
     pub userns: Option<super::userns::IdMap>,
     pub cgroup_parent: String,
-    /// The pod was placed in its cgroup by `systemd-run`; do not move it.
+    /// The pod was placed in its cgroup by its systemd unit; do not move it.
     pub systemd_unit: bool,
     /// Join only the unified and name=systemd hierarchies; the caller moves
     /// the pod into the v1 controllers while it boots.
@@ -483,7 +483,7 @@ pub struct SandboxArgs {
     /// cgroup parent (cgroupfs path, or a slice name under systemd).
     #[arg(long)]
     pub cgroup_parent: Option<String>,
-    /// Set when started by `systemd-run`: the unit already placed the pod's cgroup.
+    /// Set when started in a unit of the node's systemd: the unit already placed the pod's cgroup.
     #[arg(long)]
     pub in_systemd_unit: bool,
     /// Join only the unified and name=systemd cgroups; the caller (the daemon)

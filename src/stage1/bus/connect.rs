@@ -17,7 +17,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// Path of systemd's private socket, relative to a process root.
-const PRIVATE_SOCKET: &str = "run/systemd/private";
+pub(super) const PRIVATE_SOCKET: &str = "run/systemd/private";
 
 /// Exit code of a child meaning "failed without an errno" (never a valid errno).
 const EXIT_ODD: i32 = 255;

@@ -62,10 +62,14 @@ pub(super) struct Worker {
     subscribers: Vec<Sender<BusEvent>>,
     /// See `PodBus::expect_close`.
     closing: Arc<AtomicBool>,
+    /// Units whose state is kept from signals: those named with this
+    /// prefix (all in a pod; the node's systemd signals every unit of the
+    /// node, of which the daemon's are `rktlet-`).
+    tracked: &'static str,
 }
 
 impl Worker {
-    pub(super) fn new(bus: Bus, pid1: i32, closing: Arc<AtomicBool>) -> Self {
+    pub(super) fn new(bus: Bus, pid1: i32, closing: Arc<AtomicBool>, tracked: &'static str) -> Self {
         Worker {
             bus,
             pid1,
@@ -74,6 +78,7 @@ impl Worker {
             last_seen: HashMap::new(),
             subscribers: Vec::new(),
             closing,
+            tracked,
         }
     }
 
@@ -173,6 +178,9 @@ impl Worker {
 
     fn on_properties_changed(&mut self, m: &mut Message) -> Result<(), SdError> {
         let Some(unit) = m.path().as_deref().and_then(unit_name_from_path) else { return Ok(()) };
+        if !unit.starts_with(self.tracked) {
+            return Ok(());
+        }
         let iface = m.read_str(b's')?;
         if iface != UNIT_IFACE && iface != SERVICE_IFACE {
             return Ok(());
