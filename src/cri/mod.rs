@@ -22,7 +22,6 @@ pub(crate) mod pod_meta;
 mod pod_metrics;
 mod runtime_info;
 mod sandbox_remove;
-mod sandbox_resources;
 pub(crate) mod sandbox_run;
 pub(crate) mod sandbox_status;
 mod sandbox_stop;
@@ -176,7 +175,7 @@ fn pod_status(e: rkt::pod::PodError) -> Status {
     }
 }
 
-pub(crate) use crate::container::from_cri::{apparmor_asked, apparmor_profile, check_lsm, check_metadata_size};
+pub(crate) use crate::container::from_cri::{apparmor_asked, apparmor_profile, check_lsm};
 
 /// The answer of an RPC rktlet does not implement yet (every RPC of the
 /// CRI is built at the moment: kept for the next the CRI adds).

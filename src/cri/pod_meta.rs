@@ -1,57 +1,14 @@
-//! CRI pod sandbox metadata <-> rkt pod manifest. The manifest is the only
-//! record of a pod's CRI identity: metadata in reserved user annotations (as
-//! rktlet did), labels as user labels, the options rktlet must remember as
-//! pod annotations.
+//! A pod's CRI identity read back from its rkt manifest, which
+//! `sandbox::from_cri` wrote (metadata in reserved user annotations, labels
+//! as user labels, the options rktlet must remember as pod annotations).
 
 use crate::proto::v1 as cri;
 use rkt::schema::PodManifest;
 use std::collections::HashMap;
 
-pub const POD_UID: &str = rkt::schema::USER_ANNOTATION_POD_UID;
-pub const POD_NAME: &str = rkt::schema::USER_ANNOTATION_POD_NAME;
-pub const POD_NAMESPACE: &str = rkt::schema::USER_ANNOTATION_POD_NAMESPACE;
-pub const POD_ATTEMPT: &str = "k8s.io/reserved/pod-attempt";
-const RESERVED_PREFIX: &str = "k8s.io/reserved/";
-
-/// Pod annotation: `node` when the pod uses the node's network namespace.
-pub const NETWORK_MODE: &str = rkt::schema::ANNOTATION_NETWORK_MODE;
-/// Pod annotation: `node` when the pod shares the node's IPC namespace.
-pub const IPC_MODE: &str = "rktlet.io/ipc-mode";
-/// `node` for a host-PID pod (its apps in the node's PID namespace); absent otherwise.
-pub const PID_MODE: &str = rkt::schema::ANNOTATION_PID_MODE;
-/// Pod annotation: the pod's hostname.
-pub const HOSTNAME: &str = rkt::schema::ANNOTATION_HOSTNAME;
-/// Pod annotation rkt uses for kubelet's pod log directory.
-pub const LOG_DIR: &str = rkt::schema::ANNOTATION_LOG_DIR;
-
-/// The manifest of a new sandbox for `config`.
-pub fn manifest_from_config(
-    config: &cri::PodSandboxConfig,
-    host_network: bool,
-    host_ipc: bool,
-    hostname: &str,
-) -> PodManifest {
-    let mut m = PodManifest::mutable();
-    if let Some(meta) = &config.metadata {
-        m.user_annotations.insert(POD_UID.into(), meta.uid.clone());
-        m.user_annotations.insert(POD_NAME.into(), meta.name.clone());
-        m.user_annotations.insert(POD_NAMESPACE.into(), meta.namespace.clone());
-        m.user_annotations.insert(POD_ATTEMPT.into(), meta.attempt.to_string());
-    }
-    for (k, v) in &config.annotations {
-        if !k.starts_with(RESERVED_PREFIX) {
-            m.user_annotations.insert(k.clone(), v.clone());
-        }
-    }
-    m.user_labels.extend(config.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-    m.set_annotation(NETWORK_MODE, if host_network { "node" } else { "pod" });
-    m.set_annotation(IPC_MODE, if host_ipc { "node" } else { "pod" });
-    m.set_annotation(HOSTNAME, hostname);
-    if !config.log_directory.is_empty() {
-        m.set_annotation(LOG_DIR, config.log_directory.clone());
-    }
-    m
-}
+pub use crate::sandbox::from_cri::{
+    IPC_MODE, NETWORK_MODE, PID_MODE, POD_ATTEMPT, POD_NAME, POD_NAMESPACE, POD_UID, RESERVED_PREFIX,
+};
 
 pub fn metadata(m: &PodManifest) -> cri::PodSandboxMetadata {
     let get = |k: &str| m.user_annotations.get(k).cloned().unwrap_or_default();
@@ -105,6 +62,7 @@ fn userns_options(m: &PodManifest) -> cri::UserNamespace {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::from_cri::{LOG_DIR, manifest_from_config};
 
     #[test]
     fn metadata_round_trips_through_the_manifest() {

@@ -1,5 +1,5 @@
 //! UpdatePodSandboxResources: CRI's pod-level resources checked and
-//! translated (`sandbox_resources::from_cri`), then `sandbox::resources::update`.
+//! checked (`sandbox::from_cri::pod_resources`), then `sandbox::resources::update`.
 
 use super::{container_meta as meta, sandbox_error};
 use crate::proto::v1 as cri;
@@ -13,7 +13,8 @@ pub async fn update_pod_sandbox_resources(
     if req.pod_sandbox_id.is_empty() {
         return Err(Status::invalid_argument("pod_sandbox_id is required"));
     }
-    super::sandbox_resources::from_cri(req.resources.as_ref(), req.overhead.as_ref(), "")?;
+    crate::sandbox::from_cri::pod_resources(req.resources.as_ref(), req.overhead.as_ref(), "")
+        .map_err(sandbox_error)?;
     let resources = req.resources.as_ref().map(meta::limits_from_cri);
     let overhead = req.overhead.as_ref().map(meta::limits_from_cri);
     tokio::task::block_in_place(|| crate::sandbox::resources::update(rt, &req.pod_sandbox_id, resources, overhead))

@@ -13,6 +13,7 @@
 //! - `status`: what PodSandboxStatus (verbose) and PortForward read
 //! - `resources`: the pod's own limits, recorded and written (UpdatePodSandboxResources)
 
+pub mod from_cri;
 pub mod pool;
 pub mod resources;
 pub mod run;
