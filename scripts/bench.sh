@@ -16,15 +16,55 @@
 # whole, except for the critest --benchmark section of
 # scripts/critest-bench.sh (the lines from `<!-- critest-benchmark:begin -->`
 # to `<!-- critest-benchmark:end -->`), which is kept at its end.
+#
+# NODE=container: the same run on a node whose PID 1 is systemd (the node
+# container of ../shared/tools/node-container, booted as scripts/node-lane.sh
+# boots it): rktlet under the systemd cgroup driver (its pods in systemd-run
+# units; no pod pool there) and containerd + runc with `SystemdCgroup = true`
+# (pods in slices), both in the node, on a tmpfs of the node's (its root is an
+# overlay, which no overlay's upper dir may be on). Endpoints: in-process and
+# containerd (MODES=... changes rktlet's). Writes docs/bench-node.{md,json,svg}
+# and README.md's systemd-node section (`<!-- bench-node:begin -->`).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+
+if [ "${NODE:-}" = container ]; then
+  node_sh=${NODE_CONTAINER_TOOLS:-$root/../shared/tools/node-container}/node.sh
+  [ -f "$node_sh" ] || { echo "node-container tools not found at $node_sh (set NODE_CONTAINER_TOOLS)" >&2; exit 1; }
+  ./scripts/install-deps.sh
+  # built before the node boots: the node sees the host's root as it was then
+  [ -n "${RKTLET:-}" ] || cargo build --release --locked
+  node_bin=${RKTLET:-$root/target/release/rktlet}
+  name=node-bench-$$
+  node_out=$(mktemp -d)
+  trap "bash '$node_sh' stop '$name' >/dev/null 2>&1 || true; rm -rf '$node_out'" EXIT
+  SYSTEMD_NSPAWN_API_VFS_WRITABLE=1 SYSTEMD_SECCOMP=0 NET=host EXTRA_NSPAWN_ARGS=--capability=all \
+    bash "$node_sh" start "$name"
+  node_tmp=/var/tmp/node-bench
+  bash "$node_sh" exec "$name" sh -c "mkdir -p $node_tmp && mount -t tmpfs -o size=8g,mode=0755 node-bench $node_tmp"
+  bash "$node_sh" exec "$name" env -C "$root" NODE= BENCH_IN_NODE=1 RKTLET="$node_bin" \
+    BENCH_WORK=$node_tmp/work BENCH_OUT=$node_tmp/out BENCH_REGISTRY_PORT="${NODE_REGISTRY_PORT:-5081}" \
+    MODES="${MODES:-in-process}" BRIDGE=ctrdnode0 SUBNET=10.89.0.0/16 ROUNDS="${ROUNDS:-200}" \
+    IMAGE_ROUNDS="${IMAGE_ROUNDS:-20}" DENSITY="${DENSITY:-20,110}" CONCURRENCY="${CONCURRENCY:-4}" \
+    CONTAINERD="${CONTAINERD:-1}" ./scripts/bench.sh --context "node=systemd as PID 1 (node container), systemd cgroup driver; data dirs on tmpfs" "$@"
+  bash "$node_sh" exec "$name" tar -C "$node_tmp/out" -c . | tar -x -C "$node_out"
+  out=${BENCH_OUT:-$root/docs}
+  for f in md json svg; do cp "$node_out/bench.$f" "$out/bench-node.$f"; done
+  echo "wrote $out/bench-node.md, $out/bench-node.json, $out/bench-node.svg"
+  if [ "$out" = "$root/docs" ]; then
+    "$node_bin" bench --render-only "$out/bench-node.json" --readme "$root/README.md"
+    echo "rendered README.md's systemd-node section from $out/bench-node.json"
+  fi
+  exit 0
+fi
 work=${BENCH_WORK:-/var/tmp/rktlet-bench}
 port=${BENCH_REGISTRY_PORT:-5000}
 out=${BENCH_OUT:-$root/docs}
 containerd=${CONTAINERD:-1}
 
-./scripts/install-deps.sh
+# in the node (NODE=container) the host installed them; the node's root is the host's
+[ -n "${BENCH_IN_NODE:-}" ] || ./scripts/install-deps.sh
 # RKTLET=path measures that binary instead of building one (a release build
 # takes about 7 minutes on 2 cores)
 if [ -n "${RKTLET:-}" ]; then
@@ -36,7 +76,8 @@ fi
 # PROFILE_B=NAME (a cargo profile of Cargo.toml, e.g. release-lto) measures
 # rktlet built with that profile too, as one more in-process endpoint named
 # after it: two build profiles side by side in one run
-modes=(in-process pool exec-mode)
+# MODES: rktlet's endpoints (in-process, pool, exec-mode)
+read -r -a modes <<<"${MODES:-in-process pool exec-mode}"
 if [ -n "${PROFILE_B:-}" ]; then
   cargo build --profile "$PROFILE_B" --locked
   modes+=("$PROFILE_B")
@@ -120,7 +161,7 @@ if [ -n "$critest_section" ] && ! grep -qxF "$crit_begin" "$out/bench.md"; then
 fi
 echo "wrote $out/bench.md, $out/bench.json, $out/bench.svg"
 # the README's figures come from docs/bench.json only (its test compares them)
-if [ "$out" = "$root/docs" ]; then
+if [ "$out" = "$root/docs" ] && [ -z "${BENCH_IN_NODE:-}" ]; then
   "$bin" bench --render-only "$out/bench.json" --readme "$root/README.md"
   echo "rendered README.md's performance section from $out/bench.json"
 fi

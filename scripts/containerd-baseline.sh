@@ -20,8 +20,11 @@
 #       PREPULL_PAUSE=1                    pull the pause image at start, so the first
 #                                          RunPodSandbox does not pay for that pull
 #       START_TIMEOUT=30                   seconds to wait for the socket to answer
+#       SYSTEMD_CGROUP=auto                runc's systemd cgroup driver (pods in slices, as
+#                                          kubelet's systemd driver asks) where PID 1 is
+#                                          systemd, else cgroupfs; 1 or 0 forces one
 # Idempotent: `start` on a running instance only prints the socket; `stop` on a stopped one
-# still sweeps leftovers. Needs root. Works without systemd as PID 1 (cgroupfs driver).
+# still sweeps leftovers. Needs root. Works without systemd as PID 1 (cgroupfs driver) and with it (systemd driver).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -31,6 +34,11 @@ SUBNET=${SUBNET:-10.88.0.0/16}
 LOG_LEVEL=${LOG_LEVEL:-info}
 PREPULL_PAUSE=${PREPULL_PAUSE:-1}
 START_TIMEOUT=${START_TIMEOUT:-30}
+SYSTEMD_CGROUP=${SYSTEMD_CGROUP:-auto}
+if [ "$SYSTEMD_CGROUP" = auto ]; then
+  if [ -d /run/systemd/system ]; then SYSTEMD_CGROUP=1; else SYSTEMD_CGROUP=0; fi
+fi
+if [ "$SYSTEMD_CGROUP" = 1 ]; then systemd_cgroup=true; else systemd_cgroup=false; fi
 PAUSE_TAG=pause:3.9
 
 log() { echo "[containerd-baseline] $*" >&2; }
@@ -257,8 +265,8 @@ disabled_plugins = [
 
         [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
           BinaryName = "$(command -v runc || echo /usr/sbin/runc)"
-          # cgroupfs driver (PID 1 is not systemd, so no systemd cgroup driver / systemd-run)
-          SystemdCgroup = false
+          # cgroupfs where PID 1 is not systemd; the systemd driver on a systemd node (SYSTEMD_CGROUP)
+          SystemdCgroup = $systemd_cgroup
 
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "/usr/lib/cni"

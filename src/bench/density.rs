@@ -135,6 +135,7 @@ impl Session<'_> {
             .0;
         self.pods.push(id);
         self.remove_all(1).await?;
+        super::remove_cgroup_parents();
         tokio::time::sleep(super::memory::SETTLE).await;
         let before = tokio::task::spawn_blocking(Node::read)
             .await

@@ -8,9 +8,40 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The lines around the README's generated performance section.
-pub const README_BEGIN: &str = "<!-- bench:begin -->";
-pub const README_END: &str = "<!-- bench:end -->";
+/// A generated section of the README: the lines `<!-- STEM:begin -->` and
+/// `<!-- STEM:end -->` around what `docs/STEM.json` renders to. `bench`
+/// is the cgroupfs host's run, `bench-node` the systemd node's
+/// (`NODE=container ./scripts/bench.sh`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Section {
+    stem: String,
+}
+
+impl Section {
+    /// The section of a bench json, by its file stem (`bench` for none).
+    pub fn of(bench_json: &Path) -> Section {
+        let stem = bench_json.file_stem().and_then(|s| s.to_str()).unwrap_or("bench");
+        Section { stem: stem.to_string() }
+    }
+
+    /// The host run's section (`docs/bench.json`).
+    pub fn host() -> Section {
+        Section { stem: "bench".into() }
+    }
+
+    pub fn begin(&self) -> String {
+        format!("<!-- {}:begin -->", self.stem)
+    }
+
+    pub fn end(&self) -> String {
+        format!("<!-- {}:end -->", self.stem)
+    }
+
+    /// The command that measures this section's figures.
+    fn command(&self) -> &'static str {
+        if self.stem == "bench-node" { "NODE=container ./scripts/bench.sh" } else { "./scripts/bench.sh" }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
@@ -18,8 +49,8 @@ pub enum RenderError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("{path} is not a bench report: {source}")]
     Parse { path: PathBuf, source: serde_json::Error },
-    #[error("{path} has no section between a line `{README_BEGIN}` and a later line `{README_END}`")]
-    Markers { path: PathBuf },
+    #[error("{path} has no section between a line `{begin}` and a later line `{end}`")]
+    Markers { path: PathBuf, begin: String, end: String },
     #[error("cannot write {path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
 }
@@ -140,19 +171,17 @@ impl Report {
     /// the first endpoint, the sample counts, the memory at the smallest and
     /// largest pod count, and the run's facts. Every figure comes from the
     /// report; the full table is `to_markdown`'s (docs/bench.md).
-    pub fn to_readme_section(&self) -> String {
+    pub fn to_readme_section(&self, section: &Section) -> String {
         let mut out = String::new();
         let base = self.endpoints.first().cloned().unwrap_or_default();
-        out.push_str(
-            "Generated from [docs/bench.json](docs/bench.json) by `./scripts/bench.sh` \
-             (`rktlet bench --render-only docs/bench.json --readme README.md` renders it again \
-             without measuring); a hand edit fails the tests. p50 per CRI call in ms; ratios are \
-             p50 over ",
-        );
+        let (stem, command) = (&section.stem, section.command());
         let _ = writeln!(
             out,
-            "{base}'s; n is the samples per endpoint. p90, p99 and every pod count: \
-             [docs/bench.md](docs/bench.md).\n"
+            "Generated from [docs/{stem}.json](docs/{stem}.json) by `{command}` \
+             (`rktlet bench --render-only docs/{stem}.json --readme README.md` renders it again \
+             without measuring); a hand edit fails the tests. p50 per CRI call in ms; ratios are \
+             p50 over {base}'s; n is the samples per endpoint. p90, p99 and every pod count: \
+             [docs/{stem}.md](docs/{stem}.md).\n"
         );
         let _ = write!(out, "| operation |");
         for e in &self.endpoints {
@@ -462,21 +491,22 @@ fn list_size(op: &str) -> Option<usize> {
     inner.split_once(' ')?.0.parse().ok()
 }
 
-/// The text between the line `README_BEGIN` and the line `README_END`.
-pub fn readme_section(doc: &str) -> Option<&str> {
-    let (start, end) = section_bounds(doc)?;
+/// The text between `section`'s begin and end lines.
+pub fn readme_section<'a>(doc: &'a str, section: &Section) -> Option<&'a str> {
+    let (start, end) = section_bounds(doc, section)?;
     Some(&doc[start..end])
 }
 
 /// Byte range of the section's body: after the begin line, up to the end line.
-fn section_bounds(doc: &str) -> Option<(usize, usize)> {
+fn section_bounds(doc: &str, section: &Section) -> Option<(usize, usize)> {
+    let (begin, end) = (section.begin(), section.end());
     let mut offset = 0;
     let mut start = None;
     for line in doc.split_inclusive('\n') {
         let text = line.trim_end_matches('\n');
         match start {
-            None if text == README_BEGIN => start = Some(offset + line.len()),
-            Some(s) if text == README_END => return Some((s, offset)),
+            None if text == begin => start = Some(offset + line.len()),
+            Some(s) if text == end => return Some((s, offset)),
             _ => {}
         }
         offset += line.len();
@@ -484,14 +514,19 @@ fn section_bounds(doc: &str) -> Option<(usize, usize)> {
     None
 }
 
-/// Renders the README section from `bench_json`; with `readme`, replaces
-/// the section in that file (nothing is written when its markers are
-/// missing) and returns `None`, else returns the section.
+/// Renders the README section of `bench_json` ([`Section::of`]); with
+/// `readme`, replaces that section in the file (nothing is written when its
+/// markers are missing) and returns `None`, else returns the section.
 pub fn render_readme(bench_json: &Path, readme: Option<&Path>) -> Result<Option<String>, RenderError> {
-    let section = Report::read(bench_json)?.to_readme_section();
+    let which = Section::of(bench_json);
+    let section = Report::read(bench_json)?.to_readme_section(&which);
     let Some(path) = readme else { return Ok(Some(section)) };
     let doc = std::fs::read_to_string(path).map_err(|source| RenderError::Read { path: path.into(), source })?;
-    let (start, end) = section_bounds(&doc).ok_or_else(|| RenderError::Markers { path: path.into() })?;
+    let (start, end) = section_bounds(&doc, &which).ok_or_else(|| RenderError::Markers {
+        path: path.into(),
+        begin: which.begin(),
+        end: which.end(),
+    })?;
     let new = format!("{}{section}{}", &doc[..start], &doc[end..]);
     if new != doc {
         std::fs::write(path, new).map_err(|source| RenderError::Write { path: path.into(), source })?;
@@ -584,7 +619,7 @@ mod tests {
         // breakdowns: largest first, what is below the floor (or negative) left out
         assert!(md.contains("| PSS per pod by process (MiB) | systemd 2.0 |"), "{md}");
         assert!(md.contains("| kernel memory per pod (KiB) | page tables 120.0 |"), "{md}");
-        let readme = r.to_readme_section();
+        let readme = r.to_readme_section(&Section::host());
         assert!(readme.contains("| left behind | nothing | 1 mounts |") && !readme.contains("by process"), "{readme}");
         let back: Report = serde_json::from_str(&r.to_json()).expect("json");
         assert_eq!(back.density, r.density);
@@ -603,7 +638,7 @@ mod tests {
         r.add("a", "ListPodSandbox (10 pods)", &ms(&[3]));
         r.add("a", "ListPodSandbox (100 pods)", &ms(&[4, 4]));
         r.add("b", "ListPodSandbox (100 pods)", &ms(&[8]));
-        let md = r.to_readme_section();
+        let md = r.to_readme_section(&Section::host());
         assert!(md.contains("| Version | 1.00 | 2.00 | 2.0x | 10 |"), "{md}");
         assert!(md.contains("| ListPodSandbox (100 pods) | 4.00 | 8.00 | 2.0x | 2 / 1 |"), "{md}");
         assert!(!md.contains("(10 pods)"), "{md}");
@@ -611,10 +646,12 @@ mod tests {
 
     #[test]
     fn readme_section_is_replaced_between_its_markers_only() {
-        let doc = format!("intro\n{README_BEGIN}\nold\n{README_END}\nrest\n");
-        assert_eq!(readme_section(&doc), Some("old\n"));
-        assert_eq!(readme_section("no markers\n"), None);
-        assert_eq!(readme_section(&format!("{README_END}\n{README_BEGIN}\n")), None);
+        let host = Section::host();
+        let (begin, end) = (host.begin(), host.end());
+        let doc = format!("intro\n{begin}\nold\n{end}\nrest\n");
+        assert_eq!(readme_section(&doc, &host), Some("old\n"));
+        assert_eq!(readme_section("no markers\n", &host), None);
+        assert_eq!(readme_section(&format!("{end}\n{begin}\n"), &host), None);
         let dir = tempfile::tempdir().expect("tempdir");
         let json = dir.path().join("bench.json");
         let mut r = Report { endpoints: vec!["a".into()], ..Default::default() };
@@ -624,27 +661,33 @@ mod tests {
         std::fs::write(&readme, &doc).expect("write readme");
         assert_eq!(render_readme(&json, Some(&readme)).expect("render"), None);
         let new = std::fs::read_to_string(&readme).expect("read readme");
-        assert!(new.starts_with(&format!("intro\n{README_BEGIN}\nGenerated from ")), "{new}");
-        assert!(new.ends_with(&format!("\n{README_END}\nrest\n")), "{new}");
-        assert_eq!(readme_section(&new), Some(r.to_readme_section().as_str()));
+        assert!(new.starts_with(&format!("intro\n{begin}\nGenerated from ")), "{new}");
+        assert!(new.ends_with(&format!("\n{end}\nrest\n")), "{new}");
+        assert_eq!(readme_section(&new, &host), Some(r.to_readme_section(&host).as_str()));
         std::fs::write(&readme, "no markers\n").expect("write readme");
         assert!(matches!(render_readme(&json, Some(&readme)), Err(RenderError::Markers { .. })));
         assert_eq!(std::fs::read_to_string(&readme).expect("read readme"), "no markers\n");
     }
 
-    /// README.md's performance section is exactly what `docs/bench.json`
-    /// renders to: a figure edited by hand there fails here.
+    /// README.md's performance sections are exactly what `docs/bench.json`
+    /// (the cgroupfs host) and `docs/bench-node.json` (the systemd node)
+    /// render to: a figure edited by hand there fails here.
     #[test]
-    fn readme_performance_section_is_generated_from_docs_bench_json() {
+    fn readme_performance_sections_are_generated_from_docs_bench_json() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let report = Report::read(&root.join("docs/bench.json")).expect("docs/bench.json");
         let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-        let section = readme_section(&readme).expect("README.md has the bench markers");
-        assert_eq!(
-            section,
-            report.to_readme_section(),
-            "README.md's performance section differs from docs/bench.json's rendering: \
-             run `rktlet bench --render-only docs/bench.json --readme README.md`"
-        );
+        for stem in ["bench", "bench-node"] {
+            let json = root.join(format!("docs/{stem}.json"));
+            let which = Section::of(&json);
+            let report = Report::read(&json).unwrap_or_else(|e| panic!("{e}"));
+            let section = readme_section(&readme, &which)
+                .unwrap_or_else(|| panic!("README.md has no {} ... {} lines", which.begin(), which.end()));
+            assert_eq!(
+                section,
+                report.to_readme_section(&which),
+                "README.md's {stem} section differs from docs/{stem}.json's rendering: \
+                 run `rktlet bench --render-only docs/{stem}.json --readme README.md`"
+            );
+        }
     }
 }

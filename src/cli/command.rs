@@ -412,14 +412,27 @@ struct BenchArgs {
     /// Only the density runs: no lifecycles, no list calls.
     #[arg(long, requires = "density")]
     density_only: bool,
+    /// A fact about the run for the report's context, KEY=VALUE (repeatable;
+    /// e.g. the node it ran on).
+    #[arg(long = "context", value_parser = parse_context)]
+    context: Vec<(String, String)>,
     /// Measure nothing: render the README's performance section from this
     /// bench.json (printed, or written into --readme).
     #[arg(long, value_name = "BENCH_JSON", conflicts_with = "endpoints")]
     render_only: Option<PathBuf>,
     /// With --render-only: replace the section between the lines
-    /// `<!-- bench:begin -->` and `<!-- bench:end -->` of this file.
+    /// `<!-- STEM:begin -->` and `<!-- STEM:end -->` of this file, STEM
+    /// being the bench json's file stem (`bench`, `bench-node`).
     #[arg(long, requires = "render_only")]
     readme: Option<PathBuf>,
+}
+
+/// `KEY=VALUE` of `--context`.
+fn parse_context(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
 }
 
 fn bench(args: BenchArgs) -> Result<(), String> {
@@ -444,6 +457,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         density: args.density,
         concurrency: args.concurrency,
         density_only: args.density_only,
+        context: args.context,
     };
     let report = runtime()?.block_on(crate::bench::run(&opts)).map_err(|e| e.to_string())?;
     let markdown = report.to_markdown();
