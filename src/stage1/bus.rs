@@ -191,6 +191,13 @@ impl PodBus {
         self.start_unit_as(name, props, "start")
     }
 
+    /// `StartTransientUnit` of a `Type=notify` unit, then waits until it is
+    /// ready: a main process that ends first failed to start, whatever its
+    /// exit (unlike an app's, whose quick exit is its own business).
+    pub fn start_notify_unit(&self, name: &str, props: Vec<Property>) -> Result<(), BusError> {
+        self.start_unit_as(name, props, "start (until ready)")
+    }
+
     fn start_unit_as(&self, name: &str, props: Vec<Property>, op: &'static str) -> Result<(), BusError> {
         let unit = name.to_string();
         self.request(move |w, reply| {

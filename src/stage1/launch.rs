@@ -375,7 +375,7 @@ async fn start_node_unit(
         let (name, uuid) = (unit.clone(), uuid.clone());
         tokio::task::spawn_blocking(move || {
             super::node_bus::call(|bus| {
-                bus.start_transient_unit(&name, sandbox_unit_properties(&uuid, slice.as_deref(), &program, &argv))
+                bus.start_notify_unit(&name, sandbox_unit_properties(&uuid, slice.as_deref(), &program, &argv))
             })
         })
         .await
