@@ -259,17 +259,7 @@ impl PodBus {
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e),
         }
-        let unit = name.to_string();
-        self.request(move |w, reply| {
-            let r = match manager_call(w, "ResetFailedUnit", &unit, &[Basic::Str(&unit)]) {
-                Err(e) if !e.is_not_found() => Err(e),
-                _ => Ok(()),
-            };
-            // signals of the stop arrive before the reply: read them, then forget
-            w.pump();
-            w.forget(&unit);
-            send(reply, r)
-        })
+        self.reset_failed(name)
     }
 
     /// `ResetFailedUnit(name)`: a failed unit is unloaded (one that is not
@@ -281,6 +271,8 @@ impl PodBus {
                 Err(e) if !e.is_not_found() => Err(e),
                 _ => Ok(()),
             };
+            // signals of a stop arrive before the reply: read them, then forget
+            w.pump();
             w.forget(&unit);
             send(reply, r)
         })
