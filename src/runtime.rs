@@ -347,46 +347,65 @@ impl Runtime {
 
 /// Writes each app's exit code to its status file as soon as the pod's
 /// systemd reports the exit, so list and status stay file reads and the
-/// code outlives the unit, the daemon and the pod.
+/// code outlives the unit, the daemon and the pod. Runs on the pod's bus
+/// thread (a few file operations per exit; no thread of its own per pod).
 fn record_exits(bus: &PodBus, pod: &rkt::pod::Pod, out: tokio::sync::broadcast::Sender<ContainerEvent>) {
-    let Ok(events) = bus.subscribe() else { return };
     let (data, uuid) = (pod.data_dir().clone(), pod.uuid());
-    let spawned = std::thread::Builder::new().name(format!("exits-{uuid}")).spawn(move || {
-        // host-PID apps whose Stopped event was sent
-        let mut host_stopped = std::collections::HashSet::new();
-        for event in events {
-            let BusEvent::UnitChanged { unit, status } = event else { continue };
-            let (Some(app), Some(exit)) = (unit.strip_suffix(".service"), status.main_exit()) else { continue };
-            // with RemainAfterExit an exited app stays "active (exited)": the exit code is what counts
-            let Ok(pod) = rkt::pod::Pod::open(&data, &uuid.to_string()) else { return };
-            let paths = crate::stage1::app::AppPaths::new(&pod, app);
-            if !paths.status_file("-started").exists() {
-                continue;
-            }
-            if status.result == "oom-kill" {
-                let _ = crate::stage1::app::record_oom_kill(&paths);
-            }
-            // a host-PID app's unit ends with its template: the app's own exit
-            // is the writer's to record (first, or a moment after the
-            // template's end); the event is sent from here, once
-            if crate::stage1::app::exit_recorded_by_writer(&paths) {
-                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-                while !paths.status_file("").exists() && std::time::Instant::now() < deadline {
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
-                // (a failed start sent its own)
-                let failed_start = paths.status_file(crate::stage1::app::START_ERROR).exists();
-                if paths.status_file("").exists() && !failed_start && host_stopped.insert(app.to_string()) {
-                    let _ = out.send(ContainerEvent::now(uuid, app, EventKind::Stopped));
-                }
-                continue;
-            }
-            if crate::stage1::app::record_exit(&paths, crate::stage1::bus::exit_code(&exit)).unwrap_or(false) {
-                let _ = out.send(ContainerEvent::now(uuid, app, EventKind::Stopped));
-            }
+    // host-PID apps whose Stopped event was sent (or is being waited for)
+    let host_stopped = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    let recorder = move |event: &BusEvent| {
+        let BusEvent::UnitChanged { unit, status } = event else { return true };
+        let (Some(app), Some(exit)) = (unit.strip_suffix(".service"), status.main_exit()) else { return true };
+        // with RemainAfterExit an exited app stays "active (exited)": the exit code is what counts
+        let Ok(pod) = rkt::pod::Pod::open(&data, &uuid.to_string()) else { return false };
+        let paths = crate::stage1::app::AppPaths::new(&pod, app);
+        if !paths.status_file("-started").exists() {
+            return true;
         }
-    });
-    if let Err(e) = spawned {
+        if status.result == "oom-kill" {
+            let _ = crate::stage1::app::record_oom_kill(&paths);
+        }
+        // a host-PID app's unit ends with its template: the app's own exit
+        // is the writer's to record (first, or a moment after the
+        // template's end); the event is sent once it is, from a thread of
+        // its own (this one serves the pod's bus)
+        if crate::stage1::app::exit_recorded_by_writer(&paths) {
+            if host_stopped.lock().is_ok_and(|mut s| s.insert(app.to_string())) {
+                let (out, app) = (out.clone(), app.to_string());
+                let waiter = std::thread::Builder::new()
+                    .name(format!("exit-{app}"))
+                    .spawn(move || host_app_stopped(&paths, uuid, &app, &out));
+                if let Err(e) = waiter {
+                    tracing::warn!(pod = %uuid, error = %e, "cannot wait for a host-PID app's exit");
+                }
+            }
+            return true;
+        }
+        if crate::stage1::app::record_exit(&paths, crate::stage1::bus::exit_code(&exit)).unwrap_or(false) {
+            let _ = out.send(ContainerEvent::now(uuid, app, EventKind::Stopped));
+        }
+        true
+    };
+    if let Err(e) = bus.on_event(recorder) {
         tracing::warn!(pod = %uuid, error = %e, "cannot start the exit recorder");
+    }
+}
+
+/// Sends a host-PID app's Stopped event once the log writer has recorded
+/// its exit (up to 2 s after its unit ended); none after a failed start,
+/// which sent its own.
+fn host_app_stopped(
+    paths: &crate::stage1::app::AppPaths,
+    uuid: Uuid,
+    app: &str,
+    out: &tokio::sync::broadcast::Sender<ContainerEvent>,
+) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while !paths.status_file("").exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let failed_start = paths.status_file(crate::stage1::app::START_ERROR).exists();
+    if paths.status_file("").exists() && !failed_start {
+        let _ = out.send(ContainerEvent::now(uuid, app, EventKind::Stopped));
     }
 }

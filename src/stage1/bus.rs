@@ -286,6 +286,19 @@ impl PodBus {
         self.request(move |w, reply| send(reply, read_status(w, &unit)))
     }
 
+    /// Runs `f` on the pod's bus thread for each JobRemoved, unit
+    /// PropertiesChanged and UnitRemoved signal from now on, until it
+    /// returns false: a subscriber with no thread of its own. `f` must be
+    /// quick and must not call this `PodBus` (the thread it would wait for
+    /// is the one running it).
+    pub fn on_event(&self, f: impl FnMut(&BusEvent) -> bool + Send + 'static) -> Result<(), BusError> {
+        let handler: worker::Handler = Box::new(f);
+        self.request(move |w, reply| {
+            w.add_handler(handler);
+            send(reply, Ok(()))
+        })
+    }
+
     /// A stream of the pod's JobRemoved, unit PropertiesChanged and
     /// UnitRemoved signals from now on; dropping the receiver unsubscribes.
     pub fn subscribe(&self) -> Result<mpsc::Receiver<BusEvent>, BusError> {

@@ -25,6 +25,10 @@ pub(super) type Request = Box<dyn FnOnce(&mut Worker) + Send>;
 /// What to do when a job ends: its result string (`done`, `failed`, ...) or why the wait ended.
 pub(super) type JobDone = Box<dyn FnOnce(&mut Worker, Result<String, BusError>) + Send>;
 
+/// What runs on the bus thread for each event it reads (see
+/// `PodBus::on_event`); false unsubscribes it.
+pub(super) type Handler = Box<dyn FnMut(&BusEvent) -> bool + Send>;
+
 /// A signal from the pod's systemd, for subscribers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BusEvent {
@@ -60,6 +64,7 @@ pub(super) struct Worker {
     /// Last state seen in signals, by unit name: systemd unloads inactive units.
     last_seen: HashMap<String, UnitStatus>,
     subscribers: Vec<Sender<BusEvent>>,
+    handlers: Vec<Handler>,
     /// See `PodBus::expect_close`.
     closing: Arc<AtomicBool>,
     /// Units whose state is kept from signals: those named with this
@@ -77,6 +82,7 @@ impl Worker {
             pending: HashMap::new(),
             last_seen: HashMap::new(),
             subscribers: Vec::new(),
+            handlers: Vec::new(),
             closing,
             tracked,
         }
@@ -97,6 +103,10 @@ impl Worker {
 
     pub(super) fn subscribe(&mut self, tx: Sender<BusEvent>) {
         self.subscribers.push(tx);
+    }
+
+    pub(super) fn add_handler(&mut self, h: Handler) {
+        self.handlers.push(h);
     }
 
     pub(super) fn last_seen(&self, unit: &str) -> Option<UnitStatus> {
@@ -200,6 +210,7 @@ impl Worker {
     }
 
     fn emit(&mut self, ev: BusEvent) {
+        self.handlers.retain_mut(|h| h(&ev));
         if !self.subscribers.is_empty() {
             self.subscribers.retain(|s| s.send(ev.clone()).is_ok());
         }
