@@ -66,6 +66,9 @@ pub async fn pod_sandbox_status(
 
 /// PortForward: checks the pod, then hands out a URL of the streaming server.
 pub async fn port_forward(rt: &Runtime, req: cri::PortForwardRequest) -> Result<cri::PortForwardResponse, Status> {
+    if req.pod_sandbox_id.is_empty() {
+        return Err(Status::invalid_argument("pod_sandbox_id is required"));
+    }
     let mut ports = Vec::new();
     for p in &req.port {
         let port = u16::try_from(*p).ok().filter(|p| *p != 0);
