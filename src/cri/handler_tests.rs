@@ -4,8 +4,10 @@
 //! no pool. Nothing here needs root or changes the machine: what a request
 //! that fails its checks, or names nothing, gets back, and that it leaves
 //! the data dir as it was (handlers block in place: a multi-thread runtime,
-//! as the daemon's). Requests that boot pods run in `tests/` (real
-//! systemd-nspawn, real processes).
+//! as the daemon's). Where a request needs something to name, a pod is
+//! written to the data dir as one whose sandbox has ended (`exited_pod`).
+//! Requests that boot pods run in `tests/` (real systemd-nspawn, real
+//! processes).
 
 use super::CriService;
 use crate::cgroup::Driver;
@@ -15,8 +17,11 @@ use crate::proto::v1::image_service_server::ImageService;
 use crate::proto::v1::runtime_service_server::RuntimeService;
 use crate::runtime::{NodeFacts, Runtime};
 use crate::stage1::host::Host;
+use futures::FutureExt;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Code, Request};
 
 /// A runtime over a temporary node: the service and where its data dir is.
@@ -77,6 +82,15 @@ fn code<T>(r: Result<tonic::Response<T>, tonic::Status>) -> Code {
     r.err().map_or(Code::Ok, |s| s.code())
 }
 
+/// How long a stream may take to answer before the test calls it a hang.
+const WAIT: Duration = Duration::from_secs(5);
+
+/// A server stream read to its end: its messages, or the first error.
+async fn drain<T>(stream: impl Stream<Item = Result<T, tonic::Status>>) -> Result<Vec<T>, tonic::Status> {
+    let all: Vec<_> = tokio::time::timeout(WAIT, stream.collect()).await.expect("the stream ends");
+    all.into_iter().collect()
+}
+
 fn pod_config(name: &str) -> cri::PodSandboxConfig {
     cri::PodSandboxConfig {
         metadata: Some(cri::PodSandboxMetadata {
@@ -87,6 +101,32 @@ fn pod_config(name: &str) -> cri::PodSandboxConfig {
         }),
         ..Default::default()
     }
+}
+
+/// A pod on disk as RunPodSandbox and CreateContainer leave one (its
+/// manifest from the CRI config, one app named `app`) whose sandbox has
+/// since ended: in `run`, its lock free. CRI lists it as NOTREADY; nothing
+/// runs, so nothing needs root. Its id.
+fn exited_pod(n: &Node, name: &str) -> String {
+    let mut manifest = crate::sandbox::from_cri::manifest_from_config(&pod_config(name), false, false, name);
+    manifest.apps.push(rkt::schema::RuntimeApp {
+        name: "app".into(),
+        image: rkt::schema::RuntimeImage {
+            name: Some("docker.io/library/busybox:1.36".into()),
+            id: format!("sha512-{}", "ab".repeat(64)),
+            labels: vec![],
+        },
+        app: None,
+        read_only_root_fs: false,
+        mounts: vec![],
+        annotations: vec![],
+    });
+    let mut pod = rkt::pod::Pod::create(&n.rt.data).expect("create");
+    pod.to_preparing().expect("prepare");
+    pod.write_initial(&manifest).expect("manifest");
+    pod.to_run().expect("run");
+    // dropped: the lock goes with it, as it goes with the sandbox process
+    pod.uuid().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -395,4 +435,245 @@ async fn a_call_past_the_clients_deadline_is_deadline_exceeded() {
     let status = never.await.expect_err("the deadline ends it");
     assert_eq!(status.code(), Code::DeadlineExceeded);
     assert!(status.message().contains("deadline"), "{}", status.message());
+}
+
+/// The next event of a GetContainerEvents stream (a hang is a failure).
+async fn next_event(
+    events: &mut (impl Stream<Item = Result<cri::ContainerEventResponse, tonic::Status>> + Unpin),
+) -> cri::ContainerEventResponse {
+    let next = tokio::time::timeout(WAIT, events.next()).await.expect("an event within 5 s");
+    next.expect("the stream stays open").expect("an event, not an error")
+}
+
+async fn subscribe(n: &Node) -> <CriService as RuntimeService>::GetContainerEventsStream {
+    let r = n.svc.get_container_events(Request::new(cri::GetEventsRequest {})).await;
+    r.expect("GetContainerEvents").into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn container_events_carry_what_kubelets_evented_pleg_reads() {
+    use crate::runtime::EventKind;
+    use cri::ContainerEventType as T;
+    let n = Node::new();
+    let pod = exited_pod(&n, "web");
+    let uuid: uuid::Uuid = pod.parse().expect("a uuid");
+    let mut events = subscribe(&n).await;
+    assert!(events.next().now_or_never().is_none(), "open, and nothing sent before anything happened");
+    let before = crate::base::time::now_nanos();
+    n.rt.emit(uuid, "app", EventKind::Started);
+    let after = crate::base::time::now_nanos();
+    let e = next_event(&mut events).await;
+    assert_eq!(e.container_id, format!("{pod}:app"));
+    assert_eq!(e.container_event_type(), T::ContainerStartedEvent);
+    assert!((before..=after).contains(&e.created_at), "{} is when it was sent, in ns", e.created_at);
+    // kubelet skips an event without the pod's status and metadata, and files it under the uid
+    let status = e.pod_sandbox_status.expect("the pod's status");
+    assert_eq!(status.id, pod);
+    let meta = status.metadata.as_ref().expect("the pod's metadata");
+    assert_eq!((meta.name.as_str(), meta.uid.as_str(), meta.namespace.as_str()), ("web", "web-uid", "default"));
+    assert_eq!(status.state(), cri::PodSandboxState::SandboxNotready, "its sandbox has ended");
+    let ids: Vec<&str> = e.containers_statuses.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, [format!("{pod}:app")], "the pod's containers' statuses");
+    // every kind, in the order sent, as its CRI type
+    let kinds = [
+        (EventKind::Created, T::ContainerCreatedEvent),
+        (EventKind::Stopped, T::ContainerStoppedEvent),
+        (EventKind::Deleted, T::ContainerDeletedEvent),
+    ];
+    for (kind, _) in kinds {
+        n.rt.emit(uuid, "app", kind);
+    }
+    for (kind, want) in kinds {
+        let e = next_event(&mut events).await;
+        assert_eq!(e.container_event_type(), want, "{kind:?}");
+        assert_eq!(e.container_id, format!("{pod}:app"));
+    }
+    assert!(events.next().now_or_never().is_none(), "nothing more, and still open");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscriber_that_goes_away_leaves_the_others_served() {
+    use crate::runtime::EventKind;
+    let n = Node::new();
+    let pod: uuid::Uuid = NO_POD.parse().expect("a uuid");
+    let gone = subscribe(&n).await;
+    let mut stays = subscribe(&n).await;
+    n.rt.emit(pod, "one", EventKind::Created);
+    drop(gone); // with an event it never read
+    n.rt.emit(pod, "two", EventKind::Started);
+    assert_eq!(n.rt.events.receiver_count(), 1, "the dropped stream no longer subscribes");
+    for app in ["one", "two"] {
+        let e = next_event(&mut stays).await;
+        assert_eq!(e.container_id, format!("{NO_POD}:{app}"));
+        // the pod is not on disk (removed since): no status, which kubelet skips
+        assert!(e.pod_sandbox_status.is_none() && e.containers_statuses.is_empty());
+    }
+    drop(stays);
+    // none listening is fine, and the next subscriber gets what comes after it
+    n.rt.emit(pod, "unheard", EventKind::Stopped);
+    let mut next = subscribe(&n).await;
+    n.rt.emit(pod, "three", EventKind::Deleted);
+    let e = next_event(&mut next).await;
+    assert_eq!(e.container_id, format!("{NO_POD}:three"), "only what was sent after it subscribed");
+    assert_eq!(e.container_event_type(), cri::ContainerEventType::ContainerDeletedEvent);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn list_streams_of_an_empty_node_send_one_empty_chunk() {
+    // as the List verbs' empty answers: one message with no items, then the end
+    let n = Node::new();
+    let s = &n.svc;
+    let pods = s.stream_pod_sandboxes(Request::new(Default::default())).await.expect("StreamPodSandboxes");
+    assert_eq!(drain(pods.into_inner()).await.expect("chunks"), [cri::StreamPodSandboxesResponse::default()]);
+    let ctrs = s.stream_containers(Request::new(Default::default())).await.expect("StreamContainers");
+    assert_eq!(drain(ctrs.into_inner()).await.expect("chunks"), [cri::StreamContainersResponse::default()]);
+    let stats = s.stream_container_stats(Request::new(Default::default())).await.expect("StreamContainerStats");
+    assert_eq!(drain(stats.into_inner()).await.expect("chunks"), [cri::StreamContainerStatsResponse::default()]);
+    let stats = s.stream_pod_sandbox_stats(Request::new(Default::default())).await.expect("StreamPodSandboxStats");
+    assert_eq!(drain(stats.into_inner()).await.expect("chunks"), [cri::StreamPodSandboxStatsResponse::default()]);
+    let metrics =
+        s.stream_pod_sandbox_metrics(Request::new(Default::default())).await.expect("StreamPodSandboxMetrics");
+    assert_eq!(drain(metrics.into_inner()).await.expect("chunks"), [cri::StreamPodSandboxMetricsResponse::default()]);
+    let images = s.stream_images(Request::new(Default::default())).await.expect("StreamImages");
+    assert_eq!(drain(images.into_inner()).await.expect("chunks"), [cri::StreamImagesResponse::default()]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn list_streams_filtered_by_an_unknown_id_send_nothing() {
+    let n = Node::new();
+    let s = &n.svc;
+    let pod = exited_pod(&n, "web");
+    let ctr = format!("{pod}:app");
+    // unfiltered, the pod and its container are there
+    let all = s.stream_pod_sandboxes(Request::new(Default::default())).await.expect("StreamPodSandboxes");
+    let chunks = drain(all.into_inner()).await.expect("chunks");
+    let ids: Vec<String> = chunks.into_iter().flat_map(|c| c.pod_sandboxes).map(|p| p.id).collect();
+    assert_eq!(ids, [pod.as_str()]);
+    let all = s.stream_containers(Request::new(Default::default())).await.expect("StreamContainers");
+    let chunks = drain(all.into_inner()).await.expect("chunks");
+    let ids: Vec<String> = chunks.into_iter().flat_map(|c| c.containers).map(|c| c.id).collect();
+    assert_eq!(ids, [ctr.as_str()]);
+
+    let pod_filter = |id: &str| Some(cri::PodSandboxFilter { id: id.into(), ..Default::default() });
+    let r = s.stream_pod_sandboxes(Request::new(cri::StreamPodSandboxesRequest { filter: pod_filter(NO_POD) })).await;
+    let chunks = drain(r.expect("StreamPodSandboxes").into_inner()).await.expect("no error");
+    assert!(chunks.iter().all(|c| c.pod_sandboxes.is_empty()), "{chunks:?}");
+
+    let by_id = cri::ContainerFilter { id: NO_CONTAINER.into(), ..Default::default() };
+    let by_pod = cri::ContainerFilter { pod_sandbox_id: NO_POD.into(), ..Default::default() };
+    for filter in [by_id, by_pod] {
+        let req = cri::StreamContainersRequest { filter: Some(filter.clone()) };
+        let chunks = drain(s.stream_containers(Request::new(req)).await.expect("StreamContainers").into_inner()).await;
+        let chunks = chunks.expect("no error");
+        assert!(chunks.iter().all(|c| c.containers.is_empty()), "{filter:?}: {chunks:?}");
+    }
+
+    let by_id = cri::ContainerStatsFilter { id: NO_CONTAINER.into(), ..Default::default() };
+    let by_pod = cri::ContainerStatsFilter { pod_sandbox_id: NO_POD.into(), ..Default::default() };
+    for filter in [by_id, by_pod] {
+        let req = cri::StreamContainerStatsRequest { filter: Some(filter.clone()) };
+        let r = s.stream_container_stats(Request::new(req)).await.expect("StreamContainerStats");
+        let chunks = drain(r.into_inner()).await.expect("no error");
+        assert!(chunks.iter().all(|c| c.container_stats.is_empty()), "{filter:?}: {chunks:?}");
+    }
+
+    let filter = Some(cri::PodSandboxStatsFilter { id: NO_POD.into(), ..Default::default() });
+    let r = s.stream_pod_sandbox_stats(Request::new(cri::StreamPodSandboxStatsRequest { filter })).await;
+    let chunks = drain(r.expect("StreamPodSandboxStats").into_inner()).await.expect("no error");
+    assert!(chunks.iter().all(|c| c.pod_sandbox_stats.is_empty()), "{chunks:?}");
+
+    let image = Some(cri::ImageSpec { image: "busybox:1.36".into(), ..Default::default() });
+    let filter = Some(cri::ImageFilter { image });
+    let r = s.stream_images(Request::new(cri::StreamImagesRequest { filter })).await;
+    let chunks = drain(r.expect("StreamImages").into_inner()).await.expect("no error");
+    assert!(chunks.iter().all(|c| c.images.is_empty()), "{chunks:?}");
+}
+
+/// The gRPC codes of ExecSync, Exec, Attach (of `ctr`) and PortForward (of `pod`).
+async fn stream_verb_codes(s: &CriService, ctr: &str, pod: &str) -> [(&'static str, Code); 4] {
+    let exec_sync = cri::ExecSyncRequest { container_id: ctr.into(), cmd: vec!["true".into()], timeout: 1 };
+    let exec =
+        cri::ExecRequest { container_id: ctr.into(), cmd: vec!["sh".into()], stdout: true, ..Default::default() };
+    let attach = cri::AttachRequest { container_id: ctr.into(), stdout: true, ..Default::default() };
+    let forward = cri::PortForwardRequest { pod_sandbox_id: pod.into(), port: vec![80] };
+    [
+        ("ExecSync", code(s.exec_sync(Request::new(exec_sync)).await)),
+        ("Exec", code(s.exec(Request::new(exec)).await)),
+        ("Attach", code(s.attach(Request::new(attach)).await)),
+        ("PortForward", code(s.port_forward(Request::new(forward)).await)),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_attach_and_port_forward_of_what_is_not_there_or_not_running() {
+    let n = Node::new();
+    let pod = exited_pod(&n, "web");
+    let before = n.data_files();
+    let prefix = &NO_POD[..8];
+    let absent = [
+        ("an unknown pod", NO_CONTAINER.to_string(), NO_POD.to_string()),
+        ("an id prefix of no pod", format!("{prefix}:app"), prefix.to_string()),
+        ("not a pod id", "not-a-uuid:app".to_string(), "not-a-uuid".to_string()),
+        ("an unknown app of a pod", format!("{pod}:nope"), NO_POD.to_string()),
+    ];
+    for (what, ctr, pod) in absent {
+        for (verb, c) in stream_verb_codes(&n.svc, &ctr, &pod).await {
+            assert_eq!(c, Code::NotFound, "{verb} of {what} ({ctr}, {pod})");
+        }
+    }
+    // there, but its sandbox has ended: nothing to run in, read from or forward to
+    for (verb, c) in stream_verb_codes(&n.svc, &format!("{pod}:app"), &pod).await {
+        assert_eq!(c, Code::FailedPrecondition, "{verb} of a container whose pod has exited");
+    }
+    assert_eq!(n.data_files(), before, "refused requests leave the data dir as it was");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_attach_and_port_forward_missing_what_they_need_are_invalid() {
+    // of a pod and container that exist, so that a lookup cannot be what refuses them
+    let n = Node::new();
+    let pod = exited_pod(&n, "web");
+    let ctr = format!("{pod}:app");
+    let before = n.data_files();
+    let s = &n.svc;
+    let exec = |f: fn(&mut cri::ExecRequest)| {
+        let mut r =
+            cri::ExecRequest { container_id: ctr.clone(), cmd: vec!["sh".into()], stdout: true, ..Default::default() };
+        f(&mut r);
+        r
+    };
+    let attach = |f: fn(&mut cri::AttachRequest)| {
+        let mut r = cri::AttachRequest { container_id: ctr.clone(), stdout: true, ..Default::default() };
+        f(&mut r);
+        r
+    };
+    let exec_sync = |f: fn(&mut cri::ExecSyncRequest)| {
+        let mut r = cri::ExecSyncRequest { container_id: ctr.clone(), cmd: vec!["true".into()], timeout: 1 };
+        f(&mut r);
+        r
+    };
+    let forward = |id: &str, port: i32| cri::PortForwardRequest { pod_sandbox_id: id.into(), port: vec![port] };
+    let cases = [
+        ("Exec of no command", code(s.exec(Request::new(exec(|r| r.cmd.clear()))).await)),
+        ("Exec with no stream", code(s.exec(Request::new(exec(|r| r.stdout = false))).await)),
+        ("Exec with a tty and stderr", code(s.exec(Request::new(exec(|r| (r.tty, r.stderr) = (true, true)))).await)),
+        ("Exec of no container", code(s.exec(Request::new(exec(|r| r.container_id.clear()))).await)),
+        ("Attach with no stream", code(s.attach(Request::new(attach(|r| r.stdout = false))).await)),
+        (
+            "Attach with a tty and stderr",
+            code(s.attach(Request::new(attach(|r| (r.tty, r.stderr) = (true, true)))).await),
+        ),
+        ("Attach of no container", code(s.attach(Request::new(attach(|r| r.container_id.clear()))).await)),
+        ("ExecSync of no command", code(s.exec_sync(Request::new(exec_sync(|r| r.cmd.clear()))).await)),
+        ("ExecSync with a negative timeout", code(s.exec_sync(Request::new(exec_sync(|r| r.timeout = -1))).await)),
+        ("ExecSync of no container", code(s.exec_sync(Request::new(exec_sync(|r| r.container_id.clear()))).await)),
+        ("PortForward of no pod", code(s.port_forward(Request::new(forward("", 80))).await)),
+        ("PortForward of port 0", code(s.port_forward(Request::new(forward(&pod, 0))).await)),
+        ("PortForward of port 65536", code(s.port_forward(Request::new(forward(&pod, 65536))).await)),
+        ("PortForward of port -1", code(s.port_forward(Request::new(forward(&pod, -1))).await)),
+    ];
+    let wrong: Vec<String> =
+        cases.iter().filter(|(_, c)| *c != Code::InvalidArgument).map(|(what, c)| format!("{what}: {c:?}")).collect();
+    assert!(wrong.is_empty(), "must be InvalidArgument: {wrong:?}");
+    assert_eq!(n.data_files(), before, "refused requests leave the data dir as it was");
 }
