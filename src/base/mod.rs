@@ -13,5 +13,6 @@ pub mod fsutil;
 pub mod heap;
 pub mod http_head;
 pub mod program_pages;
+pub mod steps;
 pub mod sys;
 pub mod time;

@@ -294,11 +294,11 @@ fn pid_namespace(asked: &PidAsked, pod_id: &str, pod: &schema::PodManifest) -> R
 /// Creates the container: its app added to running pod `req.pod_id`. Its container id.
 pub async fn create(rt: &Runtime, req: Request) -> Result<String, ContainerError> {
     let image_ref = req.image.clone();
-    let t0 = std::time::Instant::now();
+    let mut steps = crate::base::steps::Steps::new();
     let (mut pod, pod_manifest) = open_running(rt, &req.pod_id)?;
-    let t_open = t0.elapsed();
+    steps.mark("pod");
     let tree = image_tree(rt, &image_ref)?;
-    let t_tree = t0.elapsed();
+    steps.mark("image");
     let image = tree.manifest.clone();
     let image_app = image.app.clone().unwrap_or_default();
     let rootfs = tree.rootfs();
@@ -363,25 +363,16 @@ pub async fn create(rt: &Runtime, req: Request) -> Result<String, ContainerError
         annotations: Vec::new(),
     };
     let stage1 = pod.stage1_rootfs();
-    let t_prep = t0.elapsed();
+    steps.mark("config");
     // the primary gid first: it names the user's group
     let ids = ids_for_systemd
         .then(|| (uid, std::iter::once(gid).chain(groups.into_iter().filter(|g| *g != gid)).collect::<Vec<u32>>()));
     add_app(rt, &mut pod, &spec, &name, &stage1, ids)?;
-    let t_add = t0.elapsed();
+    steps.mark("add");
     rt.emit(pod.uuid(), &name, crate::runtime::EventKind::Created);
     rt.pods.warm(&rt.manifests, &pod.uuid().to_string());
-    let micros = |d: std::time::Duration| d.as_micros() as u64;
-    tracing::debug!(
-        pod = %pod.uuid(),
-        app = %name,
-        pod_micros = micros(t_open),
-        image_micros = micros(t_tree - t_open),
-        config_micros = micros(t_prep - t_tree),
-        add_micros = micros(t_add - t_prep),
-        events_micros = micros(t0.elapsed() - t_add),
-        "container created"
-    );
+    steps.mark("events");
+    tracing::debug!(pod = %pod.uuid(), app = %name, steps = %steps.line(), "container created");
     Ok(meta::container_id(&pod.uuid().to_string(), &name))
 }
 

@@ -53,23 +53,28 @@ struct Isolators {
 /// Starts created container `id`: its unit described and started in the
 /// pod's systemd; returns once the app runs (or failed to, recorded as its exit).
 pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
-    let called = std::time::Instant::now();
+    let mut steps = crate::base::steps::Steps::new();
     // placing the unit's process and then its controllers wait for no RCU grace period each
     crate::cgroup::warm::hold(crate::cgroup::warm::CONTAINER_START);
     let (t, paths) = open_created(rt, id)?;
+    steps.mark("open");
     // the pod's systemd, as its bus connection knows it (masks, OOM score and terminal need it)
     let pid1 = rt.pod_bus(&t.pod).map_err(ContainerError::Unavailable)?.pid1();
+    steps.mark("bus");
     if let Some(images) = meta::restore_images(&t.app) {
         return start_restored(rt, &t, &paths, pid1, id, &images);
     }
     let section = t.app.app.clone().unwrap_or_default();
     let mut spec = base_spec(&t, &paths, id, &section)?;
     let isolators = isolators(&t, &section, &mut spec)?;
-    let (pid_mode, limits, placed) = plan_namespaces_and_cgroups(rt, &t, &paths, pid1, id, &mut spec, isolators)?;
+    steps.mark("spec");
+    let (pid_mode, limits, placed) =
+        plan_namespaces_and_cgroups(rt, &t, &paths, pid1, id, &mut spec, isolators, &mut steps)?;
     unit_properties(&t, pid1, &limits, &mut spec);
     let tty_slave = stdio(&t, pid1, id, &section, &mut spec)?;
+    steps.mark("stdio");
     mark_before_start(&paths, &pid_mode)?;
-    let began = std::time::Instant::now();
+    steps.mark("mark");
     if let Some(e) = start_unit(rt, &t, &paths, id, &spec, &placed) {
         if let Some(pty) = tty_slave {
             release_terminal(&t, pid1, pty);
@@ -78,19 +83,14 @@ pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
     }
     crate::base::fault::point("start-after-unit");
     rt.emit(t.pod.uuid(), &t.app.name, EventKind::Started);
-    let unit_started = began.elapsed();
+    steps.mark("unit");
     let limits_result = place_in_cgroups(&t, &placed, &limits);
     // a host-PID app joins its template's cgroups: not before they hold it
     if pid_mode == PidMode::Host && (limits_result.is_ok() || !devices_held(&t)) {
         start_host_app(rt, &t, &paths, pid1, id)?;
     }
-    tracing::debug!(
-        container = id,
-        prepare_micros = (began - called).as_micros() as u64,
-        unit_micros = unit_started.as_micros() as u64,
-        cgroups_micros = (began.elapsed() - unit_started).as_micros() as u64,
-        "started"
-    );
+    steps.mark("cgroups");
+    tracing::debug!(container = id, steps = %steps.line(), "started");
     settle_limits(rt, &t, id, &limits, limits_result)?;
     rt.pods.warm(&rt.manifests, &t.pod.uuid().to_string());
     Ok(())
@@ -329,9 +329,11 @@ fn plan_namespaces_and_cgroups(
     id: &str,
     spec: &mut ServiceSpec,
     isolators: Isolators,
+    steps: &mut crate::base::steps::Steps,
 ) -> Result<(PidMode, crate::cgroup::app::Limits, Placed), ContainerError> {
     let Isolators { masked, readonly, filter } = isolators;
     let pid_mode = tokio::task::block_in_place(|| pid_mode(rt, t, pid1))?;
+    steps.mark("pid-mode");
     // an app with a PID namespace of its own gets its masks from appexec;
     // so does one with a volume whose mounts propagate both ways: systemd
     // makes every mount of a unit's namespace a slave, for good
@@ -342,6 +344,7 @@ fn plan_namespaces_and_cgroups(
     // the pod's own limits with this app counted (they only grow: the pod's
     // cgroup goes before the app's)
     tokio::task::block_in_place(|| super::pod_resources::refresh_for_app(rt, &t.pod))?;
+    steps.mark("pod-resources");
     // on cgroup v1 the daemon places the app in its cgroups, limits or not:
     // appexec waits for that before anything of the app runs, so what it
     // charges from its first instruction is in its own stats and limits (a
@@ -349,6 +352,7 @@ fn plan_namespaces_and_cgroups(
     // (a host-PID app's template too: the app's own cgroups it shows at
     // /sys/fs/cgroup are those it is in when it makes the app's mounts)
     let placed = place_before_start(t, &limits, id)?;
+    steps.mark("place");
     // so does one whose environment has what systemd refuses in a unit (a
     // name such as `data-1`, a control character): appexec puts it in place
     let env_file = environment_file(t, paths)?;
@@ -378,9 +382,11 @@ fn plan_namespaces_and_cgroups(
         spec.bind_paths.extend(identity);
     }
     spec.bind_paths.extend(device_nodes(paths, &meta::devices(&t.app))?);
+    steps.mark("binds");
     if let Some(appexec_paths) = appexec_paths {
         own_pid_namespace(rt, t, pid1, &pid_mode, spec, filter, appexec_paths)?;
     }
+    steps.mark("own-pid-ns");
     Ok((pid_mode, limits, placed))
 }
 
