@@ -1,15 +1,16 @@
 //! The daemon's shared state: configuration, the data dir and host facts.
 //! Pod and container state is not kept here: it is read from disk.
 
+mod buses;
+
 use crate::cgroup;
 use crate::config::Config;
 use crate::image::{RegistryConfig, Store};
 use crate::net::cni;
-use crate::stage1::bus::{BusEvent, PodBus};
+use crate::stage1::bus::PodBus;
 use crate::stage1::host::Host;
 use rkt::pod::{DataDir, PodError};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use uuid::Uuid;
 
 /// Everything a CRI handler needs, shared behind an `Arc`.
@@ -23,9 +24,10 @@ pub struct Runtime {
     pub images: Store,
     /// Pod CIDR kubelet sent with UpdateRuntimeConfig (empty until then).
     pod_cidr: RwLock<String>,
-    /// One sd-bus connection per pod, made on first use (a cache: the pod's
-    /// systemd is the source of truth, and a lost connection is remade).
-    buses: Mutex<HashMap<Uuid, Arc<PodBus>>>,
+    /// One sd-bus connection per pod, made on first use or right after the
+    /// pod starts (a cache: the pod's systemd is the source of truth, and a
+    /// lost connection is remade).
+    buses: buses::PodBuses,
     /// Parsed pod manifests for the read paths (status, list); checked
     /// against the file on every use.
     pub manifests: crate::pod::cache::ManifestCache,
@@ -121,6 +123,7 @@ impl Runtime {
         let images =
             Store::open(&data, registries).and_then(|s| s.with_policy(policy)).map_err(|e| image_err(e.to_string()))?;
         let pool = crate::pool::Pool::new(config.pod_pool_size, &config, &host);
+        let events = tokio::sync::broadcast::channel(EVENT_BACKLOG).0;
         Ok(Runtime {
             pool,
             streams: Default::default(),
@@ -129,11 +132,11 @@ impl Runtime {
             cgroup_driver,
             images,
             pod_cidr: RwLock::new(String::new()),
-            buses: Mutex::new(HashMap::new()),
+            buses: buses::PodBuses::new(data.clone(), events.clone()),
             manifests: Default::default(),
             pods: crate::pod::table::PodTable::new(data.clone()),
             cpu_rates: Default::default(),
-            events: tokio::sync::broadcast::channel(EVENT_BACKLOG).0,
+            events,
             reconciled: tokio::sync::watch::channel(false).0,
             data,
         })
@@ -184,20 +187,13 @@ impl Runtime {
     /// The pod's bus connection, connecting (and starting its exit recorder)
     /// on first use. Blocking: call from a blocking thread.
     pub fn pod_bus(&self, pod: &rkt::pod::Pod) -> Result<Arc<PodBus>, String> {
-        let uuid = pod.uuid();
-        if let Ok(map) = self.buses.lock()
-            && let Some(bus) = map.get(&uuid)
-        {
-            return Ok(bus.clone());
-        }
-        let sandbox = pod.sandbox_pid().map_err(|e| e.to_string())?.ok_or("pod has no sandbox process")?;
-        let pid1 = crate::stage1::inject::pod_pid1(sandbox).map_err(|e| format!("finding the pod's systemd: {e}"))?;
-        let bus = Arc::new(PodBus::connect(pid1).map_err(|e| format!("connecting to the pod's systemd: {e}"))?);
-        record_exits(&bus, pod, self.events.clone());
-        if let Ok(mut map) = self.buses.lock() {
-            map.insert(uuid, bus.clone());
-        }
-        Ok(bus)
+        self.buses.get(pod)
+    }
+
+    /// Connects to a pod's systemd in the background, now that it runs: its
+    /// first container start then finds the connection made.
+    pub fn connect_pod_bus_soon(&self, uuid: Uuid) {
+        self.buses.connect_soon(uuid);
     }
 
     /// After a (re)start of the daemon: connects to every running pod and
@@ -312,18 +308,12 @@ impl Runtime {
 
     /// Says a pod is being stopped: its bus closing is expected.
     pub fn expect_pod_bus_close(&self, uuid: Uuid) {
-        if let Ok(map) = self.buses.lock()
-            && let Some(bus) = map.get(&uuid)
-        {
-            bus.expect_close();
-        }
+        self.buses.expect_close(uuid);
     }
 
     /// Forgets a pod's connection (after an error, or when the pod stops).
     pub fn drop_pod_bus(&self, uuid: Uuid) {
-        if let Ok(mut map) = self.buses.lock() {
-            map.remove(&uuid);
-        }
+        self.buses.forget(uuid);
     }
 
     /// CNI config and plugin directories, for pod network setup and teardown.
@@ -342,70 +332,5 @@ impl Runtime {
         if let Ok(mut c) = self.pod_cidr.write() {
             *c = cidr;
         }
-    }
-}
-
-/// Writes each app's exit code to its status file as soon as the pod's
-/// systemd reports the exit, so list and status stay file reads and the
-/// code outlives the unit, the daemon and the pod. Runs on the pod's bus
-/// thread (a few file operations per exit; no thread of its own per pod).
-fn record_exits(bus: &PodBus, pod: &rkt::pod::Pod, out: tokio::sync::broadcast::Sender<ContainerEvent>) {
-    let (data, uuid) = (pod.data_dir().clone(), pod.uuid());
-    // host-PID apps whose Stopped event was sent (or is being waited for)
-    let host_stopped = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
-    let recorder = move |event: &BusEvent| {
-        let BusEvent::UnitChanged { unit, status } = event else { return true };
-        let (Some(app), Some(exit)) = (unit.strip_suffix(".service"), status.main_exit()) else { return true };
-        // with RemainAfterExit an exited app stays "active (exited)": the exit code is what counts
-        let Ok(pod) = rkt::pod::Pod::open(&data, &uuid.to_string()) else { return false };
-        let paths = crate::stage1::app::AppPaths::new(&pod, app);
-        if !paths.status_file("-started").exists() {
-            return true;
-        }
-        if status.result == "oom-kill" {
-            let _ = crate::stage1::app::record_oom_kill(&paths);
-        }
-        // a host-PID app's unit ends with its template: the app's own exit
-        // is the writer's to record (first, or a moment after the
-        // template's end); the event is sent once it is, from a thread of
-        // its own (this one serves the pod's bus)
-        if crate::stage1::app::exit_recorded_by_writer(&paths) {
-            if host_stopped.lock().is_ok_and(|mut s| s.insert(app.to_string())) {
-                let (out, app) = (out.clone(), app.to_string());
-                let waiter = std::thread::Builder::new()
-                    .name(format!("exit-{app}"))
-                    .spawn(move || host_app_stopped(&paths, uuid, &app, &out));
-                if let Err(e) = waiter {
-                    tracing::warn!(pod = %uuid, error = %e, "cannot wait for a host-PID app's exit");
-                }
-            }
-            return true;
-        }
-        if crate::stage1::app::record_exit(&paths, crate::stage1::bus::exit_code(&exit)).unwrap_or(false) {
-            let _ = out.send(ContainerEvent::now(uuid, app, EventKind::Stopped));
-        }
-        true
-    };
-    if let Err(e) = bus.on_event(recorder) {
-        tracing::warn!(pod = %uuid, error = %e, "cannot start the exit recorder");
-    }
-}
-
-/// Sends a host-PID app's Stopped event once the log writer has recorded
-/// its exit (up to 2 s after its unit ended); none after a failed start,
-/// which sent its own.
-fn host_app_stopped(
-    paths: &crate::stage1::app::AppPaths,
-    uuid: Uuid,
-    app: &str,
-    out: &tokio::sync::broadcast::Sender<ContainerEvent>,
-) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    while !paths.status_file("").exists() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    let failed_start = paths.status_file(crate::stage1::app::START_ERROR).exists();
-    if paths.status_file("").exists() && !failed_start {
-        let _ = out.send(ContainerEvent::now(uuid, app, EventKind::Stopped));
     }
 }

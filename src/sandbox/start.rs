@@ -17,7 +17,11 @@ pub async fn run(rt: &Runtime, req: &Request) -> Result<Uuid, SandboxError> {
             return Err(e);
         }
         rt.pods.warm(&rt.manifests, &uuid.to_string());
+        rt.connect_pod_bus_soon(uuid);
         return Ok(uuid);
     }
-    super::run::cold(rt, req).await
+    let uuid = super::run::cold(rt, req).await?;
+    // its first StartContainer then finds its systemd's connection made
+    rt.connect_pod_bus_soon(uuid);
+    Ok(uuid)
 }
