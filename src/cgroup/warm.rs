@@ -34,6 +34,12 @@ pub const POD_START: Duration = Duration::from_millis(100);
 /// How long a container start keeps it open.
 pub const CONTAINER_START: Duration = Duration::from_millis(40);
 
+/// How long a container's creation keeps it open: kubelet starts a
+/// container right after creating it, so the first migration's grace period
+/// is waited for while the container is created (by this thread, not the
+/// start, whose first step takes the cgroup lock the waiting write holds).
+pub const CONTAINER_CREATE: Duration = Duration::from_millis(100);
+
 /// `RKTLET_CGROUP_WARM=0` in the daemon's environment turns this off.
 pub const OFF_ENV: &str = "RKTLET_CGROUP_WARM";
 

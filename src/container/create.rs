@@ -295,6 +295,7 @@ fn pid_namespace(asked: &PidAsked, pod_id: &str, pod: &schema::PodManifest) -> R
 pub async fn create(rt: &Runtime, req: Request) -> Result<String, ContainerError> {
     let image_ref = req.image.clone();
     let mut steps = crate::base::steps::Steps::new();
+    crate::cgroup::warm::hold(crate::cgroup::warm::CONTAINER_CREATE);
     let (mut pod, pod_manifest) = open_running(rt, &req.pod_id)?;
     steps.mark("pod");
     let tree = image_tree(rt, &image_ref)?;
