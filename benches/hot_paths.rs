@@ -13,7 +13,7 @@ use rkt::reference::Reference;
 use rkt::schema::ImageManifest;
 use rktlet::image::layer::{Compression, LayerJob};
 use rktlet::image::{RegistryConfig, Store};
-use rktlet::stream::log::{LineSplitter, Stream, record};
+use rktlet::stage1::crilog::{LineSplitter, Stream, record};
 use std::hint::black_box;
 use std::io::Write;
 use std::time::SystemTime;

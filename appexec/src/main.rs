@@ -51,7 +51,7 @@
 //! tells the parent (a byte `r` on the pipe, which then tells systemd the
 //! unit started) and parks until its parent dies or it is killed; the pod's
 //! log writer, in the node's PID namespace, starts the app as a copy of it
-//! (`src/stage1/exec.rs`, `src/stream/log.rs`).
+//! (`src/stage1/exec/`, `src/stage1/crilog.rs`).
 //!
 //! Built by build.rs as a static executable (it runs inside any image)
 //! from this crate (the standard library and libc only): the daemon embeds

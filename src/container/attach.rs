@@ -25,8 +25,8 @@ pub fn attachable(rt: &Runtime, id: &str, stdin: bool) -> Result<(Target, Option
 pub fn source(rt: &Runtime, id: &str, stdin: bool) -> Result<crate::stream::attach::Source, ContainerError> {
     let (t, mode) = attachable(rt, id, stdin)?;
     let paths = crate::stage1::app::AppPaths::new(&t.pod, &t.app.name);
-    let log_socket = t.pod.path().join(crate::stream::log::SOCKET_FILE);
-    let origin = match crate::stream::log::subscribe(&log_socket, &t.app.name) {
+    let log_socket = t.pod.path().join(crate::stage1::crilog::SOCKET_FILE);
+    let origin = match crate::stage1::crilog::subscribe(&log_socket, &t.app.name) {
         Ok(conn) => crate::stream::attach::Origin::Live(conn),
         // a pod booted by an older rktlet: its log writer has no
         // subscriptions, the container's CRI log is followed instead
@@ -44,7 +44,7 @@ pub fn source(rt: &Runtime, id: &str, stdin: bool) -> Result<crate::stream::atta
     let stdin = match mode {
         None => None,
         Some(mode) => {
-            let pipe = crate::stream::log::stdin_of(&log_socket, &t.app.name)
+            let pipe = crate::stage1::crilog::stdin_of(&log_socket, &t.app.name)
                 .map_err(|e| ContainerError::FailedPrecondition(format!("stdin of container {id}: {e}")))?;
             let once = mode == meta::StdinMode::Once;
             Some(crate::stream::attach::Stdin { pipe, once, log_socket, app: t.app.name.clone() })

@@ -2,7 +2,7 @@
 
 use super::{ContainerError, app_running, open};
 use crate::runtime::Runtime;
-use crate::stream::log as crilog;
+use crate::stage1::crilog;
 
 /// Has the log writer reopen the log of container `id`, which must be running.
 pub fn reopen(rt: &Runtime, id: &str) -> Result<(), ContainerError> {

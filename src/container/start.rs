@@ -12,9 +12,9 @@ use crate::runtime::{EventKind, Runtime};
 use crate::stage1::app::{self, AppPaths, AppState};
 use crate::stage1::appexec::{Bind, PidMode, Plan};
 use crate::stage1::bus::{BindPath, BusError, ExecCommand, Output, Property, ServiceSpec, Value};
+use crate::stage1::crilog::{self, Stream};
 use crate::stage1::seccomp;
 use crate::stage1::unit_spec;
-use crate::stream::log::{self as crilog, Stream};
 use rkt::pod::Pod;
 use rkt::schema::RuntimeApp;
 use std::os::fd::AsRawFd;
@@ -321,6 +321,8 @@ fn isolators(t: &Target, section: &rkt::schema::App, spec: &mut ServiceSpec) -> 
 /// daemon places it (cgroup v1), the API file systems from systemd or from
 /// appexec, the read-only root, identity files and device nodes. Returns the
 /// PID mode, the app's limits and its placement.
+// (the steps timed are the start's own, continued here)
+#[allow(clippy::too_many_arguments)]
 fn plan_namespaces_and_cgroups(
     rt: &Runtime,
     t: &Target,

@@ -7,5 +7,5 @@ pub mod cache;
 pub mod table;
 pub mod watch;
 
-/// Socket of the pod's log writer in the pod directory (`stream::log`).
+/// Socket of the pod's log writer in the pod directory (`stage1::crilog`).
 pub const LOG_SOCKET_FILE: &str = logwriter::SOCKET_FILE;

@@ -13,6 +13,7 @@ pub mod appexec;
 pub mod boot;
 pub mod bus;
 pub mod caps;
+pub mod crilog;
 pub mod embedded;
 pub mod entrypoints;
 pub mod exec;

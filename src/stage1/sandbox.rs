@@ -192,14 +192,14 @@ pub fn runtime_config(hostname: &str, net: &PodNet, host_ipc: bool) -> String {
     .to_string()
 }
 
-/// Forks the pod's CRI log writer (see `crate::stream::log`): a grandchild,
+/// Forks the pod's CRI log writer (see `super::crilog`): a grandchild,
 /// so it is not nspawn's child, in the pod cgroup, without the pod lock, that
 /// exits with the sandbox process (watched through a pidfd made here). It
 /// execs `program` (the `logwriter` program), unless the pod shares the
 /// node's PID namespace or the exec fails: then it serves as it is.
 fn spawn_log_writer(pod: &Pod, cgroup: Option<&Path>, program: &Path) -> io::Result<()> {
     use nix::unistd::{ForkResult, fork};
-    let listener = std::os::unix::net::UnixListener::bind(pod.path().join(crate::stream::log::SOCKET_FILE))?;
+    let listener = std::os::unix::net::UnixListener::bind(pod.path().join(super::crilog::SOCKET_FILE))?;
     let me = crate::base::sys::pidfd_open(std::process::id() as i32)?;
     let lock_fd = pod.lock_fd().ok();
     let host_pid =
@@ -253,7 +253,7 @@ fn spawn_log_writer(pod: &Pod, cgroup: Option<&Path>, program: &Path) -> io::Res
                 crate::base::heap::trim();
                 crate::base::heap::release_unused_stack();
                 crate::base::program_pages::release_all();
-                crate::stream::log::serve_pod(listener, Some(me), dir)
+                super::crilog::serve_pod(listener, Some(me), dir)
             })();
             // SAFETY: leave without running the parent's atexit handlers or destructors.
             unsafe { libc::_exit(i32::from(code.is_err())) }

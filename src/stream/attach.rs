@@ -31,7 +31,7 @@ const QUIET_POLLS: u32 = 4;
 /// Where a container's output comes from.
 #[derive(Debug)]
 pub enum Origin {
-    /// A subscription to the pod's log writer (`stream::log::subscribe`).
+    /// A subscription to the pod's log writer (`stage1::crilog::subscribe`).
     Live(std::os::unix::net::UnixStream),
     /// The CRI log file, followed (a log writer without subscriptions).
     Log(PathBuf),
@@ -138,10 +138,10 @@ impl Feed {
                     .name("attach-feed".into())
                     .spawn(move || {
                         let mut conn = conn;
-                        while let Ok(Some((stream, data))) = crate::stream::log::read_frame(&mut conn) {
+                        while let Ok(Some((stream, data))) = crate::stage1::crilog::read_frame(&mut conn) {
                             let channel = match stream {
-                                crate::stream::log::Stream::Stdout => STDOUT,
-                                crate::stream::log::Stream::Stderr => STDERR,
+                                crate::stage1::crilog::Stream::Stdout => STDOUT,
+                                crate::stage1::crilog::Stream::Stderr => STDERR,
                             };
                             if tx.blocking_send((channel, data)).is_err() {
                                 return;
@@ -236,7 +236,7 @@ async fn session(source: Source, streams: Streams, mut input: mpsc::Receiver<Inp
     let mut close_for_good = move || {
         if let (true, false, Some((socket, app))) = (once, closed, &socket_app) {
             closed = true;
-            if let Err(e) = crate::stream::log::close_stdin(socket, app) {
+            if let Err(e) = crate::stage1::crilog::close_stdin(socket, app) {
                 tracing::warn!(app, error = %e, "cannot close stdin after the attach");
             }
         }

@@ -3,10 +3,9 @@
 //! (WebSocket on tokio-tungstenite), `spdy`
 //! (SPDY/3.1), `remotecommand` (the Kubernetes stream protocol; exec),
 //! `attach` (a container's output followed from its log), `portforward`.
-//! `log` is the per-pod CRI log writer containers use.
+//! The per-pod CRI log writer they read is `stage1::crilog`.
 
 pub mod attach;
-pub mod log;
 pub mod portforward;
 pub mod remotecommand;
 pub mod server;
