@@ -18,10 +18,10 @@
 //! key file lying directly in `prefix.d/` (or deeper in `root.d/`) trusts
 //! nothing and is only warned about.
 
-use crate::image::discovery::is_ac_identifier;
 use pgp::composed::{Deserializable, DetachedSignature, SignedPublicKey, SignedPublicSubKey};
 use pgp::packet::{PublicKey, Signature, SignatureType};
 use pgp::types::{KeyDetails, Tag, Timestamp};
+use rkt::schema::is_ac_identifier;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};

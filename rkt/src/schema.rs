@@ -428,6 +428,19 @@ impl ImageManifest {
     }
 }
 
+/// Whether `name` is an appc AC identifier: `[a-z0-9]+([-._~/][a-z0-9]+)*`.
+pub fn is_ac_identifier(name: &str) -> bool {
+    let mut prev_sep = true;
+    for b in name.bytes() {
+        match b {
+            b'a'..=b'z' | b'0'..=b'9' => prev_sep = false,
+            b'-' | b'.' | b'_' | b'~' | b'/' if !prev_sep => prev_sep = true,
+            _ => return false,
+        }
+    }
+    !name.is_empty() && !prev_sep
+}
+
 /// Checks an appc ACName (app, volume and port names): `^[a-z0-9]+(-[a-z0-9]+)*$`.
 pub fn is_ac_name(s: &str) -> bool {
     !s.is_empty()
@@ -455,6 +468,16 @@ pub fn sanitize_ac_name(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ac_identifiers() {
+        for ok in ["example.com/app", "a", "coreos.com/etcd", "127.0.0.1/x-y_z~w"] {
+            assert!(is_ac_identifier(ok), "{ok}");
+        }
+        for bad in ["", "Example.com", "a//b", "a/", "/a", "a:1", "a b", "-a"] {
+            assert!(!is_ac_identifier(bad), "{bad}");
+        }
+    }
 
     // Shaped like what rkt + rktlet wrote for a sandbox with one app (reference/rkt.md §2.4).
     const RKT_POD: &str = r#"{

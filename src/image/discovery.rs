@@ -26,18 +26,7 @@ pub enum DiscoveryError {
     NotFound { name: String, labels: String, tried: String },
 }
 
-/// Whether `name` is an appc AC identifier: `[a-z0-9]+([-._~/][a-z0-9]+)*`.
-pub fn is_ac_identifier(name: &str) -> bool {
-    let mut prev_sep = true;
-    for b in name.bytes() {
-        match b {
-            b'a'..=b'z' | b'0'..=b'9' => prev_sep = false,
-            b'-' | b'.' | b'_' | b'~' | b'/' if !prev_sep => prev_sep = true,
-            _ => return false,
-        }
-    }
-    !name.is_empty() && !prev_sep
-}
+pub use rkt::schema::is_ac_identifier;
 
 /// The labels discovery fills templates with: those asked, plus `version`,
 /// `os` and `arch` defaults.
@@ -186,16 +175,6 @@ mod tests {
 
     fn labels(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
         kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-    }
-
-    #[test]
-    fn identifiers() {
-        for ok in ["example.com/app", "a", "coreos.com/etcd", "127.0.0.1/x-y_z~w"] {
-            assert!(is_ac_identifier(ok), "{ok}");
-        }
-        for bad in ["", "Example.com", "a//b", "a/", "/a", "a:1", "a b", "-a"] {
-            assert!(!is_ac_identifier(bad), "{bad}");
-        }
     }
 
     #[test]
