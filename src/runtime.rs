@@ -39,7 +39,7 @@ pub struct Runtime {
     /// broadcast channel: a subscriber that falls behind loses the oldest
     /// events (and is told so), the daemon never waits for one.
     pub events: tokio::sync::broadcast::Sender<ContainerEvent>,
-    /// Pods booted ahead for RunPodSandbox (filled by `pool::fill::refill`).
+    /// Pods booted ahead for RunPodSandbox (filled by `sandbox::pool::fill::refill`).
     pub pool: crate::pool::Pool,
     /// The streaming server's tokens and address (Exec URLs).
     pub streams: crate::stream::server::StreamServer,

@@ -6,7 +6,7 @@
 //! configuration and a pre-made network namespace, but without CNI, under
 //! the cgroup parent [`POOL_PARENT`], at a low CPU priority, and with the pod
 //! annotation [`POOL_ANNOTATION`] (its value: what it was booted with, see
-//! [`boot::fingerprint`]). That annotation is what keeps it out of ListPodSandbox,
+//! `sandbox::pool::boot::fingerprint`). That annotation is what keeps it out of ListPodSandbox,
 //! `rktlet list` and gc, and what a restarted daemon finds it by. Taking a
 //! pod rewrites its manifest without the annotation, as the last step, so a
 //! crash in the middle of an adaptation leaves a pool pod that is discarded
@@ -20,19 +20,16 @@
 //! that one and only its v1 controller cgroups move to the requested parent.
 
 pub mod adapt;
-pub mod boot;
-pub mod fill;
 
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 use uuid::Uuid;
 
 /// Pod annotation of a pool pod not taken yet; its value is the
-/// [`boot::fingerprint`] of the daemon that booted it.
+/// `sandbox::pool::boot::fingerprint` of the daemon that booted it.
 pub const POOL_ANNOTATION: &str = "rktlet.io/pool";
 /// File in a pool pod's directory while a take adapts it (a crash then
 /// leaves a pod that is neither a pool pod nor the requested one).
@@ -41,12 +38,6 @@ pub const TAKING_FILE: &str = "pool-taking";
 pub const POOL_PARENT: &str = "rktlet-pool";
 /// Nice value of a pool pod while it boots and waits.
 pub const POOL_NICE: i32 = 10;
-/// After a take, the refill waits this long, so a burst of requests is
-/// served (from the pool or cold) before a background boot competes.
-const REFILL_PAUSE: Duration = Duration::from_millis(50);
-/// First and longest wait after a failed pool boot.
-const RETRY_MIN: Duration = Duration::from_millis(500);
-const RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// A pool pod's cgroup below the hierarchies' roots while it waits.
 pub fn subcgroup(uuid: Uuid) -> Result<String, String> {
@@ -70,14 +61,14 @@ struct Members {
 
 /// Counters of what the pool did, since the daemon started.
 #[derive(Debug, Default)]
-struct Counters {
-    takes: AtomicU64,
-    misses: AtomicU64,
-    discarded: AtomicU64,
-    boots: AtomicU64,
-    boot_failures: AtomicU64,
-    boot_micros: AtomicU64,
-    boot_cpu_micros: AtomicU64,
+pub(crate) struct Counters {
+    pub(crate) takes: AtomicU64,
+    pub(crate) misses: AtomicU64,
+    pub(crate) discarded: AtomicU64,
+    pub(crate) boots: AtomicU64,
+    pub(crate) boot_failures: AtomicU64,
+    pub(crate) boot_micros: AtomicU64,
+    pub(crate) boot_cpu_micros: AtomicU64,
 }
 
 /// The pool's state; the refill task and RunPodSandbox share it.
@@ -85,10 +76,11 @@ struct Counters {
 pub struct Pool {
     size: usize,
     /// Why the pool is off although a size was configured.
-    disabled: Option<String>,
+    pub(crate) disabled: Option<String>,
     members: Mutex<Members>,
-    wake: tokio::sync::Notify,
-    counters: Counters,
+    /// Wakes the refill (a take, the close).
+    pub(crate) wake: tokio::sync::Notify,
+    pub(crate) counters: Counters,
 }
 
 /// Memory of the idle pool pods, summed over their processes.
@@ -216,7 +208,7 @@ impl Pool {
     }
 
     /// Room for one more boot: reserves it.
-    fn reserve_boot(&self) -> Option<bool> {
+    pub(crate) fn reserve_boot(&self) -> Option<bool> {
         let mut m = self.members.lock().ok()?;
         if m.closed {
             return None;
@@ -229,7 +221,7 @@ impl Pool {
     }
 
     /// Ends a reserved boot; returns the member back if the pool closed meanwhile.
-    fn boot_done(&self, member: Option<Member>) -> Option<Member> {
+    pub(crate) fn boot_done(&self, member: Option<Member>) -> Option<Member> {
         let Ok(mut m) = self.members.lock() else { return member };
         m.booting = m.booting.saturating_sub(1);
         match member {
@@ -242,7 +234,7 @@ impl Pool {
     }
 
     /// Stops refilling and hands out every ready member (for draining).
-    fn close(&self) -> Vec<Member> {
+    pub(crate) fn close(&self) -> Vec<Member> {
         let drained = self.members.lock().map(|mut m| {
             m.closed = true;
             m.ready.drain(..).collect()
@@ -254,7 +246,7 @@ impl Pool {
 
 impl Pool {
     /// Adds an already-booted member if there is room; hands it back otherwise.
-    fn boot_reserved_or_full(&self, member: Member) -> Option<Member> {
+    pub(crate) fn boot_reserved_or_full(&self, member: Member) -> Option<Member> {
         match self.reserve_boot() {
             Some(true) => self.boot_done(Some(member)),
             _ => Some(member),

@@ -289,7 +289,7 @@ async fn run(
     let addr = runtime.config.streaming_address;
     let listener_s = crate::stream::server::bind(addr).await.map_err(|e| ServeError::Streaming { addr, source: e })?;
     let streaming = tokio::spawn(crate::stream::server::serve(listener_s, runtime.clone()));
-    let refill = tokio::spawn(crate::pool::fill::refill(runtime.clone()));
+    let refill = tokio::spawn(crate::sandbox::pool::fill::refill(runtime.clone()));
     // the first cold pod start's sandbox process
     if runtime.supervisor() == crate::stage1::launch::Supervisor::Detached
         && let Ok(program) = runtime.sandbox_program()
@@ -308,7 +308,7 @@ async fn run(
     }
     streaming.abort();
     trimmer.abort();
-    crate::pool::fill::drain(&runtime, refill).await;
+    crate::sandbox::pool::fill::drain(&runtime, refill).await;
     // removed pods' directories are deleted (and stopped pods' inotify
     // instances closed) before the daemon exits
     let _ = tokio::task::spawn_blocking(crate::stage1::stop::finish_after_calls).await;

@@ -7,8 +7,8 @@
 //!
 //! Runs in: the daemon (the refill task).
 
-use super::{Member, adapt};
 use crate::net::pod as podnet;
+use crate::pool::{self, Member, adapt};
 use crate::runtime::Runtime;
 use crate::stage1::boot::BootError;
 use crate::stage1::sandbox::SandboxArgs;
@@ -21,7 +21,7 @@ use uuid::Uuid;
 pub async fn boot_member(rt: &Runtime) -> Result<(Member, u64), BootError> {
     let uuid = Uuid::new_v4();
     let mut manifest = PodManifest::mutable();
-    manifest.set_annotation(super::POOL_ANNOTATION, fingerprint(rt));
+    manifest.set_annotation(pool::POOL_ANNOTATION, fingerprint(rt));
     // see stage1::boot::interrupted_starts
     let manifest_file = crate::stage1::boot::start_manifest(&rt.data, uuid);
     let bytes = serde_json::to_vec(&manifest).map_err(|e| BootError::failed(uuid, "encoding manifest", e))?;
@@ -34,8 +34,8 @@ pub async fn boot_member(rt: &Runtime) -> Result<(Member, u64), BootError> {
             pod_manifest: Some(manifest_file.clone()),
             net: "default".into(),
             netns: Some(netns.path().to_path_buf()),
-            cgroup_parent: Some(super::POOL_PARENT.into()),
-            nice: Some(super::POOL_NICE),
+            cgroup_parent: Some(pool::POOL_PARENT.into()),
+            nice: Some(pool::POOL_NICE),
             ..Default::default()
         };
         let netns = netns.path().to_path_buf();
@@ -52,7 +52,7 @@ pub async fn boot_member(rt: &Runtime) -> Result<(Member, u64), BootError> {
     let _ = std::fs::remove_file(&manifest_file);
     match booted {
         Ok(netns) => {
-            let cpu = super::subcgroup(uuid)
+            let cpu = pool::subcgroup(uuid)
                 .ok()
                 .zip(crate::cgroup::Layout::cached().ok())
                 .and_then(|(sub, layout)| adapt::cpu_micros(layout, &sub))

@@ -1,9 +1,9 @@
 //! The pool's upkeep, which needs the daemon's runtime: the refill task,
 //! the drain at shutdown, discarding a pod, and re-adopting a previous
-//! daemon's pods (the pool itself, in `super`, knows nothing of the runtime).
+//! daemon's pods (the pool's state, `crate::pool`, knows nothing of the runtime).
 
 use super::boot;
-use super::{Member, POOL_ANNOTATION, POOL_PARENT, REFILL_PAUSE, RETRY_MAX, RETRY_MIN, TAKING_FILE};
+use crate::pool::{Member, POOL_ANNOTATION, POOL_PARENT, TAKING_FILE};
 use crate::runtime::Runtime;
 use rkt::pod::{Pod, PodDir, PodState};
 use std::path::PathBuf;
@@ -11,6 +11,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use uuid::Uuid;
+
+/// After a take, the refill waits this long, so a burst of requests is
+/// served (from the pool or cold) before a background boot competes.
+const REFILL_PAUSE: Duration = Duration::from_millis(50);
+/// First and longest wait after a failed pool boot.
+const RETRY_MIN: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// The refill task: first re-adopts (or discards) the pool pods a previous
 /// daemon left, then keeps the pool full until [`drain`] closes it.

@@ -1,11 +1,14 @@
 //! RunPodSandbox served from the pod pool (see `crate::pool`; its pods are
-//! booted by `pool::boot`): adapting a taken one to the request so that it
+//! booted by [`boot`]): adapting a taken one to the request so that it
 //! is the pod a cold start would have made: same files, same manifest,
 //! requested hostname, DNS, network, cgroup parent, and created at the time
 //! of the request. The network's identity-free plugins ran while the pool
 //! pod booted; a take runs the rest of the chain (portmap with the pod's
 //! port mappings) with the pod's identity, started first, and the local
 //! steps meanwhile on a blocking thread.
+
+pub mod boot;
+pub mod fill;
 
 use super::run::{Request, cni_request, make_log_directory, pod_network, record_network};
 use super::{SandboxError, internal};
@@ -46,7 +49,7 @@ pub(crate) async fn serve(rt: &Runtime, req: &Request) -> Option<Uuid> {
         let result = adapt(rt, req, &member).await;
         let Err(why) = result else { return Some(member.uuid) };
         rt.pool.discarded();
-        pool::fill::discard(rt, member.uuid).await;
+        fill::discard(rt, member.uuid).await;
         match why {
             Unusable::Dead(e) => tracing::info!(pod = %member.uuid, reason = %e, "pool pod died; taking the next"),
             Unusable::Failed(e) => {
