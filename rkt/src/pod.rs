@@ -71,6 +71,15 @@ pub const NETNS_FILE: &str = "netns";
 pub const NET_INFO_FILE: &str = "net-info.json";
 /// Runtime options the sandbox was started with (JSON).
 pub const RUNTIME_CONFIG_FILE: &str = "runtime-config";
+/// rkt's readiness link, relative to a pod's stage1 root: `ready` once the
+/// pod's stage1 takes apps.
+pub const SUPERVISOR_STATUS: &str = "rkt/supervisor-status";
+
+/// Whether the stage1 root `stage1_rootfs` says its pod is ready
+/// ([`SUPERVISOR_STATUS`] reads `ready`).
+pub fn stage1_is_ready(stage1_rootfs: &Path) -> bool {
+    fs::read_link(stage1_rootfs.join(SUPERVISOR_STATUS)).is_ok_and(|t| t == Path::new("ready"))
+}
 /// nspawn's and the pod systemd's console output.
 pub const SANDBOX_LOG_FILE: &str = "sandbox.log";
 
@@ -675,6 +684,13 @@ impl Pod {
     /// directory, so the merged view and the upper dir are the same).
     pub fn stage1_rootfs(&self) -> PathBuf {
         self.path().join("stage1/rootfs")
+    }
+
+    /// True once the pod's stage1 says its apps may be added: rkt's
+    /// `rkt/supervisor-status` link in the stage1 root reads `ready` (its
+    /// readiness unit makes it once the pod's systemd is up).
+    pub fn is_ready(&self) -> bool {
+        stage1_is_ready(&self.stage1_rootfs())
     }
 
     /// Reads a small text file of the pod directory, trimmed; `None` if missing.

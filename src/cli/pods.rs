@@ -114,7 +114,7 @@ pub fn read_pod(pod: &mut Pod, image_names: bool) -> Result<PodRead, PodError> {
         apps,
         exit_codes,
     };
-    let ready = state == Running && Stage1Root::new(pod.stage1_rootfs()).is_ready();
+    let ready = state == Running && pod.is_ready();
     Ok(PodRead { view, created_ns, started_ns, gc_marked_ns, manifest, manifest_error, ready })
 }
 
@@ -342,7 +342,7 @@ pub fn wait_for(data: &DataDir, id: &str, ready: Wait, finished: Wait) -> Result
     // ready as rkt reads it (the supervisor-status link), whatever the state;
     // a pod that finished without it never will be (rkt would wait on)
     poll("readiness", ready, &|p| {
-        if Stage1Root::new(p.stage1_rootfs()).is_ready() {
+        if p.is_ready() {
             return Ok(true);
         }
         let state = p.state()?;

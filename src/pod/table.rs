@@ -19,7 +19,6 @@
 
 use crate::pod::cache::ManifestCache;
 use crate::pod::watch::{Change, PodWatch};
-use crate::stage1::rootfs::Stage1Root;
 use rkt::pod::{self, DataDir, Pod, PodDir, PodError, PodState};
 use rkt::schema::{PodManifest, RuntimeApp};
 use std::collections::HashMap;
@@ -50,7 +49,7 @@ impl SandboxView {
     pub fn load(mut pod: Pod, manifests: &ManifestCache) -> Result<Self, PodError> {
         let state = pod.state()?;
         let manifest = manifests.read(&pod)?;
-        let ready = state == PodState::Running && Stage1Root::new(pod.stage1_rootfs()).is_ready();
+        let ready = state == PodState::Running && pod.is_ready();
         let created_at = pod
             .created_at()?
             .duration_since(UNIX_EPOCH)

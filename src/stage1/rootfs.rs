@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 pub const POD_TARGET: &str = "pod.target";
 /// Unit that flips `/rkt/supervisor-status` to `ready` once systemd runs units.
 pub const READY_UNIT: &str = "supervisor-ready.service";
-/// Readiness link, relative to the stage1 rootfs.
-pub const SUPERVISOR_STATUS: &str = "rkt/supervisor-status";
+/// Readiness link, relative to the stage1 rootfs (rkt's format).
+pub use rkt::pod::SUPERVISOR_STATUS;
 
 const SHUTDOWN_UNITS: [&str; 9] = [
     "shutdown.target",
@@ -63,7 +63,7 @@ impl Stage1Root {
 
     /// True once the pod's systemd has run the readiness unit.
     pub fn is_ready(&self) -> bool {
-        fs::read_link(self.supervisor_status()).map(|t| t == Path::new("ready")).unwrap_or(false)
+        rkt::pod::stage1_is_ready(&self.root)
     }
 
     /// Directory of per-app status files (`/rkt/status`).

@@ -125,8 +125,7 @@ async fn readopt(rt: &Runtime) -> Result<(), rkt::pod::PodError> {
         let mut pod = Pod::at(&rt.data, uuid, dir);
         let Ok(manifest) = pod.read_manifest() else { continue };
         let Some(booted_by) = manifest.annotation(POOL_ANNOTATION) else { continue };
-        let alive = pod.state().ok() == Some(PodState::Running)
-            && crate::stage1::rootfs::Stage1Root::new(pod.stage1_rootfs()).is_ready();
+        let alive = pod.state().ok() == Some(PodState::Running) && pod.is_ready();
         let netns = pod.read_file(rkt::pod::NETNS_FILE).ok().flatten().map(PathBuf::from);
         let half_taken = pod.path().join(TAKING_FILE).exists();
         let keep = alive && booted_by == wanted && rt.pool.enabled() && !half_taken;
