@@ -42,12 +42,17 @@ impl PodBuses {
     }
 
     /// Makes the pod's connection on a short-lived thread; a failure is
-    /// left for the next `get` to meet again and report.
+    /// left for the next `get` to meet again and report. The slot is the
+    /// pod's now: if the pod is forgotten (stopped) before the thread
+    /// connects, it connects nothing, and a connection made meanwhile goes
+    /// with the thread.
     pub(super) fn connect_soon(&self, uuid: Uuid) {
+        let Some(slot) = self.shared.slot(uuid, true) else { return };
         let shared = Arc::clone(&self.shared);
         let spawned = std::thread::Builder::new().name("podbus-connect".into()).spawn(move || {
-            let made =
-                Pod::open(&shared.data, &uuid.to_string()).map_err(|e| e.to_string()).and_then(|p| shared.get(&p));
+            let made = Pod::open(&shared.data, &uuid.to_string())
+                .map_err(|e| e.to_string())
+                .and_then(|p| shared.fill(&slot, &p));
             if let Err(e) = made {
                 tracing::debug!(pod = %uuid, error = %e, "connecting ahead to the pod's systemd");
             }
@@ -84,9 +89,18 @@ impl Shared {
 
     fn get(&self, pod: &Pod) -> Result<Arc<PodBus>, String> {
         let slot = self.slot(pod.uuid(), true).ok_or("the pod connections' lock is poisoned")?;
+        self.fill(&slot, pod)
+    }
+
+    /// The connection in `slot`, made if there is none, unless the pod was
+    /// forgotten since the slot was taken (it is being stopped).
+    fn fill(&self, slot: &Arc<Slot>, pod: &Pod) -> Result<Arc<PodBus>, String> {
         let mut held = slot.lock().map_err(|_| "a pod connection's lock is poisoned")?;
         if let Some(bus) = held.as_ref() {
             return Ok(Arc::clone(bus));
+        }
+        if !self.slot(pod.uuid(), false).is_some_and(|s| Arc::ptr_eq(&s, slot)) {
+            return Err("the pod was let go (it is being stopped)".into());
         }
         let sandbox = pod.sandbox_pid().map_err(|e| e.to_string())?.ok_or("pod has no sandbox process")?;
         let pid1 = crate::stage1::inject::pod_pid1(sandbox).map_err(|e| format!("finding the pod's systemd: {e}"))?;
