@@ -303,10 +303,7 @@ impl PodBus {
     /// UnitRemoved signals from now on; dropping the receiver unsubscribes.
     pub fn subscribe(&self) -> Result<mpsc::Receiver<BusEvent>, BusError> {
         let (tx, rx) = mpsc::channel();
-        self.request(move |w, reply| {
-            w.subscribe(tx);
-            send(reply, Ok(()))
-        })?;
+        self.on_event(move |ev| tx.send(ev.clone()).is_ok())?;
         Ok(rx)
     }
 

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 pub(super) const MANAGER_PATH: &str = "/org/freedesktop/systemd1";
@@ -63,7 +63,7 @@ pub(super) struct Worker {
     pending: HashMap<String, PendingJob>,
     /// Last state seen in signals, by unit name: systemd unloads inactive units.
     last_seen: HashMap<String, UnitStatus>,
-    subscribers: Vec<Sender<BusEvent>>,
+    /// Subscribers (`PodBus::on_event`), run on each event.
     handlers: Vec<Handler>,
     /// See `PodBus::expect_close`.
     closing: Arc<AtomicBool>,
@@ -81,7 +81,6 @@ impl Worker {
             dead: None,
             pending: HashMap::new(),
             last_seen: HashMap::new(),
-            subscribers: Vec::new(),
             handlers: Vec::new(),
             closing,
             tracked,
@@ -99,10 +98,6 @@ impl Worker {
     /// Calls `done` when the job at `job` is removed, or at `deadline`.
     pub(super) fn await_job(&mut self, job: String, unit: &str, deadline: Instant, done: JobDone) {
         self.pending.insert(job, PendingJob { unit: unit.to_string(), deadline, done });
-    }
-
-    pub(super) fn subscribe(&mut self, tx: Sender<BusEvent>) {
-        self.subscribers.push(tx);
     }
 
     pub(super) fn add_handler(&mut self, h: Handler) {
@@ -211,9 +206,6 @@ impl Worker {
 
     fn emit(&mut self, ev: BusEvent) {
         self.handlers.retain_mut(|h| h(&ev));
-        if !self.subscribers.is_empty() {
-            self.subscribers.retain(|s| s.send(ev.clone()).is_ok());
-        }
     }
 
     /// Fails the waits whose deadline has passed; returns the next deadline.
