@@ -261,3 +261,41 @@ fn host_pid_of(pid1: i32, ns_pid: u32) -> Option<i32> {
     }
     None
 }
+
+/// Threads of this process whose name starts with `prefix`.
+fn threads_named(prefix: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("tasks")
+        .flatten()
+        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix)))
+        .count()
+}
+
+/// One thread waits on every pod's bus: many connections add no thread,
+/// and a pod whose systemd does not answer holds up only its own callers;
+/// the other pod's start, whose end is read from its signals, completes.
+#[test]
+fn one_bus_thread_for_all_pods_and_a_stalled_pod_stalls_no_other() {
+    let (a, b) = (TestPod::boot(), TestPod::boot());
+    let buses: Vec<PodBus> = (0..20).map(|_| PodBus::connect(b.pid1()).expect("connect")).collect();
+    for bus in &buses {
+        assert!(bus.unit_status("not-there.service").expect_err("no such unit").is_not_found());
+    }
+    assert_eq!(threads_named("podbus"), 1, "one pod bus thread for 20 connections");
+
+    let bus_a = std::sync::Arc::new(PodBus::connect(a.pid1()).expect("connect a"));
+    let stopped = nix::sys::signal::kill(nix::unistd::Pid::from_raw(a.pid1()), nix::sys::signal::Signal::SIGSTOP);
+    stopped.expect("SIGSTOP pod a's systemd");
+    let stalled = {
+        let bus_a = std::sync::Arc::clone(&bus_a);
+        std::thread::spawn(move || bus_a.unit_status("not-there.service"))
+    };
+    let bus_b = &buses[0];
+    bus_b.start_transient_service(&sh("b.service", "exec sleep 1000")).expect("start in pod b");
+    assert!(bus_b.unit_status("b.service").expect("status").is_active());
+    bus_b.stop_unit("b.service", Duration::from_secs(10)).expect("stop in pod b");
+    assert!(!stalled.is_finished(), "pod a's systemd is stopped: its call cannot have been answered");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(a.pid1()), nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
+    let e = stalled.join().expect("join").expect_err("no such unit in pod a");
+    assert!(e.is_not_found(), "pod a answers once it runs again: {e}");
+}

@@ -113,8 +113,9 @@ impl Shared {
 
 /// Writes each app's exit code to its status file as soon as the pod's
 /// systemd reports the exit, so list and status stay file reads and the
-/// code outlives the unit, the daemon and the pod. Runs on the pod's bus
-/// thread (a few file operations per exit; no thread of its own per pod).
+/// code outlives the unit, the daemon and the pod. Runs where the pod's
+/// signals are read, with its bus locked (the pod bus thread, shared by all
+/// pods, or a caller of the pod's requests): a few file operations per exit.
 fn record_exits(bus: &PodBus, pod: &Pod, out: Sender<ContainerEvent>) {
     let (data, uuid) = (pod.data_dir().clone(), pod.uuid());
     // host-PID apps whose Stopped event was sent, or is being waited for
@@ -134,7 +135,7 @@ fn record_exits(bus: &PodBus, pod: &Pod, out: Sender<ContainerEvent>) {
         // a host-PID app's unit ends with its template: the app's own exit
         // is the writer's to record (first, or a moment after the
         // template's end); the event is sent once it is, from a thread of
-        // its own (this one serves the pod's bus)
+        // its own (this one serves every pod's bus)
         if crate::stage1::app::exit_recorded_by_writer(&paths) {
             if host_stopped.lock().is_ok_and(|mut s| s.insert(app.to_string())) {
                 let (out, app, sent) = (out.clone(), app.to_string(), Arc::clone(&host_stopped));

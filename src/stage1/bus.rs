@@ -6,13 +6,16 @@
 //! units (`StartTransientUnit`: no unit files, no daemon-reload), stops,
 //! kills and status reads.
 //!
-//! Threads: sd-bus objects are not thread-safe, so each `PodBus` owns one
-//! worker thread that alone touches the connection (`worker`). The methods
-//! here are blocking and `Send + Sync`: the daemon calls them from
-//! `spawn_blocking`. Requests to one pod run one at a time, but waiting for
-//! a job does not hold up the pod's other requests.
+//! Threads: sd-bus objects are not thread-safe, so each pod's connection
+//! (`worker`) sits behind a lock. A request runs on the caller's thread with
+//! the lock held; one daemon thread waits on every pod's connection and
+//! reads their signals (`reactor`). The methods here are blocking and
+//! `Send + Sync`: the daemon calls them from `spawn_blocking`. Requests to
+//! one pod run one at a time, but waiting for a job does not hold up the
+//! pod's other requests.
 
 mod connect;
+mod reactor;
 pub mod sdbus;
 pub mod spec;
 pub mod status;
@@ -26,12 +29,11 @@ pub use worker::BusEvent;
 
 use sdbus::{Basic, Bus, SdError};
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::mpsc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use worker::{MANAGER_IFACE, MANAGER_PATH, Request, Worker};
+use worker::{MANAGER_IFACE, MANAGER_PATH, Worker};
 
 /// The daemon's units on the node's systemd (`rktlet-<uuid>.service`).
 const NODE_UNIT_PREFIX: &str = "rktlet-";
@@ -116,14 +118,12 @@ pub struct PodBus {
     /// Set when the pod is being stopped: its systemd closing the
     /// connection is then expected, not a fault.
     closing: Arc<std::sync::atomic::AtomicBool>,
-    requests: Option<mpsc::Sender<Request>>,
-    wake: Arc<OwnedFd>,
-    thread: Option<JoinHandle<()>>,
+    shared: Arc<reactor::Shared>,
 }
 
 impl PodBus {
-    /// Connects to the systemd whose host pid is `pod_pid1` and starts the
-    /// pod's bus thread.
+    /// Connects to the systemd whose host pid is `pod_pid1`; the pod bus
+    /// thread watches the connection from then on.
     pub fn connect(pod_pid1: i32) -> Result<PodBus, BusError> {
         let fd = connect::connect_private(pod_pid1).map_err(|source| BusError::Connect { pid1: pod_pid1, source })?;
         Self::start(fd, pod_pid1, "")
@@ -139,8 +139,9 @@ impl PodBus {
         Self::start(OwnedFd::from(stream), 1, NODE_UNIT_PREFIX)
     }
 
-    /// Starts the bus thread on a connected socket to the systemd `pid1`,
-    /// keeping the state of the units named `tracked...` from its signals.
+    /// Starts a bus on a connected socket to the systemd `pid1` and hands it
+    /// to the pod bus thread, keeping the state of the units named
+    /// `tracked...` from its signals.
     fn start(fd: OwnedFd, pod_pid1: i32, tracked: &'static str) -> Result<PodBus, BusError> {
         let err = |source| BusError::Connect { pid1: pod_pid1, source };
         let bus = Bus::start_on_fd(fd).map_err(|e| err(io::Error::other(e)))?;
@@ -150,16 +151,10 @@ impl PodBus {
         if let Err(e) = subscribe {
             tracing::debug!(pid1 = pod_pid1, "Subscribe: {e}");
         }
-        let wake = Arc::new(eventfd().map_err(err)?);
-        let (tx, rx) = mpsc::channel();
         let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let w = Worker::new(bus, pod_pid1, Arc::clone(&closing), tracked);
-        let wake2 = Arc::clone(&wake);
-        let thread = std::thread::Builder::new()
-            .name(format!("podbus-{pod_pid1}"))
-            .spawn(move || worker::run(w, rx, wake2))
-            .map_err(err)?;
-        Ok(PodBus { pid1: pod_pid1, closing, requests: Some(tx), wake, thread: Some(thread) })
+        let shared = reactor::register(w).map_err(err)?;
+        Ok(PodBus { pid1: pod_pid1, closing, shared })
     }
 
     pub fn pid1(&self) -> i32 {
@@ -286,11 +281,11 @@ impl PodBus {
         self.request(move |w, reply| send(reply, read_status(w, &unit)))
     }
 
-    /// Runs `f` on the pod's bus thread for each JobRemoved, unit
-    /// PropertiesChanged and UnitRemoved signal from now on, until it
-    /// returns false: a subscriber with no thread of its own. `f` must be
-    /// quick and must not call this `PodBus` (the thread it would wait for
-    /// is the one running it).
+    /// Runs `f` for each JobRemoved, unit PropertiesChanged and UnitRemoved
+    /// signal from now on, until it returns false: a subscriber with no
+    /// thread of its own. It runs on whichever thread reads the signal (the
+    /// pod bus thread, or a caller of this pod's requests) with the pod's
+    /// connection locked: `f` must be quick and must not call this `PodBus`.
     pub fn on_event(&self, f: impl FnMut(&BusEvent) -> bool + Send + 'static) -> Result<(), BusError> {
         let handler: worker::Handler = Box::new(f);
         self.request(move |w, reply| {
@@ -317,28 +312,23 @@ impl PodBus {
         })
     }
 
-    /// Runs `f` on the worker thread and waits for what it sends back.
+    /// Runs `f` with the pod's connection on this thread, then waits for
+    /// what it sends back (at once, or when the job it waits for ends).
     fn request<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Worker, mpsc::Sender<Result<T, BusError>>) + Send + 'static,
     ) -> Result<T, BusError> {
-        let gone = || BusError::Disconnected { pid1: self.pid1, reason: "the pod bus thread has stopped".into() };
+        let gone = || BusError::Disconnected { pid1: self.pid1, reason: "the pod bus is closed".into() };
         let (tx, rx) = mpsc::channel();
-        let requests = self.requests.as_ref().ok_or_else(gone)?;
-        requests.send(Box::new(move |w: &mut Worker| f(w, tx))).map_err(|_| gone())?;
-        worker::wake(&self.wake);
+        reactor::with(&self.shared, move |w| f(w, tx)).ok_or_else(gone)?;
         rx.recv().map_err(|_| gone())?
     }
 }
 
 impl Drop for PodBus {
     fn drop(&mut self) {
-        // closing the channel ends the worker loop, which closes the connection
-        self.requests.take();
-        worker::wake(&self.wake);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        // closes the connection here; waits still pending fail
+        reactor::close(&self.shared);
     }
 }
 
@@ -438,16 +428,6 @@ fn read_status(w: &mut Worker, unit: &str) -> Result<UnitStatus, BusError> {
         }
         Err(e) => Err(e),
     }
-}
-
-fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: eventfd(2) with constant flags; returns a new fd or -1.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just returned this fd; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// An app's exit as CRI reports it: the exit code, or 128 + signal number.

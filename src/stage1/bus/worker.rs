@@ -1,31 +1,27 @@
-//! The per-pod bus thread: the only user of the pod's sd-bus connection.
+//! A pod's sd-bus connection and what the daemon knows from its signals.
 //!
-//! Runs in: one daemon thread per connected pod. Requests arrive as closures
-//! over a channel (woken through an eventfd); the loop polls the bus fd and
-//! the eventfd, runs requests, reads signals (JobRemoved completes waiting
-//! requests, PropertiesChanged keeps the last state of each unit, both go to
-//! subscribers) and fails waits that reach their deadline. A slow stop
-//! therefore never blocks a status read of the same pod.
+//! Runs in: whichever thread holds the pod's lock (`reactor`): a caller
+//! making its requests, or the pod bus thread reading signals. Reading
+//! signals completes waiting requests (JobRemoved), keeps the last state of
+//! each unit (PropertiesChanged) and runs subscribers; waits that reach their
+//! deadline fail. A request that waits for a job does not hold the lock
+//! meanwhile, so a slow stop never blocks a status read of the same pod.
 
 use super::BusError;
 use super::sdbus::{Bus, Message, SdError};
 use super::status::{SERVICE_IFACE, UNIT_IFACE, UnitStatus, unit_name_from_path};
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, TryRecvError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 pub(super) const MANAGER_PATH: &str = "/org/freedesktop/systemd1";
 pub(super) const MANAGER_IFACE: &str = "org.freedesktop.systemd1.Manager";
 
-/// A request: runs on the worker thread with the worker.
-pub(super) type Request = Box<dyn FnOnce(&mut Worker) + Send>;
 /// What to do when a job ends: its result string (`done`, `failed`, ...) or why the wait ended.
 pub(super) type JobDone = Box<dyn FnOnce(&mut Worker, Result<String, BusError>) + Send>;
 
-/// What runs on the bus thread for each event it reads (see
+/// What runs for each event read from the pod's bus (see
 /// `PodBus::on_event`); false unsubscribes it.
 pub(super) type Handler = Box<dyn FnMut(&BusEvent) -> bool + Send>;
 
@@ -98,6 +94,23 @@ impl Worker {
     /// Calls `done` when the job at `job` is removed, or at `deadline`.
     pub(super) fn await_job(&mut self, job: String, unit: &str, deadline: Instant, done: JobDone) {
         self.pending.insert(job, PendingJob { unit: unit.to_string(), deadline, done });
+    }
+
+    pub(super) fn fd(&self) -> i32 {
+        self.bus.fd()
+    }
+
+    /// poll(2) events to wait for (none once the connection is gone).
+    pub(super) fn events(&self) -> i16 {
+        if self.dead.is_some() { 0 } else { self.bus.events().unwrap_or(libc::POLLIN) }
+    }
+
+    pub(super) fn is_dead(&self) -> bool {
+        self.dead.is_some()
+    }
+
+    pub(super) fn pid1(&self) -> i32 {
+        self.pid1
     }
 
     pub(super) fn add_handler(&mut self, h: Handler) {
@@ -209,7 +222,7 @@ impl Worker {
     }
 
     /// Fails the waits whose deadline has passed; returns the next deadline.
-    fn expire(&mut self, now: Instant) -> Option<Instant> {
+    pub(super) fn expire(&mut self, now: Instant) -> Option<Instant> {
         let late: Vec<String> =
             self.pending.iter().filter(|(_, p)| p.deadline <= now).map(|(k, _)| k.clone()).collect();
         for job in late {
@@ -219,49 +232,4 @@ impl Worker {
         }
         self.pending.values().map(|p| p.deadline).min()
     }
-}
-
-/// The worker loop; returns when the request channel closes (PodBus dropped).
-pub(super) fn run(mut w: Worker, requests: Receiver<Request>, wake: Arc<OwnedFd>) {
-    loop {
-        loop {
-            match requests.try_recv() {
-                Ok(req) => req(&mut w),
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => return,
-            }
-        }
-        w.pump();
-        let next = w.expire(Instant::now());
-        let timeout_ms = next.map_or(-1, |d| {
-            let left = d.saturating_duration_since(Instant::now()) + Duration::from_micros(999);
-            i32::try_from(left.as_millis()).unwrap_or(i32::MAX)
-        });
-        let bus_events = if w.dead.is_none() { w.bus.events().unwrap_or(libc::POLLIN) } else { 0 };
-        let mut fds = [
-            libc::pollfd { fd: wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: if w.dead.is_none() { w.bus.fd() } else { -1 }, events: bus_events, revents: 0 },
-        ];
-        // SAFETY: poll(2) on an array we own, with its length.
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
-        if r < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            w.die(format!("poll: {}", std::io::Error::last_os_error()));
-        }
-        if fds[0].revents != 0 {
-            drain_eventfd(&wake);
-        }
-    }
-}
-
-/// Wakes the worker (eventfd write; a full counter still wakes it).
-pub(super) fn wake(fd: &OwnedFd) {
-    let one = 1u64.to_ne_bytes();
-    // SAFETY: write(2) of 8 bytes from a local buffer to an eventfd we own.
-    let _ = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
-}
-
-fn drain_eventfd(fd: &OwnedFd) {
-    let mut buf = [0u8; 8];
-    // SAFETY: read(2) of 8 bytes into a local buffer from a non-blocking eventfd we own.
-    let _ = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
 }
