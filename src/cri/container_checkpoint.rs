@@ -11,9 +11,7 @@ pub async fn checkpoint_container(
     rt: &Runtime,
     req: cri::CheckpointContainerRequest,
 ) -> Result<cri::CheckpointContainerResponse, Status> {
-    if req.container_id.is_empty() {
-        return Err(Status::invalid_argument("container_id is required"));
-    }
+    super::required(&req.container_id, "container_id")?;
     if req.location.is_empty() {
         return Err(Status::invalid_argument("location is required (the archive to write)"));
     }

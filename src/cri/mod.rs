@@ -126,6 +126,14 @@ async fn observe<T>(
 }
 
 /// The gRPC code of a domain error's class.
+/// InvalidArgument unless the request's `field` (its proto name) is set.
+pub(crate) fn required(value: &str, field: &str) -> Result<(), Status> {
+    if value.is_empty() {
+        return Err(Status::invalid_argument(format!("{field} is required")));
+    }
+    Ok(())
+}
+
 fn code_of(kind: ErrorKind) -> tonic::Code {
     match kind {
         ErrorKind::NotFound => tonic::Code::NotFound,

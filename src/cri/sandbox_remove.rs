@@ -9,9 +9,7 @@ pub async fn remove_pod_sandbox(
     rt: &Runtime,
     req: cri::RemovePodSandboxRequest,
 ) -> Result<cri::RemovePodSandboxResponse, Status> {
-    if req.pod_sandbox_id.is_empty() {
-        return Err(Status::invalid_argument("pod_sandbox_id is required"));
-    }
+    super::required(&req.pod_sandbox_id, "pod_sandbox_id")?;
     crate::sandbox::stop::remove(rt, &req.pod_sandbox_id).await.map_err(sandbox_error)?;
     Ok(cri::RemovePodSandboxResponse {})
 }

@@ -31,9 +31,7 @@ pub async fn pod_sandbox_status(
     rt: &Runtime,
     req: cri::PodSandboxStatusRequest,
 ) -> Result<cri::PodSandboxStatusResponse, Status> {
-    if req.pod_sandbox_id.is_empty() {
-        return Err(Status::invalid_argument("pod_sandbox_id is required"));
-    }
+    super::required(&req.pod_sandbox_id, "pod_sandbox_id")?;
     let pod_view = crate::sandbox::status::view(rt, &req.pod_sandbox_id).map_err(sandbox_error)?;
     let view = &pod_view.sandbox;
     let network = if pod_meta::namespace_options(&view.manifest).network == cri::NamespaceMode::Node as i32 {
@@ -66,9 +64,7 @@ pub async fn pod_sandbox_status(
 
 /// PortForward: checks the pod, then hands out a URL of the streaming server.
 pub async fn port_forward(rt: &Runtime, req: cri::PortForwardRequest) -> Result<cri::PortForwardResponse, Status> {
-    if req.pod_sandbox_id.is_empty() {
-        return Err(Status::invalid_argument("pod_sandbox_id is required"));
-    }
+    super::required(&req.pod_sandbox_id, "pod_sandbox_id")?;
     let mut ports = Vec::new();
     for p in &req.port {
         let port = u16::try_from(*p).ok().filter(|p| *p != 0);

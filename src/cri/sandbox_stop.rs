@@ -9,9 +9,7 @@ pub async fn stop_pod_sandbox(
     rt: &Runtime,
     req: cri::StopPodSandboxRequest,
 ) -> Result<cri::StopPodSandboxResponse, Status> {
-    if req.pod_sandbox_id.is_empty() {
-        return Err(Status::invalid_argument("pod_sandbox_id is required"));
-    }
+    super::required(&req.pod_sandbox_id, "pod_sandbox_id")?;
     match crate::sandbox::stop::stop(rt, &req.pod_sandbox_id).await {
         // the CRI: stopping a pod that is gone is not an error (kubelet
         // retries stops after its restarts and the runtime's)

@@ -10,9 +10,7 @@ pub async fn update_pod_sandbox_resources(
     rt: &Runtime,
     req: cri::UpdatePodSandboxResourcesRequest,
 ) -> Result<cri::UpdatePodSandboxResourcesResponse, Status> {
-    if req.pod_sandbox_id.is_empty() {
-        return Err(Status::invalid_argument("pod_sandbox_id is required"));
-    }
+    super::required(&req.pod_sandbox_id, "pod_sandbox_id")?;
     crate::sandbox::from_cri::pod_resources(req.resources.as_ref(), req.overhead.as_ref(), "")
         .map_err(sandbox_error)?;
     let resources = req.resources.as_ref().map(meta::limits_from_cri);

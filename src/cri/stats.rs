@@ -195,9 +195,7 @@ pub async fn pod_sandbox_stats(
     rt: &Runtime,
     req: cri::PodSandboxStatsRequest,
 ) -> Result<cri::PodSandboxStatsResponse, Status> {
-    if req.pod_sandbox_id.is_empty() {
-        return Err(Status::invalid_argument("pod_sandbox_id is required"));
-    }
+    super::required(&req.pod_sandbox_id, "pod_sandbox_id")?;
     tokio::task::block_in_place(|| {
         let view = rt.pods.view_of(&rt.manifests, &req.pod_sandbox_id).map_err(pod_status)?;
         if !view.sandbox.ready {

@@ -22,9 +22,7 @@ pub async fn create_container(
     req: cri::CreateContainerRequest,
 ) -> Result<cri::CreateContainerResponse, Status> {
     let config = req.config.ok_or_else(|| Status::invalid_argument("config is required"))?;
-    if req.pod_sandbox_id.is_empty() {
-        return Err(Status::invalid_argument("pod_sandbox_id is required"));
-    }
+    crate::cri::required(&req.pod_sandbox_id, "pod_sandbox_id")?;
     let mut argv = vec!["app".to_string(), "add".to_string()];
     argv.extend(AddArgs::from_cri(&req.pod_sandbox_id, &config).to_argv());
     let out = x.run(&argv).await?;

@@ -81,9 +81,7 @@ pub async fn stop_pod_sandbox(
     x: &ExecMode,
     req: cri::StopPodSandboxRequest,
 ) -> Result<cri::StopPodSandboxResponse, Status> {
-    if req.pod_sandbox_id.is_empty() {
-        return Err(Status::invalid_argument("pod_sandbox_id is required"));
-    }
+    crate::cri::required(&req.pod_sandbox_id, "pod_sandbox_id")?;
     x.run(&["stop", &req.pod_sandbox_id]).await?;
     status(x, &req.pod_sandbox_id).await?;
     Ok(cri::StopPodSandboxResponse {})
@@ -93,9 +91,7 @@ pub async fn remove_pod_sandbox(
     x: &ExecMode,
     req: cri::RemovePodSandboxRequest,
 ) -> Result<cri::RemovePodSandboxResponse, Status> {
-    if req.pod_sandbox_id.is_empty() {
-        return Err(Status::invalid_argument("pod_sandbox_id is required"));
-    }
+    crate::cri::required(&req.pod_sandbox_id, "pod_sandbox_id")?;
     ok_if_missing(x.run(&["stop", "--force", &req.pod_sandbox_id]).await)?;
     ok_if_missing(x.run(&["rm", &req.pod_sandbox_id]).await)?;
     Ok(cri::RemovePodSandboxResponse {})
@@ -105,9 +101,7 @@ pub async fn pod_sandbox_status(
     x: &ExecMode,
     req: cri::PodSandboxStatusRequest,
 ) -> Result<cri::PodSandboxStatusResponse, Status> {
-    if req.pod_sandbox_id.is_empty() {
-        return Err(Status::invalid_argument("pod_sandbox_id is required"));
-    }
+    crate::cri::required(&req.pod_sandbox_id, "pod_sandbox_id")?;
     let info = status(x, &req.pod_sandbox_id).await?;
     Ok(cri::PodSandboxStatusResponse { status: Some(sandbox_status(&info)), ..Default::default() })
 }
