@@ -148,7 +148,7 @@ async fn interrupted_operations_recover_after_a_restart() {
     let store = rktlet::image::Store::open(&rkt::pod::DataDir::new(&data), Default::default()).expect("store");
     let layer = store.resolve(&reference).expect("the pull committed").layer_keys()[0].clone();
     assert!(!store.cas().blob(&layer).exists(), "no ACI under its key before the rename");
-    assert!(rktlet::image::layer_aci::pending(store.cas(), &layer).exists(), "the download stays");
+    assert!(rkt::layer_aci::pending(store.cas(), &layer).exists(), "the download stays");
     let (_, mut img) = restart(&mut d, None).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !store.cas().blob(&layer).exists() && std::time::Instant::now() < deadline {

@@ -110,7 +110,7 @@ fn check_layer_blobs(store: &Store, image_id: &str) -> Vec<String> {
         let blob = store.cas().blob(key);
         let bytes = fs::read(&blob).unwrap_or_else(|e| panic!("{}: {e}", blob.display()));
         assert_eq!(&cas_key_of(&bytes), key, "the blob's SHA-512 is its key");
-        assert!(!layer_aci::pending(store.cas(), key).exists(), "the download is gone once the ACI is there");
+        assert!(!rkt::layer_aci::pending(store.cas(), key).exists(), "the download is gone once the ACI is there");
         let (entries, m) = read_aci(&bytes);
         assert_eq!(entries[0].0, "manifest", "manifest first");
         assert_eq!(entries[1], ("rootfs".to_string(), b'5'));
@@ -183,7 +183,7 @@ async fn renders_work_from_the_acis_and_from_a_download_still_waiting() {
     let download = reg.storage().join(format!("docker/registry/v2/blobs/sha256/{}/{hex}/data", &hex[..2]));
     let aci = fs::read(store.cas().blob(&top)).expect("aci");
     fs::remove_file(store.cas().blob(&top)).expect("remove the ACI");
-    let waiting = layer_aci::pending(store.cas(), &top);
+    let waiting = rkt::layer_aci::pending(store.cas(), &top);
     fs::create_dir_all(waiting.parent().expect("dir")).expect("dir");
     fs::copy(&download, &waiting).expect("the download");
     again(&store);

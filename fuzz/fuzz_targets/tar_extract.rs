@@ -3,7 +3,7 @@
 //! links pointing out must all stay in).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use rktlet::image::extract::Unpacker;
+use rkt::extract::Unpacker;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(t) = tempfile::tempdir() else { return };

@@ -7,6 +7,10 @@
 //! - [`cas`], [`index`], [`ql`]: the image store: blobs and image manifests by
 //!   CAS key, the index of them, and rkt's own `ql.db` kept in step.
 //! - [`tree`]: the tree store's rules (rendered trees and their hash).
+//! - [`layer_aci`]: a docker layer written as an ACI (rktlet's rendition,
+//!   its key, the `pathWhitelist` of the layers' deletions).
+//! - [`extract`]: rendering: layer and ACI tars unpacked into a rootfs
+//!   safely, staged layers merged in order.
 //! - [`digest`], [`reference`](mod@reference): content digests and rkt's CAS key; docker
 //!   image references as `docker://` image strings name them.
 //! - [`net_info`]: the networks a pod joined (`net-info.json`).
@@ -22,12 +26,15 @@
 pub mod api_v1;
 pub mod cas;
 pub mod digest;
+pub mod extract;
 pub mod fs;
 pub mod index;
+pub mod layer_aci;
 pub mod lock;
 pub mod net_info;
 pub mod pod;
 pub mod ql;
 pub mod reference;
 pub mod schema;
+mod tar_entry;
 pub mod tree;

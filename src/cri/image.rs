@@ -175,7 +175,7 @@ pub fn code_of(e: &ImageError) -> tonic::Code {
         ImageError::Discovery(crate::image::discovery::DiscoveryError::NotFound { .. }) => Code::NotFound,
         ImageError::PolicyFile(_) => Code::FailedPrecondition,
         ImageError::Unsupported(_) => Code::FailedPrecondition,
-        ImageError::Extract(crate::image::extract::ExtractError::Unsafe { .. }) => Code::FailedPrecondition,
+        ImageError::Extract(rkt::extract::ExtractError::Unsafe { .. }) => Code::FailedPrecondition,
         ImageError::Extract(_) | ImageError::Io { .. } | ImageError::Task(_) => Code::Internal,
     }
 }

@@ -58,7 +58,7 @@ pub fn verify(store: &Store, deep: bool) -> Result<Report, ImageError> {
     let indexed: HashSet<&str> = index.aciinfo.iter().map(|a| a.blobkey.as_str()).collect();
     for row in &index.aciinfo {
         r.blobs += 1;
-        let waiting = super::layer_aci::pending(cas, &row.blobkey);
+        let waiting = rkt::layer_aci::pending(cas, &row.blobkey);
         if !cas.blob(&row.blobkey).exists() && waiting.exists() {
             r.notes.push(format!("layer {} waits for its ACI to be written (renders use its download)", row.blobkey));
             continue;
@@ -82,7 +82,7 @@ pub fn verify(store: &Store, deep: bool) -> Result<Report, ImageError> {
             r.problems.push(format!("remote {} names {}, which is not in the index", rem.aciurl, rem.blobkey));
         }
     }
-    let waiting = fs::read_dir(cas.root().join(super::layer_aci::PENDING_DIR))
+    let waiting = fs::read_dir(cas.root().join(rkt::layer_aci::PENDING_DIR))
         .into_iter()
         .flatten()
         .flatten()

@@ -1,6 +1,6 @@
 //! One layer through the pipeline: compressed bytes (from the registry or a
 //! stored download) are hashed and size-checked, copied to a file,
-//! decompressed and unpacked, and the layer's ACI rendition (`layer_aci`)
+//! decompressed and unpacked, and the layer's ACI rendition (`rkt::layer_aci`)
 //! is hashed on the way (its rkt key), all while they stream. A stored
 //! ACI blob is hashed as it is (its key) and its rootfs unpacked; so is a
 //! layer blob of an older release (the layer's plain or compressed tar,
@@ -8,9 +8,9 @@
 //! concurrently.
 
 use super::ImageError;
-use super::extract::{Unpacked, Unpacker};
 use bytes::Bytes;
 use rkt::digest::{Algorithm, Digest, HashingReader, Mismatch, cas_key};
+use rkt::extract::{Unpacked, Unpacker};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
@@ -117,7 +117,7 @@ impl<R: Read> Read for Tee<'_, R> {
             self.unsynced += n;
             if self.unsynced >= 4 << 20 {
                 self.unsynced = 0;
-                super::extract::start_writeback(f);
+                rkt::extract::start_writeback(f);
             }
         }
         Ok(n)
@@ -148,7 +148,7 @@ pub fn run(job: LayerJob) -> Result<LayerDone, ImageError> {
         let compression = match job.compression {
             Compression::Detect => {
                 let head = buffered.fill_buf().map_err(|e| super::io_ctx(format!("reading {what}"))(e))?;
-                stored_aci = job.aci_manifest.is_none() && super::layer_aci::is_aci(head);
+                stored_aci = job.aci_manifest.is_none() && rkt::layer_aci::is_aci(head);
                 if head.starts_with(&[0x1f, 0x8b]) {
                     Compression::Gzip
                 } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {

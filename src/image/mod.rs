@@ -6,7 +6,7 @@
 //!   is the uncompressed ACI tar (`manifest` first, files under `rootfs/`),
 //!   its key rkt's (`sha512-` + 64 hex of the SHA-512 of those bytes). The
 //!   pull computes the key by hashing the ACI rendition of the layer while
-//!   it unpacks it (`layer_aci`), and keeps the download in
+//!   it unpacks it (`rkt::layer_aci`), and keeps the download in
 //!   `cas/rktlet-layers/<key>`; a background thread writes the ACI from it
 //!   (in `cas/tmp/pull-*`, checked against the key, renamed into place)
 //!   and deletes the download. Renders read whichever is there. Blobs of
@@ -43,7 +43,6 @@ pub mod aci;
 pub mod auth;
 pub mod convert;
 pub mod discovery;
-pub mod extract;
 pub mod fsck;
 pub mod hosts;
 pub mod layer;
@@ -52,7 +51,6 @@ pub mod oci;
 pub mod policy;
 mod pull;
 pub mod registry;
-mod tar_entry;
 mod workdir;
 
 use crate::base::filecache::{FileCache, ReadError};
@@ -85,7 +83,7 @@ pub enum ImageError {
     #[error("{0}")]
     Unsupported(String),
     #[error(transparent)]
-    Extract(#[from] extract::ExtractError),
+    Extract(#[from] rkt::extract::ExtractError),
     #[error("{context}: {source}")]
     Io { context: String, source: io::Error },
     #[error("image store task failed: {0}")]
@@ -707,7 +705,7 @@ impl Store {
             .map_err(io_ctx("updating the image index"))?;
         for k in &orphans {
             let _ = fs::remove_file(self.cas.blob(k));
-            let _ = fs::remove_file(layer_aci::pending(&self.cas, k));
+            let _ = fs::remove_file(rkt::layer_aci::pending(&self.cas, k));
             let _ = fs::remove_file(self.cas.image_manifest(k));
         }
         Ok(orphans)
@@ -811,7 +809,7 @@ impl Store {
 
     /// Bytes and inodes the store uses on disk.
     pub fn usage(&self) -> (u64, u64) {
-        extract::usage(self.cas.root())
+        rkt::extract::usage(self.cas.root())
     }
 
     pub fn data_root(&self) -> &Path {

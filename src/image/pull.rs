@@ -4,9 +4,7 @@
 //! layers in order, sync, then commit blobs, tree and index in that order.
 
 use super::convert::{self, LayerRef};
-use super::extract::{self, Unpacked};
 use super::layer::{self, ChannelReader, Compression, LayerDone, LayerJob};
-use super::layer_aci;
 use super::oci::{self, AnyManifest, ImageConfig};
 use super::policy;
 use super::workdir::WorkDir;
@@ -15,6 +13,8 @@ use crate::base::time::now_nanos;
 use futures::StreamExt;
 use rkt::cas::{AciInfo, Cas, Remote};
 use rkt::digest::Digest;
+use rkt::extract::{self, Unpacked};
+use rkt::layer_aci;
 use rkt::lock::HeldLock;
 use rkt::reference::Reference;
 use rkt::schema::ImageManifest;
@@ -556,7 +556,7 @@ async fn commit(
         };
         let key = plan.run()?;
         // the layers' ACIs are written from their downloads off the pull
-        layer_aci::convert_later(&cas);
+        super::layer_aci::convert_later(&cas);
         Ok(key)
     })
     .await

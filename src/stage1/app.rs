@@ -405,7 +405,7 @@ pub fn remove(pod: &mut Pod, name: &str, manifests: &ManifestCache) -> Result<()
 
 /// Bytes and inodes of all writable layers of a pod (its overlay directory).
 pub fn pod_writable_usage(pod: &Pod) -> (u64, u64) {
-    crate::image::extract::usage(&pod.path().join("overlay"))
+    rkt::extract::usage(&pod.path().join("overlay"))
 }
 
 /// Makes sure the pod's `/etc/passwd` and `/etc/group` name `uid` and the

@@ -43,7 +43,7 @@ impl AppPaths {
     /// directory); `None` before the app was added.
     pub fn writable_usage(&self) -> Option<(u64, u64)> {
         let tree = fs::read_to_string(self.appsinfo().join("treeStoreID")).ok()?;
-        Some(crate::image::extract::usage(&self.overlay_upper(tree.trim())))
+        Some(rkt::extract::usage(&self.overlay_upper(tree.trim())))
     }
 
     pub fn overlay_upper(&self, tree_id: &str) -> PathBuf {

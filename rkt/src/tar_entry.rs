@@ -5,14 +5,28 @@
 use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
 
+/// Why a layer (or an ACI) could not be unpacked or rendered.
 #[derive(Debug, thiserror::Error)]
 pub enum ExtractError {
+    /// An entry that would land outside the root, or is otherwise refused.
     #[error("refusing layer: entry {entry:?} {reason}")]
-    Unsafe { entry: String, reason: String },
+    Unsafe {
+        /// The entry's path as the tar names it.
+        entry: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// The tar stream itself is broken or cut short.
     #[error("reading the layer tar: {0}")]
     Tar(io::Error),
+    /// A file system call failed.
     #[error("{context}: {source}")]
-    Io { context: String, source: io::Error },
+    Io {
+        /// What was being done.
+        context: String,
+        /// The error of the call.
+        source: io::Error,
+    },
 }
 
 pub(super) fn unsafe_entry(entry: &Path, reason: impl Into<String>) -> ExtractError {

@@ -28,10 +28,15 @@ fn io_ctx(context: impl Into<String>) -> impl FnOnce(io::Error) -> ExtractError 
 /// Metadata applied to a directory once everything below it is in place.
 #[derive(Debug, Clone)]
 pub struct DirMeta {
+    /// The directory, relative to the root.
     pub path: PathBuf,
+    /// Its mode (permission, setuid, setgid and sticky bits).
     pub mode: u32,
+    /// Its owner.
     pub uid: u64,
+    /// Its group.
     pub gid: u64,
+    /// Its modification time, seconds since the epoch.
     pub mtime: i64,
 }
 
@@ -44,6 +49,7 @@ pub struct Unpacked {
     pub opaque: Vec<PathBuf>,
     /// Directories that had their own tar entry (vs. created as parents).
     pub explicit_dirs: HashSet<PathBuf>,
+    /// Every directory entry's metadata, for [`apply_dir_meta`].
     pub dir_meta: Vec<DirMeta>,
     /// Hard links (link, target) to files of a lower layer, made at merge.
     pub deferred_links: Vec<(PathBuf, PathBuf)>,
@@ -164,7 +170,7 @@ fn mknod(path: &Path, mode: libc::mode_t, major: u32, minor: u32) -> io::Result<
 }
 
 /// Starts writeback of a freshly written file so the final sync mostly waits for I/O already in flight.
-pub(crate) fn start_writeback(f: &File) {
+pub fn start_writeback(f: &File) {
     // SAFETY: sync_file_range(2) on an fd we own; a failure only loses the head start.
     unsafe { libc::sync_file_range(f.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
 }
@@ -195,6 +201,8 @@ pub struct Unpacker<'a> {
 }
 
 impl<'a> Unpacker<'a> {
+    /// Unpacks into `root`; `staged`: `root` is a staging directory to be
+    /// [`merge`]d over the layers below (hard links to their files wait).
     pub fn new(root: &'a Path, staged: bool) -> Self {
         Unpacker {
             root,
