@@ -7,6 +7,8 @@
 //! - [`cas`], [`index`], [`ql`]: the image store: blobs and image manifests by
 //!   CAS key, the index of them, and rkt's own `ql.db` kept in step.
 //! - [`tree`]: the tree store's rules (rendered trees and their hash).
+//! - [`aci`]: reading an ACI: its plain tar (gzip, bzip2, xz, zstd undone)
+//!   and its manifest.
 //! - [`layer_aci`]: a docker layer written as an ACI (rktlet's rendition,
 //!   its key, the `pathWhitelist` of the layers' deletions).
 //! - [`extract`]: rendering: layer and ACI tars unpacked into a rootfs
@@ -23,6 +25,7 @@
 
 #![deny(missing_docs)]
 
+pub mod aci;
 pub mod api_v1;
 pub mod cas;
 pub mod digest;

@@ -1,6 +1,7 @@
 //! rkt's own images: ACIs fetched from a file, an https URL, or an appc
 //! name through discovery (`discovery.rs`). An ACI is a tar (gzip, bzip2,
-//! xz, zstd or plain) of `manifest` (an appc image manifest) and `rootfs/`.
+//! xz, zstd or plain) of `manifest` (an appc image manifest) and `rootfs/`
+//! (reading one, its plain tar and its manifest, is `rkt::aci`).
 //! Unless verification is skipped, its detached OpenPGP signature
 //! (`<file>.asc`) must verify with a key trusted for the manifest's name
 //! (`crate::trust`), and a fetch by name must get an image of that name and
@@ -24,6 +25,7 @@ use super::discovery;
 use super::{Image, ImageError, Store, io_ctx};
 use crate::base::time::now_nanos;
 use crate::trust::TrustStore;
+use rkt::aci::{MAX_MANIFEST, decompressed, manifest_of, plain_tar};
 use rkt::cas::{AciInfo, Remote};
 use rkt::digest::cas_key_of;
 use rkt::schema::ImageManifest;
@@ -34,8 +36,6 @@ use std::path::{Path, PathBuf};
 
 pub use rkt::index::ACI_PREFIX;
 
-/// The largest manifest accepted inside an ACI.
-const MAX_MANIFEST: u64 = 1 << 20;
 /// The largest ACI downloaded whole.
 const MAX_ACI_BYTES: u64 = 4 << 30;
 /// How far into an unverified ACI the manifest is looked for.
@@ -44,64 +44,6 @@ const MANIFEST_SCAN_BYTES: u64 = 64 << 20;
 const MAX_PAGE_BYTES: u64 = 1 << 20;
 /// Dependency chains deeper than this are refused (a cycle, or abuse).
 const MAX_DEPTH: usize = 16;
-
-/// A reader of the plain tar in an ACI file's bytes (gzip, zstd, bzip2 and
-/// xz are undone).
-fn decompressed(bytes: &[u8]) -> io::Result<Box<dyn Read + '_>> {
-    Ok(if bytes.starts_with(&[0x1f, 0x8b]) {
-        Box::new(flate2::read::MultiGzDecoder::new(bytes))
-    } else if bytes.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        Box::new(zstd::Decoder::new(bytes)?)
-    } else if bytes.starts_with(b"BZh") {
-        Box::new(bzip2::read::MultiBzDecoder::new(bytes))
-    } else if bytes.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
-        Box::new(liblzma::read::XzDecoder::new_multi_decoder(bytes))
-    } else {
-        Box::new(bytes)
-    })
-}
-
-/// The plain tar of an ACI file's bytes, at most `limit` bytes of it.
-fn plain_tar(bytes: &[u8], limit: u64) -> Result<Vec<u8>, ImageError> {
-    let mut out = Vec::new();
-    decompressed(bytes)
-        .and_then(|r| r.take(limit + 1).read_to_end(&mut out))
-        .map_err(io_ctx("decompressing the ACI"))?;
-    if out.len() as u64 > limit {
-        return Err(ImageError::Unsupported(format!("the ACI is larger than {limit} bytes uncompressed")));
-    }
-    Ok(out)
-}
-
-/// The `manifest` entry of an ACI's plain tar.
-pub fn manifest_of(tar: impl Read) -> Result<ImageManifest, ImageError> {
-    let mut archive = tar::Archive::new(tar);
-    for entry in archive.entries().map_err(io_ctx("reading the ACI"))? {
-        let mut entry = entry.map_err(io_ctx("reading the ACI"))?;
-        let path = entry.path().map_err(io_ctx("reading the ACI"))?.into_owned();
-        if path
-            .components()
-            .filter(|c| !matches!(c, std::path::Component::CurDir))
-            .eq([std::path::Component::Normal("manifest".as_ref())])
-        {
-            if entry.size() > MAX_MANIFEST {
-                return Err(ImageError::Unsupported(format!("the ACI manifest is larger than {MAX_MANIFEST} bytes")));
-            }
-            let mut json = Vec::new();
-            entry.read_to_end(&mut json).map_err(io_ctx("reading the ACI manifest"))?;
-            let m: ImageManifest = serde_json::from_slice(&json)
-                .map_err(|e| ImageError::Unsupported(format!("invalid ACI manifest: {e}")))?;
-            if m.ac_kind != "ImageManifest" || m.name.is_empty() {
-                return Err(ImageError::Unsupported(format!(
-                    "not an image manifest (acKind {:?}, name {:?})",
-                    m.ac_kind, m.name
-                )));
-            }
-            return Ok(m);
-        }
-    }
-    Err(ImageError::Unsupported("the ACI has no manifest".into()))
-}
 
 /// Where an ACI comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -586,28 +528,5 @@ mod tests {
         assert_eq!(max_age("public, max-age=600"), 600);
         assert_eq!(max_age("max-age=600, no-cache"), 0);
         assert_eq!(max_age(""), 0);
-    }
-
-    #[test]
-    fn compressions() {
-        let mut b = tar::Builder::new(Vec::new());
-        let m = serde_json::to_vec(&ImageManifest::new("example.com/c")).expect("json");
-        let mut h = tar::Header::new_gnu();
-        h.set_size(m.len() as u64);
-        h.set_mode(0o644);
-        h.set_cksum();
-        b.append_data(&mut h, "manifest", &m[..]).expect("append");
-        let tar = b.into_inner().expect("tar");
-        let mut bz = Vec::new();
-        bzip2::read::BzEncoder::new(&tar[..], bzip2::Compression::fast()).read_to_end(&mut bz).expect("bzip2");
-        let mut xz = Vec::new();
-        liblzma::read::XzEncoder::new(&tar[..], 1).read_to_end(&mut xz).expect("xz");
-        for packed in [&tar, &bz, &xz] {
-            let plain = plain_tar(packed, 1 << 20).expect("decompress");
-            assert_eq!(plain, tar);
-            assert_eq!(manifest_of(&plain[..]).expect("manifest").name, "example.com/c");
-            assert_eq!(manifest_of(decompressed(packed).expect("reader")).expect("streamed").name, "example.com/c");
-            assert!(plain_tar(packed, 100).is_err(), "the size cap holds");
-        }
     }
 }

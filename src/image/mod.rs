@@ -106,6 +106,17 @@ pub enum ImageError {
     Network(String),
 }
 
+/// An ACI that cannot be read is what it was before `rkt::aci` read it:
+/// an unsupported image, or an I/O error with its context.
+impl From<rkt::aci::AciError> for ImageError {
+    fn from(e: rkt::aci::AciError) -> Self {
+        match e {
+            rkt::aci::AciError::Unsupported(detail) => ImageError::Unsupported(detail),
+            rkt::aci::AciError::Io { context, source } => ImageError::Io { context, source },
+        }
+    }
+}
+
 pub(crate) fn io_ctx(context: impl Into<String>) -> impl FnOnce(io::Error) -> ImageError {
     let context = context.into();
     move |source| ImageError::Io { context, source }
