@@ -15,6 +15,8 @@
 //!   safely, staged layers merged in order.
 //! - [`digest`], [`reference`](mod@reference): content digests and rkt's CAS key; docker
 //!   image references as `docker://` image strings name them.
+//! - [`gc`]: gc's rules: which pods `gc` marks and removes, which images
+//!   image gc removes.
 //! - [`net_info`]: the networks a pod joined (`net-info.json`).
 //! - [`api_v1`]: rkt's `api/v1` JSON, as `rkt list`, `status` and `app
 //!   status` print it with `--format=json`.
@@ -31,6 +33,7 @@ pub mod cas;
 pub mod digest;
 pub mod extract;
 pub mod fs;
+pub mod gc;
 pub mod index;
 pub mod layer_aci;
 pub mod lock;

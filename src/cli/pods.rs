@@ -435,17 +435,18 @@ pub fn ibytes(bytes: u64) -> String {
 }
 
 /// `rktlet gc --mark-only`, as rkt's: moves exited pods to `exited-garbage/`
-/// and aborted prepares to `garbage/`, deleting nothing. Returns the uuids moved.
+/// and aborted prepares to `garbage/` ([`rkt::gc::pod_mark`]), deleting
+/// nothing. Returns the uuids moved.
 pub fn gc_mark(data: &DataDir) -> Result<Vec<String>, PodError> {
     let mut marked = Vec::new();
     for (uuid, dir) in data.list_pods()? {
-        if !matches!(dir, PodDir::Run | PodDir::Prepare) {
+        if !rkt::gc::may_mark(dir) {
             continue;
         }
         let Ok(mut pod) = Pod::open(data, &uuid.to_string()) else { continue };
-        let moved = match pod.state()? {
-            PodState::Exited => pod.to_exited_garbage(),
-            PodState::AbortedPrepare => pod.to_garbage(),
+        let moved = match rkt::gc::pod_mark(pod.state()?) {
+            Some(PodDir::ExitedGarbage) => pod.to_exited_garbage(),
+            Some(PodDir::Garbage) => pod.to_garbage(),
             _ => continue,
         };
         match moved {
@@ -459,20 +460,15 @@ pub fn gc_mark(data: &DataDir) -> Result<Vec<String>, PodError> {
 }
 
 /// `rktlet gc`: deletes exited pods older than `grace` (by pod-created time),
-/// aborted prepares and garbage. Returns the uuids removed.
+/// aborted prepares and garbage ([`rkt::gc::pod_verdict`]). Returns the
+/// uuids removed.
 pub fn gc(data: &DataDir, grace: Duration, net: &NetDirs) -> Result<Vec<String>, TeardownError> {
     let mut removed = Vec::new();
     let now = SystemTime::now();
     for (uuid, dir) in data.list_pods()? {
         let Ok(mut pod) = Pod::open(data, &uuid.to_string()) else { continue };
-        let collect = match pod.state()? {
-            PodState::Exited => {
-                pod.created_at().ok().and_then(|t| now.duration_since(t).ok()).is_some_and(|age| age >= grace)
-            }
-            PodState::AbortedPrepare | PodState::Garbage | PodState::ExitedGarbage => true,
-            _ => false,
-        };
-        if collect && dir != PodDir::Embryo {
+        let state = pod.state()?;
+        if rkt::gc::pod_verdict(dir, state, pod.created_at().ok(), now, grace) == rkt::gc::Verdict::Remove {
             rm_pod(data, &pod.uuid().to_string(), net)?;
             removed.push(uuid.to_string());
         }

@@ -762,8 +762,9 @@ impl Store {
     }
 
     /// rkt's `image gc`: under the prepare lock, removes trees no pod uses,
-    /// images not used for `grace` and not used by pods, orphan layers and
-    /// leftovers of interrupted pulls.
+    /// images not used for `grace` and not used by pods (the rules are
+    /// [`rkt::gc::collect_images`]), orphan layers and leftovers of
+    /// interrupted pulls.
     pub fn gc(&self, grace: Duration) -> Result<GcReport, ImageError> {
         let locks = self.data.locks();
         fs::create_dir_all(&locks).map_err(io_ctx(format!("creating {}", locks.display())))?;
@@ -780,34 +781,27 @@ impl Store {
                 }
             }
         }
-        let cutoff = crate::base::time::now_nanos() - grace.as_nanos() as i64;
-        // newest first: an ACI's dependencies were imported before it, and
-        // stay as long as an image that needs them does
-        let mut images = self.list()?;
-        images.reverse();
-        let mut dependents: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-        for d in images.iter().flat_map(Image::dependency_keys) {
-            *dependents.entry(d).or_default() += 1;
-        }
-        for image in images {
-            let needed = dependents.get(&image.id).is_some_and(|n| *n > 0);
-            // rkt's own images are left to `rkt image gc`
-            if image.last_used < cutoff
-                && !used.images.contains(&image.id)
-                && !self.rkt_only(&image.id).or_else(|e| match e {
+        let now = crate::base::time::now_nanos();
+        // in import order, as listed: the rules judge them newest first
+        let images = self
+            .list()?
+            .into_iter()
+            .map(|i| rkt::gc::GcImage { dependencies: i.dependency_keys(), id: i.id, last_used: i.last_used })
+            .collect();
+        report.images = rkt::gc::collect_images(
+            images,
+            now,
+            grace,
+            &used.images,
+            |id| {
+                self.rkt_only(id).or_else(|e| match e {
                     // (removed meanwhile: remove says so, below)
                     ImageError::NotFound(_) => Ok(false),
                     e => Err(e),
-                })?
-                && !needed
-                && self.remove(&image.id)?.is_some()
-            {
-                for d in image.dependency_keys() {
-                    dependents.entry(d).and_modify(|n| *n -= 1);
-                }
-                report.images.push(image.id);
-            }
-        }
+                })
+            },
+            |id| Ok(self.remove(id)?.is_some()),
+        )?;
         report.layers = self.remove_orphan_layers()?;
         Ok(report)
     }
