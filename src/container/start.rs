@@ -11,7 +11,7 @@ use super::{ContainerError, Target, app_cgroup, meta, open, unit, with_bus};
 use crate::runtime::{EventKind, Runtime};
 use crate::stage1::app::{self, AppPaths, AppState};
 use crate::stage1::appexec::{Bind, PidMode, Plan};
-use crate::stage1::bus::{BindPath, BusError, ExecCommand, Output, Property, ServiceSpec, Value};
+use crate::stage1::bus::{BindPath, BusError, ExecCommand, Output, Property, ServiceSpec, UnitBus, Value};
 use crate::stage1::crilog::{self, Stream};
 use crate::stage1::seccomp;
 use crate::stage1::unit_spec;
@@ -560,27 +560,51 @@ fn start_unit(
     });
     let placement =
         placement.map(|r| r.map_err(|e| ContainerError::Internal(format!("placing {} in its cgroups: {e}", id))));
+    // (the connection the start used: its status read after a failed job)
+    let bus = rt.pod_bus(&t.pod).ok();
+    let (failed, stopped) = tokio::task::block_in_place(|| {
+        settle_start(bus.as_deref().map(|b| b as &dyn UnitBus), paths, &spec.name, started, placement)
+    });
+    if stopped {
+        rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
+    }
+    failed
+}
+
+/// What a start leaves behind once the pod's systemd answered (`started`):
+/// - the unit started: nothing;
+/// - its job failed (the process ran and could not become the app, which
+///   ends the container): why goes to `-starterror` (that the app could not
+///   be placed in its cgroups, when `placement` failed, as that is the
+///   cause; else the job's error), and the exit to the app's status, the
+///   code of the unit's main process (128 when `bus` cannot tell);
+/// - the call was refused (nothing ran): the app is unmarked as started.
+///
+/// Returns why the start failed, and whether this recorded the app's exit
+/// (its Stopped event is then due).
+fn settle_start(
+    bus: Option<&dyn UnitBus>,
+    paths: &AppPaths,
+    unit: &str,
+    started: Result<Result<(), BusError>, ContainerError>,
+    placement: Option<Result<(), ContainerError>>,
+) -> (Option<ContainerError>, bool) {
     match started {
-        Ok(Ok(())) => None,
+        Ok(Ok(())) => (None, false),
         Ok(Err(job)) => {
-            // (the app killed, as it could not be placed: that is the cause)
             let e = match placement {
                 Some(Err(e)) => e,
                 _ => ContainerError::Bus(job),
             };
-            let exit = tokio::task::block_in_place(|| with_bus(rt, &t.pod, |bus| bus.unit_status(&spec.name)))
-                .ok()
-                .and_then(|s| s.main_exit());
+            let exit = bus.and_then(|b| b.unit_status(unit).ok()).and_then(|s| s.main_exit());
             let _ = std::fs::write(paths.status_file(app::START_ERROR), e.to_string());
             let code = exit.map_or(128, |x| crate::stage1::bus::exit_code(&x));
-            if app::record_exit(paths, code).unwrap_or(false) {
-                rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
-            }
-            Some(e)
+            let recorded = app::record_exit(paths, code).unwrap_or(false);
+            (Some(e), recorded)
         }
         Err(e) => {
             let _ = std::fs::remove_file(paths.status_file("-started"));
-            Some(e)
+            (Some(e), false)
         }
     }
 }
@@ -1042,4 +1066,92 @@ fn oom_score_adj_allowed(pod: &Pod, pid1: i32, adj: i64) -> Option<i32> {
 /// The `set` list of an rkt-style isolator value.
 fn set_of(v: &serde_json::Value) -> Vec<String> {
     v["set"].as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stage1::bus::UnitStatus;
+    use crate::stage1::bus::testing::{Call, FakeBus};
+
+    /// An app of a pod in a scratch dir, marked started as a start marks it.
+    fn started_app() -> (tempfile::TempDir, AppPaths) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let paths = AppPaths::in_pod_dir(dir.path(), "web");
+        std::fs::create_dir_all(paths.status_file("").parent().expect("status dir")).expect("status dir");
+        app::mark_started(&paths).expect("mark started");
+        (dir, paths)
+    }
+
+    fn job_failed() -> BusError {
+        BusError::JobFailed { op: "start", unit: "web.service".into(), result: "failed".into(), detail: String::new() }
+    }
+
+    fn read(paths: &AppPaths, suffix: &str) -> Option<String> {
+        std::fs::read_to_string(paths.status_file(suffix)).ok()
+    }
+
+    #[test]
+    fn a_started_unit_leaves_the_app_started() {
+        let (_dir, paths) = started_app();
+        let bus = FakeBus::default();
+        let (e, stopped) = settle_start(Some(&bus), &paths, "web.service", Ok(Ok(())), Some(Ok(())));
+        assert!(e.is_none() && !stopped);
+        assert!(bus.calls().is_empty(), "nothing asked of the pod's systemd: {:?}", bus.calls());
+        assert!(paths.status_file("-started").exists());
+        assert_eq!((read(&paths, ""), read(&paths, app::START_ERROR)), (None, None));
+    }
+
+    /// The job failed: the process ran and could not become the app (203:
+    /// its program could not be executed). Its exit is the app's, once.
+    #[test]
+    fn a_failed_job_is_the_apps_exit_with_its_reason() {
+        let (_dir, paths) = started_app();
+        let bus = FakeBus::default();
+        bus.set_status(UnitStatus { exec_main_code: 1, exec_main_status: 203, ..Default::default() });
+        let (e, stopped) = settle_start(Some(&bus), &paths, "web.service", Ok(Err(job_failed())), None);
+        let e = e.expect("the start failed");
+        assert!(matches!(e, ContainerError::Bus(BusError::JobFailed { .. })), "{e}");
+        assert!(stopped, "the exit was recorded here: its Stopped event is due");
+        assert_eq!(bus.calls(), [Call::Status("web.service".into())]);
+        assert_eq!(read(&paths, "").as_deref(), Some("203\n"));
+        assert_eq!(read(&paths, app::START_ERROR), Some(e.to_string()));
+        assert!(paths.status_file("-started").exists(), "it did start, and ended");
+        assert_eq!(app::facts(&paths, true).state, AppState::Exited(Some(203)), "ContainerStatus reads it exited");
+
+        // an exit recorded already (by the exit recorder) stands: no second event
+        let (_, stopped) = settle_start(Some(&bus), &paths, "web.service", Ok(Err(job_failed())), None);
+        assert!(!stopped);
+        assert_eq!(read(&paths, "").as_deref(), Some("203\n"));
+    }
+
+    /// An app that could not be placed in its cgroups is killed by appexec:
+    /// the placement is the reason; without a bus the exit is 128.
+    #[test]
+    fn a_failed_placement_is_the_reason_and_an_unknown_exit_is_128() {
+        let (_dir, paths) = started_app();
+        let placement = Err(ContainerError::Internal("placing web in its cgroups: EBUSY".into()));
+        let (e, stopped) = settle_start(None, &paths, "web.service", Ok(Err(job_failed())), Some(placement));
+        let e = e.expect("the start failed");
+        assert!(e.to_string().contains("placing web in its cgroups"), "{e}");
+        assert!(stopped);
+        assert_eq!(read(&paths, "").as_deref(), Some("128\n"));
+        assert_eq!(read(&paths, app::START_ERROR), Some(e.to_string()));
+    }
+
+    /// The pod's systemd refused the call: nothing ran, so nothing is
+    /// recorded and the app is created again, not started (rollback).
+    #[test]
+    fn a_refused_call_unmarks_the_start_and_records_nothing() {
+        let (_dir, paths) = started_app();
+        let bus = FakeBus::default();
+        let refused = Err(ContainerError::Bus(BusError::UnitExists("web.service".into())));
+        let (e, stopped) = settle_start(Some(&bus), &paths, "web.service", refused, None);
+        assert!(matches!(e, Some(ContainerError::Bus(BusError::UnitExists(_)))), "{e:?}");
+        assert!(!stopped);
+        assert!(bus.calls().is_empty());
+        assert!(!paths.status_file("-started").exists());
+        assert_eq!((read(&paths, ""), read(&paths, app::START_ERROR)), (None, None));
+        assert_eq!(app::facts(&paths, true).state, AppState::Created);
+    }
 }

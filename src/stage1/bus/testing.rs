@@ -23,6 +23,8 @@ pub struct FakeBus {
     stop_failures: Mutex<Vec<BusError>>,
     kill_failures: Mutex<Vec<BusError>>,
     set_failures: Mutex<Vec<BusError>>,
+    /// What UnitStatus answers (the default status when unset).
+    status: Mutex<Option<UnitStatus>>,
 }
 
 impl FakeBus {
@@ -43,6 +45,11 @@ impl FakeBus {
     /// The next SetUnitProperties fails with `e`.
     pub fn fail_set(&self, e: BusError) {
         self.set_failures.lock().unwrap().push(e);
+    }
+
+    /// UnitStatus answers `s` from now on.
+    pub fn set_status(&self, s: UnitStatus) {
+        *self.status.lock().unwrap() = Some(s);
     }
 
     fn record(&self, c: Call) {
@@ -78,6 +85,6 @@ impl UnitBus for FakeBus {
     }
     fn unit_status(&self, name: &str) -> Result<UnitStatus, BusError> {
         self.record(Call::Status(name.into()));
-        Ok(UnitStatus::default())
+        Ok(self.status.lock().unwrap().clone().unwrap_or_default())
     }
 }
