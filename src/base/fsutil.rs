@@ -5,6 +5,13 @@ use std::fs;
 use std::io;
 use std::path::Path;
 
+/// A regular file with an execute bit set (a program `$PATH` or a CNI
+/// plugin directory may offer).
+pub fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+}
+
 /// A `kB` field (`"Pss:"`, `"VmRSS:"`) of a /proc file's text, in KiB.
 pub fn kib_field(text: &str, field: &str) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix(field)?.trim().strip_suffix("kB")?.trim().parse().ok())

@@ -141,7 +141,7 @@ pub fn find_plugin(name: &str, bin_dirs: &[PathBuf]) -> Option<PathBuf> {
     if name.contains('/') {
         return None;
     }
-    bin_dirs.iter().map(|d| d.join(name)).find(|p| crate::stage1::host::is_executable(p))
+    bin_dirs.iter().map(|d| d.join(name)).find(|p| crate::base::fsutil::is_executable(p))
 }
 
 /// Loads the pod network: the first valid config in `conf_dir` by file name.

@@ -62,12 +62,7 @@ pub fn find_in_path(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&path)
         .chain(["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"].map(PathBuf::from))
         .map(|dir| dir.join(name))
-        .find(|p| is_executable(p))
-}
-
-pub fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+        .find(|p| crate::base::fsutil::is_executable(p))
 }
 
 #[cfg(test)]
