@@ -8,7 +8,7 @@
 use super::report::{Density, Stats};
 use super::{BenchError, Session};
 use crate::proto::v1 as cri;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,7 +39,8 @@ struct Node {
     procs: BTreeMap<i32, String>,
     mounts: usize,
     links: usize,
-    cgroups: usize,
+    /// Cgroup directories, relative to `/sys/fs/cgroup` (hierarchy first).
+    cgroups: BTreeSet<String>,
 }
 
 impl Node {
@@ -54,7 +55,7 @@ impl Node {
             procs,
             mounts: std::fs::read_to_string("/proc/self/mountinfo").map(|m| m.lines().count()).unwrap_or(0),
             links: std::fs::read_dir("/sys/class/net").map(|d| d.count()).unwrap_or(0),
-            cgroups: count_dirs(Path::new("/sys/fs/cgroup")),
+            cgroups: cgroup_dirs(Path::new("/sys/fs/cgroup")),
         }
     }
 
@@ -73,14 +74,24 @@ impl Node {
     /// is not left behind.
     fn more_than(&self, before: &Node) -> Vec<String> {
         let mut left = Vec::new();
-        for (what, now, then) in [
-            ("mounts", self.mounts, before.mounts),
-            ("network links", self.links, before.links),
-            ("cgroups", self.cgroups, before.cgroups),
-        ] {
+        for (what, now, then) in [("mounts", self.mounts, before.mounts), ("network links", self.links, before.links)] {
             if now > then {
                 left.push(format!("{} {what}", now - then));
             }
+        }
+        if self.cgroups.len() > before.cgroups.len() {
+            // named, so that a unit of the node's own (one cgroup in each
+            // hierarchy) is told from a pod's
+            let mut new: Vec<&str> = self
+                .cgroups
+                .difference(&before.cgroups)
+                .map(|c| c.split_once('/').map_or(c.as_str(), |(_, inner)| inner))
+                .collect();
+            new.sort_unstable();
+            new.dedup();
+            let shown = new.iter().take(3).copied().collect::<Vec<_>>().join(", ");
+            let more = if new.len() > 3 { format!(" and {} more", new.len() - 3) } else { String::new() };
+            left.push(format!("{} cgroups ({shown}{more})", self.cgroups.len() - before.cgroups.len()));
         }
         let count = |procs: &BTreeMap<i32, String>| {
             let mut by_name: BTreeMap<String, usize> = BTreeMap::new();
@@ -100,11 +111,22 @@ impl Node {
     }
 }
 
-/// Directories under `dir` (cgroups, under the cgroup mounts), not
-/// following links (v1's aliases such as `cpu` -> `cpu,cpuacct`).
-fn count_dirs(dir: &Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| 1 + count_dirs(&e.path())).sum()
+/// Directories under `dir` (cgroups, under the cgroup mounts) as paths
+/// relative to it, not following links (v1's aliases such as `cpu` ->
+/// `cpu,cpuacct`).
+fn cgroup_dirs(dir: &Path) -> BTreeSet<String> {
+    fn walk(dir: &Path, rel: &str, out: &mut BTreeSet<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for e in entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let rel = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+            walk(&e.path(), &rel, out);
+            out.insert(rel);
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(dir, "", &mut out);
+    out
 }
 
 /// A process's command name, or `?` once it is gone.
@@ -302,29 +324,37 @@ async fn start_one(
 mod tests {
     use super::*;
 
-    fn node(procs: &[(i32, &str)], mounts: usize, cgroups: usize) -> Node {
+    fn node(procs: &[(i32, &str)], mounts: usize, cgroups: &[&str]) -> Node {
         Node {
             meminfo: "AnonPages:     1000 kB\nSUnreclaim:      50 kB\n".into(),
             procs: procs.iter().map(|(pid, name)| (*pid, name.to_string())).collect(),
             mounts,
             links: 3,
-            cgroups,
+            cgroups: cgroups.iter().map(|c| c.to_string()).collect(),
         }
     }
 
     #[test]
     fn left_behind_counts_by_name_and_what_grew() {
-        let before = node(&[(1, "init"), (10, "rktlet")], 30, 100);
+        let cg = ["memory", "memory/system.slice", "pids", "pids/system.slice"];
+        let before = node(&[(1, "init"), (10, "rktlet")], 30, &cg);
         // the standby sandbox process replaced by another: nothing left
-        assert!(node(&[(1, "init"), (11, "rktlet")], 30, 100).more_than(&before).is_empty());
-        // fewer mounts than before is not something left behind
-        assert!(node(&[(1, "init")], 29, 99).more_than(&before).is_empty());
-        let after = node(&[(1, "init"), (11, "rktlet"), (12, "sleep"), (13, "sleep"), (14, "systemd")], 32, 101);
+        assert!(node(&[(1, "init"), (11, "rktlet")], 30, &cg).more_than(&before).is_empty());
+        // fewer mounts or cgroups than before is not something left behind
+        assert!(node(&[(1, "init")], 29, &cg[..3]).more_than(&before).is_empty());
+        // a unit's cgroup in two hierarchies: two cgroups, named once
+        let unit = ["memory/system.slice/x.service", "pids/system.slice/x.service"];
+        let after = node(
+            &[(1, "init"), (11, "rktlet"), (12, "sleep"), (13, "sleep"), (14, "systemd")],
+            32,
+            &[&cg[..], &unit[..]].concat(),
+        );
         assert_eq!(
             after.more_than(&before),
-            ["2 mounts", "1 cgroups", "2 sleep processes", "1 systemd processes"].map(String::from)
+            ["2 mounts", "2 cgroups (system.slice/x.service)", "2 sleep processes", "1 systemd processes"]
+                .map(String::from)
         );
-        let mut grown = node(&[], 0, 0);
+        let mut grown = node(&[], 0, &[]);
         grown.meminfo = "AnonPages:     3048 kB\n".into();
         assert_eq!(grown.grown(&before, "AnonPages:"), Some(2048.0));
         assert_eq!(grown.grown(&before, "SUnreclaim:"), None);
