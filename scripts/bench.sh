@@ -122,11 +122,15 @@ for mode in "${modes[@]}"; do
   [ "$mode" = exec-mode ] && flag=(--exec-mode --cni-conf-dir "$work/net.d")
   mode_bin=$bin
   [ "$mode" = "${PROFILE_B:-}" ] && mode_bin="$root/target/$PROFILE_B/rktlet"
-  rm -f "$work/$mode.sock"
-  "$mode_bin" serve --socket "$work/$mode.sock" --data-dir "$work/$mode/data" "${flag[@]}" \
-    --log-level warn 2>"$work/$mode.log" &
+  rm -f "$work/$mode.sock" "$work/$mode.log"
+  # JSON lines, warnings and each pod stop's record (its CNI DEL: the bench
+  # reports StopPodSandbox beyond it); the exec-mode daemon stops pods
+  # through the CLI, whose log is not this one
+  RUST_LOG=warn,rktlet::stage1::teardown=debug "$mode_bin" serve --socket "$work/$mode.sock" \
+    --data-dir "$work/$mode/data" "${flag[@]}" --log-format json 2>"$work/$mode.log" &
   pids+=($!)
   endpoints+=(--endpoint "$mode=$work/$mode.sock")
+  [ "$mode" = exec-mode ] || endpoints+=(--daemon-log "$mode=$work/$mode.log")
 done
 if [ "$containerd" = 1 ]; then
   sock=$(./scripts/containerd-baseline.sh start "$work/containerd" "$port" | tail -1)

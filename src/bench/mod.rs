@@ -15,6 +15,7 @@
 //! memory per pod at rest, what was left behind). Everything it made is
 //! removed at the end, also after a failed call.
 
+mod daemon_log;
 mod density;
 pub mod memory;
 pub mod report;
@@ -87,6 +88,9 @@ pub struct Options {
     /// Facts about the run the caller knows (`--context KEY=VALUE`): the
     /// report's context gets them as they are.
     pub context: Vec<(String, String)>,
+    /// Endpoints' daemon logs (`NAME=PATH`, rktlet's JSON lines with its
+    /// teardown at debug): each StopPodSandbox's CNI DEL is read from there.
+    pub daemon_logs: Vec<Endpoint>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +113,9 @@ const SLICE: &str = "rktletbench";
 
 /// Suffix of the operations that only set up a measurement.
 const SETUP: &str = " (setup)";
+/// The pod lifecycle's StopPodSandbox, split at its CNI DEL (the daemon's log).
+const STOP_CNI_DEL: &str = "StopPodSandbox: its CNI DEL";
+const STOP_BEYOND_CNI_DEL: &str = "StopPodSandbox: beyond its CNI DEL";
 
 /// Per-operation samples of one endpoint.
 type Samples = BTreeMap<String, Vec<Duration>>;
@@ -496,6 +503,9 @@ impl<'a> Session<'a> {
     }
 
     async fn pod_lifecycle(&mut self) -> Result<(), BenchError> {
+        let log = self.opts.daemon_logs.iter().find(|l| l.name == self.name).map(|l| l.socket.clone());
+        let from = log.as_deref().map(daemon_log::mark);
+        let mut stops = Vec::new();
         for i in 0..self.rounds() {
             self.wait_for_pool().await;
             let config = self.pod_config(&format!("lifecycle-{i}"))?;
@@ -512,13 +522,50 @@ impl<'a> Session<'a> {
             timed(&mut self.samples, &mut self.order, "StopPodSandbox", call)
                 .await
                 .map_err(|e| self.fail("StopPodSandbox", e))?;
+            if let Some(took) = self.samples.get("StopPodSandbox").and_then(|s| s.last()) {
+                stops.push((id.clone(), *took));
+            }
             let call = self.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.clone() });
             timed(&mut self.samples, &mut self.order, "RemovePodSandbox", call)
                 .await
                 .map_err(|e| self.fail("RemovePodSandbox", e))?;
             self.pods.retain(|p| *p != id);
         }
+        if let (Some(log), Some(from)) = (log, from) {
+            self.split_stops(&log, from, &stops);
+        }
         Ok(())
+    }
+
+    /// Each timed StopPodSandbox of `stops` split at its CNI DEL, as the
+    /// daemon's log recorded it after `from`: the DEL, and the rest of the
+    /// call (what the runtime adds to the network's floor).
+    fn split_stops(&mut self, log: &Path, from: u64, stops: &[(String, Duration)]) {
+        let deletes = match daemon_log::cni_deletes_since(log, from) {
+            Ok(d) => d,
+            Err(e) => {
+                self.notes.push(format!("its daemon log {} could not be read: {e}", log.display()));
+                return;
+            }
+        };
+        let mut found = 0;
+        for (id, took) in stops {
+            let Some(del) = deletes.get(id) else { continue };
+            found += 1;
+            for (op, d) in [(STOP_CNI_DEL, *del), (STOP_BEYOND_CNI_DEL, took.saturating_sub(*del))] {
+                if !self.samples.contains_key(op) {
+                    self.order.push(op.to_string());
+                }
+                self.samples.entry(op.to_string()).or_default().push(d);
+            }
+        }
+        if found < stops.len() {
+            self.notes.push(format!(
+                "its daemon log {} recorded the CNI DEL of {found} of {} pod stops (rktlet::stage1::teardown at debug, JSON)",
+                log.display(),
+                stops.len()
+            ));
+        }
     }
 
     async fn create_container(

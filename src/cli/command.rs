@@ -416,6 +416,11 @@ struct BenchArgs {
     /// e.g. the node it ran on).
     #[arg(long = "context", value_parser = parse_context)]
     context: Vec<(String, String)>,
+    /// An endpoint's daemon log, NAME=PATH (rktlet's JSON log lines with
+    /// `rktlet::stage1::teardown` at debug; repeatable): each StopPodSandbox
+    /// of the pod lifecycle is split there at its CNI DEL.
+    #[arg(long = "daemon-log")]
+    daemon_logs: Vec<crate::bench::Endpoint>,
     /// Measure nothing: render the README's performance section from this
     /// bench.json (printed, or written into --readme).
     #[arg(long, value_name = "BENCH_JSON", conflicts_with = "endpoints")]
@@ -458,6 +463,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         concurrency: args.concurrency,
         density_only: args.density_only,
         context: args.context,
+        daemon_logs: args.daemon_logs,
     };
     let report = runtime()?.block_on(crate::bench::run(&opts)).map_err(|e| e.to_string())?;
     let markdown = report.to_markdown();
