@@ -563,17 +563,19 @@ fn add_app(
 ) -> Result<(), ContainerError> {
     let pod_dir = pod.path();
     let added = tokio::task::block_in_place(|| {
+        // the ids first: what they add to the pod's /etc is harmless without
+        // the app, while an app added with its ids unnamed would stay behind a
+        // failed create (the add itself leaves nothing when it fails)
+        if let Some((uid, gids)) = ids {
+            crate::stage1::app::ensure_ids(stage1, uid, &gids).map_err(|source| AppError::Io {
+                pod: pod.uuid().to_string(),
+                app: name.to_string(),
+                context: "naming the app's ids".into(),
+                source,
+            })?;
+        }
         let spare = crate::stage1::spare::Spare::take(&pod_dir);
-        spec.add(pod, &rt.manifests, spare)?;
-        let Some((uid, gids)) = ids else {
-            return Ok(());
-        };
-        crate::stage1::app::ensure_ids(stage1, uid, &gids).map_err(|source| AppError::Io {
-            pod: pod.uuid().to_string(),
-            app: name.to_string(),
-            context: "naming the app's ids".into(),
-            source,
-        })
+        spec.add(pod, &rt.manifests, spare)
     });
     // the next add's directories, made while kubelet starts this one
     crate::stage1::spare::replenish_later(pod_dir);
