@@ -39,6 +39,9 @@ pub fn connect_private(pid1: i32) -> io::Result<OwnedFd> {
     // SAFETY: socket(2) just returned this fd; nothing else owns it.
     let sock = unsafe { OwnedFd::from_raw_fd(raw) };
     let (sock_fd, ns_fd) = (sock.as_raw_fd(), ns.as_raw_fd());
+    // the descriptors the children keep, ascending (-1: none), prepared before the fork
+    let mut keep = [sock_fd, ns_fd, userns_fd];
+    keep.sort_unstable();
 
     // SAFETY: fork(2); the child below only calls async-signal-safe functions on prepared data.
     let child = unsafe { libc::fork() };
@@ -46,7 +49,11 @@ pub fn connect_private(pid1: i32) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     if child == 0 {
-        // first child: never returns
+        // first child: never returns. A copy of the daemon without exec, it
+        // would hold every descriptor of the daemon's (the CRI socket and its
+        // lock among them) for as long as it lives: a daemon killed meanwhile
+        // could not be restarted on its socket until it ended
+        close_all_but(&keep);
         enter_and_connect(userns_fd, ns_fd, sock_fd, &addr);
     }
     match wait_exit_code(child)? {
@@ -54,6 +61,25 @@ pub fn connect_private(pid1: i32) -> io::Result<OwnedFd> {
         EXIT_ODD => Err(io::Error::other("namespace helper failed")),
         errno => Err(io::Error::from_raw_os_error(errno)),
     }
+}
+
+/// Closes every descriptor from 3 up except those of `keep` (ascending,
+/// -1 for none), with raw `close_range(2)` calls only (async-signal-safe).
+fn close_all_but(keep: &[i32; 3]) {
+    let mut from: libc::c_uint = 3;
+    for &fd in keep {
+        let Ok(fd) = libc::c_uint::try_from(fd) else { continue };
+        if fd < from {
+            continue;
+        }
+        if fd > from {
+            // SAFETY: close_range(2) on descriptors this process no longer needs.
+            unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, 0) };
+        }
+        from = fd + 1;
+    }
+    // SAFETY: as above, up to the highest descriptor.
+    unsafe { libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0) };
 }
 
 /// First child: enter the user namespace (`userns_fd`, when not -1) and
@@ -143,6 +169,30 @@ mod tests {
         let a = sockaddr("/proc/4194304/root/run/systemd/private").expect("fits");
         assert_eq!(a.sun_path[0], b'/' as libc::c_char);
         assert!(sockaddr(&"x".repeat(200)).is_err());
+    }
+
+    #[test]
+    fn the_forked_helper_keeps_only_its_own_descriptors() {
+        let files: Vec<std::fs::File> = (0..4).map(|_| tempfile::tempfile().expect("tempfile")).collect();
+        let fds: Vec<i32> = files.iter().map(|f| f.as_raw_fd()).collect();
+        let keep = [-1, fds[0], fds[2]];
+        // SAFETY: fcntl(F_GETFD) only reads a descriptor's flags.
+        let open = |fd: i32| unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0;
+        // SAFETY: fork(2); the child makes raw syscalls only, then _exits.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork");
+        if child == 0 {
+            close_all_but(&keep);
+            let ok = open(fds[0]) && !open(fds[1]) && open(fds[2]) && !open(fds[3]) && open(2);
+            // SAFETY: _exit(2) in the forked child.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        assert_eq!(
+            wait_exit_code(child).expect("wait"),
+            0,
+            "the child kept {keep:?} and stderr, closed {fds:?}'s others"
+        );
+        assert!(fds.iter().all(|fd| open(*fd)), "the parent's descriptors stay open");
     }
 
     #[test]
