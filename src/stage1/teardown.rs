@@ -63,8 +63,10 @@ pub trait Steps: Clone + Send + Sync + 'static {
     type Pod: Send + 'static;
     /// Opens pod `id` (a uuid or a prefix of one).
     fn open(&self, id: &str) -> Result<Self::Pod, TeardownError>;
-    /// Its uuid and the network namespace it recorded, if any.
-    fn facts(&self, pod: &Self::Pod) -> Result<(Uuid, Option<PathBuf>), TeardownError>;
+    /// Its uuid.
+    fn uuid(&self, pod: &Self::Pod) -> Uuid;
+    /// The network namespace it recorded, if any.
+    fn netns(&self, pod: &Self::Pod) -> Result<Option<PathBuf>, TeardownError>;
     /// Kills its processes and waits for the pod to read as exited.
     fn stop(&self, pod: &mut Self::Pod) -> Result<(), TeardownError>;
     /// Unmounts what is below its directory and removes its cgroup.
@@ -100,8 +102,12 @@ impl Steps for Host {
         Ok(Pod::open(&self.data, id)?)
     }
 
-    fn facts(&self, pod: &Pod) -> Result<(Uuid, Option<PathBuf>), TeardownError> {
-        Ok((pod.uuid(), pod.read_file(pod::NETNS_FILE)?.map(PathBuf::from)))
+    fn uuid(&self, pod: &Pod) -> Uuid {
+        pod.uuid()
+    }
+
+    fn netns(&self, pod: &Pod) -> Result<Option<PathBuf>, TeardownError> {
+        Ok(pod.read_file(pod::NETNS_FILE)?.map(PathBuf::from))
     }
 
     fn stop(&self, pod: &mut Pod) -> Result<(), TeardownError> {
@@ -150,7 +156,7 @@ pub async fn stop_pod_with<S: Steps>(steps: &S, id: &str) -> Result<(), Teardown
     let (s, id2) = (steps.clone(), id.to_string());
     let (mut pod, uuid, netns) = blocking(move || {
         let pod = s.open(&id2)?;
-        let (uuid, netns) = s.facts(&pod)?;
+        let (uuid, netns) = (s.uuid(&pod), s.netns(&pod)?);
         Ok((pod, uuid, netns))
     })
     .await?;
@@ -203,7 +209,7 @@ pub async fn remove_pod_with<S: Steps>(steps: &S, id: &str, deletion: Deletion) 
     let (s, id2) = (steps.clone(), id.to_string());
     let uuid = blocking(move || {
         let pod = s.open(&id2)?;
-        let (uuid, _) = s.facts(&pod)?;
+        let uuid = s.uuid(&pod);
         s.delete(pod, deletion)?;
         Ok(uuid)
     })
@@ -246,6 +252,7 @@ pub async fn abort_start_with<S: Steps>(steps: &S, uuid: Uuid) -> Result<(), Tea
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
     use std::sync::{Arc, Mutex};
 
     /// A teardown that records its calls, over pods that are only names; one
@@ -255,8 +262,21 @@ mod tests {
         calls: Arc<Mutex<Vec<String>>>,
         pods: Arc<Mutex<BTreeMap<String, Uuid>>>,
         fail: Option<&'static str>,
-        /// Set once the CNI DEL has begun (the stop waits for it: both run at once).
-        del_started: Arc<std::sync::atomic::AtomicBool>,
+        /// Set once the CNI DEL has begun (the kill waits for it: both run at once).
+        del_started: Arc<AtomicBool>,
+        /// Set once the kill has begun (the DEL of a pod waits for it).
+        stop_started: Arc<AtomicBool>,
+        /// The DEL saw the kill begun before it ended.
+        del_saw_stop: Arc<AtomicBool>,
+    }
+
+    /// Waits until `flag` is set, at most 5 s; whether it was.
+    async fn seen(flag: &AtomicBool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !flag.load(SeqCst) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        flag.load(SeqCst)
     }
 
     const NETNS: &str = "/run/netns/test";
@@ -295,25 +315,33 @@ mod tests {
             let pods = self.pods.lock().expect("pods");
             Ok(*pods.get(id).ok_or_else(|| PodError::NotFound(id.to_string()))?)
         }
-        fn facts(&self, pod: &Uuid) -> Result<(Uuid, Option<PathBuf>), TeardownError> {
-            Ok((*pod, Some(PathBuf::from(NETNS))))
+        fn uuid(&self, pod: &Uuid) -> Uuid {
+            *pod
+        }
+        fn netns(&self, _: &Uuid) -> Result<Option<PathBuf>, TeardownError> {
+            Ok(Some(PathBuf::from(NETNS)))
         }
         fn stop(&self, _: &mut Uuid) -> Result<(), TeardownError> {
-            // the pod is killed while its network is released: the DEL has
-            // begun before the kill ends (a teardown that ran them one after
-            // the other would record `stop` alone)
+            // the pod is killed while its network is released: each half
+            // waits for the other to begin (a teardown that ran them one after
+            // the other would record `stop` alone, or a DEL that saw no kill)
+            self.stop_started.store(true, SeqCst);
             let deadline = Instant::now() + Duration::from_secs(5);
-            while !self.del_started.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < deadline {
+            while !self.del_started.load(SeqCst) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            let during = self.del_started.load(std::sync::atomic::Ordering::SeqCst);
+            let during = self.del_started.load(SeqCst);
             self.step(if during { "stop (during the DEL)" } else { "stop" })
         }
         fn release(&self, _: &Uuid) -> Result<(), TeardownError> {
             self.step("release")
         }
-        async fn release_network(&self, _: Uuid, netns: Option<PathBuf>) -> Result<(), TeardownError> {
-            self.del_started.store(true, std::sync::atomic::Ordering::SeqCst);
+        async fn release_network(&self, uuid: Uuid, netns: Option<PathBuf>) -> Result<(), TeardownError> {
+            self.del_started.store(true, SeqCst);
+            // (a start aborted before it made a pod has no kill to wait for)
+            if self.has_pod(uuid) && seen(&self.stop_started).await {
+                self.del_saw_stop.store(true, SeqCst);
+            }
             self.step(&format!("cni-del {}", netns.map_or("-".into(), |p| p.display().to_string())))
         }
         fn free_network(&self, _: Uuid, netns: Option<PathBuf>) -> Result<(), TeardownError> {
@@ -344,6 +372,7 @@ mod tests {
         let (stop, release) = (at(&calls, "stop (during the DEL)"), at(&calls, "release"));
         let (del, free) = (at(&calls, &format!("cni-del {NETNS}")), at(&calls, &format!("free {NETNS}")));
         assert!(stop < release && del < free && release < free && free == 4, "{calls:?}");
+        assert!(r.del_saw_stop.load(SeqCst), "the DEL ran while the pod was killed");
         assert!(r.has_pod(uuid), "a stopped pod's directory stays");
     }
 
@@ -358,7 +387,8 @@ mod tests {
             assert!(!calls.iter().any(|c| c.starts_with("free")), "{fail}: {calls:?}");
             assert!(skipped.is_empty() || !calls.iter().any(|c| c == skipped), "{fail}: {calls:?}");
             // the other half ran to its end all the same
-            assert!(calls.iter().any(|c| c.starts_with("cni-del")), "{fail}: {calls:?}");
+            let other = if fail == "stop" { "cni-del" } else { "release" };
+            assert!(calls.iter().any(|c| c.starts_with(other)), "{fail}: {calls:?}");
         }
     }
 
