@@ -18,15 +18,17 @@ pub fn mark(log: &Path) -> u64 {
 }
 
 /// Each pod's CNI DEL as its first stop recorded it (`network_micros`: from
-/// the stop's start until its network was released), from the records
+/// the stop's start until its network was released, so the opening of the
+/// pod, about 0.1 ms, counts as the DEL's), from the records
 /// written after `from`. Lines that are not JSON, or another record, are
 /// passed over.
 pub fn cni_deletes_since(log: &Path, from: u64) -> std::io::Result<BTreeMap<String, Duration>> {
     let mut file = std::fs::File::open(log)?;
     file.seek(SeekFrom::Start(from))?;
-    let mut text = String::new();
-    file.read_to_string(&mut text)?;
-    Ok(cni_deletes(&text))
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    // (the daemon's children write to the same stderr: a stray byte costs its line only)
+    Ok(cni_deletes(&String::from_utf8_lossy(&bytes)))
 }
 
 fn cni_deletes(text: &str) -> BTreeMap<String, Duration> {

@@ -148,6 +148,9 @@ pub async fn run(opts: &Options) -> Result<Report, BenchError> {
     if opts.rounds == 0 || opts.image_rounds == 0 {
         return Err(BenchError::Invalid("--rounds and --image-rounds must be at least 1".into()));
     }
+    if let Some(log) = opts.daemon_logs.iter().find(|l| !opts.endpoints.iter().any(|e| e.name == l.name)) {
+        return Err(BenchError::Invalid(format!("--daemon-log {}: no endpoint of that name", log.name)));
+    }
     if opts.image == opts.pull_image {
         return Err(BenchError::Invalid("the pull image must differ from the container image (it is removed)".into()));
     }

@@ -549,9 +549,9 @@ fn volumes(rt: &Runtime, req: &Request) -> Result<Vec<VolumeSpec>, ContainerErro
     Ok(volumes)
 }
 
-/// Adds app `name` to the pod (`AppSpec::add`, on a spare set of
-/// directories) and, when systemd resolves its ids (`ids`: the uid and the
-/// gids, primary first), names them in the pod's stage1; the next spare is
+/// Names the app's ids in the pod's stage1 when systemd resolves them
+/// (`ids`: the uid and the gids, primary first), then adds app `name` to the
+/// pod (`AppSpec::add`, on a spare set of directories); the next spare is
 /// made after, whether the add worked or not.
 fn add_app(
     rt: &Runtime,
