@@ -100,6 +100,16 @@ impl NodeFacts {
         let host = Host::detect();
         crate::stage1::host::tune_node();
         let cgroup_driver = cgroup::Driver::chosen(host.pid1_is_systemd);
+        if host.pid1_is_systemd
+            && cgroup_driver == cgroup::Driver::Cgroupfs
+            && cgroup::Layout::cached().is_ok_and(|l| !l.is_pure_v2())
+        {
+            tracing::warn!(
+                "the cgroupfs driver on a node whose PID 1 is systemd: on cgroup v1 that systemd moves pods' \
+                 processes out of their cgroups when it turns a controller on or off for its slices \
+                 (an exec puts its app back); the systemd driver is the one for this node"
+            );
+        }
         NodeFacts { host, cgroup_driver }
     }
 }

@@ -166,3 +166,97 @@ async fn exec_sync_runs_inside_the_container() {
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove pod");
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);
 }
+
+/// Where the v1 hierarchy of `controller` is mounted on the node, if it is.
+fn v1_mount(controller: &str) -> Option<std::path::PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    mountinfo.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        let mut post = post.split(' ');
+        let (fstype, options) = (post.next()?, post.nth(1)?);
+        (fstype == "cgroup" && options.split(',').any(|o| o == controller))
+            .then(|| std::path::PathBuf::from(pre.split(' ').nth(4).unwrap_or_default()))
+    })
+}
+
+/// The directory of `pid`'s cgroup in the v1 hierarchy mounted at `mount`
+/// (holding `controller`).
+fn v1_cgroup_of(pid: &str, controller: &str, mount: &std::path::Path) -> std::path::PathBuf {
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("the app's cgroups");
+    let path = cgroups
+        .lines()
+        .filter_map(|l| {
+            let mut parts = l.splitn(3, ':').skip(1);
+            parts.next().zip(parts.next())
+        })
+        .find(|(controllers, _)| controllers.split(',').any(|c| c == controller))
+        .map(|(_, path)| path.trim_start_matches('/').to_string())
+        .unwrap_or_else(|| panic!("no {controller} line in {cgroups}"));
+    mount.join(path)
+}
+
+/// On a node whose systemd manages the v1 hierarchies, pods of the
+/// cgroupfs driver (made beside systemd's units) have their processes moved
+/// to the hierarchy's root when systemd turns a controller on or off for its
+/// slices, and their emptied cgroups removed (seen on the node lane's
+/// systemd node: `systemd-run -p IOAccounting=yes` moves them out of blkio,
+/// a unit with CPU shares out of cpu; containerd's containers too, whose
+/// execs then fail). Done here by hand to an app's memory and cpu cgroups:
+/// an exec still runs in the app's own cgroups, and puts the app back in
+/// them, made again with its limits.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_exec_puts_an_app_moved_out_of_its_cgroups_back() {
+    const TEST: &str = "an_exec_puts_an_app_moved_out_of_its_cgroups_back";
+    let (Some(memory), Some(cpu)) = (v1_mount("memory"), v1_mount("cpu")) else {
+        return common::skipped(TEST, "no v1 memory and cpu hierarchies: nothing moves an app between hierarchies");
+    };
+    let d = Daemon::start(&[]);
+    let image = common::pull_busybox(&d).await;
+    let mut rt = d.runtime().await;
+    let pod_config = host_network(pod_config("strays", &[]));
+    let pod = common::run_pod(&mut rt, &pod_config).await;
+    let mut config = common::container_config("stray", &image, &["sleep", "100000"]);
+    config.linux.get_or_insert_default().resources = Some(cri::LinuxContainerResources {
+        memory_limit_in_bytes: 64 << 20,
+        cpu_period: 100_000,
+        cpu_quota: 20_000,
+        ..Default::default()
+    });
+    let id = common::start_container(&mut rt, &pod, &pod_config, config).await;
+    let procs = unit_processes(&pod, "0-stray");
+    let app = procs
+        .iter()
+        .find(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "sleep"))
+        .unwrap_or_else(|| panic!("no sleep among the unit's processes {procs:?}"))
+        .clone();
+    let own = [(memory.clone(), v1_cgroup_of(&app, "memory", &memory)), (cpu.clone(), v1_cgroup_of(&app, "cpu", &cpu))];
+    for (_, dir) in &own {
+        assert!(dir.ends_with("app-0-stray"), "the app is in a cgroup of its own: {}", dir.display());
+    }
+    let before = exec(&mut rt, &id, &["cat", "/proc/self/cgroup"], 10).await.expect("ExecSync");
+
+    // what the node's systemd does: every process to the root, the emptied cgroup removed
+    for (mount, dir) in &own {
+        let pids = std::fs::read_to_string(dir.join("cgroup.procs")).expect("cgroup.procs");
+        for pid in pids.lines() {
+            std::fs::write(mount.join("cgroup.procs"), pid).expect("moving a process of the app to the root");
+        }
+        std::fs::remove_dir(dir).unwrap_or_else(|e| panic!("removing {}: {e}", dir.display()));
+    }
+    assert_eq!(v1_cgroup_of(&app, "memory", &memory), memory, "moved");
+
+    let after = exec(&mut rt, &id, &["cat", "/proc/self/cgroup"], 10).await.expect("an exec into the moved app");
+    assert_eq!(text(&after.stdout), text(&before.stdout), "the command runs in the app's own cgroups");
+    for (mount, dir) in &own {
+        let controller = if *mount == memory { "memory" } else { "cpu" };
+        assert_eq!(&v1_cgroup_of(&app, controller, mount), dir, "the app is back in its {controller} cgroup");
+    }
+    let read =
+        |dir: &std::path::Path, file: &str| std::fs::read_to_string(dir.join(file)).expect(file).trim().to_string();
+    assert_eq!(read(&own[0].1, "memory.limit_in_bytes"), (64u64 << 20).to_string(), "its memory limit is back");
+    assert_eq!(read(&own[1].1, "cpu.cfs_quota_us"), "20000", "its CPU quota is back");
+
+    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("stop pod");
+    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove pod");
+    assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+}

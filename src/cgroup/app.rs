@@ -51,7 +51,8 @@ impl AppCgroup {
     pub fn new(layout: &Layout, pod: &super::pod::Subcgroups, app: &str) -> Self {
         if let Some(root) = layout.v2_root() {
             let rel = super::unit_subpath(&pod.tracking, app);
-            return AppCgroup { dirs: Vec::new(), unit: Some(root.join(&rel)), v2: Some((root.to_path_buf(), rel)) };
+            let unit = Some(root.join(&rel));
+            return AppCgroup { dirs: Vec::new(), unit, v2: Some((root.to_path_buf(), rel)) };
         }
         let mut dirs = Vec::new();
         for c in CONTROLLERS {
@@ -192,6 +193,40 @@ impl AppCgroup {
     pub fn placement(&self, app: &str) -> Option<(String, usize)> {
         (self.v2.is_none() && self.unit.is_some() && !self.dirs.is_empty())
             .then(|| (format!("app-{app}"), self.dirs.len()))
+    }
+
+    /// The v1 cgroups a process exec'd into the app joins, whatever its main
+    /// process is in now: the app's own. Empty on cgroup v2, where the
+    /// unit's cgroup is the app's.
+    pub fn exec_dirs(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|(_, d)| d.clone()).collect()
+    }
+
+    /// The controllers whose app cgroup a process is not in, from its
+    /// `/proc/<pid>/cgroup` (`proc_cgroup`), or whose app cgroup is gone. On
+    /// a node whose systemd manages the v1 hierarchies, pods made beside its
+    /// units (the cgroupfs driver) have their processes moved to systemd's
+    /// own cgroups when it turns a controller on or off for its slices, and
+    /// the app's emptied cgroups removed.
+    pub fn strays(&self, layout: &Layout, proc_cgroup: &str) -> Vec<&'static str> {
+        let now = layout.cgroups_of(proc_cgroup);
+        self.dirs.iter().filter(|(_, d)| !d.is_dir() || !now.iter().any(|(_, at)| at == d)).map(|(c, _)| *c).collect()
+    }
+
+    /// Puts the app back in its v1 cgroups: those gone made again with
+    /// `limits` (and its devices cgroup with `allowed`, before any process is
+    /// in it), the limits of those still there written again, the unit's
+    /// processes moved in.
+    pub fn restore(&self, limits: &Limits, allowed: &super::devices::Allowed) -> io::Result<()> {
+        if self.v2.is_some() {
+            return Ok(());
+        }
+        let devices_gone = self.dir("devices").is_some_and(|d| !d.is_dir());
+        self.apply(limits)?;
+        if devices_gone {
+            self.apply_devices(allowed)?;
+        }
+        self.adopt_unit_processes()
     }
 
     /// While the app's unit starts: moves its first processes into the app

@@ -131,7 +131,24 @@ impl Layout {
         Layout { hierarchies }
     }
 
-    /// v1 controller hierarchies (not `name=` ones) that are mounted.
+    /// Where a process is in each mounted hierarchy, from the text of its
+    /// `/proc/<pid>/cgroup` as this process reads it: the hierarchy and the
+    /// directory under its mount. A path outside this process's cgroup
+    /// namespace reads with `..` and names no directory of the mount.
+    pub fn cgroups_of<'a>(&'a self, proc_cgroup: &str) -> Vec<(&'a Hierarchy, PathBuf)> {
+        proc_cgroup
+            .lines()
+            .filter_map(|line| {
+                let mut parts = line.splitn(3, ':');
+                let id: u32 = parts.next()?.parse().ok()?;
+                let controllers = parts.next()?;
+                let path = parts.next()?.trim_start_matches('/');
+                let h = self.hierarchies.iter().find(|h| h.id == id && h.controllers.join(",") == controllers)?;
+                Some((h, h.mount.as_ref()?.join(path)))
+            })
+            .collect()
+    }
+
     /// Whether container limits are the business of the pods' systemd (unit
     /// properties): a host whose memory controller is on the unified
     /// hierarchy (pure cgroup v2), where nspawn delegates the pod's subtree.
@@ -158,6 +175,7 @@ impl Layout {
         v2::available(root).iter().any(|c| c == "memory").then_some(root)
     }
 
+    /// v1 controller hierarchies (not `name=` ones) that are mounted.
     pub fn v1_controllers(&self) -> impl Iterator<Item = &Hierarchy> {
         self.hierarchies.iter().filter(|h| h.mount.is_some() && h.controllers.iter().any(|c| !c.starts_with("name=")))
     }

@@ -251,19 +251,40 @@ fn nspawn() -> Check {
 }
 
 fn init_system() -> Check {
-    if crate::stage1::host::pid1_is_systemd(Path::new("/")) {
-        Check::ok(
+    let pid1_is_systemd = crate::stage1::host::pid1_is_systemd(Path::new("/"));
+    let v1 = crate::cgroup::Layout::cached().is_ok_and(|l| !l.is_pure_v2());
+    init_system_of(pid1_is_systemd, crate::cgroup::Driver::chosen(pid1_is_systemd), v1)
+}
+
+/// The init system check: PID 1 and the cgroup driver chosen (`v1`: the
+/// host has v1 controller hierarchies).
+fn init_system_of(pid1_is_systemd: bool, driver: crate::cgroup::Driver, v1: bool) -> Check {
+    use crate::cgroup::Driver;
+    match (pid1_is_systemd, driver) {
+        (true, Driver::Systemd) => Check::ok(
             "init system",
             "PID 1 is systemd: pods run as units of the node's systemd, the cgroup driver is systemd \
              (tell kubelet --cgroup-driver=systemd); the pod pool is off (a booted pod cannot change units)",
-        )
-    } else {
-        Check::warn(
+        ),
+        (true, Driver::Cgroupfs) if v1 => Check::warn(
+            "init system",
+            "PID 1 is systemd and RKTLET_CGROUP_DRIVER=cgroupfs: pods' cgroups are made beside systemd's, \
+             and on cgroup v1 the node's systemd moves their processes into its own cgroups (and removes \
+             the emptied ones) when it turns a controller on or off for its slices; rktlet puts an app \
+             back in its cgroups on each exec into it, but its limits and stats are off meanwhile",
+            "unset RKTLET_CGROUP_DRIVER (the systemd driver) and tell kubelet --cgroup-driver=systemd",
+        ),
+        (true, Driver::Cgroupfs) => Check::ok(
+            "init system",
+            "PID 1 is systemd, RKTLET_CGROUP_DRIVER=cgroupfs: pods are placed in cgroups by rktlet \
+             (tell kubelet --cgroup-driver=cgroupfs)",
+        ),
+        (false, _) => Check::warn(
             "init system",
             "PID 1 is not systemd: pods are started detached (own process group) and placed in \
              cgroups by rktlet; the cgroup driver is cgroupfs",
             "tell kubelet --cgroup-driver=cgroupfs; nothing else is needed",
-        )
+        ),
     }
 }
 
@@ -475,6 +496,22 @@ pub fn to_text(checks: &[Check]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cgroupfs_driver_under_systemd_on_v1_is_a_warning() {
+        use crate::cgroup::Driver;
+        let c = init_system_of(true, Driver::Cgroupfs, true);
+        assert_eq!(c.outcome, Outcome::Warn, "{c:?}");
+        assert!(c.detail.contains("moves their processes") && c.fix.as_deref().is_some_and(|f| f.contains("systemd")));
+        assert_eq!(
+            init_system_of(true, Driver::Cgroupfs, false).outcome,
+            Outcome::Ok,
+            "pure v2: systemd moves nothing"
+        );
+        assert_eq!(init_system_of(true, Driver::Systemd, true).outcome, Outcome::Ok);
+        assert_eq!(init_system_of(false, Driver::Cgroupfs, true).outcome, Outcome::Warn);
+        assert!(!c.detail.contains("  "), "{c:?}");
+    }
 
     #[test]
     fn process_moves_say_whether_they_wait() {

@@ -40,17 +40,57 @@ pub fn running_app(rt: &Runtime, id: &str) -> Result<AppProcess, ContainerError>
     if !t.running {
         return Err(ContainerError::FailedPrecondition(format!("pod of container {id} is not running")));
     }
-    app_process(&t, id)
+    app_process(rt, &t, id)
 }
 
 /// The app's main process and the seccomp profile it was started with.
-fn app_process(t: &Target, id: &str) -> Result<AppProcess, ContainerError> {
+fn app_process(rt: &Runtime, t: &Target, id: &str) -> Result<AppProcess, ContainerError> {
     let isolators = t.app.app.as_ref().map(|a| a.isolators.as_slice()).unwrap_or_default();
     let profile = crate::stage1::seccomp::profile_of(isolators)
         .map_err(|e| ContainerError::Internal(format!("the seccomp isolator of container {id}: {e}")))?;
     let pid =
         main_pid(t).ok_or_else(|| ContainerError::FailedPrecondition(format!("container {id} is not running")))?;
-    Ok(AppProcess { pid, profile })
+    let cgroups = own_cgroups(rt, t, id, pid)?;
+    Ok(AppProcess { pid, profile, cgroups })
+}
+
+/// The cgroups a command exec'd into the app joins on cgroup v1: those the
+/// daemon made for it (`AppCgroup::exec_dirs`), not whatever its main
+/// process `pid` is in now. The node's systemd, managing the v1 hierarchies
+/// beside pods of the cgroupfs driver, moves their processes into its own
+/// cgroups as it turns controllers on and off for its slices, and removes
+/// the app's emptied cgroups: the app is put back first (its cgroups made
+/// again with its limits, and the pod's limits written again, its cgroups
+/// having gone the same way). An app the daemon could not give cgroups of its
+/// own and that needs none (no limits, no v1 devices cgroup) runs where it
+/// is, and so does the command. Empty on cgroup v2 (the unit's cgroup,
+/// which the pod's systemd keeps, is the app's).
+fn own_cgroups(rt: &Runtime, t: &Target, id: &str, pid: i32) -> Result<Vec<std::path::PathBuf>, ContainerError> {
+    let Some(cg) = super::app_cgroup(&t.pod, &t.app.name).filter(|cg| cg.placement(&t.app.name).is_some()) else {
+        return Ok(Vec::new());
+    };
+    let layout = crate::cgroup::Layout::cached().map_err(|e| ContainerError::Internal(format!("cgroups: {e}")))?;
+    let now = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .map_err(|e| ContainerError::FailedPrecondition(format!("container {id} is not running: {e}")))?;
+    let strays = cg.strays(layout, &now);
+    if strays.is_empty() {
+        return Ok(cg.exec_dirs());
+    }
+    let limits = super::meta::limits(&t.app);
+    match cg.restore(&limits, &super::meta::allowed_devices(&t.app)) {
+        Ok(()) => {
+            tracing::warn!(container = id, controllers = ?strays, "the app was out of its cgroups (moved by the node's systemd?): put back");
+            if let Err(e) = super::pod_resources::refresh_for_app(rt, &t.pod) {
+                tracing::warn!(container = id, error = %e, "writing its pod's limits again");
+            }
+            Ok(cg.exec_dirs())
+        }
+        Err(e) if !limits.in_cgroups() && !cg.holds_devices() => {
+            tracing::debug!(container = id, error = %e, "no cgroups of its own: the command joins the app's");
+            Ok(Vec::new())
+        }
+        Err(e) => Err(ContainerError::Internal(format!("putting container {id} back in its cgroups: {e}"))),
+    }
 }
 
 /// Runs `cmd` in running container `id` and waits for it, killed after
@@ -73,8 +113,8 @@ pub async fn exec_sync(
         return Err(ContainerError::FailedPrecondition(format!("pod of container {id} is not running")));
     }
     let timeout = (timeout_secs > 0).then(|| Duration::from_secs(timeout_secs as u64));
+    let app = tokio::task::block_in_place(|| app_process(rt, &t, &id))?;
     tokio::task::spawn_blocking(move || {
-        let app = app_process(&t, &id)?;
         let out = exec::run(&app, &cmd, timeout, OUTPUT_CAP)
             .map_err(|source| ContainerError::Exec { id: id.clone(), source })?;
         if out.truncated {

@@ -382,7 +382,11 @@ mod tests {
             ),
             (exec(ExecError::EmptyCommand), Code::InvalidArgument, "the command is empty"),
             (
-                exec(ExecError::Setup { program: "x".into(), step: "execve", source: std::io::Error::other("ENOENT") }),
+                exec(ExecError::Setup {
+                    program: "x".into(),
+                    step: "execve".into(),
+                    source: std::io::Error::other("ENOENT"),
+                }),
                 Code::Unknown,
                 "exec in container p:a: cannot start \"x\" in the app: execve: ENOENT",
             ),

@@ -201,7 +201,7 @@ impl HostApps {
                 false => Vec::new(),
             };
             let mut running = crate::stage1::exec::spawn_in_own_pid_namespace(
-                &crate::stage1::exec::AppProcess { pid: template, profile },
+                &crate::stage1::exec::AppProcess::new(template, profile),
                 &program,
                 &argv,
                 [i.as_fd(), o.as_fd(), e.as_fd()],

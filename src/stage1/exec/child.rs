@@ -79,11 +79,11 @@ pub(super) extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                 fail(a.rep, 13);
             }
         }
-        for procs in &a.target.cgroup_procs {
+        for (i, procs) in a.target.cgroup_procs.iter().enumerate() {
             let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
             // "0" is the writing process itself
             if fd < 0 || libc::write(fd, c"0".as_ptr().cast(), 1) != 1 {
-                fail(a.rep, 1);
+                fail(a.rep, super::CGROUP_STEPS + i);
             }
             libc::close(fd);
         }

@@ -64,6 +64,8 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 /// step failed; the child then exits 126). A successful exec closes the pipe
 /// (close-on-exec) without a word.
 const REPORT_SETUP: i32 = 1;
+/// The setup step of joining the target's `cgroup_procs[i]` is this plus `i`.
+const CGROUP_STEPS: usize = 100;
 
 /// What the child reported.
 #[derive(Debug, Default, PartialEq)]
@@ -97,7 +99,7 @@ pub enum ExecError {
     #[error("an argument or environment entry contains a NUL byte")]
     Nul,
     #[error("cannot start {program:?} in the app: {step}: {source}")]
-    Setup { program: String, step: &'static str, source: io::Error },
+    Setup { program: String, step: String, source: io::Error },
     #[error("{program:?} did not finish within {timeout:?} and was killed")]
     Timeout { program: String, timeout: Duration },
     #[error("exec in the app: {0}")]
@@ -121,6 +123,19 @@ pub struct ExecOutput {
 pub struct AppProcess {
     pub pid: i32,
     pub profile: Option<Profile>,
+    /// The v1 cgroups the command joins in place of the main process's in
+    /// their hierarchies (the app's own, as the daemon made them: see
+    /// `cgroup::app::AppCgroup::exec_dirs`); the main process's in the rest
+    /// (in the other v1 hierarchies only where that still is a cgroup, when
+    /// these are given).
+    pub cgroups: Vec<PathBuf>,
+}
+
+impl AppProcess {
+    /// The command joins the main process's cgroups.
+    pub fn new(pid: i32, profile: Option<Profile>) -> Self {
+        AppProcess { pid, profile, cgroups: Vec::new() }
+    }
 }
 
 /// The app's main process as the command must copy it.
@@ -239,18 +254,23 @@ impl Target {
         let env = env.split(|b| *b == 0).filter(|e| !e.is_empty()).map(cstring).collect::<Result<_, _>>()?;
         let layout = crate::cgroup::Layout::cached()?;
         let cgroups = std::fs::read_to_string(proc.join("cgroup")).map_err(gone)?;
-        let cgroup_procs = cgroups
-            .lines()
-            .filter_map(|line| {
-                let mut parts = line.splitn(3, ':');
-                let id: u32 = parts.next()?.parse().ok()?;
-                let controllers = parts.next()?;
-                let path = parts.next()?.trim_start_matches('/');
-                // hierarchies mounted nowhere are skipped: nothing can be joined there
-                let h = layout.hierarchies.iter().find(|h| h.id == id && h.controllers.join(",") == controllers)?;
-                Some(h.mount.as_ref()?.join(path).join("cgroup.procs"))
+        // (hierarchies mounted nowhere are skipped: nothing can be joined there)
+        let cgroup_procs = layout
+            .cgroups_of(&cgroups)
+            .into_iter()
+            .filter_map(|(h, at)| {
+                let mount = h.mount.as_deref().unwrap_or(Path::new("/"));
+                let v1_controller = h.controllers.iter().any(|c| !c.starts_with("name="));
+                match app.cgroups.iter().find(|d| v1_controller && d.starts_with(mount)) {
+                    Some(own) => Some(own.clone()),
+                    // a v1 hierarchy the app is given no cgroup in holds
+                    // nothing of it: where the main process was moved to
+                    // (out of this namespace's view, or removed since) is not joined
+                    None if v1_controller && !app.cgroups.is_empty() && !at.is_dir() => None,
+                    None => Some(at),
+                }
             })
-            .map(|p| cstring(p.as_os_str().as_bytes()))
+            .map(|p| cstring(p.join("cgroup.procs").as_os_str().as_bytes()))
             .collect::<Result<_, _>>()?;
         let limits = std::fs::read_to_string(proc.join("limits")).map_err(gone)?;
         let rlimits = rlimits_of(&limits).ok_or_else(|| bad("its limits cannot be read"))?;
@@ -451,6 +471,7 @@ fn spawn_as(
         program,
         started: Instant::now(),
         reaped: false,
+        cgroup_procs: target.cgroup_procs,
     })
 }
 
@@ -483,6 +504,8 @@ pub struct Running {
     started: Instant,
     /// Waited for: nothing left to clean up.
     reaped: bool,
+    /// The `cgroup.procs` files the child joins, in order (for its errors).
+    cgroup_procs: Vec<CString>,
 }
 
 /// A command dropped without being waited for (a cancelled session) is
@@ -507,15 +530,11 @@ impl Running {
         let program = std::mem::take(&mut self.program);
         tracing::debug!(program, micros = self.started.elapsed().as_micros() as u64, "exec in app");
         if let Some((step, errno)) = r.setup {
-            return Err(ExecError::Setup {
-                program,
-                step: STEPS.get(step as usize).copied().unwrap_or("setup"),
-                source: io::Error::from_raw_os_error(errno),
-            });
+            return Err(setup_error(program, &self.cgroup_procs, step, errno));
         }
         let status = status.ok_or_else(|| ExecError::Setup {
             program,
-            step: "wait",
+            step: "wait".into(),
             source: io::Error::other("the command could not be waited for"),
         })?;
         Ok(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) })
@@ -553,11 +572,7 @@ impl Running {
         let mut bytes = Vec::new();
         self.reports.read_to_end(&mut bytes)?;
         match parse_reports(&bytes).setup {
-            Some((step, errno)) => Err(ExecError::Setup {
-                program: self.program.clone(),
-                step: STEPS.get(step as usize).copied().unwrap_or("setup"),
-                source: io::Error::from_raw_os_error(errno),
-            }),
+            Some((step, errno)) => Err(setup_error(self.program.clone(), &self.cgroup_procs, step, errno)),
             None => Ok(()),
         }
     }
@@ -578,10 +593,23 @@ fn kill_session(child: i32, pidfd: Option<&OwnedFd>) {
     }
 }
 
+/// What the child's setup step `step` failing with `errno` means: the
+/// step's name, or which of `cgroup_procs` could not be joined.
+fn setup_error(program: String, cgroup_procs: &[CString], step: i32, errno: i32) -> ExecError {
+    let step = match usize::try_from(step).unwrap_or(usize::MAX) {
+        i @ CGROUP_STEPS.. => match cgroup_procs.get(i - CGROUP_STEPS) {
+            Some(procs) => format!("joining the app's cgroup {}", procs.to_string_lossy()),
+            None => "joining the app's cgroups".into(),
+        },
+        i => STEPS.get(i).copied().unwrap_or("setup").to_string(),
+    };
+    ExecError::Setup { program, step, source: io::Error::from_raw_os_error(errno) }
+}
+
 /// Names of the setup steps, indexed by the number the child reports.
 const STEPS: [&str; 15] = [
     "setsid",
-    "joining the app's cgroup",
+    "joining the app's cgroups",
     "joining the app's namespaces",
     "fork",
     "chroot into the app",
@@ -705,6 +733,23 @@ mod tests {
     }
 
     #[test]
+    fn a_cgroup_that_cannot_be_joined_is_named() {
+        let procs = [
+            CString::from(c"/sys/fs/cgroup/memory/a/cgroup.procs"),
+            CString::from(c"/sys/fs/cgroup/cpu/b/cgroup.procs"),
+        ];
+        let e = setup_error("cat".into(), &procs, (CGROUP_STEPS + 1) as i32, libc::ENOENT).to_string();
+        assert!(
+            e.contains("joining the app's cgroup /sys/fs/cgroup/cpu/b/cgroup.procs") && e.contains("os error 2"),
+            "{e}"
+        );
+        let e = setup_error("cat".into(), &procs, (CGROUP_STEPS + 2) as i32, libc::ENOENT).to_string();
+        assert!(e.contains("joining the app's cgroups:"), "{e}");
+        let e = setup_error("cat".into(), &procs, 11, libc::ENOENT).to_string();
+        assert!(e.contains(": exec:"), "{e}");
+    }
+
+    #[test]
     fn limits_are_read_as_the_kernel_writes_them() {
         let own = std::fs::read_to_string("/proc/self/limits").expect("limits");
         let limits = rlimits_of(&own).expect("parsed");
@@ -747,20 +792,20 @@ mod tests {
         let pid = target.id() as i32;
         std::thread::sleep(Duration::from_millis(30));
         let argv = ["sh".to_string(), "-c".into(), "echo $MARK; pwd; echo err >&2; exit 7".into()];
-        let out = run(&AppProcess { pid, profile: None }, &argv, Some(Duration::from_secs(10)), 1 << 20).expect("exec");
+        let out = run(&AppProcess::new(pid, None), &argv, Some(Duration::from_secs(10)), 1 << 20).expect("exec");
         assert_eq!(
             (out.exit_code, out.stdout.as_slice(), out.stderr.as_slice()),
             (7, &b"copied\n/tmp\n"[..], &b"err\n"[..])
         );
         // the cap keeps the first bytes and says so
         let argv = ["sh".to_string(), "-c".into(), "echo 0123456789".into()];
-        let out = run(&AppProcess { pid, profile: None }, &argv, None, 4).expect("exec");
+        let out = run(&AppProcess::new(pid, None), &argv, None, 4).expect("exec");
         assert_eq!((out.stdout.as_slice(), out.truncated), (&b"0123"[..], true));
         // a timeout kills the command and what it started
         let argv = ["sh".to_string(), "-c".into(), "sleep 30; echo late".into()];
         let t = Instant::now();
-        let e = run(&AppProcess { pid, profile: None }, &argv, Some(Duration::from_millis(200)), 1 << 20)
-            .expect_err("timeout");
+        let e =
+            run(&AppProcess::new(pid, None), &argv, Some(Duration::from_millis(200)), 1 << 20).expect_err("timeout");
         assert!(matches!(e, ExecError::Timeout { .. }), "{e}");
         assert!(t.elapsed() < Duration::from_secs(10));
         // a lock the daemon held while the command started is free once the
@@ -772,7 +817,7 @@ mod tests {
         // SAFETY: flock(2) on a descriptor we own.
         assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
         let long = std::thread::spawn(move || {
-            run(&AppProcess { pid, profile: None }, &["sleep".to_string(), "1".into()], None, 1 << 10)
+            run(&AppProcess::new(pid, None), &["sleep".to_string(), "1".into()], None, 1 << 10)
         });
         std::thread::sleep(Duration::from_millis(200));
         drop(held);
@@ -782,12 +827,11 @@ mod tests {
         assert_eq!(taken, 0, "the lock is still held by a copy in the exec's processes");
         assert!(long.join().expect("join").is_ok());
         // a missing program is an error, not an exit code
-        let e = run(&AppProcess { pid, profile: None }, &["no-such-program".to_string()], None, 1 << 20)
-            .expect_err("missing");
+        let e = run(&AppProcess::new(pid, None), &["no-such-program".to_string()], None, 1 << 20).expect_err("missing");
         assert!(e.to_string().contains("No such file"), "{e}");
         let _ = target.kill();
         let _ = target.wait();
-        let e = run(&AppProcess { pid, profile: None }, &["true".to_string()], None, 1 << 20).expect_err("gone");
+        let e = run(&AppProcess::new(pid, None), &["true".to_string()], None, 1 << 20).expect_err("gone");
         assert!(matches!(e, ExecError::TargetGone { .. }), "{e}");
     }
 }
