@@ -33,6 +33,11 @@ struct Node {
 
 impl Node {
     fn new() -> Node {
+        Self::with(|_| {})
+    }
+
+    /// A node whose config `tweak` changes (paths in it go below `dir`).
+    fn with(tweak: impl FnOnce(&mut Config)) -> Node {
         let dir = tempfile::tempdir().expect("tempdir");
         let at = |p: &str| dir.path().join(p);
         let config = Config {
@@ -45,6 +50,8 @@ impl Node {
             pod_pool_size: 0,
             ..Config::default()
         };
+        let mut config = config;
+        tweak(&mut config);
         let node = NodeFacts {
             host: Host { pid1_is_systemd: false, nspawn: None, lsm: Default::default() },
             cgroup_driver: Driver::Cgroupfs,
@@ -173,6 +180,47 @@ async fn run_pod_sandbox_refuses_a_bad_config_and_writes_nothing() {
         assert_eq!(code(r), Code::InvalidArgument, "{what}");
     }
     assert_eq!(n.data_files(), before, "a refused RunPodSandbox leaves the data dir as it was");
+}
+
+/// A cold RunPodSandbox whose sandbox program fails (here a script that
+/// makes the pod's directory, says why and exits, as a sandbox without
+/// systemd-nspawn would): the
+/// error carries what the program said, and the pod it began is taken down
+/// again: no pod directory, no start manifest, nothing in the data dir
+/// that was not there before. As an ordinary user too (no cgroups made).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_cold_start_says_why_and_leaves_nothing() {
+    let programs = tempfile::tempdir().expect("tempdir");
+    let program = programs.path().join("sandbox");
+    // as `<rkt> --dir DATA app sandbox --uuid=UUID ...` begins: the pod's directory
+    let script = "#!/bin/sh\nfor a; do case $a in --uuid=*) uuid=${a#--uuid=};; esac; done\n\
+                  mkdir -p \"$2/pods/run/$uuid/stage1/rootfs\" && echo begun > \"$2/pods/run/$uuid/pod\"\n\
+                  echo 'no stage1 here' >&2\nexit 3\n";
+    std::fs::write(&program, script).expect("program");
+    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let n = Node::with(|c| c.rkt_path = Some(program.clone()));
+    let before = n.data_files();
+    let mut config = pod_config("doomed");
+    config.log_directory = n.dir.path().join("logs").display().to_string();
+    config.linux = Some(cri::LinuxPodSandboxConfig {
+        security_context: Some(cri::LinuxSandboxSecurityContext {
+            namespace_options: Some(cri::NamespaceOption {
+                network: cri::NamespaceMode::Node as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let req = cri::RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() };
+    let e = n.svc.run_pod_sandbox(Request::new(req)).await.expect_err("the sandbox program fails");
+    assert!(e.message().contains("no stage1 here"), "the error says what the sandbox said: {e:?}");
+    // (the log writer's program, installed once per build for every pod, stays)
+    let logwriter = n.dir.path().join("data/logwriter");
+    let after: Vec<PathBuf> = n.data_files().into_iter().filter(|p| !p.starts_with(&logwriter)).collect();
+    assert_eq!(after, before, "the failed start leaves the data dir as it was");
+    let pods = n.svc.list_pod_sandbox(Request::new(cri::ListPodSandboxRequest::default())).await.expect("list");
+    assert!(pods.into_inner().items.is_empty(), "no pod is listed");
 }
 
 #[tokio::test(flavor = "multi_thread")]
