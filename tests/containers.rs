@@ -805,6 +805,27 @@ async fn memory_limit_oom_kill_and_resource_updates() {
             "not cgroup v1 with cpuset and swap accounting",
         );
     }
+    if v1 && has("cpuset") {
+        // cgroups the kernel will not make as asked (a CPU the node does not
+        // have): the start fails with the refusal as its cause, the
+        // container is exited, nothing of it runs
+        let no_cpu = e
+            .create(&pod, "nocpu", &["sleep", "1000"], |c| {
+                let mut r = resources(64 << 20, 50_000);
+                r.cpuset_cpus = "4095".into();
+                c.linux = Some(cri::LinuxContainerConfig { resources: Some(r), ..Default::default() });
+            })
+            .await;
+        let err = e
+            .rt
+            .start_container(cri::StartContainerRequest { container_id: no_cpu.clone() })
+            .await
+            .expect_err("a CPU the node does not have");
+        assert!(err.message().contains("cpuset.cpus"), "the refusal is the cause: {err:?}");
+        let s = e.wait_state(&no_cpu, cri::ContainerState::ContainerExited).await;
+        assert!(s.message.contains("cpuset.cpus"), "{s:?}");
+        assert!(common::processes_mentioning("/opt/stage2/0-nocpu/").is_empty(), "nothing of it runs");
+    }
     if v1 && !has("hugetlb") {
         let mut r = resources(64 << 20, 50_000);
         r.hugepage_limits = vec![cri::HugepageLimit { page_size: "2MB".into(), limit: 2 << 20 }];

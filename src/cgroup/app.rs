@@ -234,23 +234,42 @@ impl AppCgroup {
     /// while `starting` stays set. A process that cannot be moved is killed:
     /// it must not run without its limits.
     pub fn adopt_while_starting(&self, starting: &std::sync::atomic::AtomicBool) -> io::Result<()> {
+        if !self.first_processes(starting) {
+            return Ok(());
+        }
+        self.adopt_unit_processes().inspect_err(|_| self.kill_unit_processes())
+    }
+
+    /// While the app's unit starts: kills its first processes as soon as
+    /// they appear, while `starting` stays set (its cgroups could not be
+    /// made: nothing of it may run, and appexec would wait to be placed).
+    pub fn kill_while_starting(&self, starting: &std::sync::atomic::AtomicBool) {
+        if self.first_processes(starting) {
+            self.kill_unit_processes();
+        }
+    }
+
+    /// Waits until the unit has processes (true), or `starting` is cleared
+    /// or 10 s passed without any (false).
+    fn first_processes(&self, starting: &std::sync::atomic::AtomicBool) -> bool {
         use std::sync::atomic::Ordering;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while starting.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
-            let pids = self.unit_processes();
-            if pids.is_empty() {
-                std::thread::sleep(std::time::Duration::from_micros(200));
-                continue;
+            if !self.unit_processes().is_empty() {
+                return true;
             }
-            return self.adopt_unit_processes().inspect_err(|_| {
-                for pid in self.unit_processes() {
-                    // SAFETY: kill(2) with a plain signal number; a pid that was reused meanwhile
-                    // would be one of the same unit cgroup's, which goes anyway.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                }
-            });
+            std::thread::sleep(std::time::Duration::from_micros(200));
         }
-        Ok(())
+        false
+    }
+
+    /// SIGKILLs the processes of the unit found now.
+    fn kill_unit_processes(&self) {
+        for pid in self.unit_processes() {
+            // SAFETY: kill(2) with a plain signal number; a pid that was reused meanwhile
+            // would be one of the same unit cgroup's, which goes anyway.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
     }
 
     /// Moves the unit's processes into the app cgroups until none is left behind.

@@ -38,9 +38,34 @@ fn resolve_program(rootfs: &Path, program: &str, env: &[rkt::schema::NameValue])
 /// deny list, its calls, the errno of a denied call.
 type Filter = Option<(bool, Vec<String>, Option<i32>)>;
 
-/// The app's cgroups when the daemon places it there (cgroup v1), and what
-/// appexec waits for before anything of the app runs.
-type Placed = Option<(crate::cgroup::app::AppCgroup, (String, usize))>;
+/// The app's cgroups when the daemon places it there (cgroup v1).
+type Placed = Option<Placement>;
+
+/// Where the daemon places the app (cgroup v1): its cgroups, what appexec
+/// waits for before anything of the app runs (their name and number), and,
+/// when they are made while its unit starts, the limits and devices they
+/// are made with.
+struct Placement {
+    cg: crate::cgroup::app::AppCgroup,
+    wait: (String, usize),
+    make: Option<(crate::cgroup::app::Limits, crate::cgroup::devices::Allowed)>,
+}
+
+impl Placement {
+    /// While the unit starts (`starting`): the cgroups made, when they are
+    /// not yet, then the unit's first processes moved in. Cgroups that
+    /// cannot be made kill what of the unit started: it waits to be
+    /// placed, and nothing of the app runs outside them.
+    fn make_and_adopt(&self, starting: &std::sync::atomic::AtomicBool) -> std::io::Result<()> {
+        if let Some((limits, allowed)) = &self.make
+            && let Err(e) = self.cg.apply(limits).and_then(|()| self.cg.apply_devices(allowed))
+        {
+            self.cg.kill_while_starting(starting);
+            return Err(e);
+        }
+        self.cg.adopt_while_starting(starting)
+    }
+}
 
 /// What the app's isolators and annotations leave for the rest of the start:
 /// masked and read-only paths, and the seccomp filter.
@@ -69,7 +94,7 @@ pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
     let isolators = isolators(&t, &section, &mut spec)?;
     steps.mark("spec");
     let (pid_mode, limits, placed) =
-        plan_namespaces_and_cgroups(rt, &t, &paths, pid1, id, &mut spec, isolators, &mut steps)?;
+        plan_namespaces_and_cgroups(rt, &t, &paths, pid1, &mut spec, isolators, &mut steps)?;
     unit_properties(&t, pid1, &limits, &mut spec);
     let tty_slave = stdio(&t, pid1, id, &section, &mut spec)?;
     steps.mark("stdio");
@@ -181,12 +206,12 @@ fn restore_unit(
     let limits = meta::limits(&t.app);
     tokio::task::block_in_place(|| super::pod_resources::refresh_for_app(rt, &t.pod))?;
     // (v1) CRIU and what it restores run in the app's cgroups from the start
-    let placed = place_before_start(t, &limits, id)?;
+    let placed = place_before_start(t, &limits);
     let plan = Plan {
         restore: Some(pidfile),
         root: Some(rootfs.clone()),
         root_read_only: t.app.read_only_root_fs,
-        cgroup_wait: placed.as_ref().map(|(_, wait)| wait.clone()),
+        cgroup_wait: placed.as_ref().map(|p| p.wait.clone()),
         oom_marker: Some(oom_marker(t)),
         // (a checkpoint without them, from an older rktlet, has its pod's at their places)
         cgroup_view: (!facts.cgroup_mounts.is_empty()).then(|| !meta::privileged(&t.app)),
@@ -317,18 +342,16 @@ fn isolators(t: &Target, section: &rkt::schema::App, spec: &mut ServiceSpec) -> 
 }
 
 /// How the app gets its namespaces and cgroups: its PID mode, the pod's own
-/// limits refreshed, the app's cgroups written before the start when the
-/// daemon places it (cgroup v1), the API file systems from systemd or from
-/// appexec, the read-only root, identity files and device nodes. Returns the
-/// PID mode, the app's limits and its placement.
+/// limits refreshed, where the daemon places it (cgroup v1: its cgroups,
+/// made here or while its unit starts), the API file systems from systemd
+/// or from appexec, the read-only root, identity files and device nodes.
+/// Returns the PID mode, the app's limits and its placement.
 // (the steps timed are the start's own, continued here)
-#[allow(clippy::too_many_arguments)]
 fn plan_namespaces_and_cgroups(
     rt: &Runtime,
     t: &Target,
     paths: &AppPaths,
     pid1: i32,
-    id: &str,
     spec: &mut ServiceSpec,
     isolators: Isolators,
     steps: &mut crate::base::steps::Steps,
@@ -353,7 +376,7 @@ fn plan_namespaces_and_cgroups(
     // v1 process moved later leaves its CPU time and memory behind)
     // (a host-PID app's template too: the app's own cgroups it shows at
     // /sys/fs/cgroup are those it is in when it makes the app's mounts)
-    let placed = place_before_start(t, &limits, id)?;
+    let placed = place_before_start(t, &limits);
     steps.mark("place");
     // so does one whose environment has what systemd refuses in a unit (a
     // name such as `data-1`, a control character): appexec puts it in place
@@ -365,7 +388,7 @@ fn plan_namespaces_and_cgroups(
         || env_file.is_some()
     {
         api_binds_for_appexec(&t.app, spec);
-        let cgroup_wait = placed.as_ref().map(|(_, wait)| wait.clone());
+        let cgroup_wait = placed.as_ref().map(|p| p.wait.clone());
         Some(AppexecPaths { masked, readonly, shared, apparmor, cgroup_wait, env_file })
     } else {
         tokio::task::block_in_place(|| api_file_systems(&t.pod, pid1, spec, masked, readonly))?;
@@ -417,25 +440,28 @@ fn environment_file(t: &Target, paths: &AppPaths) -> Result<Option<String>, Cont
     Ok(Some(paths.environ_file_in_pod().display().to_string()))
 }
 
-/// The app's cgroups on cgroup v1, made and written before its unit starts
-/// (nothing of the app runs without them; appexec waits until it is moved
-/// there): its limits and the devices it may open. None where the daemon
-/// does not place apps (cgroup v2: the unit's cgroup is the app's), and
-/// where the cgroups cannot be made for an app without limits, which then
-/// runs without cgroups of its own, costing only its stats (`settle_limits`
-/// says so), unless the host holds devices in a v1 cgroup: a container never
-/// runs with the node's devices open to it.
-fn place_before_start(t: &Target, limits: &crate::cgroup::app::Limits, id: &str) -> Result<Placed, ContainerError> {
+/// The app's cgroups on cgroup v1, made and written before any process of
+/// the app is in them (appexec waits until it is moved there): its limits
+/// and the devices it may open. Where the app cannot run without them (it
+/// has limits, or the host holds devices in a v1 cgroup: a container never
+/// runs with the node's devices open to it), they are made while its unit
+/// starts, off the start's path ([`Placement::make_and_adopt`]; a failure
+/// then fails the start). Otherwise they are made now, and an app whose
+/// cgroups cannot be made runs without cgroups of its own, costing only its
+/// stats (`settle_limits` says so). None where the daemon does not place
+/// apps (cgroup v2: the unit's cgroup is the app's).
+fn place_before_start(t: &Target, limits: &crate::cgroup::app::Limits) -> Placed {
     let Some((cg, wait)) = app_cgroup(&t.pod, &t.app.name).and_then(|cg| cg.placement(&t.app.name).map(|w| (cg, w)))
     else {
-        return Ok(None);
+        return None;
     };
     let allowed = meta::allowed_devices(&t.app);
-    match tokio::task::block_in_place(|| cg.apply(limits).and_then(|()| cg.apply_devices(&allowed))) {
-        Ok(()) => Ok(Some((cg, wait))),
-        Err(_) if !limits.in_cgroups() && !cg.holds_devices() => Ok(None),
-        Err(e) => Err(ContainerError::Internal(format!("cgroups of {}: {e}", id))),
+    if limits.in_cgroups() || cg.holds_devices() {
+        return Some(Placement { cg, wait, make: Some((limits.clone(), allowed)) });
     }
+    tokio::task::block_in_place(|| cg.apply(limits).and_then(|()| cg.apply_devices(&allowed)))
+        .ok()
+        .map(|()| Placement { cg, wait, make: None })
 }
 
 /// The unit's stop signal, accounting and limits (when systemd applies
@@ -548,7 +574,7 @@ fn start_unit(
     let (started, placement) = tokio::task::block_in_place(|| {
         let starting = std::sync::atomic::AtomicBool::new(true);
         std::thread::scope(|scope| {
-            let adopter = placed.as_ref().map(|(cg, _)| scope.spawn(|| cg.adopt_while_starting(&starting)));
+            let adopter = placed.as_ref().map(|p| scope.spawn(|| p.make_and_adopt(&starting)));
             let started = with_bus(rt, &t.pod, |bus| match bus.start_transient_service(spec) {
                 Err(e @ BusError::JobFailed { .. }) => Ok(Err(e)),
                 other => other.map(Ok),
@@ -622,7 +648,7 @@ fn release_terminal(t: &Target, pid1: i32, pty: crate::stage1::pty::PodPty) {
 fn place_in_cgroups(t: &Target, placed: &Placed, limits: &crate::cgroup::app::Limits) -> std::io::Result<()> {
     match placed {
         // anything the app started since, too
-        Some((cg, _)) => tokio::task::block_in_place(|| cg.adopt_unit_processes()),
+        Some(p) => tokio::task::block_in_place(|| p.cg.adopt_unit_processes()),
         // a host-PID app's template: its devices too, before it joins them
         None => tokio::task::block_in_place(|| match app_cgroup(&t.pod, &t.app.name) {
             Some(cg) if cg.placement(&t.app.name).is_some() => {
