@@ -56,6 +56,15 @@ container_lane() {
     grep -q "^$t " <<<"$bins" || { echo "node-lane container: no test binary for $t" >&2; exit 1; }
   done
 
+  # the tests' image fixture (its OCI layout and registry storage under target/tmp/registry)
+  # is built here on the host, as the README's test run builds it: inside the node, whose root
+  # is an overlay of the host's, umoci cannot unpack the images (the tests there start their
+  # registries over what is built); its servers go with the subshell that started them
+  free() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+  (WORK=$repo/target/tmp/registry AUTH_PORT=$(free) TOKEN_PORT=$(free) WATCH_PID=$BASHPID \
+    bash tests/fixtures/seed-registry.sh "$(free)" >/dev/null) ||
+    { echo "node-lane container: seeding the test registry failed" >&2; exit 1; }
+
   local name=node-lane-$$
   node() { bash "$node_sh" "$@"; }
   # (expanded now: the function's locals are gone when the trap runs)

@@ -816,14 +816,16 @@ async fn memory_limit_oom_kill_and_resource_updates() {
                 c.linux = Some(cri::LinuxContainerConfig { resources: Some(r), ..Default::default() });
             })
             .await;
-        let err = e
-            .rt
-            .start_container(cri::StartContainerRequest { container_id: no_cpu.clone() })
-            .await
-            .expect_err("a CPU the node does not have");
+        let err =
+            e.rt.start_container(cri::StartContainerRequest { container_id: no_cpu.clone() })
+                .await
+                .expect_err("a CPU the node does not have");
         assert!(err.message().contains("cpuset.cpus"), "the refusal is the cause: {err:?}");
         let s = e.wait_state(&no_cpu, cri::ContainerState::ContainerExited).await;
         assert!(s.message.contains("cpuset.cpus"), "{s:?}");
+        // killed by the daemon as its cgroups failed, not ended by appexec
+        // giving up on a placement that never came
+        assert_eq!(s.exit_code, 128 + libc::SIGKILL, "{s:?}");
         assert!(common::processes_mentioning("/opt/stage2/0-nocpu/").is_empty(), "nothing of it runs");
     }
     if v1 && !has("hugetlb") {

@@ -201,14 +201,14 @@ fn v1_cgroup_of(pid: &str, controller: &str, mount: &std::path::Path) -> std::pa
 /// slices, and their emptied cgroups removed (seen on the node lane's
 /// systemd node: `systemd-run -p IOAccounting=yes` moves them out of blkio,
 /// a unit with CPU shares out of cpu; containerd's containers too, whose
-/// execs then fail). Done here by hand to an app's memory and cpu cgroups:
-/// an exec still runs in the app's own cgroups, and puts the app back in
-/// them, made again with its limits.
+/// execs then fail). Done here by hand to an app's memory, cpu and devices
+/// cgroups: two execs at once still run in the app's own cgroups, and one
+/// puts the app back in them, made again with its limits and device list.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_exec_puts_an_app_moved_out_of_its_cgroups_back() {
     const TEST: &str = "an_exec_puts_an_app_moved_out_of_its_cgroups_back";
-    let (Some(memory), Some(cpu)) = (v1_mount("memory"), v1_mount("cpu")) else {
-        return common::skipped(TEST, "no v1 memory and cpu hierarchies: nothing moves an app between hierarchies");
+    let (Some(memory), Some(cpu), Some(devices)) = (v1_mount("memory"), v1_mount("cpu"), v1_mount("devices")) else {
+        return common::skipped(TEST, "no v1 memory, cpu and devices hierarchies: nothing moves an app between them");
     };
     let d = Daemon::start(&[]);
     let image = common::pull_busybox(&d).await;
@@ -229,14 +229,19 @@ async fn an_exec_puts_an_app_moved_out_of_its_cgroups_back() {
         .find(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "sleep"))
         .unwrap_or_else(|| panic!("no sleep among the unit's processes {procs:?}"))
         .clone();
-    let own = [(memory.clone(), v1_cgroup_of(&app, "memory", &memory)), (cpu.clone(), v1_cgroup_of(&app, "cpu", &cpu))];
-    for (_, dir) in &own {
+    let own = [("memory", &memory), ("cpu", &cpu), ("devices", &devices)]
+        .map(|(controller, mount)| (controller, mount.clone(), v1_cgroup_of(&app, controller, mount)));
+    for (_, _, dir) in &own {
         assert!(dir.ends_with("app-0-stray"), "the app is in a cgroup of its own: {}", dir.display());
     }
+    let read =
+        |dir: &std::path::Path, file: &str| std::fs::read_to_string(dir.join(file)).expect(file).trim().to_string();
+    let device_list = read(&own[2].2, "devices.list");
+    assert!(!device_list.contains("a *:* rwm"), "{device_list}");
     let before = exec(&mut rt, &id, &["cat", "/proc/self/cgroup"], 10).await.expect("ExecSync");
 
     // what the node's systemd does: every process to the root, the emptied cgroup removed
-    for (mount, dir) in &own {
+    for (_, mount, dir) in &own {
         let pids = std::fs::read_to_string(dir.join("cgroup.procs")).expect("cgroup.procs");
         for pid in pids.lines() {
             std::fs::write(mount.join("cgroup.procs"), pid).expect("moving a process of the app to the root");
@@ -245,16 +250,20 @@ async fn an_exec_puts_an_app_moved_out_of_its_cgroups_back() {
     }
     assert_eq!(v1_cgroup_of(&app, "memory", &memory), memory, "moved");
 
-    let after = exec(&mut rt, &id, &["cat", "/proc/self/cgroup"], 10).await.expect("an exec into the moved app");
-    assert_eq!(text(&after.stdout), text(&before.stdout), "the command runs in the app's own cgroups");
-    for (mount, dir) in &own {
-        let controller = if *mount == memory { "memory" } else { "cpu" };
+    // (two at once, as a liveness and a readiness probe may be)
+    let mut rt2 = d.runtime().await;
+    let cmd = ["cat", "/proc/self/cgroup"];
+    let (a, b) = tokio::join!(exec(&mut rt, &id, &cmd, 10), exec(&mut rt2, &id, &cmd, 10));
+    for after in [a, b] {
+        let after = after.expect("an exec into the moved app");
+        assert_eq!(text(&after.stdout), text(&before.stdout), "the command runs in the app's own cgroups");
+    }
+    for (controller, mount, dir) in &own {
         assert_eq!(&v1_cgroup_of(&app, controller, mount), dir, "the app is back in its {controller} cgroup");
     }
-    let read =
-        |dir: &std::path::Path, file: &str| std::fs::read_to_string(dir.join(file)).expect(file).trim().to_string();
-    assert_eq!(read(&own[0].1, "memory.limit_in_bytes"), (64u64 << 20).to_string(), "its memory limit is back");
-    assert_eq!(read(&own[1].1, "cpu.cfs_quota_us"), "20000", "its CPU quota is back");
+    assert_eq!(read(&own[0].2, "memory.limit_in_bytes"), (64u64 << 20).to_string(), "its memory limit is back");
+    assert_eq!(read(&own[1].2, "cpu.cfs_quota_us"), "20000", "its CPU quota is back");
+    assert_eq!(read(&own[2].2, "devices.list"), device_list, "its device list is back, not its parent's");
 
     rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("stop pod");
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove pod");

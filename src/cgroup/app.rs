@@ -1,11 +1,13 @@
 //! An app's own v1 controller cgroups on the host, below its pod's.
 //!
 //! Inside the pod the v1 controllers are read-only, so systemd there cannot
-//! enforce limits (reference: stage1-on-this-machine §2.6). The host makes
-//! `<pod>/<app>` in the memory, cpu and pids hierarchies, writes the limits,
-//! and moves the app's processes there right after its unit started (found in
-//! the unit's unified cgroup). A process forked before the move is moved by
-//! the next pass; later ones inherit the app cgroup.
+//! enforce limits. The host makes `<pod>/app-<app>` in the memory, cpu,
+//! cpuacct, pids, cpuset, hugetlb and devices hierarchies, writes the limits
+//! and the device list, and moves the unit's first process there while its
+//! unit starts (found in the unit's unified cgroup; appexec waits for it),
+//! then whatever else the unit has; later processes inherit the app cgroup.
+//! A node's systemd may move them out again (the cgroupfs driver beside its
+//! units): [`AppCgroup::strays`] tells, [`AppCgroup::restore`] puts them back.
 
 use super::Layout;
 pub use super::limits::Limits;
@@ -87,7 +89,9 @@ impl AppCgroup {
             super::v2::enable_down(root, parent, true).map_err(io::Error::other)?;
             return super::v2::apply(&root.join(rel), limits).map_err(io::Error::other);
         }
-        for (_, d) in &self.dirs {
+        // (the devices cgroup is made with its list, `apply_devices`: a new
+        // one inherits its parent's, the node's)
+        for (_, d) in self.dirs.iter().filter(|(c, _)| *c != "devices") {
             // a v1 cpuset cgroup takes tasks only once its cpus and mems are set
             super::pod::create_with_cpuset(d)?;
         }
@@ -148,15 +152,23 @@ impl AppCgroup {
         Ok(())
     }
 
-    /// Holds the app to `allowed` in its v1 `devices` cgroup (made by
-    /// [`AppCgroup::apply`]; written before any process of the app is in it).
-    /// On cgroup v2 the unit's properties do it (`DeviceAllow=`); a v1 host
-    /// without a devices hierarchy has nothing to hold devices with.
+    /// Holds the app to `allowed` in its v1 `devices` cgroup, made here when
+    /// it is not there (written before any process of the app is in it; a
+    /// cgroup made here whose list cannot be written is removed again, never
+    /// left with its parent's). On cgroup v2 the unit's properties do it
+    /// (`DeviceAllow=`); a v1 host without a devices hierarchy has nothing
+    /// to hold devices with.
     pub fn apply_devices(&self, allowed: &super::devices::Allowed) -> io::Result<()> {
-        match self.dir("devices") {
-            Some(d) => allowed.write_v1(d),
-            None => Ok(()),
+        let Some(d) = self.dir("devices") else { return Ok(()) };
+        let made = !d.is_dir();
+        if made {
+            super::pod::create_with_cpuset(d)?;
         }
+        allowed.write_v1(d).inspect_err(|_| {
+            if made {
+                let _ = fs::remove_dir(d);
+            }
+        })
     }
 
     /// Whether the app's devices are held by a v1 cgroup of its own (the
@@ -196,37 +208,51 @@ impl AppCgroup {
     }
 
     /// The v1 cgroups a process exec'd into the app joins, whatever its main
-    /// process is in now: the app's own. Empty on cgroup v2, where the
-    /// unit's cgroup is the app's.
+    /// process is in now: the app's own (or one the app made below its own).
+    /// Empty on cgroup v2, where the unit's cgroup is the app's.
     pub fn exec_dirs(&self) -> Vec<PathBuf> {
         self.dirs.iter().map(|(_, d)| d.clone()).collect()
     }
 
-    /// The controllers whose app cgroup a process is not in, from its
-    /// `/proc/<pid>/cgroup` (`proc_cgroup`), or whose app cgroup is gone. On
-    /// a node whose systemd manages the v1 hierarchies, pods made beside its
-    /// units (the cgroupfs driver) have their processes moved to systemd's
-    /// own cgroups when it turns a controller on or off for its slices, and
-    /// the app's emptied cgroups removed.
+    /// The controllers whose app cgroup a process is not in (nor below),
+    /// from its `/proc/<pid>/cgroup` (`proc_cgroup`), or whose app cgroup is
+    /// gone. On a node whose systemd manages the v1 hierarchies, pods made
+    /// beside its units (the cgroupfs driver) have their processes moved to
+    /// systemd's own cgroups when it turns a controller on or off for its
+    /// slices, and the app's emptied cgroups removed.
     pub fn strays(&self, layout: &Layout, proc_cgroup: &str) -> Vec<&'static str> {
+        let out = self.out_of(layout, proc_cgroup);
+        self.dirs.iter().filter(|(c, d)| out.contains(c) || !d.is_dir()).map(|(c, _)| *c).collect()
+    }
+
+    /// The controllers whose app cgroup `proc_cgroup` (a process's
+    /// `/proc/<pid>/cgroup`) does not have it in, nor below.
+    fn out_of(&self, layout: &Layout, proc_cgroup: &str) -> Vec<&'static str> {
         let now = layout.cgroups_of(proc_cgroup);
-        self.dirs.iter().filter(|(_, d)| !d.is_dir() || !now.iter().any(|(_, at)| at == d)).map(|(c, _)| *c).collect()
+        self.dirs.iter().filter(|(_, d)| !now.iter().any(|(_, at)| at.starts_with(d))).map(|(c, _)| *c).collect()
     }
 
     /// Puts the app back in its v1 cgroups: those gone made again with
-    /// `limits` (and its devices cgroup with `allowed`, before any process is
-    /// in it), the limits of those still there written again, the unit's
+    /// `limits` (its devices cgroup with `allowed`, before any process is in
+    /// it), the limits of those still there written again, the unit's
     /// processes moved in.
     pub fn restore(&self, limits: &Limits, allowed: &super::devices::Allowed) -> io::Result<()> {
         if self.v2.is_some() {
             return Ok(());
         }
-        let devices_gone = self.dir("devices").is_some_and(|d| !d.is_dir());
         self.apply(limits)?;
-        if devices_gone {
-            self.apply_devices(allowed)?;
-        }
+        self.apply_devices_if_gone(allowed)?;
         self.adopt_unit_processes()
+    }
+
+    /// [`AppCgroup::apply_devices`] when the devices cgroup is not there: a
+    /// list in force is not written again (that would deny every device to
+    /// the processes in it for a moment).
+    fn apply_devices_if_gone(&self, allowed: &super::devices::Allowed) -> io::Result<()> {
+        match self.dir("devices") {
+            Some(d) if !d.is_dir() => self.apply_devices(allowed),
+            _ => Ok(()),
+        }
     }
 
     /// While the app's unit starts: moves its first processes into the app
@@ -371,6 +397,34 @@ mod tests {
             Some(PathBuf::from("/sys/fs/cgroup/unified/rktlet-pool/rktlet-u/payload/system.slice/0-web.service"))
         );
         assert!(Limits::default().is_empty());
+    }
+
+    #[test]
+    fn an_app_is_out_of_its_cgroups_where_its_process_is_not_in_them_nor_below() {
+        let layout = Layout::parse(
+            "4:memory:/\n3:cpu,cpuacct:/\n0::/\n",
+            "35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n\
+             36 31 0:33 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n\
+             41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n",
+        );
+        let subs =
+            super::super::pod::Subcgroups { controllers: "rktlet/rktlet-u".into(), tracking: "rktlet/rktlet-u".into() };
+        let a = AppCgroup::new(&layout, &subs, "0-web");
+        let unit = "0::/rktlet/rktlet-u/payload/system.slice/0-web.service\n";
+        let placed = format!("4:memory:/rktlet/rktlet-u/app-0-web\n3:cpu,cpuacct:/rktlet/rktlet-u/app-0-web\n{unit}");
+        assert!(a.out_of(&layout, &placed).is_empty(), "in place");
+        // a privileged app's own cgroup below its own (docker in docker): still in
+        let nested = placed.replace("memory:/rktlet/rktlet-u/app-0-web", "memory:/rktlet/rktlet-u/app-0-web/inner");
+        assert!(a.out_of(&layout, &nested).is_empty(), "below its own");
+        // moved to the root by the node's systemd, or out of this namespace's view
+        let moved = placed.replace("3:cpu,cpuacct:/rktlet/rktlet-u/app-0-web", "3:cpu,cpuacct:/");
+        assert_eq!(a.out_of(&layout, &moved), ["cpu"]);
+        let outside = placed.replace("4:memory:/rktlet/rktlet-u/app-0-web", "4:memory:/../..");
+        assert_eq!(a.out_of(&layout, &outside), ["memory"]);
+        // a sibling whose name begins with the app's is not the app's
+        let sibling = placed.replace("memory:/rktlet/rktlet-u/app-0-web", "memory:/rktlet/rktlet-u/app-0-web2");
+        assert_eq!(a.out_of(&layout, &sibling), ["memory"]);
+        assert!(layout.cgroups_of("4:memory:/../x\n").is_empty(), "a path out of the namespace names nothing");
     }
 
     #[test]

@@ -133,8 +133,9 @@ impl Layout {
 
     /// Where a process is in each mounted hierarchy, from the text of its
     /// `/proc/<pid>/cgroup` as this process reads it: the hierarchy and the
-    /// directory under its mount. A path outside this process's cgroup
-    /// namespace reads with `..` and names no directory of the mount.
+    /// directory under its mount. A cgroup outside this process's cgroup
+    /// namespace (its path climbs with `..`) names no directory of the
+    /// mount and is left out.
     pub fn cgroups_of<'a>(&'a self, proc_cgroup: &str) -> Vec<(&'a Hierarchy, PathBuf)> {
         proc_cgroup
             .lines()
@@ -143,6 +144,9 @@ impl Layout {
                 let id: u32 = parts.next()?.parse().ok()?;
                 let controllers = parts.next()?;
                 let path = parts.next()?.trim_start_matches('/');
+                if path.split('/').any(|c| c == "..") {
+                    return None;
+                }
                 let h = self.hierarchies.iter().find(|h| h.id == id && h.controllers.join(",") == controllers)?;
                 Some((h, h.mount.as_ref()?.join(path)))
             })

@@ -117,12 +117,8 @@ fn run(w: &Warmer) {
 fn own_tasks_file() -> Option<PathBuf> {
     let layout = super::Layout::cached().ok()?;
     let own = fs::read_to_string("/proc/thread-self/cgroup").ok()?;
-    own.lines().find_map(|line| {
-        let mut parts = line.splitn(3, ':');
-        let id: u32 = parts.next()?.parse().ok()?;
-        let path = parts.next().and(parts.next())?;
-        let h = layout.hierarchies.iter().find(|h| h.id == id && id != 0)?;
-        let file = h.mount.as_ref()?.join(path.trim_start_matches('/')).join("tasks");
+    layout.cgroups_of(&own).into_iter().filter(|(h, _)| h.id != 0).find_map(|(_, dir)| {
+        let file = dir.join("tasks");
         file.exists().then_some(file)
     })
 }

@@ -268,7 +268,8 @@ fn init_system_of(pid1_is_systemd: bool, driver: crate::cgroup::Driver, v1: bool
         ),
         (true, Driver::Cgroupfs) if v1 => Check::warn(
             "init system",
-            "PID 1 is systemd and RKTLET_CGROUP_DRIVER=cgroupfs: pods' cgroups are made beside systemd's, \
+            "PID 1 is systemd and RKTLET_CGROUP_DRIVER=cgroupfs (as this environment sets it; the daemon's \
+             may differ): pods' cgroups are made beside systemd's, \
              and on cgroup v1 the node's systemd moves their processes into its own cgroups (and removes \
              the emptied ones) when it turns a controller on or off for its slices; rktlet puts an app \
              back in its cgroups on each exec into it, but its limits and stats are off meanwhile",

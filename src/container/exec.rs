@@ -54,32 +54,47 @@ fn app_process(rt: &Runtime, t: &Target, id: &str) -> Result<AppProcess, Contain
     Ok(AppProcess { pid, profile, cgroups })
 }
 
+/// Held while an app is put back in its cgroups and while an app's limits
+/// change (UpdateContainerResources): of two execs that find an app moved
+/// out, one puts it back (the other then finds it in place), and none
+/// writes limits an update is changing.
+pub(super) static CGROUP_WRITES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The cgroups a command exec'd into the app joins on cgroup v1: those the
 /// daemon made for it (`AppCgroup::exec_dirs`), not whatever its main
 /// process `pid` is in now. The node's systemd, managing the v1 hierarchies
 /// beside pods of the cgroupfs driver, moves their processes into its own
 /// cgroups as it turns controllers on and off for its slices, and removes
 /// the app's emptied cgroups: the app is put back first (its cgroups made
-/// again with its limits, and the pod's limits written again, its cgroups
-/// having gone the same way). An app the daemon could not give cgroups of its
-/// own and that needs none (no limits, no v1 devices cgroup) runs where it
-/// is, and so does the command. Empty on cgroup v2 (the unit's cgroup,
-/// which the pod's systemd keeps, is the app's).
+/// again with its limits as recorded now, and the pod's limits written
+/// again, its cgroups having gone the same way). An app the daemon could
+/// not give cgroups of its own and that needs none (no limits, no v1
+/// devices cgroup) runs where it is, and so does the command. Empty on
+/// cgroup v2 (the unit's cgroup, which the pod's systemd keeps, is the app's).
 fn own_cgroups(rt: &Runtime, t: &Target, id: &str, pid: i32) -> Result<Vec<std::path::PathBuf>, ContainerError> {
     let Some(cg) = super::app_cgroup(&t.pod, &t.app.name).filter(|cg| cg.placement(&t.app.name).is_some()) else {
         return Ok(Vec::new());
     };
     let layout = crate::cgroup::Layout::cached().map_err(|e| ContainerError::Internal(format!("cgroups: {e}")))?;
-    let now = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .map_err(|e| ContainerError::FailedPrecondition(format!("container {id} is not running: {e}")))?;
-    let strays = cg.strays(layout, &now);
+    let now = || {
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .map_err(|e| ContainerError::FailedPrecondition(format!("container {id} is not running: {e}")))
+    };
+    if cg.strays(layout, &now()?).is_empty() {
+        return Ok(cg.exec_dirs());
+    }
+    let _held = CGROUP_WRITES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    // put back meanwhile by another exec?
+    let strays = cg.strays(layout, &now()?);
     if strays.is_empty() {
         return Ok(cg.exec_dirs());
     }
+    let t = open(rt, id)?;
     let limits = super::meta::limits(&t.app);
     match cg.restore(&limits, &super::meta::allowed_devices(&t.app)) {
         Ok(()) => {
-            tracing::warn!(container = id, controllers = ?strays, "the app was out of its cgroups (moved by the node's systemd?): put back");
+            let still = cg.strays(layout, &now()?);
+            tracing::warn!(container = id, controllers = ?strays, still_out = ?still, "the app was out of its cgroups (moved by the node's systemd?): put back");
             if let Err(e) = super::pod_resources::refresh_for_app(rt, &t.pod) {
                 tracing::warn!(container = id, error = %e, "writing its pod's limits again");
             }

@@ -32,6 +32,8 @@ pub fn update(rt: &Runtime, id: &str, update: Option<Limits>) -> Result<(), Cont
         Some(cg) => cg,
         None => &NoCgroup,
     };
+    // (no exec puts the app back in its cgroups meanwhile, with the limits it read before)
+    let _held = super::exec::CGROUP_WRITES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     change_limits(through_systemd.then_some(&set_unit), cgroup, id, &old, &limits)?;
     Ok(store_limits(&t, &limits)?)
 }

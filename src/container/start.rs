@@ -451,10 +451,7 @@ fn environment_file(t: &Target, paths: &AppPaths) -> Result<Option<String>, Cont
 /// stats (`settle_limits` says so). None where the daemon does not place
 /// apps (cgroup v2: the unit's cgroup is the app's).
 fn place_before_start(t: &Target, limits: &crate::cgroup::app::Limits) -> Placed {
-    let Some((cg, wait)) = app_cgroup(&t.pod, &t.app.name).and_then(|cg| cg.placement(&t.app.name).map(|w| (cg, w)))
-    else {
-        return None;
-    };
+    let (cg, wait) = app_cgroup(&t.pod, &t.app.name).and_then(|cg| cg.placement(&t.app.name).map(|w| (cg, w)))?;
     let allowed = meta::allowed_devices(&t.app);
     if limits.in_cgroups() || cg.holds_devices() {
         return Some(Placement { cg, wait, make: Some((limits.clone(), allowed)) });
@@ -555,8 +552,9 @@ fn mark_before_start(paths: &AppPaths, pid_mode: &PidMode) -> Result<(), Contain
     app::mark_started(paths).map_err(|e| ContainerError::Internal(e.to_string()))
 }
 
-/// Starts the unit over the pod's bus, the app moved into its cgroups
-/// meanwhile when the daemon places it. Returns why the start failed: a
+/// Starts the unit over the pod's bus, the app's cgroups made (when not
+/// yet) and the app moved into them meanwhile when the daemon places it
+/// ([`Placement::make_and_adopt`]). Returns why the start failed: a
 /// failed job is recorded as the app's exit, a refused call unmarks it.
 fn start_unit(
     rt: &Runtime,

@@ -194,7 +194,8 @@ async fn a_failed_cold_start_says_why_and_leaves_nothing() {
     let program = programs.path().join("sandbox");
     // as `<rkt> --dir DATA app sandbox --uuid=UUID ...` begins: the pod's directory
     let script = "#!/bin/sh\nfor a; do case $a in --uuid=*) uuid=${a#--uuid=};; esac; done\n\
-                  mkdir -p \"$2/pods/run/$uuid/stage1/rootfs\" && echo begun > \"$2/pods/run/$uuid/pod\"\n\
+                  mkdir -p \"$2/pods/run/$uuid/stage1/rootfs\" && echo begun > \"$2/pods/run/$uuid/pod\" || \
+                  { echo 'the fake sandbox could not make the pod directory' >&2; exit 4; }\n\
                   echo 'no stage1 here' >&2\nexit 3\n";
     std::fs::write(&program, script).expect("program");
     std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");

@@ -254,24 +254,31 @@ impl Target {
         let env = env.split(|b| *b == 0).filter(|e| !e.is_empty()).map(cstring).collect::<Result<_, _>>()?;
         let layout = crate::cgroup::Layout::cached()?;
         let cgroups = std::fs::read_to_string(proc.join("cgroup")).map_err(gone)?;
-        // (hierarchies mounted nowhere are skipped: nothing can be joined there)
-        let cgroup_procs = layout
-            .cgroups_of(&cgroups)
-            .into_iter()
-            .filter_map(|(h, at)| {
-                let mount = h.mount.as_deref().unwrap_or(Path::new("/"));
-                let v1_controller = h.controllers.iter().any(|c| !c.starts_with("name="));
-                match app.cgroups.iter().find(|d| v1_controller && d.starts_with(mount)) {
-                    Some(own) => Some(own.clone()),
-                    // a v1 hierarchy the app is given no cgroup in holds
-                    // nothing of it: where the main process was moved to
-                    // (out of this namespace's view, or removed since) is not joined
-                    None if v1_controller && !app.cgroups.is_empty() && !at.is_dir() => None,
-                    None => Some(at),
-                }
-            })
-            .map(|p| cstring(p.join("cgroup.procs").as_os_str().as_bytes()))
-            .collect::<Result<_, _>>()?;
+        // the app's own cgroups (or one it made below its own), then where
+        // the main process is in the other hierarchies (those mounted
+        // nowhere, or out of this namespace's view, are skipped: nothing
+        // can be joined there)
+        let now = layout.cgroups_of(&cgroups);
+        let mut joins: Vec<PathBuf> = app
+            .cgroups
+            .iter()
+            .map(|own| now.iter().find(|(_, at)| at.starts_with(own)).map_or_else(|| own.clone(), |(_, at)| at.clone()))
+            .collect();
+        for (h, at) in now {
+            let Some(mount) = h.mount.as_deref() else { continue };
+            if app.cgroups.iter().any(|own| own.starts_with(mount)) {
+                continue;
+            }
+            // a v1 hierarchy the app is given no cgroup in holds nothing of
+            // it: where the main process was moved to, if removed since, is not joined
+            let v1_controller = h.controllers.iter().any(|c| !c.starts_with("name="));
+            if v1_controller && !app.cgroups.is_empty() && !at.is_dir() {
+                continue;
+            }
+            joins.push(at);
+        }
+        let cgroup_procs =
+            joins.iter().map(|p| cstring(p.join("cgroup.procs").as_os_str().as_bytes())).collect::<Result<_, _>>()?;
         let limits = std::fs::read_to_string(proc.join("limits")).map_err(gone)?;
         let rlimits = rlimits_of(&limits).ok_or_else(|| bad("its limits cannot be read"))?;
         // last: the main process is held for a moment while its filters are read
