@@ -1,7 +1,8 @@
 //! The process-descriptor calls rktlet makes: pidfd_open(2), pidfd_getfd(2)
 //! and pidfd_send_signal(2), which libc numbers but does not wrap. A pidfd
 //! names one process for good: a signal through it never reaches a process
-//! that took a reused pid. Std and libc only, for every module.
+//! that took a reused pid. Also close_range(2) for forked children. Std and
+//! libc only, for every module.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -36,6 +37,24 @@ pub fn pidfd_send_signal(pidfd: RawFd, signal: i32) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Closes every descriptor from 3 up but those of `keep` (ascending; those
+/// below 3 are ignored), with raw `close_range(2)` calls only: safe in a
+/// child forked from a threaded process, before its exec. A child that is
+/// a copy of the daemon would otherwise hold its descriptors (the CRI
+/// socket's lock, pod locks) for as long as it lives.
+pub fn close_all_but(keep: &[RawFd]) {
+    let mut from: libc::c_uint = 3;
+    for fd in keep.iter().filter_map(|fd| libc::c_uint::try_from(*fd).ok()).filter(|fd| *fd >= 3) {
+        if fd > from {
+            // SAFETY: close_range(2) on descriptors the caller no longer needs.
+            unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, 0) };
+        }
+        from = from.max(fd + 1);
+    }
+    // SAFETY: as above, up to the highest descriptor.
+    unsafe { libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0) };
 }
 
 #[cfg(test)]

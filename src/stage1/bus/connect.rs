@@ -53,7 +53,7 @@ pub fn connect_private(pid1: i32) -> io::Result<OwnedFd> {
         // would hold every descriptor of the daemon's (the CRI socket and its
         // lock among them) for as long as it lives: a daemon killed meanwhile
         // could not be restarted on its socket until it ended
-        close_all_but(&keep);
+        crate::base::sys::close_all_but(&keep);
         enter_and_connect(userns_fd, ns_fd, sock_fd, &addr);
     }
     match wait_exit_code(child)? {
@@ -61,25 +61,6 @@ pub fn connect_private(pid1: i32) -> io::Result<OwnedFd> {
         EXIT_ODD => Err(io::Error::other("namespace helper failed")),
         errno => Err(io::Error::from_raw_os_error(errno)),
     }
-}
-
-/// Closes every descriptor from 3 up except those of `keep` (ascending,
-/// -1 for none), with raw `close_range(2)` calls only (async-signal-safe).
-fn close_all_but(keep: &[i32; 3]) {
-    let mut from: libc::c_uint = 3;
-    for &fd in keep {
-        let Ok(fd) = libc::c_uint::try_from(fd) else { continue };
-        if fd < from {
-            continue;
-        }
-        if fd > from {
-            // SAFETY: close_range(2) on descriptors this process no longer needs.
-            unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, 0) };
-        }
-        from = fd + 1;
-    }
-    // SAFETY: as above, up to the highest descriptor.
-    unsafe { libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0) };
 }
 
 /// First child: enter the user namespace (`userns_fd`, when not -1) and
@@ -182,7 +163,7 @@ mod tests {
         let child = unsafe { libc::fork() };
         assert!(child >= 0, "fork");
         if child == 0 {
-            close_all_but(&keep);
+            crate::base::sys::close_all_but(&keep);
             let ok = open(fds[0]) && !open(fds[1]) && open(fds[2]) && !open(fds[3]) && open(2);
             // SAFETY: _exit(2) in the forked child.
             unsafe { libc::_exit(if ok { 0 } else { 1 }) };

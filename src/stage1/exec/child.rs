@@ -44,14 +44,7 @@ pub(super) extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         );
         // every other descriptor of the daemon goes first: a copy of a lock
         // file's descriptor would keep that flock held after the daemon released it
-        let mut from: libc::c_uint = 3;
-        for fd in a.keep.iter().map(|fd| *fd as libc::c_uint).filter(|fd| *fd >= 3) {
-            if fd > from {
-                libc::syscall(libc::SYS_close_range, from, fd - 1, 0);
-            }
-            from = from.max(fd + 1);
-        }
-        libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0);
+        crate::base::sys::close_all_but(a.keep);
         // the app's OOM score, not the daemon's (a protected daemon's would shield the command)
         let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
         if fd >= 0 && !a.target.oom_score_adj.is_empty() {
