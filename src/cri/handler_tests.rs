@@ -224,6 +224,109 @@ async fn a_failed_cold_start_says_why_and_leaves_nothing() {
     assert!(pods.into_inner().items.is_empty(), "no pod is listed");
 }
 
+/// An ACI file of one program, `example.com/sleeper` version 1.0, written
+/// below `dir`: what `rkt fetch` and `rktlet fetch` take.
+fn sleeper_aci(dir: &std::path::Path) -> PathBuf {
+    let manifest = serde_json::json!({
+        "acKind": "ImageManifest", "acVersion": "0.8.11", "name": "example.com/sleeper",
+        "labels": [{"name": "version", "value": "1.0"}, {"name": "os", "value": "linux"}],
+        "app": {"exec": ["/bin/sleep", "600"], "user": "0", "group": "0"}
+    });
+    let mut b = tar::Builder::new(Vec::new());
+    let mut add = |path: &str, kind: tar::EntryType, mode: u32, data: &[u8]| {
+        let mut h = tar::Header::new_ustar();
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_size(data.len() as u64);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        b.append_data(&mut h, path, data).expect("append");
+    };
+    add("manifest", tar::EntryType::Regular, 0o644, &serde_json::to_vec(&manifest).expect("manifest"));
+    add("rootfs/", tar::EntryType::Directory, 0o755, b"");
+    add("rootfs/bin/", tar::EntryType::Directory, 0o755, b"");
+    add("rootfs/bin/sleep", tar::EntryType::Regular, 0o755, b"#!/bin/sh\n");
+    let path = dir.join("sleeper.aci");
+    std::fs::write(&path, b.into_inner().expect("tar")).expect("aci");
+    path
+}
+
+/// CreateContainer into a pod that reads as running (its lock held, as the
+/// sandbox process holds it) whose systemd has gone (its sandbox process,
+/// here a `sleep`, has no child): the add begins (the app's files and
+/// overlay directories are made) and fails where it looks for the pod's
+/// systemd. The error names that step; the app's files, its ids and its
+/// manifest entry are gone again, and the pod lists no container. What
+/// the image's rendering added to the store stays (a cache). As an
+/// ordinary user too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_create_says_why_and_leaves_the_pod_as_it_was() {
+    let n = Node::new();
+    let files = tempfile::tempdir().expect("tempdir");
+    let aci = sleeper_aci(files.path());
+    crate::image::aci::Fetcher::new(&n.rt.images, None).fetch(&aci.display().to_string()).await.expect("fetch");
+
+    let config = pod_config("hollow");
+    let manifest = crate::sandbox::from_cri::manifest_from_config(&config, false, false, "hollow");
+    let mut pod = rkt::pod::Pod::create(&n.rt.data).expect("create");
+    pod.to_preparing().expect("prepare");
+    pod.write_initial(&manifest).expect("manifest");
+    pod.to_run().expect("run");
+    // the stage1 directories an add writes into, and the pod's own ids
+    let stage1 = pod.path().join("stage1/rootfs");
+    for dir in ["etc", "opt/stage2", "rkt/env", "rkt/status"] {
+        std::fs::create_dir_all(stage1.join(dir)).expect("stage1 directory");
+    }
+    std::fs::write(stage1.join("etc/passwd"), "root:x:0:0::/:/bin/sh\n").expect("passwd");
+    std::fs::write(stage1.join("etc/group"), "root:x:0:\n").expect("group");
+    // and the spare a booted pod has made ready for its first add
+    crate::stage1::spare::replenish(&pod.path()).expect("spare");
+    // the sandbox process: alive, but the pod's systemd below it is gone
+    let mut sandbox = std::process::Command::new("sleep").arg("600").spawn().expect("sleep");
+    std::fs::write(pod.path().join(rkt::pod::PPID_FILE), sandbox.id().to_string()).expect("ppid");
+    let id = pod.uuid().to_string();
+    let manifest_before = std::fs::read(pod.path().join("pod")).expect("pod manifest");
+    // the store keeps the rendered tree, and a spare has another name each time
+    let (store, spares) = (n.dir.path().join("data/cas"), pod.path().join("spares"));
+    let outside_store = |files: Vec<PathBuf>| -> Vec<PathBuf> {
+        files.into_iter().filter(|p| !p.starts_with(&store) && !p.starts_with(&spares)).collect()
+    };
+    let before = outside_store(n.data_files());
+
+    let req = cri::CreateContainerRequest {
+        pod_sandbox_id: id.clone(),
+        config: Some(cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata { name: "sleeper".into(), attempt: 0 }),
+            image: Some(cri::ImageSpec { image: "example.com/sleeper:1.0".into(), ..Default::default() }),
+            log_path: "sleeper/0.log".into(),
+            ..Default::default()
+        }),
+        sandbox_config: Some(config),
+    };
+    let e = n.svc.create_container(Request::new(req)).await.expect_err("the pod's systemd is gone");
+    let _ = sandbox.kill();
+    let _ = sandbox.wait();
+    assert!(e.message().contains("finding the pod's systemd"), "the error names the step that failed: {e:?}");
+    assert_eq!(outside_store(n.data_files()), before, "the failed create leaves the pod's files as they were");
+    // the spare it took went with the app; the next one is made after, ready in time
+    let ready_spares = || -> Vec<String> {
+        let names =
+            std::fs::read_dir(&spares).map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()));
+        names.map(Iterator::collect).unwrap_or_default()
+    };
+    let waited = std::time::Instant::now();
+    while ready_spares().iter().any(|n| n.starts_with('.')) || ready_spares().is_empty() {
+        assert!(waited.elapsed() < WAIT, "a spare is made again: {:?}", ready_spares());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(ready_spares().len(), 1, "one spare, nothing half-made or taken: {:?}", ready_spares());
+    assert_eq!(std::fs::read(pod.path().join("pod")).expect("pod manifest"), manifest_before, "manifest unchanged");
+    let list = n.svc.list_containers(Request::new(cri::ListContainersRequest::default())).await.expect("list");
+    assert!(list.into_inner().containers.is_empty(), "no container is listed");
+    drop(pod);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn stops_and_removes_of_unknown_ids_succeed() {
     // kubelet retries stops and removes after its own restarts and ours

@@ -382,8 +382,18 @@ fn remove_files(pod: &Pod, paths: &AppPaths, tree_id: Option<&str>) {
         let _ = fs::remove_file(paths.status_file(suffix));
     }
     if let Some(id) = tree_id {
-        let _ = fs::remove_dir_all(paths.overlay_upper(id));
-        let _ = fs::remove_dir_all(paths.overlay_work(id));
+        let (upper, work) = (paths.overlay_upper(id), paths.overlay_work(id));
+        let _ = fs::remove_dir_all(&upper);
+        let _ = fs::remove_dir_all(&work);
+        // the shared directories above them, where no other app is left
+        // (remove_dir leaves one that is not empty)
+        let tree = upper.parent().and_then(Path::parent);
+        for dir in [upper.parent(), work.parent(), tree, tree.and_then(Path::parent)].into_iter().flatten() {
+            let _ = fs::remove_dir(dir);
+        }
+    }
+    if let Some(appsinfo) = paths.appsinfo().parent() {
+        let _ = fs::remove_dir(appsinfo);
     }
 }
 
