@@ -68,6 +68,8 @@ fn cli_runs_a_pod_and_an_app_without_the_daemon() {
             &uuid,
             &id,
             "--name=hello",
+            // CreateContainer's naming: `<attempt>-<name>`
+            "--attempt=0",
             "--exec=/bin/sh",
             "--environment=WHO=cli",
             &log_arg,
@@ -78,7 +80,7 @@ fn cli_runs_a_pod_and_an_app_without_the_daemon() {
     );
     assert_eq!(cid, format!("{uuid}:0-hello"));
     assert_eq!(json(&dir, &["app", "status", &uuid, "--app=0-hello", "--format=json"])["state"], "created");
-    rktlet(&dir, &["app", "start", &uuid, "--app=0-hello"]);
+    rktlet(&dir, &["app", "start", &uuid, "--app=hello"]);
     wait("app exit", || json(&dir, &["app", "status", &uuid, "--app=0-hello", "--format=json"])["state"] == "exited");
     let status = json(&dir, &["app", "status", &uuid, "--app=0-hello", "--format=json"]);
     assert_eq!(status["exit_code"], 5);
@@ -101,7 +103,7 @@ fn cli_runs_a_pod_and_an_app_without_the_daemon() {
     let aci_id = rktlet(&dir, &["--insecure-options=image", "fetch", &aci.display().to_string()]);
     for image in ["example.com/named:1.0", "example.com/named"] {
         let cid = rktlet(&dir, &["app", "add", &uuid, image, "--name=named", "--exec=/bin/true"]);
-        assert_eq!(cid, format!("{uuid}:0-named"), "{image}");
+        assert_eq!(cid, format!("{uuid}:named"), "{image}: the app is named as rkt names it");
         let status = json(&dir, &["app", "status", &uuid, "--app=named", "--format=json"]);
         assert_eq!((status["state"].as_str(), status["image_id"].as_str()), (Some("created"), Some(aci_id.as_str())));
         rktlet(&dir, &["app", "rm", &uuid, "--app=named"]);
@@ -117,18 +119,18 @@ fn cli_runs_a_pod_and_an_app_without_the_daemon() {
     // a running app's status shows what it uses: a 1 MB file in its writable layer, CPU, memory
     let script = "head -c 1000000 /dev/zero > /tmp/f; exec sleep 100";
     rktlet(&dir, &["app", "add", &uuid, &id, "--name=user", "--exec=/bin/sh", "--", "-c", script]);
-    rktlet(&dir, &["app", "start", &uuid, "--app=0-user"]);
+    rktlet(&dir, &["app", "start", &uuid, "--app=user"]);
     let usage =
-        |d: &std::path::Path| json(d, &["app", "status", &uuid, "--app=0-user", "--format=json"])["usage"].clone();
+        |d: &std::path::Path| json(d, &["app", "status", &uuid, "--app=user", "--format=json"])["usage"].clone();
     wait("usage", || usage(&dir)["writable_layer_bytes"].as_u64().is_some_and(|b| b >= 1_000_000));
     let u = usage(&dir);
     assert!(u["cpu_total_ns"].as_u64().is_some_and(|n| n > 0), "{u}");
     assert!(u["memory_usage_bytes"].as_u64().is_some_and(|n| n > 0), "{u}");
-    let table = rktlet(&dir, &["app", "status", &uuid, "--app=0-user"]);
+    let table = rktlet(&dir, &["app", "status", &uuid, "--app=user"]);
     assert!(table.contains("\nwritable_layer_bytes=") && table.contains("\ncpu_total_ns="), "{table}");
-    rktlet(&dir, &["app", "stop", &uuid, "--app=0-user"]);
-    assert!(json(&dir, &["app", "status", &uuid, "--app=0-user", "--format=json"]).get("usage").is_none());
-    rktlet(&dir, &["app", "rm", &uuid, "--app=0-user"]);
+    rktlet(&dir, &["app", "stop", &uuid, "--app=user"]);
+    assert!(json(&dir, &["app", "status", &uuid, "--app=user", "--format=json"]).get("usage").is_none());
+    rktlet(&dir, &["app", "rm", &uuid, "--app=user"]);
 
     rktlet(&dir, &["stop", &uuid]);
     assert_eq!(json(&dir, &["status", &uuid, "--format=json"])["state"], "exited");
@@ -201,15 +203,15 @@ fn scripts_written_for_rkt_read_list_and_status() {
 
     // an app that exits 3
     rktlet(&dir, &["app", "add", &uuid, &id, "--name=three", "--exec=/bin/sh", "--", "-c", "exit 3"]);
-    rktlet(&dir, &["app", "start", &uuid, "--app=0-three"]);
-    wait("app exit", || key_values(&rktlet(&dir, &["app", "status", &uuid, "--app=0-three"]))["state"] == "exited");
-    let app = key_values(&rktlet_tz(&dir, "UTC", &["app", "status", &uuid, "--app=0-three"]));
-    assert_eq!((app["name"].as_str(), app["exit_code"].as_str()), ("0-three", "3"), "{app:?}");
+    rktlet(&dir, &["app", "start", &uuid, "--app=three"]);
+    wait("app exit", || key_values(&rktlet(&dir, &["app", "status", &uuid, "--app=three"]))["state"] == "exited");
+    let app = key_values(&rktlet_tz(&dir, "UTC", &["app", "status", &uuid, "--app=three"]));
+    assert_eq!((app["name"].as_str(), app["exit_code"].as_str()), ("three", "3"), "{app:?}");
     assert!(app["image_id"].starts_with("sha512-") && app["finished_at"].ends_with(" +0000 UTC"), "{app:?}");
     // `rkt app list --no-legend | awk '{print $1, $2}'`
     let apps = rktlet_tz(&dir, "UTC", &["app", "list", &uuid, "--no-legend"]);
     let rows: Vec<Vec<&str>> = apps.lines().map(|l| l.split_whitespace().collect()).collect();
-    assert_eq!(rows, [["0-three", "exited"]], "{apps:?}");
+    assert_eq!(rows, [["three", "exited"]], "{apps:?}");
     assert!(rktlet(&dir, &["app", "list", &uuid]).starts_with("NAME\tSTATE\n"));
 
     // `rkt list --format=json | jq '.[] | select(.name == UUID)'`
@@ -218,7 +220,7 @@ fn scripts_written_for_rkt_read_list_and_status() {
     assert_eq!(pod["state"], "running");
     assert_eq!(pod["created_at"], created_secs, "seconds, as rkt");
     assert!(pod["started_at"].as_i64().is_some_and(|s| s >= created_secs), "{pod}");
-    assert_eq!(pod["app_names"], serde_json::json!(["0-three"]));
+    assert_eq!(pod["app_names"], serde_json::json!(["three"]));
     assert_eq!(pod["apps"][0]["exit_code"], 3, "{pod}");
     assert_eq!(pod["apps"][0]["state"], "exited");
     assert!(pod.get("networks").is_none(), "omitted when empty, as rkt: {pod}");
@@ -227,7 +229,7 @@ fn scripts_written_for_rkt_read_list_and_status() {
     assert_eq!(short.split_whitespace().next(), Some(&uuid[..8]), "{short}");
     let full = rktlet(&dir, &["list", "--full", "--no-legend"]);
     let cells: Vec<&str> = full.split('\t').filter(|c| !c.is_empty()).collect();
-    assert_eq!(cells[..2], [uuid.as_str(), "0-three"], "{full}");
+    assert_eq!(cells[..2], [uuid.as_str(), "three"], "{full}");
     assert!(cells[3].starts_with("sha512-") && cells[3].len() == 19, "{full}");
     // IMAGE NAME: the image manifest's name and its version label
     let manifest: serde_json::Value =
@@ -242,7 +244,7 @@ fn scripts_written_for_rkt_read_list_and_status() {
     let _ = sandbox.wait();
     let kv = key_values(&rktlet_tz(&dir, "UTC", &["status", &uuid, "--wait=10s"]));
     assert_eq!((kv["state"].as_str(), kv["exited"].as_str()), ("exited", "true"), "{kv:?}");
-    assert_eq!(kv["app-0-three"], "3");
+    assert_eq!(kv["app-three"], "3");
     assert_eq!(kv["created"], created);
     let json: serde_json::Value =
         serde_json::from_str(&rktlet(&dir, &["status", &uuid, "--format=json"])).expect("JSON");

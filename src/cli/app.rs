@@ -22,12 +22,13 @@ pub struct AddArgs {
     pub uuid: String,
     /// Image reference or id, already in the store (`rktlet fetch`).
     pub image: String,
-    /// Container name (the app is named `<attempt>-<name>`).
+    /// The app's name, as rkt names it (`--app=NAME` of the other verbs).
     #[arg(long)]
     pub name: String,
-    /// Restart attempt (CRI metadata).
-    #[arg(long, default_value_t = 0)]
-    pub attempt: u32,
+    /// Restart attempt (CRI metadata). Given, the app is named
+    /// `<attempt>-<name>`, as CreateContainer names its apps.
+    #[arg(long)]
+    pub attempt: Option<u32>,
     /// Program to run instead of the image's entrypoint.
     #[arg(long)]
     pub exec: Option<String>,
@@ -121,7 +122,7 @@ impl AddArgs {
             uuid: pod_id.to_string(),
             image: c.image.as_ref().map(|i| i.image.clone()).unwrap_or_default(),
             name: meta.name,
-            attempt: meta.attempt,
+            attempt: Some(meta.attempt),
             exec,
             environment: c.envs.iter().map(|e| format!("{}={}", e.key, e.value)).collect(),
             working_dir: Some(c.working_dir.clone()).filter(|w| !w.is_empty()),
@@ -154,7 +155,9 @@ impl AddArgs {
     /// The command line after `app add`.
     pub fn to_argv(&self) -> Vec<String> {
         let mut v = vec![self.uuid.clone(), self.image.clone(), format!("--name={}", self.name)];
-        v.push(format!("--attempt={}", self.attempt));
+        if let Some(attempt) = self.attempt {
+            v.push(format!("--attempt={attempt}"));
+        }
         let mut opt = |flag: &str, value: Option<String>| {
             if let Some(value) = value {
                 v.push(format!("--{flag}={value}"));
@@ -212,7 +215,7 @@ impl AddArgs {
             None => (0, 0),
         };
         let config = cri::ContainerConfig {
-            metadata: Some(cri::ContainerMetadata { name: self.name.clone(), attempt: self.attempt }),
+            metadata: Some(cri::ContainerMetadata { name: self.name.clone(), attempt: self.attempt.unwrap_or(0) }),
             image: Some(cri::ImageSpec { image: self.image.clone(), ..Default::default() }),
             command,
             args,
@@ -298,7 +301,11 @@ pub fn add(data_dir: PathBuf, a: AddArgs) -> Result<String, String> {
     let (tokio, rt) = runtime(data_dir)?;
     tokio
         .block_on(async {
-            let request = crate::container::from_cri::create_request(&rt, &req)?;
+            let mut request = crate::container::from_cri::create_request(&rt, &req)?;
+            // without an attempt, the name is the app's, as rkt gives it
+            if a.attempt.is_none() {
+                request.app_name = Some(a.name.clone());
+            }
             crate::container::create::create(&rt, request).await
         })
         .map_err(|e| e.to_string())

@@ -892,7 +892,11 @@ fn image_cmd(rkt: RktFlags, command: ImageCommand) -> Result<(), String> {
                 "tabbed" => {
                     println!("ID\tNAME\tSIZE\tIMPORT TIME\tLAST USED");
                     for i in &images {
-                        let name = i.tags.first().cloned().unwrap_or_else(|| i.manifest.name.clone());
+                        // as rkt prints it: the manifest's name and its version label
+                        let name = match i.manifest.label("version") {
+                            Some(version) => format!("{}:{version}", i.manifest.name),
+                            None => i.manifest.name.clone(),
+                        };
                         let (size, import, used) = (
                             crate::cli::pods::ibytes(i.size),
                             crate::cli::pods::ago(i.import_time, now),

@@ -23,6 +23,10 @@ pub struct Request {
     pub pod_id: String,
     pub name: String,
     pub attempt: u32,
+    /// The app's name in the pod, as `rkt app add --name` gives it; `None`:
+    /// `<attempt>-<name>`, CreateContainer's (attempts of a container then
+    /// live side by side).
+    pub app_name: Option<String>,
     /// Image reference or id, in the store.
     pub image: String,
     /// Replaces the image's entrypoint (kubelet's `command`).
@@ -349,7 +353,7 @@ pub async fn create(rt: &Runtime, req: Request) -> Result<String, ContainerError
         ..Default::default()
     };
     let volumes = volumes(rt, &req)?;
-    let name = meta::app_name_of(&req.name, req.attempt);
+    let name = req.app_name.clone().unwrap_or_else(|| meta::app_name_of(&req.name, req.attempt));
     let spec = AppSpec {
         name: name.clone(),
         image_id: tree.image_id.clone(),

@@ -341,6 +341,7 @@ pub fn create_request(rt: &Runtime, req: &cri::CreateContainerRequest) -> Result
         pod_id: req.pod_sandbox_id.clone(),
         name: metadata.name,
         attempt: metadata.attempt,
+        app_name: None,
         image,
         command: config.command.clone(),
         args: config.args.clone(),

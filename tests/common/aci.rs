@@ -11,10 +11,15 @@ pub struct Gpg {
 
 impl Gpg {
     pub fn new(uids: &[&str]) -> Gpg {
+        Self::with_algorithm(uids, "ed25519")
+    }
+
+    /// Keys of `algorithm` (gpg's name: rkt 1.30's OpenPGP reads `rsa2048`, not `ed25519`).
+    pub fn with_algorithm(uids: &[&str], algorithm: &str) -> Gpg {
         let home = tempfile::tempdir().expect("gnupg home");
         let g = Gpg { home };
         for uid in uids {
-            g.run(&["--batch", "--passphrase", "", "--quick-gen-key", uid, "ed25519", "sign", "never"]);
+            g.run(&["--batch", "--passphrase", "", "--quick-gen-key", uid, algorithm, "sign", "never"]);
         }
         g
     }
