@@ -10,7 +10,7 @@
 //! the `rkt` crate's.
 
 pub mod base;
-pub mod bench;
+pub(crate) mod bench;
 pub mod cgroup;
 pub mod cli;
 pub mod client;
@@ -18,14 +18,14 @@ pub mod config;
 pub mod container;
 pub mod cri;
 pub mod image;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod net;
-pub mod pod;
-pub mod pool;
+pub(crate) mod pod;
+pub(crate) mod pool;
 pub mod proto;
-pub mod runtime;
-pub mod sandbox;
-pub mod server;
+pub(crate) mod runtime;
+pub(crate) mod sandbox;
+pub(crate) mod server;
 pub mod stage1;
 pub mod stream;
 pub mod trust;

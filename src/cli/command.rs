@@ -524,7 +524,7 @@ enum AppCommand {
     /// Create and boot an empty mutable pod (stage0 + stage1), then become its nspawn.
     Sandbox(crate::stage1::sandbox::SandboxArgs),
     /// Add an app to a running pod (prints the container id).
-    Add(crate::cli::app::AddArgs),
+    Add(crate::cri::exec_mode::app_add::AddArgs),
     /// Start an added app.
     Start {
         uuid: String,
@@ -1016,7 +1016,7 @@ fn app_exec(dir: Option<PathBuf>, uuid: &str, app: &str, timeout: i64, cmd: Vec<
             Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX)),
             Err(e) => {
                 eprintln!("rktlet: {e}");
-                ExitCode::from(crate::cli::app::EXEC_FAILED as u8)
+                ExitCode::from(crate::cri::exec_mode::app_add::EXEC_FAILED as u8)
             }
         };
     }
@@ -1028,7 +1028,7 @@ fn app_exec(dir: Option<PathBuf>, uuid: &str, app: &str, timeout: i64, cmd: Vec<
         }
         Err(e) => {
             eprintln!("rktlet: {e}");
-            ExitCode::from(crate::cli::app::EXEC_FAILED as u8)
+            ExitCode::from(crate::cri::exec_mode::app_add::EXEC_FAILED as u8)
         }
     }
 }

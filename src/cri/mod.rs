@@ -115,7 +115,7 @@ async fn observe<T>(
     };
     let took = start.elapsed();
     let code = result.as_ref().map_or_else(|s| s.code(), |_| tonic::Code::Ok);
-    crate::metrics::global().record_call(method, took, code);
+    crate::metrics::global().record_call(method, took, format!("{code:?}"));
     let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
     match &result {
         Ok(_) if is_frequent(method) => tracing::debug!(method, micros, code = "Ok", "cri"),
@@ -182,8 +182,6 @@ fn pod_status(e: rkt::pod::PodError) -> Status {
         PodError::Manifest { .. } | PodError::Io { .. } => Status::internal(e.to_string()),
     }
 }
-
-pub(crate) use crate::container::from_cri::{apparmor_asked, apparmor_profile, check_lsm};
 
 /// The answer of an RPC rktlet does not implement yet (every RPC of the
 /// CRI is built at the moment: kept for the next the CRI adds).

@@ -62,6 +62,35 @@ pub fn manifest_from_config(
     m
 }
 
+/// RunPodSandbox's request checked against the node too: the security
+/// modules it asks for are there, and a named AppArmor profile is loaded
+/// (the pod has no process of the user's to confine, no pause container,
+/// but a profile it names must exist, as containerd's pause needs it);
+/// then [`run_request`].
+pub fn checked_run_request(
+    rt: &crate::runtime::Runtime,
+    req: cri::RunPodSandboxRequest,
+) -> Result<Request, SandboxError> {
+    use crate::container::from_cri::{apparmor_asked, apparmor_profile, check_lsm};
+    let sc = req.config.as_ref().and_then(|c| c.linux.as_ref()).and_then(|l| l.security_context.as_ref());
+    if let Some(sc) = sc {
+        let prefix = "config.linux.security_context";
+        let field = format!("{prefix}.apparmor");
+        let checked = apparmor_asked(&field, sc.apparmor.as_ref(), "")
+            .and_then(|apparmor| check_lsm(rt, prefix, apparmor, sc.privileged, sc.selinux_options.as_ref()))
+            .and_then(|confinement| match confinement {
+                crate::stage1::lsm::Confinement::Profile(_) => apparmor_profile(rt, &field, &confinement).map(drop),
+                _ => Ok(()),
+            });
+        checked.map_err(|e| match e.kind() {
+            crate::container::ErrorKind::InvalidArgument => SandboxError::InvalidArgument(e.to_string()),
+            crate::container::ErrorKind::FailedPrecondition => SandboxError::FailedPrecondition(e.to_string()),
+            _ => SandboxError::Internal(e.to_string()),
+        })?;
+    }
+    run_request(req, rt.cgroup_driver == crate::cgroup::Driver::Systemd)
+}
+
 /// RunPodSandbox's request checked (metadata, runtime handler, namespaces,
 /// hostname, cgroup parent, sysctls, pod resources) and its manifest made.
 pub fn run_request(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Result<Request, SandboxError> {
@@ -129,18 +158,7 @@ pub fn run_request(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Resu
         manifest.set_annotation(rkt::schema::ANNOTATION_USERNS, map.to_string());
     }
     super::resources::record(&mut manifest, &pod_resources)?;
-    Ok(Request {
-        config,
-        host_network,
-        host_ipc,
-        host_pid,
-        userns,
-        hostname,
-        cgroup_parent,
-        sysctls,
-        pod_resources,
-        manifest,
-    })
+    Ok(Request { config, host_network, host_ipc, host_pid, userns, hostname, cgroup_parent, sysctls, manifest })
 }
 
 /// The user namespace `options` ask for: none for NODE mode (or none

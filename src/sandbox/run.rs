@@ -4,7 +4,6 @@
 //! limits written; on any failure everything that was made is taken down.
 
 use super::{SandboxError, internal};
-use crate::cgroup::pod_limits::PodResources;
 use crate::net::cni::{CniResult, Network, PortMapping};
 use crate::net::pod as podnet;
 use crate::proto::v1 as cri;
@@ -29,10 +28,8 @@ pub struct Request {
     pub cgroup_parent: String,
     /// `linux.sysctls`, checked against the pod's namespaces.
     pub sysctls: Vec<Sysctl>,
-    /// `linux.resources` and `linux.overhead`: the pod's own limits.
-    pub pod_resources: PodResources,
     /// The pod's manifest: its CRI identity, namespaces and hostname, its
-    /// own limits recorded.
+    /// own limits (`linux.resources` and `linux.overhead`) recorded.
     pub manifest: PodManifest,
 }
 

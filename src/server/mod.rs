@@ -113,11 +113,6 @@ impl SocketClaim {
     }
 }
 
-/// Claims and binds the CRI socket at once.
-pub fn bind(path: &Path) -> Result<(UnixListener, SocketGuard), ServeError> {
-    claim_socket(path)?.listen()
-}
-
 /// Serves both CRI services on `listener` until `shutdown` completes; calls
 /// in flight are allowed to finish.
 pub async fn serve(

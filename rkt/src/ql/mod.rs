@@ -10,7 +10,7 @@
 //! then, so this reader refuses too.
 
 mod blocks;
-pub mod scalar;
+pub(crate) mod scalar;
 pub mod write;
 
 use crate::index::{AciInfo, Index, Remote};

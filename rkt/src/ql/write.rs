@@ -31,7 +31,7 @@ use std::path::Path;
 /// package init is the first gob encoder of rkt's process and encodes
 /// `*big.Int` (ids 65, 66: its base and pointer type), `*big.Rat` (67, 68),
 /// then `time.Time` (69); see docs/ql-format.md.
-pub const RKT_TIME_TYPE_ID: i64 = 69;
+pub(crate) const RKT_TIME_TYPE_ID: i64 = 69;
 
 const SLOTS: usize = 14;
 /// B-tree key/value field size, and the bytes of content kept inline when
@@ -79,7 +79,7 @@ impl Db {
     }
 
     /// The file as changed.
-    pub fn into_bytes(mut self) -> Vec<u8> {
+    pub(crate) fn into_bytes(mut self) -> Vec<u8> {
         self.write_flt();
         self.data
     }
@@ -214,7 +214,7 @@ impl Db {
     }
 
     /// Frees the block at `h` (and what a relocation points to).
-    pub fn free(&mut self, h: i64) -> Result<(), QlError> {
+    pub(crate) fn free(&mut self, h: i64) -> Result<(), QlError> {
         let off = blocks::offset(h);
         if self.data.get(off) == Some(&blocks::TAG_RELOCATED) {
             let target = be(&self.data[off + 1..off + 8]);
@@ -243,7 +243,7 @@ impl Db {
 
     /// Stores `content` in a new block: the first free block big enough, or
     /// the end of the file.
-    pub fn alloc(&mut self, content: &[u8]) -> Result<i64, QlError> {
+    pub(crate) fn alloc(&mut self, content: &[u8]) -> Result<i64, QlError> {
         if content.len() > MAX_CONTENT {
             return Err(QlError::Unsupported(format!("a block of {} bytes", content.len())));
         }
@@ -276,7 +276,7 @@ impl Db {
     }
 
     /// Replaces the content of block `h`, which keeps its handle.
-    pub fn realloc(&mut self, h: i64, content: &[u8]) -> Result<(), QlError> {
+    pub(crate) fn realloc(&mut self, h: i64, content: &[u8]) -> Result<(), QlError> {
         let need = blocks::atoms(content.len());
         let off = blocks::offset(h);
         if self.data.get(off) == Some(&blocks::TAG_RELOCATED) {
@@ -330,7 +330,7 @@ impl Db {
 
     /// The gob type id times are written with: the one in the file, else
     /// [`RKT_TIME_TYPE_ID`].
-    pub fn time_type_id(&self) -> i64 {
+    pub(crate) fn time_type_id(&self) -> i64 {
         self.time_type_id.unwrap_or(RKT_TIME_TYPE_ID)
     }
 
@@ -398,6 +398,7 @@ fn dp_len(p: &[u8]) -> usize {
     (p.len() - 15) / ITEM
 }
 
+#[cfg(test)]
 fn dp_prev(p: &[u8]) -> i64 {
     be(&p[1..8])
 }
@@ -872,7 +873,7 @@ impl Db {
     /// Uses lldb's B-tree fan-out `k_data`/`k_index` instead of 256 (tests
     /// of deep trees; ql itself reads any page sizes but refills to 256).
     #[cfg(test)]
-    pub fn set_fanout(&mut self, k_data: usize, k_index: usize) {
+    pub(crate) fn set_fanout(&mut self, k_data: usize, k_index: usize) {
         self.k_data = k_data;
         self.k_index = k_index;
     }
@@ -965,8 +966,9 @@ impl Db {
         self.realloc(tree, &h7(ph))
     }
 
+    #[cfg(test)]
     /// Every (key, value) of `tree` in key order, along the data page list.
-    pub fn bt_entries(&self, tree: i64) -> Result<Vec<Entry>, QlError> {
+    pub(crate) fn bt_entries(&self, tree: i64) -> Result<Vec<Entry>, QlError> {
         let mut h = self.tree_root(tree)?;
         let mut depth = 0;
         while h != 0 {
@@ -1000,8 +1002,9 @@ impl Db {
         Ok(out)
     }
 
+    #[cfg(test)]
     /// The value of `key` in `tree`, found from the root down as lldb does.
-    pub fn bt_get(&self, tree: i64, key: &[u8]) -> Result<Option<Vec<u8>>, QlError> {
+    pub(crate) fn bt_get(&self, tree: i64, key: &[u8]) -> Result<Option<Vec<u8>>, QlError> {
         let want = scalar::decode(key)?;
         let mut h = self.tree_root(tree)?;
         for _ in 0..MAX_DEPTH {
@@ -1023,10 +1026,11 @@ impl Db {
         Err(corrupt(format!("B-tree {tree} deeper than {MAX_DEPTH} levels")))
     }
 
+    #[cfg(test)]
     /// Checks lldb's shape of `tree`: leaves all at one depth, pages other
     /// than the root at least half full, keys ascending, each separator the
     /// leftmost data page of the child after it. Returns (depth, pages).
-    pub fn bt_check(&self, tree: i64) -> Result<(usize, usize), QlError> {
+    pub(crate) fn bt_check(&self, tree: i64) -> Result<(usize, usize), QlError> {
         let root = self.tree_root(tree)?;
         if root == 0 {
             return Ok((0, 0));
@@ -1048,6 +1052,7 @@ impl Db {
         Ok((depth, leaves.len()))
     }
 
+    #[cfg(test)]
     fn check_page(&self, h: i64, root: bool, level: usize, leaves: &mut Vec<i64>) -> Result<usize, QlError> {
         if level > MAX_DEPTH {
             return Err(corrupt("B-tree too deep"));
@@ -1115,9 +1120,10 @@ struct TableMeta {
     indices: Vec<(usize, bool, i64)>,
 }
 
+#[cfg(test)]
 /// One index of a table: the column, whether it is unique, its B-tree.
 #[derive(Debug, Clone, PartialEq)]
-pub struct IndexTree {
+pub(crate) struct IndexTree {
     /// The column indexed.
     pub column: String,
     /// Whether the index is unique.
@@ -1175,8 +1181,9 @@ impl Db {
         Err(QlError::Unsupported(format!("a database without table {name}")))
     }
 
+    #[cfg(test)]
     /// The column indices of `table`.
-    pub fn indices(&self, table: &str) -> Result<Vec<IndexTree>, QlError> {
+    pub(crate) fn indices(&self, table: &str) -> Result<Vec<IndexTree>, QlError> {
         let t = self.table(table)?;
         let mut out = Vec::new();
         for &(c, unique, tree) in &t.indices {
@@ -1186,10 +1193,11 @@ impl Db {
         Ok(out)
     }
 
+    #[cfg(test)]
     /// Looks `value` of record `h` up through index `ix` from the tree's
     /// root, as ql finds a row by an indexed column: the record handle the
     /// entry leads to, `None` without an entry.
-    pub fn index_find(&self, ix: &IndexTree, value: &Scalar, h: i64) -> Result<Option<i64>, QlError> {
+    pub(crate) fn index_find(&self, ix: &IndexTree, value: &Scalar, h: i64) -> Result<Option<i64>, QlError> {
         let (key, _) = Self::index_entry(ix.unique, value, h)?;
         let Some(v) = self.bt_get(ix.tree, &key)? else { return Ok(None) };
         if !ix.unique || *value == Scalar::Null {
@@ -1202,7 +1210,7 @@ impl Db {
     }
 
     /// `DELETE FROM table WHERE column == value`; returns how many rows went.
-    pub fn delete_where(&mut self, table: &str, column: &str, value: &str) -> Result<usize, QlError> {
+    pub(crate) fn delete_where(&mut self, table: &str, column: &str, value: &str) -> Result<usize, QlError> {
         let t = self.table(table)?;
         let col = t
             .columns
@@ -1253,7 +1261,7 @@ impl Db {
 
     /// `INSERT INTO table VALUES (...)` with values by column name; columns
     /// not given are null.
-    pub fn insert(&mut self, table: &str, values: &[(&str, Scalar)]) -> Result<i64, QlError> {
+    pub(crate) fn insert(&mut self, table: &str, values: &[(&str, Scalar)]) -> Result<i64, QlError> {
         let t = self.table(table)?;
         let mut row = vec![Scalar::Null; t.width];
         for (name, v) in values {
@@ -1339,7 +1347,7 @@ pub fn update_dir<T>(db_dir: &Path, change: impl FnOnce(&mut Db) -> Result<T, Ql
 /// schema (version 7) and no rows, as the real ql wrote it
 /// (`tests/fixtures/ql/empty.db`, the same bytes). rktlet starts from it in
 /// a store rkt never opened, so rkt finds rktlet's images there.
-pub const EMPTY_DB: &[u8] = include_bytes!("empty.db");
+pub(crate) const EMPTY_DB: &[u8] = include_bytes!("empty.db");
 
 /// The mode rkt gives its database (it runs with umask 0).
 const DB_MODE: u32 = 0o666;
@@ -1347,7 +1355,7 @@ const DB_MODE: u32 = 0o666;
 /// [`update_dir`] for a caller that holds the exclusive lock on `db_dir`.
 /// With `create`, a store without rkt's database gets one ([`EMPTY_DB`]
 /// with the change); without, nothing is done there (`None`).
-pub fn update_held<T>(
+pub(crate) fn update_held<T>(
     db_dir: &Path,
     create: bool,
     change: impl FnOnce(&mut Db) -> Result<T, QlError>,
@@ -1384,7 +1392,7 @@ pub fn update_held<T>(
 
 /// rkt's form of a remote URL rktlet recorded: `aci:<http(s) URL>` as the
 /// bare URL; `None` for what rkt keeps no remote of (a local ACI file).
-pub fn rkt_aciurl(rktlet: &str) -> Option<String> {
+pub(crate) fn rkt_aciurl(rktlet: &str) -> Option<String> {
     match rktlet.strip_prefix(crate::index::ACI_PREFIX) {
         Some(url) if url.starts_with("https://") || url.starts_with("http://") => Some(url.to_string()),
         Some(_) => None,
@@ -1401,7 +1409,7 @@ pub fn rkt_aciurl(rktlet: &str) -> Option<String> {
 /// database gets one, as rkt would make it, with every row of `after`: rkt
 /// then lists the images of a store only rktlet filled. The caller holds the
 /// exclusive lock on `db_dir`. Returns how many rows were written or deleted.
-pub fn mirror_held(
+pub(crate) fn mirror_held(
     db_dir: &Path,
     before: &Index,
     after: &Index,

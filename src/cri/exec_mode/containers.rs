@@ -2,8 +2,8 @@
 //! ListContainers as one `list` plus one `app status` per app.
 
 use super::super::container_status::{container_from_status, matches, status_from_info};
+use super::app_add::AddArgs;
 use super::{ExecMode, failure, ok_if_missing, pods};
-use crate::cli::app::AddArgs;
 use crate::container::meta::split_id;
 use crate::proto::v1 as cri;
 use rkt::api_v1::AppInfo;
@@ -87,7 +87,7 @@ pub async fn list_containers(
 
 /// ExecSync as rktlet did it: one exec of the CLI (`app exec`), whose
 /// stdout, stderr and exit code are the command's; the CLI's own failures
-/// exit with [`crate::cli::app::EXEC_FAILED`] and say why on stderr.
+/// exit with [`super::app_add::EXEC_FAILED`] and say why on stderr.
 pub async fn exec_sync(x: &ExecMode, req: cri::ExecSyncRequest) -> Result<cri::ExecSyncResponse, Status> {
     let (pod, app) = split(&req.container_id)?;
     if req.cmd.is_empty() {
@@ -104,7 +104,7 @@ pub async fn exec_sync(x: &ExecMode, req: cri::ExecSyncRequest) -> Result<cri::E
     argv.extend(req.cmd);
     let out = x.output(&argv).await?;
     match out.status.code() {
-        Some(crate::cli::app::EXEC_FAILED) | None => Err(failure(&argv, &out)),
+        Some(super::app_add::EXEC_FAILED) | None => Err(failure(&argv, &out)),
         Some(exit_code) => Ok(cri::ExecSyncResponse { stdout: out.stdout, stderr: out.stderr, exit_code }),
     }
 }

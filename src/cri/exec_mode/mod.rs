@@ -21,6 +21,7 @@
 //! `--insecure-options=image` every other call gets, so its signature is
 //! checked as in the daemon; it is then found by that reference.
 
+pub mod app_add;
 mod containers;
 mod images;
 mod pods;
