@@ -30,19 +30,19 @@ struct Recorded {
 }
 
 #[derive(Debug, Default)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     recorded: Mutex<Recorded>,
 }
 
 /// The process's metrics (CRI calls are recorded wherever they are served).
-pub fn global() -> &'static Metrics {
+pub(crate) fn global() -> &'static Metrics {
     static METRICS: OnceLock<Metrics> = OnceLock::new();
     METRICS.get_or_init(Metrics::default)
 }
 
 impl Metrics {
     /// One CRI call: its method, how long it took, its gRPC code's name (`Ok`, `NotFound`...).
-    pub fn record_call(&self, method: &'static str, took: Duration, code: String) {
+    pub(crate) fn record_call(&self, method: &'static str, took: Duration, code: String) {
         crate::base::heap::note_call();
         let Ok(mut r) = self.recorded.lock() else { return };
         let secs = took.as_secs_f64();
@@ -58,7 +58,7 @@ impl Metrics {
     }
 
     /// Bytes of a pulled image (as stored: its layers as downloaded).
-    pub fn record_pull(&self, bytes: u64) {
+    pub(crate) fn record_pull(&self, bytes: u64) {
         if let Ok(mut r) = self.recorded.lock() {
             r.pulled_bytes += bytes;
         }
@@ -174,7 +174,7 @@ async fn live(rt: &Runtime) -> Live {
 }
 
 /// Serves `GET /metrics` on `listener` until the task is dropped.
-pub async fn serve(listener: tokio::net::TcpListener, rt: Arc<Runtime>) {
+pub(crate) async fn serve(listener: tokio::net::TcpListener, rt: Arc<Runtime>) {
     loop {
         let Ok((mut conn, _)) = listener.accept().await else { continue };
         let rt = rt.clone();

@@ -13,7 +13,7 @@ use std::time::Duration;
 const STOPPED: &str = "pod sandbox stopped";
 
 /// The log's length now: where the records of the calls made next begin.
-pub fn mark(log: &Path) -> u64 {
+pub(super) fn mark(log: &Path) -> u64 {
     std::fs::metadata(log).map_or(0, |m| m.len())
 }
 
@@ -22,7 +22,7 @@ pub fn mark(log: &Path) -> u64 {
 /// pod, about 0.1 ms, counts as the DEL's), from the records
 /// written after `from`. Lines that are not JSON, or another record, are
 /// passed over.
-pub fn cni_deletes_since(log: &Path, from: u64) -> std::io::Result<BTreeMap<String, Duration>> {
+pub(super) fn cni_deletes_since(log: &Path, from: u64) -> std::io::Result<BTreeMap<String, Duration>> {
     let mut file = std::fs::File::open(log)?;
     file.seek(SeekFrom::Start(from))?;
     let mut bytes = Vec::new();

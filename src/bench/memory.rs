@@ -7,7 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 
 /// The pid of the process listening on a unix socket (SO_PEERCRED).
-pub fn server_pid(socket: &Path) -> std::io::Result<i32> {
+pub(crate) fn server_pid(socket: &Path) -> std::io::Result<i32> {
     let stream = UnixStream::connect(socket)?;
     let creds = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
         .map_err(std::io::Error::from)?;
@@ -23,20 +23,20 @@ fn kib_field(path: &Path, field: &str) -> Option<u64> {
 /// figure is of an idle daemon, after whatever it does once calls stop
 /// (rktlet trims its heap after half a second of quiet; Go's runtime
 /// returns memory on its own schedule). The same wait for every endpoint.
-pub const SETTLE: std::time::Duration = std::time::Duration::from_millis(1500);
+pub(crate) const SETTLE: std::time::Duration = std::time::Duration::from_millis(1500);
 
 /// Resident set size of `pid`, MiB.
-pub fn rss_mib(pid: i32) -> Option<f64> {
+pub(crate) fn rss_mib(pid: i32) -> Option<f64> {
     kib_field(&Path::new("/proc").join(pid.to_string()).join("status"), "VmRSS:").map(|k| k as f64 / 1024.0)
 }
 
 /// Proportional set size of `pid`, KiB (shared pages divided among their users).
-pub fn pss_kib(pid: i32) -> Option<u64> {
+pub(crate) fn pss_kib(pid: i32) -> Option<u64> {
     kib_field(&Path::new("/proc").join(pid.to_string()).join("smaps_rollup"), "Pss:")
 }
 
 /// Every process on the host now.
-pub fn pids() -> BTreeSet<i32> {
+pub(crate) fn pids() -> BTreeSet<i32> {
     std::fs::read_dir("/proc")
         .map(|d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
         .unwrap_or_default()
@@ -44,7 +44,7 @@ pub fn pids() -> BTreeSet<i32> {
 
 /// Processes present now that were not in `before` (kernel threads, which
 /// have no memory of their own, excluded), and their summed PSS in MiB.
-pub fn new_processes(before: &BTreeSet<i32>) -> (usize, f64) {
+pub(crate) fn new_processes(before: &BTreeSet<i32>) -> (usize, f64) {
     let mut count = 0;
     let mut kib = 0;
     for pid in pids().difference(before) {

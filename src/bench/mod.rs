@@ -17,8 +17,8 @@
 
 mod daemon_log;
 mod density;
-pub mod memory;
-pub mod report;
+pub(crate) mod memory;
+pub(crate) mod report;
 
 use crate::proto::v1 as cri;
 use crate::proto::v1::image_service_client::ImageServiceClient;
@@ -31,7 +31,7 @@ use tonic::transport::Channel;
 
 /// A CRI endpoint to measure: `NAME=SOCKET`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     pub name: String,
     pub socket: PathBuf,
 }
@@ -51,7 +51,7 @@ impl std::str::FromStr for Endpoint {
 
 /// What to measure.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     /// The first is the baseline of the ratios.
     pub endpoints: Vec<Endpoint>,
     /// The containers' image; it must have `sh` and `sleep`.
@@ -94,7 +94,7 @@ pub struct Options {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum BenchError {
+pub(crate) enum BenchError {
     #[error("{endpoint}: cannot connect to {socket}: {message}")]
     Connect { endpoint: String, socket: String, message: String },
     #[error("{endpoint}: {operation} failed: {code:?}: {message}")]
@@ -141,7 +141,7 @@ struct Session<'a> {
 
 /// Runs every endpoint and collects the report. An endpoint that fails is
 /// reported with the figures it got to, and its error in the context.
-pub async fn run(opts: &Options) -> Result<Report, BenchError> {
+pub(crate) async fn run(opts: &Options) -> Result<Report, BenchError> {
     if opts.endpoints.is_empty() {
         return Err(BenchError::Invalid("no endpoint to measure: give --endpoint NAME=SOCKET".into()));
     }

@@ -13,13 +13,13 @@ use std::time::Duration;
 /// is the cgroupfs host's run, `bench-node` the systemd node's
 /// (`NODE=container ./scripts/bench.sh`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Section {
+pub(crate) struct Section {
     stem: String,
 }
 
 impl Section {
     /// The section of a bench json, by its file stem (`bench` for none).
-    pub fn of(bench_json: &Path) -> Section {
+    pub(crate) fn of(bench_json: &Path) -> Section {
         let stem = bench_json.file_stem().and_then(|s| s.to_str()).unwrap_or("bench");
         Section { stem: stem.to_string() }
     }
@@ -30,11 +30,11 @@ impl Section {
         Section { stem: "bench".into() }
     }
 
-    pub fn begin(&self) -> String {
+    pub(crate) fn begin(&self) -> String {
         format!("<!-- {}:begin -->", self.stem)
     }
 
-    pub fn end(&self) -> String {
+    pub(crate) fn end(&self) -> String {
         format!("<!-- {}:end -->", self.stem)
     }
 
@@ -45,7 +45,7 @@ impl Section {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum RenderError {
+pub(crate) enum RenderError {
     #[error("cannot read {path}: {source}")]
     Read { path: PathBuf, source: std::io::Error },
     #[error("{path} is not a bench report: {source}")]
@@ -58,7 +58,7 @@ pub enum RenderError {
 
 /// Percentiles of one operation on one endpoint, in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Stats {
+pub(crate) struct Stats {
     pub p50: f64,
     pub p90: f64,
     pub p99: f64,
@@ -67,7 +67,7 @@ pub struct Stats {
 
 impl Stats {
     /// Nearest-rank percentiles; `None` without samples.
-    pub fn of(samples: &[Duration]) -> Option<Stats> {
+    pub(crate) fn of(samples: &[Duration]) -> Option<Stats> {
         if samples.is_empty() {
             return None;
         }
@@ -80,7 +80,7 @@ impl Stats {
 
 /// Memory of an endpoint's daemon and of the pods it runs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Memory {
+pub(crate) struct Memory {
     /// Daemon RSS in MiB by number of running pods.
     pub daemon_rss_mib: BTreeMap<usize, f64>,
     /// Mean proportional set size of one pod's processes, MiB.
@@ -92,7 +92,7 @@ pub struct Memory {
 /// One density run on one endpoint (`density`): pods with one container
 /// each, started and removed `concurrency` at a time, measured at rest.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Density {
+pub(crate) struct Density {
     pub pods: usize,
     pub concurrency: usize,
     /// RunPodSandbox + CreateContainer + StartContainer of one pod.
@@ -122,7 +122,7 @@ pub struct Density {
 
 /// Everything one run measured.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Report {
+pub(crate) struct Report {
     /// Endpoint names in column order; the first is the baseline of the ratios.
     pub endpoints: Vec<String>,
     /// Operation names in row order.
@@ -138,7 +138,7 @@ pub struct Report {
 }
 
 impl Report {
-    pub fn add(&mut self, endpoint: &str, operation: &str, samples: &[Duration]) {
+    pub(crate) fn add(&mut self, endpoint: &str, operation: &str, samples: &[Duration]) {
         let Some(stats) = Stats::of(samples) else { return };
         if !self.operations.iter().any(|o| o == operation) {
             self.operations.push(operation.to_string());
@@ -151,18 +151,18 @@ impl Report {
     }
 
     /// p50 of `endpoint` over p50 of the baseline.
-    pub fn ratio(&self, operation: &str, endpoint: &str) -> Option<f64> {
+    pub(crate) fn ratio(&self, operation: &str, endpoint: &str) -> Option<f64> {
         let base = self.get(operation, self.endpoints.first()?)?;
         let other = self.get(operation, endpoint)?;
         (base.p50 > 0.0).then(|| other.p50 / base.p50)
     }
 
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
 
     /// Reads a report written by [`Report::to_json`] (`bench.json`).
-    pub fn read(path: &Path) -> Result<Report, RenderError> {
+    pub(crate) fn read(path: &Path) -> Result<Report, RenderError> {
         let text = std::fs::read_to_string(path).map_err(|source| RenderError::Read { path: path.into(), source })?;
         serde_json::from_str(&text).map_err(|source| RenderError::Parse { path: path.into(), source })
     }
@@ -172,7 +172,7 @@ impl Report {
     /// the first endpoint, the sample counts, the memory at the smallest and
     /// largest pod count, and the run's facts. Every figure comes from the
     /// report; the full table is `to_markdown`'s (docs/bench.md).
-    pub fn to_readme_section(&self, section: &Section) -> String {
+    pub(crate) fn to_readme_section(&self, section: &Section) -> String {
         let mut out = String::new();
         let base = self.endpoints.first().cloned().unwrap_or_default();
         let (stem, command) = (&section.stem, section.command());
@@ -353,7 +353,7 @@ impl Report {
         out.push_str("|\n");
     }
 
-    pub fn to_markdown(&self) -> String {
+    pub(crate) fn to_markdown(&self) -> String {
         let mut out = String::new();
         let base = self.endpoints.first().cloned().unwrap_or_default();
         let _ = write!(out, "| operation |");
@@ -410,7 +410,7 @@ impl Report {
     /// A horizontal grouped bar chart of the p50s, one group per operation,
     /// on a logarithmic millisecond axis (the designs differ by orders of
     /// magnitude).
-    pub fn to_svg(&self) -> String {
+    pub(crate) fn to_svg(&self) -> String {
         const COLORS: [&str; 4] = ["#2b7bba", "#d95f02", "#7570b3", "#1b9e77"];
         let (label_w, plot_w, bar_h, gap, top) = (230.0, 560.0, 13.0, 12.0, 50.0);
         let values: Vec<f64> = self.results.values().flat_map(|m| m.values().map(|s| s.p50)).collect();
@@ -519,7 +519,7 @@ fn section_bounds(doc: &str, section: &Section) -> Option<(usize, usize)> {
 /// Renders the README section of `bench_json` ([`Section::of`]); with
 /// `readme`, replaces that section in the file (nothing is written when its
 /// markers are missing) and returns `None`, else returns the section.
-pub fn render_readme(bench_json: &Path, readme: Option<&Path>) -> Result<Option<String>, RenderError> {
+pub(crate) fn render_readme(bench_json: &Path, readme: Option<&Path>) -> Result<Option<String>, RenderError> {
     let which = Section::of(bench_json);
     let section = Report::read(bench_json)?.to_readme_section(&which);
     let Some(path) = readme else { return Ok(Some(section)) };
@@ -548,7 +548,7 @@ fn xml(s: &str) -> String {
 }
 
 /// Milliseconds with three significant digits.
-pub fn fmt_ms(v: f64) -> String {
+pub(crate) fn fmt_ms(v: f64) -> String {
     if v >= 100.0 {
         format!("{v:.0}")
     } else if v >= 10.0 {

@@ -7,7 +7,7 @@ use crate::runtime::Runtime;
 use std::time::Duration;
 use tonic::Status;
 
-pub async fn checkpoint_container(
+pub(super) async fn checkpoint_container(
     rt: &Runtime,
     req: cri::CheckpointContainerRequest,
 ) -> Result<cri::CheckpointContainerResponse, Status> {

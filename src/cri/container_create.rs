@@ -6,7 +6,7 @@ use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use tonic::Status;
 
-pub async fn create_container(
+pub(crate) async fn create_container(
     rt: &Runtime,
     req: cri::CreateContainerRequest,
 ) -> Result<cri::CreateContainerResponse, Status> {

@@ -21,7 +21,7 @@ fn check_streams(stdin: bool, stdout: bool, stderr: bool, tty: bool) -> Result<(
 }
 
 /// Exec: checks the request and the container, then hands out a URL.
-pub async fn exec(rt: &Runtime, req: cri::ExecRequest) -> Result<cri::ExecResponse, Status> {
+pub(crate) async fn exec(rt: &Runtime, req: cri::ExecRequest) -> Result<cri::ExecResponse, Status> {
     if req.cmd.is_empty() {
         return Err(Status::invalid_argument("cmd is required"));
     }
@@ -42,7 +42,7 @@ pub async fn exec(rt: &Runtime, req: cri::ExecRequest) -> Result<cri::ExecRespon
 }
 
 /// Attach: checks the request and the container, then hands out a URL.
-pub async fn attach(rt: &Runtime, req: cri::AttachRequest) -> Result<cri::AttachResponse, Status> {
+pub(crate) async fn attach(rt: &Runtime, req: cri::AttachRequest) -> Result<cri::AttachResponse, Status> {
     check_streams(req.stdin, req.stdout, req.stderr, req.tty)?;
     // checked now; the stdin pipe is fetched when the client connects
     tokio::task::block_in_place(|| crate::container::attach::attachable(rt, &req.container_id, req.stdin))?;
@@ -59,7 +59,7 @@ pub async fn attach(rt: &Runtime, req: cri::AttachRequest) -> Result<cri::Attach
     Ok(cri::AttachResponse { url })
 }
 
-pub async fn exec_sync(rt: &Runtime, req: cri::ExecSyncRequest) -> Result<cri::ExecSyncResponse, Status> {
+pub(crate) async fn exec_sync(rt: &Runtime, req: cri::ExecSyncRequest) -> Result<cri::ExecSyncResponse, Status> {
     let out = crate::container::exec::exec_sync(rt, &req.container_id, req.cmd, req.timeout).await?;
     Ok(cri::ExecSyncResponse { stdout: out.stdout, stderr: out.stderr, exit_code: out.exit_code })
 }

@@ -6,7 +6,7 @@ use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use tonic::Status;
 
-pub async fn remove_container(
+pub(super) async fn remove_container(
     rt: &Runtime,
     req: cri::RemoveContainerRequest,
 ) -> Result<cri::RemoveContainerResponse, Status> {

@@ -5,7 +5,7 @@ use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use tonic::Status;
 
-pub async fn reopen_container_log(
+pub(super) async fn reopen_container_log(
     rt: &Runtime,
     req: cri::ReopenContainerLogRequest,
 ) -> Result<cri::ReopenContainerLogResponse, Status> {

@@ -5,7 +5,7 @@ use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use tonic::Status;
 
-pub async fn start_container(
+pub(crate) async fn start_container(
     rt: &Runtime,
     req: cri::StartContainerRequest,
 ) -> Result<cri::StartContainerResponse, Status> {

@@ -14,10 +14,10 @@ use rkt::pod::Pod;
 use rkt::schema::{App, RuntimeApp, RuntimeImage};
 use tonic::Status;
 
-pub use crate::container::status::app_info;
+pub(crate) use crate::container::status::app_info;
 
 /// The CRI status of an app of pod `pod_id`, from what `app status` reports.
-pub fn status_from_info(pod_id: &str, info: AppInfo) -> cri::ContainerStatus {
+pub(crate) fn status_from_info(pod_id: &str, info: AppInfo) -> cri::ContainerStatus {
     let state = match info.state.as_str() {
         "created" => cri::ContainerState::ContainerCreated,
         "running" => cri::ContainerState::ContainerRunning,
@@ -103,7 +103,7 @@ pub(super) fn pod_container_statuses(rt: &Runtime, pod_id: &str) -> Vec<cri::Con
     rt.pods.view_of(&rt.manifests, pod_id).map(|v| v.containers.clone()).unwrap_or_default()
 }
 
-pub async fn container_status(
+pub(crate) async fn container_status(
     rt: &Runtime,
     req: cri::ContainerStatusRequest,
 ) -> Result<cri::ContainerStatusResponse, Status> {
@@ -131,14 +131,14 @@ pub async fn container_status(
     Ok(cri::ContainerStatusResponse { status: Some(status.clone()), info })
 }
 
-pub fn matches(s: &cri::ContainerStatus, pod_id: &str, f: &cri::ContainerFilter) -> bool {
+pub(crate) fn matches(s: &cri::ContainerStatus, pod_id: &str, f: &cri::ContainerFilter) -> bool {
     (f.id.is_empty() || s.id.starts_with(&f.id))
         && (f.pod_sandbox_id.is_empty() || pod_id.starts_with(&f.pod_sandbox_id))
         && f.state.as_ref().is_none_or(|st| st.state == s.state)
         && f.label_selector.iter().all(|(k, v)| s.labels.get(k) == Some(v))
 }
 
-pub async fn list_containers(
+pub(crate) async fn list_containers(
     rt: &Runtime,
     req: cri::ListContainersRequest,
 ) -> Result<cri::ListContainersResponse, Status> {
@@ -171,7 +171,7 @@ pub async fn list_containers(
 }
 
 /// The ListContainers entry of a container.
-pub fn container_from_status(pod_id: &str, s: cri::ContainerStatus) -> cri::Container {
+pub(crate) fn container_from_status(pod_id: &str, s: cri::ContainerStatus) -> cri::Container {
     cri::Container {
         id: s.id,
         pod_sandbox_id: pod_id.to_string(),

@@ -11,7 +11,7 @@ pub(super) fn grace_period(timeout: i64) -> Duration {
     Duration::from_secs(u64::try_from(timeout).unwrap_or(0))
 }
 
-pub async fn stop_container(
+pub(super) async fn stop_container(
     rt: &Runtime,
     req: cri::StopContainerRequest,
 ) -> Result<cri::StopContainerResponse, Status> {

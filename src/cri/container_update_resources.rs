@@ -11,7 +11,7 @@ pub(super) fn limits_asked(req: &cri::UpdateContainerResourcesRequest) -> Option
     req.linux.as_ref().map(meta::limits_from_cri)
 }
 
-pub async fn update_container_resources(
+pub(super) async fn update_container_resources(
     rt: &Runtime,
     req: cri::UpdateContainerResourcesRequest,
 ) -> Result<cri::UpdateContainerResourcesResponse, Status> {

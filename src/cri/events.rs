@@ -46,7 +46,7 @@ async fn to_cri(rt: &Runtime, e: ContainerEvent) -> cri::ContainerEventResponse 
     }
 }
 
-pub async fn get_container_events(
+pub(super) async fn get_container_events(
     rt: &Arc<Runtime>,
     _req: cri::GetEventsRequest,
 ) -> Result<super::EventStream, Status> {

@@ -47,7 +47,7 @@ async fn blocking<T: Send + 'static>(
         .map_err(Status::from)
 }
 
-pub async fn pull_image(rt: &Runtime, req: cri::PullImageRequest) -> Result<cri::PullImageResponse, Status> {
+pub(crate) async fn pull_image(rt: &Runtime, req: cri::PullImageRequest) -> Result<cri::PullImageResponse, Status> {
     let name = spec_image(req.image);
     if name.is_empty() {
         return Err(Status::invalid_argument("PullImage: image spec is empty"));
@@ -68,7 +68,7 @@ pub async fn pull_image(rt: &Runtime, req: cri::PullImageRequest) -> Result<cri:
     Ok(cri::PullImageResponse { image_ref: image.content_id().to_string() })
 }
 
-pub async fn list_images(rt: &Runtime, req: cri::ListImagesRequest) -> Result<cri::ListImagesResponse, Status> {
+pub(crate) async fn list_images(rt: &Runtime, req: cri::ListImagesRequest) -> Result<cri::ListImagesResponse, Status> {
     let filter = spec_image(req.filter.and_then(|f| f.image));
     let groups = blocking(&rt.images, move |store| {
         if filter.is_empty() {
@@ -81,7 +81,10 @@ pub async fn list_images(rt: &Runtime, req: cri::ListImagesRequest) -> Result<cr
     Ok(cri::ListImagesResponse { images: groups.iter().map(|g| group_to_cri(g)).collect() })
 }
 
-pub async fn image_status(rt: &Runtime, req: cri::ImageStatusRequest) -> Result<cri::ImageStatusResponse, Status> {
+pub(crate) async fn image_status(
+    rt: &Runtime,
+    req: cri::ImageStatusRequest,
+) -> Result<cri::ImageStatusResponse, Status> {
     let name = spec_image(req.image);
     let verbose = req.verbose;
     let found = blocking(&rt.images, move |store| {
@@ -110,7 +113,10 @@ pub async fn image_status(rt: &Runtime, req: cri::ImageStatusRequest) -> Result<
     Ok(cri::ImageStatusResponse { image: Some(group_to_cri(&group)), info })
 }
 
-pub async fn remove_image(rt: &Runtime, req: cri::RemoveImageRequest) -> Result<cri::RemoveImageResponse, Status> {
+pub(crate) async fn remove_image(
+    rt: &Runtime,
+    req: cri::RemoveImageRequest,
+) -> Result<cri::RemoveImageResponse, Status> {
     let name = spec_image(req.image);
     if name.is_empty() {
         return Err(Status::invalid_argument("RemoveImage: image spec is empty"));
@@ -123,7 +129,10 @@ pub async fn remove_image(rt: &Runtime, req: cri::RemoveImageRequest) -> Result<
     Ok(cri::RemoveImageResponse {})
 }
 
-pub async fn image_fs_info(rt: &Runtime, _req: cri::ImageFsInfoRequest) -> Result<cri::ImageFsInfoResponse, Status> {
+pub(crate) async fn image_fs_info(
+    rt: &Runtime,
+    _req: cri::ImageFsInfoRequest,
+) -> Result<cri::ImageFsInfoResponse, Status> {
     let (bytes, inodes) = blocking(&rt.images, |store| Ok(store.usage())).await?;
     let timestamp = crate::base::time::now_nanos();
     let usage = cri::FilesystemUsage {

@@ -14,7 +14,7 @@ use tonic::Status;
 const CHUNK_BYTES: usize = 1 << 20;
 
 /// Splits `items` into chunks of at most [`CHUNK_BYTES`] and wraps each.
-pub fn chunked<T: Message + 'static, R: Send + 'static>(items: Vec<T>, wrap: fn(Vec<T>) -> R) -> BoxStream<R> {
+pub(super) fn chunked<T: Message + 'static, R: Send + 'static>(items: Vec<T>, wrap: fn(Vec<T>) -> R) -> BoxStream<R> {
     let mut chunks = Vec::new();
     let (mut chunk, mut size) = (Vec::new(), 0);
     for item in items {
@@ -32,7 +32,7 @@ pub fn chunked<T: Message + 'static, R: Send + 'static>(items: Vec<T>, wrap: fn(
     Box::pin(tokio_stream::iter(chunks))
 }
 
-pub async fn stream_pod_sandboxes(
+pub(super) async fn stream_pod_sandboxes(
     rt: &Runtime,
     req: cri::StreamPodSandboxesRequest,
 ) -> Result<BoxStream<cri::StreamPodSandboxesResponse>, Status> {
@@ -40,7 +40,7 @@ pub async fn stream_pod_sandboxes(
     Ok(chunked(list.items, |pod_sandboxes| cri::StreamPodSandboxesResponse { pod_sandboxes }))
 }
 
-pub async fn stream_containers(
+pub(super) async fn stream_containers(
     rt: &Runtime,
     req: cri::StreamContainersRequest,
 ) -> Result<BoxStream<cri::StreamContainersResponse>, Status> {
@@ -48,7 +48,7 @@ pub async fn stream_containers(
     Ok(chunked(list.containers, |containers| cri::StreamContainersResponse { containers }))
 }
 
-pub async fn stream_container_stats(
+pub(super) async fn stream_container_stats(
     rt: &Runtime,
     req: cri::StreamContainerStatsRequest,
 ) -> Result<BoxStream<cri::StreamContainerStatsResponse>, Status> {
@@ -56,7 +56,7 @@ pub async fn stream_container_stats(
     Ok(chunked(list.stats, |container_stats| cri::StreamContainerStatsResponse { container_stats }))
 }
 
-pub async fn stream_pod_sandbox_stats(
+pub(super) async fn stream_pod_sandbox_stats(
     rt: &Runtime,
     req: cri::StreamPodSandboxStatsRequest,
 ) -> Result<BoxStream<cri::StreamPodSandboxStatsResponse>, Status> {
@@ -64,7 +64,7 @@ pub async fn stream_pod_sandbox_stats(
     Ok(chunked(list.stats, |pod_sandbox_stats| cri::StreamPodSandboxStatsResponse { pod_sandbox_stats }))
 }
 
-pub async fn stream_pod_sandbox_metrics(
+pub(super) async fn stream_pod_sandbox_metrics(
     rt: &Runtime,
     _req: cri::StreamPodSandboxMetricsRequest,
 ) -> Result<BoxStream<cri::StreamPodSandboxMetricsResponse>, Status> {
@@ -72,7 +72,7 @@ pub async fn stream_pod_sandbox_metrics(
     Ok(chunked(metrics, |pod_sandbox_metrics| cri::StreamPodSandboxMetricsResponse { pod_sandbox_metrics }))
 }
 
-pub async fn stream_images(
+pub(super) async fn stream_images(
     rt: &Runtime,
     req: cri::StreamImagesRequest,
 ) -> Result<BoxStream<cri::StreamImagesResponse>, Status> {

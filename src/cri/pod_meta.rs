@@ -6,11 +6,11 @@ use crate::proto::v1 as cri;
 use rkt::schema::PodManifest;
 use std::collections::HashMap;
 
-pub use crate::sandbox::from_cri::{
+pub(crate) use crate::sandbox::from_cri::{
     IPC_MODE, NETWORK_MODE, PID_MODE, POD_ATTEMPT, POD_NAME, POD_NAMESPACE, POD_UID, RESERVED_PREFIX,
 };
 
-pub fn metadata(m: &PodManifest) -> cri::PodSandboxMetadata {
+pub(crate) fn metadata(m: &PodManifest) -> cri::PodSandboxMetadata {
     let get = |k: &str| m.user_annotations.get(k).cloned().unwrap_or_default();
     cri::PodSandboxMetadata {
         name: get(POD_NAME),
@@ -20,12 +20,12 @@ pub fn metadata(m: &PodManifest) -> cri::PodSandboxMetadata {
     }
 }
 
-pub fn labels(m: &PodManifest) -> HashMap<String, String> {
+pub(crate) fn labels(m: &PodManifest) -> HashMap<String, String> {
     m.user_labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
 /// The CRI annotations: user annotations without rktlet's reserved keys.
-pub fn annotations(m: &PodManifest) -> HashMap<String, String> {
+pub(crate) fn annotations(m: &PodManifest) -> HashMap<String, String> {
     m.user_annotations
         .iter()
         .filter(|(k, _)| !k.starts_with(RESERVED_PREFIX))
@@ -33,7 +33,7 @@ pub fn annotations(m: &PodManifest) -> HashMap<String, String> {
         .collect()
 }
 
-pub fn namespace_options(m: &PodManifest) -> cri::NamespaceOption {
+pub(crate) fn namespace_options(m: &PodManifest) -> cri::NamespaceOption {
     let mode = |key: &str| {
         if m.annotation(key) == Some("node") { cri::NamespaceMode::Node } else { cri::NamespaceMode::Pod }
     };

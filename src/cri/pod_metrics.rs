@@ -67,7 +67,7 @@ const DESCS: [Desc; 14] = [
     counter(TX_ERR, "Cumulative count of errors encountered while transmitting", Some("interface")),
 ];
 
-pub fn descriptors() -> Vec<cri::MetricDescriptor> {
+pub(super) fn descriptors() -> Vec<cri::MetricDescriptor> {
     DESCS
         .iter()
         .map(|d| cri::MetricDescriptor {
@@ -78,7 +78,7 @@ pub fn descriptors() -> Vec<cri::MetricDescriptor> {
         .collect()
 }
 
-pub async fn list_metric_descriptors(
+pub(super) async fn list_metric_descriptors(
     _rt: &Runtime,
     _req: cri::ListMetricDescriptorsRequest,
 ) -> Result<cri::ListMetricDescriptorsResponse, Status> {
@@ -86,13 +86,13 @@ pub async fn list_metric_descriptors(
 }
 
 /// The metrics of every ready pod and its running containers.
-pub fn collect(rt: &Runtime) -> Result<Vec<cri::PodSandboxMetrics>, Status> {
+pub(super) fn collect(rt: &Runtime) -> Result<Vec<cri::PodSandboxMetrics>, Status> {
     let views: Vec<Arc<PodView>> =
         list_views(rt).map_err(pod_status)?.into_iter().filter(|v| v.sandbox.ready).collect();
     Ok(par_flat_map(&views, |v| vec![pod_metrics(rt, v)]))
 }
 
-pub async fn list_pod_sandbox_metrics(
+pub(super) async fn list_pod_sandbox_metrics(
     rt: &Runtime,
     _req: cri::ListPodSandboxMetricsRequest,
 ) -> Result<cri::ListPodSandboxMetricsResponse, Status> {

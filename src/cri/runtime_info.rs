@@ -7,11 +7,11 @@ use crate::runtime::{NotReady, Runtime};
 use tonic::Status;
 
 /// CRI API version this runtime speaks.
-pub const RUNTIME_API_VERSION: &str = "v1";
+pub(super) const RUNTIME_API_VERSION: &str = "v1";
 /// Name reported to kubelet.
-pub const RUNTIME_NAME: &str = "rktlet";
+pub(super) const RUNTIME_NAME: &str = "rktlet";
 
-pub async fn version(_rt: &Runtime, _req: cri::VersionRequest) -> Result<cri::VersionResponse, Status> {
+pub(super) async fn version(_rt: &Runtime, _req: cri::VersionRequest) -> Result<cri::VersionResponse, Status> {
     Ok(cri::VersionResponse {
         version: "0.1.0".into(),
         runtime_name: RUNTIME_NAME.into(),
@@ -29,7 +29,7 @@ fn condition(kind: &str, state: Result<(), NotReady>) -> cri::RuntimeCondition {
     }
 }
 
-pub async fn status(rt: &Runtime, req: cri::StatusRequest) -> Result<cri::StatusResponse, Status> {
+pub(super) async fn status(rt: &Runtime, req: cri::StatusRequest) -> Result<cri::StatusResponse, Status> {
     let conditions = vec![condition("RuntimeReady", rt.runtime_ready()), condition("NetworkReady", rt.network_ready())];
     let mut info = std::collections::HashMap::new();
     if req.verbose {
@@ -80,7 +80,7 @@ fn runtime_features() -> cri::RuntimeFeatures {
     cri::RuntimeFeatures { supplemental_groups_policy: true, user_namespaces_host_network: false }
 }
 
-pub async fn runtime_config(
+pub(super) async fn runtime_config(
     rt: &Runtime,
     _req: cri::RuntimeConfigRequest,
 ) -> Result<cri::RuntimeConfigResponse, Status> {
@@ -92,7 +92,7 @@ pub async fn runtime_config(
 }
 
 /// kubelet sends the node's pod CIDR; kept for the CNI runtime config.
-pub async fn update_runtime_config(
+pub(super) async fn update_runtime_config(
     rt: &Runtime,
     req: cri::UpdateRuntimeConfigRequest,
 ) -> Result<cri::UpdateRuntimeConfigResponse, Status> {

@@ -6,7 +6,7 @@ use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use tonic::Status;
 
-pub async fn run_pod_sandbox(
+pub(crate) async fn run_pod_sandbox(
     rt: &Runtime,
     req: cri::RunPodSandboxRequest,
 ) -> Result<cri::RunPodSandboxResponse, Status> {

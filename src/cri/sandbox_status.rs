@@ -9,7 +9,7 @@ use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use tonic::Status;
 
-pub use crate::container::stats::{PodView, list_views};
+pub(crate) use crate::container::stats::{PodView, list_views};
 
 fn cri_state(view: &SandboxView) -> cri::PodSandboxState {
     if view.ready { cri::PodSandboxState::SandboxReady } else { cri::PodSandboxState::SandboxNotready }
@@ -27,7 +27,7 @@ fn to_sandbox(view: &SandboxView) -> cri::PodSandbox {
     }
 }
 
-pub async fn pod_sandbox_status(
+pub(crate) async fn pod_sandbox_status(
     rt: &Runtime,
     req: cri::PodSandboxStatusRequest,
 ) -> Result<cri::PodSandboxStatusResponse, Status> {
@@ -63,7 +63,10 @@ pub async fn pod_sandbox_status(
 }
 
 /// PortForward: checks the pod, then hands out a URL of the streaming server.
-pub async fn port_forward(rt: &Runtime, req: cri::PortForwardRequest) -> Result<cri::PortForwardResponse, Status> {
+pub(crate) async fn port_forward(
+    rt: &Runtime,
+    req: cri::PortForwardRequest,
+) -> Result<cri::PortForwardResponse, Status> {
     super::required(&req.pod_sandbox_id, "pod_sandbox_id")?;
     let mut ports = Vec::new();
     for p in &req.port {
@@ -91,7 +94,7 @@ fn matches(view: &SandboxView, filter: &cri::PodSandboxFilter) -> bool {
     filter.label_selector.iter().all(|(k, v)| view.manifest.user_labels.get(k) == Some(v))
 }
 
-pub async fn list_pod_sandbox(
+pub(crate) async fn list_pod_sandbox(
     rt: &Runtime,
     req: cri::ListPodSandboxRequest,
 ) -> Result<cri::ListPodSandboxResponse, Status> {

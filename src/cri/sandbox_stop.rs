@@ -5,7 +5,7 @@ use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use tonic::Status;
 
-pub async fn stop_pod_sandbox(
+pub(super) async fn stop_pod_sandbox(
     rt: &Runtime,
     req: cri::StopPodSandboxRequest,
 ) -> Result<cri::StopPodSandboxResponse, Status> {

@@ -6,7 +6,7 @@ use crate::proto::v1 as cri;
 use crate::runtime::Runtime;
 use tonic::Status;
 
-pub async fn update_pod_sandbox_resources(
+pub(super) async fn update_pod_sandbox_resources(
     rt: &Runtime,
     req: cri::UpdatePodSandboxResourcesRequest,
 ) -> Result<cri::UpdatePodSandboxResourcesResponse, Status> {

@@ -81,7 +81,7 @@ fn running_containers(rt: &Runtime, view: &PodView) -> Vec<cri::ContainerStats> 
         .collect()
 }
 
-pub async fn container_stats(
+pub(crate) async fn container_stats(
     rt: &Runtime,
     req: cri::ContainerStatsRequest,
 ) -> Result<cri::ContainerStatsResponse, Status> {
@@ -96,7 +96,7 @@ pub async fn container_stats(
     })
 }
 
-pub async fn list_container_stats(
+pub(crate) async fn list_container_stats(
     rt: &Runtime,
     req: cri::ListContainerStatsRequest,
 ) -> Result<cri::ListContainerStatsResponse, Status> {
@@ -191,7 +191,7 @@ pub(super) fn pod_stats_of(rt: &Runtime, pod_view: &PodView) -> cri::PodSandboxS
     }
 }
 
-pub async fn pod_sandbox_stats(
+pub(crate) async fn pod_sandbox_stats(
     rt: &Runtime,
     req: cri::PodSandboxStatsRequest,
 ) -> Result<cri::PodSandboxStatsResponse, Status> {
@@ -205,7 +205,7 @@ pub async fn pod_sandbox_stats(
     })
 }
 
-pub async fn list_pod_sandbox_stats(
+pub(crate) async fn list_pod_sandbox_stats(
     rt: &Runtime,
     req: cri::ListPodSandboxStatsRequest,
 ) -> Result<cri::ListPodSandboxStatsResponse, Status> {

@@ -153,7 +153,7 @@ struct Running {
     network_error: NetworkError,
 }
 
-pub async fn pull(
+pub(super) async fn pull(
     store: &Store,
     reference: &Reference,
     creds: Credentials,
@@ -895,7 +895,7 @@ fn rootfs_is_a_directory(dir: &Path, key: &str) -> Result<(), ImageError> {
 }
 
 /// Renders an image's tree from its stored layers (after gc removed it).
-pub fn render_stored(store: &Store, image: &Image) -> Result<(), ImageError> {
+pub(super) fn render_stored(store: &Store, image: &Image) -> Result<(), ImageError> {
     let cas = store.cas();
     let keys = image.layer_keys();
     let tree_size = if keys.is_empty() {

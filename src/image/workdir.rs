@@ -59,7 +59,7 @@ pub(super) const WORK_PREFIX: &str = "pull-";
 
 /// Removes `cas/tmp` leftovers of rktlet's pulls whose lock nobody holds (a
 /// killed pull). Returns how many.
-pub fn clean_tmp(cas: &Cas) -> usize {
+pub(super) fn clean_tmp(cas: &Cas) -> usize {
     match lock::exclusive_file(&cas.tmp().join(CREATE_GUARD)) {
         Ok(_guard) => clean_tmp_locked(cas),
         Err(e) => {

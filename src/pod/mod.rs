@@ -3,9 +3,9 @@
 //! change notification that keeps both true ([`watch`]). The pod directory
 //! itself, its states and its locks are rkt's format: `rkt::pod`.
 
-pub mod cache;
-pub mod table;
-pub mod watch;
+pub(crate) mod cache;
+pub(crate) mod table;
+pub(crate) mod watch;
 
 /// Socket of the pod's log writer in the pod directory (`stage1::crilog`).
-pub const LOG_SOCKET_FILE: &str = logwriter::SOCKET_FILE;
+pub(crate) const LOG_SOCKET_FILE: &str = logwriter::SOCKET_FILE;

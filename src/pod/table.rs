@@ -73,7 +73,7 @@ impl SandboxView {
 }
 
 /// Pod IPs from rkt's `net-info.json` (array of `{.., "ip": ..}`), first network first.
-pub fn ips_from_net_info(text: &str) -> Vec<String> {
+pub(crate) fn ips_from_net_info(text: &str) -> Vec<String> {
     let Ok(serde_json::Value::Array(nets)) = serde_json::from_str(text) else { return Vec::new() };
     nets.iter()
         .filter_map(|n| n.get("ip").and_then(|ip| ip.as_str()))
@@ -94,7 +94,7 @@ pub struct PodView<S> {
 }
 
 /// A pod's view, or why it could not be read.
-pub type ViewResult<S> = Result<Arc<PodView<S>>, PodError>;
+pub(crate) type ViewResult<S> = Result<Arc<PodView<S>>, PodError>;
 
 struct Slot<S> {
     /// Changes whenever something about the pod was reported changed.

@@ -30,7 +30,7 @@ use uuid::Uuid;
 
 /// What changed since the last [`PodWatch::drain`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     /// Events were lost (queue overflow): assume everything changed.
     All,
     /// A pod directory appeared in, left or moved between the state directories.
@@ -74,7 +74,7 @@ const STATUS_DIR: usize = 2;
 const INOTIFY_TOKEN: u64 = u64::MAX;
 
 #[derive(Debug)]
-pub struct PodWatch {
+pub(crate) struct PodWatch {
     epoll: Epoll,
     inotify: Inotify,
     parents: HashMap<WatchDescriptor, PodDir>,
@@ -92,7 +92,7 @@ pub struct PodWatch {
 
 impl PodWatch {
     /// Watches the state directories of `data` (they must exist).
-    pub fn new(data: &DataDir) -> io::Result<Self> {
+    pub(crate) fn new(data: &DataDir) -> io::Result<Self> {
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
         let mut parents = HashMap::new();
         for dir in PodDir::ALL {
@@ -115,7 +115,7 @@ impl PodWatch {
 
     /// Watches a pod's directories; false if some could not be watched (the
     /// pod is then not fully covered and nothing read about it may be kept).
-    pub fn watch_pod(&mut self, uuid: Uuid, pod_dir: &Path) -> bool {
+    pub(crate) fn watch_pod(&mut self, uuid: Uuid, pod_dir: &Path) -> bool {
         if self.pods.get(&uuid).is_some_and(|w| w.len() == POD_DIRS.len()) {
             return true;
         }
@@ -141,7 +141,7 @@ impl PodWatch {
     }
 
     /// Reports `Change::Pod(uuid)` once the process behind `pidfd` exits.
-    pub fn watch_exit(&mut self, uuid: Uuid, pidfd: OwnedFd) {
+    pub(crate) fn watch_exit(&mut self, uuid: Uuid, pidfd: OwnedFd) {
         self.unwatch_exit(uuid);
         let token = self.next_token;
         self.next_token += 1;
@@ -162,12 +162,12 @@ impl PodWatch {
     }
 
     /// Whether the watch can still be trusted (see [`PodWatch::drain`]).
-    pub fn is_broken(&self) -> bool {
+    pub(crate) fn is_broken(&self) -> bool {
         self.broken
     }
 
     /// Whether the exit of this pod's sandbox is being watched.
-    pub fn watches_exit(&self, uuid: Uuid) -> bool {
+    pub(crate) fn watches_exit(&self, uuid: Uuid) -> bool {
         self.exits.contains_key(&uuid)
     }
 
@@ -181,7 +181,7 @@ impl PodWatch {
     }
 
     /// Everything that changed since the last call; never blocks.
-    pub fn drain(&mut self) -> Vec<Change> {
+    pub(crate) fn drain(&mut self) -> Vec<Change> {
         let mut out = Vec::new();
         let mut ready = [EpollEvent::empty(); 16];
         loop {

@@ -15,7 +15,7 @@ use std::time::SystemTime;
 
 /// Moves a pool pod's controller cgroups from the pool to `to` (its tracking
 /// cgroup stays) and removes the emptied pool ones.
-pub fn move_pod(layout: &Layout, pool_sub: &str, to: &str) -> io::Result<()> {
+pub(crate) fn move_pod(layout: &Layout, pool_sub: &str, to: &str) -> io::Result<()> {
     move_controllers(layout, pool_sub, to)?;
     PodCgroup::controllers(layout, pool_sub).remove()
 }
@@ -23,7 +23,7 @@ pub fn move_pod(layout: &Layout, pool_sub: &str, to: &str) -> io::Result<()> {
 /// Sets the hostname of the UTS namespace `pid` is in. A fresh thread
 /// joins that namespace and ends with it (UTS is per thread, so the
 /// daemon's other threads are untouched).
-pub fn set_hostname(pid: i32, name: &str) -> io::Result<()> {
+pub(crate) fn set_hostname(pid: i32, name: &str) -> io::Result<()> {
     let ns = fs::File::open(format!("/proc/{pid}/ns/uts"))?;
     let name = name.to_string();
     std::thread::Builder::new()
@@ -41,7 +41,7 @@ pub fn set_hostname(pid: i32, name: &str) -> io::Result<()> {
 
 /// Resets every thread of `pids` to nice 0 (a pool pod booted at a lower
 /// priority; apps started later inherit the pod systemd's value).
-pub fn renice(pids: &[i32]) -> io::Result<()> {
+pub(crate) fn renice(pids: &[i32]) -> io::Result<()> {
     for pid in pids {
         let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { continue };
         for tid in tasks.flatten().filter_map(|t| t.file_name().to_str().and_then(|s| s.parse::<u32>().ok())) {
@@ -59,13 +59,13 @@ pub fn renice(pids: &[i32]) -> io::Result<()> {
 
 /// Makes `now` the pod's creation time (`pod-created`'s mtime): a taken pool
 /// pod was created, as far as anyone can tell, when the request was served.
-pub fn set_created(pod_dir: &Path, now: SystemTime) -> io::Result<()> {
+pub(crate) fn set_created(pod_dir: &Path, now: SystemTime) -> io::Result<()> {
     fs::File::options().write(true).open(pod_dir.join(rkt::pod::CREATED_FILE))?.set_modified(now)
 }
 
 /// CPU time the processes of a tracking cgroup used so far (cgroup2's
 /// `cpu.stat` exists without the cpu controller), in microseconds.
-pub fn cpu_micros(layout: &Layout, tracking: &str) -> Option<u64> {
+pub(crate) fn cpu_micros(layout: &Layout, tracking: &str) -> Option<u64> {
     let unified = layout.hierarchies.iter().find(|h| h.is_unified())?.mount.as_ref()?;
     let text = fs::read_to_string(unified.join(tracking).join("cpu.stat")).ok()?;
     text.lines().find_map(|l| l.strip_prefix("usage_usec ")).and_then(|v| v.trim().parse().ok())

@@ -19,7 +19,7 @@
 //! cannot leave its tracking cgroup (unified, `name=systemd`), so it keeps
 //! that one and only its v1 controller cgroups move to the requested parent.
 
-pub mod adapt;
+pub(crate) mod adapt;
 
 use serde::Serialize;
 use std::collections::VecDeque;
@@ -30,17 +30,17 @@ use uuid::Uuid;
 
 /// Pod annotation of a pool pod not taken yet; its value is the
 /// `sandbox::pool::boot::fingerprint` of the daemon that booted it.
-pub const POOL_ANNOTATION: &str = "rktlet.io/pool";
+pub(crate) const POOL_ANNOTATION: &str = "rktlet.io/pool";
 /// File in a pool pod's directory while a take adapts it (a crash then
 /// leaves a pod that is neither a pool pod nor the requested one).
-pub const TAKING_FILE: &str = "pool-taking";
+pub(crate) const TAKING_FILE: &str = "pool-taking";
 /// cgroup parent of pool pods while they wait.
-pub const POOL_PARENT: &str = "rktlet-pool";
+pub(crate) const POOL_PARENT: &str = "rktlet-pool";
 /// Nice value of a pool pod while it boots and waits.
-pub const POOL_NICE: i32 = 10;
+pub(crate) const POOL_NICE: i32 = 10;
 
 /// A pool pod's cgroup below the hierarchies' roots while it waits.
-pub fn subcgroup(uuid: Uuid) -> Result<String, String> {
+pub(crate) fn subcgroup(uuid: Uuid) -> Result<String, String> {
     crate::cgroup::pod::subcgroup(POOL_PARENT, &uuid.to_string(), false)
 }
 

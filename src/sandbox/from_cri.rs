@@ -16,25 +16,25 @@ use crate::stage1::sysctl::{self, PodNamespaces};
 use crate::stage1::userns::IdMap;
 use rkt::schema::PodManifest;
 
-pub const POD_UID: &str = rkt::schema::USER_ANNOTATION_POD_UID;
-pub const POD_NAME: &str = rkt::schema::USER_ANNOTATION_POD_NAME;
-pub const POD_NAMESPACE: &str = rkt::schema::USER_ANNOTATION_POD_NAMESPACE;
-pub const POD_ATTEMPT: &str = "k8s.io/reserved/pod-attempt";
-pub const RESERVED_PREFIX: &str = "k8s.io/reserved/";
+pub(crate) const POD_UID: &str = rkt::schema::USER_ANNOTATION_POD_UID;
+pub(crate) const POD_NAME: &str = rkt::schema::USER_ANNOTATION_POD_NAME;
+pub(crate) const POD_NAMESPACE: &str = rkt::schema::USER_ANNOTATION_POD_NAMESPACE;
+pub(crate) const POD_ATTEMPT: &str = "k8s.io/reserved/pod-attempt";
+pub(crate) const RESERVED_PREFIX: &str = "k8s.io/reserved/";
 
 /// Pod annotation: `node` when the pod uses the node's network namespace.
-pub const NETWORK_MODE: &str = rkt::schema::ANNOTATION_NETWORK_MODE;
+pub(crate) const NETWORK_MODE: &str = rkt::schema::ANNOTATION_NETWORK_MODE;
 /// Pod annotation: `node` when the pod shares the node's IPC namespace.
-pub const IPC_MODE: &str = "rktlet.io/ipc-mode";
+pub(crate) const IPC_MODE: &str = "rktlet.io/ipc-mode";
 /// `node` for a host-PID pod (its apps in the node's PID namespace); absent otherwise.
-pub const PID_MODE: &str = rkt::schema::ANNOTATION_PID_MODE;
+pub(crate) const PID_MODE: &str = rkt::schema::ANNOTATION_PID_MODE;
 /// Pod annotation: the pod's hostname.
-pub const HOSTNAME: &str = rkt::schema::ANNOTATION_HOSTNAME;
+pub(crate) const HOSTNAME: &str = rkt::schema::ANNOTATION_HOSTNAME;
 /// Pod annotation rkt uses for kubelet's pod log directory.
-pub const LOG_DIR: &str = rkt::schema::ANNOTATION_LOG_DIR;
+pub(crate) const LOG_DIR: &str = rkt::schema::ANNOTATION_LOG_DIR;
 
 /// The manifest of a new sandbox for `config`.
-pub fn manifest_from_config(
+pub(crate) fn manifest_from_config(
     config: &cri::PodSandboxConfig,
     host_network: bool,
     host_ipc: bool,
@@ -67,7 +67,7 @@ pub fn manifest_from_config(
 /// (the pod has no process of the user's to confine, no pause container,
 /// but a profile it names must exist, as containerd's pause needs it);
 /// then [`run_request`].
-pub fn checked_run_request(
+pub(crate) fn checked_run_request(
     rt: &crate::runtime::Runtime,
     req: cri::RunPodSandboxRequest,
 ) -> Result<Request, SandboxError> {
@@ -93,7 +93,7 @@ pub fn checked_run_request(
 
 /// RunPodSandbox's request checked (metadata, runtime handler, namespaces,
 /// hostname, cgroup parent, sysctls, pod resources) and its manifest made.
-pub fn run_request(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Result<Request, SandboxError> {
+pub(crate) fn run_request(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Result<Request, SandboxError> {
     let invalid = |m: String| SandboxError::InvalidArgument(m);
     let config = req.config.ok_or_else(|| invalid("config is required".into()))?;
     let meta = config.metadata.as_ref().ok_or_else(|| invalid("config.metadata is required".into()))?;
@@ -163,7 +163,7 @@ pub fn run_request(req: cri::RunPodSandboxRequest, systemd_driver: bool) -> Resu
 
 /// The user namespace `options` ask for: none for NODE mode (or none
 /// given), a checked mapping for POD mode; CONTAINER mode is refused.
-pub fn userns_of(options: Option<&cri::UserNamespace>, at: &str) -> Result<Option<IdMap>, SandboxError> {
+pub(crate) fn userns_of(options: Option<&cri::UserNamespace>, at: &str) -> Result<Option<IdMap>, SandboxError> {
     let Some(u) = options else { return Ok(None) };
     match cri::NamespaceMode::try_from(u.mode) {
         Ok(cri::NamespaceMode::Node) => Ok(None),
@@ -180,7 +180,7 @@ pub fn userns_of(options: Option<&cri::UserNamespace>, at: &str) -> Result<Optio
 /// Pod-level resources in CRI's terms (`LinuxPodSandboxConfig.resources` and
 /// `.overhead`, UpdatePodSandboxResources' fields), checked; `prefix` names
 /// where they came from in the request.
-pub fn pod_resources(
+pub(crate) fn pod_resources(
     resources: Option<&cri::LinuxContainerResources>,
     overhead: Option<&cri::LinuxContainerResources>,
     prefix: &str,

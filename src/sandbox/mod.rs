@@ -13,13 +13,13 @@
 //! - `status`: what PodSandboxStatus (verbose) and PortForward read
 //! - `resources`: the pod's own limits, recorded and written (UpdatePodSandboxResources)
 
-pub mod from_cri;
-pub mod pool;
-pub mod resources;
-pub mod run;
-pub mod start;
-pub mod status;
-pub mod stop;
+pub(crate) mod from_cri;
+pub(crate) mod pool;
+pub(crate) mod resources;
+pub(crate) mod run;
+pub(crate) mod start;
+pub(crate) mod status;
+pub(crate) mod stop;
 
 use crate::cgroup::pod_limits::PodLimitsError;
 use crate::container::{ErrorKind, pod_kind};
@@ -32,7 +32,7 @@ use uuid::Uuid;
 /// Why a pod verb failed. [`SandboxError::kind`] says which of the CRI's
 /// codes a caller answers with; the text is the message.
 #[derive(Debug, thiserror::Error)]
-pub enum SandboxError {
+pub(crate) enum SandboxError {
     #[error("{0}")]
     InvalidArgument(String),
     #[error("{0}")]
@@ -56,7 +56,7 @@ pub enum SandboxError {
 }
 
 impl SandboxError {
-    pub fn kind(&self) -> ErrorKind {
+    pub(crate) fn kind(&self) -> ErrorKind {
         match self {
             SandboxError::InvalidArgument(_) => ErrorKind::InvalidArgument,
             SandboxError::FailedPrecondition(_) => ErrorKind::FailedPrecondition,

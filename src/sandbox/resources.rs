@@ -11,10 +11,10 @@ use crate::runtime::Runtime;
 use rkt::pod::{Pod, PodState};
 use rkt::schema::PodManifest;
 
-pub use crate::container::pod_resources::{POD_RESOURCES, pod_cgroup, recorded};
+pub(crate) use crate::container::pod_resources::{POD_RESOURCES, pod_cgroup, recorded};
 
 /// Records `res` in a manifest (nothing for a pod without pod-level resources).
-pub fn record(m: &mut PodManifest, res: &PodResources) -> Result<(), SandboxError> {
+pub(crate) fn record(m: &mut PodManifest, res: &PodResources) -> Result<(), SandboxError> {
     if res.is_empty() && m.annotation(POD_RESOURCES).is_none() {
         return Ok(());
     }
@@ -31,7 +31,7 @@ fn apply(rt: &Runtime, pod: &Pod, m: &PodManifest, res: &PodResources) -> Result
 
 /// At RunPodSandbox, once the pod is in its cgroups: its own processes held
 /// to their devices and the recorded limits written (blocking).
-pub fn apply_at_start(rt: &Runtime, uuid: uuid::Uuid) -> Result<(), SandboxError> {
+pub(crate) fn apply_at_start(rt: &Runtime, uuid: uuid::Uuid) -> Result<(), SandboxError> {
     let pod = Pod::open(&rt.data, &uuid.to_string())?;
     hold_own_devices(&pod)?;
     let m = pod.read_manifest()?;
@@ -55,7 +55,12 @@ fn hold_own_devices(pod: &Pod) -> Result<(), SandboxError> {
 /// and `overhead` replace those recorded, a `None` keeps what was
 /// recorded; the limits are written, then recorded (the old ones written
 /// back if the record fails).
-pub fn update(rt: &Runtime, id: &str, resources: Option<Limits>, overhead: Option<Limits>) -> Result<(), SandboxError> {
+pub(crate) fn update(
+    rt: &Runtime,
+    id: &str,
+    resources: Option<Limits>,
+    overhead: Option<Limits>,
+) -> Result<(), SandboxError> {
     let mut pod = Pod::open(&rt.data, id)?;
     if pod.state()? != PodState::Running {
         return Err(SandboxError::FailedPrecondition(format!("pod {id} is not running")));
@@ -83,7 +88,7 @@ pub fn update(rt: &Runtime, id: &str, resources: Option<Limits>, overhead: Optio
 
 /// The verbose PodSandboxStatus part: the recorded resources in CRI's terms
 /// and what the pod's cgroup holds now.
-pub fn status_info(rt: &Runtime, pod: &Pod, m: &PodManifest) -> serde_json::Value {
+pub(crate) fn status_info(rt: &Runtime, pod: &Pod, m: &PodManifest) -> serde_json::Value {
     let res = recorded(m).unwrap_or_default();
     let cri_json = |l: &Limits| {
         let r = meta::limits_to_cri(l);

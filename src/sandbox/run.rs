@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use uuid::Uuid;
 
 /// A checked request: what the sandbox needs.
-pub struct Request {
+pub(crate) struct Request {
     pub config: cri::PodSandboxConfig,
     pub host_network: bool,
     pub host_ipc: bool,

@@ -7,7 +7,7 @@ use crate::runtime::Runtime;
 use uuid::Uuid;
 
 /// Runs the pod `req` asks for; its uuid.
-pub async fn run(rt: &Runtime, req: &Request) -> Result<Uuid, SandboxError> {
+pub(crate) async fn run(rt: &Runtime, req: &Request) -> Result<Uuid, SandboxError> {
     // from the request's start: the first cgroup migration (a pool pod's
     // move, a cold sandbox's placement) then waits less of the grace period
     crate::cgroup::warm::hold(crate::cgroup::warm::POD_START);

@@ -8,13 +8,13 @@ use rkt::pod::{self, Pod, PodState};
 use std::sync::Arc;
 
 /// The pod's view (`pod::table`, kept warm by the verbs).
-pub fn view(rt: &Runtime, id: &str) -> Result<Arc<PodView>, SandboxError> {
+pub(crate) fn view(rt: &Runtime, id: &str) -> Result<Arc<PodView>, SandboxError> {
     Ok(rt.pods.view_of(&rt.manifests, id)?)
 }
 
 /// The verbose PodSandboxStatus details: where the pod's parts are, its
 /// cgroup and its own limits.
-pub fn verbose_info(rt: &Runtime, pod_view: &PodView) -> serde_json::Value {
+pub(crate) fn verbose_info(rt: &Runtime, pod_view: &PodView) -> serde_json::Value {
     let view = &pod_view.sandbox;
     let p = &view.pod;
     serde_json::json!({
@@ -32,7 +32,7 @@ pub fn verbose_info(rt: &Runtime, pod_view: &PodView) -> serde_json::Value {
 }
 
 /// The network namespace of a ready pod (`None`: it uses the node's). Blocking.
-pub fn running_netns(rt: &Runtime, id: &str) -> Result<Option<std::path::PathBuf>, SandboxError> {
+pub(crate) fn running_netns(rt: &Runtime, id: &str) -> Result<Option<std::path::PathBuf>, SandboxError> {
     let mut p = Pod::open(&rt.data, id)?;
     if p.state()? != PodState::Running {
         return Err(SandboxError::FailedPrecondition(format!("pod {id} is not running")));

@@ -22,7 +22,7 @@ fn forget_bus(rt: &Runtime, id: &str) {
 
 /// Stops pod `id` (its systemd powered off, then everything killed after
 /// [`STOP_GRACE`]); its bus closing is expected, then dropped.
-pub async fn stop(rt: &Runtime, id: &str) -> Result<(), SandboxError> {
+pub(crate) async fn stop(rt: &Runtime, id: &str) -> Result<(), SandboxError> {
     if let Ok(uuid) = rt.data.resolve(id) {
         rt.expect_pod_bus_close(uuid);
     }
@@ -34,7 +34,7 @@ pub async fn stop(rt: &Runtime, id: &str) -> Result<(), SandboxError> {
 
 /// Removes pod `id` (stopped first); its directory is deleted after the
 /// call. A pod that is not there is removed already.
-pub async fn remove(rt: &Runtime, id: &str) -> Result<(), SandboxError> {
+pub(crate) async fn remove(rt: &Runtime, id: &str) -> Result<(), SandboxError> {
     forget_bus(rt, id);
     match teardown::remove_pod(&rt.data, id, STOP_GRACE, &rt.net_dirs(), teardown::Deletion::Later).await {
         Ok(()) => Ok(()),

@@ -47,7 +47,7 @@ const READ_CHUNK: usize = 16_384;
 
 /// The accepted socket `S`, with the client's header blocks made acceptable
 /// to h2 (see the module documentation).
-pub struct AuthorityFix<S> {
+pub(crate) struct AuthorityFix<S> {
     inner: S,
     raw: BytesMut,
     out: BytesMut,
@@ -57,7 +57,7 @@ pub struct AuthorityFix<S> {
 }
 
 impl<S> AuthorityFix<S> {
-    pub fn new(inner: S) -> Self {
+    pub(crate) fn new(inner: S) -> Self {
         AuthorityFix {
             inner,
             raw: BytesMut::new(),

@@ -3,7 +3,7 @@
 //! connection goes through [`authority::AuthorityFix`], so clients that send
 //! the socket's path as `:authority` (kubelet 1.29, crictl 1.29) are served.
 
-pub mod authority;
+pub(crate) mod authority;
 
 use crate::cri::CriService;
 use crate::proto::v1::image_service_server::ImageServiceServer;
@@ -20,7 +20,7 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
 
 #[derive(Debug, thiserror::Error)]
-pub enum ServeError {
+pub(crate) enum ServeError {
     #[error("another rktlet is already serving on {0}; stop it first or pick another --socket")]
     AlreadyServing(PathBuf),
     #[error("{0} exists and is not a socket; refusing to replace it")]
@@ -47,7 +47,7 @@ fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> ServeError {
 /// The claimed socket path. The `<socket>.lock` flock makes the claim
 /// exclusive between daemons; dropping the guard removes the socket.
 #[derive(Debug)]
-pub struct SocketGuard {
+pub(crate) struct SocketGuard {
     path: PathBuf,
     _lock: HeldLock,
 }
@@ -65,14 +65,14 @@ impl Drop for SocketGuard {
 /// The CRI socket's path, claimed (its lock held, no live server on it) but
 /// not bound yet: a client must not connect before the runtime is built.
 #[derive(Debug)]
-pub struct SocketClaim {
+pub(crate) struct SocketClaim {
     path: PathBuf,
     lock: HeldLock,
 }
 
 /// Claims the CRI socket: creates its directory, refuses when a live server
 /// holds it, removes a stale socket file.
-pub fn claim_socket(path: &Path) -> Result<SocketClaim, ServeError> {
+pub(crate) fn claim_socket(path: &Path) -> Result<SocketClaim, ServeError> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         fs::DirBuilder::new()
             .recursive(true)
@@ -103,7 +103,7 @@ pub fn claim_socket(path: &Path) -> Result<SocketClaim, ServeError> {
 
 impl SocketClaim {
     /// Binds the claimed path and sets mode 0660.
-    pub fn listen(self) -> Result<(UnixListener, SocketGuard), ServeError> {
+    pub(crate) fn listen(self) -> Result<(UnixListener, SocketGuard), ServeError> {
         let path = self.path;
         let listener = UnixListener::bind(&path).map_err(io_err(format!("binding {}", path.display())))?;
         let guard = SocketGuard { path: path.clone(), _lock: self.lock };
@@ -115,7 +115,7 @@ impl SocketClaim {
 
 /// Serves both CRI services on `listener` until `shutdown` completes; calls
 /// in flight are allowed to finish.
-pub async fn serve(
+pub(crate) async fn serve(
     runtime: Arc<Runtime>,
     listener: UnixListener,
     shutdown: impl Future<Output = ()> + Send,
@@ -139,7 +139,7 @@ pub async fn serve(
 
 /// Installs SIGTERM and SIGINT handlers now and returns a future that
 /// resolves when either arrives.
-pub fn shutdown_signal() -> Result<impl Future<Output = ()> + Send, ServeError> {
+pub(crate) fn shutdown_signal() -> Result<impl Future<Output = ()> + Send, ServeError> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).map_err(io_err("installing SIGTERM handler"))?;
     let mut int = signal(SignalKind::interrupt()).map_err(io_err("installing SIGINT handler"))?;
@@ -156,11 +156,11 @@ pub fn shutdown_signal() -> Result<impl Future<Output = ()> + Send, ServeError> 
 /// the same data dir would take the first one's pool pods for leftovers of a
 /// previous run and delete them. The file names the holder for the refusal.
 #[derive(Debug)]
-pub struct DataDirGuard {
+pub(crate) struct DataDirGuard {
     _lock: HeldLock,
 }
 
-pub fn claim_data_dir(dir: &Path, socket: &Path) -> Result<DataDirGuard, ServeError> {
+pub(crate) fn claim_data_dir(dir: &Path, socket: &Path) -> Result<DataDirGuard, ServeError> {
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o711)
@@ -184,7 +184,7 @@ pub fn claim_data_dir(dir: &Path, socket: &Path) -> Result<DataDirGuard, ServeEr
 /// `rktlet serve`: claim the socket (before anything is created for the
 /// data dir), then the data dir, start the runtime, serve until a signal,
 /// remove the socket.
-pub async fn run_with(config: crate::config::Config) -> Result<(), ServeError> {
+pub(crate) async fn run_with(config: crate::config::Config) -> Result<(), ServeError> {
     let signals = shutdown_signal()?;
     let claim = claim_socket(&config.socket)?;
     // exec mode is the original rktlet's design: every call execs the CLI,

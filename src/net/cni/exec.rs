@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
 /// How long one plugin may run before it is killed.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A loaded network config and where its plugins are.
 #[derive(Debug, Clone)]

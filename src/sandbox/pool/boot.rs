@@ -18,7 +18,7 @@ use uuid::Uuid;
 /// Boots one pool pod: pre-made netns, no CNI, pool cgroup parent, low
 /// priority, marked with the pool annotation. Returns it with the CPU time
 /// its boot used (µs).
-pub async fn boot_member(rt: &Runtime) -> Result<(Member, u64), BootError> {
+pub(crate) async fn boot_member(rt: &Runtime) -> Result<(Member, u64), BootError> {
     let uuid = Uuid::new_v4();
     let mut manifest = PodManifest::mutable();
     manifest.set_annotation(pool::POOL_ANNOTATION, fingerprint(rt));
@@ -88,7 +88,7 @@ async fn prewire(rt: &Runtime, uuid: Uuid, netns: &std::path::Path) {
 
 /// What a pool pod must have been booted with to be usable by this daemon:
 /// the program that built its stage1 and its version.
-pub fn fingerprint(rt: &Runtime) -> String {
+pub(crate) fn fingerprint(rt: &Runtime) -> String {
     let program = rt.sandbox_program().map(|p| p.display().to_string()).unwrap_or_default();
     format!("{}@{program}", env!("CARGO_PKG_VERSION"))
 }

@@ -21,7 +21,7 @@ const RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// The refill task: first re-adopts (or discards) the pool pods a previous
 /// daemon left, then keeps the pool full until [`drain`] closes it.
-pub async fn refill(rt: Arc<Runtime>) {
+pub(crate) async fn refill(rt: Arc<Runtime>) {
     if let Some(why) = &rt.pool.disabled {
         tracing::warn!(size = rt.config.pod_pool_size, reason = %why, "pod pool disabled");
     }
@@ -73,7 +73,7 @@ pub async fn refill(rt: Arc<Runtime>) {
 }
 
 /// Closes the pool, waits for the refill task, and removes every pool pod.
-pub async fn drain(rt: &Runtime, refill: tokio::task::JoinHandle<()>) {
+pub(crate) async fn drain(rt: &Runtime, refill: tokio::task::JoinHandle<()>) {
     let members = rt.pool.close();
     let _ = refill.await;
     let members: Vec<Member> = members.into_iter().chain(rt.pool.close()).collect();
@@ -92,7 +92,7 @@ pub async fn drain(rt: &Runtime, refill: tokio::task::JoinHandle<()>) {
 
 /// Stops and removes a pool pod with its network namespace (and the pool's
 /// controller cgroups, left behind by a take that failed while moving it).
-pub async fn discard(rt: &Runtime, uuid: Uuid) {
+pub(crate) async fn discard(rt: &Runtime, uuid: Uuid) {
     let id = uuid.to_string();
     if let Err(e) = crate::stage1::teardown::remove_pod(
         &rt.data,

@@ -7,8 +7,8 @@
 //! port mappings) with the pod's identity, started first, and the local
 //! steps meanwhile on a blocking thread.
 
-pub mod boot;
-pub mod fill;
+pub(crate) mod boot;
+pub(crate) mod fill;
 
 use super::run::{Request, cni_request, make_log_directory, pod_network, record_network};
 use super::{SandboxError, internal};

@@ -24,7 +24,7 @@ const EXIT_ODD: i32 = 255;
 
 /// Opens a unix stream socket connected to the private socket of the
 /// systemd whose host pid is `pid1`, from inside its PID namespace.
-pub fn connect_private(pid1: i32) -> io::Result<OwnedFd> {
+pub(super) fn connect_private(pid1: i32) -> io::Result<OwnedFd> {
     let addr = sockaddr(&format!("/proc/{pid1}/root/{PRIVATE_SOCKET}"))?;
     let ns = std::fs::File::open(format!("/proc/{pid1}/ns/pid"))?;
     // a pod in a user namespace: the connection is made from inside it, so
