@@ -204,17 +204,27 @@ fn v1_cgroup_of(pid: &str, controller: &str, mount: &std::path::Path) -> std::pa
 /// execs then fail). Done here by hand to an app's memory, cpu and devices
 /// cgroups: two execs at once still run in the app's own cgroups, and one
 /// puts the app back in them, made again with its limits and device list.
-#[tokio::test(flavor = "multi_thread")]
-async fn an_exec_puts_an_app_moved_out_of_its_cgroups_back() {
-    const TEST: &str = "an_exec_puts_an_app_moved_out_of_its_cgroups_back";
+/// A running app with a memory limit, a CPU quota and its own device list,
+/// and its memory, cpu and devices cgroups: (controller, hierarchy, cgroup).
+struct Stray {
+    pod: String,
+    id: String,
+    app: String,
+    own: [(&'static str, std::path::PathBuf, std::path::PathBuf); 3],
+    device_list: String,
+}
+
+/// [`Stray`]'s app started, then moved out as the node's systemd moves it:
+/// every process to the hierarchy's root, the emptied cgroup removed. None
+/// (after a counted SKIPPED line) without the three v1 hierarchies.
+async fn a_stray(test: &str, d: &Daemon, rt: &mut RuntimeServiceClient<Channel>) -> Option<Stray> {
     let (Some(memory), Some(cpu), Some(devices)) = (v1_mount("memory"), v1_mount("cpu"), v1_mount("devices")) else {
-        return common::skipped(TEST, "no v1 memory, cpu and devices hierarchies: nothing moves an app between them");
+        common::skipped(test, "no v1 memory, cpu and devices hierarchies: nothing moves an app between them");
+        return None;
     };
-    let d = Daemon::start(&[]);
-    let image = common::pull_busybox(&d).await;
-    let mut rt = d.runtime().await;
+    let image = common::pull_busybox(d).await;
     let pod_config = host_network(pod_config("strays", &[]));
-    let pod = common::run_pod(&mut rt, &pod_config).await;
+    let pod = common::run_pod(rt, &pod_config).await;
     let mut config = common::container_config("stray", &image, &["sleep", "100000"]);
     config.linux.get_or_insert_default().resources = Some(cri::LinuxContainerResources {
         memory_limit_in_bytes: 64 << 20,
@@ -222,50 +232,117 @@ async fn an_exec_puts_an_app_moved_out_of_its_cgroups_back() {
         cpu_quota: 20_000,
         ..Default::default()
     });
-    let id = common::start_container(&mut rt, &pod, &pod_config, config).await;
+    let id = common::start_container(rt, &pod, &pod_config, config).await;
     let procs = unit_processes(&pod, "0-stray");
     let app = procs
         .iter()
         .find(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "sleep"))
         .unwrap_or_else(|| panic!("no sleep among the unit's processes {procs:?}"))
         .clone();
-    let own = [("memory", &memory), ("cpu", &cpu), ("devices", &devices)]
-        .map(|(controller, mount)| (controller, mount.clone(), v1_cgroup_of(&app, controller, mount)));
+    let own = [("memory", memory), ("cpu", cpu), ("devices", devices)].map(|(controller, mount)| {
+        let dir = v1_cgroup_of(&app, controller, &mount);
+        (controller, mount, dir)
+    });
     for (_, _, dir) in &own {
         assert!(dir.ends_with("app-0-stray"), "the app is in a cgroup of its own: {}", dir.display());
     }
-    let read =
-        |dir: &std::path::Path, file: &str| std::fs::read_to_string(dir.join(file)).expect(file).trim().to_string();
-    let device_list = read(&own[2].2, "devices.list");
+    let device_list = read_cgroup(&own[2].2, "devices.list");
     assert!(!device_list.contains("a *:* rwm"), "{device_list}");
-    let before = exec(&mut rt, &id, &["cat", "/proc/self/cgroup"], 10).await.expect("ExecSync");
+    Some(Stray { pod, id, app, own, device_list })
+}
 
-    // what the node's systemd does: every process to the root, the emptied cgroup removed
-    for (_, mount, dir) in &own {
-        let pids = std::fs::read_to_string(dir.join("cgroup.procs")).expect("cgroup.procs");
-        for pid in pids.lines() {
-            std::fs::write(mount.join("cgroup.procs"), pid).expect("moving a process of the app to the root");
+fn read_cgroup(dir: &std::path::Path, file: &str) -> String {
+    std::fs::read_to_string(dir.join(file))
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.join(file).display()))
+        .trim()
+        .to_string()
+}
+
+impl Stray {
+    /// What the node's systemd does: every process to the root, the emptied cgroup removed.
+    fn move_out(&self) {
+        for (_, mount, dir) in &self.own {
+            let pids = std::fs::read_to_string(dir.join("cgroup.procs")).expect("cgroup.procs");
+            for pid in pids.lines() {
+                std::fs::write(mount.join("cgroup.procs"), pid).expect("moving a process of the app to the root");
+            }
+            std::fs::remove_dir(dir).unwrap_or_else(|e| panic!("removing {}: {e}", dir.display()));
         }
-        std::fs::remove_dir(dir).unwrap_or_else(|e| panic!("removing {}: {e}", dir.display()));
+        assert_eq!(&v1_cgroup_of(&self.app, "memory", &self.own[0].1), &self.own[0].1, "moved");
     }
-    assert_eq!(v1_cgroup_of(&app, "memory", &memory), memory, "moved");
+
+    /// Whether the app is in each of its own cgroups again.
+    fn back(&self) -> bool {
+        self.own.iter().all(|(controller, mount, dir)| &v1_cgroup_of(&self.app, controller, mount) == dir)
+    }
+
+    /// The app back in its own cgroups, with its limits and device list.
+    fn assert_back(&self) {
+        for (controller, mount, dir) in &self.own {
+            assert_eq!(&v1_cgroup_of(&self.app, controller, mount), dir, "the app is back in its {controller} cgroup");
+        }
+        assert_eq!(
+            read_cgroup(&self.own[0].2, "memory.limit_in_bytes"),
+            (64u64 << 20).to_string(),
+            "its memory limit is back"
+        );
+        assert_eq!(read_cgroup(&self.own[1].2, "cpu.cfs_quota_us"), "20000", "its CPU quota is back");
+        assert_eq!(
+            read_cgroup(&self.own[2].2, "devices.list"),
+            self.device_list,
+            "its device list is back, not its parent's"
+        );
+    }
+
+    async fn remove(self, d: &Daemon, rt: &mut RuntimeServiceClient<Channel>) {
+        let pod = self.pod;
+        rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("stop pod");
+        rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove pod");
+        assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_exec_puts_an_app_moved_out_of_its_cgroups_back() {
+    // (the daemon's own check off: the exec must do it)
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.env("RKTLET_CGROUP_CHECK", "0");
+    let d = Daemon::start_with(cmd, &[]);
+    let mut rt = d.runtime().await;
+    let Some(stray) = a_stray("an_exec_puts_an_app_moved_out_of_its_cgroups_back", &d, &mut rt).await else { return };
+    let before = exec(&mut rt, &stray.id, &["cat", "/proc/self/cgroup"], 10).await.expect("ExecSync");
+    stray.move_out();
 
     // (two at once, as a liveness and a readiness probe may be)
     let mut rt2 = d.runtime().await;
     let cmd = ["cat", "/proc/self/cgroup"];
-    let (a, b) = tokio::join!(exec(&mut rt, &id, &cmd, 10), exec(&mut rt2, &id, &cmd, 10));
+    let (a, b) = tokio::join!(exec(&mut rt, &stray.id, &cmd, 10), exec(&mut rt2, &stray.id, &cmd, 10));
     for after in [a, b] {
         let after = after.expect("an exec into the moved app");
         assert_eq!(text(&after.stdout), text(&before.stdout), "the command runs in the app's own cgroups");
     }
-    for (controller, mount, dir) in &own {
-        assert_eq!(&v1_cgroup_of(&app, controller, mount), dir, "the app is back in its {controller} cgroup");
-    }
-    assert_eq!(read(&own[0].2, "memory.limit_in_bytes"), (64u64 << 20).to_string(), "its memory limit is back");
-    assert_eq!(read(&own[1].2, "cpu.cfs_quota_us"), "20000", "its CPU quota is back");
-    assert_eq!(read(&own[2].2, "devices.list"), device_list, "its device list is back, not its parent's");
+    stray.assert_back();
+    stray.remove(&d, &mut rt).await;
+}
 
-    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("stop pod");
-    rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove pod");
-    assert_no_leaks(&d.dir.path().join("data"), &[pod]);
+/// The same move with no exec to notice it (a pod without exec probes):
+/// the daemon's own check (`RKTLET_CGROUP_CHECK` seconds apart, here 1)
+/// puts the app back, with its limits and device list.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daemon_puts_an_app_moved_out_of_its_cgroups_back_unasked() {
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.env("RKTLET_CGROUP_CHECK", "1");
+    let d = Daemon::start_with(cmd, &[]);
+    let mut rt = d.runtime().await;
+    let Some(stray) = a_stray("the_daemon_puts_an_app_moved_out_of_its_cgroups_back_unasked", &d, &mut rt).await else {
+        return;
+    };
+    stray.move_out();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !stray.back() {
+        assert!(Instant::now() < deadline, "the app is still out of its cgroups after 20 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stray.assert_back();
+    stray.remove(&d, &mut rt).await;
 }

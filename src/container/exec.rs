@@ -62,34 +62,63 @@ pub(super) static CGROUP_WRITES: std::sync::Mutex<()> = std::sync::Mutex::new(()
 
 /// The cgroups a command exec'd into the app joins on cgroup v1: those the
 /// daemon made for it (`AppCgroup::exec_dirs`), not whatever its main
-/// process `pid` is in now. The node's systemd, managing the v1 hierarchies
-/// beside pods of the cgroupfs driver, moves their processes into its own
-/// cgroups as it turns controllers on and off for its slices, and removes
-/// the app's emptied cgroups: the app is put back first (its cgroups made
-/// again with its limits as recorded now, and the pod's limits written
-/// again, its cgroups having gone the same way). An app the daemon could
-/// not give cgroups of its own and that needs none (no limits, no v1
-/// devices cgroup) runs where it is, and so does the command. Empty on
-/// cgroup v2 (the unit's cgroup, which the pod's systemd keeps, is the app's).
+/// process `pid` is in now; the app is put back in them first if it was
+/// moved out ([`put_back`]). An app the daemon could not give cgroups of
+/// its own and that needs none (no limits, no v1 devices cgroup) runs where
+/// it is, and so does the command. Empty on cgroup v2 (the unit's cgroup,
+/// which the pod's systemd keeps, is the app's).
 fn own_cgroups(rt: &Runtime, t: &Target, id: &str, pid: i32) -> Result<Vec<std::path::PathBuf>, ContainerError> {
     let Some(cg) = super::app_cgroup(&t.pod, &t.app.name).filter(|cg| cg.placement(&t.app.name).is_some()) else {
         return Ok(Vec::new());
     };
-    let layout = crate::cgroup::Layout::cached().map_err(|e| ContainerError::Internal(format!("cgroups: {e}")))?;
+    match put_back(rt, &cg, id, pid) {
+        Ok(_) => Ok(cg.exec_dirs()),
+        Err(NotPutBack { error, needs_own: false }) => {
+            tracing::debug!(container = id, error = %error, "no cgroups of its own: the command joins the app's");
+            Ok(Vec::new())
+        }
+        Err(NotPutBack { error, .. }) => Err(error),
+    }
+}
+
+/// Why [`put_back`] could not put an app back.
+pub(super) struct NotPutBack {
+    pub error: ContainerError,
+    /// Whether the app has limits or a device list only its own cgroups hold.
+    pub needs_own: bool,
+}
+
+/// Puts app `id` back in its v1 cgroups `cg` when its process `pid` is out
+/// of them or they are gone. The node's systemd, managing the v1
+/// hierarchies beside pods of the cgroupfs driver, moves their processes
+/// into its own cgroups as it turns controllers on and off for its slices,
+/// and removes the emptied ones (docs/kubelet.md): they are made again with
+/// the app's limits as recorded now, the unit's processes moved back in,
+/// and the pod's limits written again, its cgroups having gone the same
+/// way. The controllers it was out of; none when it was in place.
+pub(super) fn put_back(
+    rt: &Runtime,
+    cg: &crate::cgroup::app::AppCgroup,
+    id: &str,
+    pid: i32,
+) -> Result<Vec<&'static str>, NotPutBack> {
+    let fail = |error| NotPutBack { error, needs_own: true };
+    let layout =
+        crate::cgroup::Layout::cached().map_err(|e| fail(ContainerError::Internal(format!("cgroups: {e}"))))?;
     let now = || {
         std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-            .map_err(|e| ContainerError::FailedPrecondition(format!("container {id} is not running: {e}")))
+            .map_err(|e| fail(ContainerError::FailedPrecondition(format!("container {id} is not running: {e}"))))
     };
     if cg.strays(layout, &now()?).is_empty() {
-        return Ok(cg.exec_dirs());
+        return Ok(Vec::new());
     }
     let _held = CGROUP_WRITES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    // put back meanwhile by another exec?
+    // put back meanwhile by another exec or the periodic check?
     let strays = cg.strays(layout, &now()?);
     if strays.is_empty() {
-        return Ok(cg.exec_dirs());
+        return Ok(Vec::new());
     }
-    let t = open(rt, id)?;
+    let t = open(rt, id).map_err(fail)?;
     let limits = super::meta::limits(&t.app);
     match cg.restore(&limits, &super::meta::allowed_devices(&t.app)) {
         Ok(()) => {
@@ -98,13 +127,67 @@ fn own_cgroups(rt: &Runtime, t: &Target, id: &str, pid: i32) -> Result<Vec<std::
             if let Err(e) = super::pod_resources::refresh_for_app(rt, &t.pod) {
                 tracing::warn!(container = id, error = %e, "writing its pod's limits again");
             }
-            Ok(cg.exec_dirs())
+            Ok(strays)
         }
-        Err(e) if !limits.in_cgroups() && !cg.holds_devices() => {
-            tracing::debug!(container = id, error = %e, "no cgroups of its own: the command joins the app's");
-            Ok(Vec::new())
+        Err(e) => Err(NotPutBack {
+            error: ContainerError::Internal(format!("putting container {id} back in its cgroups: {e}")),
+            needs_own: limits.in_cgroups() || cg.holds_devices(),
+        }),
+    }
+}
+
+/// Every running app of the node found out of its v1 cgroups put back
+/// ([`put_back`]), as an exec into it would, for the apps no exec reaches
+/// (a pod without exec probes): the daemon runs this every
+/// [`strays_period`] where apps have v1 cgroups. How many were put back.
+pub fn put_back_strays(rt: &Runtime) -> usize {
+    let views = match super::stats::list_views(rt) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::debug!(error = %e, "no pods read for the cgroup check");
+            return 0;
         }
-        Err(e) => Err(ContainerError::Internal(format!("putting container {id} back in its cgroups: {e}"))),
+    };
+    let mut back = 0;
+    for view in &views {
+        let uuid = view.sandbox.pod.uuid().to_string();
+        for (app, _) in super::stats::running_apps(view) {
+            let Some(cg) =
+                super::app_cgroup(&view.sandbox.pod, &app.name).filter(|cg| cg.placement(&app.name).is_some())
+            else {
+                continue;
+            };
+            // any of the unit's processes: the node's systemd moves them all
+            let Some(pid) = cg.unit_processes().first().copied() else { continue };
+            let id = super::meta::container_id(&uuid, &app.name);
+            match put_back(rt, &cg, &id, pid) {
+                Ok(strays) if !strays.is_empty() => back += 1,
+                Ok(_) => {}
+                Err(NotPutBack { error, .. }) => {
+                    tracing::warn!(container = id, error = %error, "the app is out of its cgroups")
+                }
+            }
+        }
+    }
+    back
+}
+
+/// `RKTLET_CGROUP_CHECK` in the daemon's environment: seconds between two
+/// [`put_back_strays`] (`0`: never).
+pub const STRAYS_PERIOD_ENV: &str = "RKTLET_CGROUP_CHECK";
+
+/// How often the daemon looks for apps out of their cgroups: every 10 s
+/// (kubelet's housekeeping period), or what [`STRAYS_PERIOD_ENV`] says;
+/// `None`: never.
+pub fn strays_period() -> Option<Duration> {
+    match std::env::var(STRAYS_PERIOD_ENV).ok().map(|v| v.trim().parse::<u64>()) {
+        None => Some(Duration::from_secs(10)),
+        Some(Ok(0)) => None,
+        Some(Ok(secs)) => Some(Duration::from_secs(secs)),
+        Some(Err(_)) => {
+            tracing::warn!("{STRAYS_PERIOD_ENV} is not a number of seconds: checking every 10 s");
+            Some(Duration::from_secs(10))
+        }
     }
 }
 

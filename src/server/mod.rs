@@ -113,6 +113,28 @@ impl SocketClaim {
     }
 }
 
+/// Where apps have v1 cgroups of the daemon's making (a node's systemd may
+/// move their processes out of them: docs/kubelet.md, the cgroupfs driver
+/// under systemd), a task that puts the apps it finds out back, every
+/// `container::exec::strays_period` (about 50 µs per running app).
+fn put_back_strays_every(runtime: &Arc<Runtime>) -> Option<tokio::task::JoinHandle<()>> {
+    let v1 = crate::cgroup::Layout::cached().is_ok_and(|l| l.v1_controllers().next().is_some());
+    if runtime.config.exec_mode || !v1 {
+        return None;
+    }
+    let period = crate::container::exec::strays_period()?;
+    let rt = runtime.clone();
+    Some(tokio::spawn(async move {
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let rt = rt.clone();
+            let _ = tokio::task::spawn_blocking(move || crate::container::exec::put_back_strays(&rt)).await;
+        }
+    }))
+}
+
 /// Serves both CRI services on `listener` until `shutdown` completes; calls
 /// in flight are allowed to finish.
 pub(crate) async fn serve(
@@ -292,6 +314,7 @@ async fn run(
         crate::stage1::launch::keep_standby(&program, runtime.data.root());
     }
     let trimmer = tokio::spawn(crate::base::heap::trim_when_quiet());
+    let strays = put_back_strays_every(&runtime);
     // what only the start-up ran need not stay mapped: calls fault back what they run
     tokio::task::spawn_blocking(|| {
         let kib = crate::base::program_pages::release_all();
@@ -303,6 +326,9 @@ async fn run(
     }
     streaming.abort();
     trimmer.abort();
+    if let Some(s) = strays {
+        s.abort();
+    }
     crate::sandbox::pool::fill::drain(&runtime, refill).await;
     // removed pods' directories are deleted (and stopped pods' inotify
     // instances closed) before the daemon exits
