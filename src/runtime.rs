@@ -46,6 +46,18 @@ pub struct Runtime {
     /// True once `reconcile` has recorded the exits missed while no daemon
     /// listened; container status waits for it (briefly) after a restart.
     reconciled: tokio::sync::watch::Sender<bool>,
+    /// A double answering for every pod's systemd where the verbs need only
+    /// unit calls (stop, limits): the handler tests' (`with_unit_bus`).
+    unit_bus: Option<UnitBusDouble>,
+}
+
+/// The double of `Runtime::with_unit_bus`.
+struct UnitBusDouble(Arc<dyn crate::stage1::bus::UnitBus + Send + Sync>);
+
+impl std::fmt::Debug for UnitBusDouble {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UnitBusDouble")
+    }
 }
 
 /// What happened to a container, as CRI's ContainerEventType names it.
@@ -148,8 +160,22 @@ impl Runtime {
             cpu_rates: Default::default(),
             events,
             reconciled: tokio::sync::watch::channel(false).0,
+            unit_bus: None,
             data,
         })
+    }
+
+    /// Every pod's systemd answered by `bus` for the unit calls (a
+    /// recording double: the handlers run over it without pods).
+    #[cfg(test)]
+    pub(crate) fn with_unit_bus(mut self, bus: Arc<dyn crate::stage1::bus::UnitBus + Send + Sync>) -> Self {
+        self.unit_bus = Some(UnitBusDouble(bus));
+        self
+    }
+
+    /// The double set by `with_unit_bus`, if any.
+    pub(crate) fn unit_bus_double(&self) -> Option<&(dyn crate::stage1::bus::UnitBus + Send + Sync)> {
+        self.unit_bus.as_ref().map(|d| &*d.0)
     }
 
     /// Where the runtime's default AppArmor profile is written.

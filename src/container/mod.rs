@@ -250,6 +250,19 @@ fn with_bus<T>(rt: &Runtime, pod: &Pod, f: impl Fn(&PodBus) -> Result<T, BusErro
     }
 }
 
+/// [`with_bus`] for what any [`crate::stage1::bus::UnitBus`] answers: the
+/// runtime's double where it has one (the handler tests), else the pod's bus.
+fn with_unit_bus<T>(
+    rt: &Runtime,
+    pod: &Pod,
+    f: impl Fn(&dyn crate::stage1::bus::UnitBus) -> Result<T, BusError>,
+) -> Result<T, ContainerError> {
+    match rt.unit_bus_double() {
+        Some(bus) => Ok(f(bus)?),
+        None => with_bus(rt, pod, |bus| f(bus)),
+    }
+}
+
 /// The unit of an app in its pod's systemd.
 fn unit(app: &str) -> String {
     format!("{app}.service")

@@ -2,7 +2,7 @@
 //! cgroups (and on cgroup v2 hosts its unit's properties), undone when the
 //! kernel refuses one; recorded in the pod manifest.
 
-use super::{ContainerError, Target, app_cgroup, meta, open, unit, with_bus};
+use super::{ContainerError, Target, app_cgroup, meta, open, unit, with_unit_bus};
 use crate::cgroup::app::{Limits, LimitsWriter};
 use crate::runtime::Runtime;
 use crate::stage1::app::{self, AppPaths, AppState};
@@ -26,7 +26,7 @@ pub fn update(rt: &Runtime, id: &str, update: Option<Limits>) -> Result<(), Cont
     // writes every file, those systemd does not know included
     let through_systemd = crate::cgroup::Layout::cached().is_ok_and(|l| l.limits_through_systemd());
     let set_unit =
-        |l: &Limits| with_bus(rt, &t.pod, |bus| bus.set_unit_properties(&unit(&t.app.name), systemd_limits(l)));
+        |l: &Limits| with_unit_bus(rt, &t.pod, |bus| bus.set_unit_properties(&unit(&t.app.name), systemd_limits(l)));
     let cgroup = app_cgroup(&t.pod, &t.app.name);
     let cgroup: &dyn LimitsWriter = match &cgroup {
         Some(cg) => cg,

@@ -2,7 +2,7 @@
 //! container's stop signal, SIGKILL after the grace period; a host-PID app,
 //! which the pod's systemd cannot see, is signalled itself first.
 
-use super::{ContainerError, Target, app_cgroup, meta, open, unit, with_bus};
+use super::{ContainerError, Target, app_cgroup, meta, open, unit, with_unit_bus};
 use crate::runtime::{EventKind, Runtime};
 use crate::stage1::app::{self, AppPaths, AppState};
 use crate::stage1::bus::{BusError, UnitBus, UnitStatus};
@@ -31,7 +31,7 @@ pub(super) fn stop_app(rt: &Runtime, t: &Target, timeout: Duration) -> Result<()
     if meta::pid_namespace(&t.app) == meta::PidNamespace::Host {
         stop_host_app(t, &paths, first_signal, timeout);
     }
-    with_bus(rt, &t.pod, |bus| {
+    with_unit_bus(rt, &t.pod, |bus| {
         let status = stop_unit(bus, &name, timeout)?;
         if status.as_ref().is_some_and(|s| s.result == "oom-kill") {
             let _ = app::record_oom_kill(&paths);

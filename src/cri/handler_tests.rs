@@ -36,8 +36,17 @@ impl Node {
         Self::with(|_| {})
     }
 
+    /// A node whose pods' systemd is `bus` for the unit calls (stop, limits).
+    fn over(bus: Arc<crate::stage1::bus::testing::FakeBus>) -> Node {
+        Self::build(|_| {}, Some(bus))
+    }
+
     /// A node whose config `tweak` changes (paths in it go below `dir`).
     fn with(tweak: impl FnOnce(&mut Config)) -> Node {
+        Self::build(tweak, None)
+    }
+
+    fn build(tweak: impl FnOnce(&mut Config), bus: Option<Arc<crate::stage1::bus::testing::FakeBus>>) -> Node {
         let dir = tempfile::tempdir().expect("tempdir");
         let at = |p: &str| dir.path().join(p);
         let config = Config {
@@ -56,7 +65,11 @@ impl Node {
             host: Host { pid1_is_systemd: false, nspawn: None, lsm: Default::default() },
             cgroup_driver: Driver::Cgroupfs,
         };
-        let rt = Arc::new(Runtime::on_node(config, node).expect("a runtime over a temporary data dir"));
+        let mut rt = Runtime::on_node(config, node).expect("a runtime over a temporary data dir");
+        if let Some(bus) = bus {
+            rt = rt.with_unit_bus(bus);
+        }
+        let rt = Arc::new(rt);
         // as the daemon does before it serves (status reads wait for it)
         rt.reconcile();
         Node { svc: CriService::new(rt.clone()), rt, dir }
@@ -115,6 +128,13 @@ fn pod_config(name: &str) -> cri::PodSandboxConfig {
 /// since ended: in `run`, its lock free. CRI lists it as NOTREADY; nothing
 /// runs, so nothing needs root. Its id.
 fn exited_pod(n: &Node, name: &str) -> String {
+    // dropped: the lock goes with it, as it goes with the sandbox process
+    pod_with_an_app(n, name).uuid().to_string()
+}
+
+/// [`exited_pod`]'s pod, still running: its lock held by the pod returned
+/// (as the sandbox process holds it; dropped, the pod has ended).
+fn pod_with_an_app(n: &Node, name: &str) -> rkt::pod::Pod {
     let mut manifest = crate::sandbox::from_cri::manifest_from_config(&pod_config(name), false, false, name);
     manifest.apps.push(rkt::schema::RuntimeApp {
         name: "app".into(),
@@ -123,7 +143,12 @@ fn exited_pod(n: &Node, name: &str) -> String {
             id: format!("sha512-{}", "ab".repeat(64)),
             labels: vec![],
         },
-        app: None,
+        app: Some(rkt::schema::App {
+            exec: Some(vec!["/bin/sleep".into(), "1000".into()]),
+            user: "0".into(),
+            group: "0".into(),
+            ..Default::default()
+        }),
         read_only_root_fs: false,
         mounts: vec![],
         annotations: vec![],
@@ -132,8 +157,20 @@ fn exited_pod(n: &Node, name: &str) -> String {
     pod.to_preparing().expect("prepare");
     pod.write_initial(&manifest).expect("manifest");
     pod.to_run().expect("run");
-    // dropped: the lock goes with it, as it goes with the sandbox process
-    pod.uuid().to_string()
+    pod
+}
+
+/// A pod that reads as running with its app `app` started, as its start
+/// leaves the app's status files; the pod's systemd is the node's double.
+fn pod_with_a_started_app(n: &Node, name: &str) -> rkt::pod::Pod {
+    let pod = pod_with_an_app(n, name);
+    let paths = crate::stage1::app::AppPaths::new(&pod, "app");
+    let created = paths.status_file("-created");
+    std::fs::create_dir_all(created.parent().expect("status dir")).expect("status dir");
+    for marker in [created, paths.status_file("-started")] {
+        std::fs::write(marker, b"").expect("status file");
+    }
+    pod
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -323,6 +360,74 @@ async fn a_failed_create_says_why_and_leaves_the_pod_as_it_was() {
     assert_eq!(ready_spares().len(), 1, "one spare, nothing half-made or taken: {:?}", ready_spares());
     assert_eq!(std::fs::read(pod.path().join("pod")).expect("pod manifest"), manifest_before, "manifest unchanged");
     let list = n.svc.list_containers(Request::new(cri::ListContainersRequest::default())).await.expect("list");
+    assert!(list.into_inner().containers.is_empty(), "no container is listed");
+    drop(pod);
+}
+
+/// A running container's update, stop and removal, its pod's systemd a
+/// recording double: the update is recorded and shown; the stop asks the
+/// unit to stop with the grace period asked for, then reads how its main
+/// process ended, and the container reads as exited with that code; a second
+/// stop asks nothing; the removal leaves no trace of the app, and the pod
+/// lists no container. As an ordinary user too.
+#[tokio::test(flavor = "multi_thread")]
+async fn update_stop_and_remove_of_a_running_container_over_its_pods_systemd() {
+    use crate::stage1::bus::UnitStatus;
+    use crate::stage1::bus::testing::{Call, FakeBus};
+    let bus = Arc::new(FakeBus::default());
+    // the main process ended by the stop signal's handler: exit code 143
+    bus.set_status(UnitStatus {
+        active_state: "inactive".into(),
+        sub_state: "dead".into(),
+        exec_main_code: 1,
+        exec_main_status: 143,
+        result: "exit-code".into(),
+        loaded: true,
+        ..Default::default()
+    });
+    let n = Node::over(bus.clone());
+    let pod = pod_with_a_started_app(&n, "busy");
+    let id = format!("{}:app", pod.uuid());
+    let s = &n.svc;
+    let status = |id: String| async {
+        let req = cri::ContainerStatusRequest { container_id: id, verbose: false };
+        s.container_status(Request::new(req)).await.map(|r| r.into_inner().status.expect("a status"))
+    };
+    assert_eq!(status(id.clone()).await.expect("status").state, cri::ContainerState::ContainerRunning as i32);
+
+    let resources = cri::LinuxContainerResources { memory_limit_in_bytes: 64 << 20, ..Default::default() };
+    let update =
+        cri::UpdateContainerResourcesRequest { container_id: id.clone(), linux: Some(resources), ..Default::default() };
+    s.update_container_resources(Request::new(update)).await.expect("UpdateContainerResources");
+    let shown = status(id.clone()).await.expect("status").resources.and_then(|r| r.linux);
+    assert_eq!(shown.map(|l| l.memory_limit_in_bytes), Some(64 << 20), "the new limit is recorded and shown");
+    assert!(!bus.calls().iter().any(|c| matches!(c, Call::Stop(..) | Call::Kill(..))), "{:?}", bus.calls());
+
+    let stop = cri::StopContainerRequest { container_id: id.clone(), timeout: 7 };
+    s.stop_container(Request::new(stop.clone())).await.expect("StopContainer");
+    let unit = "app.service".to_string();
+    let stops: Vec<Call> = bus.calls().into_iter().filter(|c| !matches!(c, Call::SetProperties(..))).collect();
+    assert_eq!(
+        stops,
+        [Call::Stop(unit.clone(), Duration::from_secs(7)), Call::Status(unit)],
+        "the unit stopped, then read"
+    );
+    let exited = status(id.clone()).await.expect("status");
+    assert_eq!((exited.state, exited.exit_code), (cri::ContainerState::ContainerExited as i32, 143));
+    let calls = bus.calls().len();
+    s.stop_container(Request::new(stop)).await.expect("a second StopContainer");
+    assert_eq!(bus.calls().len(), calls, "a stopped container's stop asks its pod nothing");
+
+    let paths = crate::stage1::app::AppPaths::new(&pod, "app");
+    s.remove_container(Request::new(cri::RemoveContainerRequest { container_id: id.clone() }))
+        .await
+        .expect("RemoveContainer");
+    assert_eq!(status(id.clone()).await.err().map(|e| e.code()), Some(Code::NotFound), "removed");
+    for gone in [paths.status_file("-created"), paths.status_file("-started"), paths.status_file(""), paths.appsinfo()]
+    {
+        assert!(!gone.exists(), "{} is left", gone.display());
+    }
+    let list = s.list_containers(Request::new(cri::ListContainersRequest::default())).await.expect("list");
     assert!(list.into_inner().containers.is_empty(), "no container is listed");
     drop(pod);
 }
