@@ -10,7 +10,6 @@
 //! the `rkt` crate's.
 
 pub mod base;
-pub(crate) mod bench;
 pub mod cgroup;
 pub mod cli;
 pub mod client;

@@ -24,7 +24,10 @@ async fn the_crictl_walkthrough_works_step_by_step() {
     let (dir, _net, d) = common::daemon_with_network();
     let sock = d.socket.clone();
     let (pod_doc, ctr_doc) = (doc("pod.json"), doc("container.json"));
-    assert_eq!((pod_doc.as_str(), ctr_doc.as_str()), (rktlet::cli::demo::POD_JSON, rktlet::cli::demo::CONTAINER_JSON));
+    assert_eq!(
+        (pod_doc.as_str(), ctr_doc.as_str()),
+        (rktlet::client::demo::POD_JSON, rktlet::client::demo::CONTAINER_JSON)
+    );
     let image = format!("{}/busybox:latest", common::registry::registry().main);
     let log_dir = dir.path().join("logs");
     // the documented files, with the test registry's image and a log directory of the test's

@@ -366,7 +366,7 @@ impl TopFlags {
 struct BenchArgs {
     /// An endpoint to measure, NAME=SOCKET; repeat for several. The first is the ratios' baseline.
     #[arg(long = "endpoint", required_unless_present = "render_only")]
-    endpoints: Vec<crate::bench::Endpoint>,
+    endpoints: Vec<crate::client::bench::Endpoint>,
     /// The containers' image (needs `sh` and `sleep`).
     #[arg(long, default_value = "127.0.0.1:5000/busybox:latest")]
     image: String,
@@ -420,7 +420,7 @@ struct BenchArgs {
     /// `rktlet::stage1::teardown` at debug; repeatable): each StopPodSandbox
     /// of the pod lifecycle is split there at its CNI DEL.
     #[arg(long = "daemon-log")]
-    daemon_logs: Vec<crate::bench::Endpoint>,
+    daemon_logs: Vec<crate::client::bench::Endpoint>,
     /// Measure nothing: render the README's performance section from this
     /// bench.json (printed, or written into --readme).
     #[arg(long, value_name = "BENCH_JSON", conflicts_with = "endpoints")]
@@ -442,12 +442,13 @@ fn parse_context(s: &str) -> Result<(String, String), String> {
 
 fn bench(args: BenchArgs) -> Result<(), String> {
     if let Some(json) = &args.render_only {
-        let section = crate::bench::report::render_readme(json, args.readme.as_deref()).map_err(|e| e.to_string())?;
+        let section =
+            crate::client::bench::report::render_readme(json, args.readme.as_deref()).map_err(|e| e.to_string())?;
         print!("{}", section.unwrap_or_default());
         return Ok(());
     }
     init_logging("info");
-    let opts = crate::bench::Options {
+    let opts = crate::client::bench::Options {
         endpoints: args.endpoints,
         image: args.image,
         pull_image: args.pull_image,
@@ -465,7 +466,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         context: args.context,
         daemon_logs: args.daemon_logs,
     };
-    let report = runtime()?.block_on(crate::bench::run(&opts)).map_err(|e| e.to_string())?;
+    let report = runtime()?.block_on(crate::client::bench::run(&opts)).map_err(|e| e.to_string())?;
     let markdown = report.to_markdown();
     print!("{markdown}");
     if let Some(out) = args.out {
@@ -664,7 +665,7 @@ fn demo(socket: &std::path::Path, image: &str, log_dir: &std::path::Path) -> Res
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    tokio.block_on(crate::cli::demo::run(socket, image, log_dir, &mut std::io::stdout()))
+    tokio.block_on(crate::client::demo::run(socket, image, log_dir, &mut std::io::stdout()))
 }
 
 /// `rktlet doctor`: fails (exit 1) when a check fails.

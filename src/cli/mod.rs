@@ -8,7 +8,6 @@
 
 pub mod app;
 pub mod command;
-pub mod demo;
 pub mod doctor;
 pub mod out;
 pub mod pods;

@@ -1,4 +1,11 @@
-//! A CRI client over the daemon's unix socket, for `rktlet info` and tests.
+//! The CRI's clients in the crate, where gRPC is spoken from the client's
+//! side (as `cri` and `server` speak it from the server's): a client over
+//! the daemon's unix socket (here, for `rktlet info` and the tests), the
+//! benchmark harness (`bench`: `rktlet bench`, its reports) and the
+//! walk-through (`demo`: `rktlet demo`).
+
+pub(crate) mod bench;
+pub mod demo;
 
 use crate::proto::v1 as cri;
 use crate::proto::v1::image_service_client::ImageServiceClient;
