@@ -259,16 +259,23 @@ fn read_cgroup(dir: &std::path::Path, file: &str) -> String {
 }
 
 impl Stray {
-    /// What the node's systemd does: every process to the root, the emptied cgroup removed.
+    /// What the node's systemd does: every process to the root, the emptied
+    /// cgroup removed (again while the daemon's check puts the app back
+    /// meanwhile: the removal then finds processes in it).
     fn move_out(&self) {
         for (_, mount, dir) in &self.own {
-            let pids = std::fs::read_to_string(dir.join("cgroup.procs")).expect("cgroup.procs");
-            for pid in pids.lines() {
-                std::fs::write(mount.join("cgroup.procs"), pid).expect("moving a process of the app to the root");
+            for attempt in 0.. {
+                let pids = std::fs::read_to_string(dir.join("cgroup.procs")).expect("cgroup.procs");
+                for pid in pids.lines() {
+                    std::fs::write(mount.join("cgroup.procs"), pid).expect("moving a process of the app to the root");
+                }
+                match std::fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) && attempt < 10 => {}
+                    Err(e) => panic!("removing {}: {e}", dir.display()),
+                }
             }
-            std::fs::remove_dir(dir).unwrap_or_else(|e| panic!("removing {}: {e}", dir.display()));
         }
-        assert_eq!(&v1_cgroup_of(&self.app, "memory", &self.own[0].1), &self.own[0].1, "moved");
     }
 
     /// Whether the app is in each of its own cgroups again.
@@ -312,6 +319,7 @@ async fn an_exec_puts_an_app_moved_out_of_its_cgroups_back() {
     let Some(stray) = a_stray("an_exec_puts_an_app_moved_out_of_its_cgroups_back", &d, &mut rt).await else { return };
     let before = exec(&mut rt, &stray.id, &["cat", "/proc/self/cgroup"], 10).await.expect("ExecSync");
     stray.move_out();
+    assert_eq!(&v1_cgroup_of(&stray.app, "memory", &stray.own[0].1), &stray.own[0].1, "moved");
 
     // (two at once, as a liveness and a readiness probe may be)
     let mut rt2 = d.runtime().await;

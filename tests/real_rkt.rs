@@ -173,21 +173,25 @@ fn rktlet_checks_acis_with_the_keys_rkt_trusts() {
     let listed = run(Path::new(BIN), &data, &[&local_arg, "trust", "list"]);
     assert!(listed.contains(&gpg.fingerprint("Signer <signer@example.com>")), "rktlet lists rkt's key: {listed}");
 
-    let signed_by = |signer: &str, file: &str| -> PathBuf {
-        let aci = write_aci(t.path(), file, "example.com/signed");
+    // (two images of the same name, different content: two ids)
+    let signed_by = |signer: &str, file: &str, content: &str| -> PathBuf {
+        let aci = t.path().join(file);
+        std::fs::write(&aci, common::aci::aci("example.com/signed", content)).expect("aci");
         std::fs::write(t.path().join(format!("{file}.asc")), gpg.sign(signer, &aci, true)).expect("signature");
         aci
     };
-    let good = signed_by("Signer <signer@example.com>", "good.aci");
+    let good = signed_by("Signer <signer@example.com>", "good.aci", "the signer's");
     let id = run(Path::new(BIN), &data, &[&local_arg, "fetch", &good.display().to_string()]);
     assert!(id.trim().starts_with("sha512-"), "{id}");
-    let bad = signed_by("Other <other@example.com>", "bad.aci");
+    let bad = signed_by("Other <other@example.com>", "bad.aci", "another's");
     let refused = Command::new(BIN)
         .arg(format!("--dir={}", data.display()))
         .args([&local_arg, "fetch", &bad.display().to_string()])
         .output()
         .expect("run rktlet");
+    let said = String::from_utf8_lossy(&refused.stderr).to_lowercase();
     assert!(!refused.status.success(), "an ACI signed by an untrusted key was imported");
+    assert!(said.contains("key") || said.contains("signature"), "refused for its signature: {said}");
     let list = run(Path::new(BIN), &data, &["image", "list"]);
     assert_eq!(list.matches("example.com/signed").count(), 1, "only the trusted signer's image: {list}");
 }

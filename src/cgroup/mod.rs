@@ -78,6 +78,20 @@ impl Hierarchy {
     }
 }
 
+/// Held while an app is put back in its cgroups (an exec, the daemon's
+/// periodic check), while an app's limits change (UpdateContainerResources)
+/// and while a pod's cgroups are removed: of two that find an app moved
+/// out, one puts it back (the other then finds it in place), none writes
+/// limits an update is changing, and none makes again the cgroups of a pod
+/// being removed.
+static WRITES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Takes [`WRITES`] (a panic while it was held leaves nothing half done
+/// that a later holder must know of).
+pub fn writes() -> std::sync::MutexGuard<'static, ()> {
+    WRITES.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The host's cgroup layout as seen by this process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {

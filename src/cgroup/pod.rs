@@ -180,6 +180,8 @@ impl PodCgroup {
     /// Removes the pod cgroup trees, deepest first. Missing dirs are fine;
     /// a dir still holding processes fails with EBUSY.
     pub fn remove(&self) -> io::Result<()> {
+        // (no app of the pod is put back meanwhile)
+        let _held = super::writes();
         let mut first_err = None;
         for dir in &self.dirs {
             if let Err(e) = remove_tree(dir)

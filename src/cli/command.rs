@@ -893,10 +893,12 @@ fn image_cmd(rkt: RktFlags, command: ImageCommand) -> Result<(), String> {
                 "tabbed" => {
                     println!("ID\tNAME\tSIZE\tIMPORT TIME\tLAST USED");
                     for i in &images {
-                        // as rkt prints it: the manifest's name and its version label
-                        let name = match i.manifest.label("version") {
-                            Some(version) => format!("{}:{version}", i.manifest.name),
-                            None => i.manifest.name.clone(),
+                        // as rkt prints it: the manifest's name and its version
+                        // label; a docker image without one by the tag it was pulled by
+                        let name = match (i.manifest.label("version"), i.tags.first()) {
+                            (Some(version), _) => format!("{}:{version}", i.manifest.name),
+                            (None, Some(tag)) => tag.clone(),
+                            (None, None) => i.manifest.name.clone(),
                         };
                         let (size, import, used) = (
                             crate::cli::pods::ibytes(i.size),

@@ -54,12 +54,6 @@ fn app_process(rt: &Runtime, t: &Target, id: &str) -> Result<AppProcess, Contain
     Ok(AppProcess { pid, profile, cgroups })
 }
 
-/// Held while an app is put back in its cgroups and while an app's limits
-/// change (UpdateContainerResources): of two execs that find an app moved
-/// out, one puts it back (the other then finds it in place), and none
-/// writes limits an update is changing.
-pub(super) static CGROUP_WRITES: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// The cgroups a command exec'd into the app joins on cgroup v1: those the
 /// daemon made for it (`AppCgroup::exec_dirs`), not whatever its main
 /// process `pid` is in now; the app is put back in them first if it was
@@ -112,13 +106,17 @@ pub(super) fn put_back(
     if cg.strays(layout, &now()?).is_empty() {
         return Ok(Vec::new());
     }
-    let _held = CGROUP_WRITES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _held = crate::cgroup::writes();
     // put back meanwhile by another exec or the periodic check?
     let strays = cg.strays(layout, &now()?);
     if strays.is_empty() {
         return Ok(Vec::new());
     }
     let t = open(rt, id).map_err(fail)?;
+    if !t.running {
+        // (its pod stopped meanwhile: its cgroups go with it)
+        return Ok(Vec::new());
+    }
     let limits = super::meta::limits(&t.app);
     match cg.restore(&limits, &super::meta::allowed_devices(&t.app)) {
         Ok(()) => {
@@ -148,6 +146,9 @@ pub fn put_back_strays(rt: &Runtime) -> usize {
             return 0;
         }
     };
+    static WARNED: std::sync::Mutex<Option<std::collections::HashSet<String>>> = std::sync::Mutex::new(None);
+    let mut warned = WARNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let warned = warned.get_or_insert_default();
     let mut back = 0;
     for view in &views {
         let uuid = view.sandbox.pod.uuid().to_string();
@@ -163,8 +164,19 @@ pub fn put_back_strays(rt: &Runtime) -> usize {
             match put_back(rt, &cg, &id, pid) {
                 Ok(strays) if !strays.is_empty() => back += 1,
                 Ok(_) => {}
+                // an app let run without cgroups of its own (it needs none),
+                // or one that ended meanwhile
+                Err(NotPutBack { error, needs_own })
+                    if !needs_own || error.kind() == super::ErrorKind::FailedPrecondition =>
+                {
+                    tracing::debug!(container = id, error = %error, "not put back in its cgroups")
+                }
+                // said once per container, not every period
+                Err(NotPutBack { error, .. }) if warned.insert(id.clone()) => {
+                    tracing::warn!(container = id, error = %error, "the app is out of its cgroups and cannot be put back")
+                }
                 Err(NotPutBack { error, .. }) => {
-                    tracing::warn!(container = id, error = %error, "the app is out of its cgroups")
+                    tracing::debug!(container = id, error = %error, "still out of its cgroups")
                 }
             }
         }

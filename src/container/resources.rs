@@ -33,7 +33,7 @@ pub fn update(rt: &Runtime, id: &str, update: Option<Limits>) -> Result<(), Cont
         None => &NoCgroup,
     };
     // (no exec puts the app back in its cgroups meanwhile, with the limits it read before)
-    let _held = super::exec::CGROUP_WRITES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _held = crate::cgroup::writes();
     change_limits(through_systemd.then_some(&set_unit), cgroup, id, &old, &limits)?;
     Ok(store_limits(&t, &limits)?)
 }

@@ -320,8 +320,16 @@ async fn a_failed_create_says_why_and_leaves_the_pod_as_it_was() {
     // and the spare a booted pod has made ready for its first add
     crate::stage1::spare::replenish(&pod.path()).expect("spare");
     // the sandbox process: alive, but the pod's systemd below it is gone
-    let mut sandbox = std::process::Command::new("sleep").arg("600").spawn().expect("sleep");
-    std::fs::write(pod.path().join(rkt::pod::PPID_FILE), sandbox.id().to_string()).expect("ppid");
+    /// Killed when dropped, the test failing or not.
+    struct Sandbox(std::process::Child);
+    impl Drop for Sandbox {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let sandbox = Sandbox(std::process::Command::new("sleep").arg("600").spawn().expect("sleep"));
+    std::fs::write(pod.path().join(rkt::pod::PPID_FILE), sandbox.0.id().to_string()).expect("ppid");
     let id = pod.uuid().to_string();
     let manifest_before = std::fs::read(pod.path().join("pod")).expect("pod manifest");
     // the store keeps the rendered tree, and a spare has another name each time
@@ -342,8 +350,7 @@ async fn a_failed_create_says_why_and_leaves_the_pod_as_it_was() {
         sandbox_config: Some(config),
     };
     let e = n.svc.create_container(Request::new(req)).await.expect_err("the pod's systemd is gone");
-    let _ = sandbox.kill();
-    let _ = sandbox.wait();
+    drop(sandbox);
     assert!(e.message().contains("finding the pod's systemd"), "the error names the step that failed: {e:?}");
     assert_eq!(outside_store(n.data_files()), before, "the failed create leaves the pod's files as they were");
     // the spare it took went with the app; the next one is made after, ready in time
