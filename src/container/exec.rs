@@ -5,6 +5,7 @@
 use super::{ContainerError, Target, open};
 use crate::runtime::Runtime;
 use crate::stage1::exec::{self, AppProcess, ExecOutput};
+use std::collections::HashSet;
 use std::time::Duration;
 
 /// Output kept per stream; the rest is read and dropped.
@@ -137,8 +138,11 @@ pub(super) fn put_back(
 /// Every running app of the node found out of its v1 cgroups put back
 /// ([`put_back`]), as an exec into it would, for the apps no exec reaches
 /// (a pod without exec probes): the daemon runs this every
-/// [`strays_period`] where apps have v1 cgroups. How many were put back.
-pub fn put_back_strays(rt: &Runtime) -> usize {
+/// [`strays_period`] where apps have v1 cgroups. A failure is warned of
+/// once: `failing` holds the containers that could not be put back last
+/// time, and is left holding those of this time. How many were put back.
+pub fn put_back_strays(rt: &Runtime, failing: &mut HashSet<String>) -> usize {
+    let before = std::mem::take(failing);
     let views = match super::stats::list_views(rt) {
         Ok(v) => v,
         Err(e) => {
@@ -146,9 +150,6 @@ pub fn put_back_strays(rt: &Runtime) -> usize {
             return 0;
         }
     };
-    static WARNED: std::sync::Mutex<Option<std::collections::HashSet<String>>> = std::sync::Mutex::new(None);
-    let mut warned = WARNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let warned = warned.get_or_insert_default();
     let mut back = 0;
     for view in &views {
         let uuid = view.sandbox.pod.uuid().to_string();
@@ -171,12 +172,14 @@ pub fn put_back_strays(rt: &Runtime) -> usize {
                 {
                     tracing::debug!(container = id, error = %error, "not put back in its cgroups")
                 }
-                // said once per container, not every period
-                Err(NotPutBack { error, .. }) if warned.insert(id.clone()) => {
-                    tracing::warn!(container = id, error = %error, "the app is out of its cgroups and cannot be put back")
-                }
+                // said once while it lasts, not every period
                 Err(NotPutBack { error, .. }) => {
-                    tracing::debug!(container = id, error = %error, "still out of its cgroups")
+                    if before.contains(&id) {
+                        tracing::debug!(container = id, error = %error, "still out of its cgroups");
+                    } else {
+                        tracing::warn!(container = id, error = %error, "the app is out of its cgroups and cannot be put back");
+                    }
+                    failing.insert(id);
                 }
             }
         }

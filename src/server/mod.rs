@@ -127,10 +127,15 @@ fn put_back_strays_every(runtime: &Arc<Runtime>) -> Option<tokio::task::JoinHand
     Some(tokio::spawn(async move {
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = std::collections::HashSet::new();
         loop {
             tick.tick().await;
             let rt = rt.clone();
-            let _ = tokio::task::spawn_blocking(move || crate::container::exec::put_back_strays(&rt)).await;
+            let check = tokio::task::spawn_blocking(move || {
+                crate::container::exec::put_back_strays(&rt, &mut failing);
+                failing
+            });
+            failing = check.await.unwrap_or_default();
         }
     }))
 }
