@@ -17,9 +17,8 @@ pub fn main_pid(t: &Target) -> Option<i32> {
     let cgroup = super::app_cgroup(&t.pod, &t.app.name)?;
     let sandbox = t.pod.sandbox_pid().ok()??;
     let pid1 = crate::stage1::inject::pod_pid1(sandbox).ok()?;
-    // appexec says the app started as its exec closes a pipe, a moment before
-    // the kernel has given the process its new name: an exec right after
-    // StartContainer may have to wait that moment
+    // an exec right after StartContainer may find no app for a moment (a
+    // process not yet in the app's root is never taken for it: `app_pid`)
     for _ in 0..50 {
         let procs = cgroup.unit_processes();
         let host_app = crate::stage1::app::host_app(&crate::stage1::app::AppPaths::new(&t.pod, &t.app.name));
@@ -51,6 +50,7 @@ fn app_process(rt: &Runtime, t: &Target, id: &str) -> Result<AppProcess, Contain
         .map_err(|e| ContainerError::Internal(format!("the seccomp isolator of container {id}: {e}")))?;
     let pid =
         main_pid(t).ok_or_else(|| ContainerError::FailedPrecondition(format!("container {id} is not running")))?;
+    tracing::debug!(container = id, pid, "exec: a copy of the app's process");
     let cgroups = own_cgroups(rt, t, id, pid)?;
     Ok(AppProcess { pid, profile, cgroups })
 }

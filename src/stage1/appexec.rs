@@ -352,16 +352,37 @@ fn is_appexec(pid: i32) -> Option<bool> {
 /// with the pod's capabilities: nothing may be run as a copy of it); for a
 /// host-PID app, the process its log writer recorded (`host_app`, see
 /// [`host_app_pid`]).
+///
+/// None while no process is the app yet. appexec's child is the app once
+/// its executable is no longer appexec's: the kernel changes that in the
+/// execve before it closes the pipe that tells appexec the app started, and
+/// the process's name (`comm`) only after. A process still in the pod's
+/// root (systemd's child before its chroot, appexec before its pivot) is
+/// never the app: a command run as a copy of it would run in the pod's
+/// root, with none of the app's files.
 pub fn app_pid(pod_pid1: i32, unit_processes: &[i32], host_app: Option<(i32, String)>) -> Option<i32> {
     if let Some(app) = host_app_pid(host_app, unit_processes) {
         return Some(app);
     }
     let main = unit_processes.iter().copied().find(|pid| parent_of(*pid) == Some(pod_pid1))?;
-    if !is_appexec(main)? {
-        return Some(main);
-    }
-    let app = unit_processes.iter().copied().find(|pid| parent_of(*pid) == Some(main))?;
-    (!is_appexec(app)?).then_some(app)
+    let app = if is_appexec(main)? {
+        let child = unit_processes.iter().copied().find(|pid| parent_of(*pid) == Some(main))?;
+        if same_file(&format!("/proc/{child}/exe"), &format!("/proc/{main}/exe"))? {
+            return None;
+        }
+        child
+    } else {
+        main
+    };
+    let in_pods_root = same_file(&format!("/proc/{app}/root"), &format!("/proc/{pod_pid1}/root"))?;
+    (!in_pods_root).then_some(app)
+}
+
+/// Whether two paths (followed) are the same file; None if one is gone.
+fn same_file(a: &str, b: &str) -> Option<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let (a, b) = (std::fs::metadata(a).ok()?, std::fs::metadata(b).ok()?);
+    Some((a.dev(), a.ino()) == (b.dev(), b.ino()))
 }
 
 /// The template of a host-PID app: the child of the unit's main process
@@ -531,5 +552,21 @@ mod tests {
                 "x"
             ])
         );
+    }
+
+    #[test]
+    fn a_process_still_in_the_pods_root_is_not_the_app() {
+        // this test process plays the pod's systemd, its child the unit's
+        // main process before its chroot: the same root, so no app yet
+        let mut child = std::process::Command::new("sleep").arg("100").spawn().expect("sleep");
+        let pid = i32::try_from(child.id()).expect("pid");
+        let found = app_pid(std::process::id() as i32, &[pid], None);
+        let same_program = same_file(&format!("/proc/{pid}/exe"), "/proc/self/exe");
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(found, None);
+        assert_eq!(same_program, Some(false), "sleep is not this test's program");
+        assert_eq!(same_file("/proc/self/exe", "/proc/self/exe"), Some(true));
+        assert_eq!(same_file("/proc/self/exe", "/no/such/file"), None);
     }
 }
