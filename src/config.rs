@@ -5,14 +5,14 @@ use serde::Deserialize;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-pub const DEFAULT_SOCKET: &str = "/run/rktlet/rktlet.sock";
-pub const DEFAULT_DATA_DIR: &str = "/var/lib/rktlet/data";
-pub const DEFAULT_CNI_CONF_DIR: &str = "/etc/cni/net.d";
-pub const DEFAULT_CNI_BIN_DIRS: [&str; 2] = ["/opt/cni/bin", "/usr/lib/cni"];
+pub(crate) const DEFAULT_SOCKET: &str = "/run/rktlet/rktlet.sock";
+pub(crate) const DEFAULT_DATA_DIR: &str = "/var/lib/rktlet/data";
+pub(crate) const DEFAULT_CNI_CONF_DIR: &str = "/etc/cni/net.d";
+pub(crate) const DEFAULT_CNI_BIN_DIRS: [&str; 2] = ["/opt/cni/bin", "/usr/lib/cni"];
 /// Registry mirrors and insecure hosts (see `image::hosts`); a missing file means none.
-pub const DEFAULT_REGISTRY_CONFIG: &str = "/etc/rktlet/registries.toml";
+pub(crate) const DEFAULT_REGISTRY_CONFIG: &str = "/etc/rktlet/registries.toml";
 /// rkt's local configuration directory: its `trustedkeys/` (see `crate::trust`).
-pub const DEFAULT_TRUST_DIR: &str = "/etc/rkt";
+pub(crate) const DEFAULT_TRUST_DIR: &str = "/etc/rkt";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -68,7 +68,7 @@ impl FileConfig {
     }
 
     /// Whether the key `key` (a config file key, e.g. `pod_pool_size`) has a value here.
-    pub fn has(&self, key: &str) -> bool {
+    pub(crate) fn has(&self, key: &str) -> bool {
         match key {
             "socket" => self.socket.is_some(),
             "data_dir" => self.data_dir.is_some(),
@@ -90,7 +90,7 @@ impl FileConfig {
 
 /// Where the effective value of config key `key` came from, for messages:
 /// `--pod-pool-size`, `pod_pool_size in /etc/rktlet/config.toml`, or `the default`.
-pub fn origin(key: &str, file: &FileConfig, flags: &FileConfig) -> String {
+pub(crate) fn origin(key: &str, file: &FileConfig, flags: &FileConfig) -> String {
     if flags.has(key) {
         let flag = if key == "cni_bin_dirs" { "cni-bin-dir".to_string() } else { key.replace('_', "-") };
         format!("--{flag}")
@@ -126,14 +126,14 @@ pub struct Config {
 
 /// The streaming server listens on loopback, on a free port, by default
 /// (kubelet runs on the node and proxies streams to it).
-pub const DEFAULT_STREAMING_ADDRESS: std::net::SocketAddr =
+pub(crate) const DEFAULT_STREAMING_ADDRESS: std::net::SocketAddr =
     std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
 
 /// Pool pods by default: two idle pods cost about 11 MB of private memory
 /// (pod-boot-fast.md §4) and serve a burst of two pod starts in ~10 ms each.
-pub const DEFAULT_POD_POOL_SIZE: usize = 2;
+pub(crate) const DEFAULT_POD_POOL_SIZE: usize = 2;
 /// More would only hold memory: refills boot one pod at a time anyway.
-pub const MAX_POD_POOL_SIZE: usize = 64;
+pub(crate) const MAX_POD_POOL_SIZE: usize = 64;
 
 impl Default for Config {
     fn default() -> Self {
@@ -221,7 +221,7 @@ impl Config {
 
 /// `rktlet config default`: every key of the config file with its default
 /// and what it does (`/etc/rktlet/config.toml`; flags override it).
-pub fn default_toml() -> String {
+pub(crate) fn default_toml() -> String {
     let d = Config::default();
     let bins: Vec<String> = d.cni_bin_dirs.iter().map(|p| format!("{:?}", p.display().to_string())).collect();
     format!(

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 /// Everything a CRI handler needs, shared behind an `Arc`.
 #[derive(Debug)]
-pub struct Runtime {
+pub(crate) struct Runtime {
     pub config: Config,
     pub data: DataDir,
     pub host: Host,
@@ -62,7 +62,7 @@ impl std::fmt::Debug for UnitBusDouble {
 
 /// What happened to a container, as CRI's ContainerEventType names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventKind {
+pub(crate) enum EventKind {
     Created,
     Started,
     Stopped,
@@ -71,7 +71,7 @@ pub enum EventKind {
 
 /// One container event; subscribers read the statuses when they send it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContainerEvent {
+pub(crate) struct ContainerEvent {
     pub pod: Uuid,
     pub app: String,
     pub kind: EventKind,
@@ -80,7 +80,7 @@ pub struct ContainerEvent {
 }
 
 impl ContainerEvent {
-    pub fn now(pod: Uuid, app: &str, kind: EventKind) -> Self {
+    pub(crate) fn now(pod: Uuid, app: &str, kind: EventKind) -> Self {
         ContainerEvent { pod, app: app.to_string(), kind, at: crate::base::time::now_nanos() }
     }
 }
@@ -90,7 +90,7 @@ const EVENT_BACKLOG: usize = 1024;
 
 /// A readiness condition that does not hold: a CamelCase reason and a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NotReady {
+pub(crate) struct NotReady {
     pub reason: &'static str,
     pub message: String,
 }
@@ -99,7 +99,7 @@ pub struct NotReady {
 /// ([`NodeFacts::probe`]), or given (tests run a runtime over a node of
 /// their own making).
 #[derive(Debug, Clone)]
-pub struct NodeFacts {
+pub(crate) struct NodeFacts {
     pub host: Host,
     pub cgroup_driver: cgroup::Driver,
 }
@@ -108,7 +108,7 @@ impl NodeFacts {
     /// Reads the host (systemd, systemd-nspawn, security modules, the cgroup
     /// driver) and raises the kernel limits every pod draws on
     /// (`stage1::host::tune_node`): the daemon's first step.
-    pub fn probe() -> Self {
+    pub(crate) fn probe() -> Self {
         let host = Host::detect();
         crate::stage1::host::tune_node();
         let cgroup_driver = cgroup::Driver::chosen(host.pid1_is_systemd);
@@ -128,13 +128,13 @@ impl NodeFacts {
 
 impl Runtime {
     /// Prepares the data dir layout and reads the host ([`NodeFacts::probe`]).
-    pub fn new(config: Config) -> Result<Self, PodError> {
+    pub(crate) fn new(config: Config) -> Result<Self, PodError> {
         Self::on_node(config, NodeFacts::probe())
     }
 
     /// Prepares the data dir layout; the node is as `node` says. Changes
     /// nothing outside the data dir.
-    pub fn on_node(config: Config, node: NodeFacts) -> Result<Self, PodError> {
+    pub(crate) fn on_node(config: Config, node: NodeFacts) -> Result<Self, PodError> {
         let data = DataDir::new(&config.data_dir);
         data.ensure()?;
         let NodeFacts { host, cgroup_driver } = node;
@@ -179,12 +179,12 @@ impl Runtime {
     }
 
     /// Where the runtime's default AppArmor profile is written.
-    pub fn apparmor_dir(&self) -> std::path::PathBuf {
+    pub(crate) fn apparmor_dir(&self) -> std::path::PathBuf {
         self.data.root().join("apparmor")
     }
 
     /// RuntimeReady: the data dir is usable and pods can be launched.
-    pub fn runtime_ready(&self) -> Result<(), NotReady> {
+    pub(crate) fn runtime_ready(&self) -> Result<(), NotReady> {
         self.data.ensure().map_err(|e| NotReady { reason: "DataDirUnavailable", message: e.to_string() })?;
         if self.host.nspawn.is_none() {
             return Err(NotReady {
@@ -196,14 +196,14 @@ impl Runtime {
     }
 
     /// NetworkReady: a CNI network config exists and its plugins are installed.
-    pub fn network_ready(&self) -> Result<(), NotReady> {
+    pub(crate) fn network_ready(&self) -> Result<(), NotReady> {
         let not_ready = |e: cni::CniError| NotReady { reason: "NetworkPluginNotReady", message: e.to_string() };
         let net = cni::default_network(&self.config.cni_conf_dir).map_err(not_ready)?;
         net.check_plugins(&self.config.cni_bin_dirs).map_err(not_ready)
     }
 
     /// The program run as `<rkt> app sandbox`: `--rkt-path`, or this binary.
-    pub fn sandbox_program(&self) -> std::io::Result<std::path::PathBuf> {
+    pub(crate) fn sandbox_program(&self) -> std::io::Result<std::path::PathBuf> {
         match &self.config.rkt_path {
             Some(p) => Ok(p.clone()),
             None => std::env::current_exe(),
@@ -212,7 +212,7 @@ impl Runtime {
 
     /// Who supervises a pod's sandbox process: the node's systemd (a transient unit) with
     /// the systemd cgroup driver, the daemon otherwise.
-    pub fn supervisor(&self) -> crate::stage1::launch::Supervisor {
+    pub(crate) fn supervisor(&self) -> crate::stage1::launch::Supervisor {
         if self.cgroup_driver == cgroup::Driver::Systemd {
             crate::stage1::launch::Supervisor::NodeSystemd
         } else {
@@ -222,20 +222,20 @@ impl Runtime {
 
     /// The pod's bus connection, connecting (and starting its exit recorder)
     /// on first use. Blocking: call from a blocking thread.
-    pub fn pod_bus(&self, pod: &rkt::pod::Pod) -> Result<Arc<PodBus>, String> {
+    pub(crate) fn pod_bus(&self, pod: &rkt::pod::Pod) -> Result<Arc<PodBus>, String> {
         self.buses.get(pod)
     }
 
     /// Connects to a pod's systemd in the background, now that it runs: its
     /// first container start then finds the connection made.
-    pub fn connect_pod_bus_soon(&self, uuid: Uuid) {
+    pub(crate) fn connect_pod_bus_soon(&self, uuid: Uuid) {
         self.buses.connect_soon(uuid);
     }
 
     /// After a (re)start of the daemon: connects to every running pod and
     /// records the exits that happened while nobody listened, so file-based
     /// status and list are right again. Blocking.
-    pub fn reconcile(&self) {
+    pub(crate) fn reconcile(&self) {
         if let Ok(pods) = self.data.list_pods() {
             for (uuid, dir) in pods {
                 let mut pod = rkt::pod::Pod::at(&self.data, uuid, dir);
@@ -257,7 +257,7 @@ impl Runtime {
 
     /// Waits (up to 10 s) until `reconcile` is done, so a status read right
     /// after a restart does not report an app that exited meanwhile as running.
-    pub async fn wait_reconciled(&self) {
+    pub(crate) async fn wait_reconciled(&self) {
         let mut rx = self.reconciled.subscribe();
         let _ = tokio::time::timeout(std::time::Duration::from_secs(10), rx.wait_for(|done| *done)).await;
     }
@@ -265,7 +265,7 @@ impl Runtime {
     /// Records the exits of one running pod's started apps from its systemd
     /// (what `reconcile` does per pod; the CLI, with no daemon listening,
     /// does it for the one pod it reports on).
-    pub fn reconcile_pod(&self, pod: &mut rkt::pod::Pod) {
+    pub(crate) fn reconcile_pod(&self, pod: &mut rkt::pod::Pod) {
         if pod.state().ok() != Some(rkt::pod::PodState::Running) {
             return;
         }
@@ -338,33 +338,33 @@ impl Runtime {
     }
 
     /// Tells GetContainerEvents subscribers (none listening is fine).
-    pub fn emit(&self, pod: Uuid, app: &str, kind: EventKind) {
+    pub(crate) fn emit(&self, pod: Uuid, app: &str, kind: EventKind) {
         let _ = self.events.send(ContainerEvent::now(pod, app, kind));
     }
 
     /// Says a pod is being stopped: its bus closing is expected.
-    pub fn expect_pod_bus_close(&self, uuid: Uuid) {
+    pub(crate) fn expect_pod_bus_close(&self, uuid: Uuid) {
         self.buses.expect_close(uuid);
     }
 
     /// Forgets a pod's connection (after an error, or when the pod stops).
-    pub fn drop_pod_bus(&self, uuid: Uuid) {
+    pub(crate) fn drop_pod_bus(&self, uuid: Uuid) {
         self.buses.forget(uuid);
     }
 
     /// CNI config and plugin directories, for pod network setup and teardown.
-    pub fn net_dirs(&self) -> crate::stage1::teardown::NetDirs {
+    pub(crate) fn net_dirs(&self) -> crate::stage1::teardown::NetDirs {
         crate::stage1::teardown::NetDirs {
             conf_dir: self.config.cni_conf_dir.clone(),
             bin_dirs: self.config.cni_bin_dirs.clone(),
         }
     }
 
-    pub fn pod_cidr(&self) -> String {
+    pub(crate) fn pod_cidr(&self) -> String {
         self.pod_cidr.read().map(|c| c.clone()).unwrap_or_default()
     }
 
-    pub fn set_pod_cidr(&self, cidr: String) {
+    pub(crate) fn set_pod_cidr(&self, cidr: String) {
         if let Ok(mut c) = self.pod_cidr.write() {
             *c = cidr;
         }

@@ -72,14 +72,14 @@ pub struct TrustStore {
 }
 
 /// rkt's system configuration directory.
-pub const SYSTEM_CONFIG: &str = "/usr/lib/rkt";
+pub(crate) const SYSTEM_CONFIG: &str = "/usr/lib/rkt";
 
 fn fingerprint_of(key: &SignedPublicKey) -> String {
     format!("{:x}", key.primary_key.fingerprint())
 }
 
 /// Parses an armored or binary public key.
-pub fn parse_key(bytes: &[u8]) -> Result<SignedPublicKey, TrustError> {
+pub(crate) fn parse_key(bytes: &[u8]) -> Result<SignedPublicKey, TrustError> {
     SignedPublicKey::from_reader_single(bytes).map(|(k, _)| k).map_err(|e| TrustError::BadKey(e.to_string()))
 }
 
@@ -197,7 +197,7 @@ impl TrustStore {
     }
 
     /// Every key, local ones first; masked system keys are left out.
-    pub fn list(&self) -> Vec<TrustedKey> {
+    pub(crate) fn list(&self) -> Vec<TrustedKey> {
         let mut out: Vec<TrustedKey> = Vec::new();
         for base in [&self.local, &self.system] {
             let root = base.join("trustedkeys");
@@ -238,7 +238,7 @@ impl TrustStore {
     }
 
     /// Removes a local key wherever it is trusted; returns what went.
-    pub fn remove(&self, fingerprint: &str) -> Result<Vec<TrustedKey>, TrustError> {
+    pub(crate) fn remove(&self, fingerprint: &str) -> Result<Vec<TrustedKey>, TrustError> {
         let fingerprint = fingerprint.to_ascii_lowercase();
         let gone: Vec<TrustedKey> = self
             .list()
@@ -256,7 +256,7 @@ impl TrustStore {
 
     /// The keys trusted for image `name`: root keys and those of every
     /// prefix of its path.
-    pub fn keys_for(&self, name: &str) -> Vec<TrustedKey> {
+    pub(crate) fn keys_for(&self, name: &str) -> Vec<TrustedKey> {
         let name = Path::new(name);
         self.list()
             .into_iter()

@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 pub const ENV: &str = "RKTLET_CRASH_AT";
 
 /// Dies here with SIGKILL if `RKTLET_CRASH_AT` names this point.
-pub fn point(name: &str) {
+pub(crate) fn point(name: &str) {
     static AT: OnceLock<Option<String>> = OnceLock::new();
     if AT.get_or_init(|| std::env::var(ENV).ok()).as_deref() == Some(name) {
         tracing::warn!(point = name, "crash point reached: SIGKILL");

@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How long after a file's mtime a read must be for the copy to be trusted
 /// (well above any timestamp granularity).
-pub const SETTLED: Duration = Duration::from_millis(50);
+pub(crate) const SETTLED: Duration = Duration::from_millis(50);
 
 /// What identifies one version of a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,14 +52,14 @@ struct Entry<T> {
 
 /// Why a read failed: the file could not be read, or not parsed.
 #[derive(Debug)]
-pub enum ReadError<E> {
+pub(crate) enum ReadError<E> {
     Io(io::Error),
     Parse(E),
 }
 
 /// Parsed files by key (a pod, an image id...).
 #[derive(Debug)]
-pub struct FileCache<K, T> {
+pub(crate) struct FileCache<K, T> {
     entries: Mutex<HashMap<K, Entry<T>>>,
 }
 
@@ -76,7 +76,7 @@ fn now_ns() -> i128 {
 impl<K: Hash + Eq + Clone, T> FileCache<K, T> {
     /// The parsed file `path` (kept under `key`), parsed only if the file
     /// changed since the last read.
-    pub fn read<E>(
+    pub(crate) fn read<E>(
         &self,
         key: &K,
         path: &Path,
@@ -119,7 +119,7 @@ impl<K: Hash + Eq + Clone, T> FileCache<K, T> {
 
     /// Keeps `value`, which this process has just written to the file as
     /// `bytes`: the next read finds it parsed (once it has compared the bytes).
-    pub fn keep(&self, key: K, bytes: Vec<u8>, value: T) -> Arc<T> {
+    pub(crate) fn keep(&self, key: K, bytes: Vec<u8>, value: T) -> Arc<T> {
         let value = Arc::new(value);
         if let Ok(mut entries) = self.entries.lock() {
             entries.insert(key, Entry { stamp: UNKNOWN, read_at_ns: 0, bytes, value: value.clone() });
@@ -128,17 +128,19 @@ impl<K: Hash + Eq + Clone, T> FileCache<K, T> {
     }
 
     /// Keeps only the entries whose key `keep` accepts.
-    pub fn retain(&self, mut keep: impl FnMut(&K) -> bool) {
+    pub(crate) fn retain(&self, mut keep: impl FnMut(&K) -> bool) {
         if let Ok(mut entries) = self.entries.lock() {
             entries.retain(|k, _| keep(k));
         }
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.entries.lock().map(|e| e.len()).unwrap_or(0)
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

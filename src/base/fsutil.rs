@@ -7,13 +7,13 @@ use std::path::Path;
 
 /// A regular file with an execute bit set (a program `$PATH` or a CNI
 /// plugin directory may offer).
-pub fn is_executable(p: &Path) -> bool {
+pub(crate) fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
 }
 
 /// A `kB` field (`"Pss:"`, `"VmRSS:"`) of a /proc file's text, in KiB.
-pub fn kib_field(text: &str, field: &str) -> Option<u64> {
+pub(crate) fn kib_field(text: &str, field: &str) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix(field)?.trim().strip_suffix("kB")?.trim().parse().ok())
 }
 
@@ -23,7 +23,7 @@ pub fn kib_field(text: &str, field: &str) -> Option<u64> {
 /// host's files. Missing components are taken as they are (the caller may
 /// create them). Used on trees no process runs in yet (an image's tree, a
 /// new app's rootfs), so nothing changes them between this and its use.
-pub fn resolve_in_root(root: &Path, inner: &Path) -> io::Result<std::path::PathBuf> {
+pub(crate) fn resolve_in_root(root: &Path, inner: &Path) -> io::Result<std::path::PathBuf> {
     use std::collections::VecDeque;
     use std::ffi::OsString;
     use std::path::Component;

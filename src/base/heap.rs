@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How long the daemon must have been without a finished call before it trims.
-pub const QUIET: Duration = Duration::from_millis(500);
+pub(crate) const QUIET: Duration = Duration::from_millis(500);
 
 /// Arenas glibc may make for the daemon's threads.
 const ARENAS: i32 = 2;
@@ -23,12 +23,12 @@ const ARENAS: i32 = 2;
 static CALLS: AtomicU64 = AtomicU64::new(0);
 
 /// A call finished: the heap may now hold what it freed.
-pub fn note_call() {
+pub(crate) fn note_call() {
     CALLS.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Caps glibc's arenas; call before the runtime's threads start.
-pub fn tune() {
+pub(crate) fn tune() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets an allocator parameter; no memory is touched
     unsafe {
@@ -37,7 +37,7 @@ pub fn tune() {
 }
 
 /// Returns free heap pages to the kernel; true when some were.
-pub fn trim() -> bool {
+pub(crate) fn trim() -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // SAFETY: malloc_trim walks the allocator's own free lists under its locks
@@ -60,7 +60,7 @@ const STACK_KEPT: usize = 16 << 10;
 /// sandbox process's, resident otherwise: 0.7 MiB measured in a debug
 /// build). A page touched again comes back zeroed, as any new stack page.
 /// Returns the bytes let go.
-pub fn release_unused_stack() -> usize {
+pub(crate) fn release_unused_stack() -> usize {
     let here = 0u8;
     let sp = std::ptr::addr_of!(here) as usize;
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return 0 };
@@ -111,7 +111,7 @@ impl Watch {
 
 /// Trims the heap each time calls have finished and none has for [`QUIET`].
 /// Runs for the daemon's life.
-pub async fn trim_when_quiet() {
+pub(crate) async fn trim_when_quiet() {
     let mut watch = Watch::default();
     let mut ticks = tokio::time::interval(QUIET);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

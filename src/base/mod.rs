@@ -8,11 +8,11 @@
 //! ([`program_pages`]).
 
 pub mod fault;
-pub mod filecache;
-pub mod fsutil;
-pub mod heap;
+pub(crate) mod filecache;
+pub(crate) mod fsutil;
+pub(crate) mod heap;
 pub mod http_head;
-pub mod program_pages;
-pub mod steps;
-pub mod sys;
-pub mod time;
+pub(crate) mod program_pages;
+pub(crate) mod steps;
+pub(crate) mod sys;
+pub(crate) mod time;

@@ -91,14 +91,14 @@ fn drop_range(range: Range<usize>) -> bool {
 /// Lets go of every read-only page of the program mapped now (after the
 /// daemon's start-up: the calls fault back what they run). Returns the KiB
 /// that were mapped.
-pub fn release_all() -> u64 {
+pub(crate) fn release_all() -> u64 {
     let Some((exe, maps)) = own_mappings() else { return 0 };
     maps.iter().filter(|m| m.droppable(&exe) && drop_range(m.range.clone())).map(|m| m.rss_kib).sum()
 }
 
 /// Lets go of the pages of `bytes`, data embedded in the program that has
 /// been used (nothing, if it does not lie in a droppable mapping).
-pub fn release_bytes(bytes: &'static [u8]) -> bool {
+pub(crate) fn release_bytes(bytes: &'static [u8]) -> bool {
     let start = bytes.as_ptr() as usize;
     let range = start..start + bytes.len();
     let Some((exe, maps)) = own_mappings() else { return false };

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 /// Steps timed since the last mark.
 #[derive(Debug)]
-pub struct Steps {
+pub(crate) struct Steps {
     last: Instant,
     done: Vec<(&'static str, u128)>,
 }
@@ -19,19 +19,19 @@ impl Default for Steps {
 }
 
 impl Steps {
-    pub fn new() -> Steps {
+    pub(crate) fn new() -> Steps {
         Steps { last: Instant::now(), done: Vec::new() }
     }
 
     /// Ends the step `name` now (and starts the next).
-    pub fn mark(&mut self, name: &'static str) {
+    pub(crate) fn mark(&mut self, name: &'static str) {
         let now = Instant::now();
         self.done.push((name, now.duration_since(self.last).as_micros()));
         self.last = now;
     }
 
     /// `name=micros` for each step, in order.
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         let mut out = String::new();
         for (name, us) in &self.done {
             let sep = if out.is_empty() { "" } else { " " };

@@ -8,7 +8,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// Opens a pidfd for `pid` (a process that exists now).
-pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+pub(crate) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open(2) takes a pid and flags and returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
@@ -19,7 +19,7 @@ pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
 }
 
 /// A copy of descriptor `fd` of the process behind `pidfd` (close-on-exec).
-pub fn pidfd_getfd(pidfd: &OwnedFd, fd: i32) -> io::Result<OwnedFd> {
+pub(crate) fn pidfd_getfd(pidfd: &OwnedFd, fd: i32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_getfd(2) takes no pointers; a new descriptor or -1.
     let got = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
     if got < 0 {
@@ -31,7 +31,7 @@ pub fn pidfd_getfd(pidfd: &OwnedFd, fd: i32) -> io::Result<OwnedFd> {
 
 /// Sends `signal` to the process behind `pidfd` (a descriptor that is not
 /// one is refused by the kernel, EBADF).
-pub fn pidfd_send_signal(pidfd: RawFd, signal: i32) -> io::Result<()> {
+pub(crate) fn pidfd_send_signal(pidfd: RawFd, signal: i32) -> io::Result<()> {
     // SAFETY: pidfd_send_signal(2) with a null info: no memory is passed.
     if unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd, signal, std::ptr::null::<u8>(), 0) } != 0 {
         return Err(io::Error::last_os_error());
@@ -44,7 +44,7 @@ pub fn pidfd_send_signal(pidfd: RawFd, signal: i32) -> io::Result<()> {
 /// child forked from a threaded process, before its exec. A child that is
 /// a copy of the daemon would otherwise hold its descriptors (the CRI
 /// socket's lock, pod locks) for as long as it lives.
-pub fn close_all_but(keep: &[RawFd]) {
+pub(crate) fn close_all_but(keep: &[RawFd]) {
     let mut from: libc::c_uint = 3;
     for fd in keep.iter().filter_map(|fd| libc::c_uint::try_from(*fd).ok()).filter(|fd| *fd >= 3) {
         if fd > from {

@@ -10,7 +10,7 @@
 //! units): [`AppCgroup::strays`] tells, [`AppCgroup::restore`] puts them back.
 
 use super::Layout;
-pub use super::limits::Limits;
+pub(crate) use super::limits::Limits;
 use cgroups_rs::fs::MaxValue;
 use cgroups_rs::fs::cpu::CpuController;
 use cgroups_rs::fs::memory::MemController;
@@ -26,7 +26,7 @@ const CONTROLLERS: [&str; 7] = ["memory", "cpu", "cpuacct", "pids", "cpuset", "h
 
 /// An app's cgroup directories, one per controller that is mounted.
 #[derive(Debug, Clone)]
-pub struct AppCgroup {
+pub(crate) struct AppCgroup {
     dirs: Vec<(&'static str, PathBuf)>,
     /// The unit's cgroup in the unified hierarchy, where its processes are found.
     unit: Option<PathBuf>,
@@ -37,7 +37,7 @@ pub struct AppCgroup {
 
 /// Where an app's limits are written: its cgroups ([`AppCgroup`]); a test
 /// gives a fake that records the writes and refuses those it is told to.
-pub trait LimitsWriter {
+pub(crate) trait LimitsWriter {
     /// Writes `limits` and moves the app's processes under them.
     fn write_limits(&self, limits: &Limits) -> io::Result<()>;
 }
@@ -50,7 +50,7 @@ impl LimitsWriter for AppCgroup {
 }
 
 impl AppCgroup {
-    pub fn new(layout: &Layout, pod: &super::pod::Subcgroups, app: &str) -> Self {
+    pub(crate) fn new(layout: &Layout, pod: &super::pod::Subcgroups, app: &str) -> Self {
         if let Some(root) = layout.v2_root() {
             let rel = super::unit_subpath(&pod.tracking, app);
             let unit = Some(root.join(&rel));
@@ -83,7 +83,7 @@ impl AppCgroup {
     /// Creates the directories and writes `limits`. On cgroup v2 the unit's
     /// cgroup exists (the pod's systemd made it): the controllers are enabled
     /// down to it and the limits written into it.
-    pub fn apply(&self, limits: &Limits) -> io::Result<()> {
+    pub(crate) fn apply(&self, limits: &Limits) -> io::Result<()> {
         if let Some((root, rel)) = &self.v2 {
             let parent = rel.rsplit_once('/').map_or("", |(p, _)| p);
             super::v2::enable_down(root, parent, true).map_err(io::Error::other)?;
@@ -158,7 +158,7 @@ impl AppCgroup {
     /// left with its parent's). On cgroup v2 the unit's properties do it
     /// (`DeviceAllow=`); a v1 host without a devices hierarchy has nothing
     /// to hold devices with.
-    pub fn apply_devices(&self, allowed: &super::devices::Allowed) -> io::Result<()> {
+    pub(crate) fn apply_devices(&self, allowed: &super::devices::Allowed) -> io::Result<()> {
         let Some(d) = self.dir("devices") else { return Ok(()) };
         let made = !d.is_dir();
         if made {
@@ -173,27 +173,12 @@ impl AppCgroup {
 
     /// Whether the app's devices are held by a v1 cgroup of its own (the
     /// app must then not run outside it).
-    pub fn holds_devices(&self) -> bool {
+    pub(crate) fn holds_devices(&self) -> bool {
         self.dir("devices").is_some()
     }
 
-    /// Where the app's usage is read from: its v1 cpuacct and memory
-    /// cgroups, or on cgroup v2 its unit's cgroup.
-    pub fn stat_dirs(&self) -> super::stats::StatDirs {
-        if let Some((root, rel)) = &self.v2 {
-            let dir = Some(root.join(rel));
-            return super::stats::StatDirs { cpu: dir.clone(), memory: dir.clone(), pids: dir, v2: true };
-        }
-        super::stats::StatDirs {
-            cpu: self.dir("cpuacct").cloned(),
-            memory: self.dir("memory").cloned(),
-            pids: self.dir("pids").cloned(),
-            v2: false,
-        }
-    }
-
     /// The app's cgroup on cgroup v2 (its unit's), if this host is one.
-    pub fn v2_dir(&self) -> Option<PathBuf> {
+    pub(crate) fn v2_dir(&self) -> Option<PathBuf> {
         self.v2.as_ref().map(|(root, rel)| root.join(rel))
     }
 
@@ -202,7 +187,7 @@ impl AppCgroup {
     /// for appexec to wait on before the app runs (`cgwait=`). None on v2
     /// (the unit's cgroup is the app's) or without a unified hierarchy to
     /// find the unit's processes in.
-    pub fn placement(&self, app: &str) -> Option<(String, usize)> {
+    pub(crate) fn placement(&self, app: &str) -> Option<(String, usize)> {
         (self.v2.is_none() && self.unit.is_some() && !self.dirs.is_empty())
             .then(|| (format!("app-{app}"), self.dirs.len()))
     }
@@ -210,7 +195,7 @@ impl AppCgroup {
     /// The v1 cgroups a process exec'd into the app joins, whatever its main
     /// process is in now: the app's own (or one the app made below its own).
     /// Empty on cgroup v2, where the unit's cgroup is the app's.
-    pub fn exec_dirs(&self) -> Vec<PathBuf> {
+    pub(crate) fn exec_dirs(&self) -> Vec<PathBuf> {
         self.dirs.iter().map(|(_, d)| d.clone()).collect()
     }
 
@@ -220,7 +205,7 @@ impl AppCgroup {
     /// beside its units (the cgroupfs driver) have their processes moved to
     /// systemd's own cgroups when it turns a controller on or off for its
     /// slices, and the app's emptied cgroups removed.
-    pub fn strays(&self, layout: &Layout, proc_cgroup: &str) -> Vec<&'static str> {
+    pub(crate) fn strays(&self, layout: &Layout, proc_cgroup: &str) -> Vec<&'static str> {
         let out = self.out_of(layout, proc_cgroup);
         self.dirs.iter().filter(|(c, d)| out.contains(c) || !d.is_dir()).map(|(c, _)| *c).collect()
     }
@@ -236,7 +221,7 @@ impl AppCgroup {
     /// `limits` (its devices cgroup with `allowed`, before any process is in
     /// it), the limits of those still there written again, the unit's
     /// processes moved in.
-    pub fn restore(&self, limits: &Limits, allowed: &super::devices::Allowed) -> io::Result<()> {
+    pub(crate) fn restore(&self, limits: &Limits, allowed: &super::devices::Allowed) -> io::Result<()> {
         if self.v2.is_some() {
             return Ok(());
         }
@@ -259,7 +244,7 @@ impl AppCgroup {
     /// cgroups as soon as they appear (appexec waits for that, `placement`),
     /// while `starting` stays set. A process that cannot be moved is killed:
     /// it must not run without its limits.
-    pub fn adopt_while_starting(&self, starting: &std::sync::atomic::AtomicBool) -> io::Result<()> {
+    pub(crate) fn adopt_while_starting(&self, starting: &std::sync::atomic::AtomicBool) -> io::Result<()> {
         if !self.first_processes(starting) {
             return Ok(());
         }
@@ -269,7 +254,7 @@ impl AppCgroup {
     /// While the app's unit starts: kills its first processes as soon as
     /// they appear, while `starting` stays set (its cgroups could not be
     /// made: nothing of it may run, and appexec would wait to be placed).
-    pub fn kill_while_starting(&self, starting: &std::sync::atomic::AtomicBool) {
+    pub(crate) fn kill_while_starting(&self, starting: &std::sync::atomic::AtomicBool) {
         if self.first_processes(starting) {
             self.kill_unit_processes();
         }
@@ -299,7 +284,7 @@ impl AppCgroup {
     }
 
     /// Moves the unit's processes into the app cgroups until none is left behind.
-    pub fn adopt_unit_processes(&self) -> io::Result<()> {
+    pub(crate) fn adopt_unit_processes(&self) -> io::Result<()> {
         let Some(unit) = &self.unit else { return Ok(()) };
         if self.v2.is_some() {
             // the unit's cgroup is the app's: its processes are where they belong
@@ -332,7 +317,7 @@ impl AppCgroup {
 
     /// SIGKILLs every process of the app's unit (`cgroup.kill` of its
     /// unified cgroup), those the pod's systemd cannot see included.
-    pub fn kill_unit(&self) -> io::Result<()> {
+    pub(crate) fn kill_unit(&self) -> io::Result<()> {
         let Some(unit) = &self.unit else { return Ok(()) };
         match fs::write(unit.join("cgroup.kill"), "1") {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -341,7 +326,7 @@ impl AppCgroup {
     }
 
     /// Host pids of the processes in the app's unit (its unified cgroup).
-    pub fn unit_processes(&self) -> Vec<i32> {
+    pub(crate) fn unit_processes(&self) -> Vec<i32> {
         let Some(unit) = &self.unit else { return Vec::new() };
         fs::read_to_string(unit.join("cgroup.procs"))
             .unwrap_or_default()
@@ -351,7 +336,7 @@ impl AppCgroup {
     }
 
     /// Whether the kernel OOM-killed a process of this app (v1 `oom_kill` counter).
-    pub fn oom_killed(&self) -> bool {
+    pub(crate) fn oom_killed(&self) -> bool {
         if let Some(d) = self.v2_dir() {
             return super::v2::oom_kills(&d) > 0;
         }
@@ -361,14 +346,6 @@ impl AppCgroup {
             .lines()
             .filter_map(|l| l.strip_prefix("oom_kill "))
             .any(|n| n.trim().parse::<u64>().unwrap_or(0) > 0)
-    }
-
-    /// A limit as currently written, for status and tests.
-    pub fn read(&self, controller: &str, file: &str) -> Option<String> {
-        if let Some(d) = self.v2_dir() {
-            return super::v2::read(&d, file);
-        }
-        fs::read_to_string(self.dir(controller)?.join(file)).ok().map(|s| s.trim().to_string())
     }
 }
 

@@ -32,7 +32,7 @@ const ACC_WRITE: i32 = 4;
 /// One eBPF instruction, as `struct bpf_insn` lays it out.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Insn {
+pub(crate) struct Insn {
     code: u8,
     /// dst (low nibble) and src (high nibble) registers.
     regs: u8,
@@ -71,7 +71,7 @@ const fn jne_imm(dst: u8, imm: i32, off: i16) -> Insn {
 const EXIT: Insn = insn(0x95, 0, 0, 0, 0);
 
 /// The program for `allowed`: 1 (allow) for an access a rule covers, else 0.
-pub fn program(allowed: &Allowed) -> Vec<Insn> {
+pub(crate) fn program(allowed: &Allowed) -> Vec<Insn> {
     let mut p = vec![
         load_word(2, 1, 0),
         mov_reg(3, 2),
@@ -92,7 +92,6 @@ pub fn program(allowed: &Allowed) -> Vec<Insn> {
         match r.kind {
             Kind::Char => checks.push((3, DEV_CHAR)),
             Kind::Block => checks.push((3, DEV_BLOCK)),
-            Kind::All => {}
         }
         if let Some(major) = r.major.and_then(|m| i32::try_from(m).ok()) {
             checks.push((4, major));
@@ -152,7 +151,7 @@ struct AttachAttr {
 }
 
 /// Loads the program for `allowed`; the verifier's log in the error.
-pub fn load(allowed: &Allowed) -> io::Result<OwnedFd> {
+pub(crate) fn load(allowed: &Allowed) -> io::Result<OwnedFd> {
     let insns = program(allowed);
     let license = c"GPL";
     let mut log = vec![0u8; 4096];
@@ -190,7 +189,7 @@ fn bpf<T>(cmd: libc::c_long, attr: &T) -> io::Result<libc::c_long> {
 
 /// Attaches `program` to the cgroup v2 directory `cgroup`, beside the
 /// programs there and above it (all must allow).
-pub fn attach(program: &OwnedFd, cgroup: &Path) -> io::Result<()> {
+pub(crate) fn attach(program: &OwnedFd, cgroup: &Path) -> io::Result<()> {
     let dir =
         std::fs::File::open(cgroup).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", cgroup.display())))?;
     let attr = AttachAttr {

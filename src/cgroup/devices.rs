@@ -17,7 +17,7 @@ use std::path::Path;
 
 /// What holds containers to their devices on a host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mechanism {
+pub(crate) enum Mechanism {
     /// cgroup v1: each app's own cgroup in the `devices` hierarchy, written
     /// by the daemon before the app runs.
     V1Cgroup,
@@ -44,10 +44,9 @@ impl fmt::Display for Mechanism {
     }
 }
 
-/// `c`, `b` or `a` (every device of both kinds).
+/// `c` or `b`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    All,
+pub(crate) enum Kind {
     Char,
     Block,
 }
@@ -55,7 +54,6 @@ pub enum Kind {
 impl Kind {
     fn letter(self) -> char {
         match self {
-            Kind::All => 'a',
             Kind::Char => 'c',
             Kind::Block => 'b',
         }
@@ -65,7 +63,7 @@ impl Kind {
 /// One allow rule: a kind, a major and a minor (`None`: any), and the
 /// access (`r` read, `w` write, `m` mknod).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rule {
+pub(crate) struct Rule {
     pub kind: Kind,
     pub major: Option<u64>,
     pub minor: Option<u64>,
@@ -94,7 +92,7 @@ const DEFAULT: [(Kind, Option<u64>, Option<u64>, &str); 11] = [
 
 /// What a container may do with device nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Allowed {
+pub(crate) enum Allowed {
     /// A privileged container: every device.
     Everything,
     /// Only these.
@@ -104,7 +102,10 @@ pub enum Allowed {
 impl Allowed {
     /// The default list plus `devices` (kind `c` or `b`, major, minor, the
     /// CRI permissions), or everything when `privileged`.
-    pub fn for_container<'a>(privileged: bool, devices: impl IntoIterator<Item = (char, u64, u64, &'a str)>) -> Self {
+    pub(crate) fn for_container<'a>(
+        privileged: bool,
+        devices: impl IntoIterator<Item = (char, u64, u64, &'a str)>,
+    ) -> Self {
         if privileged {
             return Allowed::Everything;
         }
@@ -131,7 +132,7 @@ impl Allowed {
     /// nspawn, the log writer; commands they start before the daemon moves
     /// them into an app's cgroup): the pseudo devices, terminals and the
     /// making of character nodes; no block device, no `/dev/net/tun`.
-    pub fn pod_own() -> Self {
+    pub(crate) fn pod_own() -> Self {
         match Allowed::for_container(false, []) {
             Allowed::Only(rules) => Allowed::Only(
                 rules
@@ -145,7 +146,7 @@ impl Allowed {
 
     /// The lines a v1 `devices` cgroup takes, in order: first
     /// `devices.deny` `a` (nothing), then each `devices.allow` line.
-    pub fn v1_writes(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn v1_writes(&self) -> Vec<(&'static str, String)> {
         match self {
             Allowed::Everything => vec![("devices.allow", "a".to_string())],
             Allowed::Only(rules) => std::iter::once(("devices.deny", "a".to_string()))
@@ -157,7 +158,7 @@ impl Allowed {
     /// Writes the list into a v1 `devices` cgroup (`dir`), which must not
     /// hold a process yet: between the deny and the last allow the cgroup
     /// allows less than it will.
-    pub fn write_v1(&self, dir: &Path) -> io::Result<()> {
+    pub(crate) fn write_v1(&self, dir: &Path) -> io::Result<()> {
         for (file, line) in self.v1_writes() {
             fs::write(dir.join(file), &line)
                 .map_err(|e| io::Error::new(e.kind(), format!("{}/{file} {line:?}: {e}", dir.display())))?;
@@ -171,7 +172,7 @@ impl Allowed {
     /// by number, `char-pts` and `char-*` by the drivers of
     /// `/proc/devices`). None for everything (`DevicePolicy=auto`, no
     /// program).
-    pub fn systemd(&self) -> Option<(&'static str, Vec<(String, String)>)> {
+    pub(crate) fn systemd(&self) -> Option<(&'static str, Vec<(String, String)>)> {
         let Allowed::Only(rules) = self else { return None };
         let pairs = rules
             .iter()
@@ -200,7 +201,8 @@ impl fmt::Display for Rule {
 }
 
 /// Whether a v1 `devices.list` (its text) allows everything.
-pub fn v1_allows_everything(list: &str) -> bool {
+#[cfg(test)]
+pub(crate) fn v1_allows_everything(list: &str) -> bool {
     list.lines().any(|l| l.trim() == "a *:* rwm")
 }
 

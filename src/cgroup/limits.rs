@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 /// The limits CRI can ask for, as the cgroup v1 files take them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Limits {
+pub(crate) struct Limits {
     pub memory_bytes: Option<i64>,
     pub cpu_shares: Option<u64>,
     pub cpu_quota_us: Option<i64>,
@@ -32,12 +32,12 @@ pub struct Limits {
 }
 
 impl Limits {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         *self == Limits::default()
     }
 
     /// Whether any of them is a cgroup's (the OOM score adjustment is not).
-    pub fn in_cgroups(&self) -> bool {
+    pub(crate) fn in_cgroups(&self) -> bool {
         !Limits { oom_score_adj: None, ..self.clone() }.is_empty()
     }
 
@@ -46,7 +46,7 @@ impl Limits {
     /// cpusets and hugepage sizes; and on cgroup v1, a cpuset or a hugepage
     /// limit the host has no controller for (a limit of 0, which kubelet
     /// sends for every page size the node has, is kept where nothing is).
-    pub fn validate(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), String> {
         self.validate_on(Layout::cached().ok())
     }
 
@@ -118,7 +118,7 @@ const UNIFIED_FILES: [&str; 24] = [
 
 /// Checks a CRI `unified` map: known controller files only (hugetlb ones by
 /// pattern), no path, values on one line.
-pub fn validate_unified<'a>(map: impl IntoIterator<Item = (&'a String, &'a String)>) -> Result<(), String> {
+pub(crate) fn validate_unified<'a>(map: impl IntoIterator<Item = (&'a String, &'a String)>) -> Result<(), String> {
     for (k, v) in map {
         let known = UNIFIED_FILES.contains(&k.as_str()) || is_hugetlb_file(k);
         if !known {
@@ -141,7 +141,7 @@ fn is_hugetlb_file(k: &str) -> bool {
 }
 
 /// A hugepage size as the kernel names it (`2MB`, `1GB`, `64KB`).
-pub fn valid_page_size(size: &str) -> bool {
+pub(crate) fn valid_page_size(size: &str) -> bool {
     let digits = size.trim_end_matches(['K', 'M', 'G', 'B']);
     !digits.is_empty()
         && digits.bytes().all(|b| b.is_ascii_digit())

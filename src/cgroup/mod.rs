@@ -6,15 +6,15 @@
 //! member of but that are mounted nowhere. Everything here is read from
 //! `/proc/self/cgroup` and `/proc/self/mountinfo`; nothing is assumed.
 
-pub mod app;
-pub mod device_program;
-pub mod devices;
-pub mod limits;
-pub mod pod;
-pub mod pod_limits;
-pub mod stats;
+pub(crate) mod app;
+pub(crate) mod device_program;
+pub(crate) mod devices;
+pub(crate) mod limits;
+pub(crate) mod pod;
+pub(crate) mod pod_limits;
+pub(crate) mod stats;
 pub mod v2;
-pub mod warm;
+pub(crate) mod warm;
 
 use std::fmt;
 use std::fs;
@@ -30,7 +30,7 @@ pub enum Driver {
 
 impl Driver {
     /// systemd when the host's PID 1 is systemd, cgroupfs otherwise.
-    pub fn detect(pid1_is_systemd: bool) -> Self {
+    pub(crate) fn detect(pid1_is_systemd: bool) -> Self {
         if pid1_is_systemd { Driver::Systemd } else { Driver::Cgroupfs }
     }
 
@@ -45,7 +45,7 @@ impl Driver {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Driver::Systemd => "systemd",
             Driver::Cgroupfs => "cgroupfs",
@@ -73,7 +73,7 @@ pub struct Hierarchy {
 }
 
 impl Hierarchy {
-    pub fn is_unified(&self) -> bool {
+    pub(crate) fn is_unified(&self) -> bool {
         self.id == 0 && self.controllers.is_empty()
     }
 }
@@ -88,7 +88,7 @@ static WRITES: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Takes [`WRITES`] (a panic while it was held leaves nothing half done
 /// that a later holder must know of).
-pub fn writes() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn writes() -> std::sync::MutexGuard<'static, ()> {
     WRITES.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -103,7 +103,7 @@ impl Layout {
     /// hierarchies are mounted at boot, and reading `/proc/self/mountinfo`
     /// on every call grows with the mounts of every pod. A hierarchy mounted
     /// later is seen after a daemon restart.
-    pub fn cached() -> io::Result<&'static Layout> {
+    pub(crate) fn cached() -> io::Result<&'static Layout> {
         static LAYOUT: std::sync::OnceLock<Layout> = std::sync::OnceLock::new();
         if let Some(l) = LAYOUT.get() {
             return Ok(l);
@@ -119,7 +119,7 @@ impl Layout {
     }
 
     /// Builds the layout from the text of `/proc/self/cgroup` and `/proc/self/mountinfo`.
-    pub fn parse(cgroup: &str, mountinfo: &str) -> Self {
+    pub(crate) fn parse(cgroup: &str, mountinfo: &str) -> Self {
         let mounts = parse_cgroup_mounts(mountinfo);
         let hierarchies = cgroup
             .lines()
@@ -150,7 +150,7 @@ impl Layout {
     /// directory under its mount. A cgroup outside this process's cgroup
     /// namespace (its path climbs with `..`) names no directory of the
     /// mount and is left out.
-    pub fn cgroups_of<'a>(&'a self, proc_cgroup: &str) -> Vec<(&'a Hierarchy, PathBuf)> {
+    pub(crate) fn cgroups_of<'a>(&'a self, proc_cgroup: &str) -> Vec<(&'a Hierarchy, PathBuf)> {
         proc_cgroup
             .lines()
             .filter_map(|line| {
@@ -172,7 +172,7 @@ impl Layout {
     /// hierarchy (pure cgroup v2), where nspawn delegates the pod's subtree.
     /// On v1 and hybrid hosts the controllers inside a pod are read-only and
     /// the daemon writes the limits itself (`app::AppCgroup`).
-    pub fn limits_through_systemd(&self) -> bool {
+    pub(crate) fn limits_through_systemd(&self) -> bool {
         if self.v1_controllers().any(|h| h.controllers.iter().any(|c| c == "memory")) {
             return false;
         }
@@ -199,7 +199,8 @@ impl Layout {
     }
 
     /// Hierarchies listed for this process but not mounted anywhere; callers skip them.
-    pub fn unmounted(&self) -> impl Iterator<Item = &Hierarchy> {
+    #[cfg(test)]
+    pub(crate) fn unmounted(&self) -> impl Iterator<Item = &Hierarchy> {
         self.hierarchies.iter().filter(|h| h.mount.is_none())
     }
 
@@ -209,7 +210,7 @@ impl Layout {
     }
 
     /// What holds a container to its devices on this host (`devices`).
-    pub fn devices_mechanism(&self) -> devices::Mechanism {
+    pub(crate) fn devices_mechanism(&self) -> devices::Mechanism {
         if self.is_pure_v2() && self.hierarchies[0].mount.is_some() {
             devices::Mechanism::V2Bpf
         } else if self.v1_controllers().any(|h| h.controllers.iter().any(|c| c == "devices")) {
@@ -261,12 +262,12 @@ pub fn unit_subpath(tracking: &str, app: &str) -> String {
 /// option (Linux 6.1 and later). It is global: with it, moving a process
 /// between cgroups never waits for an RCU grace period (forks and exits pay
 /// a shared counter instead), and [`warm`] has nothing to do.
-pub fn favors_dynmods(mountinfo: &str) -> bool {
+pub(crate) fn favors_dynmods(mountinfo: &str) -> bool {
     parse_cgroup_mounts(mountinfo).iter().any(|m| m.options.iter().any(|o| o == "favordynmods"))
 }
 
 /// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-pub fn unescape_mount(s: &str) -> String {
+pub(crate) fn unescape_mount(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

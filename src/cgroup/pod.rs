@@ -15,17 +15,17 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 /// Parent used when the request names none (CLI use).
-pub const DEFAULT_PARENT: &str = "rktlet";
+pub(crate) const DEFAULT_PARENT: &str = "rktlet";
 
 /// The unit name a pod runs under with the systemd driver.
-pub fn unit_name(uuid: &str) -> String {
+pub(crate) fn unit_name(uuid: &str) -> String {
     format!("rktlet-{uuid}.service")
 }
 
 /// Expands a systemd slice name into its cgroup path, as systemd nests
 /// dashed slices: `kubepods-besteffort-pod1.slice` ->
 /// `kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice`.
-pub fn expand_slice(slice: &str) -> Result<String, String> {
+pub(crate) fn expand_slice(slice: &str) -> Result<String, String> {
     let name = slice.strip_suffix(".slice").ok_or_else(|| format!("{slice:?} is not a systemd slice name"))?;
     if name == "-" || name.is_empty() {
         return Ok(String::new());
@@ -46,7 +46,7 @@ pub fn expand_slice(slice: &str) -> Result<String, String> {
 }
 
 /// The pod's cgroup path relative to each hierarchy root (rkt's `subcgroup`).
-pub fn subcgroup(parent: &str, uuid: &str, systemd_driver: bool) -> Result<String, String> {
+pub(crate) fn subcgroup(parent: &str, uuid: &str, systemd_driver: bool) -> Result<String, String> {
     if systemd_driver {
         let slice = if parent.is_empty() { "system.slice" } else { base_name(parent) };
         let base = expand_slice(slice)?;
@@ -63,7 +63,7 @@ pub fn subcgroup(parent: &str, uuid: &str, systemd_driver: bool) -> Result<Strin
 /// The slice a systemd-driver cgroup parent names: kubelet sends the slice
 /// itself (`kubepods-burstable-pod1.slice`), critest a path (`/test.slice`);
 /// systemd's `Slice=` needs the name (a path would be read as a mount unit).
-pub fn slice_name(parent: &str) -> &str {
+pub(crate) fn slice_name(parent: &str) -> &str {
     base_name(parent)
 }
 
@@ -75,25 +75,25 @@ fn join_rel(a: &str, b: &str) -> String {
     if a.is_empty() { b.to_string() } else { format!("{a}/{b}") }
 }
 
-pub use rkt::pod::Subcgroups;
+pub(crate) use rkt::pod::Subcgroups;
 
 /// The pod's cgroup directories, one per mounted hierarchy.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodCgroup {
+pub(crate) struct PodCgroup {
     pub subcgroup: String,
     pub dirs: Vec<PathBuf>,
 }
 
 impl PodCgroup {
     /// The directories of `subcgroup` in every mounted hierarchy of `layout`.
-    pub fn new(layout: &Layout, subcgroup: &str) -> Self {
+    pub(crate) fn new(layout: &Layout, subcgroup: &str) -> Self {
         let dirs =
             layout.hierarchies.iter().filter_map(|h: &Hierarchy| h.mount.as_ref().map(|m| m.join(subcgroup))).collect();
         PodCgroup { subcgroup: subcgroup.to_string(), dirs }
     }
 
     /// Every hierarchy, each at the pod's path for its kind.
-    pub fn of_pod(layout: &Layout, subs: &Subcgroups) -> Self {
+    pub(crate) fn of_pod(layout: &Layout, subs: &Subcgroups) -> Self {
         let mut cg = Self::select(layout, &subs.controllers, false);
         cg.dirs.extend(Self::select(layout, &subs.tracking, true).dirs);
         cg
@@ -101,14 +101,14 @@ impl PodCgroup {
 
     /// Only the hierarchies that track processes without controllers (the
     /// unified one and `name=systemd`): what nspawn needs before it starts.
-    pub fn tracking(layout: &Layout, subcgroup: &str) -> Self {
+    pub(crate) fn tracking(layout: &Layout, subcgroup: &str) -> Self {
         Self::select(layout, subcgroup, true)
     }
 
     /// Only the v1 controller hierarchies (cpu, memory, pids, ...): where
     /// limits and accounting live. A pod can be moved into these after it
     /// booted without disturbing its systemd (pod-boot-fast.md §5.3).
-    pub fn controllers(layout: &Layout, subcgroup: &str) -> Self {
+    pub(crate) fn controllers(layout: &Layout, subcgroup: &str) -> Self {
         Self::select(layout, subcgroup, false)
     }
 
@@ -123,7 +123,7 @@ impl PodCgroup {
     }
 
     /// Moves processes into every directory (a process that exited meanwhile is skipped).
-    pub fn adopt(&self, pids: &[i32]) -> io::Result<()> {
+    pub(crate) fn adopt(&self, pids: &[i32]) -> io::Result<()> {
         for dir in &self.dirs {
             let procs = dir.join("cgroup.procs");
             for pid in pids {
@@ -141,7 +141,7 @@ impl PodCgroup {
 
     /// Creates the directories (and parents), filling empty cpuset files from
     /// the parent so tasks can join.
-    pub fn create(&self) -> io::Result<()> {
+    pub(crate) fn create(&self) -> io::Result<()> {
         for dir in &self.dirs {
             create_with_cpuset(dir)?;
         }
@@ -150,7 +150,7 @@ impl PodCgroup {
 
     /// Moves the calling process into the pod cgroup in every hierarchy.
     /// Async-signal-safe enough for `pre_exec`: only open/write/close.
-    pub fn join_self(&self) -> io::Result<()> {
+    pub(crate) fn join_self(&self) -> io::Result<()> {
         for dir in &self.dirs {
             fs::write(dir.join("cgroup.procs"), b"0")
                 .map_err(|e| io::Error::new(e.kind(), format!("joining {}: {e}", dir.display())))?;
@@ -159,7 +159,7 @@ impl PodCgroup {
     }
 
     /// Every pid in the pod cgroup tree, from the first hierarchy that has any.
-    pub fn pids(&self) -> Vec<i32> {
+    pub(crate) fn pids(&self) -> Vec<i32> {
         for dir in &self.dirs {
             let mut pids = Vec::new();
             collect_pids(dir, &mut pids);
@@ -171,7 +171,7 @@ impl PodCgroup {
     }
 
     /// SIGKILLs every process in the pod cgroup tree (all hierarchies).
-    pub fn kill_all(&self) {
+    pub(crate) fn kill_all(&self) {
         for pid in self.pids() {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         }
@@ -179,7 +179,7 @@ impl PodCgroup {
 
     /// Removes the pod cgroup trees, deepest first. Missing dirs are fine;
     /// a dir still holding processes fails with EBUSY.
-    pub fn remove(&self) -> io::Result<()> {
+    pub(crate) fn remove(&self) -> io::Result<()> {
         // (no app of the pod is put back meanwhile)
         let _held = super::writes();
         let mut first_err = None;
@@ -191,11 +191,6 @@ impl PodCgroup {
             }
         }
         first_err.map_or(Ok(()), Err)
-    }
-
-    /// Whether any of the directories still exists.
-    pub fn exists(&self) -> bool {
-        self.dirs.iter().any(|d| d.exists())
     }
 }
 
@@ -265,7 +260,7 @@ fn fill_cpuset(dir: &Path) -> io::Result<()> {
 /// Moves a pod's sandbox process `pid` into the pod's cgroup (made first),
 /// as `app sandbox` would move itself: only the tracking hierarchies when
 /// `tracking_only` (the daemon adds the controllers while the pod boots).
-pub fn place_sandbox(parent: &str, uuid: &str, tracking_only: bool, pid: i32) -> io::Result<()> {
+pub(crate) fn place_sandbox(parent: &str, uuid: &str, tracking_only: bool, pid: i32) -> io::Result<()> {
     let cg = sandbox_cgroup(parent, uuid, tracking_only)?;
     cg.create()?;
     cg.adopt(&[pid])
@@ -274,7 +269,7 @@ pub fn place_sandbox(parent: &str, uuid: &str, tracking_only: bool, pid: i32) ->
 /// Removes what [`place_sandbox`] made, for a sandbox that failed before
 /// nspawn (its process gone): it may have moved in after the sandbox took
 /// its cgroup down.
-pub fn unplace_sandbox(parent: &str, uuid: &str, tracking_only: bool) -> io::Result<()> {
+pub(crate) fn unplace_sandbox(parent: &str, uuid: &str, tracking_only: bool) -> io::Result<()> {
     sandbox_cgroup(parent, uuid, tracking_only)?.remove()
 }
 
@@ -287,7 +282,7 @@ fn sandbox_cgroup(parent: &str, uuid: &str, tracking_only: bool) -> io::Result<P
 /// The cgroup below a pod's own, in the v1 devices hierarchy, that holds the
 /// pod's own processes (nspawn, its systemd, the log writer) to the devices
 /// they use; the pod's cgroup keeps the node's list for its apps'.
-pub const OWN_DEVICES: &str = "rktlet-pod";
+pub(crate) const OWN_DEVICES: &str = "rktlet-pod";
 
 /// Holds the pod's own processes (nspawn, its systemd, the log writer) to
 /// the devices they use (`super::devices::Allowed::pod_own`), leaving the
@@ -298,7 +293,7 @@ pub const OWN_DEVICES: &str = "rktlet-pod";
 /// systemd's `payload/init.scope` get rktlet's device program
 /// (`super::device_program`; a process the pod's systemd starts for an app
 /// leaves it for the app's unit before it runs).
-pub fn hold_own_devices(layout: &Layout, subs: &Subcgroups) -> io::Result<()> {
+pub(crate) fn hold_own_devices(layout: &Layout, subs: &Subcgroups) -> io::Result<()> {
     if layout.is_pure_v2() {
         return hold_own_devices_v2(layout, &subs.tracking);
     }
@@ -365,7 +360,7 @@ fn move_all(from: &Path, to: &Path) -> io::Result<()> {
 /// `parent` slice: systemd has placed it in the controllers it manages
 /// (Delegate=yes), this adds those it leaves alone (cpuset, freezer,
 /// hugetlb, ...), as runc's systemd driver joins them.
-pub fn adopt_controllers(parent: &str, uuid: uuid::Uuid, systemd_unit: bool) -> io::Result<()> {
+pub(crate) fn adopt_controllers(parent: &str, uuid: uuid::Uuid, systemd_unit: bool) -> io::Result<()> {
     let layout = Layout::cached()?;
     if layout.v1_controllers().next().is_none() {
         // pure v2: the pod's one cgroup is already its controllers' cgroup
@@ -377,7 +372,7 @@ pub fn adopt_controllers(parent: &str, uuid: uuid::Uuid, systemd_unit: bool) -> 
 
 /// Creates the pod's controller cgroups at `to` and moves into them every
 /// process of the pod's tracking cgroup at `tracking`.
-pub fn move_controllers(layout: &Layout, tracking: &str, to: &str) -> io::Result<()> {
+pub(crate) fn move_controllers(layout: &Layout, tracking: &str, to: &str) -> io::Result<()> {
     let tracking = PodCgroup::tracking(layout, tracking);
     let controllers = PodCgroup::controllers(layout, to);
     controllers.create()?;

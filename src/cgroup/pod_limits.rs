@@ -53,7 +53,7 @@ pub enum PodLimitsError {
 /// CRI's pod-level resources as recorded for a pod: the sum of its
 /// containers' (`resources`) and the pod overhead.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PodResources {
+pub(crate) struct PodResources {
     #[serde(default)]
     pub resources: Limits,
     #[serde(default)]
@@ -63,7 +63,7 @@ pub struct PodResources {
 /// What rktlet writes on the pod's own cgroup; `None`: no limit (memory),
 /// the default weight (CPU).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct PodLimits {
+pub(crate) struct PodLimits {
     pub memory_bytes: Option<i64>,
     pub cpu_shares: Option<u64>,
 }
@@ -76,7 +76,13 @@ const MAX_SHARES: i64 = 262_144;
 /// Checks one CRI `LinuxContainerResources` of a pod (`what` names it in
 /// the message) as its numbers came: CRI's 0 is "not set", a negative memory
 /// or share count, a quota or period the kernel refuses are errors.
-pub fn check_cri_numbers(what: &str, memory: i64, shares: i64, quota: i64, period: i64) -> Result<(), PodLimitsError> {
+pub(crate) fn check_cri_numbers(
+    what: &str,
+    memory: i64,
+    shares: i64,
+    quota: i64,
+    period: i64,
+) -> Result<(), PodLimitsError> {
     let bad = |m: String| Err(PodLimitsError::Invalid(format!("{what}: {m}")));
     if memory < 0 {
         return bad(format!("memory_limit_in_bytes {memory} is negative"));
@@ -94,13 +100,13 @@ pub fn check_cri_numbers(what: &str, memory: i64, shares: i64, quota: i64, perio
 }
 
 impl PodResources {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.resources.is_empty() && self.overhead.is_empty()
     }
 
     /// The limits of the pod's cgroup while its apps have `app_limits`
     /// (module doc: memory only while every app has a memory limit).
-    pub fn limits<'a>(&self, app_limits: impl IntoIterator<Item = &'a Limits>) -> PodLimits {
+    pub(crate) fn limits<'a>(&self, app_limits: impl IntoIterator<Item = &'a Limits>) -> PodLimits {
         let every_app_limits_memory = app_limits.into_iter().all(|l| l.memory_bytes.is_some_and(|m| m > 0));
         let memory = self
             .resources
@@ -126,7 +132,7 @@ enum Target {
 
 /// A pod's cgroup as far as its own limits go.
 #[derive(Debug, Clone)]
-pub struct PodCgroupLimits {
+pub(crate) struct PodCgroupLimits {
     target: Target,
     /// The pod's unit of the host's systemd (systemd driver): its
     /// properties are set, systemd writes the files (and keeps them across
@@ -137,7 +143,7 @@ pub struct PodCgroupLimits {
 /// The pod's limits as its cgroup files read now.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct CurrentLimits {
+pub(crate) struct CurrentLimits {
     /// `None`: unlimited.
     pub memory_limit_bytes: Option<u64>,
     /// The memory the pod uses now (v1 `memory.usage_in_bytes`, v2 `memory.current`).
@@ -164,7 +170,7 @@ fn read_num(path: &Path) -> Option<u64> {
 impl PodCgroupLimits {
     /// The pod at `subs`; `unit` is its unit of the host's systemd when the
     /// pod runs under one (systemd driver).
-    pub fn new(layout: &Layout, subs: &Subcgroups, unit: Option<String>) -> Self {
+    pub(crate) fn new(layout: &Layout, subs: &Subcgroups, unit: Option<String>) -> Self {
         if let Some(root) = layout.v2_root() {
             return PodCgroupLimits { target: Target::V2 { dir: root.join(&subs.tracking) }, unit };
         }
@@ -186,7 +192,7 @@ impl PodCgroupLimits {
     }
 
     /// What the pod's cgroup files say now.
-    pub fn read(&self) -> CurrentLimits {
+    pub(crate) fn read(&self) -> CurrentLimits {
         match &self.target {
             Target::V1 { memory, cpu } => CurrentLimits {
                 memory_limit_bytes: memory
@@ -209,7 +215,7 @@ impl PodCgroupLimits {
     /// Writes `limits`, all or nothing: a memory limit lowered below the
     /// pod's usage is refused before any write; a failed write restores what
     /// was written before it.
-    pub fn apply(&self, limits: PodLimits) -> Result<(), PodLimitsError> {
+    pub(crate) fn apply(&self, limits: PodLimits) -> Result<(), PodLimitsError> {
         let current = self.read().memory_limit_bytes;
         // only a shrink can be below usage (a limit kept or raised never is)
         let shrinks = |limit: i64| current.is_none_or(|c| u64::try_from(limit).is_ok_and(|l| l < c));

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 /// Memory figures as CRI reports them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Memory {
+pub(crate) struct Memory {
     pub usage_bytes: u64,
     /// Usage minus inactive file pages (what the kubelet evicts on).
     pub working_set_bytes: u64,
@@ -20,7 +20,7 @@ pub struct Memory {
 
 /// One cgroup's usage; `None` where the controller is not mounted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
+pub(crate) struct Usage {
     pub cpu_ns: Option<u64>,
     pub memory: Option<Memory>,
     pub processes: Option<u64>,
@@ -29,7 +29,7 @@ pub struct Usage {
 /// Where a cgroup's controller files are: per controller (v1), or one
 /// directory for all (v2).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StatDirs {
+pub(crate) struct StatDirs {
     pub cpu: Option<PathBuf>,
     pub memory: Option<PathBuf>,
     pub pids: Option<PathBuf>,
@@ -41,7 +41,7 @@ impl StatDirs {
     /// The directories of cgroup `path` (relative to the hierarchies' roots):
     /// v1 controller hierarchies where mounted, else the unified hierarchy
     /// when it has the controllers (pure v2).
-    pub fn of(layout: &Layout, path: &str) -> StatDirs {
+    pub(crate) fn of(layout: &Layout, path: &str) -> StatDirs {
         let v1 = |c: &str| {
             layout
                 .hierarchies
@@ -59,14 +59,14 @@ impl StatDirs {
 
     /// An app's directories: its unit's cgroup on a cgroup v2 host with
     /// controllers, else its own `app-<name>` v1 cgroups below the pod's.
-    pub fn of_app(layout: &Layout, pod: &str, app: &str) -> StatDirs {
+    pub(crate) fn of_app(layout: &Layout, pod: &str, app: &str) -> StatDirs {
         if layout.v2_root().is_some() {
             return StatDirs::of(layout, &super::unit_subpath(pod, app));
         }
         StatDirs::of(layout, &format!("{pod}/app-{app}"))
     }
 
-    pub fn read(&self) -> Usage {
+    pub(crate) fn read(&self) -> Usage {
         let file = |dir: &Option<PathBuf>, name: &str| dir.as_ref().and_then(|d| fs::read_to_string(d.join(name)).ok());
         let cpu_ns = if self.v2 {
             file(&self.cpu, "cpu.stat").and_then(|s| field(&s, "usage_usec")).map(|us| us * 1000)
@@ -89,7 +89,7 @@ impl StatDirs {
 
 /// The previous CPU sample per container or pod, for `usage_nano_cores`.
 #[derive(Debug, Default)]
-pub struct CpuRates {
+pub(crate) struct CpuRates {
     last: std::sync::Mutex<std::collections::HashMap<String, (i64, u64)>>,
 }
 
@@ -97,7 +97,7 @@ impl CpuRates {
     /// Nanoseconds of CPU per second since the previous sample of `key`
     /// (none for the first sample, or when the counter went back: a new
     /// cgroup under the same name). Keeps at most a few thousand keys.
-    pub fn rate(&self, key: &str, now_ns: i64, usage_ns: u64) -> Option<u64> {
+    pub(crate) fn rate(&self, key: &str, now_ns: i64, usage_ns: u64) -> Option<u64> {
         let mut last = self.last.lock().ok()?;
         if last.len() > 4096 {
             last.clear();

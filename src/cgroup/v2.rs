@@ -24,7 +24,7 @@ use super::limits::Limits;
 use cgroups_rs::fs::cpu::CpuController;
 use cgroups_rs::fs::cpuset::CpuSetController;
 use cgroups_rs::fs::hugetlb::HugeTlbController;
-use cgroups_rs::fs::memory::{MemController, SetMemory};
+use cgroups_rs::fs::memory::MemController;
 use cgroups_rs::fs::pid::PidController;
 use cgroups_rs::fs::{MaxValue, error::Error as CgError};
 use std::fs;
@@ -32,7 +32,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
-pub enum V2Error {
+pub(crate) enum V2Error {
     #[error("{dir}: enabling controller {controller}: {source}")]
     Enable { dir: PathBuf, controller: String, source: io::Error },
     #[error(
@@ -48,10 +48,10 @@ pub enum V2Error {
 }
 
 /// The controllers rktlet enables for pods and apps, when the host has them.
-pub const CONTROLLERS: [&str; 6] = ["cpuset", "cpu", "io", "memory", "hugetlb", "pids"];
+pub(crate) const CONTROLLERS: [&str; 6] = ["cpuset", "cpu", "io", "memory", "hugetlb", "pids"];
 
 /// Controllers listed in a cgroup's `cgroup.controllers` (what it may use).
-pub fn available(dir: &Path) -> Vec<String> {
+pub(crate) fn available(dir: &Path) -> Vec<String> {
     fs::read_to_string(dir.join("cgroup.controllers"))
         .unwrap_or_default()
         .split_whitespace()
@@ -71,7 +71,7 @@ fn enabled(dir: &Path) -> Vec<String> {
 /// `root` and of every directory below it on the way to `rel` (`rel` itself
 /// included when `including_last`), so that the cgroup at `rel` (or its
 /// children) has their files. Directories must exist.
-pub fn enable_down(root: &Path, rel: &str, including_last: bool) -> Result<(), V2Error> {
+pub(crate) fn enable_down(root: &Path, rel: &str, including_last: bool) -> Result<(), V2Error> {
     let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
     let mut dirs = vec![root.to_path_buf()];
     let mut dir = root.to_path_buf();
@@ -87,7 +87,7 @@ pub fn enable_down(root: &Path, rel: &str, including_last: bool) -> Result<(), V
 }
 
 /// Enables in one directory every wanted controller it has and has not enabled yet.
-pub fn enable_in(dir: &Path) -> Result<(), V2Error> {
+pub(crate) fn enable_in(dir: &Path) -> Result<(), V2Error> {
     let have = available(dir);
     let on = enabled(dir);
     for c in CONTROLLERS.iter().filter(|c| have.iter().any(|h| h == *c) && !on.iter().any(|o| o == *c)) {
@@ -132,7 +132,7 @@ fn need(dir: &Path, controller: &str, file: &str) -> Result<(), V2Error> {
 /// update that drops one takes it off; the `unified` entries go last and win,
 /// and a file they set is not written from the fields first (the app would
 /// see it reset meanwhile: the unit started with the unified value).
-pub fn apply(dir: &Path, limits: &Limits) -> Result<(), V2Error> {
+pub(crate) fn apply(dir: &Path, limits: &Limits) -> Result<(), V2Error> {
     let from_fields = |file: &str| !limits.unified.contains_key(file);
     let mem = MemController::new(dir.to_path_buf(), PathBuf::new(), true);
     if from_fields("memory.max") && (limits.memory_bytes.is_some() || has(dir, "memory.max")) {
@@ -198,7 +198,7 @@ pub fn apply(dir: &Path, limits: &Limits) -> Result<(), V2Error> {
 }
 
 /// `oom_kill` of the cgroup's `memory.events` (0 when there is none).
-pub fn oom_kills(dir: &Path) -> u64 {
+pub(crate) fn oom_kills(dir: &Path) -> u64 {
     fs::read_to_string(dir.join("memory.events"))
         .unwrap_or_default()
         .lines()
@@ -208,16 +208,9 @@ pub fn oom_kills(dir: &Path) -> u64 {
 }
 
 /// A value as it reads now, for tests and status (`max` kept as is).
-pub fn read(dir: &Path, file: &str) -> Option<String> {
+#[cfg(test)]
+pub(crate) fn read(dir: &Path, file: &str) -> Option<String> {
     fs::read_to_string(dir.join(file)).ok().map(|s| s.trim().to_string())
-}
-
-/// Sets `memory.high` with cgroups-rs (used for a pod's own cgroup, where
-/// kubelet's QoS may ask for throttling before the hard limit).
-pub fn set_memory_high(dir: &Path, bytes: Option<i64>) -> Result<(), V2Error> {
-    let mem = MemController::new(dir.to_path_buf(), PathBuf::new(), true);
-    let high = bytes.filter(|b| *b > 0).map_or(MaxValue::Max, MaxValue::Value);
-    ctl(dir, "memory.high", mem.set_mem(SetMemory { low: None, high: Some(high), min: None, max: None }))
 }
 
 #[cfg(test)]

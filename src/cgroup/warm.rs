@@ -25,23 +25,23 @@ use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How often the lock is taken while held open: well inside a grace period.
-pub const PERIOD: Duration = Duration::from_millis(3);
+pub(crate) const PERIOD: Duration = Duration::from_millis(3);
 
 /// How long a pod start keeps the lock open (its boot's migrations are
 /// within the first 50 ms; longer on a busy node).
-pub const POD_START: Duration = Duration::from_millis(100);
+pub(crate) const POD_START: Duration = Duration::from_millis(100);
 
 /// How long a container start keeps it open.
-pub const CONTAINER_START: Duration = Duration::from_millis(40);
+pub(crate) const CONTAINER_START: Duration = Duration::from_millis(40);
 
 /// How long a container's creation keeps it open: kubelet starts a
 /// container right after creating it, so the first migration's grace period
 /// is waited for while the container is created (by this thread, not the
 /// start, whose first step takes the cgroup lock the waiting write holds).
-pub const CONTAINER_CREATE: Duration = Duration::from_millis(100);
+pub(crate) const CONTAINER_CREATE: Duration = Duration::from_millis(100);
 
 /// `RKTLET_CGROUP_WARM=0` in the daemon's environment turns this off.
-pub const OFF_ENV: &str = "RKTLET_CGROUP_WARM";
+pub(crate) const OFF_ENV: &str = "RKTLET_CGROUP_WARM";
 
 struct Warmer {
     until: Mutex<Option<Instant>>,
@@ -49,7 +49,7 @@ struct Warmer {
 }
 
 /// Keeps the migration lock open for `d` from now (longer if already asked).
-pub fn hold(d: Duration) {
+pub(crate) fn hold(d: Duration) {
     let Some(w) = warmer() else { return };
     let Ok(mut until) = w.until.lock() else { return };
     let want = Instant::now() + d;
@@ -129,7 +129,7 @@ fn own_tasks_file() -> Option<PathBuf> {
 /// the node keeps it slow (`favordynmods`; on Linux 6.18 also once it was
 /// ever turned on, as seen here). None without a v1 hierarchy. For the
 /// context of benchmark figures.
-pub fn probe_after_quiet(quiet: Duration) -> Option<Duration> {
+pub(crate) fn probe_after_quiet(quiet: Duration) -> Option<Duration> {
     let tasks = own_tasks_file()?;
     // SAFETY: gettid(2) takes no arguments and cannot fail.
     let tid = unsafe { libc::gettid() }.to_string();
@@ -146,7 +146,8 @@ pub fn probe_after_quiet(quiet: Duration) -> Option<Duration> {
 }
 
 /// Whether the warm thread runs on this node.
-pub fn available() -> bool {
+#[cfg(test)]
+pub(crate) fn available() -> bool {
     warmer().is_some()
 }
 

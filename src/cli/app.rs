@@ -33,7 +33,7 @@ fn id(uuid: &str, app: &str) -> String {
 /// The app `name` names among `apps`, as rkt names apps (`--app=NAME`): the
 /// app of that name, else the one `app add --name=NAME` made
 /// (`<attempt>-NAME`, the CRI's form), its latest attempt.
-pub fn app_named<'a>(apps: impl IntoIterator<Item = &'a str>, name: &str) -> Option<&'a str> {
+pub(crate) fn app_named<'a>(apps: impl IntoIterator<Item = &'a str>, name: &str) -> Option<&'a str> {
     let mut latest: Option<(u32, &str)> = None;
     for app in apps {
         if app == name {
@@ -60,7 +60,7 @@ fn app_id(rt: &Runtime, uuid: &str, app: &str) -> String {
 }
 
 /// `app add`: prints the container id.
-pub fn add(data_dir: PathBuf, a: AddArgs) -> Result<String, String> {
+pub(crate) fn add(data_dir: PathBuf, a: AddArgs) -> Result<String, String> {
     let req = a.to_cri()?;
     let (tokio, rt) = runtime(data_dir)?;
     tokio
@@ -76,7 +76,7 @@ pub fn add(data_dir: PathBuf, a: AddArgs) -> Result<String, String> {
 }
 
 /// `app start|stop|rm UUID --app=NAME`.
-pub fn lifecycle(data_dir: PathBuf, verb: &str, uuid: &str, app: &str, timeout: i64) -> Result<(), String> {
+pub(crate) fn lifecycle(data_dir: PathBuf, verb: &str, uuid: &str, app: &str, timeout: i64) -> Result<(), String> {
     let (tokio, rt) = runtime(data_dir)?;
     let container_id = app_id(&rt, uuid, app);
     let result = tokio.block_on(async {
@@ -99,7 +99,7 @@ pub fn lifecycle(data_dir: PathBuf, verb: &str, uuid: &str, app: &str, timeout: 
 
 /// `app exec UUID --app=NAME -- CMD...`: the command's stdout, stderr and
 /// exit code, through the same code as ExecSync.
-pub fn exec(
+pub(crate) fn exec(
     data_dir: PathBuf,
     uuid: &str,
     app: &str,
@@ -115,7 +115,7 @@ pub fn exec(
 /// like ours and resized with it (SIGWINCH), our terminal in raw mode
 /// meanwhile; stdin and output relayed as the streaming Exec does (the same
 /// session code). Returns the command's exit code.
-pub fn exec_tty(data_dir: PathBuf, uuid: &str, app: &str, cmd: Vec<String>) -> Result<i32, String> {
+pub(crate) fn exec_tty(data_dir: PathBuf, uuid: &str, app: &str, cmd: Vec<String>) -> Result<i32, String> {
     use crate::stream::remotecommand::{self, Input, Output, Streams};
     use nix::sys::termios::{SetArg, cfmakeraw, tcgetattr, tcsetattr};
     use std::io::{Read, Write};
@@ -190,7 +190,7 @@ fn exit_code_of(status: &str) -> Result<i32, String> {
 /// (`no_legend`: without its header) and `key=value` lines, or JSON (rkt's
 /// `v1.App`, rktlet's fields after rkt's; `app list` as an array, which rkt
 /// did not print).
-pub fn show(
+pub(crate) fn show(
     data_dir: PathBuf,
     uuid: &str,
     app: Option<&str>,
@@ -228,7 +228,7 @@ pub fn show(
 
 /// One row of `rktlet stats`.
 #[derive(Debug, serde::Serialize)]
-pub struct StatsRow {
+pub(crate) struct StatsRow {
     pub pod: String,
     pub pod_name: String,
     /// Empty for the pod's own row.
@@ -265,7 +265,7 @@ impl StatsRow {
 
 /// `rktlet stats`: every ready pod and its running containers, with CPU as a
 /// rate over 200 ms, memory working set and writable layer, as a table or JSON.
-pub fn stats(data_dir: PathBuf, json: bool) -> Result<String, String> {
+pub(crate) fn stats(data_dir: PathBuf, json: bool) -> Result<String, String> {
     let (_tokio, rt) = runtime(data_dir)?;
     let no_labels = std::collections::HashMap::new();
     // two samples: the CPU rates are those since the first

@@ -11,7 +11,7 @@ use std::path::Path;
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Ok,
     /// Works, with a limit the operator should know about.
     Warn,
@@ -21,7 +21,7 @@ pub enum Outcome {
 
 /// One check: what was looked at, what was found, and the fix if any.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Check {
+pub(crate) struct Check {
     pub name: &'static str,
     pub outcome: Outcome,
     pub detail: String,
@@ -45,7 +45,7 @@ impl Check {
 const MIN_FREE_BYTES: u64 = 1 << 30;
 
 /// Runs every check against `config` (the daemon's effective configuration).
-pub fn run(config: &Config) -> Vec<Check> {
+pub(crate) fn run(config: &Config) -> Vec<Check> {
     let mut out = vec![kernel_overlay(), namespaces()];
     out.extend(cgroups());
     out.push(nspawn());
@@ -478,7 +478,7 @@ fn own_seccomp(status: &str) -> Check {
 }
 
 /// The checks as text, one per line with its fix below.
-pub fn to_text(checks: &[Check]) -> String {
+pub(crate) fn to_text(checks: &[Check]) -> String {
     let mut out = String::new();
     for c in checks {
         let mark = match c.outcome {

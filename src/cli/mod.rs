@@ -6,8 +6,8 @@
 //! walk-through (`rktlet demo`, [`demo`]). The daemon (`rktlet serve`) is
 //! one command of it.
 
-pub mod app;
+pub(crate) mod app;
 pub mod command;
-pub mod doctor;
-pub mod out;
-pub mod pods;
+pub(crate) mod doctor;
+pub(crate) mod out;
+pub(crate) mod pods;

@@ -22,7 +22,7 @@ use rkt::pod::PodState;
 
 /// The output formats rkt's `--format` takes (rktlet also takes `table`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     Tabbed,
     Json,
     JsonPretty,
@@ -30,7 +30,7 @@ pub enum Format {
 
 impl Format {
     /// Parses `--format`: empty (rkt's default), `table`/`tabbed`, `json`, `json-pretty`.
-    pub fn parse(s: &str) -> Result<Format, String> {
+    pub(crate) fn parse(s: &str) -> Result<Format, String> {
         match s {
             "" | "table" | "tabbed" => Ok(Format::Tabbed),
             "json" => Ok(Format::Json),
@@ -42,7 +42,7 @@ impl Format {
 
 /// An instant with the zone it is shown in, as Go's `time.Time` prints it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GoTime {
+pub(crate) struct GoTime {
     /// Seconds since the epoch.
     pub secs: i64,
     pub nanos: u32,
@@ -53,11 +53,11 @@ pub struct GoTime {
 }
 
 /// Go's zero `time.Time`, as rkt prints a time the pod has not reached.
-pub const GO_ZERO_TIME: &str = "0001-01-01 00:00:00 +0000 UTC";
+pub(crate) const GO_ZERO_TIME: &str = "0001-01-01 00:00:00 +0000 UTC";
 
 impl GoTime {
     /// `unix_ns` in the local zone (the `TZ` variable or `/etc/localtime`, as Go reads them).
-    pub fn local(unix_ns: i64) -> GoTime {
+    pub(crate) fn local(unix_ns: i64) -> GoTime {
         let secs = unix_ns.div_euclid(1_000_000_000);
         let nanos = unix_ns.rem_euclid(1_000_000_000) as u32;
         let (offset, zone) = local_zone(secs);
@@ -66,7 +66,7 @@ impl GoTime {
 
     /// Go's layout `2006-01-02 15:04:05.<frac> -0700 MST` with `frac_digits`
     /// nines: the fraction truncated, its trailing zeros (and a bare dot) dropped.
-    pub fn format(&self, frac_digits: u32) -> String {
+    pub(crate) fn format(&self, frac_digits: u32) -> String {
         let local = self.secs + i64::from(self.offset);
         let (y, m, d) = civil_from_days(local.div_euclid(86_400));
         let sod = local.rem_euclid(86_400);
@@ -90,12 +90,12 @@ impl GoTime {
     }
 
     /// rkt's `defaultTimeLayout` (`list --full`, `status`).
-    pub fn rkt_layout(&self) -> String {
+    pub(crate) fn rkt_layout(&self) -> String {
         self.format(3)
     }
 
     /// Go's `Time.String()` of a `time.Unix(0, ns)` (`app status`).
-    pub fn go_string(&self) -> String {
+    pub(crate) fn go_string(&self) -> String {
         self.format(9)
     }
 }
@@ -135,7 +135,7 @@ fn local_zone(secs: i64) -> (i32, String) {
 /// go-humanize's `Time`: how long before `now_secs` `then_secs` was
 /// (`now`, `1 second ago`, `5 minutes ago`, `1 year ago`, `a long while ago`;
 /// `... from now` for the future). Months are 30 days, years 12 months.
-pub fn humanize_ago(then_secs: i64, now_secs: i64) -> String {
+pub(crate) fn humanize_ago(then_secs: i64, now_secs: i64) -> String {
     const MINUTE: i64 = 60;
     const HOUR: i64 = 60 * MINUTE;
     const DAY: i64 = 24 * HOUR;
@@ -176,7 +176,7 @@ pub fn humanize_ago(then_secs: i64, now_secs: i64) -> String {
 /// padding 1, padding by tabs, no flags) over rows of cells: every cell
 /// but a row's last is padded with tabs to its column's width (the widest
 /// cell plus one, rounded up to a multiple of 8). Rows must have equal length.
-pub fn tabwrite(rows: &[Vec<String>]) -> String {
+pub(crate) fn tabwrite(rows: &[Vec<String>]) -> String {
     const TAB_WIDTH: usize = 8;
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns.saturating_sub(1))
@@ -201,14 +201,14 @@ pub fn tabwrite(rows: &[Vec<String>]) -> String {
 
 /// rkt's networks column and `networks=` value: `NAME:ip4=IP` joined by `, `
 /// (`<nil>` for a network without an address, as Go prints a nil IP).
-pub fn fmt_nets(nets: &[NetInfo]) -> String {
+pub(crate) fn fmt_nets(nets: &[NetInfo]) -> String {
     let one = |n: &NetInfo| format!("{}:ip4={}", n.net_name, n.ip.map_or("<nil>".to_string(), |ip| ip.to_string()));
     nets.iter().map(one).collect::<Vec<_>>().join(", ")
 }
 
 /// One app row of `rkt list`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ListApp {
+pub(crate) struct ListApp {
     pub name: String,
     /// The image manifest's name, `:version` appended when it has that
     /// label; `Err` when the app's image manifest cannot be read.
@@ -219,7 +219,7 @@ pub struct ListApp {
 
 /// What `rkt list` and `rkt status` read of a pod.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PodView {
+pub(crate) struct PodView {
     pub uuid: String,
     pub state: PodState,
     /// `None` before the pod is prepared (rkt's zero time).
@@ -239,7 +239,7 @@ pub struct PodView {
 /// short form: 8-character UUIDs and relative times; `full`: whole UUIDs,
 /// image ids (19 characters) and absolute times. Returns the table and the
 /// problems rkt reports after it (on stderr).
-pub fn list_table(pods: &[PodView], full: bool, no_legend: bool, now_secs: i64) -> (String, Vec<String>) {
+pub(crate) fn list_table(pods: &[PodView], full: bool, no_legend: bool, now_secs: i64) -> (String, Vec<String>) {
     let mut rows: Vec<Vec<String>> = Vec::new();
     let mut errors = Vec::new();
     if !no_legend {
@@ -296,7 +296,7 @@ fn logged(text: String) -> String {
 /// ran, `networks` while running or exited, and for a running or finished
 /// pod `pid` (when known), `exited` and, once not running, `app-NAME=CODE`
 /// for each app with a recorded exit.
-pub fn status_text(pod: &PodView) -> String {
+pub(crate) fn status_text(pod: &PodView) -> String {
     let mut out = format!("state={}\n", pod.state);
     let created = pod.created.as_ref().map_or(GO_ZERO_TIME.to_string(), GoTime::rkt_layout);
     out.push_str(&format!("created={created}\n"));
@@ -323,7 +323,7 @@ pub fn status_text(pod: &PodView) -> String {
 }
 
 /// `rkt app list`'s table: NAME and STATE.
-pub fn app_list_table(apps: &[AppInfo], no_legend: bool) -> String {
+pub(crate) fn app_list_table(apps: &[AppInfo], no_legend: bool) -> String {
     let mut rows = Vec::new();
     if !no_legend {
         rows.push(vec!["NAME".to_string(), "STATE".to_string()]);
@@ -334,7 +334,7 @@ pub fn app_list_table(apps: &[AppInfo], no_legend: bool) -> String {
 
 /// `rkt app status`'s `key=value` lines (`zone` places the times); then
 /// rktlet's own: `reason`, `message`, the usage of a running app.
-pub fn app_status_text(app: &AppInfo, zone: impl Fn(i64) -> GoTime) -> String {
+pub(crate) fn app_status_text(app: &AppInfo, zone: impl Fn(i64) -> GoTime) -> String {
     let mut out = format!("name={}\nstate={}\nimage_id={}\n", app.name, app.state, app.image_id);
     for (key, ns) in [("created_at", app.created_at), ("started_at", app.started_at), ("finished_at", app.finished_at)]
     {
@@ -379,7 +379,7 @@ pub fn app_status_text(app: &AppInfo, zone: impl Fn(i64) -> GoTime) -> String {
 
 /// Go's `json.Marshal` (or `MarshalIndent` with a tab for `JsonPretty`) of
 /// `v`, followed by the newline rkt's logger adds.
-pub fn go_json<T: serde::Serialize>(v: &T, format: Format) -> Result<String, String> {
+pub(crate) fn go_json<T: serde::Serialize>(v: &T, format: Format) -> Result<String, String> {
     let text = if format == Format::JsonPretty {
         let mut buf = Vec::new();
         let mut ser =
@@ -406,7 +406,7 @@ pub fn go_json<T: serde::Serialize>(v: &T, format: Format) -> Result<String, Str
 }
 
 /// `rkt list --format=json`: Go's nil slice when there is no pod (`null`).
-pub fn list_json(pods: &[PodInfo], format: Format) -> Result<String, String> {
+pub(crate) fn list_json(pods: &[PodInfo], format: Format) -> Result<String, String> {
     if pods.is_empty() { Ok("null\n".into()) } else { go_json(&pods, format) }
 }
 

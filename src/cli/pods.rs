@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Everything `list` and `status` print of a pod, read once.
-pub struct PodRead {
+pub(crate) struct PodRead {
     pub view: PodView,
     /// Go's `time.Time` values as nanoseconds since the epoch.
     created_ns: Option<i64>,
@@ -60,7 +60,7 @@ fn image_name(pod_path: &Path, app: &str) -> Result<String, String> {
 /// start time once it ran (`pid`, else `ppid`), networks while running or
 /// exited, the manifest where rkt expects one, recorded exit codes; the
 /// apps' image names (their image manifests) only for a table.
-pub fn read_pod(pod: &mut Pod, image_names: bool) -> Result<PodRead, PodError> {
+pub(crate) fn read_pod(pod: &mut Pod, image_names: bool) -> Result<PodRead, PodError> {
     use PodState::*;
     let state = pod.state()?;
     let path = pod.path();
@@ -167,7 +167,7 @@ fn pod_app(r: &PodRead, a: &RuntimeApp, volumes: &[rkt::schema::Volume]) -> AppI
 /// One pod as `rkt list|status --format=json` shows it (rkt's `v1.Pod`,
 /// then rktlet's fields); `None` for a pod not prepared yet, which rkt
 /// refuses (`invalid creation time`).
-pub fn pod_info(r: &PodRead) -> Option<PodInfo> {
+pub(crate) fn pod_info(r: &PodRead) -> Option<PodInfo> {
     let secs = |ns: i64| u64::try_from(ns.div_euclid(1_000_000_000)).ok();
     let created_at = r.created_ns.and_then(secs).filter(|s| *s > 0)?;
     let mut info = PodInfo {
@@ -196,7 +196,7 @@ fn now_secs() -> i64 {
 }
 
 /// What `rktlet list` prints: on stdout, and the problems for stderr.
-pub struct Listing {
+pub(crate) struct Listing {
     pub out: String,
     pub errors: Vec<String>,
 }
@@ -205,7 +205,7 @@ pub struct Listing {
 /// prepare and prepared directories by UUID (not idle pool pods), as rkt's
 /// table (`full`: whole UUIDs, image ids, absolute times; `no_legend`: no
 /// header) or its JSON.
-pub fn list(data: &DataDir, format: Format, full: bool, no_legend: bool) -> Result<Listing, String> {
+pub(crate) fn list(data: &DataDir, format: Format, full: bool, no_legend: bool) -> Result<Listing, String> {
     let mut reads = Vec::new();
     let mut errors = Vec::new();
     let mut pods = data.list_pods().map_err(|e| e.to_string())?;
@@ -245,7 +245,7 @@ pub fn list(data: &DataDir, format: Format, full: bool, no_legend: bool) -> Resu
 }
 
 /// `rktlet status UUID`: rkt's `key=value` lines or its JSON.
-pub fn status(data: &DataDir, id: &str, format: Format) -> Result<String, String> {
+pub(crate) fn status(data: &DataDir, id: &str, format: Format) -> Result<String, String> {
     let mut pod = Pod::open(data, id).map_err(|e| e.to_string())?;
     let r = read_pod(&mut pod, false).map_err(|e| e.to_string())?;
     match format {
@@ -259,7 +259,7 @@ pub fn status(data: &DataDir, id: &str, format: Format) -> Result<String, String
 
 /// The pod `status` names: the argument, or the first line of `--uuid-file`
 /// (one of the two, as rkt).
-pub fn status_uuid(uuid: Option<String>, file: Option<&Path>) -> Result<String, String> {
+pub(crate) fn status_uuid(uuid: Option<String>, file: Option<&Path>) -> Result<String, String> {
     match (uuid, file) {
         (Some(id), None) => Ok(id),
         (None, Some(f)) => {
@@ -273,12 +273,12 @@ pub fn status_uuid(uuid: Option<String>, file: Option<&Path>) -> Result<String, 
 
 /// How long `--wait`/`--wait-ready` wait: `None` not at all, `Some(None)`
 /// without limit, `Some(Some(d))` at most `d`.
-pub type Wait = Option<Option<Duration>>;
+pub(crate) type Wait = Option<Option<Duration>>;
 
 /// rkt's `--wait`/`--wait-ready` value: empty or a true boolean waits
 /// without limit, a false one not at all, else a Go duration (`1m30s`;
 /// negative: without limit, zero: not at all).
-pub fn parse_wait(s: &str) -> Result<Wait, String> {
+pub(crate) fn parse_wait(s: &str) -> Result<Wait, String> {
     match s {
         "" | "1" | "t" | "T" | "true" | "TRUE" | "True" => return Ok(Some(None)),
         "0" | "f" | "F" | "false" | "FALSE" | "False" => return Ok(None),
@@ -324,7 +324,7 @@ pub fn parse_wait(s: &str) -> Result<Wait, String> {
 
 /// Waits as `status --wait-ready`/`--wait` ask: for the pod's systemd to
 /// report it ready, then for the pod to finish (exited, or gone to garbage).
-pub fn wait_for(data: &DataDir, id: &str, ready: Wait, finished: Wait) -> Result<(), String> {
+pub(crate) fn wait_for(data: &DataDir, id: &str, ready: Wait, finished: Wait) -> Result<(), String> {
     let poll = |what: &str, wait: Wait, done: &dyn Fn(&mut Pod) -> Result<bool, PodError>| -> Result<(), String> {
         let Some(limit) = wait else { return Ok(()) };
         let deadline = limit.map(|d| std::time::Instant::now() + d);
@@ -368,19 +368,19 @@ fn block_on<T>(f: impl Future<Output = Result<T, TeardownError>>) -> Result<T, T
 }
 
 /// `rktlet stop UUID`: stop a pod and release its network (`force` skips the grace period).
-pub fn stop_pod(data: &DataDir, id: &str, force: bool, net: &NetDirs) -> Result<(), TeardownError> {
+pub(crate) fn stop_pod(data: &DataDir, id: &str, force: bool, net: &NetDirs) -> Result<(), TeardownError> {
     let grace = if force { Duration::ZERO } else { Duration::from_secs(10) };
     block_on(teardown::stop_pod(data, id, grace, net))
 }
 
 /// `rktlet rm UUID`: stop if needed and delete a pod with its network.
-pub fn rm_pod(data: &DataDir, id: &str, net: &NetDirs) -> Result<(), TeardownError> {
+pub(crate) fn rm_pod(data: &DataDir, id: &str, net: &NetDirs) -> Result<(), TeardownError> {
     block_on(teardown::remove_pod(data, id, Duration::from_secs(10), net, teardown::Deletion::Now))
 }
 
 /// rkt's stage1 `stop` entry point (`rkt stop [--force] UUID`): stops the
 /// pod as `rktlet stop` does, with the CNI directories the daemon recorded.
-pub fn stage1_stop(data: &DataDir, id: &str, force: bool) -> Result<(), TeardownError> {
+pub(crate) fn stage1_stop(data: &DataDir, id: &str, force: bool) -> Result<(), TeardownError> {
     stop_pod(data, id, force, &crate::stage1::entrypoints::recorded_net(data))
 }
 
@@ -388,7 +388,7 @@ pub fn stage1_stop(data: &DataDir, id: &str, force: bool) -> Result<(), Teardown
 /// pod directory): releases what the exited pod holds on the node (mounts,
 /// cgroup, network, a failed sandbox unit) as the daemon's teardown does.
 /// Nothing to do for a pod already torn down or gone; refused for a running pod.
-pub fn stage1_gc(data: &DataDir, id: &str) -> Result<(), TeardownError> {
+pub(crate) fn stage1_gc(data: &DataDir, id: &str) -> Result<(), TeardownError> {
     let uuid = match Pod::open(data, id) {
         Ok(mut pod) => {
             if pod.state()? == PodState::Running {
@@ -412,7 +412,7 @@ pub fn stage1_gc(data: &DataDir, id: &str) -> Result<(), TeardownError> {
 /// How long ago `unix_ns` (nanoseconds since the epoch) was, as rkt's
 /// `image list` shows times (go-humanize: "now", "1 minute ago", "3 days
 /// ago"); "never" for 0.
-pub fn ago(unix_ns: i64, now: SystemTime) -> String {
+pub(crate) fn ago(unix_ns: i64, now: SystemTime) -> String {
     if unix_ns <= 0 {
         return "never".into();
     }
@@ -423,7 +423,7 @@ pub fn ago(unix_ns: i64, now: SystemTime) -> String {
 /// A size in bytes as rkt 1.30's `image list` shows it (go-humanize's
 /// `IBytes` of that release): "5B", "512B", "4.2MiB", "20MiB" (one decimal
 /// below 10, rounded to the nearest tenth first).
-pub fn ibytes(bytes: u64) -> String {
+pub(crate) fn ibytes(bytes: u64) -> String {
     const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     if bytes < 10 {
         return format!("{bytes}B");
@@ -437,7 +437,7 @@ pub fn ibytes(bytes: u64) -> String {
 /// `rktlet gc --mark-only`, as rkt's: moves exited pods to `exited-garbage/`
 /// and aborted prepares to `garbage/` ([`rkt::gc::pod_mark`]), deleting
 /// nothing. Returns the uuids moved.
-pub fn gc_mark(data: &DataDir) -> Result<Vec<String>, PodError> {
+pub(crate) fn gc_mark(data: &DataDir) -> Result<Vec<String>, PodError> {
     let mut marked = Vec::new();
     for (uuid, dir) in data.list_pods()? {
         if !rkt::gc::may_mark(dir) {
@@ -462,7 +462,7 @@ pub fn gc_mark(data: &DataDir) -> Result<Vec<String>, PodError> {
 /// `rktlet gc`: deletes exited pods older than `grace` (by pod-created time),
 /// aborted prepares and garbage ([`rkt::gc::pod_verdict`]). Returns the
 /// uuids removed.
-pub fn gc(data: &DataDir, grace: Duration, net: &NetDirs) -> Result<Vec<String>, TeardownError> {
+pub(crate) fn gc(data: &DataDir, grace: Duration, net: &NetDirs) -> Result<Vec<String>, TeardownError> {
     let mut removed = Vec::new();
     let now = SystemTime::now();
     for (uuid, dir) in data.list_pods()? {

@@ -27,7 +27,7 @@ fn map(v: &Value) -> HashMap<String, String> {
 
 /// A crictl pod file (snake_case PodSandboxConfig fields: metadata,
 /// hostname, log_directory, labels, annotations) as a CRI config.
-pub fn pod_config(json: &str) -> Result<cri::PodSandboxConfig, String> {
+pub(crate) fn pod_config(json: &str) -> Result<cri::PodSandboxConfig, String> {
     let v: Value = serde_json::from_str(json).map_err(|e| format!("pod file: {e}"))?;
     let m = &v["metadata"];
     Ok(cri::PodSandboxConfig {
@@ -48,7 +48,7 @@ pub fn pod_config(json: &str) -> Result<cri::PodSandboxConfig, String> {
 
 /// A crictl container file (metadata, image, command, args, log_path,
 /// labels) as a CRI config.
-pub fn container_config(json: &str) -> Result<cri::ContainerConfig, String> {
+pub(crate) fn container_config(json: &str) -> Result<cri::ContainerConfig, String> {
     let v: Value = serde_json::from_str(json).map_err(|e| format!("container file: {e}"))?;
     let list = |v: &Value| v.as_array().map(|a| a.iter().map(text).collect()).unwrap_or_default();
     Ok(cri::ContainerConfig {
@@ -66,7 +66,7 @@ pub fn container_config(json: &str) -> Result<cri::ContainerConfig, String> {
 /// guide's docker.io one) and the pod logs in `log_dir`, printing each step
 /// as the crictl command it stands for. Removes the pod at the end, also
 /// after a failed step.
-pub async fn run(socket: &Path, image: &str, log_dir: &Path, out: &mut impl Write) -> Result<(), String> {
+pub(crate) async fn run(socket: &Path, image: &str, log_dir: &Path, out: &mut impl Write) -> Result<(), String> {
     let call = |what: &'static str| move |e: tonic::Status| format!("{what}: {}", e.message());
     let mut rt =
         crate::client::runtime(socket).await.map_err(|e| format!("connecting to {}: {e}", socket.display()))?;

@@ -27,18 +27,18 @@ pub async fn channel(socket: &Path) -> Result<Channel, tonic::transport::Error> 
         .await
 }
 
-pub async fn runtime(socket: &Path) -> Result<RuntimeServiceClient<Channel>, tonic::transport::Error> {
+pub(crate) async fn runtime(socket: &Path) -> Result<RuntimeServiceClient<Channel>, tonic::transport::Error> {
     Ok(RuntimeServiceClient::new(channel(socket).await?))
 }
 
-pub async fn images(socket: &Path) -> Result<ImageServiceClient<Channel>, tonic::transport::Error> {
+pub(crate) async fn images(socket: &Path) -> Result<ImageServiceClient<Channel>, tonic::transport::Error> {
     Ok(ImageServiceClient::new(channel(socket).await?))
 }
 
 /// Why nobody answers on `socket`, in an operator's words: no such file, not
 /// a socket, or a socket nobody listens on (no daemon running there); `None`
 /// when a connection succeeds.
-pub fn why_unreachable(socket: &Path) -> Option<String> {
+pub(crate) fn why_unreachable(socket: &Path) -> Option<String> {
     use std::os::unix::fs::FileTypeExt;
     let path = socket.display();
     let meta = match std::fs::metadata(socket) {
@@ -72,7 +72,7 @@ pub fn why_unreachable(socket: &Path) -> Option<String> {
 }
 
 /// `rktlet info`: the server's Version and verbose Status as one JSON object.
-pub async fn info(socket: &Path) -> Result<serde_json::Value, String> {
+pub(crate) async fn info(socket: &Path) -> Result<serde_json::Value, String> {
     if let Some(why) = why_unreachable(socket) {
         return Err(why);
     }

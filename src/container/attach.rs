@@ -6,7 +6,11 @@ use crate::runtime::Runtime;
 
 /// A running container that can be attached to (with a stdin if `stdin`
 /// is asked for), with its stdin mode. Blocking.
-pub fn attachable(rt: &Runtime, id: &str, stdin: bool) -> Result<(Target, Option<meta::StdinMode>), ContainerError> {
+pub(crate) fn attachable(
+    rt: &Runtime,
+    id: &str,
+    stdin: bool,
+) -> Result<(Target, Option<meta::StdinMode>), ContainerError> {
     let t = open(rt, id)?;
     let paths = crate::stage1::app::AppPaths::new(&t.pod, &t.app.name);
     if !t.running || crate::stage1::app::facts(&paths, t.running).state != crate::stage1::app::AppState::Running {
@@ -22,7 +26,7 @@ pub fn attachable(rt: &Runtime, id: &str, stdin: bool) -> Result<(Target, Option
 /// Where a running container's output and exit are, and with `stdin` a
 /// copy of its stdin pipe from the pod's log writer (for an attach
 /// session). Blocking.
-pub fn source(rt: &Runtime, id: &str, stdin: bool) -> Result<crate::stream::attach::Source, ContainerError> {
+pub(crate) fn source(rt: &Runtime, id: &str, stdin: bool) -> Result<crate::stream::attach::Source, ContainerError> {
     let (t, mode) = attachable(rt, id, stdin)?;
     let paths = crate::stage1::app::AppPaths::new(&t.pod, &t.app.name);
     let log_socket = t.pod.path().join(crate::stage1::crilog::SOCKET_FILE);

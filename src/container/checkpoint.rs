@@ -23,19 +23,19 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Names in the archive (as checkpointctl reads them).
-pub const CHECKPOINT_DIR: &str = "checkpoint";
-pub const CONFIG_DUMP: &str = "config.dump";
-pub const SPEC_DUMP: &str = "spec.dump";
-pub const ROOTFS_DIFF: &str = "rootfs-diff.tar";
-pub const DELETED_FILES: &str = "deleted.files";
-pub const DUMP_LOG: &str = "dump.log";
-pub const STATS_DUMP: &str = "stats-dump";
+pub(crate) const CHECKPOINT_DIR: &str = "checkpoint";
+pub(crate) const CONFIG_DUMP: &str = "config.dump";
+pub(crate) const SPEC_DUMP: &str = "spec.dump";
+pub(crate) const ROOTFS_DIFF: &str = "rootfs-diff.tar";
+pub(crate) const DELETED_FILES: &str = "deleted.files";
+pub(crate) const DUMP_LOG: &str = "dump.log";
+pub(crate) const STATS_DUMP: &str = "stats-dump";
 /// rktlet's own: the external mounts and stdio of the dump.
-pub const RKTLET_JSON: &str = "rktlet.json";
+pub(crate) const RKTLET_JSON: &str = "rktlet.json";
 
 /// `config.dump`: Podman's container config, the fields checkpointctl reads.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
-pub struct ConfigDump {
+pub(crate) struct ConfigDump {
     pub id: String,
     pub name: String,
     #[serde(rename = "rootfsImage", default)]
@@ -60,7 +60,7 @@ pub struct ConfigDump {
 /// (CRIU's key and the container's path) and the pipes the container's
 /// stdio were (`pipe:[inode]` by fd), to hand it new ones.
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
-pub struct DumpFacts {
+pub(crate) struct DumpFacts {
     pub external_mounts: Vec<String>,
     pub stdio: Vec<(i32, String)>,
     /// Those of `external_mounts` that are cgroup hierarchies under
@@ -73,7 +73,7 @@ pub struct DumpFacts {
 /// Containers of a pod in a user namespace are neither checkpointed nor
 /// restored: CRIU would have to dump and recreate the pod's user namespace,
 /// whose mapping is the pod's, not the container's (not built).
-pub fn refuse_user_namespace(rt: &Runtime, pod: &rkt::pod::Pod, id: &str) -> Result<(), ContainerError> {
+pub(crate) fn refuse_user_namespace(rt: &Runtime, pod: &rkt::pod::Pod, id: &str) -> Result<(), ContainerError> {
     let manifest = rt.manifests.read(pod)?;
     match crate::stage1::userns::of_manifest(&manifest) {
         Ok(None) => Ok(()),
@@ -120,7 +120,7 @@ pub fn criu_binary() -> Result<PathBuf, ContainerError> {
 /// Checkpoints running container `id` into an archive at `location`
 /// (written beside it and renamed: nothing is left there on failure);
 /// CRIU gets `timeout` (none: no limit). The container keeps running.
-pub async fn checkpoint(
+pub(crate) async fn checkpoint(
     rt: &Runtime,
     id: &str,
     location: &Path,
@@ -231,7 +231,7 @@ fn dump_facts(pid: i32) -> Result<DumpFacts, ContainerError> {
 /// (propagated from it: `master:N`), but those under /proc (appexec's masks,
 /// binds of the pod's /dev/null: CRIU finds their source among the others),
 /// and its own cgroups (`cgroup_mounts`), each once.
-pub fn external_mounts(mountinfo: &str) -> Vec<String> {
+pub(crate) fn external_mounts(mountinfo: &str) -> Vec<String> {
     let mut points: Vec<String> = Vec::new();
     for line in mountinfo.lines() {
         let fields: Vec<&str> = line.split(' ').collect();
@@ -250,7 +250,7 @@ pub fn external_mounts(mountinfo: &str) -> Vec<String> {
 
 /// The mount points of cgroup hierarchies at /sys/fs/cgroup and below it
 /// (the pod's, and the container's own cgroups on top of them), each once.
-pub fn cgroup_mounts(mountinfo: &str) -> Vec<String> {
+pub(crate) fn cgroup_mounts(mountinfo: &str) -> Vec<String> {
     let mut points: Vec<String> = Vec::new();
     for line in mountinfo.lines() {
         let fields: Vec<&str> = line.split(' ').collect();
@@ -354,7 +354,7 @@ async fn dump(
 }
 
 /// The `Error` lines of a CRIU log (at most the last five), for a message.
-pub fn log_errors(log: &Path) -> String {
+pub(crate) fn log_errors(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let errors: Vec<&str> = text.lines().filter(|l| l.contains("Error (")).collect();
     let last = &errors[errors.len().saturating_sub(5)..];
@@ -410,7 +410,7 @@ fn walk(
 /// file systems. Such paths are not the container's own files: no
 /// checkpoint records them, no restore writes or deletes them (that would
 /// reach the volume's files on the node).
-pub fn mounted_over(app: &rkt::schema::RuntimeApp, path: &Path) -> bool {
+pub(crate) fn mounted_over(app: &rkt::schema::RuntimeApp, path: &Path) -> bool {
     let fixed = crate::stage1::app::IDENTITY_FILES.iter().copied().chain(["/dev", "/proc", "/sys"]);
     fixed.map(Path::new).chain(app.mounts.iter().map(|m| Path::new(&m.path))).any(|m| path.starts_with(m))
 }

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 /// A container to create, as CreateContainer (or `rktlet app add`) asks for it.
 #[derive(Debug, Clone, Default)]
-pub struct Request {
+pub(crate) struct Request {
     pub pod_id: String,
     pub name: String,
     pub attempt: u32,
@@ -63,7 +63,7 @@ pub struct Request {
 
 /// The PID namespace a request asks for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum PidAsked {
+pub(crate) enum PidAsked {
     /// Nothing asked: the pod's (the node's in a host-PID pod).
     #[default]
     Unset,
@@ -76,7 +76,7 @@ pub enum PidAsked {
 
 /// The user namespace a request asks for (`namespace_options.userns_options`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum UsernsAsked {
+pub(crate) enum UsernsAsked {
     /// Nothing asked (or POD without mappings): the pod's.
     #[default]
     Unset,
@@ -105,7 +105,7 @@ fn check_userns(asked: UsernsAsked, pod: Option<crate::stage1::userns::IdMap>) -
 
 /// The security settings of a container.
 #[derive(Debug, Clone, Default)]
-pub struct Security {
+pub(crate) struct Security {
     pub privileged: bool,
     pub add_capabilities: Vec<String>,
     pub drop_capabilities: Vec<String>,
@@ -118,7 +118,7 @@ pub struct Security {
 
 /// The seccomp profile asked for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum Seccomp {
+pub(crate) enum Seccomp {
     #[default]
     Unconfined,
     RuntimeDefault,
@@ -128,7 +128,7 @@ pub enum Seccomp {
 
 /// A volume: a host path, or an image's tree (read-only).
 #[derive(Debug, Clone, Default)]
-pub struct Mount {
+pub(crate) struct Mount {
     pub container_path: String,
     pub host_path: String,
     /// An image reference and the path in it (`None`: a host path).
@@ -140,7 +140,7 @@ pub struct Mount {
 }
 
 /// The command line: CRI command replaces the entrypoint, CRI args replace cmd.
-pub fn merge_exec(image: &schema::ImageManifest, command: &[String], args: &[String]) -> Vec<String> {
+pub(crate) fn merge_exec(image: &schema::ImageManifest, command: &[String], args: &[String]) -> Vec<String> {
     let json = |name: &str| -> Vec<String> {
         image.annotation(name).and_then(|v| serde_json::from_str(v).ok()).unwrap_or_default()
     };
@@ -296,7 +296,7 @@ fn pid_namespace(asked: &PidAsked, pod_id: &str, pod: &schema::PodManifest) -> R
 }
 
 /// Creates the container: its app added to running pod `req.pod_id`. Its container id.
-pub async fn create(rt: &Runtime, req: Request) -> Result<String, ContainerError> {
+pub(crate) async fn create(rt: &Runtime, req: Request) -> Result<String, ContainerError> {
     let image_ref = req.image.clone();
     let mut steps = crate::base::steps::Steps::new();
     crate::cgroup::warm::hold(crate::cgroup::warm::CONTAINER_CREATE);

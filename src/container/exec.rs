@@ -13,7 +13,7 @@ const OUTPUT_CAP: usize = 16 << 20;
 
 /// The host pid of the app's own process, if it runs (past appexec, when
 /// the app has a PID namespace of its own).
-pub fn main_pid(t: &Target) -> Option<i32> {
+pub(crate) fn main_pid(t: &Target) -> Option<i32> {
     let cgroup = super::app_cgroup(&t.pod, &t.app.name)?;
     let sandbox = t.pod.sandbox_pid().ok()??;
     let pid1 = crate::stage1::inject::pod_pid1(sandbox).ok()?;
@@ -35,7 +35,7 @@ pub fn main_pid(t: &Target) -> Option<i32> {
 
 /// The main process of a running container as a command exec'd into it
 /// copies it (for a streaming exec). Blocking.
-pub fn running_app(rt: &Runtime, id: &str) -> Result<AppProcess, ContainerError> {
+pub(crate) fn running_app(rt: &Runtime, id: &str) -> Result<AppProcess, ContainerError> {
     let t = open(rt, id)?;
     if !t.running {
         return Err(ContainerError::FailedPrecondition(format!("pod of container {id} is not running")));
@@ -141,7 +141,7 @@ pub(super) fn put_back(
 /// [`strays_period`] where apps have v1 cgroups. A failure is warned of
 /// once: `failing` holds the containers that could not be put back last
 /// time, and is left holding those of this time. How many were put back.
-pub fn put_back_strays(rt: &Runtime, failing: &mut HashSet<String>) -> usize {
+pub(crate) fn put_back_strays(rt: &Runtime, failing: &mut HashSet<String>) -> usize {
     let before = std::mem::take(failing);
     let views = match super::stats::list_views(rt) {
         Ok(v) => v,
@@ -189,12 +189,12 @@ pub fn put_back_strays(rt: &Runtime, failing: &mut HashSet<String>) -> usize {
 
 /// `RKTLET_CGROUP_CHECK` in the daemon's environment: seconds between two
 /// [`put_back_strays`] (`0`: never).
-pub const STRAYS_PERIOD_ENV: &str = "RKTLET_CGROUP_CHECK";
+pub(crate) const STRAYS_PERIOD_ENV: &str = "RKTLET_CGROUP_CHECK";
 
 /// How often the daemon looks for apps out of their cgroups: every 10 s
 /// (kubelet's housekeeping period), or what [`STRAYS_PERIOD_ENV`] says;
 /// `None`: never.
-pub fn strays_period() -> Option<Duration> {
+pub(crate) fn strays_period() -> Option<Duration> {
     match std::env::var(STRAYS_PERIOD_ENV).ok().map(|v| v.trim().parse::<u64>()) {
         None => Some(Duration::from_secs(10)),
         Some(Ok(0)) => None,
@@ -208,7 +208,7 @@ pub fn strays_period() -> Option<Duration> {
 
 /// Runs `cmd` in running container `id` and waits for it, killed after
 /// `timeout_secs` (0: no timeout).
-pub async fn exec_sync(
+pub(crate) async fn exec_sync(
     rt: &Runtime,
     id: &str,
     cmd: Vec<String>,

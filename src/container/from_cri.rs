@@ -17,11 +17,11 @@ use std::path::Path;
 /// Labels and annotations of one object, together, at most (Kubernetes'
 /// own limit for annotations): they are stored in manifests that every
 /// status and list call reads.
-pub const MAX_METADATA_BYTES: usize = 256 << 10;
+pub(crate) const MAX_METADATA_BYTES: usize = 256 << 10;
 
 /// The AppArmor profile a request names: its `apparmor` field, else the
 /// deprecated string (`runtime/default`, `unconfined`, `localhost/NAME`).
-pub fn apparmor_asked(
+pub(crate) fn apparmor_asked(
     field: &str,
     profile: Option<&cri::SecurityProfile>,
     deprecated: &str,
@@ -60,7 +60,7 @@ pub fn apparmor_asked(
 
 /// The AppArmor confinement of a container (or a pod), and the refusal of
 /// what rktlet cannot give on this host (see `stage1::lsm`), naming the field.
-pub fn check_lsm(
+pub(crate) fn check_lsm(
     rt: &Runtime,
     prefix: &str,
     apparmor: Option<crate::stage1::lsm::AppArmor>,
@@ -79,7 +79,7 @@ pub fn check_lsm(
 }
 
 /// The AppArmor profile a container runs under, made ready on the host.
-pub fn apparmor_profile(
+pub(crate) fn apparmor_profile(
     rt: &Runtime,
     field: &str,
     confinement: &crate::stage1::lsm::Confinement,
@@ -94,7 +94,7 @@ pub fn apparmor_profile(
 }
 
 /// Refuses labels and annotations over [`MAX_METADATA_BYTES`].
-pub fn check_metadata_size(
+pub(crate) fn check_metadata_size(
     what: &str,
     labels: &std::collections::HashMap<String, String>,
     annotations: &std::collections::HashMap<String, String>,
@@ -177,7 +177,7 @@ fn pid_asked(sc: Option<&cri::LinuxContainerSecurityContext>) -> Result<PidAsked
 }
 
 /// The mapping of a CRI user namespace in POD mode (uids and gids checked).
-pub fn userns_mapping(u: &cri::UserNamespace) -> Result<IdMap, MappingError> {
+pub(crate) fn userns_mapping(u: &cri::UserNamespace) -> Result<IdMap, MappingError> {
     let list = |l: &[cri::IdMapping]| -> Vec<Mapping> {
         l.iter().map(|m| Mapping { host_id: m.host_id, container_id: m.container_id, length: m.length }).collect()
     };
@@ -316,7 +316,7 @@ fn mount(m: &cri::Mount) -> Mount {
 
 /// A CreateContainer request, checked, as the domain's [`Request`]. Makes
 /// the container's AppArmor profile ready on the host.
-pub fn create_request(rt: &Runtime, req: &cri::CreateContainerRequest) -> Result<Request, ContainerError> {
+pub(crate) fn create_request(rt: &Runtime, req: &cri::CreateContainerRequest) -> Result<Request, ContainerError> {
     let config = req.config.as_ref().ok_or_else(|| ContainerError::InvalidArgument("config is required".into()))?;
     let metadata =
         config.metadata.clone().ok_or_else(|| ContainerError::InvalidArgument("config.metadata is required".into()))?;

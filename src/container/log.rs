@@ -5,7 +5,7 @@ use crate::runtime::Runtime;
 use crate::stage1::crilog;
 
 /// Has the log writer reopen the log of container `id`, which must be running.
-pub fn reopen(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
+pub(crate) fn reopen(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
     let t = open(rt, id)?;
     if !app_running(&t) {
         return Err(ContainerError::FailedPrecondition(format!("container {id} is not running")));

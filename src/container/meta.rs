@@ -6,47 +6,47 @@ use crate::proto::v1 as cri;
 use rkt::schema::RuntimeApp;
 use std::collections::HashMap;
 
-pub const NAME: &str = "k8s.io/reserved/container-name";
-pub const ATTEMPT: &str = "k8s.io/reserved/container-attempt";
-pub const IMAGE: &str = "k8s.io/reserved/image-name";
+pub(crate) const NAME: &str = "k8s.io/reserved/container-name";
+pub(crate) const ATTEMPT: &str = "k8s.io/reserved/container-attempt";
+pub(crate) const IMAGE: &str = "k8s.io/reserved/image-name";
 /// The image's content id (`image::Image::content_id`), the CRI's image id.
-pub const IMAGE_ID: &str = "k8s.io/reserved/image-id";
-pub const LOG_PATH: &str = "k8s.io/reserved/log-path";
+pub(crate) const IMAGE_ID: &str = "k8s.io/reserved/image-id";
+pub(crate) const LOG_PATH: &str = "k8s.io/reserved/log-path";
 /// `true` or `once` when the container has a stdin (CRI `stdin`, `stdin_once`).
-pub const STDIN: &str = "k8s.io/reserved/stdin";
+pub(crate) const STDIN: &str = "k8s.io/reserved/stdin";
 /// `true` when the container runs on a terminal (CRI `tty`).
-pub const TTY: &str = "k8s.io/reserved/tty";
+pub(crate) const TTY: &str = "k8s.io/reserved/tty";
 /// The app's cgroup limits (JSON of `cgroup::app::Limits`).
-pub const RESOURCES: &str = "k8s.io/reserved/resources";
+pub(crate) const RESOURCES: &str = "k8s.io/reserved/resources";
 /// The container's devices (JSON list of [`Device`]).
-pub const DEVICES: &str = "k8s.io/reserved/devices";
+pub(crate) const DEVICES: &str = "k8s.io/reserved/devices";
 /// `true` for a privileged container: it may open every device of the node.
-pub const PRIVILEGED: &str = "k8s.io/reserved/privileged";
+pub(crate) const PRIVILEGED: &str = "k8s.io/reserved/privileged";
 /// The signal that stops the container (a name such as `SIGQUIT`), when not SIGTERM.
-pub const STOP_SIGNAL: &str = "k8s.io/reserved/stop-signal";
+pub(crate) const STOP_SIGNAL: &str = "k8s.io/reserved/stop-signal";
 /// The container's PID namespace when not the pod's: `container` (its own),
 /// `target:<app>` (that of another app of the pod) or `host` (the node's,
 /// in a host-PID pod).
-pub const PID_NAMESPACE: &str = "k8s.io/reserved/pid-namespace";
+pub(crate) const PID_NAMESPACE: &str = "k8s.io/reserved/pid-namespace";
 /// The container's masked and read-only paths (JSON lists; none for a
 /// privileged container).
-pub const MASKED_PATHS: &str = "k8s.io/reserved/masked-paths";
-pub const READONLY_PATHS: &str = "k8s.io/reserved/readonly-paths";
+pub(crate) const MASKED_PATHS: &str = "k8s.io/reserved/masked-paths";
+pub(crate) const READONLY_PATHS: &str = "k8s.io/reserved/readonly-paths";
 /// The AppArmor profile the container runs under (none: unconfined).
-pub const APPARMOR: &str = "k8s.io/reserved/apparmor";
+pub(crate) const APPARMOR: &str = "k8s.io/reserved/apparmor";
 /// A container restored from a checkpoint: where CRIU's images are, in the pod.
-pub const RESTORE: &str = "k8s.io/reserved/restore-images";
+pub(crate) const RESTORE: &str = "k8s.io/reserved/restore-images";
 pub(crate) const RESERVED_PREFIX: &str = "k8s.io/reserved/";
 
 /// Where the CRIU images of a container created from a checkpoint are
 /// (its start restores them rather than exec'ing its command).
-pub fn restore_images(app: &RuntimeApp) -> Option<String> {
+pub(crate) fn restore_images(app: &RuntimeApp) -> Option<String> {
     user_annotations(app).get(RESTORE).cloned()
 }
 
 /// The PID namespace a container asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PidNamespace {
+pub(crate) enum PidNamespace {
     /// The pod's, with its systemd as PID 1 (CRI `POD`).
     Pod,
     /// Its own (CRI `CONTAINER`, kubelet's default).
@@ -57,7 +57,7 @@ pub enum PidNamespace {
     Host,
 }
 
-pub fn pid_namespace(app: &RuntimeApp) -> PidNamespace {
+pub(crate) fn pid_namespace(app: &RuntimeApp) -> PidNamespace {
     match user_annotations(app).get(PID_NAMESPACE).map(String::as_str) {
         Some("container") => PidNamespace::Container,
         Some("host") => PidNamespace::Host,
@@ -66,21 +66,22 @@ pub fn pid_namespace(app: &RuntimeApp) -> PidNamespace {
     }
 }
 
-pub fn app_name(meta: &cri::ContainerMetadata) -> String {
+#[cfg(test)]
+pub(crate) fn app_name(meta: &cri::ContainerMetadata) -> String {
     app_name_of(&meta.name, meta.attempt)
 }
 
 /// The app name of attempt `attempt` of container `name`.
-pub fn app_name_of(name: &str, attempt: u32) -> String {
+pub(crate) fn app_name_of(name: &str, attempt: u32) -> String {
     format!("{attempt}-{}", rkt::schema::sanitize_ac_name(name))
 }
 
-pub fn container_id(pod: &str, app: &str) -> String {
+pub(crate) fn container_id(pod: &str, app: &str) -> String {
     format!("{pod}:{app}")
 }
 
 /// Splits a container id into pod id and app name.
-pub fn split_id(id: &str) -> Option<(&str, &str)> {
+pub(crate) fn split_id(id: &str) -> Option<(&str, &str)> {
     id.split_once(':').filter(|(p, a)| !p.is_empty() && !a.is_empty())
 }
 
@@ -91,7 +92,7 @@ fn user_annotations(app: &RuntimeApp) -> HashMap<String, String> {
         .unwrap_or_default()
 }
 
-pub fn metadata(app: &RuntimeApp) -> cri::ContainerMetadata {
+pub(crate) fn metadata(app: &RuntimeApp) -> cri::ContainerMetadata {
     let ann = user_annotations(app);
     cri::ContainerMetadata {
         name: ann.get(NAME).cloned().unwrap_or_else(|| app.name.clone()),
@@ -99,23 +100,23 @@ pub fn metadata(app: &RuntimeApp) -> cri::ContainerMetadata {
     }
 }
 
-pub fn image(app: &RuntimeApp) -> String {
+pub(crate) fn image(app: &RuntimeApp) -> String {
     user_annotations(app).get(IMAGE).cloned().unwrap_or_else(|| app.image.name.clone().unwrap_or_default())
 }
 
 /// The CRI id of the container's image: its content id, recorded at
 /// CreateContainer; for an app created otherwise (rkt, an older rktlet) its
 /// image's key.
-pub fn image_id(app: &RuntimeApp) -> String {
+pub(crate) fn image_id(app: &RuntimeApp) -> String {
     user_annotations(app).get(IMAGE_ID).cloned().unwrap_or_else(|| app.image.id.clone())
 }
 
-pub fn log_path(app: &RuntimeApp) -> String {
+pub(crate) fn log_path(app: &RuntimeApp) -> String {
     user_annotations(app).get(LOG_PATH).cloned().unwrap_or_default()
 }
 
 /// Whether the container has a stdin, and whether it closes after the first attach.
-pub fn stdin(app: &RuntimeApp) -> Option<StdinMode> {
+pub(crate) fn stdin(app: &RuntimeApp) -> Option<StdinMode> {
     match user_annotations(app).get(STDIN).map(String::as_str) {
         Some("true") => Some(StdinMode::Open),
         Some("once") => Some(StdinMode::Once),
@@ -124,13 +125,13 @@ pub fn stdin(app: &RuntimeApp) -> Option<StdinMode> {
 }
 
 /// Whether the container runs on a terminal.
-pub fn tty(app: &RuntimeApp) -> bool {
+pub(crate) fn tty(app: &RuntimeApp) -> bool {
     user_annotations(app).get(TTY).is_some_and(|v| v == "true")
 }
 
 /// How a container's stdin behaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StdinMode {
+pub(crate) enum StdinMode {
     /// Open until the container exits; attach sessions come and go.
     Open,
     /// Closed when the first attach session with stdin ends (Kubernetes'
@@ -140,7 +141,7 @@ pub enum StdinMode {
 
 /// A signal as CRI, the image config (`SIGQUIT`, `QUIT` or `3`) or a unit
 /// file writes it: its number and its CRI name.
-pub fn parse_signal(s: &str) -> Option<(i32, cri::Signal)> {
+pub(crate) fn parse_signal(s: &str) -> Option<(i32, cri::Signal)> {
     let s = s.trim();
     let sig = match s.parse::<i32>() {
         Ok(n) => nix::sys::signal::Signal::try_from(n).ok()?,
@@ -154,7 +155,7 @@ pub fn parse_signal(s: &str) -> Option<(i32, cri::Signal)> {
 }
 
 /// The signal that stops the container: its number and CRI name (SIGTERM unless asked otherwise).
-pub fn stop_signal(app: &RuntimeApp) -> (i32, cri::Signal) {
+pub(crate) fn stop_signal(app: &RuntimeApp) -> (i32, cri::Signal) {
     user_annotations(app)
         .get(STOP_SIGNAL)
         .and_then(|s| parse_signal(s))
@@ -163,7 +164,7 @@ pub fn stop_signal(app: &RuntimeApp) -> (i32, cri::Signal) {
 
 /// A host device given to a container, as found at CreateContainer.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Device {
+pub(crate) struct Device {
     /// Where the container sees it.
     pub path: String,
     /// `c` or `b`.
@@ -180,7 +181,7 @@ pub struct Device {
 
 impl Device {
     /// The CRI device: `host_path` must be a character or block device.
-    pub fn from_cri(d: &cri::Device) -> Result<Device, String> {
+    pub(crate) fn from_cri(d: &cri::Device) -> Result<Device, String> {
         use std::os::unix::fs::{FileTypeExt, MetadataExt};
         if !d.container_path.starts_with('/') || d.container_path.split('/').any(|c| c == "..") {
             return Err(format!("device container_path {:?} must be absolute, without \"..\"", d.container_path));
@@ -207,28 +208,28 @@ impl Device {
 }
 
 /// The masked and read-only paths, when the container has them.
-pub fn path_lists(app: &RuntimeApp) -> (Option<Vec<String>>, Option<Vec<String>>) {
+pub(crate) fn path_lists(app: &RuntimeApp) -> (Option<Vec<String>>, Option<Vec<String>>) {
     let ann = user_annotations(app);
     let list = |key: &str| ann.get(key).and_then(|j| serde_json::from_str(j).ok());
     (list(MASKED_PATHS), list(READONLY_PATHS))
 }
 
-pub fn apparmor(app: &RuntimeApp) -> Option<String> {
+pub(crate) fn apparmor(app: &RuntimeApp) -> Option<String> {
     user_annotations(app).get(APPARMOR).cloned()
 }
 
-pub fn devices(app: &RuntimeApp) -> Vec<Device> {
+pub(crate) fn devices(app: &RuntimeApp) -> Vec<Device> {
     user_annotations(app).get(DEVICES).and_then(|j| serde_json::from_str(j).ok()).unwrap_or_default()
 }
 
 /// Whether the container is privileged.
-pub fn privileged(app: &RuntimeApp) -> bool {
+pub(crate) fn privileged(app: &RuntimeApp) -> bool {
     user_annotations(app).get(PRIVILEGED).is_some_and(|v| v == "true")
 }
 
 /// The device nodes the kernel lets the container open and make: the
 /// default list plus its devices, or everything when privileged.
-pub fn allowed_devices(app: &RuntimeApp) -> crate::cgroup::devices::Allowed {
+pub(crate) fn allowed_devices(app: &RuntimeApp) -> crate::cgroup::devices::Allowed {
     let privileged = privileged(app);
     let devices = devices(app);
     crate::cgroup::devices::Allowed::for_container(
@@ -237,12 +238,12 @@ pub fn allowed_devices(app: &RuntimeApp) -> crate::cgroup::devices::Allowed {
     )
 }
 
-pub fn limits(app: &RuntimeApp) -> crate::cgroup::app::Limits {
+pub(crate) fn limits(app: &RuntimeApp) -> crate::cgroup::app::Limits {
     user_annotations(app).get(RESOURCES).and_then(|j| serde_json::from_str(j).ok()).unwrap_or_default()
 }
 
 /// CRI resources as cgroup v1 limits.
-pub fn limits_from_cri(r: &cri::LinuxContainerResources) -> crate::cgroup::app::Limits {
+pub(crate) fn limits_from_cri(r: &cri::LinuxContainerResources) -> crate::cgroup::app::Limits {
     let pos = |v: i64| (v > 0).then_some(v);
     crate::cgroup::app::Limits {
         memory_bytes: pos(r.memory_limit_in_bytes),
@@ -260,7 +261,7 @@ pub fn limits_from_cri(r: &cri::LinuxContainerResources) -> crate::cgroup::app::
 }
 
 /// The resources a container runs with, as ContainerStatus reports them.
-pub fn resources(app: &RuntimeApp) -> Option<cri::ContainerResources> {
+pub(crate) fn resources(app: &RuntimeApp) -> Option<cri::ContainerResources> {
     let l = limits(app);
     if l.is_empty() {
         return None;
@@ -269,7 +270,7 @@ pub fn resources(app: &RuntimeApp) -> Option<cri::ContainerResources> {
 }
 
 /// Limits as CRI's resources (0 and empty where none is set).
-pub fn limits_to_cri(l: &crate::cgroup::app::Limits) -> cri::LinuxContainerResources {
+pub(crate) fn limits_to_cri(l: &crate::cgroup::app::Limits) -> cri::LinuxContainerResources {
     cri::LinuxContainerResources {
         cpu_period: l.cpu_period_us.and_then(|v| i64::try_from(v).ok()).unwrap_or(0),
         cpu_quota: l.cpu_quota_us.unwrap_or(0),
@@ -288,25 +289,25 @@ pub fn limits_to_cri(l: &crate::cgroup::app::Limits) -> cri::LinuxContainerResou
     }
 }
 
-pub fn labels(app: &RuntimeApp) -> HashMap<String, String> {
+pub(crate) fn labels(app: &RuntimeApp) -> HashMap<String, String> {
     app.app.as_ref().map(|a| a.user_labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default()
 }
 
-pub fn annotations(app: &RuntimeApp) -> HashMap<String, String> {
+pub(crate) fn annotations(app: &RuntimeApp) -> HashMap<String, String> {
     user_annotations(app).into_iter().filter(|(k, _)| !k.starts_with(RESERVED_PREFIX)).collect()
 }
 
 /// The isolators older builds kept masked and read-only paths in (read
 /// from their manifests; appc does not know them, see `path_annotations` of CreateContainer).
-pub const ISOLATOR_MASKED: &str = "rktlet.io/masked-paths";
-pub const ISOLATOR_READONLY: &str = "rktlet.io/readonly-paths";
+pub(crate) const ISOLATOR_MASKED: &str = "rktlet.io/masked-paths";
+pub(crate) const ISOLATOR_READONLY: &str = "rktlet.io/readonly-paths";
 /// What kubelet's defaults mask and make read-only when it sends none.
-pub use crate::stage1::api_vfs::{DEFAULT_MASKED, DEFAULT_READONLY};
+pub(crate) use crate::stage1::api_vfs::{DEFAULT_MASKED, DEFAULT_READONLY};
 
 /// rkt's isolator names for the capability set and no_new_privs.
-pub const ISOLATOR_CAPS: &str = "os/linux/capabilities-retain-set";
-pub const ISOLATOR_CAPS_REMOVE: &str = "os/linux/capabilities-remove-set";
-pub const ISOLATOR_NO_NEW_PRIVS: &str = "os/linux/no-new-privileges";
+pub(crate) const ISOLATOR_CAPS: &str = "os/linux/capabilities-retain-set";
+pub(crate) const ISOLATOR_CAPS_REMOVE: &str = "os/linux/capabilities-remove-set";
+pub(crate) const ISOLATOR_NO_NEW_PRIVS: &str = "os/linux/no-new-privileges";
 
 #[cfg(test)]
 mod tests {

@@ -20,21 +20,21 @@
 //! - `pod_resources`: the pod's own limits as its apps change
 //! - `meta`: container ids and what CreateContainer records in the app's annotations
 
-pub mod attach;
+pub(crate) mod attach;
 pub mod checkpoint;
-pub mod create;
-pub mod exec;
-pub mod from_cri;
-pub mod log;
-pub mod meta;
-pub mod pod_resources;
-pub mod remove;
-pub mod resources;
-pub mod restore;
-pub mod start;
-pub mod stats;
-pub mod status;
-pub mod stop;
+pub(crate) mod create;
+pub(crate) mod exec;
+pub(crate) mod from_cri;
+pub(crate) mod log;
+pub(crate) mod meta;
+pub(crate) mod pod_resources;
+pub(crate) mod remove;
+pub(crate) mod resources;
+pub(crate) mod restore;
+pub(crate) mod start;
+pub(crate) mod stats;
+pub(crate) mod status;
+pub(crate) mod stop;
 
 use crate::cgroup::pod_limits::PodLimitsError;
 use crate::runtime::Runtime;
@@ -98,7 +98,7 @@ fn exec_message(id: &str, e: &crate::stage1::exec::ExecError) -> String {
 
 /// The class of a [`ContainerError`], as gRPC's codes name them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     NotFound,
     InvalidArgument,
     AlreadyExists,
@@ -114,7 +114,7 @@ pub enum ErrorKind {
 }
 
 impl ContainerError {
-    pub fn kind(&self) -> ErrorKind {
+    pub(crate) fn kind(&self) -> ErrorKind {
         match self {
             ContainerError::NotFound(_) => ErrorKind::NotFound,
             ContainerError::InvalidArgument(_) => ErrorKind::InvalidArgument,
@@ -155,7 +155,7 @@ impl ContainerError {
         }
     }
 
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         self.kind() == ErrorKind::NotFound
     }
 
@@ -169,7 +169,7 @@ impl ContainerError {
 /// The class of a pod directory's error: an id that names no pod, whatever
 /// its form, is not found (RemovePodSandbox of it succeeds, as
 /// RemoveContainer does).
-pub fn pod_kind(e: &PodError) -> ErrorKind {
+pub(crate) fn pod_kind(e: &PodError) -> ErrorKind {
     match e {
         PodError::NotFound(_) | PodError::InvalidId(_) => ErrorKind::NotFound,
         PodError::Ambiguous(_) => ErrorKind::InvalidArgument,
@@ -180,7 +180,7 @@ pub fn pod_kind(e: &PodError) -> ErrorKind {
 }
 
 /// A container id resolved to its pod and app.
-pub struct Target {
+pub(crate) struct Target {
     pub pod: Pod,
     pub app: RuntimeApp,
     pub running: bool,
@@ -189,7 +189,7 @@ pub struct Target {
 /// Finds a container by `<pod>:<app>` (the pod id may be a prefix). An id
 /// without `:` is a prefix of one (crictl shows 13 characters): it names
 /// the only container of the pod it is a prefix of.
-pub fn open(rt: &Runtime, id: &str) -> Result<Target, ContainerError> {
+pub(crate) fn open(rt: &Runtime, id: &str) -> Result<Target, ContainerError> {
     let (pod_id, name) = split_container_id(id)?;
     let mut pod = Pod::open(&rt.data, pod_id).map_err(|e| container_not_found(id, e))?;
     let running = pod.state()? == PodState::Running;
@@ -199,7 +199,7 @@ pub fn open(rt: &Runtime, id: &str) -> Result<Target, ContainerError> {
 }
 
 /// The pod id (or prefix) and app name of a container id (no name: the pod's only app).
-pub fn split_container_id(id: &str) -> Result<(&str, Option<&str>), ContainerError> {
+pub(crate) fn split_container_id(id: &str) -> Result<(&str, Option<&str>), ContainerError> {
     match meta::split_id(id) {
         Some((p, a)) => Ok((p, Some(a))),
         None if !id.is_empty() && !id.contains(':') => Ok((id, None)),
@@ -208,7 +208,7 @@ pub fn split_container_id(id: &str) -> Result<(&str, Option<&str>), ContainerErr
 }
 
 /// A pod that cannot be found means its container cannot be.
-pub fn container_not_found(id: &str, e: PodError) -> ContainerError {
+pub(crate) fn container_not_found(id: &str, e: PodError) -> ContainerError {
     match e {
         PodError::NotFound(_) | PodError::InvalidId(_) => ContainerError::NotFound(format!("container {id} not found")),
         e => ContainerError::Pod(e),
@@ -216,7 +216,7 @@ pub fn container_not_found(id: &str, e: PodError) -> ContainerError {
 }
 
 /// The index of container `id`'s app in its pod's manifest.
-pub fn app_index(
+pub(crate) fn app_index(
     manifest: &rkt::schema::PodManifest,
     pod_id: &str,
     id: &str,
@@ -269,7 +269,7 @@ fn unit(app: &str) -> String {
 }
 
 /// The app's cgroups on the host (below its pod's), if the pod has a cgroup.
-pub fn app_cgroup(pod: &Pod, app: &str) -> Option<crate::cgroup::app::AppCgroup> {
+pub(crate) fn app_cgroup(pod: &Pod, app: &str) -> Option<crate::cgroup::app::AppCgroup> {
     let subs = pod.subcgroups().ok().flatten()?;
     let layout = crate::cgroup::Layout::cached().ok()?;
     Some(crate::cgroup::app::AppCgroup::new(layout, &subs, app))

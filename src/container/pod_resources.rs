@@ -9,15 +9,15 @@ use rkt::pod::Pod;
 use rkt::schema::PodManifest;
 
 /// Pod annotation: the pod-level resources in force (`PodResources` as JSON).
-pub const POD_RESOURCES: &str = "rktlet.io/pod-resources";
+pub(crate) const POD_RESOURCES: &str = "rktlet.io/pod-resources";
 
 /// The pod-level resources recorded in a manifest.
-pub fn recorded(m: &PodManifest) -> Option<PodResources> {
+pub(crate) fn recorded(m: &PodManifest) -> Option<PodResources> {
     m.annotation(POD_RESOURCES).and_then(|j| serde_json::from_str(j).ok())
 }
 
 /// The pod's cgroup, if it has one (a pod the CLI ran may not).
-pub fn pod_cgroup(rt: &Runtime, pod: &Pod) -> Option<PodCgroupLimits> {
+pub(crate) fn pod_cgroup(rt: &Runtime, pod: &Pod) -> Option<PodCgroupLimits> {
     let subs = pod.subcgroups().ok().flatten()?;
     let layout = crate::cgroup::Layout::cached().ok()?;
     let unit = (rt.cgroup_driver == crate::cgroup::Driver::Systemd)
@@ -26,7 +26,7 @@ pub fn pod_cgroup(rt: &Runtime, pod: &Pod) -> Option<PodCgroupLimits> {
 }
 
 /// Writes the limits `res` makes for the pod with the apps of `m` (blocking).
-pub fn apply(rt: &Runtime, pod: &Pod, m: &PodManifest, res: &PodResources) -> Result<(), PodLimitsError> {
+pub(crate) fn apply(rt: &Runtime, pod: &Pod, m: &PodManifest, res: &PodResources) -> Result<(), PodLimitsError> {
     let Some(cg) = pod_cgroup(rt, pod) else { return Ok(()) };
     let apps: Vec<_> = m.apps.iter().map(meta::limits).collect();
     cg.apply(res.limits(&apps))
@@ -35,7 +35,7 @@ pub fn apply(rt: &Runtime, pod: &Pod, m: &PodManifest, res: &PodResources) -> Re
 /// Before an app starts: the pod's limits again with it counted (an app
 /// without a memory limit lifts the pod's, as kubelet's pod cgroup has none
 /// then). Growing only, so the pod's cgroup goes before the app's. Blocking.
-pub fn refresh_for_app(rt: &Runtime, pod: &Pod) -> Result<(), super::ContainerError> {
+pub(crate) fn refresh_for_app(rt: &Runtime, pod: &Pod) -> Result<(), super::ContainerError> {
     let cached = rt.manifests.read(pod)?;
     if recorded(&cached).is_none_or(|r| r.is_empty()) {
         return Ok(());

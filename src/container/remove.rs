@@ -7,7 +7,7 @@ use crate::stage1::app;
 use std::time::Duration;
 
 /// Removes container `id`; removing a removed (or never made) one succeeds.
-pub async fn remove(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
+pub(crate) async fn remove(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
     let mut t = match open(rt, id) {
         Ok(t) => t,
         // removing a removed container succeeds

@@ -11,7 +11,7 @@ use crate::stage1::unit_spec::limits as systemd_limits;
 /// Updates the limits of running container `id`: the values of `update`
 /// replace those in force, the others stay (`None`: the request had no
 /// Linux resources, refused once the container is found).
-pub fn update(rt: &Runtime, id: &str, update: Option<Limits>) -> Result<(), ContainerError> {
+pub(crate) fn update(rt: &Runtime, id: &str, update: Option<Limits>) -> Result<(), ContainerError> {
     let t = open(rt, id)?;
     let update = update.ok_or_else(|| ContainerError::InvalidArgument("linux resources are required".into()))?;
     if !t.running || app::facts(&AppPaths::new(&t.pod, &t.app.name), true).state == AppState::Created {

@@ -17,12 +17,12 @@ use std::path::{Path, PathBuf};
 
 /// Whether a CreateContainer image names a checkpoint archive: a path
 /// (no image reference starts with `/`).
-pub fn is_archive(image: &str) -> bool {
+pub(crate) fn is_archive(image: &str) -> bool {
     image.starts_with('/')
 }
 
 /// Creates a container from the checkpoint archive at `req.image`; its id.
-pub async fn create(rt: &Runtime, req: create::Request) -> Result<String, ContainerError> {
+pub(crate) async fn create(rt: &Runtime, req: create::Request) -> Result<String, ContainerError> {
     let staged = rt.data.root().join("tmp").join(format!("restore-{}", uuid::Uuid::new_v4().simple()));
     let result = create_staged(rt, req, &staged).await;
     let _ = std::fs::remove_dir_all(&staged);

@@ -77,7 +77,7 @@ struct Isolators {
 
 /// Starts created container `id`: its unit described and started in the
 /// pod's systemd; returns once the app runs (or failed to, recorded as its exit).
-pub async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
+pub(crate) async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
     let mut steps = crate::base::steps::Steps::new();
     // placing the unit's process and then its controllers wait for no RCU grace period each
     crate::cgroup::warm::hold(crate::cgroup::warm::CONTAINER_START);

@@ -18,11 +18,11 @@ use std::sync::Arc;
 
 /// A pod as the read verbs show it, with its containers' statuses (the
 /// pod table keeps them as CRI's).
-pub type PodView = crate::pod::table::PodView<cri::ContainerStatus>;
+pub(crate) type PodView = crate::pod::table::PodView<cri::ContainerStatus>;
 
 /// Pods kubelet should see: CRI-made pods in `run/` (running or exited) and
 /// in `exited-garbage/` (exited pods `rkt gc` marked: listed until removed).
-pub fn list_views(rt: &Runtime) -> Result<Vec<Arc<PodView>>, PodError> {
+pub(crate) fn list_views(rt: &Runtime) -> Result<Vec<Arc<PodView>>, PodError> {
     let views =
         rt.pods.views(&rt.manifests, |pods| Ok(pods.iter().filter(|(_, dir)| dir.is_listed()).copied().collect()))?;
     let mut out = Vec::with_capacity(views.len());
@@ -39,7 +39,7 @@ pub fn list_views(rt: &Runtime) -> Result<Vec<Arc<PodView>>, PodError> {
 }
 
 /// The ready pods whose id starts with `id_prefix` and that have every label of `labels`.
-pub fn ready_pods(
+pub(crate) fn ready_pods(
     rt: &Runtime,
     id_prefix: &str,
     labels: &HashMap<String, String>,
@@ -53,7 +53,7 @@ pub fn ready_pods(
 
 /// One reading of a cgroup's usage.
 #[derive(Debug, Clone, Default)]
-pub struct Sample {
+pub(crate) struct Sample {
     /// When it was taken (ns since the epoch).
     pub at: i64,
     pub usage: Usage,
@@ -69,7 +69,13 @@ fn sample(rt: &Runtime, key: &str, at: i64, usage: Usage) -> Sample {
 /// The usage of app `app` of `pod` (its rate kept under `key`, the
 /// container id) and its writable layer's bytes and inodes; `sub` is the
 /// pod's cgroup.
-pub fn app_sample(rt: &Runtime, pod: &Pod, app: &str, key: &str, sub: Option<&str>) -> (Sample, Option<(u64, u64)>) {
+pub(crate) fn app_sample(
+    rt: &Runtime,
+    pod: &Pod,
+    app: &str,
+    key: &str,
+    sub: Option<&str>,
+) -> (Sample, Option<(u64, u64)>) {
     let at = now_nanos();
     let usage = match (sub, Layout::cached()) {
         // CRI has no process count per container: pids.current is not read
@@ -81,7 +87,7 @@ pub fn app_sample(rt: &Runtime, pod: &Pod, app: &str, key: &str, sub: Option<&st
 }
 
 /// The usage of a pod's own cgroup (its rate kept under the pod's id).
-pub fn pod_sample(rt: &Runtime, view: &PodView) -> Sample {
+pub(crate) fn pod_sample(rt: &Runtime, view: &PodView) -> Sample {
     let at = now_nanos();
     let usage = match (&view.subcgroup, Layout::cached()) {
         (Some(sub), Ok(layout)) => StatDirs::of(layout, sub).read(),
@@ -91,7 +97,7 @@ pub fn pod_sample(rt: &Runtime, view: &PodView) -> Sample {
 }
 
 /// The running apps of a pod's view, with their statuses.
-pub fn running_apps(view: &PodView) -> impl Iterator<Item = (&RuntimeApp, &cri::ContainerStatus)> {
+pub(crate) fn running_apps(view: &PodView) -> impl Iterator<Item = (&RuntimeApp, &cri::ContainerStatus)> {
     view.sandbox
         .manifest
         .apps

@@ -13,7 +13,7 @@ use rkt::schema::RuntimeApp;
 
 /// An app as rkt's `app status` reports it: what `rktlet app status` prints
 /// and what ContainerStatus is made from.
-pub fn app_info(pod: &Pod, app: &RuntimeApp, running: bool) -> AppInfo {
+pub(crate) fn app_info(pod: &Pod, app: &RuntimeApp, running: bool) -> AppInfo {
     let paths = AppPaths::new(pod, &app.name);
     let f = app::facts(&paths, running);
     let oom = || {
@@ -83,7 +83,7 @@ pub fn app_info(pod: &Pod, app: &RuntimeApp, running: bool) -> AppInfo {
 
 /// The usage of running container `id`: its cgroups' CPU time and memory
 /// (as ContainerStats reads them) and its writable layer.
-pub fn usage(rt: &Runtime, id: &str) -> Result<AppUsage, ContainerError> {
+pub(crate) fn usage(rt: &Runtime, id: &str) -> Result<AppUsage, ContainerError> {
     let t = open(rt, id)?;
     if !t.running {
         return Err(ContainerError::NotFound(format!("container {id} has no stats: its pod is not running")));

@@ -13,7 +13,7 @@ mod container_stop;
 mod container_update_resources;
 mod events;
 /// `serve --exec-mode`: the same RPCs served by exec'ing the CLI.
-pub mod exec_mode;
+pub(crate) mod exec_mode;
 pub(crate) mod image;
 /// The gRPC code a CRI client gets for an image error.
 pub use image::code_of as image_error_code;
@@ -44,19 +44,19 @@ use tonic::{Request, Response, Status};
 
 /// Both CRI services over one shared [`Runtime`].
 #[derive(Debug, Clone)]
-pub struct CriService {
+pub(crate) struct CriService {
     rt: Arc<Runtime>,
     /// Set in `--exec-mode`: the calls rktlet exec'd are exec'd.
     exec: Option<Arc<ExecMode>>,
 }
 
 impl CriService {
-    pub fn new(rt: Arc<Runtime>) -> Self {
+    pub(crate) fn new(rt: Arc<Runtime>) -> Self {
         Self { rt, exec: None }
     }
 
     /// The exec design (`serve --exec-mode`), for comparison.
-    pub fn exec_mode(rt: Arc<Runtime>) -> std::io::Result<Self> {
+    pub(crate) fn exec_mode(rt: Arc<Runtime>) -> std::io::Result<Self> {
         let exec = ExecMode::new(rt.clone())?;
         Ok(Self { rt, exec: Some(Arc::new(exec)) })
     }

@@ -34,7 +34,7 @@ use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-pub use rkt::index::ACI_PREFIX;
+pub(crate) use rkt::index::ACI_PREFIX;
 
 /// The largest ACI downloaded whole.
 const MAX_ACI_BYTES: u64 = 4 << 30;
@@ -47,7 +47,7 @@ const MAX_DEPTH: usize = 16;
 
 /// Where an ACI comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     File(PathBuf),
     Url(String),
     /// An appc name and the labels asked for (`version` from `name:version`).
@@ -61,7 +61,7 @@ impl Source {
     /// A file path (`/x.aci`, `./x.aci`, `file://...`, anything ending in
     /// `.aci`, or an existing file), an `http(s)://` URL, or an appc name
     /// with an optional `:version` and `,label=value` pairs.
-    pub fn parse(s: &str) -> Result<Source, ImageError> {
+    pub(crate) fn parse(s: &str) -> Result<Source, ImageError> {
         let s = s.strip_prefix(ACI_PREFIX).unwrap_or(s);
         if s.starts_with("https://") || s.starts_with("http://") {
             return Ok(Source::Url(s.to_string()));
@@ -134,7 +134,7 @@ impl Wanted {
 }
 
 /// Fetches ACIs into a store.
-pub struct Fetcher<'a> {
+pub(crate) struct Fetcher<'a> {
     store: &'a Store,
     trust: Option<&'a TrustStore>,
     /// Discovery and downloads over plain http from any host
@@ -149,7 +149,7 @@ type Boxed<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T,
 impl<'a> Fetcher<'a> {
     /// With `trust`, every image must carry a signature by a key trusted for
     /// its name; without, signatures are not checked (`--insecure-options=image`).
-    pub fn new(store: &'a Store, trust: Option<&'a TrustStore>) -> Fetcher<'a> {
+    pub(crate) fn new(store: &'a Store, trust: Option<&'a TrustStore>) -> Fetcher<'a> {
         let http = reqwest::Client::builder()
             .user_agent(concat!("rktlet/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(std::time::Duration::from_secs(30))
@@ -178,7 +178,7 @@ impl<'a> Fetcher<'a> {
 
     /// Fetches what `asked` names ([`Source::parse`]) with its dependencies
     /// and returns the image; `aci:<asked>` resolves to it afterwards.
-    pub async fn fetch(&self, asked: &str) -> Result<Image, ImageError> {
+    pub(crate) async fn fetch(&self, asked: &str) -> Result<Image, ImageError> {
         let src = Source::parse(asked)?;
         let key = match &src {
             Source::File(p) => self.file(p, None, 0).await?,

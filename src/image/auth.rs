@@ -47,11 +47,12 @@ impl Credentials {
         c
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.username.is_empty() && self.identity_token.is_empty() && self.registry_token.is_empty()
     }
 
-    pub fn has_basic(&self) -> bool {
+    pub(crate) fn has_basic(&self) -> bool {
         !self.username.is_empty()
     }
 
@@ -126,7 +127,7 @@ fn parse_params(s: &str) -> BTreeMap<String, String> {
 /// Docker's `config.json` (`$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`):
 /// the `auths` section only. Credential helpers are not supported.
 #[derive(Debug, Clone, Default)]
-pub struct DockerConfig {
+pub(crate) struct DockerConfig {
     auths: BTreeMap<String, Credentials>,
 }
 
@@ -151,7 +152,7 @@ struct DockerAuth {
 }
 
 impl DockerConfig {
-    pub fn default_path() -> Option<PathBuf> {
+    pub(crate) fn default_path() -> Option<PathBuf> {
         if let Some(dir) = std::env::var_os("DOCKER_CONFIG") {
             return Some(PathBuf::from(dir).join("config.json"));
         }
@@ -159,7 +160,7 @@ impl DockerConfig {
     }
 
     /// Reads `path`; a missing file is an empty config.
-    pub fn load(path: &Path) -> Result<Self, String> {
+    pub(crate) fn load(path: &Path) -> Result<Self, String> {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
@@ -182,7 +183,7 @@ impl DockerConfig {
 
     /// Credentials for a registry domain (`docker.io` also matches docker's
     /// historical `https://index.docker.io/v1/` key).
-    pub fn for_domain(&self, domain: &str) -> Option<Credentials> {
+    pub(crate) fn for_domain(&self, domain: &str) -> Option<Credentials> {
         self.auths.get(domain).cloned()
     }
 }

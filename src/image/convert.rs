@@ -14,22 +14,22 @@ use rkt::reference::Reference;
 use rkt::schema::{App, Dependency, ImageManifest, MountPoint, NameValue, Port, sanitize_ac_name};
 
 use rkt::index::LAYER_NAME_PREFIX;
-pub const ANN_REGISTRY: &str = "appc.io/docker/registryurl";
-pub const ANN_REPOSITORY: &str = "appc.io/docker/repository";
-pub const ANN_IMAGE_ID: &str = "appc.io/docker/imageid";
-pub const ANN_MANIFEST_HASH: &str = "appc.io/docker/manifesthash";
-pub const ANN_ENTRYPOINT: &str = "appc.io/docker/entrypoint";
-pub const ANN_CMD: &str = "appc.io/docker/cmd";
+pub(crate) const ANN_REGISTRY: &str = "appc.io/docker/registryurl";
+pub(crate) const ANN_REPOSITORY: &str = "appc.io/docker/repository";
+pub(crate) const ANN_IMAGE_ID: &str = "appc.io/docker/imageid";
+pub(crate) const ANN_MANIFEST_HASH: &str = "appc.io/docker/manifesthash";
+pub(crate) const ANN_ENTRYPOINT: &str = "appc.io/docker/entrypoint";
+pub(crate) const ANN_CMD: &str = "appc.io/docker/cmd";
 pub const ANN_LAYER_DIGEST: &str = "appc.io/docker/layerdigest";
-pub const ANN_MEDIA_TYPE: &str = "appc.io/docker/mediatype";
+pub(crate) const ANN_MEDIA_TYPE: &str = "appc.io/docker/mediatype";
 /// rktlet: the image's user as the config says it (name or uid), for CRI.
-pub const ANN_USER: &str = "appc.io/docker/user";
+pub(crate) const ANN_USER: &str = "appc.io/docker/user";
 /// The image config's `StopSignal`, when it has one.
-pub const ANN_STOP_SIGNAL: &str = "appc.io/docker/stopsignal";
+pub(crate) const ANN_STOP_SIGNAL: &str = "appc.io/docker/stopsignal";
 
 /// An appc ACIdentifier from any string: lower-case, other characters `_`,
 /// edges trimmed (appc's `SanitizeACIdentifier`).
-pub fn sanitize_ac_identifier(s: &str) -> String {
+pub(crate) fn sanitize_ac_identifier(s: &str) -> String {
     let mapped: String = s
         .chars()
         .flat_map(char::to_lowercase)
@@ -39,7 +39,7 @@ pub fn sanitize_ac_identifier(s: &str) -> String {
 }
 
 /// appc's names for GOARCH values.
-pub fn appc_arch(arch: &str, variant: Option<&str>) -> String {
+pub(crate) fn appc_arch(arch: &str, variant: Option<&str>) -> String {
     match (arch, variant) {
         ("arm64", _) => "aarch64".into(),
         ("arm", Some("v6")) => "armv6l".into(),
@@ -59,7 +59,7 @@ fn platform_labels(config: &ImageConfig) -> Vec<NameValue> {
 /// The manifest of one layer's ACI, named `layer/` + the layer's registry
 /// digest (`layer/sha256-<hex>`): it is the first entry of the ACI, so it
 /// cannot name the ACI's own key.
-pub fn layer_manifest(blob_digest: &Digest, media_type: &str, config: &ImageConfig) -> ImageManifest {
+pub(crate) fn layer_manifest(blob_digest: &Digest, media_type: &str, config: &ImageConfig) -> ImageManifest {
     let mut m = ImageManifest::new(format!("{LAYER_NAME_PREFIX}{}", blob_digest.file_name()));
     m.labels = platform_labels(config);
     m.annotations =
@@ -68,7 +68,7 @@ pub fn layer_manifest(blob_digest: &Digest, media_type: &str, config: &ImageConf
 }
 
 /// A layer as the image manifest lists it.
-pub struct LayerRef {
+pub(crate) struct LayerRef {
     pub key: String,
     /// The name in the layer's manifest.
     pub name: String,
@@ -76,7 +76,7 @@ pub struct LayerRef {
 }
 
 /// The image's manifest: app from the config, layers as dependencies.
-pub fn image_manifest(
+pub(crate) fn image_manifest(
     reference: &Reference,
     manifest_digest: &Digest,
     config_digest: &Digest,
@@ -176,13 +176,13 @@ pub fn image_manifest(
 }
 
 /// The bytes of a layer's manifest as its ACI holds them.
-pub fn layer_manifest_json(blob_digest: &Digest, media_type: &str, config: &ImageConfig) -> Vec<u8> {
+pub(crate) fn layer_manifest_json(blob_digest: &Digest, media_type: &str, config: &ImageConfig) -> Vec<u8> {
     serde_json::to_vec(&layer_manifest(blob_digest, media_type, config)).unwrap_or_default()
 }
 
 /// Whether index row `name` of `key` is a layer stored by a release before
 /// layers were ACIs (named `layer/<its key>`, its blob the layer's tar).
-pub fn is_legacy_layer(name: &str, key: &str) -> bool {
+pub(crate) fn is_legacy_layer(name: &str, key: &str) -> bool {
     name.strip_prefix(LAYER_NAME_PREFIX) == Some(key)
 }
 
@@ -214,7 +214,7 @@ pub fn empty_aci(manifest: &ImageManifest) -> std::io::Result<(String, Vec<u8>)>
 /// dependencies). Nothing is deduplicated. `manifest_of` reads a
 /// dependency's manifest; rktlet's layer ACIs (`layer/...`) have no
 /// dependencies and are not read.
-pub fn dependency_list(
+pub(crate) fn dependency_list(
     key: &str,
     manifest: &ImageManifest,
     mut manifest_of: impl FnMut(&str) -> Option<ImageManifest>,
@@ -249,7 +249,7 @@ pub fn tree_id(dependency_list: &[String]) -> String {
 
 /// The tree id of an image whose dependencies are all layers (or none):
 /// the image, then its layers top first.
-pub fn layered_tree_id(image_key: &str, layer_keys_bottom_first: &[String]) -> String {
+pub(crate) fn layered_tree_id(image_key: &str, layer_keys_bottom_first: &[String]) -> String {
     let mut all = vec![image_key.to_string()];
     all.extend(layer_keys_bottom_first.iter().rev().cloned());
     tree_id(&all)
@@ -257,7 +257,7 @@ pub fn layered_tree_id(image_key: &str, layer_keys_bottom_first: &[String]) -> S
 
 /// The tree id releases before rkt's order used (dependencies in manifest
 /// order): trees rendered under it stay in use by the pods that name them.
-pub fn legacy_tree_id(image_key: &str, dependency_keys: &[String]) -> String {
+pub(crate) fn legacy_tree_id(image_key: &str, dependency_keys: &[String]) -> String {
     let mut all = vec![image_key.to_string()];
     all.extend(dependency_keys.iter().cloned());
     tree_id(&all)

@@ -26,11 +26,11 @@ pub enum DiscoveryError {
     NotFound { name: String, labels: String, tried: String },
 }
 
-pub use rkt::schema::is_ac_identifier;
+pub(crate) use rkt::schema::is_ac_identifier;
 
 /// The labels discovery fills templates with: those asked, plus `version`,
 /// `os` and `arch` defaults.
-pub fn with_defaults(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+pub(crate) fn with_defaults(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     let mut all = labels.clone();
     all.entry("version".into()).or_insert_with(|| "latest".into());
     all.entry("os".into()).or_insert_with(|| "linux".into());
@@ -87,7 +87,7 @@ fn attribute(tag: &str, name: &str) -> Option<String> {
 }
 
 /// Fills `{name}`, `{ext}` and `{label}` in a template; None if any remain.
-pub fn fill(template: &str, name: &str, ext: &str, labels: &BTreeMap<String, String>) -> Option<String> {
+pub(crate) fn fill(template: &str, name: &str, ext: &str, labels: &BTreeMap<String, String>) -> Option<String> {
     let mut out = template.replace("{name}", name).replace("{ext}", ext);
     for (k, v) in labels {
         out = out.replace(&format!("{{{k}}}"), v);
@@ -111,7 +111,7 @@ pub fn endpoints_in(html: &str, name: &str, labels: &BTreeMap<String, String>) -
 }
 
 /// The discovery URLs for `name`: itself, then each parent path.
-pub fn pages(name: &str, http: bool) -> Vec<String> {
+pub(crate) fn pages(name: &str, http: bool) -> Vec<String> {
     let scheme = if http { "http" } else { "https" };
     let mut out = Vec::new();
     let mut n = name;
@@ -127,7 +127,7 @@ pub fn pages(name: &str, http: bool) -> Vec<String> {
 
 /// Runs discovery for `name` with `labels` (defaults added); `get` fetches a
 /// page and returns its body.
-pub async fn discover<F, Fut>(
+pub(crate) async fn discover<F, Fut>(
     name: &str,
     labels: &BTreeMap<String, String>,
     allow_http: bool,

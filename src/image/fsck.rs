@@ -32,7 +32,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
 #[derive(Debug, Default, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     pub images: usize,
     pub blobs: usize,
     pub trees: usize,
@@ -45,13 +45,13 @@ pub struct Report {
 }
 
 impl Report {
-    pub fn ok(&self) -> bool {
+    pub(crate) fn ok(&self) -> bool {
         self.problems.is_empty()
     }
 }
 
 /// Checks the store; `deep` also compares every rendered tree with its blobs.
-pub fn verify(store: &Store, deep: bool) -> Result<Report, ImageError> {
+pub(crate) fn verify(store: &Store, deep: bool) -> Result<Report, ImageError> {
     let cas = store.cas();
     let index = cas.read_index().map_err(io_ctx("reading the image index"))?;
     let mut r = Report { images: index.aciinfo.iter().filter(|a| !a.is_layer()).count(), ..Default::default() };

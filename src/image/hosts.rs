@@ -22,7 +22,7 @@ use std::net::IpAddr;
 use std::path::Path;
 
 /// The upstream of `docker.io`.
-pub const DOCKER_HUB_ENDPOINT: &str = "https://registry-1.docker.io";
+pub(crate) const DOCKER_HUB_ENDPOINT: &str = "https://registry-1.docker.io";
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -75,7 +75,7 @@ pub struct MirrorConfig {
 
 /// One place to send `/v2/...` requests for a registry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     /// Scheme, host and port, no trailing slash.
     pub base: String,
     pub skip_verify: bool,
@@ -83,21 +83,21 @@ pub struct Endpoint {
 }
 
 /// Five minutes without a byte, as containerd's `image_pull_progress_timeout`.
-pub const DEFAULT_STALL_SECS: u64 = 300;
+pub(crate) const DEFAULT_STALL_SECS: u64 = 300;
 /// 64 GiB: above any real layer, below filling a node's disk with zeros.
-pub const DEFAULT_MAX_LAYER_BYTES: u64 = 64 << 30;
+pub(crate) const DEFAULT_MAX_LAYER_BYTES: u64 = 64 << 30;
 
 impl RegistryConfig {
-    pub fn stall_timeout(&self) -> std::time::Duration {
+    pub(crate) fn stall_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.stall_timeout_secs.unwrap_or(DEFAULT_STALL_SECS).max(1))
     }
 
-    pub fn max_layer_bytes(&self) -> u64 {
+    pub(crate) fn max_layer_bytes(&self) -> u64 {
         self.max_layer_bytes.unwrap_or(DEFAULT_MAX_LAYER_BYTES)
     }
 
     /// Reads `path`; a missing file means no mirrors and no extra insecure hosts.
-    pub fn load(path: &Path) -> Result<Self, String> {
+    pub(crate) fn load(path: &Path) -> Result<Self, String> {
         match std::fs::read_to_string(path) {
             Ok(text) => toml::from_str(&text).map_err(|e| format!("invalid registry config {}: {e}", path.display())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
@@ -108,7 +108,7 @@ impl RegistryConfig {
     /// Where the signature policy of a config read from `config_path` is,
     /// and whether it was named explicitly (then it must exist: a typo must
     /// not turn the policy off).
-    pub fn policy_path(&self, config_path: &Path) -> (std::path::PathBuf, bool) {
+    pub(crate) fn policy_path(&self, config_path: &Path) -> (std::path::PathBuf, bool) {
         let dir = config_path.parent().unwrap_or(Path::new("/"));
         match &self.signature_policy {
             Some(p) => (dir.join(p), true),
@@ -121,7 +121,7 @@ impl RegistryConfig {
     }
 
     /// The endpoints for registry `domain`, in the order to try them.
-    pub fn endpoints(&self, domain: &str) -> Vec<Endpoint> {
+    pub(crate) fn endpoints(&self, domain: &str) -> Vec<Endpoint> {
         let host = self.hosts.get(domain);
         let mut out: Vec<Endpoint> = host
             .map(|h| {
@@ -156,7 +156,7 @@ impl RegistryConfig {
 }
 
 /// `localhost`, `127.x.y.z`, `[::1]`, with or without a port.
-pub fn is_loopback(host: &str) -> bool {
+pub(crate) fn is_loopback(host: &str) -> bool {
     let h = if let Some(rest) = host.strip_prefix('[') {
         rest.split(']').next().unwrap_or(rest)
     } else {

@@ -26,7 +26,7 @@ pub enum Compression {
 
 impl Compression {
     /// From a layer media type; `None` for types rktlet cannot unpack.
-    pub fn from_media_type(mt: &str) -> Option<Compression> {
+    pub(crate) fn from_media_type(mt: &str) -> Option<Compression> {
         if mt.ends_with("+gzip") || mt.ends_with(".tar.gzip") || mt.ends_with("tar.gzip") {
             Some(Compression::Gzip)
         } else if mt.ends_with("+zstd") {
@@ -74,13 +74,13 @@ pub struct LayerDone {
 }
 
 /// Reads chunks sent by the async download task.
-pub struct ChannelReader {
+pub(crate) struct ChannelReader {
     rx: tokio::sync::mpsc::Receiver<io::Result<Bytes>>,
     current: Bytes,
 }
 
 impl ChannelReader {
-    pub fn new(rx: tokio::sync::mpsc::Receiver<io::Result<Bytes>>) -> Self {
+    pub(crate) fn new(rx: tokio::sync::mpsc::Receiver<io::Result<Bytes>>) -> Self {
         ChannelReader { rx, current: Bytes::new() }
     }
 }

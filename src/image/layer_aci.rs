@@ -45,7 +45,7 @@ pub fn convert_pending(cas: &Cas) -> usize {
 }
 
 /// [`convert_pending`] for one layer; false when there was nothing to do.
-pub fn convert_one(cas: &Cas, key: &str) -> Result<bool, ImageError> {
+pub(crate) fn convert_one(cas: &Cas, key: &str) -> Result<bool, ImageError> {
     let src = pending(cas, key);
     let _lock = cas.lock_image(key).map_err(io_ctx(format!("locking {key}")))?;
     if !src.exists() {
@@ -120,7 +120,7 @@ impl Write for Tee {
 /// Converts the waiting layers on a thread of its own (at nice 10, as the
 /// tree sync), after the pull that stored them; `tree::finish_settling`
 /// waits for it too.
-pub fn convert_later(cas: &Cas) {
+pub(crate) fn convert_later(cas: &Cas) {
     if std::env::var_os(rkt::tree::SYNC_LATER_ENV).is_some() {
         return;
     }

@@ -39,18 +39,18 @@
 //! lists and `index.json` does not are listed and resolved too, and left to
 //! rkt to remove; rktlet's index changes are written into it as well.
 
-pub mod aci;
+pub(crate) mod aci;
 pub mod auth;
 pub mod convert;
 pub mod discovery;
-pub mod fsck;
-pub mod hosts;
+pub(crate) mod fsck;
+pub(crate) mod hosts;
 pub mod layer;
 pub mod layer_aci;
 pub mod oci;
-pub mod policy;
+pub(crate) mod policy;
 mod pull;
-pub mod registry;
+pub(crate) mod registry;
 mod workdir;
 
 use crate::base::filecache::{FileCache, ReadError};
@@ -146,7 +146,7 @@ impl Image {
     /// image; else (an ACI, an image fetched by rkt without it) the key.
     /// rkt's key stays the store's: an image pulled from two registries is
     /// two ACIs, two keys, one content id.
-    pub fn content_id(&self) -> &str {
+    pub(crate) fn content_id(&self) -> &str {
         content_id(&self.manifest, &self.id)
     }
 
@@ -197,7 +197,7 @@ impl Tree {
     }
 
     /// Its image's content id ([`Image::content_id`]).
-    pub fn content_id(&self) -> &str {
+    pub(crate) fn content_id(&self) -> &str {
         content_id(&self.manifest, &self.image_id)
     }
 }
@@ -279,7 +279,7 @@ impl Store {
     }
 
     /// The signature policy in force now.
-    pub fn policy(&self) -> Result<policy::Policy, ImageError> {
+    pub(crate) fn policy(&self) -> Result<policy::Policy, ImageError> {
         match &self.policy_path {
             Some((p, required)) => Ok(policy::Policy::load(p, *required)?),
             None => Ok(policy::Policy::default()),
@@ -430,14 +430,14 @@ impl Store {
     }
 
     /// Every image whose content id is `content_id`, oldest first.
-    pub fn with_content(&self, content_id: &str) -> Result<Vec<Image>, ImageError> {
+    pub(crate) fn with_content(&self, content_id: &str) -> Result<Vec<Image>, ImageError> {
         Ok(self.list()?.into_iter().filter(|i| i.content_id() == content_id).collect())
     }
 
     /// The image `reference_or_id` names ([`Store::resolve`]) with every
     /// other of the same content (pulled from another registry, repository
     /// or mirror), oldest first; empty when there is none.
-    pub fn resolve_content(&self, reference_or_id: &str) -> Result<Vec<Image>, ImageError> {
+    pub(crate) fn resolve_content(&self, reference_or_id: &str) -> Result<Vec<Image>, ImageError> {
         match self.resolve(reference_or_id) {
             Ok(image) if image.content_id() != image.id => self.with_content(image.content_id()),
             Ok(image) => Ok(vec![image]),
@@ -448,7 +448,7 @@ impl Store {
 
     /// Every image, grouped by content id (each group oldest first, the
     /// groups in the order of their oldest).
-    pub fn list_by_content(&self) -> Result<Vec<Vec<Image>>, ImageError> {
+    pub(crate) fn list_by_content(&self) -> Result<Vec<Vec<Image>>, ImageError> {
         Ok(group_by_content(self.list()?))
     }
 
@@ -456,7 +456,7 @@ impl Store {
     /// content, with all their names, as [`Store::remove`] removes one (a
     /// CRI RemoveImage: containerd removes every reference to the image).
     /// The keys removed; empty when there was no such image.
-    pub fn remove_content(&self, reference_or_id: &str) -> Result<Vec<String>, ImageError> {
+    pub(crate) fn remove_content(&self, reference_or_id: &str) -> Result<Vec<String>, ImageError> {
         let mut removed = Vec::new();
         let images = match self.resolve_content(reference_or_id) {
             Ok(images) => images,
@@ -585,7 +585,7 @@ impl Store {
     /// image's rendered tree, or `sub_path` inside it, which must be a
     /// directory of the image (no `..`, no link leading out of it). The
     /// image must have been pulled; it is marked used.
-    pub fn volume_source(&self, reference: &str, sub_path: &str) -> Result<ImageVolume, ImageError> {
+    pub(crate) fn volume_source(&self, reference: &str, sub_path: &str) -> Result<ImageVolume, ImageError> {
         let tree = self.tree(reference)?;
         let rootfs = tree.rootfs();
         let mut source = rootfs.clone();
@@ -724,7 +724,7 @@ impl Store {
 
     /// Trees and images referenced by pods that still exist (rkt: prepare,
     /// prepared, run and exited-garbage pods).
-    pub fn used_by_pods(&self) -> UsedByPods {
+    pub(crate) fn used_by_pods(&self) -> UsedByPods {
         let mut used = UsedByPods::default();
         for dir in [PodDir::Prepare, PodDir::Prepared, PodDir::Run, PodDir::ExitedGarbage] {
             let Ok(pods) = fs::read_dir(self.data.pod_parent(dir)) else { continue };
@@ -808,17 +808,13 @@ impl Store {
 
     /// Removes the work directories of pulls that were cut short (their
     /// locks are free); returns how many.
-    pub fn clean_leftovers(&self) -> usize {
+    pub(crate) fn clean_leftovers(&self) -> usize {
         workdir::clean_tmp(&self.cas)
     }
 
     /// Bytes and inodes the store uses on disk.
-    pub fn usage(&self) -> (u64, u64) {
+    pub(crate) fn usage(&self) -> (u64, u64) {
         rkt::extract::usage(self.cas.root())
-    }
-
-    pub fn data_root(&self) -> &Path {
-        self.data.root()
     }
 
     pub(crate) fn registry(&self) -> &RegistryClient {
@@ -828,7 +824,7 @@ impl Store {
 
 /// Trees and images that pods reference.
 #[derive(Debug, Default)]
-pub struct UsedByPods {
+pub(crate) struct UsedByPods {
     pub trees: std::collections::HashSet<String>,
     pub images: std::collections::HashSet<String>,
     /// Images mounted as volumes, and by which app of which pod.
@@ -837,11 +833,11 @@ pub struct UsedByPods {
 
 /// The file in an app's `appsinfo/<app>/` that lists its image volumes, a
 /// line `<image id> <tree id>` each (rktlet's own; rkt ignores it).
-pub const IMAGE_VOLUMES: &str = "imageVolumes";
+pub(crate) const IMAGE_VOLUMES: &str = "imageVolumes";
 
 /// An image volume's source in the store ([`Store::volume_source`]).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ImageVolume {
+pub(crate) struct ImageVolume {
     pub image_id: String,
     pub tree_id: String,
     pub source: PathBuf,
@@ -849,7 +845,7 @@ pub struct ImageVolume {
 
 /// `images` grouped by content id ([`Image::content_id`]), each group and
 /// the groups in the order given.
-pub fn group_by_content(images: Vec<Image>) -> Vec<Vec<Image>> {
+pub(crate) fn group_by_content(images: Vec<Image>) -> Vec<Vec<Image>> {
     let mut groups: Vec<Vec<Image>> = Vec::new();
     for image in images {
         match groups.iter_mut().find(|g| g[0].content_id() == image.content_id()) {

@@ -2,26 +2,25 @@
 //! indexes and Docker manifest lists, image configs; and platform selection.
 
 use oci_spec::image::{Arch, Os};
-pub use oci_spec::image::{Descriptor, ImageConfiguration as ImageConfig, ImageIndex, ImageManifest, Platform};
+pub(crate) use oci_spec::image::{Descriptor, ImageConfiguration as ImageConfig, ImageIndex, ImageManifest, Platform};
 use serde_json::{Map, Value, json};
 
-pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
-pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
-pub const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
-pub const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+pub(crate) const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub(crate) const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub(crate) const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+pub(crate) const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 
 /// Every manifest type rktlet reads, for the `Accept` header (without all of
 /// them registries down-convert or answer 404).
-pub const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
+pub(crate) const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
      application/vnd.docker.distribution.manifest.list.v2+json, \
      application/vnd.oci.image.manifest.v1+json, \
      application/vnd.docker.distribution.manifest.v2+json";
 
 /// Largest manifest or index accepted.
-pub const MAX_MANIFEST_BYTES: u64 = 4 << 20;
+pub(crate) const MAX_MANIFEST_BYTES: u64 = 4 << 20;
 /// Largest image config accepted.
-pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+pub(crate) const MAX_CONFIG_BYTES: u64 = 16 << 20;
 
 /// A manifest or an index, as the registry sent it.
 #[derive(Debug, Clone)]
@@ -101,7 +100,7 @@ pub fn parse_config(bytes: &[u8]) -> Result<ImageConfig, String> {
 }
 
 /// The digest of a descriptor as rktlet verifies it.
-pub fn digest_of(d: &Descriptor) -> Result<rkt::digest::Digest, rkt::digest::InvalidDigest> {
+pub(crate) fn digest_of(d: &Descriptor) -> Result<rkt::digest::Digest, rkt::digest::InvalidDigest> {
     d.digest().to_string().parse()
 }
 

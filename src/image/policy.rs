@@ -37,13 +37,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The layer media type of a cosign simple-signing payload.
-pub const SIMPLE_SIGNING: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+pub(crate) const SIMPLE_SIGNING: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
 /// The annotation that carries the payload's signature, base64.
-pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
+pub(crate) const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 /// `critical.type` of a cosign payload.
 const PAYLOAD_TYPE: &str = "cosign container image signature";
 /// Largest signature payload read.
-pub const MAX_PAYLOAD_BYTES: u64 = 64 << 10;
+pub(crate) const MAX_PAYLOAD_BYTES: u64 = 64 << 10;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
@@ -88,7 +88,7 @@ struct RawPolicy {
 
 /// A public key that may sign images.
 #[derive(Clone)]
-pub enum PublicKey {
+pub(crate) enum PublicKey {
     P256(p256::ecdsa::VerifyingKey),
     Ed25519(ed25519_dalek::VerifyingKey),
 }
@@ -104,7 +104,7 @@ impl std::fmt::Debug for PublicKey {
 
 impl PublicKey {
     /// An SPKI PEM (`-----BEGIN PUBLIC KEY-----`) of a P-256 or Ed25519 key.
-    pub fn from_pem(pem: &str) -> Result<PublicKey, String> {
+    pub(crate) fn from_pem(pem: &str) -> Result<PublicKey, String> {
         use p256::pkcs8::DecodePublicKey;
         if let Ok(k) = p256::ecdsa::VerifyingKey::from_public_key_pem(pem) {
             return Ok(PublicKey::P256(k));
@@ -116,7 +116,7 @@ impl PublicKey {
 
     /// Whether `signature` signs `payload`: ECDSA with SHA-256 (DER or
     /// 64-byte r||s), or Ed25519 (64 bytes).
-    pub fn verifies(&self, payload: &[u8], signature: &[u8]) -> bool {
+    pub(crate) fn verifies(&self, payload: &[u8], signature: &[u8]) -> bool {
         match self {
             PublicKey::P256(k) => {
                 use p256::ecdsa::signature::Verifier;
@@ -133,7 +133,7 @@ impl PublicKey {
 
 /// What a scope asks of an image.
 #[derive(Debug, Clone)]
-pub enum Requirement {
+pub(crate) enum Requirement {
     Accept,
     Reject,
     SignedBy(Vec<PublicKey>),
@@ -141,7 +141,7 @@ pub enum Requirement {
 
 /// A parsed policy; keys are read when the policy is loaded.
 #[derive(Debug, Clone)]
-pub struct Policy {
+pub(crate) struct Policy {
     default: Vec<Requirement>,
     scopes: BTreeMap<String, Vec<Requirement>>,
 }
@@ -155,7 +155,7 @@ impl Default for Policy {
 
 /// The scope a pull fell under and what it requires.
 #[derive(Debug)]
-pub struct Decision<'a> {
+pub(crate) struct Decision<'a> {
     pub scope: String,
     pub requirements: &'a [Requirement],
 }
@@ -163,7 +163,7 @@ pub struct Decision<'a> {
 impl Decision<'_> {
     /// The keys every signature check needs (one list per `signedBy`), or the
     /// reason the image is refused outright.
-    pub fn needs(&self) -> Result<Vec<&[PublicKey]>, String> {
+    pub(crate) fn needs(&self) -> Result<Vec<&[PublicKey]>, String> {
         let mut out = Vec::new();
         for r in self.requirements {
             match r {
@@ -178,7 +178,7 @@ impl Decision<'_> {
 
 impl Policy {
     /// Reads `path`; a missing file is the accept-anything default unless `required`.
-    pub fn load(path: &Path, required: bool) -> Result<Policy, PolicyError> {
+    pub(crate) fn load(path: &Path, required: bool) -> Result<Policy, PolicyError> {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => return Ok(Policy::default()),
@@ -189,7 +189,7 @@ impl Policy {
     }
 
     /// Parses a policy; relative key paths are taken from `base`.
-    pub fn parse(text: &str, base: &Path) -> Result<Policy, String> {
+    pub(crate) fn parse(text: &str, base: &Path) -> Result<Policy, String> {
         let raw: RawPolicy = serde_json::from_str(text).map_err(|e| e.to_string())?;
         let default = raw.default.ok_or("\"default\" is required (for example [{\"type\": \"reject\"}])")?;
         let convert = |list: Vec<RawRequirement>, scope: &str| -> Result<Vec<Requirement>, String> {
@@ -215,12 +215,13 @@ impl Policy {
     }
 
     /// Whether any scope asks for more than "accept".
-    pub fn is_permissive(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_permissive(&self) -> bool {
         self.scopes.values().chain(std::iter::once(&self.default)).flatten().all(|r| matches!(r, Requirement::Accept))
     }
 
     /// The requirements for `reference`, from its most specific scope.
-    pub fn decide(&self, reference: &Reference) -> Decision<'_> {
+    pub(crate) fn decide(&self, reference: &Reference) -> Decision<'_> {
         for scope in candidate_scopes(reference) {
             if let Some(reqs) = self.scopes.get(&scope) {
                 return Decision { scope, requirements: reqs };
@@ -339,13 +340,13 @@ struct PayloadImage {
 }
 
 /// The cosign signature tag for an image digest: `sha256-<hex>.sig`.
-pub fn signature_tag(digest: &Digest) -> String {
+pub(crate) fn signature_tag(digest: &Digest) -> String {
     digest.to_string().replacen(':', "-", 1) + ".sig"
 }
 
 /// Checks one signature: `signature_b64` over `payload`, by one of `keys`,
 /// naming `digest` in repository `reference`.
-pub fn check_signature(
+pub(crate) fn check_signature(
     keys: &[PublicKey],
     payload: &[u8],
     signature_b64: &str,

@@ -34,7 +34,7 @@ pub enum RegistryError {
 
 /// An error with its causes (reqwest's own message, "error sending request",
 /// leaves out what went wrong: refused, not resolved, TLS), each once.
-pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {
@@ -50,14 +50,14 @@ pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// The shared HTTP clients (connection pools) and the registry host config.
 #[derive(Debug)]
-pub struct RegistryClient {
+pub(crate) struct RegistryClient {
     verified: reqwest::Client,
     unverified: reqwest::Client,
     pub config: RegistryConfig,
 }
 
 impl RegistryClient {
-    pub fn new(config: RegistryConfig) -> Result<Self, RegistryError> {
+    pub(crate) fn new(config: RegistryConfig) -> Result<Self, RegistryError> {
         let stall = config.stall_timeout();
         let build = |skip_verify: bool| {
             reqwest::Client::builder()
@@ -74,7 +74,7 @@ impl RegistryClient {
     }
 
     /// A session for `reference`'s repository with optional credentials.
-    pub fn session(&self, reference: &Reference, creds: Credentials) -> Session<'_> {
+    pub(crate) fn session(&self, reference: &Reference, creds: Credentials) -> Session<'_> {
         let endpoints = self.config.endpoints(&reference.domain);
         let preset = (!creds.registry_token.is_empty()).then(|| format!("Bearer {}", creds.registry_token));
         Session {
@@ -89,7 +89,7 @@ impl RegistryClient {
 }
 
 /// Requests to one repository, trying each endpoint in order.
-pub struct Session<'a> {
+pub(crate) struct Session<'a> {
     client: &'a RegistryClient,
     registry: String,
     repo: String,
@@ -232,7 +232,7 @@ impl Session<'_> {
 
     /// Fetches a manifest or index by tag or digest. Returns the bytes, their
     /// media type and their sha256 digest; checked against `object` when it is a digest.
-    pub async fn manifest(&self, object: &str) -> Result<(Bytes, String, Digest), RegistryError> {
+    pub(crate) async fn manifest(&self, object: &str) -> Result<(Bytes, String, Digest), RegistryError> {
         let what = format!("manifest {}:{object}", self.repo);
         let resp = self.get(&format!("manifests/{object}"), Some(oci::ACCEPT), &what).await?;
         let content_type = resp
@@ -256,7 +256,7 @@ impl Session<'_> {
     }
 
     /// Fetches a small blob (an image config) whole, checking size and digest.
-    pub async fn small_blob(&self, digest: &Digest, size: u64, limit: u64) -> Result<Bytes, RegistryError> {
+    pub(crate) async fn small_blob(&self, digest: &Digest, size: u64, limit: u64) -> Result<Bytes, RegistryError> {
         let what = format!("blob {digest}");
         if size > limit {
             return Err(RegistryError::Invalid(format!("{what} ({size} bytes) is larger than the {limit}-byte limit")));
@@ -276,7 +276,7 @@ impl Session<'_> {
     }
 
     /// Starts a blob download; the caller verifies what streams through.
-    pub async fn blob_stream(
+    pub(crate) async fn blob_stream(
         &self,
         digest: &Digest,
     ) -> Result<impl Stream<Item = Result<Bytes, reqwest::Error>> + Send + 'static, RegistryError> {

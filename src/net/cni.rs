@@ -8,8 +8,10 @@
 mod exec;
 mod result;
 
-pub use exec::{CniRequest, Network, PortMapping, Protocol};
-pub use result::{CniResult, Dns, IpConfig, ResultInterface, Route};
+#[cfg(test)]
+pub(crate) use exec::Protocol;
+pub(crate) use exec::{CniRequest, Network, PortMapping};
+pub(crate) use result::CniResult;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -90,7 +92,7 @@ pub struct NetworkConfig {
 }
 
 impl NetworkConfig {
-    pub fn parse(path: &Path, bytes: Vec<u8>) -> Result<Self, CniError> {
+    pub(crate) fn parse(path: &Path, bytes: Vec<u8>) -> Result<Self, CniError> {
         let invalid = |reason: String| CniError::Invalid { path: path.to_path_buf(), reason };
         let json: Value = serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
         let raw: RawConf = serde_json::from_value(json.clone()).map_err(|e| invalid(e.to_string()))?;
@@ -118,7 +120,7 @@ impl NetworkConfig {
     }
 
     /// Every plugin binary this network needs must exist in one of `bin_dirs`.
-    pub fn check_plugins(&self, bin_dirs: &[PathBuf]) -> Result<(), CniError> {
+    pub(crate) fn check_plugins(&self, bin_dirs: &[PathBuf]) -> Result<(), CniError> {
         for plugin in &self.plugins {
             if find_plugin(&plugin.plugin_type, bin_dirs).is_none() {
                 return Err(CniError::MissingPlugin {
@@ -137,7 +139,7 @@ fn join_dirs(dirs: &[PathBuf]) -> String {
 }
 
 /// The plugin binary `name` in the first of `bin_dirs` that has it.
-pub fn find_plugin(name: &str, bin_dirs: &[PathBuf]) -> Option<PathBuf> {
+pub(crate) fn find_plugin(name: &str, bin_dirs: &[PathBuf]) -> Option<PathBuf> {
     if name.contains('/') {
         return None;
     }

@@ -7,11 +7,11 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 
 /// The host's resolver config, the fallback when the CRI gives no DNS config.
-pub const HOST_RESOLV_CONF: &str = "/etc/resolv.conf";
+pub(crate) const HOST_RESOLV_CONF: &str = "/etc/resolv.conf";
 
 /// The CRI `DNSConfig`; also the portmap-style `dns` capability of CNI plugins.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct DnsConfig {
+pub(crate) struct DnsConfig {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub servers: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -21,7 +21,7 @@ pub struct DnsConfig {
 }
 
 impl DnsConfig {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.servers.is_empty() && self.searches.is_empty() && self.options.is_empty()
     }
 }
@@ -35,7 +35,7 @@ impl From<&v1::DnsConfig> for DnsConfig {
 /// `resolv.conf` for the pod: `dns` when it says anything, else the host's
 /// file (`host_resolv`) without loopback nameservers (a host-local resolver
 /// such as systemd-resolved's 127.0.0.53 is unreachable from the pod's netns).
-pub fn resolv_conf(dns: Option<&DnsConfig>, host_resolv: &str) -> String {
+pub(crate) fn resolv_conf(dns: Option<&DnsConfig>, host_resolv: &str) -> String {
     let mut out = String::new();
     match dns.filter(|d| !d.is_empty()) {
         Some(d) => {
@@ -73,7 +73,7 @@ fn is_loopback_nameserver(line: &str) -> bool {
 
 /// `/etc/hosts`: the localhost lines, then `hostname` on each pod IP (or on
 /// 127.0.0.1 when the pod has none, as rkt does).
-pub fn hosts(hostname: &str, pod_ips: &[IpAddr]) -> String {
+pub(crate) fn hosts(hostname: &str, pod_ips: &[IpAddr]) -> String {
     let mut out = String::from(
         "127.0.0.1\tlocalhost\n\
          ::1\tlocalhost ip6-localhost ip6-loopback\n\
@@ -95,7 +95,8 @@ pub fn hosts(hostname: &str, pod_ips: &[IpAddr]) -> String {
 }
 
 /// `/etc/hostname`.
-pub fn hostname(hostname: &str) -> String {
+#[cfg(test)]
+pub(crate) fn hostname(hostname: &str) -> String {
     format!("{hostname}\n")
 }
 

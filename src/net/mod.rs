@@ -11,14 +11,14 @@
 //! DEL needs only the pod id, netns path and cache dir: the rest is cached.
 
 pub mod cni;
-pub mod dns;
-pub mod net_info;
+pub(crate) mod dns;
+pub(crate) mod net_info;
 pub mod netns;
 pub mod pod;
 
 /// Where CNI configs and plugins are.
 #[derive(Debug, Clone)]
-pub struct NetDirs {
+pub(crate) struct NetDirs {
     pub conf_dir: std::path::PathBuf,
     pub bin_dirs: Vec<std::path::PathBuf>,
 }

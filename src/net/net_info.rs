@@ -5,7 +5,7 @@ use super::cni::{CniResult, Network};
 use rkt::net_info::NetInfo;
 
 /// The entry for `network` after an ADD on `if_name` that returned `result`.
-pub fn from_result(network: &Network, if_name: &str, args: &str, result: &CniResult) -> NetInfo {
+pub(crate) fn from_result(network: &Network, if_name: &str, args: &str, result: &CniResult) -> NetInfo {
     let primary = result.pod_ip_config();
     let plugin = network.config.plugins.first().map(|p| p.plugin_type.as_str()).unwrap_or_default();
     NetInfo {

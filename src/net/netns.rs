@@ -11,13 +11,13 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::thread;
 
 /// Where named network namespaces live (iproute2's and rkt's choice).
-pub const NETNS_RUN_DIR: &str = "/var/run/netns";
+pub(crate) const NETNS_RUN_DIR: &str = "/var/run/netns";
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetnsError {
@@ -47,7 +47,7 @@ pub struct Netns {
 
 /// One interface of a netns: its addresses and counters (`/proc/net/dev`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Interface {
+pub(crate) struct Interface {
     pub name: String,
     pub up: bool,
     /// Addresses with their prefix length.
@@ -62,17 +62,18 @@ pub struct Interface {
 
 impl Netns {
     /// rkt's netns name: `cni-` and random hex in five groups (8-4-4-4-12).
-    pub fn random_name() -> String {
+    #[cfg(test)]
+    pub(crate) fn random_name() -> String {
         format!("cni-{}", uuid::Uuid::new_v4().hyphenated())
     }
 
     /// Creates the netns `name` under [`NETNS_RUN_DIR`].
-    pub fn create(name: &str) -> Result<Netns, NetnsError> {
+    pub(crate) fn create(name: &str) -> Result<Netns, NetnsError> {
         Self::create_in(Path::new(NETNS_RUN_DIR), name)
     }
 
     /// Creates a new network namespace pinned at `dir/name`; fails if that file exists.
-    pub fn create_in(dir: &Path, name: &str) -> Result<Netns, NetnsError> {
+    pub(crate) fn create_in(dir: &Path, name: &str) -> Result<Netns, NetnsError> {
         if name.is_empty() || name.contains('/') || name == "." || name == ".." {
             return Err(NetnsError::InvalidName(name.into()));
         }
@@ -115,13 +116,15 @@ impl Netns {
     }
 
     /// The namespace's inode: equal inodes mean the same namespace.
-    pub fn inode(&self) -> Result<u64, NetnsError> {
-        fs::metadata(&self.path).map(|m| m.ino()).map_err(io_err(&self.path, "stat"))
+    #[cfg(test)]
+    pub(crate) fn inode(&self) -> Result<u64, NetnsError> {
+        fs::metadata(&self.path).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).map_err(io_err(&self.path, "stat"))
     }
 
     /// Unpins the namespace (lazy unmount) and deletes the file. Idempotent:
     /// a missing file or a file that is no longer mounted is fine.
-    pub fn remove(&self) -> Result<(), NetnsError> {
+    #[cfg(test)]
+    pub(crate) fn remove(&self) -> Result<(), NetnsError> {
         remove_path(&self.path)
     }
 
@@ -144,19 +147,20 @@ impl Netns {
     }
 
     /// Sets the link `ifname` up inside the namespace, e.g. `lo` (no CNI exec needed).
-    pub fn set_link_up(&self, ifname: &str) -> Result<(), NetnsError> {
+    pub(crate) fn set_link_up(&self, ifname: &str) -> Result<(), NetnsError> {
         let link = |what, source| NetnsError::Link { path: self.path.clone(), ifname: ifname.into(), what, source };
         self.run(|| set_link_up(ifname))?.map_err(|(what, e)| link(what, e))
     }
 
     /// The interfaces of the namespace with addresses and counters.
-    pub fn interfaces(&self) -> Result<Vec<Interface>, NetnsError> {
+    #[cfg(test)]
+    pub(crate) fn interfaces(&self) -> Result<Vec<Interface>, NetnsError> {
         self.run(read_interfaces)?.map_err(io_err(&self.path, "read interfaces"))
     }
 }
 
 /// Whether `path` is an nsfs file of a network namespace.
-pub fn is_netns(path: &Path) -> bool {
+pub(crate) fn is_netns(path: &Path) -> bool {
     let Ok(file) = File::open(path) else { return false };
     let nsfs = statfs::fstatfs(&file).map(|s| s.filesystem_type() == statfs::NSFS_MAGIC).unwrap_or(false);
     // SAFETY: NS_GET_NSTYPE takes no argument and only reads the fd.
@@ -167,7 +171,7 @@ pub fn is_netns(path: &Path) -> bool {
 const NS_GET_NSTYPE: libc::Ioctl = 0xb703;
 
 /// Removes a pinned netns at `path` (see [`Netns::remove`]).
-pub fn remove_path(path: &Path) -> Result<(), NetnsError> {
+pub(crate) fn remove_path(path: &Path) -> Result<(), NetnsError> {
     match nix::mount::umount2(path, MntFlags::MNT_DETACH) {
         Ok(()) | Err(nix::Error::EINVAL) | Err(nix::Error::ENOENT) => {}
         Err(e) => return Err(sys(path, "umount")(e)),
@@ -238,6 +242,7 @@ fn set_link_up(ifname: &str) -> Result<(), (&'static str, io::Error)> {
 
 /// Runs in the target netns: addresses from netlink (`getifaddrs`), counters
 /// from `/proc/thread-self/net/dev` (which follows the calling thread's netns).
+#[cfg(test)]
 fn read_interfaces() -> io::Result<Vec<Interface>> {
     let dev = fs::read_to_string("/proc/thread-self/net/dev")?;
     let mut out = parse_net_dev(&dev);
@@ -261,7 +266,7 @@ fn read_interfaces() -> io::Result<Vec<Interface>> {
 /// Counters (no addresses) of the netns a process is in, from its
 /// `/proc/<pid>/net/dev`: no setns, for stats read on every call.
 /// Loopback is left out.
-pub fn counters_of(pid: i32) -> io::Result<Vec<Interface>> {
+pub(crate) fn counters_of(pid: i32) -> io::Result<Vec<Interface>> {
     let dev = fs::read_to_string(format!("/proc/{pid}/net/dev"))?;
     Ok(parse_net_dev(&dev).into_iter().filter(|i| i.name != "lo").collect())
 }

@@ -20,49 +20,35 @@ pub enum PodNetError {
 }
 
 /// Name of a pod's network namespace under `/var/run/netns`.
-pub fn netns_name(uuid: Uuid) -> String {
+pub(crate) fn netns_name(uuid: Uuid) -> String {
     format!("rktlet-{uuid}")
 }
 
 /// Default bind-mount path of a pod's network namespace.
-pub fn netns_path(uuid: Uuid) -> PathBuf {
+pub(crate) fn netns_path(uuid: Uuid) -> PathBuf {
     Path::new("/var/run/netns").join(netns_name(uuid))
 }
 
 /// Where CNI results of a pod are cached for DEL.
-pub fn cache_dir(data: &DataDir, uuid: Uuid) -> PathBuf {
+pub(crate) fn cache_dir(data: &DataDir, uuid: Uuid) -> PathBuf {
     data.root().join("networks").join(uuid.to_string())
 }
 
 /// The request identifying a pod to its CNI plugins.
-pub fn request(data: &DataDir, uuid: Uuid, netns: &Path) -> CniRequest {
+pub(crate) fn request(data: &DataDir, uuid: Uuid, netns: &Path) -> CniRequest {
     CniRequest::new(&uuid.to_string(), netns, &cache_dir(data, uuid))
 }
 
 /// Writes `net-info.json` for a pod from its CNI result.
-pub fn record(pod: &Pod, network: &Network, result: &CniResult) -> Result<(), PodNetError> {
+pub(crate) fn record(pod: &Pod, network: &Network, result: &CniResult) -> Result<(), PodNetError> {
     let info = super::net_info::from_result(network, "eth0", "", result);
     pod.write_file(pod::NET_INFO_FILE, &rkt::net_info::to_json(&[info]))?;
     Ok(())
 }
 
-/// Releases a pod's network: CNI DEL (while the netns still exists: some
-/// plugins find what to undo through the pod's interface), then the netns
-/// and the cache. Idempotent; a pod that never had a network is a no-op.
-pub async fn teardown(
-    data: &DataDir,
-    uuid: Uuid,
-    netns_file: Option<PathBuf>,
-    conf_dir: &Path,
-    bin_dirs: &[PathBuf],
-) -> Result<(), PodNetError> {
-    release(data, uuid, netns_file.as_deref(), conf_dir, bin_dirs).await?;
-    free(data, uuid, netns_file)
-}
-
 /// CNI DEL of a pod's network (when it has one): its address and interfaces
 /// are freed; processes still in the namespace lose them. Idempotent.
-pub async fn release(
+pub(crate) async fn release(
     data: &DataDir,
     uuid: Uuid,
     netns_file: Option<&Path>,
@@ -82,7 +68,7 @@ pub async fn release(
 }
 
 /// Removes a pod's network namespace (after [`release`]) and its CNI cache.
-pub fn free(data: &DataDir, uuid: Uuid, netns_file: Option<PathBuf>) -> Result<(), PodNetError> {
+pub(crate) fn free(data: &DataDir, uuid: Uuid, netns_file: Option<PathBuf>) -> Result<(), PodNetError> {
     let netns = netns_file.unwrap_or_else(|| netns_path(uuid));
     if netns.exists() {
         netns::remove_path(&netns)?;

@@ -9,13 +9,13 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 #[derive(Debug, Default)]
-pub struct ManifestCache {
+pub(crate) struct ManifestCache {
     files: FileCache<Uuid, PodManifest>,
 }
 
 impl ManifestCache {
     /// The pod's manifest, parsed only if the file changed since last time.
-    pub fn read(&self, pod: &Pod) -> Result<Arc<PodManifest>> {
+    pub(crate) fn read(&self, pod: &Pod) -> Result<Arc<PodManifest>> {
         let path = pod.manifest_path();
         self.files.read(&pod.uuid(), &path, |bytes| serde_json::from_slice(bytes)).map_err(|e| match e {
             ReadError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => PodError::NotFound(pod.uuid().to_string()),
@@ -26,21 +26,18 @@ impl ManifestCache {
 
     /// Writes the pod's manifest ([`Pod::write_manifest`]) and keeps it, so
     /// the next read finds it parsed (once it has compared the bytes).
-    pub fn write(&self, pod: &Pod, manifest: PodManifest) -> Result<Arc<PodManifest>> {
+    pub(crate) fn write(&self, pod: &Pod, manifest: PodManifest) -> Result<Arc<PodManifest>> {
         let bytes = pod.write_manifest(&manifest)?;
         Ok(self.files.keep(pod.uuid(), bytes, manifest))
     }
 
     /// Drops the entries of pods that no longer exist (after a full listing).
-    pub fn retain(&self, present: &HashSet<Uuid>) {
+    pub(crate) fn retain(&self, present: &HashSet<Uuid>) {
         self.files.retain(|uuid| present.contains(uuid));
     }
 
-    pub fn len(&self) -> usize {
-        self.files.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.files.is_empty()
     }
 }

@@ -29,13 +29,13 @@ use uuid::Uuid;
 
 /// What the table keeps of each app of a pod, read from the pod's files
 /// (the daemon keeps CRI's `ContainerStatus`, made by `cri::container_status`).
-pub trait AppStatus: Clone {
+pub(crate) trait AppStatus: Clone {
     /// The app's status, read from its pod (`running`: the pod's state).
     fn read(pod: &Pod, app: &RuntimeApp, running: bool) -> Self;
 }
 
 /// What the read verbs need to know about one pod.
-pub struct SandboxView {
+pub(crate) struct SandboxView {
     pub pod: Pod,
     pub state: PodState,
     pub ready: bool,
@@ -46,7 +46,7 @@ pub struct SandboxView {
 
 impl SandboxView {
     /// Everything, read from the pod directory (the pod table keeps it).
-    pub fn load(mut pod: Pod, manifests: &ManifestCache) -> Result<Self, PodError> {
+    pub(crate) fn load(mut pod: Pod, manifests: &ManifestCache) -> Result<Self, PodError> {
         let state = pod.state()?;
         let manifest = manifests.read(&pod)?;
         let ready = state == PodState::Running && pod.is_ready();
@@ -60,7 +60,7 @@ impl SandboxView {
     }
 
     /// The same view for another handle of the same pod.
-    pub fn same(&self, pod: Pod) -> Self {
+    pub(crate) fn same(&self, pod: Pod) -> Self {
         SandboxView {
             pod,
             state: self.state,
@@ -83,7 +83,7 @@ pub(crate) fn ips_from_net_info(text: &str) -> Vec<String> {
 }
 
 /// A pod as the read verbs show it.
-pub struct PodView<S> {
+pub(crate) struct PodView<S> {
     pub sandbox: SandboxView,
     /// The statuses of its containers, in manifest order.
     pub containers: Vec<S>,
@@ -259,7 +259,7 @@ fn touched_by_name<'a, I: Iterator<Item = &'a str>>(app: &str, apps: impl Fn() -
 /// Status entries changed since a pod's last view beyond which it is read whole.
 const MAX_STATUS_CHANGES: usize = 64;
 
-pub struct PodTable<S> {
+pub(crate) struct PodTable<S> {
     data: DataDir,
     inner: Option<Mutex<Inner<S>>>,
 }
@@ -273,7 +273,7 @@ impl<S> std::fmt::Debug for PodTable<S> {
 impl<S: AppStatus> PodTable<S> {
     /// A table over `data`'s pods; off (every read from disk) if the state
     /// directories cannot be watched.
-    pub fn new(data: DataDir) -> Self {
+    pub(crate) fn new(data: DataDir) -> Self {
         let inner = match PodWatch::new(&data) {
             Ok(watch) => {
                 Some(Mutex::new(Inner { watch, listing: None, listing_epoch: 0, slots: HashMap::new(), next_epoch: 0 }))
@@ -317,7 +317,7 @@ impl<S: AppStatus> PodTable<S> {
     /// The views of the pods `select` picks from the listing, in its order,
     /// kept from earlier reads where the pods did not change since. One
     /// request, one drain of the change queue (more only to store new reads).
-    pub fn views(
+    pub(crate) fn views(
         &self,
         manifests: &ManifestCache,
         select: impl FnOnce(&[(Uuid, PodDir)]) -> Result<Vec<(Uuid, PodDir)>, PodError>,
@@ -441,7 +441,7 @@ impl<S: AppStatus> PodTable<S> {
     /// Reads a pod's view after the daemon changed the pod, before it
     /// answers: kubelet asks for the status right after every change it
     /// makes, and finds it kept (the next change of the pod drops it again).
-    pub fn warm(&self, manifests: &ManifestCache, id: &str) {
+    pub(crate) fn warm(&self, manifests: &ManifestCache, id: &str) {
         if self.inner.is_none() {
             return;
         }
@@ -455,7 +455,7 @@ impl<S: AppStatus> PodTable<S> {
     }
 
     /// The view of a pod named by id (UUID or unique prefix).
-    pub fn view_of(&self, manifests: &ManifestCache, id: &str) -> Result<Arc<PodView<S>>, PodError> {
+    pub(crate) fn view_of(&self, manifests: &ManifestCache, id: &str) -> Result<Arc<PodView<S>>, PodError> {
         let data = &self.data;
         let mut views = self.views(manifests, |listing| {
             let uuid = match Uuid::parse_str(id) {

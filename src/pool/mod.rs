@@ -46,7 +46,7 @@ pub(crate) fn subcgroup(uuid: Uuid) -> Result<String, String> {
 
 /// A booted pool pod, ready to be taken.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Member {
+pub(crate) struct Member {
     pub uuid: Uuid,
     /// Its network namespace (made before boot, no interface but `lo`).
     pub netns: PathBuf,
@@ -73,7 +73,7 @@ pub(crate) struct Counters {
 
 /// The pool's state; the refill task and RunPodSandbox share it.
 #[derive(Debug)]
-pub struct Pool {
+pub(crate) struct Pool {
     size: usize,
     /// Why the pool is off although a size was configured.
     pub(crate) disabled: Option<String>,
@@ -86,7 +86,7 @@ pub struct Pool {
 /// Memory of the idle pool pods, summed over their processes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct IdleMemory {
+pub(crate) struct IdleMemory {
     pub pods: usize,
     pub processes: usize,
     pub rss_kib: u64,
@@ -98,7 +98,7 @@ pub struct IdleMemory {
 /// What `Status` (verbose) and the metrics report about the pool.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PoolInfo {
+pub(crate) struct PoolInfo {
     pub size: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disabled: Option<String>,
@@ -120,7 +120,7 @@ pub struct PoolInfo {
 impl Pool {
     /// A pool of `size` pods, or an empty one with the reason when this
     /// host or mode cannot use one.
-    pub fn new(size: usize, rt_config: &crate::config::Config, host: &crate::stage1::host::Host) -> Self {
+    pub(crate) fn new(size: usize, rt_config: &crate::config::Config, host: &crate::stage1::host::Host) -> Self {
         let disabled = if size == 0 {
             None
         } else if rt_config.exec_mode {
@@ -143,12 +143,12 @@ impl Pool {
         }
     }
 
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.size > 0
     }
 
     /// Takes the oldest ready pod (and wakes the refill), or counts a miss.
-    pub fn take(&self) -> Option<Member> {
+    pub(crate) fn take(&self) -> Option<Member> {
         if !self.enabled() {
             return None;
         }
@@ -160,11 +160,11 @@ impl Pool {
     }
 
     /// Counts a taken pod that could not be used (dead, or its adaptation failed).
-    pub fn discarded(&self) {
+    pub(crate) fn discarded(&self) {
         self.counters.discarded.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn info(&self) -> PoolInfo {
+    pub(crate) fn info(&self) -> PoolInfo {
         let (ready, booting) = self.members.lock().map(|m| (m.ready.len(), m.booting)).unwrap_or_default();
         let c = &self.counters;
         let boots = c.boots.load(Ordering::Relaxed);
@@ -188,7 +188,7 @@ impl Pool {
 
     /// What the idle pool pods hold in memory now (their processes'
     /// `smaps_rollup`: nspawn, the pod's systemd, the log writer).
-    pub fn idle_memory(&self) -> IdleMemory {
+    pub(crate) fn idle_memory(&self) -> IdleMemory {
         let uuids: Vec<Uuid> =
             self.members.lock().map(|m| m.ready.iter().map(|x| x.uuid).collect()).unwrap_or_default();
         let mut mem = IdleMemory { pods: uuids.len(), ..Default::default() };

@@ -40,11 +40,11 @@ pub const DEFAULT_READONLY: [&str; 5] = ["/proc/bus", "/proc/fs", "/proc/irq", "
 /// limits (cgroup v2), or freeze, kill or move the pod's other processes.
 /// Not done in the pod: its systemd writes there. A command exec'd into the
 /// app enters its mount namespace, so it sees the same.
-pub const CGROUP_FS: &str = "/sys/fs/cgroup";
+pub(crate) const CGROUP_FS: &str = "/sys/fs/cgroup";
 
 /// The read-only paths of an app that is not privileged: those it asked
 /// for (kubelet's), and [`CGROUP_FS`], which no CRI request names.
-pub fn app_read_only(mut asked: Vec<String>) -> Vec<String> {
+pub(crate) fn app_read_only(mut asked: Vec<String>) -> Vec<String> {
     if !asked.iter().any(|p| p == CGROUP_FS) {
         asked.push(CGROUP_FS.into());
     }
@@ -56,18 +56,18 @@ const MARKER: &str = "api-masked";
 /// Whether the pod masks `path` itself: kubelet's default masks below /proc.
 /// /sys stays as it is, since privileged apps bind the pod's /sys too (they
 /// get a fresh /proc).
-pub fn masked_in_pod(path: &str) -> bool {
+pub(crate) fn masked_in_pod(path: &str) -> bool {
     path.starts_with("/proc/") && DEFAULT_MASKED.contains(&path)
 }
 
 /// Whether `path` is read-only (or masked) in the pod itself.
-pub fn read_only_in_pod(path: &str) -> bool {
+pub(crate) fn read_only_in_pod(path: &str) -> bool {
     masked_in_pod(path) || (path.starts_with("/proc/") && DEFAULT_READONLY.contains(&path))
 }
 
 /// Whether an app asking for `masked` and `readonly` may use the pod's
 /// masked API file systems: it must ask for at least what they hide.
-pub fn covers(masked: &[String], readonly: &[String]) -> bool {
+pub(crate) fn covers(masked: &[String], readonly: &[String]) -> bool {
     DEFAULT_MASKED.iter().all(|d| masked.iter().any(|m| m == d))
         && DEFAULT_READONLY.iter().all(|d| readonly.iter().any(|r| r == d))
 }
@@ -84,7 +84,7 @@ enum Op {
 
 /// Applies the default masks to the /proc of the pod in `pod_dir` once, and
 /// removes nspawn's /dev/net from its /dev.
-pub fn ensure(pod_dir: &Path, pod_pid1: i32) -> io::Result<()> {
+pub(crate) fn ensure(pod_dir: &Path, pod_pid1: i32) -> io::Result<()> {
     super::once_per_pod(pod_dir, MARKER, || {
         // nspawn makes /dev/net/tun in every pod; containerd gives it to no
         // container that does not ask for it (CRI devices, or privileged:

@@ -6,7 +6,7 @@
 //! Runs in: the daemon (and the CLI). Mounts enter the pod through
 //! [`super::inject`].
 
-pub use super::app_status::*;
+pub(crate) use super::app_status::*;
 use super::inject::{self, Attach, Propagation};
 use super::spare::Spare;
 use crate::pod::cache::ManifestCache;
@@ -38,7 +38,7 @@ pub enum AppError {
 
 /// A volume to bind into the app.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VolumeSpec {
+pub(crate) struct VolumeSpec {
     pub host_path: PathBuf,
     pub container_path: PathBuf,
     pub read_only: bool,
@@ -56,7 +56,7 @@ pub struct VolumeSpec {
 
 /// Everything `App::add` needs; the caller has resolved the image.
 #[derive(Debug, Clone)]
-pub struct AppSpec {
+pub(crate) struct AppSpec {
     pub name: String,
     /// Image id (`sha512-...`) and name as recorded in the pod manifest.
     pub image_id: String,
@@ -78,7 +78,7 @@ pub struct AppSpec {
 }
 
 /// Joins `inner` (absolute, inside the app) under `root`, refusing `..`.
-pub fn under(root: &Path, inner: &Path) -> Result<PathBuf, AppError> {
+pub(crate) fn under(root: &Path, inner: &Path) -> Result<PathBuf, AppError> {
     let mut out = root.to_path_buf();
     for c in inner.components() {
         match c {
@@ -94,14 +94,14 @@ pub fn under(root: &Path, inner: &Path) -> Result<PathBuf, AppError> {
 /// image's tree or a new app's rootfs): `..` refused, the image's symlinks
 /// followed inside `root` ([`crate::base::fsutil::resolve_in_root`]), so an
 /// image's link cannot make the daemon read or create a node's file.
-pub fn target_in(root: &Path, inner: &Path) -> Result<PathBuf, AppError> {
+pub(crate) fn target_in(root: &Path, inner: &Path) -> Result<PathBuf, AppError> {
     under(root, inner)?;
     crate::base::fsutil::resolve_in_root(root, inner)
         .map_err(|e| AppError::Invalid(format!("path {} in the image: {e}", inner.display())))
 }
 
 /// Environment file content, rkt's `/rkt/env/<app>` (one `KEY=VALUE` per line).
-pub fn env_file(env: &[NameValue]) -> String {
+pub(crate) fn env_file(env: &[NameValue]) -> String {
     env.iter().map(|nv| format!("{}={}\n", nv.name, nv.value.replace('\n', " "))).collect()
 }
 
@@ -111,7 +111,7 @@ impl AppSpec {
     /// Adds the app under the pod's manifest lock; `manifests` gives the
     /// manifest as last parsed and keeps the one written.
     /// `spare`: directories made ahead for it ([`super::spare`]), if any.
-    pub fn add(&self, pod: &mut Pod, manifests: &ManifestCache, spare: Option<Spare>) -> Result<(), AppError> {
+    pub(crate) fn add(&self, pod: &mut Pod, manifests: &ManifestCache, spare: Option<Spare>) -> Result<(), AppError> {
         let uuid = pod.uuid().to_string();
         if !rkt::schema::is_ac_name(&self.name) {
             return Err(AppError::Invalid(format!("app name {:?} is not an ACName", self.name)));
@@ -301,7 +301,7 @@ impl AppSpec {
 }
 
 /// The pod's files every app sees as its own (unless a volume provides them).
-pub const IDENTITY_FILES: [&str; 3] = ["/etc/hosts", "/etc/resolv.conf", "/etc/hostname"];
+pub(crate) const IDENTITY_FILES: [&str; 3] = ["/etc/hosts", "/etc/resolv.conf", "/etc/hostname"];
 
 /// Creates a mount target: a directory, or an empty file for file mounts.
 /// The host pid of the pod's systemd.
@@ -398,7 +398,7 @@ fn remove_files(pod: &Pod, paths: &AppPaths, tree_id: Option<&str>) {
 }
 
 /// Removes an app from a pod (it must be stopped): mounts, files, manifest entry.
-pub fn remove(pod: &mut Pod, name: &str, manifests: &ManifestCache) -> Result<(), AppError> {
+pub(crate) fn remove(pod: &mut Pod, name: &str, manifests: &ManifestCache) -> Result<(), AppError> {
     let uuid = pod.uuid().to_string();
     let _guard = pod.lock_manifest()?;
     let mut manifest = (*manifests.read(pod)?).clone();
@@ -414,14 +414,14 @@ pub fn remove(pod: &mut Pod, name: &str, manifests: &ManifestCache) -> Result<()
 }
 
 /// Bytes and inodes of all writable layers of a pod (its overlay directory).
-pub fn pod_writable_usage(pod: &Pod) -> (u64, u64) {
+pub(crate) fn pod_writable_usage(pod: &Pod) -> (u64, u64) {
     rkt::extract::usage(&pod.path().join("overlay"))
 }
 
 /// Makes sure the pod's `/etc/passwd` and `/etc/group` name `uid` and the
 /// `gids`: the pod's systemd resolves `User=`/`Group=` there, before it
 /// enters the app's root, and refuses ids it cannot name.
-pub fn ensure_ids(stage1: &Path, uid: u32, gids: &[u32]) -> io::Result<()> {
+pub(crate) fn ensure_ids(stage1: &Path, uid: u32, gids: &[u32]) -> io::Result<()> {
     let add = |file: &str, id: u32, line: String| -> io::Result<()> {
         let path = stage1.join("etc").join(file);
         let text = fs::read_to_string(&path).unwrap_or_default();

@@ -9,99 +9,99 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 /// Paths of one app in a pod.
-pub struct AppPaths {
+pub(crate) struct AppPaths {
     pub name: String,
     pub(super) pod_path: PathBuf,
     stage1: PathBuf,
 }
 
 impl AppPaths {
-    pub fn new(pod: &rkt::pod::Pod, name: &str) -> Self {
+    pub(crate) fn new(pod: &rkt::pod::Pod, name: &str) -> Self {
         AppPaths { name: name.to_string(), pod_path: pod.path(), stage1: pod.stage1_rootfs() }
     }
 
     /// The paths of app `name` of the pod whose directory is `pod_dir`.
-    pub fn in_pod_dir(pod_dir: &Path, name: &str) -> Self {
+    pub(crate) fn in_pod_dir(pod_dir: &Path, name: &str) -> Self {
         AppPaths { name: name.to_string(), pod_path: pod_dir.to_path_buf(), stage1: pod_dir.join("stage1/rootfs") }
     }
 
     /// The app rootfs as the host sees it (the overlay's host mount).
-    pub fn rootfs(&self) -> PathBuf {
+    pub(crate) fn rootfs(&self) -> PathBuf {
         self.stage1.join("opt/stage2").join(&self.name).join("rootfs")
     }
 
     /// The app rootfs as the pod sees it.
-    pub fn rootfs_in_pod(&self) -> PathBuf {
+    pub(crate) fn rootfs_in_pod(&self) -> PathBuf {
         Path::new("/opt/stage2").join(&self.name).join("rootfs")
     }
 
-    pub fn appsinfo(&self) -> PathBuf {
+    pub(crate) fn appsinfo(&self) -> PathBuf {
         self.pod_path.join("appsinfo").join(&self.name)
     }
 
     /// Bytes and inodes of the app's writable layer (its overlay upper
     /// directory); `None` before the app was added.
-    pub fn writable_usage(&self) -> Option<(u64, u64)> {
+    pub(crate) fn writable_usage(&self) -> Option<(u64, u64)> {
         let tree = fs::read_to_string(self.appsinfo().join("treeStoreID")).ok()?;
         Some(rkt::extract::usage(&self.overlay_upper(tree.trim())))
     }
 
-    pub fn overlay_upper(&self, tree_id: &str) -> PathBuf {
+    pub(crate) fn overlay_upper(&self, tree_id: &str) -> PathBuf {
         self.pod_path.join("overlay").join(tree_id).join("upper").join(&self.name)
     }
 
-    pub fn overlay_work(&self, tree_id: &str) -> PathBuf {
+    pub(crate) fn overlay_work(&self, tree_id: &str) -> PathBuf {
         self.pod_path.join("overlay").join(tree_id).join("work").join(&self.name)
     }
 
-    pub fn env_file(&self) -> PathBuf {
+    pub(crate) fn env_file(&self) -> PathBuf {
         self.stage1.join("rkt/env").join(&self.name)
     }
 
     /// The app's environment entries systemd refuses in a unit, NUL-ended,
     /// for appexec (`stage1::appexec::Plan::env_file`).
-    pub fn environ_file(&self) -> PathBuf {
+    pub(crate) fn environ_file(&self) -> PathBuf {
         self.stage1.join("rkt/env").join(format!("{}.environ", self.name))
     }
 
     /// [`AppPaths::environ_file`] as the pod sees it.
-    pub fn environ_file_in_pod(&self) -> PathBuf {
+    pub(crate) fn environ_file_in_pod(&self) -> PathBuf {
         Path::new("/rkt/env").join(format!("{}.environ", self.name))
     }
 
     /// Device nodes made for the app (bound into its root by its unit).
-    pub fn devices(&self) -> PathBuf {
+    pub(crate) fn devices(&self) -> PathBuf {
         self.stage1.join("rkt/devices").join(&self.name)
     }
 
     /// [`AppPaths::devices`] as the pod sees it.
-    pub fn devices_in_pod(&self) -> PathBuf {
+    pub(crate) fn devices_in_pod(&self) -> PathBuf {
         Path::new("/rkt/devices").join(&self.name)
     }
 
     /// CRIU's images of a container restored from a checkpoint, until its start.
-    pub fn checkpoint(&self) -> PathBuf {
+    pub(crate) fn checkpoint(&self) -> PathBuf {
         self.stage1.join("rkt/checkpoint").join(&self.name)
     }
 
     /// [`AppPaths::checkpoint`] as the pod sees it.
-    pub fn checkpoint_in_pod(&self) -> PathBuf {
+    pub(crate) fn checkpoint_in_pod(&self) -> PathBuf {
         Path::new("/rkt/checkpoint").join(&self.name)
     }
 
-    pub fn status_file(&self, suffix: &str) -> PathBuf {
+    pub(crate) fn status_file(&self, suffix: &str) -> PathBuf {
         self.stage1.join("rkt/status").join(format!("{}{suffix}", self.name))
     }
 
     /// [`AppPaths::status_file`] as the pod sees it.
-    pub fn status_file_in_pod(&self, suffix: &str) -> PathBuf {
+    pub(crate) fn status_file_in_pod(&self, suffix: &str) -> PathBuf {
         Path::new("/rkt/status").join(format!("{}{suffix}", self.name))
     }
 }
 
 /// Where an app is in its life, from its files (and the pod's state).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AppState {
+pub(crate) enum AppState {
     Created,
     Running,
     /// Exit code as CRI reports it (128 + signal for signals); `None` when
@@ -111,7 +111,7 @@ pub enum AppState {
 
 /// Timestamps (ns since the epoch, 0 when unknown) and state of an app.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AppFacts {
+pub(crate) struct AppFacts {
     pub state: AppState,
     pub created_at: i64,
     pub started_at: i64,
@@ -126,7 +126,7 @@ fn mtime_ns(p: &Path) -> Option<i64> {
 /// Reads an app's state from rkt's status files: `<app>-created`,
 /// `<app>-started` and `<app>` (the recorded exit code). `pod_running`
 /// decides what a started app without a recorded exit is.
-pub fn facts(paths: &AppPaths, pod_running: bool) -> AppFacts {
+pub(crate) fn facts(paths: &AppPaths, pod_running: bool) -> AppFacts {
     let created_at = mtime_ns(&paths.status_file("-created")).unwrap_or(0);
     let started_at = mtime_ns(&paths.status_file("-started")).unwrap_or(0);
     let exit_file = paths.status_file("");
@@ -142,17 +142,17 @@ pub fn facts(paths: &AppPaths, pod_running: bool) -> AppFacts {
 /// Status-file suffix marking an app the kernel OOM-killed, as the pod's
 /// systemd reported it (the service's `Result` was `oom-kill`): on cgroup v2
 /// the unit's cgroup, and its `memory.events`, go with the unit.
-pub const OOM_KILLED: &str = "-oom";
+pub(crate) const OOM_KILLED: &str = "-oom";
 
 /// Notes that the pod's systemd saw the app OOM-killed (idempotent).
-pub fn record_oom_kill(paths: &AppPaths) -> io::Result<()> {
+pub(crate) fn record_oom_kill(paths: &AppPaths) -> io::Result<()> {
     fs::write(paths.status_file(OOM_KILLED), b"")
 }
 
 /// Records an app's exit code (once: the first record wins) so it survives
 /// the unit being forgotten, a daemon restart and the pod's stop.
 /// Returns whether this call recorded it (false: an earlier record stands).
-pub fn record_exit(paths: &AppPaths, exit_code: i32) -> io::Result<bool> {
+pub(crate) fn record_exit(paths: &AppPaths, exit_code: i32) -> io::Result<bool> {
     let file = paths.status_file("");
     if file.exists() {
         return Ok(false);
@@ -174,7 +174,7 @@ pub fn record_exit(paths: &AppPaths, exit_code: i32) -> io::Result<bool> {
 /// stop is asked of the pod's systemd. systemd forgets a stopped unit, exit
 /// status included; a daemon that dies before recording the exit learns
 /// from this file, after its restart, how the app ended (see [`vanished_exit`]).
-pub fn mark_stopping(paths: &AppPaths, signal: i32) -> io::Result<()> {
+pub(crate) fn mark_stopping(paths: &AppPaths, signal: i32) -> io::Result<()> {
     fs::write(paths.status_file("-stopping"), signal.to_string())
 }
 
@@ -183,7 +183,7 @@ pub fn mark_stopping(paths: &AppPaths, signal: i32) -> io::Result<()> {
 /// 128 + the stop signal if a stop was under way; else, if the start is
 /// not recent (a start marks `-started` just before creating the unit),
 /// 255, exit unknown. `None`: too early to tell.
-pub fn vanished_exit(paths: &AppPaths) -> Option<i32> {
+pub(crate) fn vanished_exit(paths: &AppPaths) -> Option<i32> {
     if let Some(sig) =
         fs::read_to_string(paths.status_file("-stopping")).ok().and_then(|s| s.trim().parse::<i32>().ok())
     {
@@ -195,23 +195,23 @@ pub fn vanished_exit(paths: &AppPaths) -> Option<i32> {
 
 /// `<app>-starterror`: why the app's start failed after its process ran
 /// (ContainerStatus reason `StartError`, as containerd reports it).
-pub const START_ERROR: &str = "-starterror";
+pub(crate) const START_ERROR: &str = "-starterror";
 
 /// Marks an app of a host-PID pod (`<app>-host`): the pod's log writer
 /// supervises its process and records its exit, not the pod's systemd.
-pub const HOST_PID: &str = "-host";
+pub(crate) const HOST_PID: &str = "-host";
 
 /// Records the process of a host-PID app (its log writer, which started it
 /// and has not reaped it: the pid is its): `<pid> <start time>` in
 /// `<app>-host`, written aside and renamed in. An exec copies that process
 /// and a stop signals it, nothing else that may be in the app's cgroup.
-pub fn record_host_app(paths: &AppPaths, pid: i32, start: &str) -> io::Result<()> {
+pub(crate) fn record_host_app(paths: &AppPaths, pid: i32, start: &str) -> io::Result<()> {
     rkt::fs::write_volatile(&paths.status_file(HOST_PID), format!("{pid} {start}\n").as_bytes(), 0o644)
 }
 
 /// The process of a host-PID app as its log writer recorded it: its pid
 /// and start time (`/proc/<pid>/stat` field 22). None before it is recorded.
-pub fn host_app(paths: &AppPaths) -> Option<(i32, String)> {
+pub(crate) fn host_app(paths: &AppPaths) -> Option<(i32, String)> {
     let record = fs::read_to_string(paths.status_file(HOST_PID)).ok()?;
     let (pid, start) = record.trim().split_once(' ')?;
     Some((pid.parse().ok()?, start.to_string()))
@@ -219,12 +219,12 @@ pub fn host_app(paths: &AppPaths) -> Option<(i32, String)> {
 
 /// Whether the pod's log writer records this app's exit: a host-PID app
 /// whose writer is alive (accepts on its socket).
-pub fn exit_recorded_by_writer(paths: &AppPaths) -> bool {
+pub(crate) fn exit_recorded_by_writer(paths: &AppPaths) -> bool {
     paths.status_file(HOST_PID).exists()
         && std::os::unix::net::UnixStream::connect(paths.pod_path.join(crate::pod::LOG_SOCKET_FILE)).is_ok()
 }
 
 /// Marks an app started (`<app>-started`, its mtime is StartedAt).
-pub fn mark_started(paths: &AppPaths) -> io::Result<()> {
+pub(crate) fn mark_started(paths: &AppPaths) -> io::Result<()> {
     fs::write(paths.status_file("-started"), b"")
 }

@@ -20,7 +20,7 @@ use std::process::Command;
 use std::sync::Mutex;
 
 /// The name of the runtime's default profile.
-pub const DEFAULT_PROFILE: &str = "rktlet-default";
+pub(crate) const DEFAULT_PROFILE: &str = "rktlet-default";
 
 /// The runtime's default profile: what a container needs, without mounts,
 /// the kernel's tunables and security files, raw memory, or signals and
@@ -54,7 +54,7 @@ profile rktlet-default flags=(attach_disconnected,mediate_deleted) {
 "#;
 
 #[derive(Debug, thiserror::Error)]
-pub enum AppArmorError {
+pub(crate) enum AppArmorError {
     #[error("AppArmor profile {0:?} is not loaded on this host (load it with apparmor_parser first)")]
     NotLoaded(String),
     #[error(
@@ -70,7 +70,7 @@ pub enum AppArmorError {
 
 /// The profile an app runs under, made ready: the default one loaded, a
 /// named one checked to be (`None`: unconfined).
-pub fn prepare(confinement: &Confinement, dir: &Path) -> Result<Option<String>, AppArmorError> {
+pub(crate) fn prepare(confinement: &Confinement, dir: &Path) -> Result<Option<String>, AppArmorError> {
     match confinement {
         Confinement::Unconfined => Ok(None),
         Confinement::RuntimeDefault => {
@@ -83,7 +83,7 @@ pub fn prepare(confinement: &Confinement, dir: &Path) -> Result<Option<String>, 
 }
 
 /// Whether a profile of that name is loaded (`name (mode)` lines).
-pub fn is_loaded(name: &str) -> Result<bool, AppArmorError> {
+pub(crate) fn is_loaded(name: &str) -> Result<bool, AppArmorError> {
     let path = "/sys/kernel/security/apparmor/profiles";
     let list = std::fs::read_to_string(path)
         .map_err(|source| AppArmorError::Io { context: format!("reading {path}"), source })?;
@@ -95,7 +95,7 @@ fn profiles_list_has(list: &str, name: &str) -> bool {
 }
 
 /// The `apparmor_parser` that loads profiles (Debian's `apparmor` package).
-pub fn parser() -> Option<PathBuf> {
+pub(crate) fn parser() -> Option<PathBuf> {
     ["/sbin/apparmor_parser", "/usr/sbin/apparmor_parser"].into_iter().map(PathBuf::from).find(|p| p.exists())
 }
 
@@ -104,7 +104,7 @@ static DEFAULT_LOADED: Mutex<bool> = Mutex::new(false);
 
 /// Writes the default profile under `dir` and loads it (replacing an older
 /// one), once per daemon.
-pub fn ensure_default(dir: &Path) -> Result<(), AppArmorError> {
+pub(crate) fn ensure_default(dir: &Path) -> Result<(), AppArmorError> {
     let mut loaded = DEFAULT_LOADED.lock().unwrap_or_else(|e| e.into_inner());
     if *loaded {
         return Ok(());
@@ -138,7 +138,7 @@ pub fn ensure_default(dir: &Path) -> Result<(), AppArmorError> {
 /// The profile a process runs under, or the one its next execve enters
 /// (a parked template has one pending): `None` when unconfined or when the
 /// kernel has no AppArmor attributes.
-pub fn label_of(pid: i32) -> Option<String> {
+pub(crate) fn label_of(pid: i32) -> Option<String> {
     let attr = |name: &str| std::fs::read_to_string(format!("/proc/{pid}/attr/apparmor/{name}")).ok();
     parse_label(&attr("current")?).or_else(|| parse_label(&attr("exec")?))
 }
@@ -154,7 +154,7 @@ fn parse_label(text: &str) -> Option<String> {
 
 /// What a process writes to its own `attr/apparmor/exec` so that its next
 /// execve enters `profile`.
-pub fn exec_attr(profile: &str) -> String {
+pub(crate) fn exec_attr(profile: &str) -> String {
     format!("exec {profile}")
 }
 

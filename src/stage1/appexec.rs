@@ -29,14 +29,14 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Where apps find the program (the pod's /dev, which every app binds).
-pub const IN_POD: &str = "/dev/.rkt-appexec";
+pub(crate) const IN_POD: &str = "/dev/.rkt-appexec";
 /// What `comm` of its process reads: the file name as exec'd.
-pub const COMM: &str = ".rkt-appexec";
+pub(crate) const COMM: &str = ".rkt-appexec";
 const BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/appexec"));
 
 /// The PID namespace an app asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PidMode {
+pub(crate) enum PidMode {
     /// The pod's (systemd is PID 1): rkt's way, no appexec.
     Pod,
     /// Its own, the app as PID 1.
@@ -65,7 +65,7 @@ fn host_copy(data: &DataDir) -> io::Result<PathBuf> {
 /// the daemon (a pod booted by an older one gets this build's on top). Done
 /// when the pod has booted (`stage1::boot`), else by the first start
 /// needing it.
-pub fn ensure(data: &DataDir, pod_dir: &Path, pod_pid1: i32) -> io::Result<()> {
+pub(crate) fn ensure(data: &DataDir, pod_dir: &Path, pod_pid1: i32) -> io::Result<()> {
     super::once_per_pod(pod_dir, name(), || {
         let src = host_copy(data)?;
         // the mount point, in the pod's /dev (its tmpfs), through its PID 1's
@@ -173,7 +173,7 @@ fn names(entry: &str, call: &str) -> bool {
 /// How the app's seccomp filter must change for appexec: the calls to let
 /// through (allowed after the app's filter, which removes them from a deny
 /// list), and those to deny again once appexec is done with them.
-pub fn widen(pid: &PidMode, allow_list: bool, entries: &[String]) -> (Vec<String>, Vec<String>) {
+pub(crate) fn widen(pid: &PidMode, allow_list: bool, entries: &[String]) -> (Vec<String>, Vec<String>) {
     let deniable: Vec<&str> = needs(pid).into_iter().chain(DENIED_AGAIN).collect();
     let denied = deniable
         .iter()
@@ -185,7 +185,7 @@ pub fn widen(pid: &PidMode, allow_list: bool, entries: &[String]) -> (Vec<String
 
 /// What appexec does for one app.
 #[derive(Debug, Clone, Default)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// A target's pid in the pod and its start time.
     pub join: Option<(i32, String)>,
     /// No new PID namespace: the app stays in appexec's (`pid=keep`).
@@ -240,7 +240,7 @@ pub struct Plan {
 
 /// A path of the pod bound at one of the app's (systemd's `BindPaths=`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Bind {
+pub(crate) struct Bind {
     /// A path of the pod, or `@path`: inside the app's root, resolved by
     /// appexec as if it were `/`.
     pub source: String,
@@ -254,7 +254,7 @@ pub struct Bind {
 impl Plan {
     /// The unit's ExecStart: appexec with its options, then the app's
     /// program, argv[0] and arguments.
-    pub fn command(&self, app: &ExecCommand) -> ExecCommand {
+    pub(crate) fn command(&self, app: &ExecCommand) -> ExecCommand {
         if let Some(pidfile) = &self.restore {
             let mut args = vec![format!("restore={pidfile}")];
             args.extend(self.root.iter().map(|r| format!("root={r}")));
@@ -360,7 +360,7 @@ fn is_appexec(pid: i32) -> Option<bool> {
 /// root (systemd's child before its chroot, appexec before its pivot) is
 /// never the app: a command run as a copy of it would run in the pod's
 /// root, with none of the app's files.
-pub fn app_pid(pod_pid1: i32, unit_processes: &[i32], host_app: Option<(i32, String)>) -> Option<i32> {
+pub(crate) fn app_pid(pod_pid1: i32, unit_processes: &[i32], host_app: Option<(i32, String)>) -> Option<i32> {
     if let Some(app) = host_app_pid(host_app, unit_processes) {
         return Some(app);
     }
@@ -387,7 +387,7 @@ fn same_file(a: &str, b: &str) -> Option<bool> {
 
 /// The template of a host-PID app: the child of the unit's main process
 /// (appexec), itself still appexec (parked, never exec'd).
-pub fn template_pid(pod_pid1: i32, unit_processes: &[i32]) -> Option<i32> {
+pub(crate) fn template_pid(pod_pid1: i32, unit_processes: &[i32]) -> Option<i32> {
     let main = unit_processes.iter().copied().find(|pid| parent_of(*pid) == Some(pod_pid1))?;
     let template = unit_processes.iter().copied().find(|pid| parent_of(*pid) == Some(main))?;
     is_appexec(template)?.then_some(template)
@@ -398,18 +398,18 @@ pub fn template_pid(pod_pid1: i32, unit_processes: &[i32]) -> Option<i32> {
 /// it is still that process and in the unit. Not guessed from the unit's
 /// processes: any process of the node put in the app's cgroup (older than
 /// the app, say) would be taken for it, and an exec would copy it.
-pub fn host_app_pid(recorded: Option<(i32, String)>, unit_processes: &[i32]) -> Option<i32> {
+pub(crate) fn host_app_pid(recorded: Option<(i32, String)>, unit_processes: &[i32]) -> Option<i32> {
     let (pid, start) = recorded?;
     (unit_processes.contains(&pid) && start_time(pid).as_deref() == Some(start.as_str())).then_some(pid)
 }
 
 /// When a process started (`/proc/<pid>/stat` field 22), the same in every namespace.
-pub fn start_time(host_pid: i32) -> Option<String> {
+pub(crate) fn start_time(host_pid: i32) -> Option<String> {
     stat_field(host_pid, 19)
 }
 
 /// A host pid as the pod's PID namespace numbers it (the second `NSpid`).
-pub fn pid_in_pod(host_pid: i32) -> Option<i32> {
+pub(crate) fn pid_in_pod(host_pid: i32) -> Option<i32> {
     let status = std::fs::read_to_string(format!("/proc/{host_pid}/status")).ok()?;
     let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
     line.split_whitespace().nth(1)?.parse().ok()

@@ -17,14 +17,14 @@ use uuid::Uuid;
 const START_MARK: &str = ".pod-manifest";
 
 /// Where a start of pod `uuid` writes its manifest first (see [`interrupted_starts`]).
-pub fn start_manifest(data: &DataDir, uuid: Uuid) -> std::path::PathBuf {
+pub(crate) fn start_manifest(data: &DataDir, uuid: Uuid) -> std::path::PathBuf {
     data.tmp().join(format!("{uuid}{START_MARK}"))
 }
 
 /// Starts that a crash interrupted, found at daemon start: a start's
 /// manifest in `tmp/` whose pod never got a directory. Call before serving
 /// (a start in flight has the same look); [`recover_interrupted`] cleans them.
-pub fn interrupted_starts(data: &DataDir) -> Vec<Uuid> {
+pub(crate) fn interrupted_starts(data: &DataDir) -> Vec<Uuid> {
     let Ok(entries) = std::fs::read_dir(data.tmp()) else { return Vec::new() };
     let known: std::collections::HashSet<Uuid> =
         data.list_pods().unwrap_or_default().into_iter().map(|(u, _)| u).collect();
@@ -43,7 +43,7 @@ pub fn interrupted_starts(data: &DataDir) -> Vec<Uuid> {
 /// directory: what it made on the host goes (CNI DEL from the cached result,
 /// the netns `rktlet-<uuid>`), then its manifest. A start whose sandbox got
 /// further has a pod directory, and stop/remove/gc handle it as any pod.
-pub async fn recover_interrupted(data: &DataDir, net: &crate::stage1::teardown::NetDirs, uuids: Vec<Uuid>) {
+pub(crate) async fn recover_interrupted(data: &DataDir, net: &crate::stage1::teardown::NetDirs, uuids: Vec<Uuid>) {
     for uuid in uuids {
         tracing::info!(pod = %uuid, "cleaning up a pod start a crash interrupted");
         if let Err(e) = crate::stage1::teardown::abort_start(data, uuid, net).await {
@@ -54,11 +54,11 @@ pub async fn recover_interrupted(data: &DataDir, net: &crate::stage1::teardown::
 }
 
 /// How long a pod may take to boot before its start gives up.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Why a pod's boot failed.
 #[derive(Debug, thiserror::Error)]
-pub enum BootError {
+pub(crate) enum BootError {
     /// The pod did not get ready within [`READY_TIMEOUT`].
     #[error("pod {uuid}: {source}")]
     Timeout { uuid: Uuid, source: LaunchError },
@@ -68,7 +68,7 @@ pub enum BootError {
 }
 
 impl BootError {
-    pub fn failed(uuid: Uuid, what: &'static str, e: impl std::fmt::Display) -> Self {
+    pub(crate) fn failed(uuid: Uuid, what: &'static str, e: impl std::fmt::Display) -> Self {
         BootError::Failed { uuid, what, reason: e.to_string() }
     }
 }
@@ -78,7 +78,7 @@ impl BootError {
 /// its controller cgroups and `cni` (a network and its request) is ADDed.
 /// Returns the CNI result. `standby` (its uuid is `uuid`) is the sandbox
 /// process to use, if the caller took one.
-pub async fn boot(
+pub(crate) async fn boot(
     data: &DataDir,
     program: &Path,
     supervisor: Supervisor,

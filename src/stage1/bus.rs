@@ -16,11 +16,11 @@
 
 mod connect;
 mod reactor;
-pub mod sdbus;
-pub mod spec;
-pub mod status;
+pub(crate) mod sdbus;
+pub(crate) mod spec;
+pub(crate) mod status;
 #[cfg(test)]
-pub mod testing;
+pub(crate) mod testing;
 mod worker;
 
 pub use spec::{BindPath, ExecCommand, Output, Property, ServiceSpec, Value};
@@ -86,7 +86,7 @@ impl BusError {
 /// The unit calls the container verbs make on a pod's systemd: [`PodBus`]
 /// makes them; a test gives a fake that records them (the seam the verbs'
 /// unit tests go through, as youki's `Syscall`).
-pub trait UnitBus {
+pub(crate) trait UnitBus {
     /// Sets properties of a running unit (`SetUnitProperties`, runtime only).
     fn set_unit_properties(&self, name: &str, props: Vec<Property>) -> Result<(), BusError>;
     /// Stops a unit and waits up to `timeout` for its job.
@@ -133,7 +133,7 @@ impl PodBus {
     /// private socket it reaches directly: the sandbox units of a systemd
     /// node are started and forgotten there without exec'ing `systemd-run`
     /// or `systemctl` (each a process start and a bus handshake per call).
-    pub fn connect_node() -> Result<PodBus, BusError> {
+    pub(crate) fn connect_node() -> Result<PodBus, BusError> {
         let err = |source| BusError::Connect { pid1: 1, source };
         let stream = std::os::unix::net::UnixStream::connect(format!("/{}", connect::PRIVATE_SOCKET)).map_err(err)?;
         Self::start(OwnedFd::from(stream), 1, NODE_UNIT_PREFIX)
@@ -157,13 +157,13 @@ impl PodBus {
         Ok(PodBus { pid1: pod_pid1, closing, shared })
     }
 
-    pub fn pid1(&self) -> i32 {
+    pub(crate) fn pid1(&self) -> i32 {
         self.pid1
     }
 
     /// Says the pod is being stopped: the disconnect that follows is
     /// logged at debug, not as a fault.
-    pub fn expect_close(&self) {
+    pub(crate) fn expect_close(&self) {
         self.closing.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
@@ -179,17 +179,10 @@ impl PodBus {
         self.start_unit_as(&spec.name, props, op)
     }
 
-    /// `StartTransientUnit(name, "fail", props, [])`, then waits for the
-    /// job's JobRemoved; anything but `done` is an error (with the main
-    /// process's exit when it failed to run).
-    pub fn start_transient_unit(&self, name: &str, props: Vec<Property>) -> Result<(), BusError> {
-        self.start_unit_as(name, props, "start")
-    }
-
     /// `StartTransientUnit` of a `Type=notify` unit, then waits until it is
     /// ready: a main process that ends first failed to start, whatever its
     /// exit (unlike an app's, whose quick exit is its own business).
-    pub fn start_notify_unit(&self, name: &str, props: Vec<Property>) -> Result<(), BusError> {
+    pub(crate) fn start_notify_unit(&self, name: &str, props: Vec<Property>) -> Result<(), BusError> {
         self.start_unit_as(name, props, "start (until ready)")
     }
 
@@ -259,7 +252,7 @@ impl PodBus {
 
     /// `ResetFailedUnit(name)`: a failed unit is unloaded (one that is not
     /// loaded is already reset).
-    pub fn reset_failed(&self, name: &str) -> Result<(), BusError> {
+    pub(crate) fn reset_failed(&self, name: &str) -> Result<(), BusError> {
         let unit = name.to_string();
         self.request(move |w, reply| {
             let r = match manager_call(w, "ResetFailedUnit", &unit, &[Basic::Str(&unit)]) {
@@ -286,7 +279,7 @@ impl PodBus {
     /// thread of its own. It runs on whichever thread reads the signal (the
     /// pod bus thread, or a caller of this pod's requests) with the pod's
     /// connection locked: `f` must be quick and must not call this `PodBus`.
-    pub fn on_event(&self, f: impl FnMut(&BusEvent) -> bool + Send + 'static) -> Result<(), BusError> {
+    pub(crate) fn on_event(&self, f: impl FnMut(&BusEvent) -> bool + Send + 'static) -> Result<(), BusError> {
         let handler: worker::Handler = Box::new(f);
         self.request(move |w, reply| {
             w.add_handler(handler);
@@ -431,7 +424,7 @@ fn read_status(w: &mut Worker, unit: &str) -> Result<UnitStatus, BusError> {
 }
 
 /// An app's exit as CRI reports it: the exit code, or 128 + signal number.
-pub fn exit_code(exit: &MainExit) -> i32 {
+pub(crate) fn exit_code(exit: &MainExit) -> i32 {
     match exit {
         MainExit::Exited(c) => *c,
         MainExit::Killed(s) | MainExit::Dumped(s) => 128 + s,

@@ -1,7 +1,7 @@
 //! Linux capabilities by name, and the default set containers get.
 
 /// Capability names in bit order (`CAP_CHOWN` is bit 0).
-pub const NAMES: [&str; 41] = [
+pub(crate) const NAMES: [&str; 41] = [
     "CHOWN",
     "DAC_OVERRIDE",
     "DAC_READ_SEARCH",
@@ -46,7 +46,7 @@ pub const NAMES: [&str; 41] = [
 ];
 
 /// The set container runtimes give by default (docker's 14).
-pub const DEFAULT: [&str; 14] = [
+pub(crate) const DEFAULT: [&str; 14] = [
     "CHOWN",
     "DAC_OVERRIDE",
     "FSETID",
@@ -64,10 +64,10 @@ pub const DEFAULT: [&str; 14] = [
 ];
 
 /// Every capability in [`NAMES`], as bits.
-pub const ALL: u64 = (1u64 << NAMES.len()) - 1;
+pub(crate) const ALL: u64 = (1u64 << NAMES.len()) - 1;
 
 /// Bit of a capability given as `NAME`, `CAP_NAME` or any case; `ALL` is every bit.
-pub fn bits(name: &str) -> Option<u64> {
+pub(crate) fn bits(name: &str) -> Option<u64> {
     let n = name.trim().to_ascii_uppercase();
     let n = n.strip_prefix("CAP_").unwrap_or(&n);
     if n == "ALL" {

@@ -17,9 +17,9 @@
 //! and kills the template, so the unit ends; the template's end (the unit
 //! stopped) kills the app; the pod's end kills them all.
 
-pub use logwriter::{
-    LineSplitter, MAX_LINE, SOCKET_FILE, SUBSCRIBER_BACKLOG, Stream, attach, close_stdin, frame, keep_stdin,
-    read_frame, record, reopen, run_host_app, stdin_of, subscribe,
+pub use logwriter::{LineSplitter, Stream, record};
+pub(crate) use logwriter::{
+    SOCKET_FILE, attach, close_stdin, keep_stdin, read_frame, reopen, run_host_app, stdin_of, subscribe,
 };
 
 use crate::base::sys::{pidfd_getfd, pidfd_open};
@@ -32,13 +32,13 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
 /// The writer's loop: serves `listener` until the process behind `pidfd` exits.
-pub fn serve(listener: UnixListener, pidfd: Option<OwnedFd>) -> io::Result<()> {
+pub(crate) fn serve(listener: UnixListener, pidfd: Option<OwnedFd>) -> io::Result<()> {
     logwriter::serve(listener, pidfd, &mut Logged)
 }
 
 /// [`serve`] for a pod whose directory is `pod_dir` (a path that stays
 /// valid across its renames): host-PID apps may be run.
-pub fn serve_pod(listener: UnixListener, pidfd: Option<OwnedFd>, pod_dir: Option<PathBuf>) -> io::Result<()> {
+pub(crate) fn serve_pod(listener: UnixListener, pidfd: Option<OwnedFd>, pod_dir: Option<PathBuf>) -> io::Result<()> {
     match pod_dir {
         Some(pod_dir) => {
             logwriter::serve(listener, pidfd, &mut HostApps { pod_dir, hosts: HashMap::new(), order: Vec::new() })
@@ -58,7 +58,7 @@ impl logwriter::Hooks for Logged {
 
 /// The apps of a host-PID pod (whose directory is `pod_dir`), started and
 /// supervised by its writer.
-pub struct HostApps {
+pub(crate) struct HostApps {
     pod_dir: PathBuf,
     /// Host-PID apps by name.
     hosts: HashMap<String, HostApp>,

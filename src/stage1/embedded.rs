@@ -9,7 +9,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 /// `<prefix>-<digest>`: the name of this build's copy of `binary`.
-pub fn name(prefix: &str, binary: &[u8]) -> String {
+pub(crate) fn name(prefix: &str, binary: &[u8]) -> String {
     let digest = sha2::Sha256::digest(binary);
     format!("{prefix}-{}", digest[..8].iter().map(|b| format!("{b:02x}")).collect::<String>())
 }
@@ -19,7 +19,7 @@ pub fn name(prefix: &str, binary: &[u8]) -> String {
 /// data directory and build of the daemon; a copy that differs from the
 /// embedded program is replaced, and other builds' copies in `subdir` go
 /// (pods and processes using them keep theirs).
-pub fn host_copy(data: &DataDir, subdir: &str, name: &str, binary: &'static [u8]) -> io::Result<PathBuf> {
+pub(crate) fn host_copy(data: &DataDir, subdir: &str, name: &str, binary: &'static [u8]) -> io::Result<PathBuf> {
     let dir = data.root().join(subdir);
     let path = dir.join(name);
     // checked once per daemon and program: every pod boot uses them

@@ -22,33 +22,33 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 /// `$P/stage1/manifest`, relative to the pod directory.
-pub const MANIFEST: &str = "stage1/manifest";
+pub(crate) const MANIFEST: &str = "stage1/manifest";
 /// rkt's record of the stage1 image's tree (`$P/stage1TreeStoreID`).
-pub const TREE_STORE_ID_FILE: &str = "stage1TreeStoreID";
+pub(crate) const TREE_STORE_ID_FILE: &str = "stage1TreeStoreID";
 /// What rktlet writes there: the name of no tree in the store, since
 /// rktlet's stage1 is built into each pod, not rendered from an image. rkt
 /// reads the file for every pod in `rkt image gc` and skips (keeping none of
 /// its app trees referenced) a pod without it; it needs the tree itself only
 /// with an overlay stage1 (`overlay-prepared`), which rktlet's pods never have.
-pub const TREE_STORE_ID: &str = "rktlet-builtin-stage1";
+pub(crate) const TREE_STORE_ID: &str = "rktlet-builtin-stage1";
 /// The appc name of rktlet's stage1.
-pub const NAME: &str = "rktlet.io/stage1/host";
+pub(crate) const NAME: &str = "rktlet.io/stage1/host";
 /// The interface version declared: 5, the last one that changed the
 /// arguments of an entry point rktlet provides (gc's `--local-config`);
 /// 6 only added `--ipc` to `run`, which rktlet's pods have no use for.
-pub const INTERFACE_VERSION: u32 = 5;
+pub(crate) const INTERFACE_VERSION: u32 = 5;
 
 const ANNOTATION_PREFIX: &str = "coreos.com/rkt/stage1/";
 const INTERFACE_VERSION_ANNOTATION: &str = "coreos.com/rkt/stage1/interface-version";
 
 /// The entry points rktlet provides: (annotation suffix, path in the stage1 rootfs).
-pub const ENTRY_POINTS: [(&str, &str); 2] = [("stop", "/stop"), ("gc", "/gc")];
+pub(crate) const ENTRY_POINTS: [(&str, &str); 2] = [("stop", "/stop"), ("gc", "/gc")];
 
 /// The hidden CLI command the entry points exec.
-pub const COMMAND: &str = "stage1-entrypoint";
+pub(crate) const COMMAND: &str = "stage1-entrypoint";
 
 /// File in the data dir where the daemon records its CNI directories.
-pub const NET_RECORD: &str = "rktlet-net.json";
+pub(crate) const NET_RECORD: &str = "rktlet-net.json";
 
 /// appc's name for the machine's architecture (its `arch` label values).
 fn appc_arch() -> &'static str {
@@ -62,7 +62,7 @@ fn appc_arch() -> &'static str {
 }
 
 /// The stage1 image manifest of rktlet's pods.
-pub fn manifest() -> ImageManifest {
+pub(crate) fn manifest() -> ImageManifest {
     let mut m = ImageManifest::new(NAME);
     m.labels = vec![
         NameValue::new("version", env!("CARGO_PKG_VERSION")),
@@ -97,7 +97,7 @@ fn script(name: &str, binary: &Path, data: &Path) -> String {
 /// rootfs, which must exist) and `stage1TreeStoreID` into pod directory
 /// `pod_dir`. `binary` is the rktlet the scripts exec, `data` the data dir
 /// (both made absolute here: the scripts run from the pod directory).
-pub fn install(pod_dir: &Path, binary: &Path, data: &Path) -> io::Result<()> {
+pub(crate) fn install(pod_dir: &Path, binary: &Path, data: &Path) -> io::Result<()> {
     let binary = fs::canonicalize(binary)?;
     let data = fs::canonicalize(data)?;
     let rootfs = pod_dir.join("stage1/rootfs");
@@ -114,7 +114,7 @@ pub fn install(pod_dir: &Path, binary: &Path, data: &Path) -> io::Result<()> {
 /// Gives a pod made before rktlet wrote stage1 manifests (one with a stage1
 /// rootfs but no `stage1/manifest`) the manifest and entry points of this
 /// binary. Returns whether it did; a pod that has a manifest is left as is.
-pub fn install_missing(pod_dir: &Path, data: &Path) -> io::Result<bool> {
+pub(crate) fn install_missing(pod_dir: &Path, data: &Path) -> io::Result<bool> {
     if pod_dir.join(MANIFEST).exists() || !pod_dir.join("stage1/rootfs").is_dir() {
         return Ok(false);
     }
@@ -129,7 +129,7 @@ struct NetRecord {
 }
 
 /// Records the daemon's CNI directories in the data dir (at its start).
-pub fn record_net(data: &DataDir, net: &NetDirs) -> io::Result<()> {
+pub(crate) fn record_net(data: &DataDir, net: &NetDirs) -> io::Result<()> {
     let record = NetRecord { cni_conf_dir: net.conf_dir.clone(), cni_bin_dirs: net.bin_dirs.clone() };
     let json = serde_json::to_vec_pretty(&record).map_err(io::Error::other)?;
     rkt::fs::write_atomic(&data.root().join(NET_RECORD), &json, 0o644)
@@ -137,7 +137,7 @@ pub fn record_net(data: &DataDir, net: &NetDirs) -> io::Result<()> {
 
 /// The CNI directories the daemon recorded, or the defaults when no daemon
 /// ever ran on `data` (pods of `rktlet app sandbox` alone).
-pub fn recorded_net(data: &DataDir) -> NetDirs {
+pub(crate) fn recorded_net(data: &DataDir) -> NetDirs {
     let path = data.root().join(NET_RECORD);
     match fs::read(&path).map(|b| serde_json::from_slice::<NetRecord>(&b)) {
         Ok(Ok(r)) => NetDirs { conf_dir: r.cni_conf_dir, bin_dirs: r.cni_bin_dirs },

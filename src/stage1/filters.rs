@@ -23,7 +23,7 @@ use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 
 /// A process's filters, oldest first: the order to install them in.
 #[derive(Debug, Default)]
-pub struct Filters {
+pub(crate) struct Filters {
     pub programs: Vec<Vec<libc::sock_filter>>,
 }
 
@@ -121,7 +121,7 @@ const NAMESPACE_FLAGS: [u64; 7] = [
 
 /// Whether this process runs under seccomp filters itself (then the kernel
 /// refuses it the filters of others).
-pub fn filtered_self() -> bool {
+pub(crate) fn filtered_self() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .is_ok_and(|s| s.lines().any(|l| l.strip_prefix("Seccomp:").is_some_and(|v| v.trim() != "0")))
 }
@@ -131,7 +131,7 @@ pub fn filtered_self() -> bool {
 /// read from the app's main process `pid` (whose status said `mode`), or,
 /// where this process is filtered and may not read them, built from the
 /// profile.
-pub fn for_exec(pid: i32, mode: &str, profile: Option<&Profile>) -> io::Result<Filters> {
+pub(crate) fn for_exec(pid: i32, mode: &str, profile: Option<&Profile>) -> io::Result<Filters> {
     if !filtered_self() {
         return of_process(pid, mode);
     }
@@ -144,7 +144,7 @@ pub fn for_exec(pid: i32, mode: &str, profile: Option<&Profile>) -> io::Result<F
 /// Builds the filters systemd builds for an app's unit from `profile`: per
 /// architecture of this machine's kernel (for x86_64: x86-64, x86, x32) one
 /// program for the call list, one for the namespaces.
-pub fn compile(profile: &Profile) -> io::Result<Filters> {
+pub(crate) fn compile(profile: &Profile) -> io::Result<Filters> {
     use libseccomp::{ScmpAction, ScmpArch, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext};
     let err = |what: &str, e: libseccomp::error::SeccompError| io::Error::other(format!("{what}: {e}"));
     if let Some(group) = profile.calls.iter().find(|c| c.starts_with('@')) {
@@ -271,7 +271,7 @@ const MAX_FILTERS: usize = 32768 / 5 + 1;
 
 /// Reads the filters of `pid`, whose `/proc/<pid>/status` said `Seccomp:
 /// mode` (0 none, 1 strict, 2 filters). Blocking; call from one thread.
-pub fn of_process(pid: i32, mode: &str) -> io::Result<Filters> {
+pub(crate) fn of_process(pid: i32, mode: &str) -> io::Result<Filters> {
     match mode {
         "0" => return Ok(Filters::default()),
         "2" => {}
@@ -365,7 +365,7 @@ fn read_stopped(pid: i32) -> io::Result<Filters> {
 ///
 /// # Safety
 /// For the cloned child: one raw syscall on memory prepared before the clone.
-pub unsafe fn install(program: &[libc::sock_filter]) -> bool {
+pub(crate) unsafe fn install(program: &[libc::sock_filter]) -> bool {
     let prog = libc::sock_fprog { len: program.len() as u16, filter: program.as_ptr() as *mut libc::sock_filter };
     // prctl, not seccomp(2): the app's own start installed its later filters
     // with prctl, so the earlier filters let prctl through (appexec's widened

@@ -28,12 +28,12 @@ impl Host {
 /// inotify instances, and the default of 128 per user stops the ~40th pod
 /// (its systemd exits 255 at `inotify_init1: EMFILE`). Raised at daemon start
 /// to what Kubernetes nodes commonly use; lowering is never done.
-pub const NODE_SYSCTLS: [(&str, u64); 2] =
+pub(crate) const NODE_SYSCTLS: [(&str, u64); 2] =
     [("/proc/sys/fs/inotify/max_user_instances", 8192), ("/proc/sys/fs/inotify/max_user_watches", 524_288)];
 
 /// Raises [`NODE_SYSCTLS`] where the node is below them; failures (no
 /// permission, read-only /proc in a container) are logged, not fatal.
-pub fn tune_node() {
+pub(crate) fn tune_node() {
     for (path, want) in NODE_SYSCTLS {
         let have: Option<u64> = fs::read_to_string(path).ok().and_then(|s| s.trim().parse().ok());
         if have.is_some_and(|h| h >= want) {
@@ -57,7 +57,7 @@ pub fn pid1_is_systemd(root: &Path) -> bool {
 
 /// Looks `name` up in `$PATH`, then in the sbin directories a root daemon may
 /// lack in its `$PATH`.
-pub fn find_in_path(name: &str) -> Option<PathBuf> {
+pub(crate) fn find_in_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"].map(PathBuf::from))

@@ -22,8 +22,6 @@ pub(crate) const AT_RECURSIVE: libc::c_uint = 0x8000;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 pub(crate) const MOUNT_ATTR_RDONLY: u64 = 0x1;
-const MOUNT_ATTR_NOSUID: u64 = 0x2;
-const MOUNT_ATTR_NODEV: u64 = 0x4;
 
 /// `struct mount_attr` of mount_setattr(2).
 #[repr(C)]
@@ -36,7 +34,7 @@ pub(crate) struct MountAttr {
 
 /// Mount propagation of a volume, as CRI names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Propagation {
+pub(crate) enum Propagation {
     #[default]
     Private,
     Slave,
@@ -45,7 +43,7 @@ pub enum Propagation {
 
 impl Propagation {
     /// The name recorded in the pod manifest.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Propagation::Private => "private",
             Propagation::Slave => "slave",
@@ -54,7 +52,7 @@ impl Propagation {
     }
 
     /// A recorded name; none (or an unknown one) is private.
-    pub fn parse(s: Option<&str>) -> Propagation {
+    pub(crate) fn parse(s: Option<&str>) -> Propagation {
         match s {
             Some("slave") => Propagation::Slave,
             Some("shared") => Propagation::Shared,
@@ -71,7 +69,7 @@ fn cstr(p: &Path) -> io::Result<CString> {
 /// given `propagation`, and read-only as the CRI asks: `read_only` alone
 /// makes the volume's own mount read-only and leaves the mounts below it as
 /// they are; with `recursive_read_only` every mount of the tree is.
-pub fn clone_volume(
+pub(crate) fn clone_volume(
     src: &Path,
     read_only: bool,
     recursive_read_only: bool,
@@ -102,7 +100,12 @@ pub fn clone_volume(
 
 /// A detached copy of the mount tree at `src` on the host (recursive when
 /// asked), made read-only and given `propagation` if asked.
-pub fn clone_tree(src: &Path, recursive: bool, read_only: bool, propagation: Propagation) -> io::Result<OwnedFd> {
+pub(crate) fn clone_tree(
+    src: &Path,
+    recursive: bool,
+    read_only: bool,
+    propagation: Propagation,
+) -> io::Result<OwnedFd> {
     let path = cstr(src)?;
     let mut flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint;
     if recursive {
@@ -146,7 +149,7 @@ pub fn clone_tree(src: &Path, recursive: bool, read_only: bool, propagation: Pro
 
 /// Whether the kernel has mount_setattr(2) (Linux 5.12), which makes a
 /// mount tree read-only as a whole (`AT_RECURSIVE`); asked once.
-pub fn recursive_read_only_supported() -> bool {
+pub(crate) fn recursive_read_only_supported() -> bool {
     static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *SUPPORTED.get_or_init(|| {
         // no descriptor and no attributes: a kernel with the call says EBADF
@@ -163,26 +166,9 @@ pub fn recursive_read_only_supported() -> bool {
     })
 }
 
-/// Hardening bits for mounts that must not carry setuid binaries or devices.
-pub fn nosuid_nodev(tree: &OwnedFd) -> io::Result<()> {
-    let attr = MountAttr { attr_set: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, attr_clr: 0, propagation: 0, userns_fd: 0 };
-    // SAFETY: mount_setattr(2) on our tree descriptor with a properly sized struct.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            &attr,
-            size_of::<MountAttr>(),
-        )
-    };
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
-}
-
 /// A mount to attach inside the pod: a detached tree and its target path as
 /// seen inside the pod, or a path inside a root directory of the pod.
-pub struct Attach {
+pub(crate) struct Attach {
     pub tree: OwnedFd,
     pub target: CString,
     /// When set, `target` is relative to this directory (in the pod) and
@@ -192,12 +178,12 @@ pub struct Attach {
 }
 
 impl Attach {
-    pub fn new(tree: OwnedFd, target_in_pod: &Path) -> io::Result<Self> {
+    pub(crate) fn new(tree: OwnedFd, target_in_pod: &Path) -> io::Result<Self> {
         Ok(Attach { tree, target: cstr(target_in_pod)?, root: None })
     }
 
     /// A tree to attach at `inner` inside `root` (an app's rootfs in the pod).
-    pub fn in_root(tree: OwnedFd, root: &Path, inner: &Path) -> io::Result<Self> {
+    pub(crate) fn in_root(tree: OwnedFd, root: &Path, inner: &Path) -> io::Result<Self> {
         let relative = inner.strip_prefix("/").unwrap_or(inner);
         let relative = if relative.as_os_str().is_empty() { Path::new(".") } else { relative };
         Ok(Attach { tree, target: cstr(relative)?, root: Some(cstr(root)?) })
@@ -278,7 +264,7 @@ extern "C" fn ns_child(arg: *mut libc::c_void) -> libc::c_int {
 
 /// Attaches every tree at its target inside the pod, in order (a volume
 /// inside an app rootfs comes after the rootfs).
-pub fn attach(pod_pid1: i32, mounts: &[Attach]) -> io::Result<()> {
+pub(crate) fn attach(pod_pid1: i32, mounts: &[Attach]) -> io::Result<()> {
     in_pod_ns(pod_pid1, mounts.len(), &|i| {
         let m = &mounts[i];
         let Some(root) = &m.root else {
@@ -338,7 +324,7 @@ pub fn attach(pod_pid1: i32, mounts: &[Attach]) -> io::Result<()> {
 
 /// Lazily unmounts the given paths inside the pod (deepest first is the
 /// caller's order); paths that are not mounts are fine.
-pub fn detach(pod_pid1: i32, targets: &[CString]) -> io::Result<()> {
+pub(crate) fn detach(pod_pid1: i32, targets: &[CString]) -> io::Result<()> {
     in_pod_ns(pod_pid1, targets.len(), &|i| {
         // SAFETY: umount2(2) on a prepared C string.
         let rc = unsafe { libc::umount2(targets[i].as_ptr(), libc::MNT_DETACH) };
@@ -366,13 +352,13 @@ pub fn pod_pid1(sandbox_pid: i32) -> io::Result<i32> {
 }
 
 /// Overlay mount options for an app rootfs.
-pub fn overlay_options(lower: &Path, upper: &Path, work: &Path) -> String {
+pub(crate) fn overlay_options(lower: &Path, upper: &Path, work: &Path) -> String {
     format!("lowerdir={},upperdir={},workdir={}", lower.display(), upper.display(), work.display())
 }
 
 /// A device node of the node's `/dev`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeDevice {
+pub(crate) struct NodeDevice {
     /// Its path (`/dev/...`).
     pub path: String,
     pub block: bool,
@@ -386,7 +372,7 @@ pub struct NodeDevice {
 /// privileged container gets them (runc's walk): not those of its own
 /// instances (`pts`, `shm`, `mqueue`), nor the console or `ptmx`, which the
 /// pod has for itself; nor those whose path `skip` says the pod has already.
-pub fn node_devices(dev: &Path, skip: impl Fn(&Path) -> bool) -> io::Result<Vec<NodeDevice>> {
+pub(crate) fn node_devices(dev: &Path, skip: impl Fn(&Path) -> bool) -> io::Result<Vec<NodeDevice>> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     const OWN: [&str; 6] = ["pts", "shm", "mqueue", "fd", "console", "ptmx"];
     let mut out = Vec::new();

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 
 #[derive(Debug, thiserror::Error)]
-pub enum LaunchError {
+pub(crate) enum LaunchError {
     #[error("cannot start the sandbox process {program}: {source}")]
     Spawn { program: PathBuf, source: io::Error },
     #[error("sandbox process failed: {0}")]
@@ -35,7 +35,7 @@ pub enum LaunchError {
 
 /// Who supervises the sandbox process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Supervisor {
+pub(crate) enum Supervisor {
     /// The node's systemd: a transient service `rktlet-<uuid>.service`
     /// ([`sandbox_unit_properties`]), started over its bus.
     NodeSystemd,
@@ -46,7 +46,7 @@ pub enum Supervisor {
 
 /// A sandbox process that got as far as exec'ing nspawn.
 #[derive(Debug)]
-pub struct Started {
+pub(crate) struct Started {
     pub pid: i32,
     /// pidfd of the sandbox (nspawn) process: readable once it exits.
     pub pidfd: OwnedFd,
@@ -59,7 +59,7 @@ pub struct Started {
 /// `--notify-ready=yes` passes its systemd's on to `$NOTIFY_SOCKET`, about
 /// 5 ms before a unit in the pod could mark it ready. Removed when dropped.
 #[derive(Debug)]
-pub struct NotifySocket {
+pub(crate) struct NotifySocket {
     socket: std::os::unix::net::UnixDatagram,
     path: PathBuf,
 }
@@ -109,7 +109,7 @@ const NOTIFY_EXT: &str = "notify";
 /// more (what a daemon or CLI that died while a pod started left); a socket
 /// still bound, a start in flight, refuses nothing and stays. Returns how
 /// many went.
-pub fn remove_stale_notify_sockets(data_dir: &Path) -> usize {
+pub(crate) fn remove_stale_notify_sockets(data_dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(rkt::pod::DataDir::new(data_dir).tmp()) else { return 0 };
     let Ok(probe) = std::os::unix::net::UnixDatagram::unbound() else { return 0 };
     entries
@@ -122,7 +122,7 @@ pub fn remove_stale_notify_sockets(data_dir: &Path) -> usize {
 }
 
 /// The full argv of the sandbox command (after the program).
-pub fn sandbox_argv(data_dir: &Path, args: &SandboxArgs) -> Vec<OsString> {
+pub(crate) fn sandbox_argv(data_dir: &Path, args: &SandboxArgs) -> Vec<OsString> {
     let mut argv: Vec<OsString> = vec!["--dir".into(), data_dir.into(), "app".into(), "sandbox".into()];
     argv.extend(args.to_argv());
     argv
@@ -133,7 +133,12 @@ pub fn sandbox_argv(data_dir: &Path, args: &SandboxArgs) -> Vec<OsString> {
 /// would make it. Not collected: a unit that ends cleanly is unloaded
 /// anyway, and a failed one stays loaded so its result and exit status can
 /// be read (`unit_failure`) until the pod is removed (`forget_unit`).
-pub fn sandbox_unit_properties(uuid: &str, slice: Option<&str>, program: &Path, argv: &[OsString]) -> Vec<Property> {
+pub(crate) fn sandbox_unit_properties(
+    uuid: &str,
+    slice: Option<&str>,
+    program: &Path,
+    argv: &[OsString],
+) -> Vec<Property> {
     let program = program.to_string_lossy().into_owned();
     let args = argv.iter().map(|a| a.to_string_lossy().into_owned());
     let mut p = vec![
@@ -158,7 +163,7 @@ pub fn sandbox_unit_properties(uuid: &str, slice: Option<&str>, program: &Path, 
 /// Starts the sandbox process (or gives `standby` its arguments) and
 /// returns once it has exec'd nspawn (or failed, with its error output
 /// quoted).
-pub async fn start(
+pub(crate) async fn start(
     program: &Path,
     data_dir: &Path,
     args: &SandboxArgs,
@@ -255,7 +260,7 @@ fn sandbox_command(program: &Path, argv: Vec<OsString>, stdin: Stdio) -> tokio::
 /// any sandbox's (and so does its log writer's, a fork of it). Dropped
 /// unused, it sees EOF on stdin and exits: none outlives the daemon.
 #[derive(Debug)]
-pub struct Standby {
+pub(crate) struct Standby {
     program: PathBuf,
     data_dir: PathBuf,
     uuid: uuid::Uuid,
@@ -264,7 +269,7 @@ pub struct Standby {
 
 impl Standby {
     /// The uuid of the pod this process will start.
-    pub fn uuid(&self) -> uuid::Uuid {
+    pub(crate) fn uuid(&self) -> uuid::Uuid {
         self.uuid
     }
 
@@ -294,7 +299,7 @@ static STANDBY: std::sync::Mutex<Option<Standby>> = std::sync::Mutex::new(None);
 
 /// Starts a standby sandbox process for `program` on `data_dir` unless one
 /// is waiting. Call from the daemon, in its runtime, off a request's path.
-pub fn keep_standby(program: &Path, data_dir: &Path) {
+pub(crate) fn keep_standby(program: &Path, data_dir: &Path) {
     // the standby protocol is this binary's; a configured other program starts per pod
     if std::env::current_exe().ok().as_deref() != Some(program) {
         return;
@@ -325,7 +330,7 @@ pub fn keep_standby(program: &Path, data_dir: &Path) {
 
 /// The waiting standby process for `program` on `data_dir`, if any: the
 /// caller starts its pod with [`Standby::uuid`].
-pub fn take_standby(program: &Path, data_dir: &Path) -> Option<Standby> {
+pub(crate) fn take_standby(program: &Path, data_dir: &Path) -> Option<Standby> {
     let mut s = STANDBY.lock().ok()?.take()?;
     (s.program == program && s.data_dir == data_dir && matches!(s.child.try_wait(), Ok(None))).then_some(s)
 }
@@ -402,7 +407,7 @@ const JOURNAL_LINES: &str = "10";
 /// message: its state, result and main process's exit (`systemctl show`),
 /// then the last lines of its journal, at most `CAUSE_MAX` bytes. Resets the
 /// unit's failed state afterwards so no failed unit outlives the pod.
-pub async fn unit_failure(uuid: &str) -> String {
+pub(crate) async fn unit_failure(uuid: &str) -> String {
     let unit = crate::cgroup::pod::unit_name(uuid);
     let show = tokio::process::Command::new("systemctl")
         .args(["show", "-p", "LoadState,ActiveState,Result,ExecMainCode,ExecMainStatus", &unit])
@@ -452,7 +457,7 @@ fn journal_lines<'a>(text: &'a str, unit: &str) -> Vec<&'a str> {
 
 /// Clears a failed sandbox unit's state (systemd then unloads it). A unit
 /// that is not loaded is no error: nothing is left to clear.
-pub async fn forget_unit(uuid: &str) {
+pub(crate) async fn forget_unit(uuid: &str) {
     let unit = crate::cgroup::pod::unit_name(uuid);
     let reset = {
         let unit = unit.clone();
@@ -467,7 +472,7 @@ pub async fn forget_unit(uuid: &str) {
 
 /// One phrase from `systemctl show` output: `unit failed: result
 /// exit-code, main process exited with status 3`.
-pub fn describe_unit(show: &str) -> String {
+pub(crate) fn describe_unit(show: &str) -> String {
     let get =
         |k: &str| show.lines().find_map(|l| l.strip_prefix(k).and_then(|r| r.strip_prefix('='))).unwrap_or("").trim();
     let (load, active, result) = (get("LoadState"), get("ActiveState"), get("Result"));
@@ -510,7 +515,7 @@ fn bounded(s: &str, max: usize) -> String {
 /// ready, `Stage1Root::mark_ready`); without, until
 /// `<rootfs>/rkt/supervisor-status` points at `ready` (inotify on the
 /// directory). Both watch the pidfd; no fixed-step polling.
-pub async fn wait_ready(
+pub(crate) async fn wait_ready(
     rootfs: PathBuf,
     pidfd: OwnedFd,
     notify: Option<NotifySocket>,

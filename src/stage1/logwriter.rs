@@ -16,12 +16,12 @@ const BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/logwriter"));
 const NAME: &str = env!("RKTLET_LOGWRITER_NAME");
 
 /// Where this build's copy is, written or not.
-pub fn installed(data: &DataDir) -> PathBuf {
+pub(crate) fn installed(data: &DataDir) -> PathBuf {
     data.root().join("logwriter").join(NAME)
 }
 
 /// Writes the host copy of the program, once per data directory and build
 /// (other builds' copies go; a writer running one keeps it).
-pub fn host_copy(data: &DataDir) -> io::Result<PathBuf> {
+pub(crate) fn host_copy(data: &DataDir) -> io::Result<PathBuf> {
     super::embedded::host_copy(data, "logwriter", NAME, BINARY)
 }

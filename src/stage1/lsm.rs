@@ -36,7 +36,7 @@ impl Lsms {
 
 /// An AppArmor profile a request names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AppArmor {
+pub(crate) enum AppArmor {
     RuntimeDefault,
     Unconfined,
     Localhost(String),
@@ -44,7 +44,7 @@ pub enum AppArmor {
 
 /// What an app is confined by, once the request is weighed against the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Confinement {
+pub(crate) enum Confinement {
     Unconfined,
     /// The runtime's default profile (`stage1::apparmor::DEFAULT_PROFILE`).
     RuntimeDefault,
@@ -54,7 +54,7 @@ pub enum Confinement {
 
 /// The AppArmor confinement of a container (`privileged`: one that asked
 /// for no profile runs unconfined), or what is refused, naming the field.
-pub fn apparmor_for(
+pub(crate) fn apparmor_for(
     field: &str,
     asked: Option<&AppArmor>,
     privileged: bool,
@@ -73,7 +73,7 @@ pub fn apparmor_for(
 }
 
 /// SELinux labels (`user`, `role`, `type`, `level`; all empty: none asked).
-pub fn check_selinux(field: &str, asked: bool, host: Lsms) -> Result<(), String> {
+pub(crate) fn check_selinux(field: &str, asked: bool, host: Lsms) -> Result<(), String> {
     if asked && host.selinux {
         return Err(format!("{field}: rktlet does not apply SELinux labels, and SELinux is enabled on this host"));
     }

@@ -6,37 +6,37 @@
 //! otherwise (containers, CI).
 
 pub mod api_vfs;
-pub mod app;
-pub mod app_status;
-pub mod apparmor;
-pub mod appexec;
-pub mod boot;
+pub(crate) mod app;
+pub(crate) mod app_status;
+pub(crate) mod apparmor;
+pub(crate) mod appexec;
+pub(crate) mod boot;
 pub mod bus;
 pub mod caps;
 pub mod crilog;
-pub mod embedded;
-pub mod entrypoints;
+pub(crate) mod embedded;
+pub(crate) mod entrypoints;
 pub mod exec;
-pub mod filters;
+pub(crate) mod filters;
 pub mod host;
 pub mod identity;
 pub mod inject;
-pub mod launch;
-pub mod logwriter;
+pub(crate) mod launch;
+pub(crate) mod logwriter;
 pub mod lsm;
-pub mod node_bus;
-pub mod nspawn;
-pub mod pty;
-pub mod rootfs;
-pub mod sandbox;
-pub mod seccomp;
-pub mod spare;
-pub mod stop;
-pub mod sysctl;
-pub mod teardown;
-pub mod unit_spec;
-pub mod userns;
-pub mod vfork;
+pub(crate) mod node_bus;
+pub(crate) mod nspawn;
+pub(crate) mod pty;
+pub(crate) mod rootfs;
+pub(crate) mod sandbox;
+pub(crate) mod seccomp;
+pub(crate) mod spare;
+pub(crate) mod stop;
+pub(crate) mod sysctl;
+pub(crate) mod teardown;
+pub(crate) mod unit_spec;
+pub(crate) mod userns;
+pub(crate) mod vfork;
 
 /// Runs `f` once per pod: `marker` in the pod directory records that it was
 /// done; `<marker>.lock` keeps two callers from doing it at once.

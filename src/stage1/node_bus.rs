@@ -26,7 +26,7 @@ fn connection(fresh: bool) -> Result<Arc<PodBus>, BusError> {
 
 /// Runs `f` on the node's systemd; once more on a new connection when the
 /// one it had was lost (the node's systemd re-executed, for one).
-pub fn call<T>(f: impl Fn(&PodBus) -> Result<T, BusError>) -> Result<T, BusError> {
+pub(crate) fn call<T>(f: impl Fn(&PodBus) -> Result<T, BusError>) -> Result<T, BusError> {
     match f(&*connection(false)?) {
         Err(BusError::Disconnected { .. }) => f(&*connection(true)?),
         done => done,

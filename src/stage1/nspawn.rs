@@ -35,7 +35,7 @@ const NO_ENVIRONMENT_GENERATORS: &str = "--setenv=SYSTEMD_ENVIRONMENT_GENERATOR_
 
 /// How the pod gets its network.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PodNet {
+pub(crate) enum PodNet {
     /// The node's network namespace.
     Host,
     /// A network namespace made before launch (bind-mounted path).
@@ -46,7 +46,7 @@ pub enum PodNet {
 
 /// Everything the nspawn command line depends on.
 #[derive(Debug, Clone)]
-pub struct NspawnSpec {
+pub(crate) struct NspawnSpec {
     pub nspawn: PathBuf,
     pub uuid: String,
     pub rootfs: PathBuf,
@@ -61,12 +61,12 @@ pub struct NspawnSpec {
 
 impl NspawnSpec {
     /// rkt's machine name for a pod.
-    pub fn machine_name(&self) -> String {
+    pub(crate) fn machine_name(&self) -> String {
         format!("rkt-{}", self.uuid)
     }
 
     /// Environment variables for nspawn.
-    pub fn env(&self) -> Vec<(&'static str, &'static str)> {
+    pub(crate) fn env(&self) -> Vec<(&'static str, &'static str)> {
         let mut env =
             vec![("SYSTEMD_SECCOMP", "0"), ("SYSTEMD_NSPAWN_UNIFIED_HIERARCHY", "1"), ("SYSTEMD_NSPAWN_LOCK", "0")];
         if self.host_ipc {
@@ -76,7 +76,7 @@ impl NspawnSpec {
     }
 
     /// Arguments after the program name.
-    pub fn args(&self) -> Vec<OsString> {
+    pub(crate) fn args(&self) -> Vec<OsString> {
         let mut a: Vec<OsString> = [
             "--register=no",
             "--keep-unit",

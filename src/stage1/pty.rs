@@ -9,7 +9,7 @@ use std::os::unix::fs::OpenOptionsExt;
 
 /// The master side, held on the host; the slave as the pod names it.
 #[derive(Debug)]
-pub struct PodPty {
+pub(crate) struct PodPty {
     pub master: OwnedFd,
     pub path_in_pod: String,
 }
@@ -17,7 +17,7 @@ pub struct PodPty {
 impl PodPty {
     /// A pty of the devpts that process `pid` sees at `/dev/pts` (any
     /// process of a pod: its apps see the pod's `/dev`).
-    pub fn open_as_seen_by(pid: i32) -> io::Result<PodPty> {
+    pub(crate) fn open_as_seen_by(pid: i32) -> io::Result<PodPty> {
         let ptmx = format!("/proc/{pid}/root/dev/pts/ptmx");
         let master: OwnedFd = std::fs::OpenOptions::new()
             .read(true)
@@ -43,7 +43,7 @@ impl PodPty {
     }
 
     /// The slave side, opened from the host through the same root.
-    pub fn open_slave(&self, pid: i32) -> io::Result<OwnedFd> {
+    pub(crate) fn open_slave(&self, pid: i32) -> io::Result<OwnedFd> {
         let path = format!("/proc/{pid}/root{}", self.path_in_pod);
         Ok(std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOCTTY).open(path)?.into())
     }

@@ -12,11 +12,11 @@ use std::os::unix::fs::{DirBuilderExt, symlink};
 use std::path::{Path, PathBuf};
 
 /// The pod's top unit; default.target points at it.
-pub const POD_TARGET: &str = "pod.target";
+pub(crate) const POD_TARGET: &str = "pod.target";
 /// Unit that flips `/rkt/supervisor-status` to `ready` once systemd runs units.
-pub const READY_UNIT: &str = "supervisor-ready.service";
+pub(crate) const READY_UNIT: &str = "supervisor-ready.service";
 /// Readiness link, relative to the stage1 rootfs (rkt's format).
-pub use rkt::pod::SUPERVISOR_STATUS;
+pub(crate) use rkt::pod::SUPERVISOR_STATUS;
 
 const SHUTDOWN_UNITS: [&str; 9] = [
     "shutdown.target",
@@ -32,7 +32,7 @@ const SHUTDOWN_UNITS: [&str; 9] = [
 
 /// What a pod's identity files say.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Identity {
+pub(crate) struct Identity {
     /// Written to `/etc/machine-id` before boot (saves systemd an fsync).
     pub machine_id: String,
     pub hostname: String,
@@ -44,37 +44,38 @@ pub struct Identity {
 
 /// Paths inside a stage1 rootfs.
 #[derive(Debug, Clone)]
-pub struct Stage1Root {
+pub(crate) struct Stage1Root {
     root: PathBuf,
 }
 
 impl Stage1Root {
-    pub fn new(root: impl Into<PathBuf>) -> Self {
+    pub(crate) fn new(root: impl Into<PathBuf>) -> Self {
         Self { root: root.into() }
     }
 
-    pub fn path(&self) -> &Path {
+    #[cfg(test)]
+    pub(crate) fn path(&self) -> &Path {
         &self.root
     }
 
-    pub fn supervisor_status(&self) -> PathBuf {
+    pub(crate) fn supervisor_status(&self) -> PathBuf {
         self.root.join(SUPERVISOR_STATUS)
     }
 
     /// True once the pod's systemd has run the readiness unit.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         rkt::pod::stage1_is_ready(&self.root)
     }
 
     /// Directory of per-app status files (`/rkt/status`).
-    pub fn status_dir(&self) -> PathBuf {
+    pub(crate) fn status_dir(&self) -> PathBuf {
         self.root.join("rkt/status")
     }
 
     /// Marks the pod ready, as its readiness unit does (for a pod whose
     /// starter hears its systemd's READY=1 instead): the link made beside and
     /// renamed over, so no reader sees a half-made one.
-    pub fn mark_ready(&self) -> io::Result<()> {
+    pub(crate) fn mark_ready(&self) -> io::Result<()> {
         let link = self.supervisor_status();
         let tmp = link.with_extension("new");
         let _ = fs::remove_file(&tmp);
@@ -85,7 +86,7 @@ impl Stage1Root {
     /// Builds the skeleton, units and identity files. The rootfs must not
     /// exist yet. Without `ready_unit` nothing in the pod marks it ready:
     /// its starter does ([`Self::mark_ready`]).
-    pub fn build(&self, id: &Identity, ready_unit: bool) -> io::Result<()> {
+    pub(crate) fn build(&self, id: &Identity, ready_unit: bool) -> io::Result<()> {
         let mut dirs = fs::DirBuilder::new();
         dirs.mode(0o755).recursive(true);
         let r = &self.root;
@@ -126,7 +127,7 @@ impl Stage1Root {
     }
 
     /// (Re)writes hostname, hosts and resolv.conf (also used to adapt a pod).
-    pub fn write_network_identity(&self, id: &Identity) -> io::Result<()> {
+    pub(crate) fn write_network_identity(&self, id: &Identity) -> io::Result<()> {
         let etc = self.root.join("etc");
         rkt::fs::write_volatile(&etc.join("hostname"), format!("{}\n", id.hostname).as_bytes(), 0o644)?;
         rkt::fs::write_volatile(&etc.join("hosts"), id.hosts.as_bytes(), 0o644)?;

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use uuid::Uuid;
 
 #[derive(Debug, thiserror::Error)]
-pub enum SandboxError {
+pub(crate) enum SandboxError {
     #[error(transparent)]
     Pod(#[from] PodError),
     #[error("{context}: {source}")]
@@ -42,7 +42,7 @@ fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> SandboxError 
 
 /// What `app sandbox` was asked to run.
 #[derive(Debug, Clone)]
-pub struct SandboxOptions {
+pub(crate) struct SandboxOptions {
     pub data: DataDir,
     pub uuid: Option<Uuid>,
     pub manifest: PodManifest,
@@ -73,7 +73,7 @@ pub struct SandboxOptions {
 }
 
 /// Runs the sandbox: returns only on failure (success is an exec).
-pub fn run(opts: SandboxOptions) -> Result<Infallible, SandboxError> {
+pub(crate) fn run(opts: SandboxOptions) -> Result<Infallible, SandboxError> {
     let nspawn = super::host::find_in_path("systemd-nspawn").ok_or(SandboxError::NoNspawn)?;
     let uuid = opts.uuid.unwrap_or_else(Uuid::new_v4);
     let mut pod = Pod::create_with_uuid(&opts.data, uuid)?;
@@ -180,7 +180,7 @@ fn placed_by_caller() -> bool {
 }
 
 /// The pod's `runtime-config`: rkt's record of the options it ran with.
-pub fn runtime_config(hostname: &str, net: &PodNet, host_ipc: bool) -> String {
+pub(crate) fn runtime_config(hostname: &str, net: &PodNet, host_ipc: bool) -> String {
     serde_json::json!({
         "Hostname": hostname,
         "Mutable": true,
@@ -385,7 +385,7 @@ fn abort(pod: &mut Pod, cgroup: Option<&PodCgroup>) {
 /// What a standby sandbox process (`--standby`) reads on stdin: its
 /// arguments, each ended by a NUL byte, and an empty one after the last.
 /// The caller may write the cgroup byte (`--cgroup-from-caller`) after it.
-pub fn standby_message(args: &SandboxArgs) -> Vec<u8> {
+pub(crate) fn standby_message(args: &SandboxArgs) -> Vec<u8> {
     let mut msg = Vec::new();
     for a in args.to_argv() {
         msg.extend_from_slice(a.as_encoded_bytes());
@@ -398,7 +398,7 @@ pub fn standby_message(args: &SandboxArgs) -> Vec<u8> {
 /// The arguments a standby sandbox process waits for ([`standby_message`]),
 /// read from `input`; `None` at EOF before the first one (the daemon left
 /// without using this process).
-pub fn read_standby(input: &mut impl io::BufRead) -> Result<Option<SandboxArgs>, SandboxError> {
+pub(crate) fn read_standby(input: &mut impl io::BufRead) -> Result<Option<SandboxArgs>, SandboxError> {
     use clap::Parser;
     #[derive(Parser)]
     struct Argv {
@@ -427,7 +427,7 @@ impl SandboxArgs {
     /// The arguments to run with: these, or for a standby process
     /// (`--standby`) those read from `input`, which must be for its own pod
     /// (`--uuid`); `None`: none came (EOF).
-    pub fn resolve_standby(self, input: &mut impl io::BufRead) -> Result<Option<SandboxArgs>, SandboxError> {
+    pub(crate) fn resolve_standby(self, input: &mut impl io::BufRead) -> Result<Option<SandboxArgs>, SandboxError> {
         if !self.standby {
             return Ok(Some(self));
         }
@@ -445,7 +445,7 @@ impl SandboxArgs {
 /// The `app sandbox` command line, shared by the CLI parser and the daemon
 /// that builds it (so the two cannot drift apart).
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
-pub struct SandboxArgs {
+pub(crate) struct SandboxArgs {
     /// Use this pod UUID instead of a random one.
     #[arg(long)]
     pub uuid: Option<Uuid>,
@@ -538,7 +538,7 @@ fn split_kv(s: &str) -> Result<(String, String), SandboxError> {
 
 impl SandboxArgs {
     /// The arguments after `app sandbox` that parse back into `self`.
-    pub fn to_argv(&self) -> Vec<std::ffi::OsString> {
+    pub(crate) fn to_argv(&self) -> Vec<std::ffi::OsString> {
         let mut a: Vec<std::ffi::OsString> = Vec::new();
         let mut push = |flag: &str, v: &dyn AsRef<std::ffi::OsStr>| {
             let mut s = std::ffi::OsString::from(format!("--{flag}="));
@@ -608,7 +608,7 @@ impl SandboxArgs {
     }
 
     /// Turns the flags into sandbox options on `data`.
-    pub fn into_options(self, data: DataDir) -> Result<SandboxOptions, SandboxError> {
+    pub(crate) fn into_options(self, data: DataDir) -> Result<SandboxOptions, SandboxError> {
         let mut manifest = match &self.pod_manifest {
             Some(path) => {
                 let bytes = fs::read(path).map_err(io_err(format!("reading {}", path.display())))?;

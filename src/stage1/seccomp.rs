@@ -12,8 +12,8 @@
 use oci_spec::runtime::{LinuxSeccomp, LinuxSeccompAction as Action};
 use serde_json::Value;
 
-pub const ISOLATOR_RETAIN: &str = "os/linux/seccomp-retain-set";
-pub const ISOLATOR_REMOVE: &str = "os/linux/seccomp-remove-set";
+pub(crate) const ISOLATOR_RETAIN: &str = "os/linux/seccomp-retain-set";
+pub(crate) const ISOLATOR_REMOVE: &str = "os/linux/seccomp-remove-set";
 
 /// The largest profile read.
 const MAX_PROFILE_BYTES: u64 = 1 << 20;
@@ -69,7 +69,7 @@ fn parse_profile(json: &[u8]) -> Result<LinuxSeccomp, String> {
 }
 
 /// The isolator (name, value) for the profile in `json`.
-pub fn isolator_from_profile(json: &[u8]) -> Result<(&'static str, serde_json::Value), String> {
+pub(crate) fn isolator_from_profile(json: &[u8]) -> Result<(&'static str, serde_json::Value), String> {
     let p = parse_profile(json)?;
     let default_allows = allows(p.default_action());
     if !default_allows {
@@ -191,7 +191,7 @@ const DEFAULT_DENIED: &[(&str, &[&str])] = &[
 /// The runtime's default profile (RuntimeDefault) for a container with the
 /// capability bounding set `caps`: a deny list (EPERM) of what containerd's
 /// default profile does not allow, less the calls one of `caps` lets through.
-pub fn runtime_default(caps: u64) -> (&'static str, serde_json::Value) {
+pub(crate) fn runtime_default(caps: u64) -> (&'static str, serde_json::Value) {
     let held = |names: &[&str]| names.iter().any(|n| crate::stage1::caps::bits(n).is_some_and(|b| caps & b != 0));
     let denied: Vec<&str> =
         DEFAULT_DENIED.iter().filter(|(_, needs)| needs.is_empty() || !held(needs)).map(|(call, _)| *call).collect();
@@ -211,7 +211,7 @@ pub fn runtime_default(caps: u64) -> (&'static str, serde_json::Value) {
 /// `RestrictNamespaces=` for it, which filters `clone`, `unshare` and
 /// `setns` on their flags and answers `clone3` with ENOSYS; a command exec'd
 /// into the app copies the filter (`stage1/filters.rs`).
-pub const RESTRICT_NAMESPACES: &str = "restrictNamespaces";
+pub(crate) const RESTRICT_NAMESPACES: &str = "restrictNamespaces";
 
 /// The namespace types systemd (252) knows, by the names it takes.
 const NAMESPACE_TYPES: [(&str, libc::c_int); 7] = [
@@ -227,7 +227,7 @@ const NAMESPACE_TYPES: [(&str, libc::c_int); 7] = [
 /// `RestrictNamespaces=` for a seccomp isolator's value (the clone flags
 /// of the namespace types the app may make), or None when it restricts none.
 /// A name systemd does not know is an error: nothing is let through unread.
-pub fn allowed_namespaces(value: &serde_json::Value) -> Result<Option<u64>, String> {
+pub(crate) fn allowed_namespaces(value: &serde_json::Value) -> Result<Option<u64>, String> {
     let Some(refused) = value.get(RESTRICT_NAMESPACES) else { return Ok(None) };
     let refused = refused.as_array().ok_or_else(|| format!("{RESTRICT_NAMESPACES} is not a list"))?;
     let mut allowed: u64 = NAMESPACE_TYPES.iter().fold(0, |m, (_, flag)| m | *flag as u64);
@@ -245,7 +245,7 @@ pub fn allowed_namespaces(value: &serde_json::Value) -> Result<Option<u64>, Stri
 /// The profile an app's isolators record (None: the app has no filter of
 /// its own): what its unit's filters are built from, and a command exec'd
 /// into it gets where they cannot be read (`stage1::filters`).
-pub fn profile_of(isolators: &[rkt::schema::Isolator]) -> Result<Option<super::filters::Profile>, String> {
+pub(crate) fn profile_of(isolators: &[rkt::schema::Isolator]) -> Result<Option<super::filters::Profile>, String> {
     let Some(iso) = isolators.iter().rev().find(|i| i.name == ISOLATOR_RETAIN || i.name == ISOLATOR_REMOVE) else {
         return Ok(None);
     };
@@ -265,7 +265,7 @@ pub fn profile_of(isolators: &[rkt::schema::Isolator]) -> Result<Option<super::f
 }
 
 /// Reads the profile at `path` (a host path, as kubelet's `localhost_ref`).
-pub fn isolator_from_file(path: &str) -> Result<(&'static str, serde_json::Value), String> {
+pub(crate) fn isolator_from_file(path: &str) -> Result<(&'static str, serde_json::Value), String> {
     use std::io::Read;
     if !path.starts_with('/') {
         return Err(format!("seccomp profile {path:?}: the path must be absolute"));
@@ -281,7 +281,7 @@ pub fn isolator_from_file(path: &str) -> Result<(&'static str, serde_json::Value
 
 /// The errno number an isolator's `errno` asks for: a number or a name
 /// (rkt wrote names such as `EPERM`); None means kill the process.
-pub fn errno_of(v: &serde_json::Value) -> Option<i32> {
+pub(crate) fn errno_of(v: &serde_json::Value) -> Option<i32> {
     if let Some(n) = v.as_i64() {
         return i32::try_from(n).ok();
     }

@@ -19,7 +19,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 /// How many spares a pod keeps ready.
-pub const KEEP: usize = 1;
+pub(crate) const KEEP: usize = 1;
 
 /// The parts of a spare: directories, then files (empty until the add
 /// writes them; the created marker gets its time then too).
@@ -32,13 +32,13 @@ fn spares_dir(pod_dir: &Path) -> PathBuf {
 
 /// A spare taken for one add.
 #[derive(Debug)]
-pub struct Spare {
+pub(crate) struct Spare {
     dir: PathBuf,
 }
 
 impl Spare {
     /// Takes one of the pod's spares, if it has one ready.
-    pub fn take(pod_dir: &Path) -> Option<Spare> {
+    pub(crate) fn take(pod_dir: &Path) -> Option<Spare> {
         let dir = spares_dir(pod_dir);
         for entry in fs::read_dir(&dir).ok()?.flatten() {
             let name = entry.file_name();
@@ -54,7 +54,7 @@ impl Spare {
 
     /// Renames the spare's parts to the app's places. On error the parts
     /// not yet moved are deleted; the caller makes what is missing.
-    pub fn place(self, paths: &AppPaths, tree_id: &str) -> io::Result<()> {
+    pub(crate) fn place(self, paths: &AppPaths, tree_id: &str) -> io::Result<()> {
         let stage2 = paths.rootfs().parent().map(Path::to_path_buf).unwrap_or_default();
         let moves = [
             ("appsinfo", paths.appsinfo()),
@@ -86,7 +86,7 @@ impl Spare {
 /// Only ever one directory level at a time: a pod removed meanwhile (moved
 /// to the garbage directory, then deleted) makes this fail with `NotFound`
 /// and is never made again by it.
-pub fn replenish(pod_dir: &Path) -> io::Result<usize> {
+pub(crate) fn replenish(pod_dir: &Path) -> io::Result<usize> {
     let dir = spares_dir(pod_dir);
     match fs::create_dir(&dir) {
         Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
@@ -117,7 +117,7 @@ pub fn replenish(pod_dir: &Path) -> io::Result<usize> {
 }
 
 /// [`replenish`] on a blocking thread, not waited for.
-pub fn replenish_later(pod_dir: PathBuf) {
+pub(crate) fn replenish_later(pod_dir: PathBuf) {
     tokio::task::spawn_blocking(move || {
         if let Err(e) = replenish(&pod_dir) {
             tracing::debug!(pod = %pod_dir.display(), error = %e, "no spare app directories made");

@@ -19,7 +19,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
-pub enum StopError {
+pub(crate) enum StopError {
     #[error(transparent)]
     Pod(#[from] PodError),
     #[error("pod {uuid}: {context}: {source}")]
@@ -45,7 +45,7 @@ fn wait_exit(pidfd: &OwnedFd, timeout: Duration) -> bool {
 }
 
 /// The pod's cgroup directories, from its `subcgroup` files.
-pub fn pod_cgroup(pod: &Pod) -> Result<Option<PodCgroup>, StopError> {
+pub(crate) fn pod_cgroup(pod: &Pod) -> Result<Option<PodCgroup>, StopError> {
     let Some(subs) = pod.subcgroups()? else { return Ok(None) };
     let layout = Layout::read().map_err(|source| StopError::Io {
         uuid: pod.uuid().to_string(),
@@ -76,7 +76,7 @@ fn record_killed_apps(pod: &Pod) {
 /// nspawn (the pod's systemd powers off at once); after `grace`, SIGKILL to
 /// nspawn and to everything left in the pod cgroup. Returns when the pod
 /// reads as exited. Stopping a stopped pod is a no-op.
-pub fn stop(pod: &mut Pod, grace: Duration) -> Result<(), StopError> {
+pub(crate) fn stop(pod: &mut Pod, grace: Duration) -> Result<(), StopError> {
     let uuid = pod.uuid().to_string();
     let t0 = Instant::now();
     let mut held = Vec::new();
@@ -169,7 +169,7 @@ fn release_later(fds: Vec<OwnedFd>) {
 
 /// Unmounts everything mounted at or below `dir`, deepest first (lazily, so a
 /// busy mount does not block the removal of the pod).
-pub fn unmount_below(dir: &Path) -> io::Result<()> {
+pub(crate) fn unmount_below(dir: &Path) -> io::Result<()> {
     let mountinfo = fs::read_to_string("/proc/self/mountinfo")?;
     let prefix = dir.to_string_lossy().trim_end_matches('/').to_string();
     let mut points: Vec<String> = mountinfo
@@ -190,7 +190,7 @@ pub fn unmount_below(dir: &Path) -> io::Result<()> {
 
 /// Removes the host-side leftovers of an exited pod: mounts under its
 /// directory and its cgroup.
-pub fn release(pod: &Pod) -> Result<(), StopError> {
+pub(crate) fn release(pod: &Pod) -> Result<(), StopError> {
     let uuid = pod.uuid().to_string();
     unmount_below(&pod.path()).map_err(|source| StopError::Io {
         uuid: uuid.clone(),
@@ -201,14 +201,6 @@ pub fn release(pod: &Pod) -> Result<(), StopError> {
         cg.remove().map_err(|source| StopError::Io { uuid, context: "removing cgroup".into(), source })?;
     }
     Ok(())
-}
-
-/// Stops (if needed), releases and deletes a pod, whatever state it is in.
-/// (The pod's network is the caller's: see [`crate::stage1::teardown`].)
-pub fn destroy(mut pod: Pod, grace: Duration) -> Result<(), StopError> {
-    stop(&mut pod, grace)?;
-    release(&pod)?;
-    delete(pod)
 }
 
 /// Marks a stopped and released pod as garbage, as rkt's gc does first.
@@ -222,7 +214,7 @@ fn to_garbage(pod: &mut Pod) -> Result<(), StopError> {
 }
 
 /// Deletes a stopped and released pod's directory.
-pub fn delete(mut pod: Pod) -> Result<(), StopError> {
+pub(crate) fn delete(mut pod: Pod) -> Result<(), StopError> {
     to_garbage(&mut pod)?;
     pod.delete()?;
     Ok(())
@@ -231,7 +223,7 @@ pub fn delete(mut pod: Pod) -> Result<(), StopError> {
 /// Takes a stopped and released pod's directory out of the pod tree now and
 /// deletes it on a thread of its own (the daemon's removals; what a crash
 /// leaves in the trash is deleted at the next start).
-pub fn delete_later(mut pod: Pod) -> Result<(), StopError> {
+pub(crate) fn delete_later(mut pod: Pod) -> Result<(), StopError> {
     to_garbage(&mut pod)?;
     let uuid = pod.uuid();
     let path = pod.discard()?;
@@ -263,7 +255,7 @@ pub(crate) fn after_the_call(name: &str, work: impl FnOnce() + Send + 'static) -
 
 /// Waits for what stops and removals left to do after their calls (the
 /// daemon, before it exits).
-pub fn finish_after_calls() {
+pub(crate) fn finish_after_calls() {
     let pending = AFTER_CALLS.lock().map(|mut p| std::mem::take(&mut *p)).unwrap_or_default();
     for handle in pending {
         let _ = handle.join();

@@ -23,7 +23,7 @@ const IPC: [&str; 8] = [
 
 /// The kernel namespace a sysctl belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Namespace {
+pub(crate) enum Namespace {
     Net,
     Ipc,
     Uts,
@@ -49,14 +49,14 @@ impl Namespace {
 
 /// Which of the namespaces sysctls go to are the node's for this pod.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct PodNamespaces {
+pub(crate) struct PodNamespaces {
     pub host_network: bool,
     pub host_ipc: bool,
 }
 
 /// One checked sysctl.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sysctl {
+pub(crate) struct Sysctl {
     /// The name as asked for (reported in errors).
     pub name: String,
     /// Below `/proc/sys`.
@@ -66,7 +66,7 @@ pub struct Sysctl {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum SysctlError {
+pub(crate) enum SysctlError {
     #[error("sysctl {0:?} is not a valid sysctl name")]
     BadName(String),
     #[error("sysctl {name:?}: the value must not contain a NUL or a newline")]
@@ -88,7 +88,7 @@ pub enum SysctlError {
 impl SysctlError {
     /// Whether the request asked for something it cannot have (rather than
     /// the node failing to do what it could).
-    pub fn is_invalid_argument(&self) -> bool {
+    pub(crate) fn is_invalid_argument(&self) -> bool {
         match self {
             SysctlError::Write { source, .. } => {
                 matches!(source.raw_os_error(), Some(libc::EINVAL | libc::ERANGE | libc::EPERM | libc::EACCES))
@@ -123,7 +123,7 @@ fn components(name: &str) -> Result<Vec<String>, SysctlError> {
 }
 
 /// Checks the pod's sysctls against its namespaces (before anything is made).
-pub fn check<'a>(
+pub(crate) fn check<'a>(
     sysctls: impl IntoIterator<Item = (&'a String, &'a String)>,
     ns: PodNamespaces,
 ) -> Result<Vec<Sysctl>, SysctlError> {
@@ -163,7 +163,7 @@ pub fn check<'a>(
 
 /// Writes `sysctls` in the namespaces of the pod's PID 1 `pid1`, from a
 /// thread of their own that joins them (it ends right after).
-pub fn apply(pid1: i32, sysctls: &[Sysctl]) -> Result<(), SysctlError> {
+pub(crate) fn apply(pid1: i32, sysctls: &[Sysctl]) -> Result<(), SysctlError> {
     if sysctls.is_empty() {
         return Ok(());
     }

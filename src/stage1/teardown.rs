@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 #[derive(Debug, thiserror::Error)]
-pub enum TeardownError {
+pub(crate) enum TeardownError {
     #[error(transparent)]
     Stop(#[from] StopError),
     #[error(transparent)]
@@ -24,7 +24,7 @@ pub enum TeardownError {
 
 impl TeardownError {
     /// The pod-directory error underneath, if that is what failed.
-    pub fn pod_error(self) -> Result<PodError, Self> {
+    pub(crate) fn pod_error(self) -> Result<PodError, Self> {
         match self {
             TeardownError::Stop(StopError::Pod(e)) => Ok(e),
             other => Err(other),
@@ -38,7 +38,7 @@ impl From<PodError> for TeardownError {
     }
 }
 
-pub use crate::net::NetDirs;
+pub(crate) use crate::net::NetDirs;
 
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, TeardownError> + Send + 'static,
@@ -48,7 +48,7 @@ async fn blocking<T: Send + 'static>(
 
 /// When a removed pod's directory is deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Deletion {
+pub(crate) enum Deletion {
     /// Before the removal returns (the CLI, whose process ends next).
     Now,
     /// Taken out of the pod tree before the removal returns, deleted after it
@@ -58,7 +58,7 @@ pub enum Deletion {
 
 /// The steps of a teardown, each idempotent: on the host ([`Host`]), or
 /// recorded by a test double (the order of the calls, what a failure stops).
-pub trait Steps: Clone + Send + Sync + 'static {
+pub(crate) trait Steps: Clone + Send + Sync + 'static {
     /// An open pod (its directory and lock).
     type Pod: Send + 'static;
     /// Opens pod `id` (a uuid or a prefix of one).
@@ -89,7 +89,7 @@ pub trait Steps: Clone + Send + Sync + 'static {
 /// The host's teardown: the data dir, how long a pod's systemd gets to
 /// power off, the CNI config.
 #[derive(Clone)]
-pub struct Host {
+pub(crate) struct Host {
     pub data: DataDir,
     pub grace: Duration,
     pub net: NetDirs,
@@ -143,7 +143,7 @@ impl Steps for Host {
 
 /// Stops a pod and releases what it holds on the host, network included.
 /// The pod directory stays (an exited pod can still be inspected).
-pub async fn stop_pod(data: &DataDir, id: &str, grace: Duration, net: &NetDirs) -> Result<(), TeardownError> {
+pub(crate) async fn stop_pod(data: &DataDir, id: &str, grace: Duration, net: &NetDirs) -> Result<(), TeardownError> {
     stop_pod_with(&Host { data: data.clone(), grace, net: net.clone() }, id).await
 }
 
@@ -151,7 +151,7 @@ pub async fn stop_pod(data: &DataDir, id: &str, grace: Duration, net: &NetDirs) 
 /// mounts and cgroup released, while its network's CNI DEL runs; the
 /// namespace freed once both are done. A failure of either leaves the
 /// namespace for the next stop (the DEL finds the pod's interface there).
-pub async fn stop_pod_with<S: Steps>(steps: &S, id: &str) -> Result<(), TeardownError> {
+pub(crate) async fn stop_pod_with<S: Steps>(steps: &S, id: &str) -> Result<(), TeardownError> {
     let t0 = Instant::now();
     let (s, id2) = (steps.clone(), id.to_string());
     let (mut pod, uuid, netns) = blocking(move || {
@@ -188,7 +188,7 @@ pub async fn stop_pod_with<S: Steps>(steps: &S, id: &str) -> Result<(), Teardown
 }
 
 /// Stops (if needed) and deletes a pod with its network.
-pub async fn remove_pod(
+pub(crate) async fn remove_pod(
     data: &DataDir,
     id: &str,
     grace: Duration,
@@ -201,7 +201,7 @@ pub async fn remove_pod(
 /// [`remove_pod`] over `steps`: the directory is deleted only once the
 /// stop succeeded (a pod that failed to stop stays, to be removed again),
 /// then the sandbox unit is let go.
-pub async fn remove_pod_with<S: Steps>(steps: &S, id: &str, deletion: Deletion) -> Result<(), TeardownError> {
+pub(crate) async fn remove_pod_with<S: Steps>(steps: &S, id: &str, deletion: Deletion) -> Result<(), TeardownError> {
     let t0 = Instant::now();
     stop_pod_with(steps, id).await?;
     let t_stop = t0.elapsed();
@@ -228,13 +228,13 @@ pub async fn remove_pod_with<S: Steps>(steps: &S, id: &str, deletion: Deletion) 
 
 /// Removes whatever a pod start that failed left, even without a pod
 /// directory (the network may exist before the sandbox made the pod).
-pub async fn abort_start(data: &DataDir, uuid: Uuid, net: &NetDirs) -> Result<(), TeardownError> {
+pub(crate) async fn abort_start(data: &DataDir, uuid: Uuid, net: &NetDirs) -> Result<(), TeardownError> {
     abort_start_with(&Host { data: data.clone(), grace: Duration::from_secs(5), net: net.clone() }, uuid).await
 }
 
 /// [`abort_start`] over `steps`: the whole pod removed at once, or, where
 /// the start made no pod directory, its network alone.
-pub async fn abort_start_with<S: Steps>(steps: &S, uuid: Uuid) -> Result<(), TeardownError> {
+pub(crate) async fn abort_start_with<S: Steps>(steps: &S, uuid: Uuid) -> Result<(), TeardownError> {
     match remove_pod_with(steps, &uuid.to_string(), Deletion::Now).await {
         Ok(()) => Ok(()),
         Err(e) => match e.pod_error() {

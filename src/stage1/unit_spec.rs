@@ -10,7 +10,7 @@ use crate::stage1::bus::{Property, Value};
 /// The seccomp filter: `SystemCallFilter=` (an allow list when `allow`, a
 /// deny list otherwise) and, with an errno, `SystemCallErrorNumber=` (none:
 /// a denied call kills the process, SIGSYS).
-pub fn syscall_filter(allow: bool, entries: &[String], errno: Option<i32>) -> Vec<Property> {
+pub(crate) fn syscall_filter(allow: bool, entries: &[String], errno: Option<i32>) -> Vec<Property> {
     let mut p = vec![Property::new("SystemCallFilter", Value::FilterList(allow, entries.to_vec()))];
     if let Some(errno) = errno {
         p.push(Property::new("SystemCallErrorNumber", Value::I32(errno)));
@@ -19,7 +19,7 @@ pub fn syscall_filter(allow: bool, entries: &[String], errno: Option<i32>) -> Ve
 }
 
 /// `RestrictNamespaces=`: the namespace kinds (`CLONE_NEW*` bits) the app may make.
-pub fn restrict_namespaces(allowed: u64) -> Property {
+pub(crate) fn restrict_namespaces(allowed: u64) -> Property {
     Property::new("RestrictNamespaces", Value::U64(allowed))
 }
 
@@ -27,7 +27,7 @@ pub fn restrict_namespaces(allowed: u64) -> Property {
 /// letters, digits and `_` not starting with a digit, a value without
 /// control characters but tab and newline. Kubernetes allows more
 /// (`data-1`, `a.b`): appexec puts those in place.
-pub fn environment_takes(name: &str, value: &str) -> bool {
+pub(crate) fn environment_takes(name: &str, value: &str) -> bool {
     let name_ok = !name.is_empty()
         && !name.starts_with(|c: char| c.is_ascii_digit())
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
@@ -35,14 +35,14 @@ pub fn environment_takes(name: &str, value: &str) -> bool {
 }
 
 /// `KillSignal=`: only for a stop signal other than systemd's SIGTERM.
-pub fn kill_signal(signal: i32) -> Option<Property> {
+pub(crate) fn kill_signal(signal: i32) -> Option<Property> {
     (signal != libc::SIGTERM).then(|| Property::new("KillSignal", Value::I32(signal)))
 }
 
 /// On a host where the limits go through the pod's systemd (cgroup v2):
 /// accounting on (the pod's systemd then keeps the controllers enabled
 /// down to the app's cgroup, which the host writes) and the limits.
-pub fn accounting_and_limits(l: &Limits) -> Vec<Property> {
+pub(crate) fn accounting_and_limits(l: &Limits) -> Vec<Property> {
     let mut p: Vec<Property> = ["MemoryAccounting", "CPUAccounting", "TasksAccounting", "IOAccounting"]
         .into_iter()
         .map(|name| Property::new(name, Value::Bool(true)))
@@ -54,7 +54,7 @@ pub fn accounting_and_limits(l: &Limits) -> Vec<Property> {
 /// The devices the app may open, where the pod's systemd holds them (pure
 /// cgroup v2: a BPF program on the unit's cgroup): `DevicePolicy=closed`
 /// and `DeviceAllow=` per rule; nothing for a privileged app.
-pub fn devices(allowed: &Allowed) -> Vec<Property> {
+pub(crate) fn devices(allowed: &Allowed) -> Vec<Property> {
     match allowed.systemd() {
         Some((policy, pairs)) => {
             vec![Property::str("DevicePolicy", policy), Property::new("DeviceAllow", Value::Pairs(pairs))]
@@ -67,18 +67,18 @@ pub fn devices(allowed: &Allowed) -> Vec<Property> {
 /// kernel OOM-kills (a child, not the app) does not make the pod's systemd
 /// stop the whole unit, as runc does not stop a container for it; appexec
 /// marks the kill for its status (`OOMKilled`), the app's exit stays its own.
-pub fn oom_policy_continue() -> Property {
+pub(crate) fn oom_policy_continue() -> Property {
     Property::str("OOMPolicy", "continue")
 }
 
 /// `OOMScoreAdjust=`.
-pub fn oom_score_adjust(adj: i32) -> Property {
+pub(crate) fn oom_score_adjust(adj: i32) -> Property {
     Property::new("OOMScoreAdjust", Value::I32(adj))
 }
 
 /// A terminal as the app's stdio: output to it, input from it when the
 /// container has a stdin (else none), `TTYPath=` its path in the pod.
-pub fn tty(path_in_pod: &str, stdin: bool) -> Vec<Property> {
+pub(crate) fn tty(path_in_pod: &str, stdin: bool) -> Vec<Property> {
     vec![
         Property::str("StandardInput", if stdin { "tty" } else { "null" }),
         Property::str("StandardOutput", "tty"),
@@ -93,7 +93,7 @@ pub fn tty(path_in_pod: &str, stdin: bool) -> Vec<Property> {
 /// has a property for, which win over the fields (the daemon writes every
 /// `unified` file once the unit runs: these hold from the app's first
 /// instruction).
-pub fn limits(l: &Limits) -> Vec<Property> {
+pub(crate) fn limits(l: &Limits) -> Vec<Property> {
     let mut p = field_limits(l);
     for (file, value) in &l.unified {
         let Some((name, value)) = unified_property(file, value) else { continue };

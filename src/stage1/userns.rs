@@ -38,14 +38,14 @@ pub(crate) const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 /// A pod's user namespace: container ids `0..len` are the node's
 /// `host..host + len`, for uids and gids alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IdMap {
+pub(crate) struct IdMap {
     pub host: u32,
     pub len: u32,
 }
 
 /// One mapping as the CRI gives it (`IDMapping`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Mapping {
+pub(crate) struct Mapping {
     pub host_id: u32,
     pub container_id: u32,
     pub length: u32,
@@ -53,7 +53,7 @@ pub struct Mapping {
 
 /// Why a mapping cannot be used.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum MappingError {
+pub(crate) enum MappingError {
     #[error("user namespace mode POD needs uid and gid mappings; none were given")]
     Missing,
     #[error("{0} mappings: rktlet supports exactly one uid and one gid mapping")]
@@ -81,7 +81,7 @@ impl fmt::Display for IdMap {
 
 impl IdMap {
     /// The mapping of a pod from the CRI's uid and gid mappings.
-    pub fn from_mappings(uids: &[Mapping], gids: &[Mapping]) -> Result<IdMap, MappingError> {
+    pub(crate) fn from_mappings(uids: &[Mapping], gids: &[Mapping]) -> Result<IdMap, MappingError> {
         if uids.is_empty() && gids.is_empty() {
             return Err(MappingError::Missing);
         }
@@ -109,24 +109,19 @@ impl IdMap {
     }
 
     /// Parses the `HOST:LENGTH` form.
-    pub fn parse(s: &str) -> Result<IdMap, MappingError> {
+    pub(crate) fn parse(s: &str) -> Result<IdMap, MappingError> {
         let bad = || MappingError::Annotation(s.to_string());
         let (h, l) = s.split_once(':').ok_or_else(bad)?;
         let m =
             Mapping { host_id: h.parse().map_err(|_| bad())?, container_id: 0, length: l.parse().map_err(|_| bad())? };
         IdMap::from_mappings(&[m], &[m])
     }
-
-    /// The CRI mapping this is.
-    pub fn mapping(&self) -> Mapping {
-        Mapping { host_id: self.host, container_id: 0, length: self.len }
-    }
 }
 
 /// Whether this node can run pods in user namespaces: id-mapped mounts
 /// (mount_setattr(2), Linux 5.12) and overlayfs over id-mapped layers
 /// (Linux 5.19). Asked once.
-pub fn supported() -> bool {
+pub(crate) fn supported() -> bool {
     static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *SUPPORTED.get_or_init(|| {
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
@@ -148,7 +143,7 @@ fn kernel_at_least(release: &str, want: (u32, u32)) -> bool {
 }
 
 /// The user namespace a pod manifest records (`rktlet.io/userns`).
-pub fn of_manifest(m: &rkt::schema::PodManifest) -> Result<Option<IdMap>, MappingError> {
+pub(crate) fn of_manifest(m: &rkt::schema::PodManifest) -> Result<Option<IdMap>, MappingError> {
     m.annotation(rkt::schema::ANNOTATION_USERNS).map(IdMap::parse).transpose()
 }
 
@@ -156,7 +151,7 @@ pub fn of_manifest(m: &rkt::schema::PodManifest) -> Result<Option<IdMap>, Mappin
 /// contents of its `/proc/<pid>/uid_map` (or `gid_map`) as the node reads
 /// it: lines `inside outside count`. An id outside every range is the
 /// kernel's overflow id (65534), as the process itself would see it.
-pub fn to_inside(map: &str, node_id: u32) -> u32 {
+pub(crate) fn to_inside(map: &str, node_id: u32) -> u32 {
     for line in map.lines() {
         let f: Vec<u64> = line.split_whitespace().filter_map(|v| v.parse().ok()).collect();
         if let [inside, outside, count] = f[..]
@@ -169,7 +164,7 @@ pub fn to_inside(map: &str, node_id: u32) -> u32 {
 }
 
 /// The user namespace of process `pid`, when it is not the daemon's own.
-pub fn foreign_userns(pid: i32) -> io::Result<Option<OwnedFd>> {
+pub(crate) fn foreign_userns(pid: i32) -> io::Result<Option<OwnedFd>> {
     use std::os::unix::fs::MetadataExt;
     let theirs = format!("/proc/{pid}/ns/user");
     let (a, b) = (std::fs::metadata(&theirs)?, std::fs::metadata("/proc/self/ns/user")?);
@@ -181,7 +176,7 @@ pub fn foreign_userns(pid: i32) -> io::Result<Option<OwnedFd>> {
 
 /// Gives a detached mount tree the mapping of user namespace `userns`
 /// (recursively when `recursive`: every mount in it must allow it).
-pub fn idmap_tree(tree: &OwnedFd, userns: &OwnedFd, recursive: bool, what: &Path) -> io::Result<()> {
+pub(crate) fn idmap_tree(tree: &OwnedFd, userns: &OwnedFd, recursive: bool, what: &Path) -> io::Result<()> {
     let attr = super::inject::MountAttr {
         attr_set: MOUNT_ATTR_IDMAP,
         attr_clr: 0,
@@ -220,7 +215,7 @@ pub fn idmap_tree(tree: &OwnedFd, userns: &OwnedFd, recursive: bool, what: &Path
 /// the app's `/` is root's. (An id-mapped upper layer would need the
 /// overlay mounted with the pod root's credentials: overlayfs makes its
 /// work directory as its mounter, which the mapping cannot express.)
-pub fn idmapped_overlay(
+pub(crate) fn idmapped_overlay(
     userns: &OwnedFd,
     map: IdMap,
     lower: &Path,

@@ -16,7 +16,7 @@ use std::io;
 /// `arg` must stay valid until the child exec'd or exited (the calling
 /// thread waits that long), and `child` must make only raw syscalls and end
 /// in exec or `_exit`.
-pub unsafe fn clone(
+pub(crate) unsafe fn clone(
     child: extern "C" fn(*mut libc::c_void) -> libc::c_int,
     arg: *mut libc::c_void,
     stack_size: usize,

@@ -57,7 +57,7 @@ pub struct Stdin {
 }
 
 /// The attach session of `source`, for a transport.
-pub fn attach(source: Source, streams: Streams) -> impl super::remotecommand::Run {
+pub(crate) fn attach(source: Source, streams: Streams) -> impl super::remotecommand::Run {
     move |input, output| session(source, streams, input, output)
 }
 

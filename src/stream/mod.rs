@@ -6,9 +6,9 @@
 //! The per-pod CRI log writer they read is `stage1::crilog`.
 
 pub mod attach;
-pub mod portforward;
-pub mod remotecommand;
+pub(crate) mod portforward;
+pub(crate) mod remotecommand;
 pub mod server;
 pub mod spdy;
 pub mod token;
-pub mod ws;
+pub(crate) mod ws;

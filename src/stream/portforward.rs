@@ -15,19 +15,19 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 
-pub const SPDY_PROTOCOL: &str = "portforward.k8s.io";
+pub(crate) const SPDY_PROTOCOL: &str = "portforward.k8s.io";
 /// Connections half-opened (one of their two streams) at most per session.
 const MAX_PENDING_PAIRS: usize = 1024;
 /// Ports one WebSocket session may forward (two channels each, one byte per channel id).
-pub const MAX_WS_PORTS: usize = 64;
+pub(crate) const MAX_WS_PORTS: usize = 64;
 /// The WebSocket sub-protocols kubelet's own streaming server takes for
 /// port-forward, all the same channel framing (binary or base64).
-pub const WS_PROTOCOLS: [&str; 5] =
+pub(crate) const WS_PROTOCOLS: [&str; 5] =
     ["v4.channel.k8s.io", "v4.base64.channel.k8s.io", "portforward.k8s.io", "channel.k8s.io", "base64.channel.k8s.io"];
 
 /// Where to connect: the pod's netns (none: the node's, for host-network pods).
 #[derive(Debug, Clone)]
-pub struct Target {
+pub(crate) struct Target {
     pub netns: Option<PathBuf>,
     /// The ports the CRI request named (empty: any).
     pub ports: Vec<u16>,
@@ -70,7 +70,7 @@ struct Pair {
 
 /// Serves port-forwarding over a connection upgraded to SPDY/3.1 until the
 /// client closes it.
-pub async fn spdy<S>(conn: S, target: Target)
+pub(crate) async fn spdy<S>(conn: S, target: Target)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -196,7 +196,7 @@ async fn forward_spdy(
 
 /// Serves port-forwarding over a WebSocket for the ports of the URL's
 /// `port` query parameters.
-pub async fn websocket<S>(
+pub(crate) async fn websocket<S>(
     ws: WebSocketStream<S>,
     framing: super::remotecommand::Framing,
     target: Target,

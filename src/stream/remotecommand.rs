@@ -24,17 +24,17 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 
-pub const STDIN: u8 = 0;
-pub const STDOUT: u8 = 1;
-pub const STDERR: u8 = 2;
-pub const ERROR: u8 = 3;
-pub const RESIZE: u8 = 4;
+pub(crate) const STDIN: u8 = 0;
+pub(crate) const STDOUT: u8 = 1;
+pub(crate) const STDERR: u8 = 2;
+pub(crate) const ERROR: u8 = 3;
+pub(crate) const RESIZE: u8 = 4;
 /// v5: the client closes the stream named in the payload.
-pub const CLOSE: u8 = 255;
+pub(crate) const CLOSE: u8 = 255;
 
 /// The channel sub-protocols served, preferred first (none offered is the
 /// first of the pre-v4 ones).
-pub const PROTOCOLS: [&str; 6] = [
+pub(crate) const PROTOCOLS: [&str; 6] = [
     "v5.channel.k8s.io",
     "v5.base64.channel.k8s.io",
     "v4.channel.k8s.io",
@@ -49,7 +49,7 @@ const DRAIN: Duration = Duration::from_secs(1);
 
 /// The negotiated framing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Framing {
+pub(crate) struct Framing {
     pub base64: bool,
     pub v5: bool,
     /// v4 and later: the error channel carries the final status as JSON
@@ -58,14 +58,14 @@ pub struct Framing {
 }
 
 impl Framing {
-    pub fn of(protocol: &str) -> Framing {
+    pub(crate) fn of(protocol: &str) -> Framing {
         let v5 = protocol.starts_with("v5.");
         Framing { base64: protocol.contains("base64"), v5, json_status: v5 || protocol.starts_with("v4.") }
     }
 
     /// What the error channel carries for the final status `json` (a
     /// `metav1.Status`): itself, or before v4 its message, nothing on success.
-    pub fn status(self, json: &str) -> Option<String> {
+    pub(crate) fn status(self, json: &str) -> Option<String> {
         if self.json_status {
             return Some(json.to_string());
         }
@@ -78,7 +78,7 @@ impl Framing {
 
     /// One channel message as a WebSocket message: binary, or text (the
     /// channel as a digit, then base64) in the `base64` variants.
-    pub fn encode(self, channel: u8, data: &[u8]) -> Message {
+    pub(crate) fn encode(self, channel: u8, data: &[u8]) -> Message {
         use base64::Engine;
         if self.base64 {
             let mut p = vec![b'0'.wrapping_add(channel)];
@@ -99,7 +99,7 @@ impl Framing {
 
     /// A client's data message as (channel, data); `None` for control
     /// messages and for what does not decode.
-    pub fn decode(self, m: &Message) -> Option<(u8, Vec<u8>)> {
+    pub(crate) fn decode(self, m: &Message) -> Option<(u8, Vec<u8>)> {
         use base64::Engine;
         let payload: &[u8] = match m {
             Message::Binary(b) => b,
@@ -123,7 +123,7 @@ pub(super) fn normal_close() -> Message {
 }
 
 /// The `metav1.Status` the error channel carries at the end.
-pub fn status_json(exit: &Result<i32, String>) -> String {
+pub(crate) fn status_json(exit: &Result<i32, String>) -> String {
     match exit {
         Ok(0) => r#"{"metadata":{},"status":"Success"}"#.to_string(),
         Ok(code) => serde_json::json!({
@@ -143,7 +143,7 @@ pub fn status_json(exit: &Result<i32, String>) -> String {
 
 /// What the exec wants connected.
 #[derive(Debug, Clone, Copy)]
-pub struct Streams {
+pub(crate) struct Streams {
     pub tty: bool,
     pub stdin: bool,
     pub stdout: bool,
@@ -229,7 +229,7 @@ pub(crate) fn resize(pty: &OwnedFd, data: &[u8]) {
 
 /// What a client sends, whatever its transport.
 #[derive(Debug)]
-pub enum Input {
+pub(crate) enum Input {
     Stdin(Vec<u8>),
     /// The client closed its stdin.
     StdinClosed,
@@ -239,7 +239,7 @@ pub enum Input {
 
 /// What the session sends the client, whatever its transport.
 #[derive(Debug)]
-pub enum Output {
+pub(crate) enum Output {
     /// Output on stdout or stderr.
     Data(u8, Vec<u8>),
     /// The end: the `metav1.Status` JSON for the error stream.
@@ -250,7 +250,7 @@ pub enum Output {
 /// streams: `input` from the client (it ends when the client is gone, which
 /// kills the command), `output` to it, ending with the status. Transports
 /// (WebSocket, SPDY) adapt their framing to these two channels.
-pub async fn session(
+pub(crate) async fn session(
     app: exec::AppProcess,
     cmd: Vec<String>,
     streams: Streams,
@@ -382,7 +382,7 @@ pub(super) fn send_stdin(tx: &mpsc::Sender<Vec<u8>>, data: Vec<u8>) {
 }
 
 /// A stream session (exec or attach) given its two channels.
-pub trait Run: FnOnce(mpsc::Receiver<Input>, mpsc::Sender<Output>) -> Self::Fut + Send + 'static {
+pub(crate) trait Run: FnOnce(mpsc::Receiver<Input>, mpsc::Sender<Output>) -> Self::Fut + Send + 'static {
     type Fut: std::future::Future<Output = ()> + Send + 'static;
 }
 
@@ -395,13 +395,13 @@ where
 }
 
 /// The exec session of `cmd` in the app process `app`, for a transport.
-pub fn exec(app: exec::AppProcess, cmd: Vec<String>, streams: Streams) -> impl Run {
+pub(crate) fn exec(app: exec::AppProcess, cmd: Vec<String>, streams: Streams) -> impl Run {
     move |input, output| session(app, cmd, streams, input, output)
 }
 
 /// Serves one session over a WebSocket (tungstenite answers pings and a
 /// client's close).
-pub async fn serve_ws<S>(ws: WebSocketStream<S>, framing: Framing, run: impl Run)
+pub(crate) async fn serve_ws<S>(ws: WebSocketStream<S>, framing: Framing, run: impl Run)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -445,7 +445,7 @@ where
 }
 
 /// The sub-protocol served over SPDY (the error stream carries a v4 status).
-pub const SPDY_PROTOCOL: &str = "v4.channel.k8s.io";
+pub(crate) const SPDY_PROTOCOL: &str = "v4.channel.k8s.io";
 /// How long a SPDY client has to open the streams it asked for.
 const STREAM_SETUP: Duration = Duration::from_secs(30);
 /// Frames kept from before the streams were all open (the rest is refused).
@@ -455,7 +455,7 @@ const EARLY_FRAMES: usize = 256;
 /// opens one stream per channel (`streamtype` error, stdin, stdout, stderr,
 /// resize), each accepted with a SYN_REPLY; output goes out on them, the
 /// status on the error stream, then every stream is closed.
-pub async fn serve_spdy<S>(conn: S, streams: Streams, run: impl Run)
+pub(crate) async fn serve_spdy<S>(conn: S, streams: Streams, run: impl Run)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {

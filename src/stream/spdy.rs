@@ -29,11 +29,11 @@ const PING: u16 = 6;
 const GOAWAY: u16 = 7;
 const HEADERS: u16 = 8;
 const WINDOW_UPDATE: u16 = 9;
-pub const FLAG_FIN: u8 = 0x01;
+pub(crate) const FLAG_FIN: u8 = 0x01;
 
 /// RST_STREAM status codes used here.
-pub const PROTOCOL_ERROR: u32 = 1;
-pub const REFUSED_STREAM: u32 = 3;
+pub(crate) const PROTOCOL_ERROR: u32 = 1;
+pub(crate) const REFUSED_STREAM: u32 = 3;
 
 /// The words of the SPDY/3 header dictionary (each preceded by its length as
 /// a 32-bit big-endian integer), then [`DICTIONARY_TAIL`] as is.
@@ -112,7 +112,7 @@ image/gif,application/xml,application/xhtml+xml,text/plain,text/javascript,publi
 sdchcharset=utf-8charset=iso-8859-1,utf-,*,enq=0.";
 
 /// The SPDY/3 zlib dictionary (1423 bytes).
-pub fn dictionary() -> &'static [u8] {
+pub(crate) fn dictionary() -> &'static [u8] {
     static DICT: OnceLock<Vec<u8>> = OnceLock::new();
     DICT.get_or_init(|| {
         let mut d = Vec::with_capacity(1423);
@@ -138,7 +138,7 @@ fn protocol(msg: impl Into<String>) -> SpdyError {
 }
 
 /// Header names and values of a SYN_STREAM, SYN_REPLY or HEADERS frame.
-pub type Headers = Vec<(String, String)>;
+pub(crate) type Headers = Vec<(String, String)>;
 
 /// A frame as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -340,7 +340,7 @@ pub async fn read_frame(r: &mut (impl AsyncRead + Unpin), codec: &mut Codec) -> 
 /// its inflate context, the deflate context for what we send, and a writer
 /// task that sends the frames queued on `out` in order (it shuts the
 /// connection down once every sender is gone).
-pub struct Session<S> {
+pub(crate) struct Session<S> {
     pub rd: tokio::io::ReadHalf<S>,
     pub rcodec: Codec,
     pub wcodec: Codec,
@@ -349,7 +349,7 @@ pub struct Session<S> {
 }
 
 impl<S: AsyncRead + tokio::io::AsyncWrite + Send + 'static> Session<S> {
-    pub fn start(conn: S) -> Result<Self, SpdyError> {
+    pub(crate) fn start(conn: S) -> Result<Self, SpdyError> {
         use tokio::io::AsyncWriteExt;
         let (rd, mut wr) = tokio::io::split(conn);
         let (rcodec, wcodec) = (Codec::new()?, Codec::new()?);
@@ -377,14 +377,20 @@ fn control(kind: u16, flags: u8, body: &[u8]) -> Vec<u8> {
 }
 
 /// SYN_REPLY accepting `stream`.
-pub fn syn_reply(codec: &mut Codec, stream: u32, headers: &[(&str, &str)]) -> Result<Vec<u8>, SpdyError> {
+pub(crate) fn syn_reply(codec: &mut Codec, stream: u32, headers: &[(&str, &str)]) -> Result<Vec<u8>, SpdyError> {
     let mut body = stream.to_be_bytes().to_vec();
     body.extend(codec.encode_headers(headers)?);
     Ok(control(SYN_REPLY, 0, &body))
 }
 
 /// SYN_STREAM opening `stream` (server-initiated streams are even).
-pub fn syn_stream(codec: &mut Codec, stream: u32, headers: &[(&str, &str)], fin: bool) -> Result<Vec<u8>, SpdyError> {
+#[cfg(test)]
+pub(crate) fn syn_stream(
+    codec: &mut Codec,
+    stream: u32,
+    headers: &[(&str, &str)],
+    fin: bool,
+) -> Result<Vec<u8>, SpdyError> {
     let mut body = stream.to_be_bytes().to_vec();
     body.extend_from_slice(&0u32.to_be_bytes());
     body.extend_from_slice(&[0, 0]);
@@ -392,25 +398,25 @@ pub fn syn_stream(codec: &mut Codec, stream: u32, headers: &[(&str, &str)], fin:
     Ok(control(SYN_STREAM, if fin { FLAG_FIN } else { 0 }, &body))
 }
 
-pub fn rst_stream(stream: u32, status: u32) -> Vec<u8> {
+pub(crate) fn rst_stream(stream: u32, status: u32) -> Vec<u8> {
     control(RST_STREAM, 0, &[stream.to_be_bytes(), status.to_be_bytes()].concat())
 }
 
-pub fn ping(id: u32) -> Vec<u8> {
+pub(crate) fn ping(id: u32) -> Vec<u8> {
     control(PING, 0, &id.to_be_bytes())
 }
 
-pub fn goaway(last: u32) -> Vec<u8> {
+pub(crate) fn goaway(last: u32) -> Vec<u8> {
     control(GOAWAY, 0, &[last.to_be_bytes(), 0u32.to_be_bytes()].concat())
 }
 
-pub fn window_update(stream: u32, delta: u32) -> Vec<u8> {
+pub(crate) fn window_update(stream: u32, delta: u32) -> Vec<u8> {
     control(WINDOW_UPDATE, 0, &[stream.to_be_bytes(), delta.to_be_bytes()].concat())
 }
 
 /// Data frames for `data` on `stream` (split at the frame limit); `fin`
 /// on the last one. Empty data with `fin` is a bare half-close.
-pub fn data(stream: u32, fin: bool, data: &[u8]) -> Vec<u8> {
+pub(crate) fn data(stream: u32, fin: bool, data: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(data.len() + 8);
     let mut chunks: Vec<&[u8]> = data.chunks(MAX_FRAME).collect();
     if chunks.is_empty() {

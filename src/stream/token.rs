@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long a URL can be used (kubelet connects at once; containerd uses 1 minute).
-pub const TOKEN_TTL: Duration = Duration::from_secs(60);
+pub(crate) const TOKEN_TTL: Duration = Duration::from_secs(60);
 /// Pending requests kept at most; beyond that the oldest go.
 const MAX_PENDING: usize = 4096;
 
@@ -21,7 +21,7 @@ pub enum StreamRequest {
 
 impl StreamRequest {
     /// The URL path segment of its kind.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             StreamRequest::Exec { .. } => "exec",
             StreamRequest::Attach { .. } => "attach",
@@ -38,7 +38,7 @@ pub struct Tokens {
 
 impl Tokens {
     /// Stores `req` under a new random token (URL-safe, 128 bits).
-    pub fn insert(&self, req: StreamRequest) -> String {
+    pub(crate) fn insert(&self, req: StreamRequest) -> String {
         use base64::Engine;
         let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(uuid::Uuid::new_v4().as_bytes());
         if let Ok(mut map) = self.pending.lock() {
@@ -55,7 +55,7 @@ impl Tokens {
     }
 
     /// Takes the request of `token` if it exists, has not expired and is of `kind`.
-    pub fn take(&self, token: &str, kind: &str) -> Option<StreamRequest> {
+    pub(crate) fn take(&self, token: &str, kind: &str) -> Option<StreamRequest> {
         let mut map = self.pending.lock().ok()?;
         let (at, req) = map.remove(token)?;
         (at.elapsed() < TOKEN_TTL && req.kind() == kind).then_some(req)

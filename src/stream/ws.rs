@@ -12,24 +12,24 @@ use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 
 /// Largest message (and frame) accepted from a client: stdin chunks,
 /// resize events, port-forward data.
-pub const MAX_MESSAGE: usize = 16 << 20;
+pub(crate) const MAX_MESSAGE: usize = 16 << 20;
 
 /// A WebSocket over an upgraded streaming connection.
-pub type Socket = WebSocketStream<TokioIo<Upgraded>>;
+pub(crate) type Socket = WebSocketStream<TokioIo<Upgraded>>;
 
 /// `Sec-WebSocket-Accept` for a client's `Sec-WebSocket-Key`.
-pub fn accept_key(key: &[u8]) -> String {
+pub(crate) fn accept_key(key: &[u8]) -> String {
     tokio_tungstenite::tungstenite::handshake::derive_accept_key(key)
 }
 
 /// The server side of a WebSocket over `io`, whose handshake is done.
-pub async fn server<S: AsyncRead + AsyncWrite + Unpin>(io: S) -> WebSocketStream<S> {
+pub(crate) async fn server<S: AsyncRead + AsyncWrite + Unpin>(io: S) -> WebSocketStream<S> {
     let config = WebSocketConfig::default().max_message_size(Some(MAX_MESSAGE)).max_frame_size(Some(MAX_MESSAGE));
     WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await
 }
 
 /// The server side of a WebSocket over a connection hyper upgraded.
-pub async fn upgraded(io: Upgraded) -> Socket {
+pub(crate) async fn upgraded(io: Upgraded) -> Socket {
     server(TokioIo::new(io)).await
 }
 

@@ -26,7 +26,7 @@ impl Section {
 
     /// The host run's section (`docs/bench.json`).
     #[cfg(test)]
-    pub fn host() -> Section {
+    pub(crate) fn host() -> Section {
         Section { stem: "bench".into() }
     }
 
@@ -494,7 +494,7 @@ fn list_size(op: &str) -> Option<usize> {
 
 /// The text between `section`'s begin and end lines.
 #[cfg(test)]
-pub fn readme_section<'a>(doc: &'a str, section: &Section) -> Option<&'a str> {
+pub(crate) fn readme_section<'a>(doc: &'a str, section: &Section) -> Option<&'a str> {
     let (start, end) = section_bounds(doc, section)?;
     Some(&doc[start..end])
 }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 /// Flags of `rktlet app add` (rkt's, as rktlet passed them per CRI field).
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct AddArgs {
+pub(crate) struct AddArgs {
     /// Pod UUID (or unique prefix).
     pub uuid: String,
     /// Image reference or id, already in the store (`rktlet fetch`).
@@ -96,7 +96,7 @@ fn mount(spec: &str) -> Result<cri::Mount, String> {
 
 impl AddArgs {
     /// The flags rktlet would pass for a CRI CreateContainer.
-    pub fn from_cri(pod_id: &str, c: &cri::ContainerConfig) -> AddArgs {
+    pub(crate) fn from_cri(pod_id: &str, c: &cri::ContainerConfig) -> AddArgs {
         let meta = c.metadata.clone().unwrap_or_default();
         let linux = c.linux.clone().unwrap_or_default();
         let res = linux.resources.unwrap_or_default();
@@ -145,7 +145,7 @@ impl AddArgs {
     }
 
     /// The command line after `app add`.
-    pub fn to_argv(&self) -> Vec<String> {
+    pub(crate) fn to_argv(&self) -> Vec<String> {
         let mut v = vec![self.uuid.clone(), self.image.clone(), format!("--name={}", self.name)];
         if let Some(attempt) = self.attempt {
             v.push(format!("--attempt={attempt}"));
@@ -186,7 +186,7 @@ impl AddArgs {
     }
 
     /// The CRI request these flags stand for.
-    pub fn to_cri(&self) -> Result<cri::CreateContainerRequest, String> {
+    pub(crate) fn to_cri(&self) -> Result<cri::CreateContainerRequest, String> {
         let envs = key_values("environment", &self.environment)?
             .into_iter()
             .map(|(key, value)| cri::KeyValue { key, value })
@@ -245,4 +245,4 @@ impl AddArgs {
 
 /// The exit code of `app exec` when rktlet itself failed (the command did
 /// not run, or was killed at the timeout), as `docker run` uses 125.
-pub const EXEC_FAILED: i32 = 125;
+pub(crate) const EXEC_FAILED: i32 = 125;

@@ -17,7 +17,7 @@ async fn app_status(x: &ExecMode, pod: &str, app: &str) -> Result<AppInfo, Statu
     x.json(&["app", "status", pod, &format!("--app={app}"), "--format=json"]).await
 }
 
-pub async fn create_container(
+pub(crate) async fn create_container(
     x: &ExecMode,
     req: cri::CreateContainerRequest,
 ) -> Result<cri::CreateContainerResponse, Status> {
@@ -30,7 +30,7 @@ pub async fn create_container(
     Ok(cri::CreateContainerResponse { container_id })
 }
 
-pub async fn start_container(
+pub(crate) async fn start_container(
     x: &ExecMode,
     req: cri::StartContainerRequest,
 ) -> Result<cri::StartContainerResponse, Status> {
@@ -39,7 +39,7 @@ pub async fn start_container(
     Ok(cri::StartContainerResponse {})
 }
 
-pub async fn stop_container(
+pub(crate) async fn stop_container(
     x: &ExecMode,
     req: cri::StopContainerRequest,
 ) -> Result<cri::StopContainerResponse, Status> {
@@ -48,7 +48,7 @@ pub async fn stop_container(
     Ok(cri::StopContainerResponse {})
 }
 
-pub async fn remove_container(
+pub(crate) async fn remove_container(
     x: &ExecMode,
     req: cri::RemoveContainerRequest,
 ) -> Result<cri::RemoveContainerResponse, Status> {
@@ -57,7 +57,7 @@ pub async fn remove_container(
     Ok(cri::RemoveContainerResponse {})
 }
 
-pub async fn container_status(
+pub(crate) async fn container_status(
     x: &ExecMode,
     req: cri::ContainerStatusRequest,
 ) -> Result<cri::ContainerStatusResponse, Status> {
@@ -66,7 +66,7 @@ pub async fn container_status(
     Ok(cri::ContainerStatusResponse { status: Some(status_from_info(pod, info)), ..Default::default() })
 }
 
-pub async fn list_containers(
+pub(crate) async fn list_containers(
     x: &ExecMode,
     req: cri::ListContainersRequest,
 ) -> Result<cri::ListContainersResponse, Status> {
@@ -88,7 +88,7 @@ pub async fn list_containers(
 /// ExecSync as rktlet did it: one exec of the CLI (`app exec`), whose
 /// stdout, stderr and exit code are the command's; the CLI's own failures
 /// exit with [`super::app_add::EXEC_FAILED`] and say why on stderr.
-pub async fn exec_sync(x: &ExecMode, req: cri::ExecSyncRequest) -> Result<cri::ExecSyncResponse, Status> {
+pub(crate) async fn exec_sync(x: &ExecMode, req: cri::ExecSyncRequest) -> Result<cri::ExecSyncResponse, Status> {
     let (pod, app) = split(&req.container_id)?;
     if req.cmd.is_empty() {
         return Err(Status::invalid_argument("cmd is required"));

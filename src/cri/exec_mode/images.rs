@@ -56,7 +56,7 @@ async fn find_content(x: &ExecMode, name: &str) -> Result<Vec<Image>, Status> {
     Ok(all(x).await?.into_iter().filter(|i| i.content_id() == content).collect())
 }
 
-pub async fn pull_image(x: &ExecMode, req: cri::PullImageRequest) -> Result<cri::PullImageResponse, Status> {
+pub(crate) async fn pull_image(x: &ExecMode, req: cri::PullImageRequest) -> Result<cri::PullImageResponse, Status> {
     let name = spec_image(req.image);
     if name.is_empty() {
         return Err(Status::invalid_argument("PullImage: image spec is empty"));
@@ -101,21 +101,27 @@ fn fetch_args(name: &str, own_cli: bool) -> Fetch {
     }
 }
 
-pub async fn list_images(x: &ExecMode, req: cri::ListImagesRequest) -> Result<cri::ListImagesResponse, Status> {
+pub(crate) async fn list_images(x: &ExecMode, req: cri::ListImagesRequest) -> Result<cri::ListImagesResponse, Status> {
     let filter = spec_image(req.filter.and_then(|f| f.image));
     let images = if filter.is_empty() { all(x).await? } else { find_content(x, &filter).await? };
     let groups = crate::image::group_by_content(images);
     Ok(cri::ListImagesResponse { images: groups.iter().map(|g| group_to_cri(g)).collect() })
 }
 
-pub async fn image_status(x: &ExecMode, req: cri::ImageStatusRequest) -> Result<cri::ImageStatusResponse, Status> {
+pub(crate) async fn image_status(
+    x: &ExecMode,
+    req: cri::ImageStatusRequest,
+) -> Result<cri::ImageStatusResponse, Status> {
     let name = spec_image(req.image);
     let group = find_content(x, &name).await?;
     let image = (!group.is_empty()).then(|| group_to_cri(&group));
     Ok(cri::ImageStatusResponse { image, ..Default::default() })
 }
 
-pub async fn remove_image(x: &ExecMode, req: cri::RemoveImageRequest) -> Result<cri::RemoveImageResponse, Status> {
+pub(crate) async fn remove_image(
+    x: &ExecMode,
+    req: cri::RemoveImageRequest,
+) -> Result<cri::RemoveImageResponse, Status> {
     let name = spec_image(req.image);
     if name.is_empty() {
         return Err(Status::invalid_argument("RemoveImage: image spec is empty"));

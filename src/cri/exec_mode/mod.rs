@@ -21,14 +21,14 @@
 //! `--insecure-options=image` every other call gets, so its signature is
 //! checked as in the daemon; it is then found by that reference.
 
-pub mod app_add;
+pub(crate) mod app_add;
 mod containers;
 mod images;
 mod pods;
 
-pub use containers::*;
-pub use images::*;
-pub use pods::*;
+pub(crate) use containers::*;
+pub(crate) use images::*;
+pub(crate) use pods::*;
 
 use crate::runtime::Runtime;
 use std::ffi::OsString;
@@ -39,7 +39,7 @@ use tonic::Status;
 
 /// How to run the CLI for a daemon's data directory.
 #[derive(Debug)]
-pub struct ExecMode {
+pub(crate) struct ExecMode {
     rt: Arc<Runtime>,
     program: PathBuf,
     /// Global flags given to every call (rktlet: `--dir=... --insecure-options=image,ondisk`).
@@ -51,7 +51,7 @@ pub struct ExecMode {
 
 impl ExecMode {
     /// Execs `--rkt-path` when configured, else this binary.
-    pub fn new(rt: Arc<Runtime>) -> std::io::Result<Self> {
+    pub(crate) fn new(rt: Arc<Runtime>) -> std::io::Result<Self> {
         let program = rt.sandbox_program()?;
         let own = rt.config.rkt_path.is_none();
         let dir = flag("dir", rt.config.data_dir.as_os_str());
@@ -75,7 +75,7 @@ impl ExecMode {
         self.rt.config.rkt_path.is_none()
     }
 
-    pub fn runtime(&self) -> &Runtime {
+    pub(crate) fn runtime(&self) -> &Runtime {
         &self.rt
     }
 

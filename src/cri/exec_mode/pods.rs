@@ -65,7 +65,7 @@ pub(super) async fn list(x: &ExecMode) -> Result<Vec<PodInfo>, Status> {
     Ok(pods.unwrap_or_default().into_iter().filter(listed).collect())
 }
 
-pub async fn run_pod_sandbox(
+pub(crate) async fn run_pod_sandbox(
     x: &ExecMode,
     req: cri::RunPodSandboxRequest,
 ) -> Result<cri::RunPodSandboxResponse, Status> {
@@ -77,7 +77,7 @@ pub async fn run_pod_sandbox(
     Ok(resp)
 }
 
-pub async fn stop_pod_sandbox(
+pub(crate) async fn stop_pod_sandbox(
     x: &ExecMode,
     req: cri::StopPodSandboxRequest,
 ) -> Result<cri::StopPodSandboxResponse, Status> {
@@ -87,7 +87,7 @@ pub async fn stop_pod_sandbox(
     Ok(cri::StopPodSandboxResponse {})
 }
 
-pub async fn remove_pod_sandbox(
+pub(crate) async fn remove_pod_sandbox(
     x: &ExecMode,
     req: cri::RemovePodSandboxRequest,
 ) -> Result<cri::RemovePodSandboxResponse, Status> {
@@ -97,7 +97,7 @@ pub async fn remove_pod_sandbox(
     Ok(cri::RemovePodSandboxResponse {})
 }
 
-pub async fn pod_sandbox_status(
+pub(crate) async fn pod_sandbox_status(
     x: &ExecMode,
     req: cri::PodSandboxStatusRequest,
 ) -> Result<cri::PodSandboxStatusResponse, Status> {
@@ -106,7 +106,7 @@ pub async fn pod_sandbox_status(
     Ok(cri::PodSandboxStatusResponse { status: Some(sandbox_status(&info)), ..Default::default() })
 }
 
-pub async fn list_pod_sandbox(
+pub(crate) async fn list_pod_sandbox(
     x: &ExecMode,
     req: cri::ListPodSandboxRequest,
 ) -> Result<cri::ListPodSandboxResponse, Status> {

@@ -20,7 +20,7 @@ pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A loaded network config and where its plugins are.
 #[derive(Debug, Clone)]
-pub struct Network {
+pub(crate) struct Network {
     pub config: NetworkConfig,
     pub bin_dirs: Vec<PathBuf>,
     /// Per plugin execution.
@@ -29,7 +29,7 @@ pub struct Network {
 
 /// What a pod asks of a network: the CNI_* environment and the capability args.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CniRequest {
+pub(crate) struct CniRequest {
     /// CNI_CONTAINERID: the pod UUID.
     pub container_id: String,
     /// CNI_NETNS.
@@ -49,7 +49,7 @@ pub struct CniRequest {
 
 impl CniRequest {
     /// A request for `eth0`, with the other fields empty.
-    pub fn new(container_id: &str, netns_path: &Path, cache_dir: &Path) -> Self {
+    pub(crate) fn new(container_id: &str, netns_path: &Path, cache_dir: &Path) -> Self {
         CniRequest {
             container_id: container_id.into(),
             netns_path: netns_path.into(),
@@ -90,7 +90,7 @@ impl CniRequest {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Protocol {
+pub(crate) enum Protocol {
     Tcp,
     Udp,
     Sctp,
@@ -99,7 +99,7 @@ pub enum Protocol {
 /// One `portMappings` entry, as the portmap plugin reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PortMapping {
+pub(crate) struct PortMapping {
     pub host_port: u16,
     pub container_port: u16,
     pub protocol: Protocol,
@@ -109,7 +109,7 @@ pub struct PortMapping {
 
 impl PortMapping {
     /// The CRI mapping, or `None` when it publishes no host port.
-    pub fn from_cri(p: &v1::PortMapping) -> Option<PortMapping> {
+    pub(crate) fn from_cri(p: &v1::PortMapping) -> Option<PortMapping> {
         let host_port = u16::try_from(p.host_port).ok().filter(|p| *p != 0)?;
         let container_port = u16::try_from(p.container_port).ok().filter(|p| *p != 0)?;
         let protocol = match v1::Protocol::try_from(p.protocol) {
@@ -161,6 +161,7 @@ const IDENTITY_FREE_IPAM: [&str; 2] = ["host-local", "static"];
 enum Command {
     Add,
     Del,
+    #[cfg(test)]
     Check,
 }
 
@@ -169,24 +170,26 @@ impl Command {
         match self {
             Command::Add => "ADD",
             Command::Del => "DEL",
+            #[cfg(test)]
             Command::Check => "CHECK",
         }
     }
 }
 
 impl Network {
-    pub fn new(config: NetworkConfig, bin_dirs: Vec<PathBuf>) -> Self {
+    pub(crate) fn new(config: NetworkConfig, bin_dirs: Vec<PathBuf>) -> Self {
         Network { config, bin_dirs, timeout: DEFAULT_TIMEOUT }
     }
 
     /// The pod network: the first valid config in `conf_dir`.
-    pub fn load_default(conf_dir: &Path, bin_dirs: &[PathBuf]) -> Result<Self, CniError> {
+    pub(crate) fn load_default(conf_dir: &Path, bin_dirs: &[PathBuf]) -> Result<Self, CniError> {
         Ok(Self::new(super::default_network(conf_dir)?, bin_dirs.to_vec()))
     }
 
     /// CNI's `loopback` plugin as a network of its own; run it with ifname `lo`.
     /// ([`crate::net::netns::Netns::set_link_up`] does the same without an exec.)
-    pub fn loopback(bin_dirs: &[PathBuf]) -> Self {
+    #[cfg(test)]
+    pub(crate) fn loopback(bin_dirs: &[PathBuf]) -> Self {
         let plugin: Map<String, Value> = [("type".to_string(), json!("loopback"))].into_iter().collect();
         let config = NetworkConfig {
             path: PathBuf::from("<built-in loopback>"),
@@ -200,20 +203,20 @@ impl Network {
         Self::new(config, bin_dirs.to_vec())
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.config.name
     }
 
     /// Runs ADD through the chain and caches the result in `req.cache_dir`.
     /// On failure, DEL runs for the whole chain so nothing is left behind.
-    pub async fn add(&self, req: &CniRequest) -> Result<CniResult, CniError> {
+    pub(crate) async fn add(&self, req: &CniRequest) -> Result<CniResult, CniError> {
         self.add_from(req, 0, None).await
     }
 
     /// How many leading plugins may run before the pod's identity and
     /// capability arguments are known: identity-free types with an
     /// identity-free IPAM (or none) that declare no capability.
-    pub fn identity_free_prefix(&self) -> usize {
+    pub(crate) fn identity_free_prefix(&self) -> usize {
         self.config
             .plugin_json
             .iter()
@@ -236,7 +239,7 @@ impl Network {
     /// Runs ADD for the first `n` plugins (see [`Self::identity_free_prefix`])
     /// and caches their result, marked as a prefix, so DEL works from here on
     /// and [`Self::prefix_done`] finds it. On failure they are undone.
-    pub async fn add_prefix(&self, req: &CniRequest, n: usize) -> Result<(), CniError> {
+    pub(crate) async fn add_prefix(&self, req: &CniRequest, n: usize) -> Result<(), CniError> {
         let caps = Map::new();
         let prev = self.add_range(req, 0..n.min(self.config.plugin_json.len()), None, &caps).await?;
         let prefix = Some(Prefix { plugins: n, config_sha256: self.config_sha256() });
@@ -245,7 +248,7 @@ impl Network {
 
     /// A prefix [`Self::add_prefix`] ran for `req`'s container with this very
     /// config: how many plugins and their result, to go on from.
-    pub fn prefix_done(&self, req: &CniRequest) -> Option<(usize, Value)> {
+    pub(crate) fn prefix_done(&self, req: &CniRequest) -> Option<(usize, Value)> {
         let entry = self.read_cache(req).ok()??;
         let prefix = entry.prefix?;
         (entry.network_name == self.name() && prefix.config_sha256 == self.config_sha256())
@@ -255,7 +258,12 @@ impl Network {
     /// Runs ADD from plugin `from` on, with `prev` as the result so far, and
     /// caches the whole chain's result. On failure, DEL runs for the whole
     /// chain.
-    pub async fn add_from(&self, req: &CniRequest, from: usize, prev: Option<Value>) -> Result<CniResult, CniError> {
+    pub(crate) async fn add_from(
+        &self,
+        req: &CniRequest,
+        from: usize,
+        prev: Option<Value>,
+    ) -> Result<CniResult, CniError> {
         let caps = req.capability_args();
         let prev = self.add_range(req, from..self.config.plugin_json.len(), prev, &caps).await?;
         let raw = prev.unwrap_or(Value::Null);
@@ -315,7 +323,7 @@ impl Network {
     /// Runs DEL through the chain in reverse. Idempotent: works without a
     /// cached result, a second time, and after the netns is gone (then
     /// CNI_NETNS is empty, which the spec allows for DEL).
-    pub async fn del(&self, req: &CniRequest) -> Result<(), CniError> {
+    pub(crate) async fn del(&self, req: &CniRequest) -> Result<(), CniError> {
         let cached = self.read_cache(req)?;
         let (prev, caps) = match cached {
             Some(c) => (Some(c.result), c.capability_args),
@@ -331,7 +339,8 @@ impl Network {
     }
 
     /// Runs CHECK through the chain with the cached ADD result.
-    pub async fn check(&self, req: &CniRequest) -> Result<(), CniError> {
+    #[cfg(test)]
+    pub(crate) async fn check(&self, req: &CniRequest) -> Result<(), CniError> {
         if self.config.disable_check {
             return Ok(());
         }
@@ -577,6 +586,7 @@ fn plugin_error(stdout: &str, stderr: &str, status: std::process::ExitStatus) ->
 }
 
 /// Whether a `major.minor.patch` version is at least `(major, minor)`.
+#[cfg(test)]
 fn version_at_least(version: &str, min: (u32, u32)) -> bool {
     let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
     let major = parts.next().unwrap_or(0);

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 /// A parsed CNI result (0.3.x, 0.4.0, 1.0.0; the 0.1/0.2 `ip4`/`ip6` form too).
 #[derive(Debug, Clone, PartialEq)]
-pub struct CniResult {
+pub(crate) struct CniResult {
     pub cni_version: String,
     pub interfaces: Vec<ResultInterface>,
     pub ips: Vec<IpConfig>,
@@ -18,7 +18,7 @@ pub struct CniResult {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct ResultInterface {
+pub(crate) struct ResultInterface {
     pub name: String,
     #[serde(default)]
     pub mac: String,
@@ -28,7 +28,7 @@ pub struct ResultInterface {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IpConfig {
+pub(crate) struct IpConfig {
     pub address: IpAddr,
     pub prefix_len: u8,
     pub gateway: Option<IpAddr>,
@@ -37,14 +37,14 @@ pub struct IpConfig {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct Route {
+pub(crate) struct Route {
     pub dst: String,
     #[serde(default)]
     pub gw: Option<IpAddr>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct Dns {
+pub(crate) struct Dns {
     #[serde(default)]
     pub nameservers: Vec<String>,
     #[serde(default)]
@@ -104,7 +104,7 @@ fn parse_cidr(s: &str) -> Result<(IpAddr, u8), String> {
 
 impl CniResult {
     /// Parses a plugin's result JSON; the error text says what is wrong.
-    pub fn parse(raw: Value) -> Result<CniResult, String> {
+    pub(crate) fn parse(raw: Value) -> Result<CniResult, String> {
         let r: RawResult = serde_json::from_value(raw.clone()).map_err(|e| e.to_string())?;
         let mut ips = Vec::new();
         for ip in r.ips {
@@ -122,7 +122,7 @@ impl CniResult {
 
     /// The pod's addresses, IPv4 first: those on interfaces inside the pod's
     /// netns, or every address when the result does not say where they are.
-    pub fn pod_ips(&self) -> Vec<IpAddr> {
+    pub(crate) fn pod_ips(&self) -> Vec<IpAddr> {
         let in_pod = |ip: &&IpConfig| {
             ip.interface.and_then(|i| self.interfaces.get(i)).map(|i| !i.sandbox.is_empty()).unwrap_or(false)
         };
@@ -137,12 +137,12 @@ impl CniResult {
     }
 
     /// The primary pod IP (PodSandboxStatus `network.ip`).
-    pub fn pod_ip(&self) -> Option<IpAddr> {
+    pub(crate) fn pod_ip(&self) -> Option<IpAddr> {
         self.pod_ips().into_iter().next()
     }
 
     /// The [`IpConfig`] of the primary pod IP.
-    pub fn pod_ip_config(&self) -> Option<&IpConfig> {
+    pub(crate) fn pod_ip_config(&self) -> Option<&IpConfig> {
         let ip = self.pod_ip()?;
         self.ips.iter().find(|c| c.address == ip)
     }

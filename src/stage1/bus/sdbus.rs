@@ -67,7 +67,6 @@ unsafe extern "C" {
     fn sd_bus_message_enter_container(m: *mut SdBusMessage, typ: c_char, contents: *const c_char) -> c_int;
     fn sd_bus_message_exit_container(m: *mut SdBusMessage) -> c_int;
     fn sd_bus_message_skip(m: *mut SdBusMessage, types: *const c_char) -> c_int;
-    fn sd_bus_message_peek_type(m: *mut SdBusMessage, typ: *mut c_char, contents: *mut *const c_char) -> c_int;
     fn sd_bus_message_get_type(m: *mut SdBusMessage, typ: *mut u8) -> c_int;
     fn sd_bus_message_get_interface(m: *mut SdBusMessage) -> *const c_char;
     fn sd_bus_message_get_member(m: *mut SdBusMessage) -> *const c_char;
@@ -95,7 +94,7 @@ impl std::fmt::Display for SdError {
     }
 }
 
-pub type SdResult<T> = Result<T, SdError>;
+pub(crate) type SdResult<T> = Result<T, SdError>;
 
 fn check(op: &'static str, r: c_int) -> SdResult<c_int> {
     if r < 0 { Err(SdError::Errno { op, errno: -r }) } else { Ok(r) }
@@ -115,7 +114,7 @@ fn copy_str(p: *const c_char) -> Option<String> {
 }
 
 /// A started sd-bus connection (no Hello: a direct peer-to-peer connection).
-pub struct Bus {
+pub(crate) struct Bus {
     raw: *mut SdBus,
 }
 
@@ -124,7 +123,7 @@ unsafe impl Send for Bus {}
 
 impl Bus {
     /// Takes over `fd` (connected to a D-Bus peer), authenticates and starts the bus.
-    pub fn start_on_fd(fd: OwnedFd) -> SdResult<Bus> {
+    pub(crate) fn start_on_fd(fd: OwnedFd) -> SdResult<Bus> {
         let mut raw = ptr::null_mut();
         // SAFETY: sd_bus_new writes a new bus object to `raw` on success.
         check("sd_bus_new", unsafe { sd_bus_new(&mut raw) })?;
@@ -141,13 +140,13 @@ impl Bus {
         Ok(bus)
     }
 
-    pub fn fd(&self) -> RawFd {
+    pub(crate) fn fd(&self) -> RawFd {
         // SAFETY: the bus is valid for the lifetime of self.
         unsafe { sd_bus_get_fd(self.raw) }
     }
 
     /// poll(2) events the bus waits for (POLLIN, plus POLLOUT while it has output queued).
-    pub fn events(&self) -> SdResult<i16> {
+    pub(crate) fn events(&self) -> SdResult<i16> {
         // SAFETY: the bus is valid for the lifetime of self.
         check("sd_bus_get_events", unsafe { sd_bus_get_events(self.raw) }).map(|e| e as i16)
     }
@@ -155,7 +154,7 @@ impl Bus {
     /// Processes one unit of work. `Ok(None)` with `progressed == false`
     /// means nothing is pending; a message is returned when it is one nobody
     /// handled (signals: we install no callbacks and read them here).
-    pub fn process(&self) -> SdResult<(bool, Option<Message>)> {
+    pub(crate) fn process(&self) -> SdResult<(bool, Option<Message>)> {
         let mut m = ptr::null_mut();
         // SAFETY: the bus is valid; `m` receives an owned reference or stays NULL.
         let r = check("sd_bus_process", unsafe { sd_bus_process(self.raw, &mut m) })?;
@@ -163,7 +162,7 @@ impl Bus {
     }
 
     /// A new method call to `destination` (NULL: the peer itself).
-    pub fn method_call(&self, path: &str, interface: &str, member: &str) -> SdResult<Message> {
+    pub(crate) fn method_call(&self, path: &str, interface: &str, member: &str) -> SdResult<Message> {
         let (path, interface, member) = (cstring(path)?, cstring(interface)?, cstring(member)?);
         let mut m = ptr::null_mut();
         // SAFETY: all strings are NUL-terminated and live across the call; a NULL destination is allowed.
@@ -181,7 +180,7 @@ impl Bus {
     }
 
     /// Sends `m` and waits up to `timeout_us` (0: sd-bus default, 25 s) for the reply.
-    pub fn call(&self, m: &Message, timeout_us: u64) -> SdResult<Message> {
+    pub(crate) fn call(&self, m: &Message, timeout_us: u64) -> SdResult<Message> {
         let mut err = SdBusError { name: ptr::null(), message: ptr::null(), need_free: 0 };
         let mut reply = ptr::null_mut();
         // SAFETY: bus and message are valid; err and reply are out-parameters we own.
@@ -207,15 +206,14 @@ impl Drop for Bus {
 }
 
 /// An owned reference to an sd-bus message.
-pub struct Message {
+pub(crate) struct Message {
     raw: *mut SdBusMessage,
 }
 
 /// A value that can be appended as one D-Bus basic type.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Basic<'a> {
+pub(crate) enum Basic<'a> {
     Str(&'a str),
-    ObjectPath(&'a str),
     Bool(bool),
     U32(u32),
     I32(i32),
@@ -225,13 +223,12 @@ pub enum Basic<'a> {
 }
 
 impl Message {
-    pub fn append(&mut self, v: Basic<'_>) -> SdResult<()> {
+    pub(crate) fn append(&mut self, v: Basic<'_>) -> SdResult<()> {
         let r = match v {
-            Basic::Str(s) | Basic::ObjectPath(s) => {
-                let t = if matches!(v, Basic::Str(_)) { b's' } else { b'o' };
+            Basic::Str(s) => {
                 let c = cstring(s)?;
-                // SAFETY: for 's'/'o' sd-bus reads a NUL-terminated string that lives across the call.
-                unsafe { sd_bus_message_append_basic(self.raw, t as c_char, c.as_ptr().cast()) }
+                // SAFETY: for 's' sd-bus reads a NUL-terminated string that lives across the call.
+                unsafe { sd_bus_message_append_basic(self.raw, b's' as c_char, c.as_ptr().cast()) }
             }
             Basic::Bool(b) => self.append_raw(b'b', &c_int::from(b)),
             Basic::U32(x) => self.append_raw(b'u', &x),
@@ -249,7 +246,7 @@ impl Message {
 
     /// Opens a container: `a` (contents: element signature), `r` (struct
     /// fields), `v` (the variant's type), `e` (dict entry).
-    pub fn open(&mut self, typ: u8, contents: &str) -> SdResult<()> {
+    pub(crate) fn open(&mut self, typ: u8, contents: &str) -> SdResult<()> {
         let c = cstring(contents)?;
         // SAFETY: the message is valid and `c` is NUL-terminated and lives across the call.
         check("sd_bus_message_open_container", unsafe {
@@ -258,13 +255,13 @@ impl Message {
         .map(drop)
     }
 
-    pub fn close(&mut self) -> SdResult<()> {
+    pub(crate) fn close(&mut self) -> SdResult<()> {
         // SAFETY: the message is valid; sd-bus checks that a container is open.
         check("sd_bus_message_close_container", unsafe { sd_bus_message_close_container(self.raw) }).map(drop)
     }
 
     /// Enters a container for reading; `Ok(false)` at the end of the enclosing one.
-    pub fn enter(&mut self, typ: u8, contents: &str) -> SdResult<bool> {
+    pub(crate) fn enter(&mut self, typ: u8, contents: &str) -> SdResult<bool> {
         let c = cstring(contents)?;
         // SAFETY: the message is valid and `c` is NUL-terminated and lives across the call.
         check("sd_bus_message_enter_container", unsafe {
@@ -273,30 +270,20 @@ impl Message {
         .map(|r| r > 0)
     }
 
-    pub fn exit(&mut self) -> SdResult<()> {
+    pub(crate) fn exit(&mut self) -> SdResult<()> {
         // SAFETY: the message is valid; sd-bus checks that a container was entered.
         check("sd_bus_message_exit_container", unsafe { sd_bus_message_exit_container(self.raw) }).map(drop)
     }
 
     /// Skips values of the given signature.
-    pub fn skip(&mut self, types: &str) -> SdResult<()> {
+    pub(crate) fn skip(&mut self, types: &str) -> SdResult<()> {
         let c = cstring(types)?;
         // SAFETY: the message is valid and `c` is NUL-terminated and lives across the call.
         check("sd_bus_message_skip", unsafe { sd_bus_message_skip(self.raw, c.as_ptr()) }).map(drop)
     }
 
-    /// Type and contents signature of the next value; `None` at the end of the container.
-    pub fn peek(&mut self) -> SdResult<Option<(u8, String)>> {
-        let mut t: c_char = 0;
-        let mut contents: *const c_char = ptr::null();
-        // SAFETY: the message is valid; both out-parameters are ours.
-        let r =
-            check("sd_bus_message_peek_type", unsafe { sd_bus_message_peek_type(self.raw, &mut t, &mut contents) })?;
-        Ok((r > 0).then(|| (t as u8, copy_str(contents).unwrap_or_default())))
-    }
-
     /// Reads a string-like value (`s`, `o`, `g`).
-    pub fn read_str(&mut self, t: u8) -> SdResult<String> {
+    pub(crate) fn read_str(&mut self, t: u8) -> SdResult<String> {
         let mut p: *const c_char = ptr::null();
         // SAFETY: for string types sd-bus stores a pointer into the message, which we copy at once.
         check("sd_bus_message_read_basic", unsafe {
@@ -305,19 +292,19 @@ impl Message {
         copy_str(p).ok_or(SdError::Errno { op: "sd_bus_message_read_basic", errno: libc::ENXIO })
     }
 
-    pub fn read_u64(&mut self) -> SdResult<u64> {
+    pub(crate) fn read_u64(&mut self) -> SdResult<u64> {
         let mut v = 0u64;
         self.read_raw(b't', &mut v)?;
         Ok(v)
     }
 
-    pub fn read_u32(&mut self) -> SdResult<u32> {
+    pub(crate) fn read_u32(&mut self) -> SdResult<u32> {
         let mut v = 0u32;
         self.read_raw(b'u', &mut v)?;
         Ok(v)
     }
 
-    pub fn read_i32(&mut self) -> SdResult<i32> {
+    pub(crate) fn read_i32(&mut self) -> SdResult<i32> {
         let mut v = 0i32;
         self.read_raw(b'i', &mut v)?;
         Ok(v)
@@ -331,24 +318,24 @@ impl Message {
         .map(drop)
     }
 
-    pub fn is_signal(&self) -> bool {
+    pub(crate) fn is_signal(&self) -> bool {
         let mut t = 0u8;
         // SAFETY: the message is valid; `t` is ours.
         let r = unsafe { sd_bus_message_get_type(self.raw, &mut t) };
         r >= 0 && t == MESSAGE_SIGNAL
     }
 
-    pub fn interface(&self) -> Option<String> {
+    pub(crate) fn interface(&self) -> Option<String> {
         // SAFETY: the message is valid; the result is copied while we hold it.
         copy_str(unsafe { sd_bus_message_get_interface(self.raw) })
     }
 
-    pub fn member(&self) -> Option<String> {
+    pub(crate) fn member(&self) -> Option<String> {
         // SAFETY: the message is valid; the result is copied while we hold it.
         copy_str(unsafe { sd_bus_message_get_member(self.raw) })
     }
 
-    pub fn path(&self) -> Option<String> {
+    pub(crate) fn path(&self) -> Option<String> {
         // SAFETY: the message is valid; the result is copied while we hold it.
         copy_str(unsafe { sd_bus_message_get_path(self.raw) })
     }

@@ -64,7 +64,7 @@ pub enum Value {
 }
 
 impl Value {
-    pub fn signature(&self) -> &'static str {
+    pub(crate) fn signature(&self) -> &'static str {
         match self {
             Value::Str(_) => "s",
             Value::Bool(_) => "b",
@@ -149,7 +149,7 @@ pub struct Property {
 }
 
 impl Property {
-    pub fn new(name: impl Into<String>, value: Value) -> Self {
+    pub(crate) fn new(name: impl Into<String>, value: Value) -> Self {
         Property { name: name.into(), value }
     }
 
@@ -157,7 +157,7 @@ impl Property {
         Self::new(name, Value::Str(v.into()))
     }
 
-    pub fn bool(name: &str, v: bool) -> Self {
+    pub(crate) fn bool(name: &str, v: bool) -> Self {
         Self::new(name, Value::Bool(v))
     }
 
@@ -165,18 +165,18 @@ impl Property {
         Self::new(name, Value::U64(v))
     }
 
-    pub fn strs(name: &str, v: &[String]) -> Self {
+    pub(crate) fn strs(name: &str, v: &[String]) -> Self {
         Self::new(name, Value::Strs(v.to_vec()))
     }
 
     /// Passes a duplicate of `fd` (the caller keeps its own).
-    pub fn fd(name: &str, fd: BorrowedFd<'_>) -> io::Result<Self> {
+    pub(crate) fn fd(name: &str, fd: BorrowedFd<'_>) -> io::Result<Self> {
         Ok(Self::new(name, Value::Fd(fd.try_clone_to_owned()?)))
     }
 }
 
 /// Appends `a(sv)` for `props`.
-pub fn append_properties(m: &mut Message, props: &[Property]) -> SdResult<()> {
+pub(crate) fn append_properties(m: &mut Message, props: &[Property]) -> SdResult<()> {
     m.open(b'a', "(sv)")?;
     for p in props {
         m.open(b'r', "sv")?;
@@ -261,7 +261,7 @@ impl ServiceSpec {
 
     /// The unit's properties, in the order systemd applies them. Fds are
     /// duplicated, so the spec stays usable.
-    pub fn properties(&self) -> io::Result<Vec<Property>> {
+    pub(crate) fn properties(&self) -> io::Result<Vec<Property>> {
         let mut p = vec![
             Property::str("Description", &self.description),
             Property::bool("DefaultDependencies", false),

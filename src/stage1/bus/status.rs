@@ -9,8 +9,8 @@ const CLD_EXITED: i32 = 1;
 const CLD_KILLED: i32 = 2;
 const CLD_DUMPED: i32 = 3;
 
-pub const UNIT_IFACE: &str = "org.freedesktop.systemd1.Unit";
-pub const SERVICE_IFACE: &str = "org.freedesktop.systemd1.Service";
+pub(crate) const UNIT_IFACE: &str = "org.freedesktop.systemd1.Unit";
+pub(crate) const SERVICE_IFACE: &str = "org.freedesktop.systemd1.Service";
 const PROPERTIES_IFACE: &str = "org.freedesktop.DBus.Properties";
 
 /// A unit's state and its main process's fate.
@@ -61,7 +61,7 @@ impl UnitStatus {
 
     /// Folds one property of a PropertiesChanged signal in; the value is the
     /// next item of `m` (a variant), skipped when it is not one we keep.
-    pub fn apply(&mut self, name: &str, m: &mut Message) -> SdResult<()> {
+    pub(crate) fn apply(&mut self, name: &str, m: &mut Message) -> SdResult<()> {
         match name {
             "ActiveState" | "SubState" => {
                 m.enter(b'v', "s")?;
@@ -97,7 +97,7 @@ impl UnitStatus {
     }
 
     /// Reads the status of the unit at object `path` with one Get per property.
-    pub fn read(bus: &Bus, path: &str, timeout_us: u64) -> SdResult<UnitStatus> {
+    pub(crate) fn read(bus: &Bus, path: &str, timeout_us: u64) -> SdResult<UnitStatus> {
         let mut s = UnitStatus { loaded: true, ..Default::default() };
         let props = [
             (UNIT_IFACE, "ActiveState"),
@@ -118,7 +118,7 @@ impl UnitStatus {
 }
 
 /// `org.freedesktop.DBus.Properties.Get`; the reply's next item is the variant.
-pub fn get_property(bus: &Bus, path: &str, iface: &str, name: &str, timeout_us: u64) -> SdResult<Message> {
+pub(crate) fn get_property(bus: &Bus, path: &str, iface: &str, name: &str, timeout_us: u64) -> SdResult<Message> {
     let mut m = bus.method_call(path, PROPERTIES_IFACE, "Get")?;
     m.append(super::sdbus::Basic::Str(iface))?;
     m.append(super::sdbus::Basic::Str(name))?;
@@ -127,7 +127,7 @@ pub fn get_property(bus: &Bus, path: &str, iface: &str, name: &str, timeout_us: 
 
 /// The unit name of an object path `/org/freedesktop/systemd1/unit/<escaped>`
 /// (bus label escaping: `_xx` is the byte 0xxx).
-pub fn unit_name_from_path(path: &str) -> Option<String> {
+pub(crate) fn unit_name_from_path(path: &str) -> Option<String> {
     let label = path.strip_prefix("/org/freedesktop/systemd1/unit/")?;
     let b = label.as_bytes();
     let mut out = Vec::with_capacity(b.len());

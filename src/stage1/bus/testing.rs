@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// A call made on a [`FakeBus`].
 #[derive(Debug, Clone, PartialEq)]
-pub enum Call {
+pub(crate) enum Call {
     /// The unit and its properties as `Name=value` (the value's Debug text).
     SetProperties(String, Vec<String>),
     Stop(String, Duration),
@@ -18,7 +18,7 @@ pub enum Call {
 
 /// Records calls; the failures queued with `fail_*` answer the next calls of that kind.
 #[derive(Debug, Default)]
-pub struct FakeBus {
+pub(crate) struct FakeBus {
     calls: Mutex<Vec<Call>>,
     stop_failures: Mutex<Vec<BusError>>,
     kill_failures: Mutex<Vec<BusError>>,
@@ -28,27 +28,27 @@ pub struct FakeBus {
 }
 
 impl FakeBus {
-    pub fn calls(&self) -> Vec<Call> {
+    pub(crate) fn calls(&self) -> Vec<Call> {
         self.calls.lock().unwrap().clone()
     }
 
     /// The next StopUnit fails with `e`.
-    pub fn fail_stop(&self, e: BusError) {
+    pub(crate) fn fail_stop(&self, e: BusError) {
         self.stop_failures.lock().unwrap().push(e);
     }
 
     /// The next KillUnit fails with `e`.
-    pub fn fail_kill(&self, e: BusError) {
+    pub(crate) fn fail_kill(&self, e: BusError) {
         self.kill_failures.lock().unwrap().push(e);
     }
 
     /// The next SetUnitProperties fails with `e`.
-    pub fn fail_set(&self, e: BusError) {
+    pub(crate) fn fail_set(&self, e: BusError) {
         self.set_failures.lock().unwrap().push(e);
     }
 
     /// UnitStatus answers `s` from now on.
-    pub fn set_status(&self, s: UnitStatus) {
+    pub(crate) fn set_status(&self, s: UnitStatus) {
         *self.status.lock().unwrap() = Some(s);
     }
 

@@ -108,7 +108,7 @@ pub enum ExecError {
 
 /// What the command left.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExecOutput {
+pub(crate) struct ExecOutput {
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
     /// Exit code; 128 + signal when killed by one.
@@ -133,7 +133,7 @@ pub struct AppProcess {
 
 impl AppProcess {
     /// The command joins the main process's cgroups.
-    pub fn new(pid: i32, profile: Option<Profile>) -> Self {
+    pub(crate) fn new(pid: i32, profile: Option<Profile>) -> Self {
         AppProcess { pid, profile, cgroups: Vec::new() }
     }
 }
@@ -335,7 +335,12 @@ impl Target {
 /// Runs `argv` as a copy of the app process `app`; `timeout` kills it (and
 /// whatever it started in its process group); output beyond `cap` bytes per
 /// stream is read and dropped. Blocking.
-pub fn run(app: &AppProcess, argv: &[String], timeout: Option<Duration>, cap: usize) -> Result<ExecOutput, ExecError> {
+pub(crate) fn run(
+    app: &AppProcess,
+    argv: &[String],
+    timeout: Option<Duration>,
+    cap: usize,
+) -> Result<ExecOutput, ExecError> {
     let devnull = std::fs::File::open("/dev/null")?;
     let (out_r, out_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
     let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
@@ -360,7 +365,7 @@ pub fn run(app: &AppProcess, argv: &[String], timeout: Option<Duration>, cap: us
 /// controlling terminal. Returns once it has exec'd (or failed to, or was
 /// killed for taking longer than `setup_timeout`); then [`Running::wait`]
 /// for its exit code. Blocking (briefly).
-pub fn spawn(
+pub(crate) fn spawn(
     app: &AppProcess,
     argv: &[String],
     stdio: [std::os::fd::BorrowedFd<'_>; 3],
@@ -381,7 +386,7 @@ pub fn spawn(
 /// appexec puts in place for its other apps) are added. With `tty`,
 /// stdin is a terminal that becomes its controlling terminal. Returns once
 /// it has exec'd or failed to ([`Running::started`] tells which).
-pub fn spawn_in_own_pid_namespace(
+pub(crate) fn spawn_in_own_pid_namespace(
     template: &AppProcess,
     program: &str,
     argv: &[String],
@@ -488,21 +493,21 @@ const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Kills a [`Running`] command from elsewhere (see [`Running::killer`]).
 #[derive(Debug)]
-pub struct Killer {
+pub(crate) struct Killer {
     child: i32,
     pidfd: Option<OwnedFd>,
 }
 
 impl Killer {
     /// Kills the command's session.
-    pub fn kill(&self) {
+    pub(crate) fn kill(&self) {
         kill_session(self.child, self.pidfd.as_ref());
     }
 }
 
 /// A command started in an app by [`spawn`].
 #[derive(Debug)]
-pub struct Running {
+pub(crate) struct Running {
     /// The command (our child).
     child: i32,
     pidfd: Option<OwnedFd>,
@@ -528,7 +533,7 @@ impl Drop for Running {
 
 impl Running {
     /// Waits for the command; its exit code (128 + signal when killed by one).
-    pub fn wait(mut self) -> Result<i32, ExecError> {
+    pub(crate) fn wait(mut self) -> Result<i32, ExecError> {
         let status = reap(self.child);
         self.reaped = true;
         let mut bytes = Vec::new();
@@ -548,34 +553,30 @@ impl Running {
     }
 
     /// Kills the command's session and reaps the command.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         kill_session(self.child, self.pidfd.as_ref());
         reap(self.child);
         self.reaped = true;
     }
 
     /// A handle that can kill the command while another thread waits for it.
-    pub fn killer(&self) -> Killer {
+    pub(crate) fn killer(&self) -> Killer {
         Killer { child: self.child, pidfd: self.pidfd.as_ref().and_then(|fd| fd.try_clone().ok()) }
     }
 
-    pub fn program(&self) -> &str {
-        &self.program
-    }
-
     /// The child's pid.
-    pub fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.child
     }
 
     /// The child's pidfd (readable once it exited).
-    pub fn pidfd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+    pub(crate) fn pidfd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         self.pidfd.as_ref().map(|fd| fd.as_fd())
     }
 
     /// Whether the child exec'd the command: its setup failure otherwise.
     /// Does not block (the child has exec'd or exited when `spawn` returns).
-    pub fn started(&mut self) -> Result<(), ExecError> {
+    pub(crate) fn started(&mut self) -> Result<(), ExecError> {
         let mut bytes = Vec::new();
         self.reports.read_to_end(&mut bytes)?;
         match parse_reports(&bytes).setup {
