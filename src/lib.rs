@@ -8,6 +8,10 @@
 //! pod networking; `stream` serves exec/attach/port-forward streams; `cli` is
 //! the command line; `base` is the bottom layer. rkt's on-disk formats are
 //! the `rkt` crate's.
+//!
+//! Most items are the crate's own (`pub(crate)`): read these docs with
+//! `cargo doc --document-private-items`, where every link resolves.
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod base;
 pub mod cgroup;

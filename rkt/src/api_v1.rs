@@ -87,7 +87,7 @@ pub struct MountInfo {
     pub recursive_read_only: bool,
 }
 
-/// One app of a pod (rkt's `v1.App`). Printed (see [`AppJson`]) with
+/// One app of a pod (rkt's `v1.App`). Printed (see `AppJson`) with
 /// rkt's fields first, in rkt's order and with its `omitempty` rules (no
 /// zero times; `exit_code` only once exited), then rktlet's own.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -147,7 +147,7 @@ pub struct AppInfo {
 /// left out when nil, empty lists and maps left out), then rktlet's own,
 /// left out when empty. Reading it back gives the same [`AppInfo`].
 #[derive(Serialize)]
-pub struct AppJson {
+pub(crate) struct AppJson {
     name: String,
     state: String,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -79,7 +79,7 @@ impl Unpacked {
 /// Resolves `rel` (already cleaned) under `root` following symlinks as if
 /// `root` were `/`. Missing components are appended as they are. A symlink
 /// that climbs above the root is refused.
-pub fn resolve_in_root(root: &Path, rel: &Path, entry: &Path) -> Result<PathBuf, ExtractError> {
+pub(crate) fn resolve_in_root(root: &Path, rel: &Path, entry: &Path) -> Result<PathBuf, ExtractError> {
     let mut stack: Vec<std::ffi::OsString> = Vec::new();
     let mut pending: Vec<std::ffi::OsString> = rel.iter().rev().map(|c| c.to_os_string()).collect();
     let mut links = 0;

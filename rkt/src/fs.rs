@@ -12,7 +12,7 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 }
 
 /// Flushes the whole filesystem that holds `path` (syncfs(2)).
-pub fn syncfs(path: &Path) -> io::Result<()> {
+pub(crate) fn syncfs(path: &Path) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let f = File::open(path)?;
     // SAFETY: syncfs(2) on a descriptor this function owns for the call.
@@ -57,7 +57,7 @@ fn write_replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> io::Res
 }
 
 /// Creates an empty file with `mode` if it does not exist yet.
-pub fn create_empty(path: &Path, mode: u32) -> io::Result<()> {
+pub(crate) fn create_empty(path: &Path, mode: u32) -> io::Result<()> {
     match OpenOptions::new().write(true).create_new(true).mode(mode).open(path) {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),

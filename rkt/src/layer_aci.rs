@@ -87,7 +87,7 @@ impl Write for HashOut {
 }
 
 /// Writes the ACI rendition of a layer's entries to `out`.
-pub struct AciWriter<W: Write> {
+pub(crate) struct AciWriter<W: Write> {
     out: W,
     /// Data bytes the current entry still has to get.
     remaining: u64,
@@ -101,7 +101,7 @@ fn invalid(msg: String) -> io::Error {
 
 impl<W: Write> AciWriter<W> {
     /// Starts the ACI: its manifest, then the `rootfs` directory.
-    pub fn new(out: W, manifest: &[u8]) -> io::Result<Self> {
+    pub(crate) fn new(out: W, manifest: &[u8]) -> io::Result<Self> {
         let mut w = AciWriter { out, remaining: 0, size: 0 };
         let m = Head { size: manifest.len() as u64, ..Head::new(b"manifest", tar::EntryType::Regular, 0o644) };
         w.write_head(&m)?;
@@ -114,7 +114,7 @@ impl<W: Write> AciWriter<W> {
 
     /// The next entry of the layer, `rel` its cleaned path. Returns whether
     /// its data follows (through [`AciWriter::data`]).
-    pub fn entry<R: Read>(&mut self, entry: &mut tar::Entry<'_, R>, rel: &Path) -> io::Result<bool> {
+    pub(crate) fn entry<R: Read>(&mut self, entry: &mut tar::Entry<'_, R>, rel: &Path) -> io::Result<bool> {
         self.close_entry()?;
         let Some(head) = head_of(entry, rel)? else { return Ok(false) };
         self.write_head(&head)?;
@@ -122,7 +122,7 @@ impl<W: Write> AciWriter<W> {
     }
 
     /// Data of the current entry.
-    pub fn data(&mut self, bytes: &[u8]) -> io::Result<()> {
+    pub(crate) fn data(&mut self, bytes: &[u8]) -> io::Result<()> {
         if bytes.len() as u64 > self.remaining {
             return Err(invalid("a layer entry has more data than its header says".into()));
         }
@@ -141,7 +141,7 @@ impl<W: Write> AciWriter<W> {
     }
 
     /// Ends the archive; returns the output.
-    pub fn finish(mut self) -> io::Result<W> {
+    pub(crate) fn finish(mut self) -> io::Result<W> {
         self.close_entry()?;
         self.out.write_all(&[0u8; 2 * BLOCK])?;
         Ok(self.out)
@@ -367,7 +367,7 @@ pub struct LayerPaths {
 
 impl LayerPaths {
     /// `/` + a cleaned path relative to the layer's root.
-    pub fn absolute(rel: &Path) -> String {
+    pub(crate) fn absolute(rel: &Path) -> String {
         format!("/{}", rel.to_string_lossy())
     }
 }

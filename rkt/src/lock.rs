@@ -23,7 +23,7 @@ pub struct HeldLock {
 
 impl HeldLock {
     /// The locked descriptor's number.
-    pub fn raw_fd(&self) -> RawFd {
+    pub(crate) fn raw_fd(&self) -> RawFd {
         self.file.as_raw_fd()
     }
 }
@@ -82,7 +82,7 @@ pub fn exclusive_dir(path: &Path) -> io::Result<HeldLock> {
 }
 
 /// Takes a shared lock on a directory, waiting for an exclusive holder.
-pub fn shared_dir(path: &Path) -> io::Result<HeldLock> {
+pub(crate) fn shared_dir(path: &Path) -> io::Result<HeldLock> {
     lock(open_dir(path)?, libc::LOCK_SH)?.ok_or_else(|| io::Error::from(Errno::EWOULDBLOCK))
 }
 

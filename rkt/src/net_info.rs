@@ -4,9 +4,6 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// The file name in the pod dir.
-pub const FILE_NAME: &str = "net-info.json";
-
 /// One network of a pod. IPs are written as Go's `net.IP` marshals them: a
 /// string, empty when unset; `mask` is the netmask written as an address.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,7 +33,8 @@ pub struct NetInfo {
 
 impl NetInfo {
     /// The prefix length of `mask` (a contiguous netmask).
-    pub fn prefix_len(&self) -> Option<u8> {
+    #[cfg(test)]
+    pub(crate) fn prefix_len(&self) -> Option<u8> {
         match self.mask? {
             IpAddr::V4(m) => Some(m.to_bits().count_ones() as u8),
             IpAddr::V6(m) => Some(m.to_bits().count_ones() as u8),
@@ -71,14 +69,14 @@ pub fn from_json(bytes: &[u8]) -> Result<Vec<NetInfo>, serde_json::Error> {
 mod go_ip {
     use super::*;
 
-    pub fn serialize<S: Serializer>(ip: &Option<IpAddr>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(ip: &Option<IpAddr>, s: S) -> Result<S::Ok, S::Error> {
         match ip {
             Some(ip) => s.collect_str(ip),
             None => s.serialize_str(""),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<IpAddr>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<IpAddr>, D::Error> {
         match Option::<String>::deserialize(d)? {
             None => Ok(None),
             Some(s) if s.is_empty() => Ok(None),

@@ -52,7 +52,7 @@ pub struct Subcgroups {
 /// Name of the pod manifest file in a pod directory.
 pub const MANIFEST_FILE: &str = "pod";
 /// Lock file serialising manifest rewrites (`app add` / `app rm`).
-pub const MANIFEST_LOCK_FILE: &str = "pod.lck";
+pub(crate) const MANIFEST_LOCK_FILE: &str = "pod.lck";
 /// Empty file whose mtime is the pod's creation time.
 pub const CREATED_FILE: &str = "pod-created";
 /// PID of the sandbox process (systemd-nspawn), decimal + newline.
@@ -292,7 +292,7 @@ impl DataDir {
 
     /// Where the daemon moves removed pods' directories to delete them after
     /// the call that removed them (rkt never looks there).
-    pub fn trash(&self) -> PathBuf {
+    pub(crate) fn trash(&self) -> PathBuf {
         self.tmp().join("rktlet-trash")
     }
 
@@ -452,14 +452,15 @@ impl Pod {
     }
 
     /// Whether this handle holds the pod's exclusive lock.
-    pub fn holds_lock(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn holds_lock(&self) -> bool {
         self.lock.is_some()
     }
 
     /// Re-reads where the pod is and whether its lock is held, and returns its state.
     /// The pod may move between the directory lookup and the lock probe, so the
     /// probe is retried a few times.
-    pub fn refresh(&mut self) -> Result<PodState> {
+    pub(crate) fn refresh(&mut self) -> Result<PodState> {
         // the directory the pod was last seen in is nearly always still right:
         // probing it first saves the lookup through every state directory
         if let Some(state) = self.probe(self.dir)? {
@@ -613,7 +614,7 @@ impl Pod {
     }
 
     /// What [`Pod::delete`] does, in two steps: the directory leaves the pod
-    /// tree at once (a rename into [`DataDir::trash`], under the pod lock), and
+    /// tree at once (a rename into `DataDir::trash`, under the pod lock), and
     /// the returned path is the caller's to delete when it has time. Deleting a
     /// pod's few dozen directories took 4 to 100 ms of RemovePodSandbox here.
     pub fn discard(mut self) -> Result<PathBuf> {

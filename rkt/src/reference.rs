@@ -190,7 +190,8 @@ impl Reference {
     }
 
     /// `name:tag` when there is a tag.
-    pub fn tagged(&self) -> Option<String> {
+    #[cfg(test)]
+    pub(crate) fn tagged(&self) -> Option<String> {
         self.tag.as_ref().map(|t| format!("{}:{t}", self.name()))
     }
 

@@ -8,9 +8,9 @@ use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;
 
 /// `acVersion` rktlet writes into pod manifests (rkt writes its own version).
-pub const POD_AC_VERSION: &str = "1.30.0";
+pub(crate) const POD_AC_VERSION: &str = "1.30.0";
 /// `acVersion` of image manifests rktlet generates (appc spec version).
-pub const IMAGE_AC_VERSION: &str = "0.8.11";
+pub(crate) const IMAGE_AC_VERSION: &str = "0.8.11";
 
 /// Pod annotation marking a pod whose app list may change (`app add`/`rm`).
 pub const ANNOTATION_MUTABLE: &str = "coreos.com/rkt/stage1/mutable";
@@ -49,7 +49,7 @@ impl NameValue {
 }
 
 /// Looks a name up in a `{name, value}` list.
-pub fn lookup<'a>(list: &'a [NameValue], name: &str) -> Option<&'a str> {
+pub(crate) fn lookup<'a>(list: &'a [NameValue], name: &str) -> Option<&'a str> {
     list.iter().find(|nv| nv.name == name).map(|nv| nv.value.as_str())
 }
 
@@ -74,7 +74,7 @@ where
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodManifest {
-    /// `acVersion`: the version of the writer ([`POD_AC_VERSION`] for rktlet).
+    /// `acVersion`: the version of the writer (`POD_AC_VERSION` for rktlet).
     pub ac_version: String,
     /// `acKind`: `PodManifest`.
     pub ac_kind: String,
@@ -381,7 +381,7 @@ fn is_zero(v: &u64) -> bool {
 pub struct ImageManifest {
     /// `acKind`: `ImageManifest`.
     pub ac_kind: String,
-    /// `acVersion`: the appc spec version ([`IMAGE_AC_VERSION`] for rktlet's).
+    /// `acVersion`: the appc spec version (`IMAGE_AC_VERSION` for rktlet's).
     pub ac_version: String,
     /// `name`: the image's name.
     pub name: String,

@@ -34,7 +34,7 @@ pub(super) fn unsafe_entry(entry: &Path, reason: impl Into<String>) -> ExtractEr
 }
 
 /// Normalizes an entry path to root-relative components; `..` is refused.
-pub fn clean(path: &Path) -> Result<PathBuf, ExtractError> {
+pub(crate) fn clean(path: &Path) -> Result<PathBuf, ExtractError> {
     let mut out = PathBuf::new();
     for c in path.components() {
         match c {

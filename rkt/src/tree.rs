@@ -227,7 +227,7 @@ fn go_json_string(out: &mut Vec<u8>, s: &[u8]) {
 /// long part, run without the tree's lock: removing the image (which takes
 /// it) does not wait for them. The lock is taken for the last steps, which
 /// find out whether the tree is still there to be finished.
-pub fn settle(cas: &Cas, id: &str) -> io::Result<bool> {
+pub(crate) fn settle(cas: &Cas, id: &str) -> io::Result<bool> {
     use std::os::unix::fs::MetadataExt;
     let dir = cas.tree(id);
     let boot = crate::cas::boot_id();

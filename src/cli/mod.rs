@@ -3,7 +3,7 @@
 //! dir ([`pods`]: `list`, `status`, `stop`, `rm`, `gc`) and its app commands
 //! ([`app`]), how rkt 1.30 printed them ([`out`]; their JSON is
 //! `rkt::api_v1`), the host checks (`rktlet doctor`, [`doctor`]) and the
-//! walk-through (`rktlet demo`, [`demo`]). The daemon (`rktlet serve`) is
+//! walk-through (`rktlet demo`, `client::demo`). The daemon (`rktlet serve`) is
 //! one command of it.
 
 pub(crate) mod app;

@@ -13,26 +13,26 @@
 use super::QlError;
 
 /// ql's file header: its magic, then zeros up to 16 bytes.
-pub const MAGIC: &[u8; 4] = b"\x60\xdbql";
-pub const HEADER: usize = 16;
+pub(crate) const MAGIC: &[u8; 4] = b"\x60\xdbql";
+pub(crate) const HEADER: usize = 16;
 /// lldb's free list table at the start of its (inner) file.
-pub const FLT: usize = 14 * 8;
-pub const ATOM: usize = 16;
-pub const MAX_SHORT: usize = 251;
-pub const MAX_CONTENT: usize = 65787;
-pub const TAG_LONG: u8 = 0xfc;
-pub const TAG_RELOCATED: u8 = 0xfd;
-pub const TAG_FREE_SHORT: u8 = 0xfe;
-pub const TAG_FREE_LONG: u8 = 0xff;
-pub const MAX_HANDLE: i64 = (1 << 56) - 1;
+pub(crate) const FLT: usize = 14 * 8;
+pub(crate) const ATOM: usize = 16;
+pub(crate) const MAX_SHORT: usize = 251;
+pub(crate) const MAX_CONTENT: usize = 65787;
+pub(crate) const TAG_LONG: u8 = 0xfc;
+pub(crate) const TAG_RELOCATED: u8 = 0xfd;
+pub(crate) const TAG_FREE_SHORT: u8 = 0xfe;
+pub(crate) const TAG_FREE_LONG: u8 = 0xff;
+pub(crate) const MAX_HANDLE: i64 = (1 << 56) - 1;
 
 /// The byte offset in the file of block `handle`.
-pub fn offset(handle: i64) -> usize {
+pub(crate) fn offset(handle: i64) -> usize {
     HEADER + (handle as usize + 6) * ATOM
 }
 
 /// The number of atoms a used block of `n` content bytes takes.
-pub fn atoms(n: usize) -> usize {
+pub(crate) fn atoms(n: usize) -> usize {
     let n = if n > MAX_SHORT { n + 2 } else { n };
     (n + 1) / ATOM + 1
 }
@@ -42,12 +42,12 @@ fn corrupt(detail: impl Into<String>) -> QlError {
 }
 
 /// A whole ql database file, read into memory.
-pub struct Blocks<'a> {
+pub(crate) struct Blocks<'a> {
     data: &'a [u8],
 }
 
 impl<'a> Blocks<'a> {
-    pub fn new(data: &'a [u8]) -> Result<Self, QlError> {
+    pub(crate) fn new(data: &'a [u8]) -> Result<Self, QlError> {
         if data.len() < HEADER || &data[..4] != MAGIC {
             return Err(corrupt("not a ql database (no ql magic at its start)"));
         }
@@ -64,7 +64,7 @@ impl<'a> Blocks<'a> {
     }
 
     /// The content of block `handle` (following a relocation, decompressing).
-    pub fn get(&self, handle: i64) -> Result<Vec<u8>, QlError> {
+    pub(crate) fn get(&self, handle: i64) -> Result<Vec<u8>, QlError> {
         self.get_inner(handle, false)
     }
 
@@ -117,7 +117,7 @@ fn uvarint(b: &[u8], pos: &mut usize) -> Result<u64, QlError> {
 /// Decodes zappy: the decoded length as a uvarint, then chunks, each a
 /// zigzag varint `n`: `n >= 0` is `n + 1` literal bytes, `n < 0` copies `-n`
 /// bytes from `offset` (a uvarint) bytes back.
-pub fn zappy_decode(src: &[u8]) -> Result<Vec<u8>, QlError> {
+pub(crate) fn zappy_decode(src: &[u8]) -> Result<Vec<u8>, QlError> {
     let mut pos = 0;
     let len = uvarint(src, &mut pos)? as usize;
     if len > MAX_CONTENT {

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 /// The database file rkt keeps in `cas/db`.
 pub const DB_FILE: &str = "ql.db";
 /// ql's write-ahead log of `ql.db`: "." and the hex SHA-1 of the file name.
-pub const WAL_FILE: &str = ".34a8b4c1ad933745146fdbfef3073706ee571625";
+pub(crate) const WAL_FILE: &str = ".34a8b4c1ad933745146fdbfef3073706ee571625";
 /// The schema version rkt 1.30 writes in its `version` table.
 pub const RKT_DB_VERSION: i64 = 7;
 
@@ -106,7 +106,7 @@ pub fn with_db<T>(db_dir: &Path, read: impl FnOnce(&Path) -> Result<T, QlError>)
 /// under the URL as the user wrote it (`docker://busybox`); rktlet under the
 /// normalized reference (`docker://docker.io/library/busybox:latest`), which
 /// is how a reference finds it.
-pub fn rktlet_aciurl(rkt: &str) -> String {
+pub(crate) fn rktlet_aciurl(rkt: &str) -> String {
     if rkt.starts_with("https://") || rkt.starts_with("http://") {
         format!("{}{rkt}", crate::index::ACI_PREFIX)
     } else if let Some(rest) = rkt.strip_prefix("docker://")

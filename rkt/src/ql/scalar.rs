@@ -10,7 +10,7 @@ use super::QlError;
 
 /// One decoded scalar.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Scalar {
+pub(crate) enum Scalar {
     /// Null (tag 0).
     Null,
     /// A boolean (tags 1 and 2).
@@ -71,7 +71,7 @@ fn float_from(bytes: &[u8]) -> f64 {
 }
 
 /// Decodes a whole scalar vector.
-pub fn decode(mut b: &[u8]) -> Result<Vec<Scalar>, QlError> {
+pub(crate) fn decode(mut b: &[u8]) -> Result<Vec<Scalar>, QlError> {
     let mut out = Vec::new();
     while let Some((&tag, rest)) = b.split_first() {
         b = rest;
@@ -134,7 +134,7 @@ fn byte_len(v: u64) -> usize {
 }
 
 /// Encodes a scalar vector the way lldb does (the shortest form of each).
-pub fn encode(values: &[Scalar]) -> Result<Vec<u8>, QlError> {
+pub(crate) fn encode(values: &[Scalar]) -> Result<Vec<u8>, QlError> {
     let mut out = Vec::new();
     for v in values {
         match v {
@@ -271,7 +271,7 @@ pub(crate) fn decode_gob_time(mut b: &[u8]) -> Result<GobTime, QlError> {
 }
 
 /// Encodes a UTC instant as a gob value message of type `type_id`.
-pub fn encode_gob_time(type_id: i64, unix_nanos: i64) -> Vec<u8> {
+pub(crate) fn encode_gob_time(type_id: i64, unix_nanos: i64) -> Vec<u8> {
     let secs = unix_nanos.div_euclid(1_000_000_000) + GO_EPOCH_OFFSET;
     let nanos = unix_nanos.rem_euclid(1_000_000_000);
     let mut bin = vec![1u8];

@@ -9,7 +9,7 @@
 //! - indexed values must be strings, integers or null;
 //! - a `time` value is written with the gob type id ql's process gave
 //!   `time.Time`: the one of a time already in the file, else the id rkt's
-//!   ql always gets (see [`RKT_TIME_TYPE_ID`] and docs/ql-format.md).
+//!   ql always gets (see `RKT_TIME_TYPE_ID` and docs/ql-format.md).
 //!
 //! Blocks are written uncompressed (lldb reads either). The whole file is
 //! changed in memory and replaces the old one by rename, under rkt's
@@ -329,7 +329,7 @@ impl Db {
     }
 
     /// The gob type id times are written with: the one in the file, else
-    /// [`RKT_TIME_TYPE_ID`].
+    /// `RKT_TIME_TYPE_ID`.
     pub(crate) fn time_type_id(&self) -> i64 {
         self.time_type_id.unwrap_or(RKT_TIME_TYPE_ID)
     }
@@ -378,7 +378,8 @@ fn collate(a: &[Scalar], b: &[Scalar]) -> Result<Ordering, QlError> {
 /// left with one child gives way to it. This is lldb's algorithm (delayed
 /// split and join), so ql finds the trees as it would make them.
 /// A B-tree item: its key and value, both encoded scalar vectors.
-pub type Entry = (Vec<u8>, Vec<u8>);
+#[cfg(test)]
+pub(crate) type Entry = (Vec<u8>, Vec<u8>);
 
 const K_DATA: usize = 256;
 const K_INDEX: usize = 256;
@@ -1287,7 +1288,7 @@ impl Db {
     }
 
     /// rkt's `WriteACIInfo`: the row of `a.blobkey` replaced.
-    pub fn put_aciinfo(&mut self, a: &AciInfo) -> Result<(), QlError> {
+    pub(crate) fn put_aciinfo(&mut self, a: &AciInfo) -> Result<(), QlError> {
         self.delete_where("aciinfo", "blobkey", &a.blobkey)?;
         let importtime = self.time(a.importtime)?;
         let lastused = self.time(a.lastused)?;

@@ -15,7 +15,7 @@ const MS_REC: u64 = libc::MS_REC;
 pub struct ExecCommand {
     /// Absolute path of the program (inside the RootDirectory, if any).
     pub path: String,
-    /// Full argv, including argv[0], as the program gets it: systemd would
+    /// Full argv, including `argv[0]`, as the program gets it: systemd would
     /// expand `$NAME` and `$$` in it, so every `$` is sent doubled.
     pub argv: Vec<String>,
     /// systemd's `-` prefix: a failing command is not a failure of the unit.
