@@ -11,16 +11,17 @@
 //!
 //! The daemon is multi-threaded, so after `fork` the children only make raw
 //! async-signal-safe syscalls on data prepared before the fork: no
-//! allocation, no locks, no Rust std I/O.
+//! allocation, no locks, no Rust std I/O. This file is the daemon's part;
+//! the children's is [`child`].
 
+mod child;
+
+use child::EXIT_ODD;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// Path of systemd's private socket, relative to a process root.
 pub(super) const PRIVATE_SOCKET: &str = "run/systemd/private";
-
-/// Exit code of a child meaning "failed without an errno" (never a valid errno).
-const EXIT_ODD: i32 = 255;
 
 /// Opens a unix stream socket connected to the private socket of the
 /// systemd whose host pid is `pid1`, from inside its PID namespace.
@@ -54,57 +55,13 @@ pub(super) fn connect_private(pid1: i32) -> io::Result<OwnedFd> {
         // lock among them) for as long as it lives: a daemon killed meanwhile
         // could not be restarted on its socket until it ended
         crate::base::sys::close_all_but(&keep);
-        enter_and_connect(userns_fd, ns_fd, sock_fd, &addr);
+        child::enter_and_connect(userns_fd, ns_fd, sock_fd, &addr);
     }
     match wait_exit_code(child)? {
         0 => Ok(sock),
         EXIT_ODD => Err(io::Error::other("namespace helper failed")),
         errno => Err(io::Error::from_raw_os_error(errno)),
     }
-}
-
-/// First child: enter the user namespace (`userns_fd`, when not -1) and
-/// the pid namespace, fork the grandchild that connects, pass its result on
-/// as the exit code.
-fn enter_and_connect(userns_fd: i32, ns_fd: i32, sock_fd: i32, addr: &libc::sockaddr_un) -> ! {
-    // SAFETY: raw syscalls only; errno is read through libc's thread-local, which is async-signal-safe.
-    unsafe {
-        if userns_fd >= 0 {
-            // joining leaves the ids the node's (unmapped there): become the namespace's root
-            if libc::setns(userns_fd, libc::CLONE_NEWUSER) != 0
-                || libc::setresgid(0, 0, 0) != 0
-                || libc::setresuid(0, 0, 0) != 0
-            {
-                libc::_exit(errno_code());
-            }
-        }
-        if libc::setns(ns_fd, libc::CLONE_NEWPID) != 0 {
-            libc::_exit(errno_code());
-        }
-        let grandchild = libc::fork();
-        if grandchild < 0 {
-            libc::_exit(errno_code());
-        }
-        if grandchild == 0 {
-            let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
-            let r = libc::connect(sock_fd, (addr as *const libc::sockaddr_un).cast(), len);
-            libc::_exit(if r == 0 { 0 } else { errno_code() });
-        }
-        let mut status = 0;
-        while libc::waitpid(grandchild, &mut status, 0) < 0 {
-            if *libc::__errno_location() != libc::EINTR {
-                libc::_exit(EXIT_ODD);
-            }
-        }
-        libc::_exit(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { EXIT_ODD });
-    }
-}
-
-/// The current errno as an exit code (errnos are below 255).
-fn errno_code() -> i32 {
-    // SAFETY: reading libc's thread-local errno.
-    let e = unsafe { *libc::__errno_location() };
-    if (1..EXIT_ODD).contains(&e) { e } else { EXIT_ODD }
 }
 
 /// Waits for `pid` (our child) and returns its exit code.

@@ -7,10 +7,13 @@
 //! `move_mount`. The same trick serves app rootfs overlays and host-path
 //! volumes; no program is exec'd.
 //!
-//! Runs in: the daemon (prepares everything, including every C string and
-//! descriptor) and a child cloned with the daemon's memory that makes only
-//! raw syscalls before `_exit`.
+//! Runs in: the daemon, which prepares everything (every C string and
+//! descriptor); what runs in the child cloned with the daemon's memory, raw
+//! syscalls only, is in [`child`].
 
+mod child;
+
+use child::NsJob;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -19,8 +22,6 @@ use std::path::Path;
 
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 pub(crate) const AT_RECURSIVE: libc::c_uint = 0x8000;
-const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
-const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 pub(crate) const MOUNT_ATTR_RDONLY: u64 = 0x1;
 
 /// `struct mount_attr` of mount_setattr(2).
@@ -190,17 +191,6 @@ impl Attach {
     }
 }
 
-/// What the child of [`in_pod_ns`] works on: everything prepared before
-/// the clone (it shares the daemon's memory and may not allocate), and
-/// where it leaves its report: (index, errno), (-1, errno) if it could not
-/// enter the namespace, errno 0 when all went well.
-struct NsJob<'a> {
-    ns: RawFd,
-    count: usize,
-    op: &'a dyn Fn(usize) -> libc::c_long,
-    report: [i32; 2],
-}
-
 /// Stack of the child of [`in_pod_ns`] (a few raw syscalls).
 const NS_CHILD_STACK: usize = 64 * 1024;
 
@@ -218,7 +208,7 @@ pub(crate) fn in_pod_ns(pod_pid1: i32, count: usize, op: &dyn Fn(usize) -> libc:
     // ns_child makes raw syscalls only and ends in _exit.
     let pid = unsafe {
         super::vfork::clone(
-            ns_child,
+            child::ns_child,
             &mut job as *mut NsJob<'_> as *mut libc::c_void,
             NS_CHILD_STACK,
             0,
@@ -240,101 +230,16 @@ pub(crate) fn in_pod_ns(pod_pid1: i32, count: usize, op: &dyn Fn(usize) -> libc:
     }
 }
 
-/// The child of [`in_pod_ns`]: enters the namespace, runs the items, reports.
-extern "C" fn ns_child(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` is the NsJob the suspended parent thread keeps alive;
-    // raw syscalls only, and the path ends in _exit.
-    unsafe {
-        let job = &mut *(arg as *mut NsJob<'_>);
-        let mut report = [0i32; 2];
-        if libc::setns(job.ns, libc::CLONE_NEWNS) != 0 {
-            report = [-1, *libc::__errno_location()];
-        } else {
-            for i in 0..job.count {
-                if (job.op)(i) < 0 {
-                    report = [i as i32, *libc::__errno_location()];
-                    break;
-                }
-            }
-        }
-        std::ptr::write_volatile(&mut job.report, report);
-        libc::_exit(0)
-    }
-}
-
 /// Attaches every tree at its target inside the pod, in order (a volume
 /// inside an app rootfs comes after the rootfs).
 pub(crate) fn attach(pod_pid1: i32, mounts: &[Attach]) -> io::Result<()> {
-    in_pod_ns(pod_pid1, mounts.len(), &|i| {
-        let m = &mounts[i];
-        let Some(root) = &m.root else {
-            // SAFETY: move_mount(2) with our tree descriptor and a prepared C string.
-            return unsafe {
-                libc::syscall(
-                    libc::SYS_move_mount,
-                    m.tree.as_raw_fd(),
-                    c"".as_ptr(),
-                    libc::AT_FDCWD,
-                    m.target.as_ptr(),
-                    MOVE_MOUNT_F_EMPTY_PATH,
-                )
-            };
-        };
-        // SAFETY: open(2) of a prepared C string; the descriptor is closed below.
-        let root_fd = unsafe { libc::open(root.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
-        if root_fd < 0 {
-            return -1;
-        }
-        // the struct lives on the child's stack: nothing is allocated
-        // SAFETY: open_how is plain data; all-zero is a valid value.
-        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-        how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
-        how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
-        // SAFETY: openat2(2) with our descriptor, a prepared C string and the struct above.
-        let target_fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                root_fd,
-                m.target.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        } as libc::c_int;
-        // SAFETY: closing the descriptor opened above (a successful close keeps errno).
-        unsafe { libc::close(root_fd) };
-        if target_fd < 0 {
-            return -1;
-        }
-        // SAFETY: move_mount(2) from our tree descriptor onto the resolved target descriptor.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_move_mount,
-                m.tree.as_raw_fd(),
-                c"".as_ptr(),
-                target_fd,
-                c"".as_ptr(),
-                MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
-            )
-        };
-        // SAFETY: closing the descriptor opened above (a successful close keeps errno).
-        unsafe { libc::close(target_fd) };
-        rc
-    })
+    in_pod_ns(pod_pid1, mounts.len(), &|i| child::attach_one(&mounts[i]))
 }
 
 /// Lazily unmounts the given paths inside the pod (deepest first is the
 /// caller's order); paths that are not mounts are fine.
 pub(crate) fn detach(pod_pid1: i32, targets: &[CString]) -> io::Result<()> {
-    in_pod_ns(pod_pid1, targets.len(), &|i| {
-        // SAFETY: umount2(2) on a prepared C string.
-        let rc = unsafe { libc::umount2(targets[i].as_ptr(), libc::MNT_DETACH) };
-        // SAFETY: reading errno right after the call.
-        if rc < 0 && matches!(unsafe { *libc::__errno_location() }, libc::EINVAL | libc::ENOENT) {
-            0
-        } else {
-            rc as libc::c_long
-        }
-    })
+    in_pod_ns(pod_pid1, targets.len(), &|i| child::unmount(&targets[i]))
 }
 
 /// The pod's PID 1 (its systemd) as a host pid: the single child of the

@@ -4,9 +4,13 @@
 //! taken: `net.*` in its network namespace, the System V IPC ones and
 //! `fs.mqueue.*` in its IPC namespace, `kernel.domainname` in its UTS
 //! namespace. Anything else would change the node, and is refused.
+//!
+//! Runs in: the daemon; the writes in [`in_pod`], a thread of their own that
+//! joins the pod's namespaces.
+
+mod in_pod;
 
 use std::io;
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
 /// The System V IPC sysctls, per IPC namespace (besides `fs.mqueue.*`).
@@ -30,7 +34,7 @@ pub(crate) enum Namespace {
 }
 
 impl Namespace {
-    fn proc_name(self) -> &'static str {
+    pub(super) fn proc_name(self) -> &'static str {
         match self {
             Namespace::Net => "net",
             Namespace::Ipc => "ipc",
@@ -38,7 +42,7 @@ impl Namespace {
         }
     }
 
-    fn clone_flag(self) -> libc::c_int {
+    pub(super) fn clone_flag(self) -> libc::c_int {
         match self {
             Namespace::Net => libc::CLONE_NEWNET,
             Namespace::Ipc => libc::CLONE_NEWIPC,
@@ -178,73 +182,13 @@ pub(crate) fn apply(pid1: i32, sysctls: &[Sysctl]) -> Result<(), SysctlError> {
     let sysctls = sysctls.to_vec();
     std::thread::Builder::new()
         .name("pod-sysctls".into())
-        .spawn(move || -> Result<(), SysctlError> {
-            for (n, f) in &fds {
-                // SAFETY: setns(2) on an open namespace fd; it changes only this thread, which exits next.
-                if unsafe { libc::setns(f.as_raw_fd(), n.clone_flag()) } < 0 {
-                    return Err(SysctlError::Join { namespace: n.proc_name(), source: io::Error::last_os_error() });
-                }
-            }
-            // /proc/sys shows the net, IPC and UTS sysctls of the namespaces of the task that uses it
-            let mut proc_of_own = false;
-            for s in &sysctls {
-                let path = PathBuf::from("/proc/sys").join(&s.path);
-                let mut opened = std::fs::OpenOptions::new().write(true).open(&path);
-                if !proc_of_own && opened.as_ref().is_err_and(|e| e.raw_os_error() == Some(libc::EROFS)) {
-                    // the node's /proc/sys is read-only (a node in a container):
-                    // these sysctls are the pod's namespaces', written through a
-                    // procfs of this thread's own
-                    own_proc().map_err(|source| SysctlError::Write {
-                        name: s.name.clone(),
-                        value: s.value.clone(),
-                        source: io::Error::new(source.kind(), format!("the node's /proc/sys is read-only: {source}")),
-                    })?;
-                    proc_of_own = true;
-                    opened = std::fs::OpenOptions::new().write(true).open(&path);
-                }
-                let file = opened.map_err(|source| {
-                    if source.kind() == io::ErrorKind::NotFound {
-                        SysctlError::Missing { name: s.name.clone() }
-                    } else {
-                        SysctlError::Write { name: s.name.clone(), value: s.value.clone(), source }
-                    }
-                })?;
-                io::Write::write_all(&mut &file, s.value.as_bytes()).map_err(|source| SysctlError::Write {
-                    name: s.name.clone(),
-                    value: s.value.clone(),
-                    source,
-                })?;
-            }
-            Ok(())
-        })
+        .spawn(move || in_pod::join_and_write(&fds, &sysctls))
         .map_err(|source| SysctlError::Join { namespace: "net/ipc/uts", source })?
         .join()
         .map_err(|_| SysctlError::Join {
             namespace: "net/ipc/uts",
             source: io::Error::other("sysctl thread panicked"),
         })?
-}
-
-/// Gives the calling thread a mount namespace of its own (and its own
-/// file-system context, which that needs) with a fresh procfs on /proc: its
-/// /proc/sys is writable where the node's is mounted read-only. Only for a
-/// thread that ends after its writes.
-fn own_proc() -> io::Result<()> {
-    // SAFETY: unshare(2) of this thread's fs context and mount namespace; other threads keep theirs.
-    if unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // nothing mounted here reaches the node's namespace
-    nix::mount::mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        nix::mount::MsFlags::MS_REC | nix::mount::MsFlags::MS_PRIVATE,
-        None::<&str>,
-    )
-    .map_err(io::Error::from)?;
-    let flags = nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV | nix::mount::MsFlags::MS_NOEXEC;
-    nix::mount::mount(Some("proc"), "/proc", Some("proc"), flags, None::<&str>).map_err(io::Error::from)
 }
 
 #[cfg(test)]
