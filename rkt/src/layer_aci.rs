@@ -593,6 +593,7 @@ mod tests {
     /// the same way (long names, link names, owners).
     #[test]
     fn gos_tar_reader_reads_the_rendition() {
+        let _spawning = crate::one_at_a_time();
         if std::process::Command::new("go").arg("version").output().is_err() {
             println!("SKIPPED: gos_tar_reader_reads_the_rendition needs go");
             return;

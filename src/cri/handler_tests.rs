@@ -371,8 +371,8 @@ async fn a_failed_create_says_why_and_leaves_the_pod_as_it_was() {
     drop(pod);
 }
 
-/// A running container's update, stop and removal, its pod's systemd a
-/// recording double: the update is recorded and shown; the stop asks the
+/// A running container's start again, update, stop and removal, its pod's
+/// systemd a recording double: the second start is refused; the update is recorded and shown; the stop asks the
 /// unit to stop with the grace period asked for, then reads how its main
 /// process ended, and the container reads as exited with that code; a second
 /// stop asks nothing; the removal leaves no trace of the app, and the pod
@@ -401,6 +401,13 @@ async fn update_stop_and_remove_of_a_running_container_over_its_pods_systemd() {
         s.container_status(Request::new(req)).await.map(|r| r.into_inner().status.expect("a status"))
     };
     assert_eq!(status(id.clone()).await.expect("status").state, cri::ContainerState::ContainerRunning as i32);
+    // a second start is refused before anything reaches the pod (kubelet
+    // starts a container once; a retry after a lost answer must not run it twice)
+    let again = s.start_container(Request::new(cri::StartContainerRequest { container_id: id.clone() })).await;
+    let e = again.expect_err("already started");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("already started"), "{e:?}");
+    assert!(bus.calls().is_empty(), "nothing asked of the pod's systemd: {:?}", bus.calls());
 
     let resources = cri::LinuxContainerResources { memory_limit_in_bytes: 64 << 20, ..Default::default() };
     let update =

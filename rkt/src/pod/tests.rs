@@ -7,22 +7,15 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// One test of this module at a time. A lock is held by every descriptor of
-/// its open file description, and a child a test spawns (`flock`, `sleep`)
-/// holds a copy of every descriptor of this process from its fork until its
-/// exec closes them: a pod lock another test had just let go read as held
-/// (`Preparing` for an aborted prepare, 1 run in about 30 in CI).
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// A test's data dir; the value also holds [`SERIAL`] until the test ends.
+/// A test's data dir; the value also holds [`crate::one_at_a_time`] until
+/// the test ends (its tests spawn lock holders and check locks let go).
 struct TestDir {
     _serial: std::sync::MutexGuard<'static, ()>,
     _tmp: tempfile::TempDir,
 }
 
 fn data() -> (TestDir, DataDir) {
-    // a test that failed holding it poisoned it; the next runs all the same
-    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let serial = crate::one_at_a_time();
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = DataDir::new(tmp.path().join("data"));
     data.ensure().expect("layout");
