@@ -74,10 +74,12 @@ fn is_ident(c: char) -> bool {
 
 /// `text` defines `name` as an item (`fn name`, `struct name`, ...).
 fn defines(text: &str, name: &str) -> bool {
-    // a `pub use` names what another module defines as this one's
-    let reexported = text.match_indices("pub use ").any(|(i, _)| {
-        let statement = text[i..].split(';').next().unwrap_or("");
-        statement.split(|c: char| !is_ident(c)).any(|word| word == name)
+    // a `pub use` (or `pub(crate) use`) names what another module defines as this one's
+    let reexported = ["pub use ", "pub(crate) use "].iter().any(|re_export| {
+        text.match_indices(re_export).any(|(i, _)| {
+            let statement = text[i..].split(';').next().unwrap_or("");
+            statement.split(|c: char| !is_ident(c)).any(|word| word == name)
+        })
     });
     reexported
         || KEYWORDS.iter().any(|kw| {

@@ -49,8 +49,8 @@ pub mod tree;
 /// go, one at a time. A lock is held by every descriptor of its open file
 /// description, and a spawned child holds a copy of every descriptor of the
 /// test process from its fork until its exec closes them: a pod lock another
-/// test had just let go read as held (`Running` after the release, 1 run in
-/// about 15, while `gos_tar_reader_reads_the_rendition` spawned `go`).
+/// test had just let go read as held (`Running` after the release, 2 runs in
+/// about 25, while `gos_tar_reader_reads_the_rendition` spawned `go`).
 #[cfg(test)]
 pub(crate) fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());

@@ -2,11 +2,12 @@
 //! pod's resolv.conf, hosts and hostname files (`dns`), and rkt's
 //! `net-info.json` (`net_info`).
 //!
-//! A pod's network, in order: `Netns::create(&Netns::random_name())` (about
-//! 1 ms, before the boot: nspawn gets `--network-namespace-path`); then, while
-//! the pod boots, `Network::load_default(..)?.add(&req).await` and
-//! `netns.set_link_up("lo")`; `NetInfo::from_result` for `net-info.json`.
-//! Teardown: `network.del(&req).await` *before* `netns.remove()`: some plugins
+//! A pod's network, in order: `Netns::create` of the pod's name
+//! (`pod::netns_name`, about 1 ms, before the boot: nspawn gets
+//! `--network-namespace-path`); then, while the pod boots,
+//! `Network::load_default(..)?.add(&req).await` and `netns.set_link_up("lo")`;
+//! `NetInfo::from_result` for `net-info.json`. Teardown (`pod::free`):
+//! `network.del(&req).await` *before* `netns::remove_path`: some plugins
 //! (bridge's ipMasq rules) find what to undo through the pod's interface.
 //! DEL needs only the pod id, netns path and cache dir: the rest is cached.
 

@@ -356,10 +356,12 @@ fn is_appexec(pid: i32) -> Option<bool> {
 /// None while no process is the app yet. appexec's child is the app once
 /// its executable is no longer appexec's: the kernel changes that in the
 /// execve before it closes the pipe that tells appexec the app started, and
-/// the process's name (`comm`) only after. A process still in the pod's
-/// root (systemd's child before its chroot, appexec before its pivot) is
-/// never the app: a command run as a copy of it would run in the pod's
-/// root, with none of the app's files.
+/// the process's name (`comm`) only after. The unit's main process without
+/// appexec is the app once its executable is no longer the pod's systemd's
+/// (before, it is systemd's child setting the app up, as root). A process
+/// still in the pod's root (appexec before its pivot) is never the app: a
+/// command run as a copy of it would run in the pod's root, with none of
+/// the app's files.
 pub(crate) fn app_pid(pod_pid1: i32, unit_processes: &[i32], host_app: Option<(i32, String)>) -> Option<i32> {
     if let Some(app) = host_app_pid(host_app, unit_processes) {
         return Some(app);
@@ -372,6 +374,11 @@ pub(crate) fn app_pid(pod_pid1: i32, unit_processes: &[i32], host_app: Option<(i
         }
         child
     } else {
+        // systemd's child runs systemd until its execve, as root with the
+        // pod's capabilities, already in the app's root once it chrooted
+        if same_file(&format!("/proc/{main}/exe"), &format!("/proc/{pod_pid1}/exe"))? {
+            return None;
+        }
         main
     };
     let in_pods_root = same_file(&format!("/proc/{app}/root"), &format!("/proc/{pod_pid1}/root"))?;
