@@ -12,6 +12,14 @@ pub(crate) fn is_executable(p: &Path) -> bool {
     fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
 }
 
+/// Whether two paths, links followed (`/proc/<pid>/exe`, `/proc/<pid>/root`,
+/// a namespace file), are the same file: the same device and inode.
+pub(crate) fn same_file(a: &Path, b: &Path) -> io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let (a, b) = (fs::metadata(a)?, fs::metadata(b)?);
+    Ok((a.dev(), a.ino()) == (b.dev(), b.ino()))
+}
+
 /// A `kB` field (`"Pss:"`, `"VmRSS:"`) of a /proc file's text, in KiB.
 pub(crate) fn kib_field(text: &str, field: &str) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix(field)?.trim().strip_suffix("kB")?.trim().parse().ok())
@@ -73,6 +81,18 @@ pub(crate) fn resolve_in_root(root: &Path, inner: &Path) -> io::Result<std::path
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+
+    #[test]
+    fn a_file_and_a_link_to_it_are_the_same_file_and_a_copy_is_not() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let (a, link, copy) = (t.path().join("a"), t.path().join("link"), t.path().join("copy"));
+        fs::write(&a, b"x").expect("a");
+        fs::write(&copy, b"x").expect("copy");
+        symlink(&a, &link).expect("link");
+        assert!(same_file(&a, &link).expect("both there"));
+        assert!(!same_file(&a, &copy).expect("both there"));
+        assert!(same_file(&a, &t.path().join("gone")).is_err());
+    }
 
     #[test]
     fn symlinks_resolve_inside_the_root() {

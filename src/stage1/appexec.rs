@@ -387,9 +387,7 @@ pub(crate) fn app_pid(pod_pid1: i32, unit_processes: &[i32], host_app: Option<(i
 
 /// Whether two paths (followed) are the same file; None if one is gone.
 fn same_file(a: &str, b: &str) -> Option<bool> {
-    use std::os::unix::fs::MetadataExt;
-    let (a, b) = (std::fs::metadata(a).ok()?, std::fs::metadata(b).ok()?);
-    Some((a.dev(), a.ino()) == (b.dev(), b.ino()))
+    crate::base::fsutil::same_file(Path::new(a), Path::new(b)).ok()
 }
 
 /// The template of a host-PID app: the child of the unit's main process

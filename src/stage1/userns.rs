@@ -165,10 +165,8 @@ pub(crate) fn to_inside(map: &str, node_id: u32) -> u32 {
 
 /// The user namespace of process `pid`, when it is not the daemon's own.
 pub(crate) fn foreign_userns(pid: i32) -> io::Result<Option<OwnedFd>> {
-    use std::os::unix::fs::MetadataExt;
     let theirs = format!("/proc/{pid}/ns/user");
-    let (a, b) = (std::fs::metadata(&theirs)?, std::fs::metadata("/proc/self/ns/user")?);
-    if a.ino() == b.ino() && a.dev() == b.dev() {
+    if crate::base::fsutil::same_file(Path::new(&theirs), Path::new("/proc/self/ns/user"))? {
         return Ok(None);
     }
     Ok(Some(std::fs::File::open(&theirs)?.into()))
