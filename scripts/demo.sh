@@ -23,8 +23,8 @@ if [ -z "$image" ] && ss -Hltn "sport = :$port" 2>/dev/null | grep -q .; then
   say "a registry left by an earlier demo stops with: WORK=$work/registry tests/fixtures/seed-registry.sh stop"
   exit 1
 fi
-say "installing what rktlet needs (scripts/install-deps.sh)"
-./scripts/install-deps.sh
+say "installing what rktlet and the demo's registry need (scripts/install-deps.sh demo)"
+./scripts/install-deps.sh demo
 say "building rktlet (cargo build --release; the first build takes about 7 minutes on 2 cores)"
 cargo build --release --locked
 bin="$root/target/release/rktlet"

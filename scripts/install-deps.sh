@@ -1,20 +1,44 @@
 #!/usr/bin/env bash
-# Installs everything rktlet needs on a fresh Debian machine: the system
-# packages (apt) and the Rust components. Idempotent: safe to run again.
+# Installs what rktlet needs on a fresh Debian machine: the system packages
+# (apt), CRIU where checkpoints need it, and the Rust components.
+# Idempotent: safe to run again.
+#
+#   ./scripts/install-deps.sh [GROUP...]
+#
+# Groups (default: all):
+#   run   build and run the daemon: compiler, libseccomp, systemd-nspawn,
+#         iproute2, iptables, the CNI plugins
+#   demo  run, plus what scripts/demo.sh's local registry is seeded with
+#         (docker-registry, skopeo, umoci, a static busybox)
+#   criu  checkpoint and restore: CRIU, built from source where Debian's
+#         cannot run on the node's kernel (only nodes that checkpoint need it)
+#   all   everything above and what the test suite, conformance and the node
+#         lanes use (Go and spdystream, GnuPG, the test images' tools)
 set -euo pipefail
 
-packages=(
+run_packages=(
   # build (protoc comes vendored with the build dependencies)
-  build-essential pkg-config libsystemd-dev
+  build-essential pkg-config
   # exec where the daemon itself runs under a seccomp filter: libseccomp
   # compiles the container's profile (stage1/filters.rs)
   libseccomp-dev
   # running pods: systemd-nspawn, systemd as the pod's PID 1, flock(1), ip(8)
   systemd systemd-container util-linux iproute2 iptables
   # pod networking
-  containernetworking-plugins
-  # images and test fixtures: a real registry, image tools, a static busybox
-  docker-registry skopeo umoci busybox-static apache2-utils jq curl ca-certificates
+  containernetworking-plugins ca-certificates
+)
+demo_packages=(
+  # images: a real registry, image tools, a static busybox (tests/fixtures/seed-registry.sh)
+  docker-registry skopeo umoci busybox-static apache2-utils jq curl openssl
+)
+criu_packages=(
+  # checkpoint and restore: CRIU (Debian's), and what building a newer one takes
+  # where Debian's cannot run on the node's kernel (below)
+  criu curl libbsd-dev libcap-dev libgnutls28-dev libnet1-dev libnftables-dev libnl-3-dev
+  libprotobuf-c-dev libprotobuf-dev protobuf-c-compiler protobuf-compiler uuid-dev
+)
+test_packages=(
+  libsystemd-dev
   # streaming tests: a SPDY client built on spdystream, Kubernetes' own SPDY library
   golang-go golang-github-docker-spdystream-dev
   # trust tests: GnuPG makes the keys and signatures rktlet checks, OpenSSL the
@@ -26,11 +50,21 @@ packages=(
   # the node lane (scripts/node-lane.sh container and the CI kit's node.sh):
   # nsenter/unshare (util-linux above), pgrep, bc
   procps bc
-  # checkpoint and restore: CRIU (Debian's), and what building a newer one takes
-  # where Debian's cannot run on the node's kernel (below)
-  criu libbsd-dev libcap-dev libgnutls28-dev libnet1-dev libnftables-dev libnl-3-dev
-  libprotobuf-c-dev libprotobuf-dev protobuf-c-compiler protobuf-compiler uuid-dev
 )
+
+groups=("$@")
+[ ${#groups[@]} -gt 0 ] || groups=(all)
+packages=("${run_packages[@]}")
+with_criu=""
+for g in "${groups[@]}"; do
+  case "$g" in
+    run) ;;
+    demo) packages+=("${demo_packages[@]}") ;;
+    criu) packages+=("${criu_packages[@]}"); with_criu=1 ;;
+    all) packages+=("${demo_packages[@]}" "${criu_packages[@]}" "${test_packages[@]}"); with_criu=1 ;;
+    *) echo "unknown group $g: run, demo, criu or all" >&2; exit 2 ;;
+  esac
+done
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
@@ -57,7 +91,7 @@ fi
 # into /usr/local/sbin, which comes first in PATH (about 40 s on 2 cores).
 criu_version=4.1.1
 criu_sha256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
-if ! criu check >/dev/null 2>&1; then
+if [ -n "$with_criu" ] && ! criu check >/dev/null 2>&1; then
   build=$(mktemp -d)
   echo "criu check fails with $(criu --version 2>/dev/null | head -1): building CRIU $criu_version in $build"
   curl -fsSL --retry 3 -o "$build/criu.tar.xz" \
@@ -86,4 +120,4 @@ if command -v rustup >/dev/null 2>&1; then
   rustup component add rustfmt clippy >/dev/null
 fi
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup) first" >&2; exit 1; }
-echo "rktlet dependencies installed"
+echo "rktlet dependencies installed (${groups[*]})"

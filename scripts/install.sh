@@ -2,7 +2,9 @@
 # Installs rktlet on a node: the binary, the systemd unit, the tmpfiles
 # snippet, a commented default /etc/rktlet/config.toml (kept if present) and
 # the default CNI network (only where the node has none). Builds the release
-# binary first unless RKTLET_BIN names one. DESTDIR stages the files for a
+# binary first unless RKTLET_BIN names one (with what `scripts/install-deps.sh
+# run` installs; RKTLET_DEPS='run criu' adds CRIU, which CheckpointContainer
+# needs). DESTDIR stages the files for a
 # package instead (then nothing is started or reloaded).
 #   ./scripts/install.sh                 # build, install, enable on a systemd host
 #   DESTDIR=/tmp/pkg PREFIX=/usr ./scripts/install.sh
@@ -12,7 +14,9 @@ prefix=${PREFIX:-/usr/local}
 dest=${DESTDIR:-}
 bin=${RKTLET_BIN:-}
 if [ -z "$bin" ]; then
-  (cd "$root" && ./scripts/install-deps.sh && cargo build --release --locked)
+  # RKTLET_DEPS='run criu': also CRIU, for nodes that checkpoint containers
+  # shellcheck disable=SC2086
+  (cd "$root" && ./scripts/install-deps.sh ${RKTLET_DEPS:-run} && cargo build --release --locked)
   bin="$root/target/release/rktlet"
 fi
 

@@ -3,7 +3,7 @@
 # then asks it for its Version over that socket.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/install-deps.sh
+./scripts/install-deps.sh run
 cargo build --release --locked
 socket=${RKTLET_SOCKET:-/run/rktlet/rktlet.sock}
 ./target/release/rktlet serve --socket "$socket" "$@" &

@@ -49,6 +49,7 @@ pub(crate) fn run(config: &Config) -> Vec<Check> {
     let mut out = vec![kernel_overlay(), namespaces()];
     out.extend(cgroups());
     out.push(nspawn());
+    out.push(criu());
     out.push(init_system());
     out.push(cni(config));
     out.extend(data_dir(&config.data_dir));
@@ -248,6 +249,37 @@ fn nspawn() -> Check {
         ),
         _ => Check::ok("systemd-nspawn", format!("{}: {version}", path.display())),
     }
+}
+
+/// CRIU, which CheckpointContainer and a restore run: optional, as only
+/// nodes that checkpoint containers need it (`criu check` as it runs here).
+fn criu() -> Check {
+    let Ok(path) = crate::container::checkpoint::criu_binary() else {
+        return Check::warn(
+            "criu",
+            "not found: CheckpointContainer and restores fail; nothing else needs it",
+            CRIU_FIX,
+        );
+    };
+    match std::process::Command::new(&path).arg("check").output() {
+        Ok(o) if o.status.success() => Check::ok("criu", format!("{}: criu check passes", path.display())),
+        Ok(o) => criu_check_failed(&path, &String::from_utf8_lossy(&o.stderr), &String::from_utf8_lossy(&o.stdout)),
+        Err(e) => Check::warn("criu", format!("{}: {e}", path.display()), CRIU_FIX),
+    }
+}
+
+/// How to get a CRIU that runs on this node's kernel.
+const CRIU_FIX: &str =
+    "scripts/install-deps.sh criu (Debian's CRIU, built from source where it cannot run on this kernel)";
+
+/// A failed `criu check`: its first error line says why.
+fn criu_check_failed(path: &Path, stderr: &str, stdout: &str) -> Check {
+    let why = stderr.lines().chain(stdout.lines()).find(|l| !l.trim().is_empty()).unwrap_or("no reason given");
+    Check::warn(
+        "criu",
+        format!("{}: criu check fails ({why}): CheckpointContainer and restores fail", path.display()),
+        CRIU_FIX,
+    )
 }
 
 fn init_system() -> Check {
@@ -497,6 +529,22 @@ pub(crate) fn to_text(checks: &[Check]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failing_criu_check_says_why_and_how_to_get_one_that_runs() {
+        let c = criu_check_failed(
+            Path::new("/usr/sbin/criu"),
+            "\nError (criu/vdso.c:211): vdso: Unexpected rt vDSO area bounds\n",
+            "",
+        );
+        assert!(matches!(c.outcome, Outcome::Warn), "{c:?}");
+        assert!(
+            c.detail.contains("Unexpected rt vDSO area bounds") && c.detail.contains("CheckpointContainer"),
+            "{c:?}"
+        );
+        assert!(c.fix.as_deref().is_some_and(|f| f.contains("install-deps.sh criu")), "{c:?}");
+        assert!(criu_check_failed(Path::new("/c"), "", "").detail.contains("no reason given"));
+    }
 
     #[test]
     fn the_cgroupfs_driver_under_systemd_on_v1_is_a_warning() {

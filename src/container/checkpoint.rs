@@ -113,7 +113,9 @@ pub fn criu_binary() -> Result<PathBuf, ContainerError> {
         .find(|p| p.is_file())
         .and_then(|p| p.canonicalize().ok())
         .ok_or_else(|| {
-            ContainerError::FailedPrecondition("criu is not installed on this node (apt install criu)".into())
+            ContainerError::FailedPrecondition(
+                "criu is not installed on this node (scripts/install-deps.sh criu; `rktlet doctor` checks it)".into(),
+            )
         })
 }
 
