@@ -17,8 +17,8 @@
 set -euo pipefail
 
 run_packages=(
-  # build (protoc comes vendored with the build dependencies)
-  build-essential pkg-config
+  # build (protoc comes vendored with the build dependencies; the pod bus links libsystemd's sd-bus)
+  build-essential pkg-config libsystemd-dev
   # exec where the daemon itself runs under a seccomp filter: libseccomp
   # compiles the container's profile (stage1/filters.rs)
   libseccomp-dev
@@ -38,7 +38,6 @@ criu_packages=(
   libprotobuf-c-dev libprotobuf-dev protobuf-c-compiler protobuf-compiler uuid-dev
 )
 test_packages=(
-  libsystemd-dev
   # streaming tests: a SPDY client built on spdystream, Kubernetes' own SPDY library
   golang-go golang-github-docker-spdystream-dev
   # trust tests: GnuPG makes the keys and signatures rktlet checks, OpenSSL the
