@@ -283,13 +283,18 @@ impl AppCgroup {
         }
     }
 
-    /// Moves the unit's processes into the app cgroups until none is left behind.
+    /// Moves the unit's processes into the app cgroups until none is left
+    /// behind: each into those it is not in yet (nor below, where the app
+    /// put it), as its `/proc/<pid>/cgroup` says; a process placed while
+    /// the unit started, and what it forked since, costs one read and no
+    /// migration.
     pub(crate) fn adopt_unit_processes(&self) -> io::Result<()> {
         let Some(unit) = &self.unit else { return Ok(()) };
         if self.v2.is_some() {
             // the unit's cgroup is the app's: its processes are where they belong
             return Ok(());
         }
+        let layout = Layout::cached().ok();
         let mut moved: Vec<i32> = Vec::new();
         for _ in 0..20 {
             let pids: Vec<i32> = fs::read_to_string(unit.join("cgroup.procs"))
@@ -301,8 +306,14 @@ impl AppCgroup {
             if pids.is_empty() {
                 break;
             }
-            for (_, d) in &self.dirs {
-                for pid in &pids {
+            for pid in &pids {
+                let out = match (&layout, fs::read_to_string(format!("/proc/{pid}/cgroup"))) {
+                    (Some(layout), Ok(now)) => self.out_of(layout, &now),
+                    // gone already: nothing to move
+                    (_, Err(e)) if e.kind() == io::ErrorKind::NotFound => continue,
+                    _ => self.dirs.iter().map(|(c, _)| *c).collect(),
+                };
+                for (_, d) in self.dirs.iter().filter(|(c, _)| out.contains(c)) {
                     match fs::write(d.join("cgroup.procs"), pid.to_string()) {
                         Ok(()) => {}
                         Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
