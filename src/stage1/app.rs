@@ -378,7 +378,7 @@ fn remove_files(pod: &Pod, paths: &AppPaths, tree_id: Option<&str>) {
     let _ = fs::remove_file(paths.env_file());
     let _ = fs::remove_dir_all(paths.devices());
     let _ = fs::remove_dir_all(paths.checkpoint());
-    for suffix in ["", "-created", "-started", "-stopping", START_ERROR, OOM_KILLED, HOST_PID] {
+    for suffix in ["", "-created", "-started", STARTED_SPARE, "-stopping", START_ERROR, OOM_KILLED, HOST_PID] {
         let _ = fs::remove_file(paths.status_file(suffix));
     }
     if let Some(id) = tree_id {

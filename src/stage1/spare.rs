@@ -24,7 +24,7 @@ pub(crate) const KEEP: usize = 1;
 /// The parts of a spare: directories, then files (empty until the add
 /// writes them; the created marker gets its time then too).
 const DIRS: [&str; 5] = ["appsinfo", "upper", "work", "stage2", "stage2/rootfs"];
-const FILES: [&str; 4] = ["appsinfo/manifest", "appsinfo/treeStoreID", "env", "created"];
+const FILES: [&str; 5] = ["appsinfo/manifest", "appsinfo/treeStoreID", "env", "created", "started"];
 
 fn spares_dir(pod_dir: &Path) -> PathBuf {
     pod_dir.join("spares")
@@ -71,7 +71,14 @@ impl Spare {
             fs::rename(self.dir.join(part), to)
         });
         match result {
-            Ok(()) => fs::remove_dir(&self.dir),
+            Ok(()) => {
+                // the started marker, for the app's start (none in a spare of an older rktlet)
+                let started = self.dir.join("started");
+                if fs::rename(&started, paths.status_file(super::app_status::STARTED_SPARE)).is_err() {
+                    let _ = fs::remove_file(&started);
+                }
+                fs::remove_dir(&self.dir)
+            }
             Err(e) => {
                 let _ = fs::remove_dir_all(&self.dir);
                 Err(e)
@@ -151,11 +158,34 @@ mod tests {
             assert!(dir.is_dir(), "{}", dir.display());
         }
         assert!(paths.rootfs().is_dir());
-        for file in [paths.appsinfo().join("treeStoreID"), paths.env_file(), paths.status_file("-created")] {
+        let started = paths.status_file(crate::stage1::app_status::STARTED_SPARE);
+        for file in [paths.appsinfo().join("treeStoreID"), paths.env_file(), paths.status_file("-created"), started] {
             assert_eq!(fs::read(&file).expect("file"), b"", "{}", file.display());
         }
+        assert!(!paths.status_file("-started").exists(), "made ahead, not started");
         let left: Vec<_> = fs::read_dir(spares_dir(&pod.path())).expect("spares").flatten().collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_start_takes_the_spares_started_marker_with_the_starts_time() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data = DataDir::new(tmp.path().join("data"));
+        let pod = Pod::create(&data).expect("create");
+        fs::create_dir_all(pod.stage1_rootfs().join("rkt/status")).expect("mkdir");
+        replenish(&pod.path()).expect("replenish");
+        let paths = AppPaths::new(&pod, "web");
+        Spare::take(&pod.path()).expect("a spare").place(&paths, "t").expect("place");
+        let made = std::time::SystemTime::now();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        crate::stage1::app_status::mark_started(&paths).expect("mark");
+        let started = fs::metadata(paths.status_file("-started")).expect("started");
+        assert!(started.modified().expect("mtime") > made, "StartedAt is the start's time");
+        assert!(!paths.status_file(crate::stage1::app_status::STARTED_SPARE).exists(), "renamed");
+        // without one (an app added without a spare): made then
+        let other = AppPaths::new(&pod, "db");
+        crate::stage1::app_status::mark_started(&other).expect("mark");
+        assert!(other.status_file("-started").is_file());
     }
 
     #[test]
