@@ -9,7 +9,7 @@
 #   run   build and run the daemon: compiler, libseccomp, systemd-nspawn,
 #         iproute2, iptables, the CNI plugins
 #   demo  run, plus what scripts/demo.sh's local registry is seeded with
-#         (docker-registry, skopeo, umoci, a static busybox)
+#         (docker-registry, skopeo, umoci, a static busybox, jq, curl, openssl)
 #   criu  checkpoint and restore: CRIU, built from source where Debian's
 #         cannot run on the node's kernel (only nodes that checkpoint need it)
 #   all   everything above and what the test suite, conformance and the node
@@ -22,7 +22,7 @@ run_packages=(
   # exec where the daemon itself runs under a seccomp filter: libseccomp
   # compiles the container's profile (stage1/filters.rs)
   libseccomp-dev
-  # running pods: systemd-nspawn, systemd as the pod's PID 1, flock(1), ip(8)
+  # running pods: systemd-nspawn, systemd as the pod's PID 1 (systemctl, journalctl), ip(8)
   systemd systemd-container util-linux iproute2 iptables
   # pod networking
   containernetworking-plugins ca-certificates
@@ -34,7 +34,7 @@ demo_packages=(
 criu_packages=(
   # checkpoint and restore: CRIU (Debian's), and what building a newer one takes
   # where Debian's cannot run on the node's kernel (below)
-  criu curl libbsd-dev libcap-dev libgnutls28-dev libnet1-dev libnftables-dev libnl-3-dev
+  criu curl xz-utils libbsd-dev libcap-dev libgnutls28-dev libnet1-dev libnftables-dev libnl-3-dev
   libprotobuf-c-dev libprotobuf-dev protobuf-c-compiler protobuf-compiler uuid-dev
 )
 test_packages=(
@@ -64,6 +64,8 @@ for g in "${groups[@]}"; do
     *) echo "unknown group $g: run, demo, criu or all" >&2; exit 2 ;;
   esac
 done
+# each once (groups share some)
+mapfile -t packages < <(printf '%s\n' "${packages[@]}" | awk '!seen[$0]++')
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"

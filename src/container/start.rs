@@ -96,10 +96,7 @@ pub(crate) async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> 
     let (pid_mode, limits, placed) =
         plan_namespaces_and_cgroups(rt, &t, &paths, pid1, &mut spec, isolators, &mut steps)?;
     unit_properties(&t, pid1, &limits, &mut spec);
-    let (tty_slave, pipes) = stdio(&t, pid1, id, &section, &mut spec)?;
-    // handed to the pod's log writer while the unit starts (the app's
-    // output waits in its pipes meanwhile), joined before the start returns
-    let attaching = pipes.map(|p| std::thread::spawn(move || p.attach()));
+    let tty_slave = stdio(&t, pid1, id, &section, &mut spec)?;
     steps.mark("stdio");
     mark_before_start(&paths, &pid_mode)?;
     steps.mark("mark");
@@ -107,15 +104,6 @@ pub(crate) async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> 
         if let Some(pty) = tty_slave {
             release_terminal(&t, pid1, pty);
         }
-        // what the failed process wrote is in the log before the answer
-        if let Some(h) = attaching {
-            let _ = tokio::task::block_in_place(|| LogPipes::joined(h));
-        }
-        return Err(e);
-    }
-    if let Some(Err(e)) = attaching.map(|h| tokio::task::block_in_place(|| LogPipes::joined(h))) {
-        // an app whose output nobody reads would block: it does not run
-        let _ = tokio::task::block_in_place(|| stop_app(rt, &t, Duration::ZERO));
         return Err(e);
     }
     crate::base::fault::point("start-after-unit");
@@ -236,9 +224,7 @@ fn restore_unit(
     spec.extra.push(unit_spec::oom_policy_continue());
     unit_properties(t, pid1, &limits, &mut spec);
     let section = t.app.app.clone().unwrap_or_default();
-    if let (_, Some(pipes)) = stdio(t, pid1, id, &section, &mut spec)? {
-        pipes.attach()?;
-    }
+    stdio(t, pid1, id, &section, &mut spec)?;
     mark_before_start(paths, &PidMode::Container)?;
     if let Some(e) = start_unit(rt, t, paths, id, &spec, &placed) {
         let why = super::checkpoint::log_errors(&paths.checkpoint().join("restore.log"));
@@ -492,45 +478,17 @@ fn unit_properties(t: &Target, pid1: i32, limits: &crate::cgroup::app::Limits, s
     }
 }
 
-/// The read ends of an app's stdout and stderr pipes, for the pod's log
-/// writer (`stdio` gave the unit the write ends).
-struct LogPipes {
-    socket: std::path::PathBuf,
-    app: String,
-    log_path: String,
-    id: String,
-    reads: Vec<(Stream, std::os::fd::OwnedFd)>,
-}
-
-impl LogPipes {
-    /// Hands the read ends to the pod's log writer.
-    fn attach(self) -> Result<(), ContainerError> {
-        for (stream, r) in &self.reads {
-            crilog::attach(&self.socket, &self.app, *stream, Path::new(&self.log_path), r.as_raw_fd())
-                .map_err(|e| ContainerError::Internal(format!("attaching the log of {}: {e}", self.id)))?;
-        }
-        Ok(())
-    }
-
-    /// The outcome of [`LogPipes::attach`] on a thread of its own.
-    fn joined(h: std::thread::JoinHandle<Result<(), ContainerError>>) -> Result<(), ContainerError> {
-        h.join().unwrap_or_else(|_| Err(ContainerError::Internal("attaching the log panicked".into())))
-    }
-}
-
-/// The app's stdio, set in the unit's spec: a terminal of the pod's devpts
-/// for a `tty` container (its master, and stdin when the app has one, go
-/// to the pod's log writer here), else a stdin pipe (when asked for; its
-/// write end goes to the log writer here) and a pipe for stdout and one for
-/// stderr, whose read ends are returned for the log writer. Returns the
-/// terminal too, which a failed start lets go of.
+/// The app's stdio, handed to the pod's log writer: a terminal of the pod's
+/// devpts for a `tty` container, else a stdin pipe (when asked for) and a
+/// pipe for stdout and one for stderr. Returns the terminal, which a failed
+/// start lets go of.
 fn stdio(
     t: &Target,
     pid1: i32,
     id: &str,
     section: &rkt::schema::App,
     spec: &mut ServiceSpec,
-) -> Result<(Option<crate::stage1::pty::PodPty>, Option<LogPipes>), ContainerError> {
+) -> Result<Option<crate::stage1::pty::PodPty>, ContainerError> {
     let log_path = meta::log_path(&t.app);
     let socket = t.pod.path().join(crilog::SOCKET_FILE);
     let mut tty_slave = None;
@@ -567,22 +525,21 @@ fn stdio(
     }
     if meta::tty(&t.app) {
         // the terminal is stdout and stderr (above)
-        return Ok((tty_slave, None));
-    }
-    // read by the pod's log writer, log path or not: attach sessions get
-    // the output from it
-    let mut reads = Vec::new();
-    for stream in [Stream::Stdout, Stream::Stderr] {
-        let (r, w) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| ContainerError::Internal(e.to_string()))?;
-        reads.push((stream, r));
-        match stream {
-            Stream::Stdout => spec.stdout = Output::Fd(w),
-            Stream::Stderr => spec.stderr = Output::Fd(w),
+    } else {
+        // read by the pod's log writer, log path or not: attach sessions
+        // get the output from it
+        for stream in [Stream::Stdout, Stream::Stderr] {
+            let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+                .map_err(|e| ContainerError::Internal(e.to_string()))?;
+            crilog::attach(&socket, &t.app.name, stream, Path::new(&log_path), r.as_raw_fd())
+                .map_err(|e| ContainerError::Internal(format!("attaching the log of {}: {e}", id)))?;
+            match stream {
+                Stream::Stdout => spec.stdout = Output::Fd(w),
+                Stream::Stderr => spec.stderr = Output::Fd(w),
+            }
         }
     }
-    let pipes = LogPipes { socket, app: t.app.name.clone(), log_path, id: id.to_string(), reads };
-    Ok((tty_slave, Some(pipes)))
+    Ok(tty_slave)
 }
 
 /// Marks the app started (and a host-PID app as such) before its unit
