@@ -231,11 +231,16 @@ pub(crate) const STARTED_SPARE: &str = "-started.spare";
 
 /// Marks an app started (`<app>-started`, its mtime is StartedAt).
 pub(crate) fn mark_started(paths: &AppPaths) -> io::Result<()> {
-    let started = paths.status_file("-started");
-    if fs::rename(paths.status_file(STARTED_SPARE), &started).is_err() {
-        return fs::write(started, b"");
-    }
-    // the time of the start, not of the spare
+    let (spare, started) = (paths.status_file(STARTED_SPARE), paths.status_file("-started"));
+    // the start's time first (a rename keeps it): a reader never sees the spare's
     let now = std::time::SystemTime::now();
-    fs::File::options().write(true).open(&started)?.set_times(fs::FileTimes::new().set_accessed(now).set_modified(now))
+    let stamped = fs::File::options()
+        .write(true)
+        .open(&spare)
+        .and_then(|f| f.set_times(fs::FileTimes::new().set_accessed(now).set_modified(now)));
+    match stamped {
+        Ok(()) => fs::rename(spare, started),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::write(started, b""),
+        Err(e) => Err(e),
+    }
 }

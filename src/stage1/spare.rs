@@ -1,7 +1,8 @@
 //! Spare app directories: the directories and files an `app add` needs
 //! (appsinfo, overlay upper and work, the rootfs mount point, the env file
-//! and the created marker), made ahead in `<pod>/spares/<id>/` and renamed
-//! into place by the next add in the pod.
+//! and the created marker) and the started marker its start takes
+//! (`app_status::STARTED_SPARE`), made ahead in `<pod>/spares/<id>/` and
+//! renamed into place by the next add in the pod.
 //!
 //! Why: on ext4, allocating an inode is the one metadata operation whose
 //! cost swings (from 20 µs to over 300 µs per file on this machine's VM
@@ -22,7 +23,8 @@ use std::path::{Path, PathBuf};
 pub(crate) const KEEP: usize = 1;
 
 /// The parts of a spare: directories, then files (empty until the add
-/// writes them; the created marker gets its time then too).
+/// writes them; the created marker gets its time then too, the started
+/// marker at the start).
 const DIRS: [&str; 5] = ["appsinfo", "upper", "work", "stage2", "stage2/rootfs"];
 const FILES: [&str; 5] = ["appsinfo/manifest", "appsinfo/treeStoreID", "env", "created", "started"];
 
