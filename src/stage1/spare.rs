@@ -139,12 +139,18 @@ mod tests {
     use super::*;
     use rkt::pod::{DataDir, Pod};
 
-    #[test]
-    fn a_spare_is_taken_once_and_lands_in_the_apps_places() {
+    /// A pod (in a temporary data dir) whose stage1 root has `rkt/status`.
+    fn pod_with_status_dir() -> (tempfile::TempDir, Pod) {
         let tmp = tempfile::tempdir().expect("tempdir");
         let data = DataDir::new(tmp.path().join("data"));
         let pod = Pod::create(&data).expect("create");
         fs::create_dir_all(pod.stage1_rootfs().join("rkt/status")).expect("mkdir");
+        (tmp, pod)
+    }
+
+    #[test]
+    fn a_spare_is_taken_once_and_lands_in_the_apps_places() {
+        let (tmp, pod) = pod_with_status_dir();
         assert!(Spare::take(&pod.path()).is_none(), "none made yet");
         let gone = tmp.path().join("gone");
         assert_eq!(replenish(&gone).expect_err("no pod").kind(), io::ErrorKind::NotFound);
@@ -171,10 +177,7 @@ mod tests {
 
     #[test]
     fn a_start_takes_the_spares_started_marker_with_the_starts_time() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let data = DataDir::new(tmp.path().join("data"));
-        let pod = Pod::create(&data).expect("create");
-        fs::create_dir_all(pod.stage1_rootfs().join("rkt/status")).expect("mkdir");
+        let (_tmp, pod) = pod_with_status_dir();
         replenish(&pod.path()).expect("replenish");
         let paths = AppPaths::new(&pod, "web");
         Spare::take(&pod.path()).expect("a spare").place(&paths, "t").expect("place");
