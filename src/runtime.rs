@@ -126,6 +126,18 @@ impl NodeFacts {
     }
 }
 
+/// Each new pod's directory in a block group of its own (ext4: [`fsutil::spread_subdirectories`]):
+/// pods are made where their directory starts out, `pods/embryo`.
+///
+/// [`fsutil::spread_subdirectories`]: crate::base::fsutil::spread_subdirectories
+fn spread_pods(data: &DataDir) {
+    let embryo = data.pod_parent(rkt::pod::PodDir::Embryo);
+    match crate::base::fsutil::spread_subdirectories(&embryo) {
+        Ok(kept) => tracing::debug!(dir = %embryo.display(), kept, "pod directories spread over block groups"),
+        Err(e) => tracing::warn!(dir = %embryo.display(), error = %e, "pod directories not spread over block groups"),
+    }
+}
+
 impl Runtime {
     /// Prepares the data dir layout and reads the host ([`NodeFacts::probe`]).
     pub(crate) fn new(config: Config) -> Result<Self, PodError> {
@@ -137,6 +149,7 @@ impl Runtime {
     pub(crate) fn on_node(config: Config, node: NodeFacts) -> Result<Self, PodError> {
         let data = DataDir::new(&config.data_dir);
         data.ensure()?;
+        spread_pods(&data);
         let NodeFacts { host, cgroup_driver } = node;
         let image_err =
             |e: String| PodError::Io { context: "opening the image store".into(), source: std::io::Error::other(e) };

@@ -191,6 +191,19 @@ async fn status_names_what_the_node_lacks() {
     assert_eq!(version.runtime_name, "rktlet");
 }
 
+#[test]
+fn a_node_spreads_its_pods_directories_over_the_block_groups() {
+    let n = Node::new();
+    let embryo = n.rt.data.pod_parent(rkt::pod::PodDir::Embryo);
+    let fs_type = nix::sys::statfs::statfs(&embryo).expect("statfs").filesystem_type();
+    if fs_type != nix::sys::statfs::EXT4_SUPER_MAGIC {
+        println!("SKIPPED: {} is not on ext4 ({fs_type:?}): nothing to spread", embryo.display());
+        return;
+    }
+    // where a pod's directory is made: `lsattr -d` shows T there
+    assert!(crate::base::fsutil::spreads_subdirectories(&embryo).expect("flags"), "chattr +T {}", embryo.display());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn run_pod_sandbox_refuses_a_bad_config_and_writes_nothing() {
     let n = Node::new();
