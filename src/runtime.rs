@@ -126,14 +126,15 @@ impl NodeFacts {
     }
 }
 
-/// Each new pod's directory in a block group of its own (ext4: [`fsutil::spread_subdirectories`]):
-/// pods are made where their directory starts out, `pods/embryo`.
+/// Each new pod's directory in a block group of its own where that pays (an
+/// ext4 without a journal: [`fsutil::spread_subdirectories`]): pods are made
+/// where their directory starts out, `pods/embryo`.
 ///
 /// [`fsutil::spread_subdirectories`]: crate::base::fsutil::spread_subdirectories
 fn spread_pods(data: &DataDir) {
     let embryo = data.pod_parent(rkt::pod::PodDir::Embryo);
     match crate::base::fsutil::spread_subdirectories(&embryo) {
-        Ok(kept) => tracing::debug!(dir = %embryo.display(), kept, "pod directories spread over block groups"),
+        Ok(spread) => tracing::debug!(dir = %embryo.display(), spread, "pod directories over block groups"),
         Err(e) => tracing::warn!(dir = %embryo.display(), error = %e, "pod directories not spread over block groups"),
     }
 }

@@ -28,21 +28,62 @@ pub(crate) fn kib_field(text: &str, field: &str) -> Option<u64> {
 /// ext4's `FS_TOPDIR_FL` (`chattr +T`; linux/fs.h).
 const FS_TOPDIR_FL: libc::c_int = 0x0002_0000;
 
-/// Marks `dir` as the top of directory hierarchies (`chattr +T`): ext4 then
-/// places each directory made in it as it places those of its root, in a
-/// block group of its own choosing (the Orlov allocator), and the files
-/// made below follow their directory.
+/// Spreads the directories made in `dir` over the file system's block
+/// groups where that pays: marks `dir` as the top of directory hierarchies
+/// (`chattr +T`), so ext4 places each directory made in it as it places
+/// those of its root, in a block group of its own choosing (the Orlov
+/// allocator), and the files made below follow their directory.
 ///
 /// Why: on an ext4 without a journal, allocating an inode walks past every
-/// inode of the block group freed in the last half minute or more (the
+/// inode of its block group freed in the last half minute or more (the
 /// kernel's `recently_deleted`, a buffer lookup each). Pods and apps made
 /// and removed by the hundred all in one group made that walk about an
 /// eighth of the node's CPU time while pods started; spread over groups,
-/// each walks past its own few.
+/// each walks past its own few. With a journal there is no such walk, and
+/// the directories stay where ext4 would put them.
 ///
-/// Returns whether the file system keeps the mark: ext2/3/4 do; others
-/// refuse the flag and have no such walk.
+/// Returns whether `dir` is marked.
 pub(crate) fn spread_subdirectories(dir: &Path) -> io::Result<bool> {
+    if !walks_freed_inodes(dir)? {
+        return Ok(false);
+    }
+    mark_top_of_hierarchies(dir)
+}
+
+/// Whether allocating an inode on `dir`'s file system walks past the
+/// inodes its block group freed lately: ext4 (ext2 and ext3 through it)
+/// without a journal. Asked once per device.
+pub(crate) fn walks_freed_inodes(dir: &Path) -> io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    static ASKED: std::sync::Mutex<Vec<(u64, bool)>> = std::sync::Mutex::new(Vec::new());
+    let dev = fs::metadata(dir)?.dev();
+    let mut asked = ASKED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(&(_, walks)) = asked.iter().find(|(d, _)| *d == dev) {
+        return Ok(walks);
+    }
+    let ext4 = nix::sys::statfs::statfs(dir)?.filesystem_type() == nix::sys::statfs::EXT4_SUPER_MAGIC;
+    let walks = ext4 && !journaled(dev);
+    asked.push((dev, walks));
+    Ok(walks)
+}
+
+/// Whether block device `dev` has a journal: jbd2 lists each journal it
+/// runs as `/proc/fs/jbd2/<device>-<journal inode>` (no directory at all
+/// without jbd2 loaded). A device whose name cannot be read counts as
+/// journaled: its directories stay where ext4 puts them.
+fn journaled(dev: u64) -> bool {
+    let uevent = fs::read_to_string(format!("/sys/dev/block/{}:{}/uevent", libc::major(dev), libc::minor(dev)));
+    let Some(name) = uevent.ok().and_then(|u| u.lines().find_map(|l| l.strip_prefix("DEVNAME=")).map(String::from))
+    else {
+        return true;
+    };
+    let Ok(journals) = fs::read_dir("/proc/fs/jbd2") else { return false };
+    journals.flatten().any(|j| j.file_name().to_str().and_then(|n| n.rsplit_once('-')).is_some_and(|(d, _)| d == name))
+}
+
+/// Marks `dir` as the top of directory hierarchies (`chattr +T`). Returns
+/// whether the file system keeps the mark: ext2/3/4 do; others refuse it.
+fn mark_top_of_hierarchies(dir: &Path) -> io::Result<bool> {
     use std::os::fd::AsRawFd;
     let file = fs::File::open(dir)?;
     let flags = match inode_flags(&file) {
@@ -171,14 +212,36 @@ mod tests {
         let dir = t.path().join("embryo");
         fs::create_dir(&dir).expect("mkdir");
         assert!(!spreads_subdirectories(&dir).expect("read"), "a new directory is not marked");
-        assert!(spread_subdirectories(&dir).expect("mark"));
+        assert!(mark_top_of_hierarchies(&dir).expect("mark"));
         assert!(spreads_subdirectories(&dir).expect("read"));
         let marked = flags(&dir);
         assert_ne!(marked & FS_TOPDIR_FL, 0, "chattr +T");
-        assert!(spread_subdirectories(&dir).expect("again"), "marking again is fine");
+        assert!(mark_top_of_hierarchies(&dir).expect("again"), "marking again is fine");
         assert_eq!(flags(&dir), marked, "and changes nothing more");
         fs::create_dir(dir.join("pod")).expect("a directory in it");
         assert_eq!(flags(&dir.join("pod")) & FS_TOPDIR_FL, 0, "its directories are not tops themselves");
+    }
+
+    #[test]
+    fn directories_are_spread_only_where_ext4_walks_freed_inodes() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let walks = walks_freed_inodes(t.path()).expect("asked");
+        // this machine's root: ext4 without a journal (no /proc/fs/jbd2/vda-8)
+        let ext4 =
+            nix::sys::statfs::statfs(t.path()).expect("statfs").filesystem_type() == nix::sys::statfs::EXT4_SUPER_MAGIC;
+        let journals: Vec<String> = fs::read_dir("/proc/fs/jbd2")
+            .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        if !ext4 {
+            assert!(!walks, "only ext4 walks freed inodes");
+        } else if journals.is_empty() {
+            assert!(walks, "ext4 and no journal anywhere: the walk is there");
+        }
+        assert_eq!(spread_subdirectories(t.path()).expect("spread"), walks);
+        assert_eq!(spreads_subdirectories(t.path()).expect("read"), walks, "marked where it pays, only there");
+        if !walks {
+            println!("SKIPPED: {} walks no freed inodes here (a journal, or not ext4)", t.path().display());
+        }
     }
 
     #[test]
@@ -188,7 +251,9 @@ mod tests {
             println!("SKIPPED: /dev/shm is not a tmpfs here");
         } else {
             let t = tempfile::tempdir_in(shm).expect("tempdir");
-            assert!(!spread_subdirectories(t.path()).expect("tmpfs refuses the flag"), "tmpfs keeps no such mark");
+            assert!(!walks_freed_inodes(t.path()).expect("asked"), "a tmpfs has no block groups");
+            assert!(!spread_subdirectories(t.path()).expect("not spread"));
+            assert!(!mark_top_of_hierarchies(t.path()).expect("tmpfs refuses the flag"), "tmpfs keeps no such mark");
             assert!(!spreads_subdirectories(t.path()).expect("read"));
         }
         let t = tempfile::tempdir().expect("tempdir");
