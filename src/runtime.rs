@@ -126,8 +126,8 @@ impl NodeFacts {
     }
 }
 
-/// Each new pod's directory in a block group of its own where that pays (an
-/// ext4 without a journal: [`fsutil::spread_subdirectories`]): pods are made
+/// Each new pod's directory placed anew by ext4 where that pays (an ext4
+/// without a journal: [`fsutil::spread_subdirectories`]): pods are made
 /// where their directory starts out, `pods/embryo`.
 ///
 /// [`fsutil::spread_subdirectories`]: crate::base::fsutil::spread_subdirectories

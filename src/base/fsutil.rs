@@ -31,16 +31,17 @@ const FS_TOPDIR_FL: libc::c_int = 0x0002_0000;
 /// Spreads the directories made in `dir` over the file system's block
 /// groups where that pays: marks `dir` as the top of directory hierarchies
 /// (`chattr +T`), so ext4 places each directory made in it as it places
-/// those of its root, in a block group of its own choosing (the Orlov
-/// allocator), and the files made below follow their directory.
+/// those of its root, with the Orlov allocator: in the flex group with the
+/// fewest directories among those emptier than average, picked anew for
+/// each; the files made below follow their directory.
 ///
 /// Why: on an ext4 without a journal, allocating an inode walks past every
 /// inode of its block group freed in the last half minute or more (the
 /// kernel's `recently_deleted`, a buffer lookup each). Pods and apps made
 /// and removed by the hundred all in one group made that walk about an
-/// eighth of the node's CPU time while pods started; spread over groups,
-/// each walks past its own few. With a journal there is no such walk, and
-/// the directories stay where ext4 would put them.
+/// eighth of the node's CPU time while pods started; spread out, each walks
+/// past few. With a journal there is no such walk, and the directories
+/// stay where ext4 would put them.
 ///
 /// Returns whether `dir` is marked.
 pub(crate) fn spread_subdirectories(dir: &Path) -> io::Result<bool> {
@@ -51,8 +52,8 @@ pub(crate) fn spread_subdirectories(dir: &Path) -> io::Result<bool> {
 }
 
 /// Whether allocating an inode on `dir`'s file system walks past the
-/// inodes its block group freed lately: ext4 (ext2 and ext3 through it)
-/// without a journal. Asked once per device.
+/// inodes its block group freed lately: ext4 without a journal (an ext2 or
+/// ext3 mounted by the ext4 driver too). Asked once per device.
 pub(crate) fn walks_freed_inodes(dir: &Path) -> io::Result<bool> {
     use std::os::unix::fs::MetadataExt;
     static ASKED: std::sync::Mutex<Vec<(u64, bool)>> = std::sync::Mutex::new(Vec::new());
@@ -67,22 +68,24 @@ pub(crate) fn walks_freed_inodes(dir: &Path) -> io::Result<bool> {
     Ok(walks)
 }
 
-/// Whether block device `dev` has a journal: jbd2 lists each journal it
-/// runs as `/proc/fs/jbd2/<device>-<journal inode>` (no directory at all
-/// without jbd2 loaded). A device whose name cannot be read counts as
-/// journaled: its directories stay where ext4 puts them.
+/// Whether the ext4 on block device `dev` has a journal, as ext4 itself
+/// says in `/sys/fs/ext4/<device>/journal_task` (`<none>` without one; the
+/// device named as the kernel names it, the last part of the link
+/// `/sys/dev/block/<major>:<minor>`). A journal on a device of its own
+/// counts too. What cannot be read counts as journaled: the directories
+/// then stay where ext4 puts them.
 fn journaled(dev: u64) -> bool {
-    let uevent = fs::read_to_string(format!("/sys/dev/block/{}:{}/uevent", libc::major(dev), libc::minor(dev)));
-    let Some(name) = uevent.ok().and_then(|u| u.lines().find_map(|l| l.strip_prefix("DEVNAME=")).map(String::from))
-    else {
+    let link = fs::read_link(format!("/sys/dev/block/{}:{}", libc::major(dev), libc::minor(dev)));
+    let Some(name) = link.ok().and_then(|l| l.file_name().map(std::ffi::OsStr::to_os_string)) else {
         return true;
     };
-    let Ok(journals) = fs::read_dir("/proc/fs/jbd2") else { return false };
-    journals.flatten().any(|j| j.file_name().to_str().and_then(|n| n.rsplit_once('-')).is_some_and(|(d, _)| d == name))
+    fs::read_to_string(Path::new("/sys/fs/ext4").join(name).join("journal_task"))
+        .map_or(true, |task| task.trim() != "<none>")
 }
 
 /// Marks `dir` as the top of directory hierarchies (`chattr +T`). Returns
 /// whether the file system keeps the mark: ext2/3/4 do; others refuse it.
+/// (A mark stays if the file system later gets a journal: harmless.)
 fn mark_top_of_hierarchies(dir: &Path) -> io::Result<bool> {
     use std::os::fd::AsRawFd;
     let file = fs::File::open(dir)?;
@@ -122,7 +125,7 @@ fn inode_flags(file: &fs::File) -> io::Result<libc::c_int> {
 /// A file system without inode flags (or without this one) is not an error.
 fn refused(e: io::Error) -> io::Result<bool> {
     match e.raw_os_error() {
-        Some(libc::ENOTTY | libc::EOPNOTSUPP | libc::EINVAL) => Ok(false),
+        Some(libc::ENOTTY | libc::EOPNOTSUPP) => Ok(false),
         _ => Err(e),
     }
 }
@@ -206,7 +209,8 @@ mod tests {
         let t = tempfile::tempdir().expect("tempdir");
         let fs_type = nix::sys::statfs::statfs(t.path()).expect("statfs").filesystem_type();
         if fs_type != nix::sys::statfs::EXT4_SUPER_MAGIC {
-            println!("SKIPPED: {} is not on ext4 ({fs_type:?}): no Orlov allocator to steer", t.path().display());
+            let reason = format!("{} is not on ext4 ({fs_type:?}): no Orlov allocator to steer", t.path().display());
+            crate::base::skipped("an_ext4_directory_is_marked_as_a_top_of_hierarchies_once", &reason);
             return;
         }
         let dir = t.path().join("embryo");
@@ -240,7 +244,8 @@ mod tests {
         assert_eq!(spread_subdirectories(t.path()).expect("spread"), walks);
         assert_eq!(spreads_subdirectories(t.path()).expect("read"), walks, "marked where it pays, only there");
         if !walks {
-            println!("SKIPPED: {} walks no freed inodes here (a journal, or not ext4)", t.path().display());
+            let reason = format!("{} walks no freed inodes here (a journal, or not ext4)", t.path().display());
+            crate::base::skipped("directories_are_spread_only_where_ext4_walks_freed_inodes", &reason);
         }
     }
 
@@ -248,7 +253,10 @@ mod tests {
     fn a_file_system_without_the_flag_is_not_an_error_and_a_missing_directory_is() {
         let shm = Path::new("/dev/shm");
         if nix::sys::statfs::statfs(shm).map(|s| s.filesystem_type()) != Ok(nix::sys::statfs::TMPFS_MAGIC) {
-            println!("SKIPPED: /dev/shm is not a tmpfs here");
+            crate::base::skipped(
+                "a_file_system_without_the_flag_is_not_an_error_and_a_missing_directory_is",
+                "/dev/shm is not a tmpfs here",
+            );
         } else {
             let t = tempfile::tempdir_in(shm).expect("tempdir");
             assert!(!walks_freed_inodes(t.path()).expect("asked"), "a tmpfs has no block groups");

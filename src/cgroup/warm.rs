@@ -164,7 +164,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(fs::read_to_string("/proc/self/cgroup").expect("cgroup"), before);
         if !available() {
-            println!("SKIPPED: no mounted cgroup v1 hierarchy, or favordynmods: nothing to keep open");
+            crate::base::skipped(
+                "holding_moves_nothing",
+                "no mounted cgroup v1 hierarchy, or favordynmods: nothing to keep open",
+            );
         }
     }
 
@@ -175,7 +178,7 @@ mod tests {
         assert_eq!(fs::read_to_string("/proc/thread-self/cgroup").expect("cgroup"), before);
         match took {
             Some(t) => assert!(t > Duration::ZERO),
-            None => println!("SKIPPED: no mounted cgroup v1 hierarchy to probe"),
+            None => crate::base::skipped("the_probe_moves_nothing", "no mounted cgroup v1 hierarchy to probe"),
         }
     }
 }

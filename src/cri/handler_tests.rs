@@ -196,7 +196,8 @@ fn a_node_spreads_its_pods_directories_over_the_block_groups() {
     let n = Node::new();
     let embryo = n.rt.data.pod_parent(rkt::pod::PodDir::Embryo);
     if !crate::base::fsutil::walks_freed_inodes(&embryo).expect("asked") {
-        println!("SKIPPED: {} is not an ext4 without a journal: nothing to spread", embryo.display());
+        let reason = format!("{} is not an ext4 without a journal: nothing to spread", embryo.display());
+        crate::base::skipped("a_node_spreads_its_pods_directories_over_the_block_groups", &reason);
         return;
     }
     // where a pod's directory is made: `lsattr -d` shows T there
