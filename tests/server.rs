@@ -120,6 +120,8 @@ async fn second_server_is_refused_and_sigterm_removes_the_socket() {
     assert!(!status.success());
     let err = std::fs::read_to_string(second_dir.path().join("daemon.log")).expect("log");
     assert!(err.contains("already serving"), "{err}");
+    // naming who holds the socket's lock: the first daemon
+    assert!(err.contains(&format!("is locked by pid {} (rktlet)", d.child.id())), "{err}");
     assert!(!second_dir.path().join("data").exists(), "refused before its data dir was made");
 
     // another socket on the first one's data dir: refused, naming the holder

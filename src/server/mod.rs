@@ -21,8 +21,8 @@ use tokio_stream::wrappers::UnixListenerStream;
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ServeError {
-    #[error("another rktlet is already serving on {0}; stop it first or pick another --socket")]
-    AlreadyServing(PathBuf),
+    #[error("another rktlet is already serving on {socket} ({why}); stop it first or pick another --socket")]
+    AlreadyServing { socket: PathBuf, why: String },
     #[error("{0} exists and is not a socket; refusing to replace it")]
     NotASocket(PathBuf),
     #[error("another rktlet daemon ({holder}) uses the data dir {dir}; stop it first or pick another --data-dir")]
@@ -82,14 +82,19 @@ pub(crate) fn claim_socket(path: &Path) -> Result<SocketClaim, ServeError> {
     }
     let mut lock_name = path.as_os_str().to_owned();
     lock_name.push(".lock");
-    let lock = lock::try_exclusive_file(Path::new(&lock_name))
-        .map_err(io_err(format!("locking {}", Path::new(&lock_name).display())))?
-        .ok_or_else(|| ServeError::AlreadyServing(path.to_path_buf()))?;
+    let lock_path = Path::new(&lock_name);
+    let lock = lock::try_exclusive_file(lock_path)
+        .map_err(io_err(format!("locking {}", lock_path.display())))?
+        .ok_or_else(|| ServeError::AlreadyServing {
+            socket: path.to_path_buf(),
+            why: format!("{} is locked by {}", lock_path.display(), holders(lock_path)),
+        })?;
     match fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {
             // a server that holds no lock (another tool, an older build) still counts
             if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                return Err(ServeError::AlreadyServing(path.to_path_buf()));
+                let why = "a server answers on it".to_string();
+                return Err(ServeError::AlreadyServing { socket: path.to_path_buf(), why });
             }
             tracing::info!(socket = %path.display(), "removing stale socket");
             fs::remove_file(path).map_err(io_err(format!("removing stale socket {}", path.display())))?;
@@ -99,6 +104,22 @@ pub(crate) fn claim_socket(path: &Path) -> Result<SocketClaim, ServeError> {
         Err(e) => return Err(io_err(format!("checking {}", path.display()))(e)),
     }
     Ok(SocketClaim { path: path.to_path_buf(), lock })
+}
+
+/// The processes that have `file` open (a flock lives as long as any of
+/// them keeps it: a child forked and not yet exec'd holds its parent's), as
+/// `pid N (comm)`, for a refusal that says who is in the way.
+fn holders(file: &Path) -> String {
+    let mut found = Vec::new();
+    for proc_entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = proc_entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(fds) = fs::read_dir(proc_entry.path().join("fd")) else { continue };
+        if fds.flatten().any(|fd| fs::read_link(fd.path()).is_ok_and(|target| target == file)) {
+            let comm = fs::read_to_string(proc_entry.path().join("comm")).unwrap_or_default();
+            found.push(format!("pid {pid} ({})", comm.trim()));
+        }
+    }
+    if found.is_empty() { "a process this one cannot see".to_string() } else { found.join(", ") }
 }
 
 impl SocketClaim {
