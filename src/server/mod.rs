@@ -83,12 +83,10 @@ pub(crate) fn claim_socket(path: &Path) -> Result<SocketClaim, ServeError> {
     let mut lock_name = path.as_os_str().to_owned();
     lock_name.push(".lock");
     let lock_path = Path::new(&lock_name);
-    let lock = lock::try_exclusive_file(lock_path)
-        .map_err(io_err(format!("locking {}", lock_path.display())))?
-        .ok_or_else(|| ServeError::AlreadyServing {
-            socket: path.to_path_buf(),
-            why: format!("{} is locked by {}", lock_path.display(), holders(lock_path)),
-        })?;
+    let lock = lock_when_free(lock_path, LOCK_GRACE)?.ok_or_else(|| ServeError::AlreadyServing {
+        socket: path.to_path_buf(),
+        why: format!("{} is locked by {}", lock_path.display(), holders(lock_path)),
+    })?;
     match fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {
             // a server that holds no lock (another tool, an older build) still counts
@@ -104,6 +102,26 @@ pub(crate) fn claim_socket(path: &Path) -> Result<SocketClaim, ServeError> {
         Err(e) => return Err(io_err(format!("checking {}", path.display()))(e)),
     }
     Ok(SocketClaim { path: path.to_path_buf(), lock })
+}
+
+/// How long a start waits for the socket's lock: a daemon killed a moment
+/// ago may leave a child forked and not yet exec'd (or exited) that holds
+/// its descriptors, the lock among them, for a few milliseconds; a daemon
+/// that serves holds it for good.
+const LOCK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The lock on `path`, waited for up to `grace`; None if it is still held then.
+fn lock_when_free(path: &Path, grace: std::time::Duration) -> Result<Option<HeldLock>, ServeError> {
+    let deadline = std::time::Instant::now() + grace;
+    loop {
+        if let Some(lock) = lock::try_exclusive_file(path).map_err(io_err(format!("locking {}", path.display())))? {
+            return Ok(Some(lock));
+        }
+        if std::time::Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 /// The processes that have `file` open (a flock lives as long as any of
@@ -363,4 +381,35 @@ async fn run(
     drop(guard);
     tracing::info!(socket = %socket.display(), "socket removed, bye");
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_start_waits_for_a_lock_let_go_of_soon_and_refuses_one_held_on_naming_its_holder() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("run/rktlet.sock");
+        std::fs::create_dir_all(dir.path().join("run")).expect("run dir");
+        let lock_path = dir.path().join("run/rktlet.sock.lock");
+        // as a killed daemon's child still holding its descriptors for a moment
+        let held = lock::try_exclusive_file(&lock_path).expect("lock").expect("free");
+        let letting_go = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            drop(held);
+        });
+        let claim = claim_socket(&socket).expect("claimed once the lock was let go of");
+        letting_go.join().expect("thread");
+        drop(claim);
+
+        // held on, as by a daemon that serves: refused after the grace, naming who holds it
+        let _held = lock::try_exclusive_file(&lock_path).expect("lock").expect("free again");
+        let started = std::time::Instant::now();
+        let e = claim_socket(&socket).expect_err("refused");
+        assert!(started.elapsed() >= LOCK_GRACE, "waited {:?}", started.elapsed());
+        let said = e.to_string();
+        assert!(said.contains("already serving"), "{said}");
+        assert!(said.contains(&format!("is locked by pid {} (", std::process::id())), "{said}");
+    }
 }
