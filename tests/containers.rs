@@ -2201,12 +2201,16 @@ async fn cgroup_fs(pid: cri::NamespaceMode) {
     let script = "grep ' /sys/fs/cgroup ' /proc/self/mountinfo | tail -n 1 | cut -d' ' -f6 | cut -d, -f1; \
                   cg=/sys/fs/cgroup; [ -d $cg/memory ] && cg=$cg/memory; \
                   echo $$ 2>&1 > $cg/cgroup.procs && echo wrote; true";
-    let id = e.create(&pod, "plain", &["sh", "-c", &format!("{script}; exec sleep 1000")], |_| {}).await;
+    // (appexec parks the v1 hierarchies on the pod's /tmp while it copies
+    // the app's cgroups out of them: that stays behind with the pod's mounts)
+    let parked = "grep -c ' /tmp ' /proc/self/mountinfo; true";
+    let id = e.create(&pod, "plain", &["sh", "-c", &format!("{script}; {parked}; exec sleep 1000")], |_| {}).await;
     e.start(&id).await;
-    let log = e.wait_log("cgroupfs", "plain", 2).await;
+    let log = e.wait_log("cgroupfs", "plain", 3).await;
     let out = log_content(&log);
     assert_eq!(out.first().map(String::as_str), Some("ro"), "{log}");
     assert!(out.get(1).is_some_and(|l| l.contains("Read-only file system")), "{log}");
+    assert_eq!(out.get(2).map(String::as_str), Some("0"), "a mount at /tmp: {log}");
     let ex = common::exec_sync(&mut e.rt, &id, &["sh", "-c", &format!("{{ {script}; }} 2>&1")]).await;
     let text = String::from_utf8_lossy(&ex.stdout);
     assert!(text.starts_with("ro\n") && text.contains("Read-only file system"), "an exec: {text}");

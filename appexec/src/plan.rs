@@ -63,6 +63,11 @@ pub struct Plan {
     /// the cgroup goes with the unit: the daemon reports the container
     /// OOMKilled whichever of its processes the kernel chose.
     pub oom_marker: Option<CString>,
+    /// `started=PATH`: a FIFO of the pod's that the daemon reads; once
+    /// systemd is told the unit started, a byte written there tells the
+    /// daemon too, sooner than systemd's job would (a reader that is gone,
+    /// or no FIFO at all, changes nothing: the job still ends).
+    pub started: Option<CString>,
     /// `cgroupfs=ro` or `cgroupfs=rw`: the app's own cgroups at its
     /// /sys/fs/cgroup, each hierarchy's at its place there (`proc::cgroup_view`),
     /// read-only or not (a privileged container's), as runc shows a container
@@ -161,6 +166,7 @@ pub fn parse(args: impl IntoIterator<Item = Vec<u8>>) -> Result<Plan, String> {
             "restore" => plan.restore = Some(cstring(value.into())?),
             "env" => plan.env_file = Some(cstring(value.into())?),
             "oom" => plan.oom_marker = Some(cstring(value.into())?),
+            "started" => plan.started = Some(cstring(value.into())?),
             "cgroupfs" => {
                 plan.cgroup_view = Some(match value {
                     "ro" => true,
@@ -228,6 +234,7 @@ mod tests {
             "cgwait=app-7:3",
             "env=/rkt/env/app.environ",
             "oom=/rkt/status/app-oom",
+            "started=/rkt/status/app-execd",
             "--",
             "/bin/sh",
             "sh",
@@ -267,6 +274,7 @@ mod tests {
         assert_eq!(plan.deny, ["mount", "unshare", "setns"]);
         assert_eq!(plan.env_file, Some(c("/rkt/env/app.environ")));
         assert_eq!(plan.oom_marker, Some(c("/rkt/status/app-oom")));
+        assert_eq!(plan.started, Some(c("/rkt/status/app-execd")));
         assert_eq!(plan.errno, Some(1));
         assert_eq!(plan.caps, Some(0xa804_25fb));
         assert_eq!((plan.uid, plan.gid), (1000, 1000));

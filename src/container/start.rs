@@ -10,7 +10,7 @@ use super::stop::stop_app;
 use super::{ContainerError, Target, app_cgroup, meta, open, unit, with_bus};
 use crate::runtime::{EventKind, Runtime};
 use crate::stage1::app::{self, AppPaths, AppState};
-use crate::stage1::appexec::{Bind, PidMode, Plan};
+use crate::stage1::appexec::{Bind, PidMode, Plan, StartedFifo};
 use crate::stage1::bus::{BindPath, BusError, ExecCommand, Output, Property, ServiceSpec, UnitBus, Value};
 use crate::stage1::crilog::{self, Stream};
 use crate::stage1::seccomp;
@@ -93,14 +93,14 @@ pub(crate) async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> 
     let mut spec = base_spec(&t, &paths, id, &section)?;
     let isolators = isolators(&t, &section, &mut spec)?;
     steps.mark("spec");
-    let (pid_mode, limits, placed) =
+    let (pid_mode, limits, placed, started) =
         plan_namespaces_and_cgroups(rt, &t, &paths, pid1, &mut spec, isolators, &mut steps)?;
     unit_properties(&t, pid1, &limits, &mut spec);
     let tty_slave = stdio(&t, pid1, id, &section, &mut spec)?;
     steps.mark("stdio");
     mark_before_start(&paths, &pid_mode)?;
     steps.mark("mark");
-    if let Some(e) = start_unit(rt, &t, &paths, id, &spec, &placed) {
+    if let Some(e) = start_unit(rt, &t, &paths, id, &spec, &placed, started.as_ref()) {
         if let Some(pty) = tty_slave {
             release_terminal(&t, pid1, pty);
         }
@@ -226,7 +226,7 @@ fn restore_unit(
     let section = t.app.app.clone().unwrap_or_default();
     stdio(t, pid1, id, &section, &mut spec)?;
     mark_before_start(paths, &PidMode::Container)?;
-    if let Some(e) = start_unit(rt, t, paths, id, &spec, &placed) {
+    if let Some(e) = start_unit(rt, t, paths, id, &spec, &placed, None) {
         let why = super::checkpoint::log_errors(&paths.checkpoint().join("restore.log"));
         return Err(match e {
             ContainerError::Bus(b) => ContainerError::Internal(format!("restoring container {id}: {b}{why}")),
@@ -345,7 +345,8 @@ fn isolators(t: &Target, section: &rkt::schema::App, spec: &mut ServiceSpec) -> 
 /// limits refreshed, where the daemon places it (cgroup v1: its cgroups,
 /// made here or while its unit starts), the API file systems from systemd
 /// or from appexec, the read-only root, identity files and device nodes.
-/// Returns the PID mode, the app's limits and its placement.
+/// Returns the PID mode, the app's limits, its placement and, for an app
+/// started through appexec, the FIFO that says it started.
 // (the steps timed are the start's own, continued here)
 fn plan_namespaces_and_cgroups(
     rt: &Runtime,
@@ -355,7 +356,7 @@ fn plan_namespaces_and_cgroups(
     spec: &mut ServiceSpec,
     isolators: Isolators,
     steps: &mut crate::base::steps::Steps,
-) -> Result<(PidMode, crate::cgroup::app::Limits, Placed), ContainerError> {
+) -> Result<(PidMode, crate::cgroup::app::Limits, Placed, Option<StartedFifo>), ContainerError> {
     let Isolators { masked, readonly, filter } = isolators;
     let pid_mode = tokio::task::block_in_place(|| pid_mode(rt, t, pid1))?;
     steps.mark("pid-mode");
@@ -408,11 +409,12 @@ fn plan_namespaces_and_cgroups(
     }
     spec.bind_paths.extend(device_nodes(paths, &meta::devices(&t.app))?);
     steps.mark("binds");
-    if let Some(appexec_paths) = appexec_paths {
-        own_pid_namespace(rt, t, pid1, &pid_mode, spec, filter, appexec_paths)?;
-    }
+    let started = match appexec_paths {
+        Some(appexec_paths) => own_pid_namespace(rt, t, pid1, &pid_mode, spec, filter, appexec_paths)?,
+        None => None,
+    };
     steps.mark("own-pid-ns");
-    Ok((pid_mode, limits, placed))
+    Ok((pid_mode, limits, placed, started))
 }
 
 /// Where appexec marks an OOM kill its unit's cgroup counted, in the pod.
@@ -554,8 +556,10 @@ fn mark_before_start(paths: &AppPaths, pid_mode: &PidMode) -> Result<(), Contain
 
 /// Starts the unit over the pod's bus, the app's cgroups made (when not
 /// yet) and the app moved into them meanwhile when the daemon places it
-/// ([`Placement::make_and_adopt`]). Returns why the start failed: a
-/// failed job is recorded as the app's exit, a refused call unmarks it.
+/// ([`Placement::make_and_adopt`]); with `started_fifo` (appexec's), done
+/// as soon as appexec says the app runs, before systemd's job ends.
+/// Returns why the start failed: a failed job is recorded as the app's
+/// exit, a refused call unmarks it.
 fn start_unit(
     rt: &Runtime,
     t: &Target,
@@ -563,6 +567,7 @@ fn start_unit(
     id: &str,
     spec: &ServiceSpec,
     placed: &Placed,
+    started_fifo: Option<&StartedFifo>,
 ) -> Option<ContainerError> {
     // Ok(Err(..)): the job failed, so its process ran and could not become
     // the app, which ends the container (containerd reports a start error as
@@ -573,9 +578,15 @@ fn start_unit(
         let starting = std::sync::atomic::AtomicBool::new(true);
         std::thread::scope(|scope| {
             let adopter = placed.as_ref().map(|p| scope.spawn(|| p.make_and_adopt(&starting)));
-            let started = with_bus(rt, &t.pod, |bus| match bus.start_transient_service(spec) {
-                Err(e @ BusError::JobFailed { .. }) => Ok(Err(e)),
-                other => other.map(Ok),
+            let started = with_bus(rt, &t.pod, |bus| {
+                let started = match started_fifo {
+                    Some(fifo) => bus.start_transient_service_or_started(spec, fifo.reader()),
+                    None => bus.start_transient_service(spec),
+                };
+                match started {
+                    Err(e @ BusError::JobFailed { .. }) => Ok(Err(e)),
+                    other => other.map(Ok),
+                }
             });
             starting.store(false, std::sync::atomic::Ordering::Release);
             let placement = adopter.map(|a| a.join().unwrap_or_else(|_| Err(std::io::Error::other("panicked"))));
@@ -935,7 +946,7 @@ fn own_pid_namespace(
     spec: &mut ServiceSpec,
     filter: Option<(bool, Vec<String>, Option<i32>)>,
     AppexecPaths { masked, readonly, shared, apparmor, cgroup_wait, env_file }: AppexecPaths,
-) -> Result<(), ContainerError> {
+) -> Result<Option<StartedFifo>, ContainerError> {
     tokio::task::block_in_place(|| crate::stage1::appexec::ensure(&rt.data, &t.pod.path(), pid1))
         .map_err(|e| ContainerError::Internal(format!("putting appexec in pod {}: {e}", t.pod.uuid())))?;
     let id = |value: &str, what: &str| -> Result<u32, ContainerError> {
@@ -988,6 +999,12 @@ fn own_pid_namespace(
         cgroup_view: Some(!meta::privileged(&t.app)),
         ..Default::default()
     };
+    // the start learns from appexec itself that the app runs, sooner than
+    // from systemd's job (which it waits for without the FIFO)
+    let started = StartedFifo::make(&AppPaths::new(&t.pod, &t.app.name))
+        .inspect_err(|e| tracing::debug!(app = %t.app.name, error = %e, "no FIFO for the start: the job says it"))
+        .ok();
+    plan.started = started.as_ref().map(|f| f.in_pod().to_string());
     plan.groups = std::mem::take(&mut spec.supplementary_groups)
         .iter()
         .map(|g| id(g, "supplementary group"))
@@ -1005,7 +1022,7 @@ fn own_pid_namespace(
     // started once the app is exec'd (an exec or postStart hook right after
     // StartContainer finds it); an app that cannot be makes the start fail
     spec.notify_ready = true;
-    Ok(())
+    Ok(started)
 }
 
 /// A copy of the node's /proc (this process's, not its submounts) attached

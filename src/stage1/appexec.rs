@@ -92,6 +92,56 @@ pub(crate) fn ensure(data: &DataDir, pod_dir: &Path, pod_pid1: i32) -> io::Resul
     })
 }
 
+/// The FIFO through which appexec says the app started (`started=`),
+/// read while its unit starts (`PodBus::start_transient_service_or_started`):
+/// made in the app's status directory, which the pod sees at
+/// `/rkt/status`, and removed when dropped.
+pub(crate) struct StartedFifo {
+    path: PathBuf,
+    in_pod: String,
+    reader: std::os::fd::OwnedFd,
+}
+
+impl StartedFifo {
+    /// `-execd` after the app's name.
+    const SUFFIX: &'static str = "-execd";
+
+    /// Makes the app's FIFO (in place of one an interrupted start left)
+    /// and opens its read end, non-blocking.
+    pub(crate) fn make(paths: &super::app::AppPaths) -> io::Result<StartedFifo> {
+        let path = paths.status_file(Self::SUFFIX);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).map_err(io::Error::from)?;
+        let fifo = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+            .open(&path)
+            .inspect_err(|_| {
+                let _ = std::fs::remove_file(&path);
+            })?;
+        let in_pod = paths.status_file_in_pod(Self::SUFFIX).display().to_string();
+        Ok(StartedFifo { path, in_pod, reader: fifo.into() })
+    }
+
+    /// Its path in the pod, for appexec's `started=`.
+    pub(crate) fn in_pod(&self) -> &str {
+        &self.in_pod
+    }
+
+    pub(crate) fn reader(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.reader)
+    }
+}
+
+impl Drop for StartedFifo {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 /// The namespace calls appexec makes after systemd applied the app's
 /// seccomp filter: denied again once it is done with them.
 fn needs(pid: &PidMode) -> Vec<&'static str> {
@@ -220,6 +270,9 @@ pub(crate) struct Plan {
     /// Where appexec marks, once the app has ended, that its unit's cgroup
     /// v2 counted an OOM kill (`stage1::app::OOM_KILLED`).
     pub oom_marker: Option<String>,
+    /// The FIFO appexec writes a byte to once systemd is told the app
+    /// started ([`StartedFifo`], `started=`), in the pod.
+    pub started: Option<String>,
     /// The app's own cgroups at its /sys/fs/cgroup (`cgroupfs=`), as runc
     /// shows them (kubelet's swap checks and programs that size themselves
     /// read the container's limits there): `Some(true)` read-only, as for
@@ -322,11 +375,12 @@ impl Plan {
 
 impl Plan {
     /// What restored and started apps alike take: where appexec waits to
-    /// be placed (cgroup v1), where it marks an OOM kill, and the app's own
-    /// cgroups at its /sys/fs/cgroup.
+    /// be placed (cgroup v1), where it marks an OOM kill, where it says the
+    /// app started, and the app's own cgroups at its /sys/fs/cgroup.
     fn cgroup_args(&self, args: &mut Vec<String>) {
         args.extend(self.cgroup_wait.iter().map(|(name, n)| format!("cgwait={name}:{n}")));
         args.extend(self.oom_marker.iter().map(|f| format!("oom={f}")));
+        args.extend(self.started.iter().map(|f| format!("started={f}")));
         args.extend(self.cgroup_view.map(|ro| format!("cgroupfs={}", if ro { "ro" } else { "rw" })));
     }
 }
@@ -423,6 +477,35 @@ pub(crate) fn pid_in_pod(host_pid: i32) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What appexec's `started=` does with the FIFO: a writer that finds
+    /// the daemon reading makes its read end readable; one that comes once
+    /// the start went on (the FIFO removed) finds nothing, and fails at once.
+    #[test]
+    fn the_started_fifo_is_read_without_blocking_and_removed_after() {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let pod = rkt::pod::Pod::create(&DataDir::new(tmp.path().join("data"))).expect("create");
+        std::fs::create_dir_all(pod.stage1_rootfs().join("rkt/status")).expect("mkdir");
+        let paths = super::super::app::AppPaths::new(&pod, "web");
+        let on_node = paths.status_file("-execd");
+        // one an interrupted start left is made again
+        std::fs::write(&on_node, b"stale").expect("stale file");
+        let fifo = StartedFifo::make(&paths).expect("make");
+        assert_eq!(fifo.in_pod(), "/rkt/status/web-execd");
+        let readable = |f: &StartedFifo| {
+            let mut fds = [PollFd::new(f.reader(), PollFlags::POLLIN)];
+            poll(&mut fds, PollTimeout::ZERO).expect("poll") > 0
+        };
+        assert!(!readable(&fifo), "nothing written yet");
+        let open_writer =
+            || std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW).open(&on_node);
+        std::io::Write::write_all(&mut open_writer().expect("a reader is there"), b"r").expect("write");
+        assert!(readable(&fifo), "appexec's byte");
+        drop(fifo);
+        assert!(!on_node.exists(), "removed once the start is done");
+        assert_eq!(open_writer().expect_err("gone").kind(), io::ErrorKind::NotFound);
+    }
 
     fn list(l: &[&str]) -> Vec<String> {
         l.iter().map(|s| s.to_string()).collect()
@@ -525,6 +608,7 @@ mod tests {
             ],
             root_read_only: true,
             working_directory: Some("/work dir".into()),
+            started: Some("/rkt/status/a-execd".into()),
             ..Default::default()
         };
         let cmd = plan.command(&app);
@@ -550,6 +634,7 @@ mod tests {
                 "gid=3000",
                 "groups=4000",
                 "nnp",
+                "started=/rkt/status/a-execd",
                 "--",
                 "/bin/busybox",
                 "sh",

@@ -29,7 +29,7 @@ pub use worker::BusEvent;
 
 use sdbus::{Basic, Bus, SdError};
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -186,9 +186,72 @@ impl PodBus {
         self.start_unit_as(name, props, "start (until ready)")
     }
 
+    /// [`Self::start_transient_service`] for a unit whose program says it
+    /// has started through a FIFO (appexec's `started=`) as well as by
+    /// telling systemd: returns as soon as `started`, the FIFO's read end
+    /// (opened non-blocking), has something to read, without waiting for
+    /// the pod's systemd to take in the notification and end the job
+    /// (what StartContainer would otherwise wait for: systemd, this bus
+    /// thread and a hand-over to the caller's thread, about 1 ms here).
+    /// Whichever comes first decides: a job that ends first (it failed,
+    /// or systemd was quicker) as it does without the FIFO. A job still
+    /// running when this returns ends on its own; a stop replaces it.
+    pub(crate) fn start_transient_service_or_started(
+        &self,
+        spec: &ServiceSpec,
+        started: BorrowedFd<'_>,
+    ) -> Result<(), BusError> {
+        let gone = || BusError::Disconnected { pid1: self.pid1, reason: "the pod bus is closed".into() };
+        let props = spec.properties().map_err(|e| BusError::Call {
+            op: "StartTransientUnit",
+            unit: spec.name.clone(),
+            source: SdError::Errno { op: "duplicating an fd", errno: e.raw_os_error().unwrap_or(libc::EBADF) },
+        })?;
+        let op = if spec.notify_ready { "start (until ready)" } else { "start" };
+        // the job's end wakes this thread through a pipe, as the FIFO does
+        let (wake_r, wake_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| BusError::Call {
+            op: "StartTransientUnit",
+            unit: spec.name.clone(),
+            source: SdError::Errno { op: "a pipe", errno: e as i32 },
+        })?;
+        let (tx, rx) = mpsc::channel();
+        let reply = move |r| {
+            send(tx, r);
+            // (a closed read end: the caller went on already)
+            let _ = nix::unistd::write(&wake_w, b"j");
+        };
+        self.begin_start(spec.name.clone(), props, op, reply).ok_or_else(gone)?;
+        // (the pod bus thread answers by the job's deadline, or drops the reply when the bus closes)
+        if wait_readable(started, wake_r.as_fd(), START_TIMEOUT + CALL_TIMEOUT) == Readable::First {
+            return Ok(());
+        }
+        match rx.recv_timeout(Duration::ZERO) {
+            Ok(r) => r,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                Err(BusError::Timeout { unit: spec.name.clone(), job: "StartTransientUnit".into() })
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(gone()),
+        }
+    }
+
     fn start_unit_as(&self, name: &str, props: Vec<Property>, op: &'static str) -> Result<(), BusError> {
-        let unit = name.to_string();
-        self.request(move |w, reply| {
+        let gone = || BusError::Disconnected { pid1: self.pid1, reason: "the pod bus is closed".into() };
+        let (tx, rx) = mpsc::channel();
+        self.begin_start(name.to_string(), props, op, move |r| send(tx, r)).ok_or_else(gone)?;
+        rx.recv().map_err(|_| gone())?
+    }
+
+    /// Sends `StartTransientUnit` (from this thread, holding the bus) and
+    /// has `reply` called with the job's end, by the pod bus thread that
+    /// reads it, or here with the call's failure. None: the bus is closed.
+    fn begin_start(
+        &self,
+        unit: String,
+        props: Vec<Property>,
+        op: &'static str,
+        reply: impl FnOnce(Result<(), BusError>) + Send + 'static,
+    ) -> Option<()> {
+        reactor::with(&self.shared, move |w| {
             let started = (|| {
                 let bus = w.bus()?;
                 let call = |e| BusError::from_call("StartTransientUnit", &unit, e);
@@ -301,7 +364,7 @@ impl PodBus {
         self.request(move |w, reply| {
             let job = manager_call(w, op, &unit, &[Basic::Str(&unit), Basic::Str("replace")])
                 .and_then(|mut r| r.read_str(b'o').map_err(|e| BusError::from_call(op, &unit, e)));
-            reply_when_done(w, job, op, unit, Instant::now() + timeout, reply)
+            reply_when_done(w, job, op, unit, Instant::now() + timeout, move |r| send(reply, r))
         })
     }
 
@@ -328,6 +391,35 @@ impl Drop for PodBus {
 impl std::fmt::Debug for PodBus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PodBus").field("pid1", &self.pid1).finish()
+    }
+}
+
+/// Which of two descriptors [`wait_readable`] found readable first.
+#[derive(Debug, PartialEq, Eq)]
+enum Readable {
+    First,
+    /// The second, or neither within the time (or poll failed).
+    Other,
+}
+
+/// Waits until `first` or `second` has something to read (or is hung up),
+/// at most `timeout`; `first` wins a tie.
+fn wait_readable(first: BorrowedFd<'_>, second: BorrowedFd<'_>, timeout: Duration) -> Readable {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ms = u16::try_from(left.as_millis().min(10_000)).unwrap_or(10_000);
+        let mut fds = [PollFd::new(first, PollFlags::POLLIN), PollFd::new(second, PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(n) if n > 0 => {
+                let ready = fds[0].revents().is_some_and(|r| r.intersects(PollFlags::POLLIN));
+                return if ready { Readable::First } else { Readable::Other };
+            }
+            Ok(_) if left.is_zero() => return Readable::Other,
+            Ok(_) | Err(nix::Error::EINTR) => {}
+            Err(_) => return Readable::Other,
+        }
     }
 }
 
@@ -358,16 +450,13 @@ fn reply_when_done(
     op: &'static str,
     unit: String,
     deadline: Instant,
-    reply: mpsc::Sender<Result<(), BusError>>,
+    reply: impl FnOnce(Result<(), BusError>) + Send + 'static,
 ) {
     match job {
-        Err(e) => send(reply, Err(e)),
-        Ok(job) => w.await_job(
-            job,
-            &unit.clone(),
-            deadline,
-            Box::new(move |w, res| send(reply, job_result(w, op, &unit, res))),
-        ),
+        Err(e) => reply(Err(e)),
+        Ok(job) => {
+            w.await_job(job, &unit.clone(), deadline, Box::new(move |w, res| reply(job_result(w, op, &unit, res))))
+        }
     }
 }
 
@@ -428,5 +517,31 @@ pub(crate) fn exit_code(exit: &MainExit) -> i32 {
     match exit {
         MainExit::Exited(c) => *c,
         MainExit::Killed(s) | MainExit::Dumped(s) => 128 + s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The wait behind [`PodBus::start_transient_service_or_started`]:
+    /// the FIFO wins over the job when both are there, the job's pipe (or
+    /// its writer gone) ends the wait as well, and neither ends it at the
+    /// timeout.
+    #[test]
+    fn a_start_waits_for_the_fifo_or_the_job() {
+        let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
+        let ((fifo_r, fifo_w), (job_r, job_w)) = (pipe(), pipe());
+        let short = Duration::from_millis(20);
+        let began = Instant::now();
+        assert_eq!(wait_readable(fifo_r.as_fd(), job_r.as_fd(), short), Readable::Other, "neither");
+        assert!(began.elapsed() >= short, "waited for the timeout");
+        nix::unistd::write(&job_w, b"j").expect("write");
+        assert_eq!(wait_readable(fifo_r.as_fd(), job_r.as_fd(), START_TIMEOUT), Readable::Other, "the job");
+        nix::unistd::write(&fifo_w, b"r").expect("write");
+        assert_eq!(wait_readable(fifo_r.as_fd(), job_r.as_fd(), START_TIMEOUT), Readable::First, "both: the FIFO");
+        let ((fifo_r, _fifo_w), (job_r, job_w)) = (pipe(), pipe());
+        drop(job_w);
+        assert_eq!(wait_readable(fifo_r.as_fd(), job_r.as_fd(), START_TIMEOUT), Readable::Other, "the reply dropped");
     }
 }
