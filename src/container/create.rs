@@ -297,6 +297,11 @@ fn pid_namespace(asked: &PidAsked, pod_id: &str, pod: &schema::PodManifest) -> R
 
 /// Creates the container: its app added to running pod `req.pod_id`. Its container id.
 pub(crate) async fn create(rt: &Runtime, req: Request) -> Result<String, ContainerError> {
+    // one blocking section for the whole creation (as `start::start`)
+    tokio::task::block_in_place(|| create_blocking(rt, req))
+}
+
+fn create_blocking(rt: &Runtime, req: Request) -> Result<String, ContainerError> {
     let image_ref = req.image.clone();
     let mut steps = crate::base::steps::Steps::new();
     crate::cgroup::warm::hold(crate::cgroup::warm::CONTAINER_CREATE);

@@ -78,6 +78,13 @@ struct Isolators {
 /// Starts created container `id`: its unit described and started in the
 /// pod's systemd; returns once the app runs (or failed to, recorded as its exit).
 pub(crate) async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
+    // one blocking section for the whole start: each of its steps' own
+    // (block_in_place) is then free, where each would hand the worker's
+    // core to another thread and take it back
+    tokio::task::block_in_place(|| start_blocking(rt, id))
+}
+
+fn start_blocking(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
     let mut steps = crate::base::steps::Steps::new();
     // placing the unit's process and then its controllers wait for no RCU grace period each
     crate::cgroup::warm::hold(crate::cgroup::warm::CONTAINER_START);
