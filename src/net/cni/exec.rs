@@ -288,7 +288,13 @@ impl Network {
         caps: &Map<String, Value>,
     ) -> Result<Option<Value>, CniError> {
         for i in range {
-            match self.run_plugin(i, Command::Add, req, prev.as_ref(), caps).await {
+            let mut added = self.run_plugin(i, Command::Add, req, prev.as_ref(), caps).await;
+            if added.as_ref().is_err_and(lost_a_chain_race) {
+                // the chain is there now, made by the other ADD: once more
+                tracing::debug!(network = self.name(), container = %req.container_id, "CNI ADD lost an iptables chain race, again");
+                added = self.run_plugin(i, Command::Add, req, prev.as_ref(), caps).await;
+            }
+            match added {
                 Ok(result) => prev = Some(result),
                 Err(e) => {
                     tracing::warn!(network = self.name(), container = %req.container_id, error = %e, "CNI ADD failed, undoing");
@@ -594,9 +600,42 @@ fn version_at_least(version: &str, min: (u32, u32)) -> bool {
     (major, minor) >= min
 }
 
+/// Whether a plugin's ADD failed because another ADD made the same
+/// iptables chain between its check and its own create: portmap's shared
+/// chains (CNI-HOSTPORT-*) on a node that has none yet, when pods start at
+/// once. The plugins treat an existing chain as fine, but only as the
+/// legacy iptables words it ("Chain already exists"); iptables-nft (Debian
+/// 12's) says `CHAIN_USER_ADD failed (File exists)`.
+fn lost_a_chain_race(e: &CniError) -> bool {
+    matches!(e, CniError::Plugin { message, .. }
+        if message.contains("iptables") && message.contains("chain") && message.contains("File exists"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lost_iptables_chain_race_is_told_apart() {
+        let plugin = |message: &str| CniError::Plugin {
+            network: "pods".into(),
+            plugin: "portmap".into(),
+            command: "ADD",
+            code: Some(999),
+            message: message.into(),
+        };
+        // as portmap 1.1.1 reported it under iptables-nft (a test run, two ADDs at once)
+        let raced = "unable to create chain CNI-HOSTPORT-SETMARK: running [/usr/sbin/iptables -t nat -N \
+                     CNI-HOSTPORT-MASQ --wait]: exit status 4: iptables v1.8.9 (nf_tables):  CHAIN_USER_ADD \
+                     failed (File exists): chain CNI-HOSTPORT-MASQ\n (CNI code 999)";
+        assert!(lost_a_chain_race(&plugin(raced)));
+        assert!(!lost_a_chain_race(&plugin("failed to set bridge addr: could not add IP address: file exists")));
+        assert!(!lost_a_chain_race(&plugin(
+            "running [/usr/sbin/iptables -t nat -N X]: exit status 1: Permission denied"
+        )));
+        let missing = CniError::MissingPlugin { network: "pods".into(), plugin: "portmap".into(), dirs: "/x".into() };
+        assert!(!lost_a_chain_race(&missing));
+    }
 
     fn network(json: &str) -> Network {
         let config = NetworkConfig::parse(Path::new("t.conflist"), json.as_bytes().to_vec()).expect("config");
