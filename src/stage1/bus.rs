@@ -29,7 +29,7 @@ pub use worker::BusEvent;
 
 use sdbus::{Basic, Bus, SdError};
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -208,17 +208,18 @@ impl PodBus {
             source: SdError::Errno { op: "duplicating an fd", errno: e.raw_os_error().unwrap_or(libc::EBADF) },
         })?;
         let op = if spec.notify_ready { "start (until ready)" } else { "start" };
-        // the job's end wakes this thread through a pipe, as the FIFO does
-        let (wake_r, wake_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| BusError::Call {
+        // the job's end wakes this thread through a socket pair, as the FIFO
+        // does (a socket: the write after the caller went on fails with
+        // MSG_NOSIGNAL instead of raising SIGPIPE, which the CLI does not ignore)
+        let (wake_r, wake_w) = std::os::unix::net::UnixStream::pair().map_err(|e| BusError::Call {
             op: "StartTransientUnit",
             unit: spec.name.clone(),
-            source: SdError::Errno { op: "a pipe", errno: e as i32 },
+            source: SdError::Errno { op: "a socket pair", errno: e.raw_os_error().unwrap_or(libc::EMFILE) },
         })?;
         let (tx, rx) = mpsc::channel();
         let reply = move |r| {
             send(tx, r);
-            // (a closed read end: the caller went on already)
-            let _ = nix::unistd::write(&wake_w, b"j");
+            let _ = nix::sys::socket::send(wake_w.as_raw_fd(), b"j", nix::sys::socket::MsgFlags::MSG_NOSIGNAL);
         };
         self.begin_start(spec.name.clone(), props, op, reply).ok_or_else(gone)?;
         // (the pod bus thread answers by the job's deadline, or drops the reply when the bus closes)
