@@ -2211,6 +2211,13 @@ async fn cgroup_fs(pid: cri::NamespaceMode) {
     assert_eq!(out.first().map(String::as_str), Some("ro"), "{log}");
     assert!(out.get(1).is_some_and(|l| l.contains("Read-only file system")), "{log}");
     assert_eq!(out.get(2).map(String::as_str), Some("0"), "a mount at /tmp: {log}");
+    // a start through appexec hears from it through a FIFO, gone once the start returned
+    let execd = e.d.dir.path().join("data/pods/run").join(&pod.0).join("stage1/rootfs/rkt/execd");
+    let left: Vec<_> =
+        std::fs::read_dir(&execd).map(|d| d.flatten().map(|f| f.file_name()).collect()).unwrap_or_default();
+    // (there on cgroup v1, where every app is placed in its cgroups by appexec)
+    assert!(execd.exists() || !Path::new("/sys/fs/cgroup/memory").exists(), "no FIFO made on cgroup v1");
+    assert!(left.is_empty(), "FIFOs left after the start: {left:?}");
     let ex = common::exec_sync(&mut e.rt, &id, &["sh", "-c", &format!("{{ {script}; }} 2>&1")]).await;
     let text = String::from_utf8_lossy(&ex.stdout);
     assert!(text.starts_with("ro\n") && text.contains("Read-only file system"), "an exec: {text}");

@@ -266,9 +266,7 @@ fn restore(plan: &Plan, pidfile: &CStr) -> ! {
         .ok()
         .and_then(|s| s.trim().parse::<c_int>().ok())
         .unwrap_or_else(|| fail(&format!("no pid in {path} after criu restore"), 0));
-    if ready() {
-        tell_started(plan.started.as_deref());
-    } else {
+    if !ready() {
         // SAFETY: a signal to the restored container, our child.
         unsafe { kill(restored, SIGKILL) };
     }
@@ -714,10 +712,11 @@ fn own_cgroups() -> Option<OwnCgroups> {
         }
         proc::CgroupView::V1(hierarchies) => {
             let mut trees = Vec::new();
-            let staged = stage();
+            // (made for the first hierarchy had: in a user namespace none is)
+            let mut staged = None;
             for (i, h) in hierarchies.into_iter().enumerate() {
                 let Some(mount) = v1_hierarchy(&h) else { continue };
-                let fd = match staged.then(|| staged_copy(mount, i, &h.path)) {
+                let fd = match staged.get_or_insert_with(stage).then(|| staged_copy(mount, i, &h.path)) {
                     Some(Ok(fd)) => fd,
                     Some(Err(())) | None => detached_copy(mount, &h.path),
                 };

@@ -64,9 +64,10 @@ pub struct Plan {
     /// OOMKilled whichever of its processes the kernel chose.
     pub oom_marker: Option<CString>,
     /// `started=PATH`: a FIFO of the pod's that the daemon reads; once
-    /// systemd is told the unit started, a byte written there tells the
-    /// daemon too, sooner than systemd's job would (a reader that is gone,
-    /// or no FIFO at all, changes nothing: the job still ends).
+    /// systemd is told the app started (not in restore mode), a byte
+    /// written there tells the daemon too, sooner than systemd's job would
+    /// (a reader that is gone, or no FIFO at all, changes nothing: the job
+    /// still ends).
     pub started: Option<CString>,
     /// `cgroupfs=ro` or `cgroupfs=rw`: the app's own cgroups at its
     /// /sys/fs/cgroup, each hierarchy's at its place there (`proc::cgroup_view`),
@@ -234,7 +235,7 @@ mod tests {
             "cgwait=app-7:3",
             "env=/rkt/env/app.environ",
             "oom=/rkt/status/app-oom",
-            "started=/rkt/status/app-execd",
+            "started=/rkt/execd/app",
             "--",
             "/bin/sh",
             "sh",
@@ -274,7 +275,7 @@ mod tests {
         assert_eq!(plan.deny, ["mount", "unshare", "setns"]);
         assert_eq!(plan.env_file, Some(c("/rkt/env/app.environ")));
         assert_eq!(plan.oom_marker, Some(c("/rkt/status/app-oom")));
-        assert_eq!(plan.started, Some(c("/rkt/status/app-execd")));
+        assert_eq!(plan.started, Some(c("/rkt/execd/app")));
         assert_eq!(plan.errno, Some(1));
         assert_eq!(plan.caps, Some(0xa804_25fb));
         assert_eq!((plan.uid, plan.gid), (1000, 1000));

@@ -378,6 +378,8 @@ fn remove_files(pod: &Pod, paths: &AppPaths, tree_id: Option<&str>) {
     let _ = fs::remove_file(paths.env_file());
     let _ = fs::remove_dir_all(paths.devices());
     let _ = fs::remove_dir_all(paths.checkpoint());
+    // (a start interrupted by a crash leaves its FIFO)
+    let _ = fs::remove_file(paths.started_fifo());
     for suffix in ["", "-created", "-started", STARTED_SPARE, "-stopping", START_ERROR, OOM_KILLED, HOST_PID] {
         let _ = fs::remove_file(paths.status_file(suffix));
     }

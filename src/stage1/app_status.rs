@@ -69,6 +69,19 @@ impl AppPaths {
         Path::new("/rkt/env").join(format!("{}.environ", self.name))
     }
 
+    /// The FIFO through which appexec says the app started
+    /// (`stage1::appexec::StartedFifo`): in a directory of its own, which
+    /// the pod watch does not watch, named as the app (an ACName: no other
+    /// app's file can be at that path).
+    pub(crate) fn started_fifo(&self) -> PathBuf {
+        self.stage1.join("rkt/execd").join(&self.name)
+    }
+
+    /// [`AppPaths::started_fifo`] as the pod sees it.
+    pub(crate) fn started_fifo_in_pod(&self) -> PathBuf {
+        Path::new("/rkt/execd").join(&self.name)
+    }
+
     /// Device nodes made for the app (bound into its root by its unit).
     pub(crate) fn devices(&self) -> PathBuf {
         self.stage1.join("rkt/devices").join(&self.name)

@@ -94,8 +94,8 @@ pub(crate) fn ensure(data: &DataDir, pod_dir: &Path, pod_pid1: i32) -> io::Resul
 
 /// The FIFO through which appexec says the app started (`started=`),
 /// read while its unit starts (`PodBus::start_transient_service_or_started`):
-/// made in the app's status directory, which the pod sees at
-/// `/rkt/status`, and removed when dropped.
+/// made at [`super::app::AppPaths::started_fifo`] (the pod's
+/// `/rkt/execd/<app>`), and removed when dropped.
 pub(crate) struct StartedFifo {
     path: PathBuf,
     in_pod: String,
@@ -103,13 +103,16 @@ pub(crate) struct StartedFifo {
 }
 
 impl StartedFifo {
-    /// `-execd` after the app's name.
-    const SUFFIX: &'static str = "-execd";
-
     /// Makes the app's FIFO (in place of one an interrupted start left)
     /// and opens its read end, non-blocking.
     pub(crate) fn make(paths: &super::app::AppPaths) -> io::Result<StartedFifo> {
-        let path = paths.status_file(Self::SUFFIX);
+        let path = paths.started_fifo();
+        if let Some(dir) = path.parent() {
+            match std::fs::create_dir(dir) {
+                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+                _ => {}
+            }
+        }
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
             _ => {}
@@ -122,7 +125,7 @@ impl StartedFifo {
             .inspect_err(|_| {
                 let _ = std::fs::remove_file(&path);
             })?;
-        let in_pod = paths.status_file_in_pod(Self::SUFFIX).display().to_string();
+        let in_pod = paths.started_fifo_in_pod().display().to_string();
         Ok(StartedFifo { path, in_pod, reader: fifo.into() })
     }
 
@@ -488,11 +491,13 @@ mod tests {
         let pod = rkt::pod::Pod::create(&DataDir::new(tmp.path().join("data"))).expect("create");
         std::fs::create_dir_all(pod.stage1_rootfs().join("rkt/status")).expect("mkdir");
         let paths = super::super::app::AppPaths::new(&pod, "web");
-        let on_node = paths.status_file("-execd");
+        let on_node = paths.started_fifo();
+        let fifo = StartedFifo::make(&paths).expect("make");
+        assert_eq!(fifo.in_pod(), "/rkt/execd/web");
+        drop(fifo);
         // one an interrupted start left is made again
         std::fs::write(&on_node, b"stale").expect("stale file");
-        let fifo = StartedFifo::make(&paths).expect("make");
-        assert_eq!(fifo.in_pod(), "/rkt/status/web-execd");
+        let fifo = StartedFifo::make(&paths).expect("made again");
         let readable = |f: &StartedFifo| {
             let mut fds = [PollFd::new(f.reader(), PollFlags::POLLIN)];
             poll(&mut fds, PollTimeout::ZERO).expect("poll") > 0
@@ -608,7 +613,7 @@ mod tests {
             ],
             root_read_only: true,
             working_directory: Some("/work dir".into()),
-            started: Some("/rkt/status/a-execd".into()),
+            started: Some("/rkt/execd/a".into()),
             ..Default::default()
         };
         let cmd = plan.command(&app);
@@ -634,7 +639,7 @@ mod tests {
                 "gid=3000",
                 "groups=4000",
                 "nnp",
-                "started=/rkt/status/a-execd",
+                "started=/rkt/execd/a",
                 "--",
                 "/bin/busybox",
                 "sh",

@@ -169,13 +169,7 @@ impl PodBus {
 
     /// Starts the transient service `spec` and waits for its start job.
     pub fn start_transient_service(&self, spec: &ServiceSpec) -> Result<(), BusError> {
-        let props = spec.properties().map_err(|e| BusError::Call {
-            op: "StartTransientUnit",
-            unit: spec.name.clone(),
-            source: SdError::Errno { op: "duplicating an fd", errno: e.raw_os_error().unwrap_or(libc::EBADF) },
-        })?;
-        // a unit that says when it is ready has not started if it ends before
-        let op = if spec.notify_ready { "start (until ready)" } else { "start" };
+        let (props, op) = start_of(spec)?;
         self.start_unit_as(&spec.name, props, op)
     }
 
@@ -192,7 +186,7 @@ impl PodBus {
     /// (opened non-blocking), has something to read, without waiting for
     /// the pod's systemd to take in the notification and end the job
     /// (what StartContainer would otherwise wait for: systemd, this bus
-    /// thread and a hand-over to the caller's thread, about 1 ms here).
+    /// thread and a hand-over to the caller's thread).
     /// Whichever comes first decides: a job that ends first (it failed,
     /// or systemd was quicker) as it does without the FIFO. A job still
     /// running when this returns ends on its own; a stop replaces it.
@@ -201,13 +195,7 @@ impl PodBus {
         spec: &ServiceSpec,
         started: BorrowedFd<'_>,
     ) -> Result<(), BusError> {
-        let gone = || BusError::Disconnected { pid1: self.pid1, reason: "the pod bus is closed".into() };
-        let props = spec.properties().map_err(|e| BusError::Call {
-            op: "StartTransientUnit",
-            unit: spec.name.clone(),
-            source: SdError::Errno { op: "duplicating an fd", errno: e.raw_os_error().unwrap_or(libc::EBADF) },
-        })?;
-        let op = if spec.notify_ready { "start (until ready)" } else { "start" };
+        let (props, op) = start_of(spec)?;
         // the job's end wakes this thread through a socket pair, as the FIFO
         // does (a socket: the write after the caller went on fails with
         // MSG_NOSIGNAL instead of raising SIGPIPE, which the CLI does not ignore)
@@ -221,25 +209,25 @@ impl PodBus {
             send(tx, r);
             let _ = nix::sys::socket::send(wake_w.as_raw_fd(), b"j", nix::sys::socket::MsgFlags::MSG_NOSIGNAL);
         };
-        self.begin_start(spec.name.clone(), props, op, reply).ok_or_else(gone)?;
+        self.begin_start(spec.name.clone(), props, op, reply).ok_or_else(|| self.gone())?;
         // (the pod bus thread answers by the job's deadline, or drops the reply when the bus closes)
-        if wait_readable(started, wake_r.as_fd(), START_TIMEOUT + CALL_TIMEOUT) == Readable::First {
-            return Ok(());
-        }
-        match rx.recv_timeout(Duration::ZERO) {
-            Ok(r) => r,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                Err(BusError::Timeout { unit: spec.name.clone(), job: "StartTransientUnit".into() })
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => Err(gone()),
+        match wait_readable(started, wake_r.as_fd(), START_TIMEOUT + CALL_TIMEOUT) {
+            Readable::First => Ok(()),
+            // the reply was sent before the wake-up, or dropped: no wait here
+            Readable::Second => rx.recv().map_err(|_| self.gone())?,
+            Readable::Neither => Err(BusError::Timeout { unit: spec.name.clone(), job: "StartTransientUnit".into() }),
         }
     }
 
     fn start_unit_as(&self, name: &str, props: Vec<Property>, op: &'static str) -> Result<(), BusError> {
-        let gone = || BusError::Disconnected { pid1: self.pid1, reason: "the pod bus is closed".into() };
         let (tx, rx) = mpsc::channel();
-        self.begin_start(name.to_string(), props, op, move |r| send(tx, r)).ok_or_else(gone)?;
-        rx.recv().map_err(|_| gone())?
+        self.begin_start(name.to_string(), props, op, move |r| send(tx, r)).ok_or_else(|| self.gone())?;
+        rx.recv().map_err(|_| self.gone())?
+    }
+
+    /// The error of a call on a closed bus.
+    fn gone(&self) -> BusError {
+        BusError::Disconnected { pid1: self.pid1, reason: "the pod bus is closed".into() }
     }
 
     /// Sends `StartTransientUnit` (from this thread, holding the bus) and
@@ -375,10 +363,9 @@ impl PodBus {
         &self,
         f: impl FnOnce(&mut Worker, mpsc::Sender<Result<T, BusError>>) + Send + 'static,
     ) -> Result<T, BusError> {
-        let gone = || BusError::Disconnected { pid1: self.pid1, reason: "the pod bus is closed".into() };
         let (tx, rx) = mpsc::channel();
-        reactor::with(&self.shared, move |w| f(w, tx)).ok_or_else(gone)?;
-        rx.recv().map_err(|_| gone())?
+        reactor::with(&self.shared, move |w| f(w, tx)).ok_or_else(|| self.gone())?;
+        rx.recv().map_err(|_| self.gone())?
     }
 }
 
@@ -395,31 +382,55 @@ impl std::fmt::Debug for PodBus {
     }
 }
 
+/// `spec`'s properties, and the name its start goes by: a unit that says
+/// when it is ready has not started if it ends before.
+fn start_of(spec: &ServiceSpec) -> Result<(Vec<Property>, &'static str), BusError> {
+    let props = spec.properties().map_err(|e| BusError::Call {
+        op: "StartTransientUnit",
+        unit: spec.name.clone(),
+        source: SdError::Errno { op: "duplicating an fd", errno: e.raw_os_error().unwrap_or(libc::EBADF) },
+    })?;
+    Ok((props, if spec.notify_ready { "start (until ready)" } else { "start" }))
+}
+
 /// Which of two descriptors [`wait_readable`] found readable first.
 #[derive(Debug, PartialEq, Eq)]
 enum Readable {
     First,
-    /// The second, or neither within the time (or poll failed).
-    Other,
+    Second,
+    Neither,
 }
 
-/// Waits until `first` or `second` has something to read (or is hung up),
-/// at most `timeout`; `first` wins a tie.
+/// Waits until `first` has something to read, or `second` has or is hung
+/// up, at most `timeout`; `first` wins a tie. A `first` hung up with
+/// nothing to read (a FIFO's writer gone without a byte) is waited on no
+/// longer.
 fn wait_readable(first: BorrowedFd<'_>, second: BorrowedFd<'_>, timeout: Duration) -> Readable {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let deadline = Instant::now() + timeout;
+    let mut first_open = true;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let ms = u16::try_from(left.as_millis().min(10_000)).unwrap_or(10_000);
-        let mut fds = [PollFd::new(first, PollFlags::POLLIN), PollFd::new(second, PollFlags::POLLIN)];
+        let mut fds = vec![PollFd::new(second, PollFlags::POLLIN)];
+        if first_open {
+            fds.push(PollFd::new(first, PollFlags::POLLIN));
+        }
         match poll(&mut fds, PollTimeout::from(ms)) {
             Ok(n) if n > 0 => {
-                let ready = fds[0].revents().is_some_and(|r| r.intersects(PollFlags::POLLIN));
-                return if ready { Readable::First } else { Readable::Other };
+                let first_said = fds.get(1).and_then(PollFd::revents).unwrap_or(PollFlags::empty());
+                if first_said.intersects(PollFlags::POLLIN) {
+                    return Readable::First;
+                }
+                if fds[0].revents().is_some_and(|r| !r.is_empty()) {
+                    return Readable::Second;
+                }
+                // (POLLHUP stays: polled again, it would wake this loop at once)
+                first_open = false;
             }
-            Ok(_) if left.is_zero() => return Readable::Other,
+            Ok(_) if left.is_zero() => return Readable::Neither,
             Ok(_) | Err(nix::Error::EINTR) => {}
-            Err(_) => return Readable::Other,
+            Err(_) => return Readable::Neither,
         }
     }
 }
@@ -526,8 +537,9 @@ mod tests {
     use super::*;
 
     /// The wait behind [`PodBus::start_transient_service_or_started`]:
-    /// the FIFO wins over the job when both are there, the job's pipe (or
-    /// its writer gone) ends the wait as well, and neither ends it at the
+    /// the FIFO wins over the job when both are there, the job's wake-up
+    /// (or its writer gone) ends the wait as well, a FIFO whose writer left
+    /// without a byte is waited on no longer, and neither ends it at the
     /// timeout.
     #[test]
     fn a_start_waits_for_the_fifo_or_the_job() {
@@ -535,14 +547,22 @@ mod tests {
         let ((fifo_r, fifo_w), (job_r, job_w)) = (pipe(), pipe());
         let short = Duration::from_millis(20);
         let began = Instant::now();
-        assert_eq!(wait_readable(fifo_r.as_fd(), job_r.as_fd(), short), Readable::Other, "neither");
+        assert_eq!(wait_readable(fifo_r.as_fd(), job_r.as_fd(), short), Readable::Neither, "neither");
         assert!(began.elapsed() >= short, "waited for the timeout");
         nix::unistd::write(&job_w, b"j").expect("write");
-        assert_eq!(wait_readable(fifo_r.as_fd(), job_r.as_fd(), START_TIMEOUT), Readable::Other, "the job");
+        assert_eq!(wait_readable(fifo_r.as_fd(), job_r.as_fd(), START_TIMEOUT), Readable::Second, "the job");
         nix::unistd::write(&fifo_w, b"r").expect("write");
         assert_eq!(wait_readable(fifo_r.as_fd(), job_r.as_fd(), START_TIMEOUT), Readable::First, "both: the FIFO");
         let ((fifo_r, _fifo_w), (job_r, job_w)) = (pipe(), pipe());
         drop(job_w);
-        assert_eq!(wait_readable(fifo_r.as_fd(), job_r.as_fd(), START_TIMEOUT), Readable::Other, "the reply dropped");
+        assert_eq!(wait_readable(fifo_r.as_fd(), job_r.as_fd(), START_TIMEOUT), Readable::Second, "the reply dropped");
+        // appexec killed between its open and its write: the job decides
+        let ((fifo_r, fifo_w), (job_r, job_w)) = (pipe(), pipe());
+        drop(fifo_w);
+        let began = Instant::now();
+        assert_eq!(wait_readable(fifo_r.as_fd(), job_r.as_fd(), short), Readable::Neither, "a hang-up is no start");
+        assert!(began.elapsed() >= short, "and no busy end either");
+        nix::unistd::write(&job_w, b"j").expect("write");
+        assert_eq!(wait_readable(fifo_r.as_fd(), job_r.as_fd(), START_TIMEOUT), Readable::Second, "then the job");
     }
 }

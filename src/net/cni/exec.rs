@@ -289,9 +289,11 @@ impl Network {
     ) -> Result<Option<Value>, CniError> {
         for i in range {
             let mut added = self.run_plugin(i, Command::Add, req, prev.as_ref(), caps).await;
-            if added.as_ref().is_err_and(lost_a_chain_race) {
+            if let Err(e) = &added
+                && lost_a_chain_race(e)
+            {
                 // the chain is there now, made by the other ADD: once more
-                tracing::debug!(network = self.name(), container = %req.container_id, "CNI ADD lost an iptables chain race, again");
+                tracing::debug!(network = self.name(), container = %req.container_id, error = %e, "CNI ADD lost an iptables chain race, again");
                 added = self.run_plugin(i, Command::Add, req, prev.as_ref(), caps).await;
             }
             match added {
@@ -608,7 +610,7 @@ fn version_at_least(version: &str, min: (u32, u32)) -> bool {
 /// 12's) says `CHAIN_USER_ADD failed (File exists)`.
 fn lost_a_chain_race(e: &CniError) -> bool {
     matches!(e, CniError::Plugin { message, .. }
-        if message.contains("iptables") && message.contains("chain") && message.contains("File exists"))
+        if message.contains("iptables") && message.contains("chain CNI-HOSTPORT-") && message.contains("File exists"))
 }
 
 #[cfg(test)]
