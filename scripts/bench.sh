@@ -87,18 +87,25 @@ mkdir -p "$work"
 WORK="$work/registry" ./tests/fixtures/seed-registry.sh "$port" >"$work/seed.log" 2>&1 \
   || { cat "$work/seed.log" >&2; exit 1; }
 
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  # pods a failed run left behind: the CLI removes them without a daemon
+# pods a failed or killed run left behind: the CLI removes them without a
+# daemon (before this run too: the endpoints list every pod of their data dir,
+# and a leftover pod carries the same bench label as this run's)
+remove_leftover_pods() {
   for mode in "${modes[@]}"; do
-    for state in run prepare embryo; do
+    for state in run prepared prepare embryo exited-garbage garbage; do
       for pod in "$work/$mode/data/pods/$state"/*; do
         [ -e "$pod" ] && "$bin" --dir "$work/$mode/data" rm "$(basename "$pod")" >/dev/null 2>&1 || true
       done
     done
   done
+}
+remove_leftover_pods
+
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  remove_leftover_pods
   [ "$containerd" = 1 ] && ./scripts/containerd-baseline.sh stop "$work/containerd" >/dev/null 2>&1 || true
   WORK="$work/registry" ./tests/fixtures/seed-registry.sh stop >/dev/null 2>&1 || true
 }
