@@ -86,6 +86,10 @@ fn warmer() -> Option<&'static Warmer> {
 fn run(w: &Warmer) {
     // SAFETY: gettid(2) takes no arguments and cannot fail.
     let tid = unsafe { libc::gettid() }.to_string();
+    // the tasks file stays open: a wake-up is then one write (a cgroup
+    // file takes each write whole, whatever its offset); found again
+    // after a failed write (this thread moved, its cgroup removed)
+    let mut tasks: Option<fs::File> = None;
     loop {
         {
             let Ok(mut until) = w.until.lock() else { return };
@@ -103,10 +107,14 @@ fn run(w: &Warmer) {
             }
         }
         // the cgroup this thread is in now, so that the write moves nothing
-        if let Some(tasks) = own_tasks_file()
-            && let Err(e) = fs::write(&tasks, &tid)
+        if tasks.is_none() {
+            tasks = own_tasks_file().and_then(|f| fs::OpenOptions::new().write(true).open(f).ok());
+        }
+        if let Some(f) = &mut tasks
+            && let Err(e) = std::io::Write::write_all(f, tid.as_bytes())
         {
-            tracing::debug!(file = %tasks.display(), error = %e, "cgroup warm write");
+            tracing::debug!(error = %e, "cgroup warm write");
+            tasks = None;
         }
         std::thread::sleep(PERIOD);
     }
