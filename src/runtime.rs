@@ -351,6 +351,14 @@ impl Runtime {
         }
     }
 
+    /// Makes the pod table's view of `pod` (`PodTable::warm`) off the
+    /// caller's path: after a create or a start, for the reads kubelet makes
+    /// next, without holding the reply back.
+    pub(crate) fn warm_later(self: &Arc<Self>, pod: Uuid) {
+        let rt = Arc::clone(self);
+        tokio::task::spawn_blocking(move || rt.pods.warm(&rt.manifests, &pod.to_string()));
+    }
+
     /// Tells GetContainerEvents subscribers (none listening is fine).
     pub(crate) fn emit(&self, pod: Uuid, app: &str, kind: EventKind) {
         let _ = self.events.send(ContainerEvent::now(pod, app, kind));

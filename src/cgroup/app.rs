@@ -243,12 +243,13 @@ impl AppCgroup {
     /// While the app's unit starts: moves its first processes into the app
     /// cgroups as soon as they appear (appexec waits for that, `placement`),
     /// while `starting` stays set. A process that cannot be moved is killed:
-    /// it must not run without its limits.
-    pub(crate) fn adopt_while_starting(&self, starting: &std::sync::atomic::AtomicBool) -> io::Result<()> {
+    /// it must not run without its limits. True once they were moved; false
+    /// when none appeared while `starting` stayed set.
+    pub(crate) fn adopt_while_starting(&self, starting: &std::sync::atomic::AtomicBool) -> io::Result<bool> {
         if !self.first_processes(starting) {
-            return Ok(());
+            return Ok(false);
         }
-        self.adopt_unit_processes().inspect_err(|_| self.kill_unit_processes())
+        self.adopt_unit_processes().inspect_err(|_| self.kill_unit_processes()).map(|()| true)
     }
 
     /// While the app's unit starts: kills its first processes as soon as

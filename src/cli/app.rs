@@ -15,7 +15,7 @@ use rkt::pod::{Pod, PodState};
 use rkt::schema::USER_ANNOTATION_POD_NAME;
 use std::path::PathBuf;
 
-fn runtime(data_dir: PathBuf) -> Result<(tokio::runtime::Runtime, Runtime), String> {
+fn runtime(data_dir: PathBuf) -> Result<(tokio::runtime::Runtime, std::sync::Arc<Runtime>), String> {
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -23,7 +23,7 @@ fn runtime(data_dir: PathBuf) -> Result<(tokio::runtime::Runtime, Runtime), Stri
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let config = Config { data_dir, ..Config::default() };
     let rt = Runtime::new(config).map_err(|e| e.to_string())?;
-    Ok((tokio, rt))
+    Ok((tokio, std::sync::Arc::new(rt)))
 }
 
 fn id(uuid: &str, app: &str) -> String {

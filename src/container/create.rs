@@ -296,12 +296,15 @@ fn pid_namespace(asked: &PidAsked, pod_id: &str, pod: &schema::PodManifest) -> R
 }
 
 /// Creates the container: its app added to running pod `req.pod_id`. Its container id.
-pub(crate) async fn create(rt: &Runtime, req: Request) -> Result<String, ContainerError> {
+pub(crate) async fn create(rt: &std::sync::Arc<Runtime>, req: Request) -> Result<String, ContainerError> {
     // one blocking section for the whole creation (as `start::start`)
-    tokio::task::block_in_place(|| create_blocking(rt, req))
+    let (pod, id) = tokio::task::block_in_place(|| create_blocking(rt, req))?;
+    rt.warm_later(pod);
+    Ok(id)
 }
 
-fn create_blocking(rt: &Runtime, req: Request) -> Result<String, ContainerError> {
+/// Creates the container; its pod's UUID and its id.
+fn create_blocking(rt: &Runtime, req: Request) -> Result<(uuid::Uuid, String), ContainerError> {
     let image_ref = req.image.clone();
     let mut steps = crate::base::steps::Steps::new();
     crate::cgroup::warm::hold(crate::cgroup::warm::CONTAINER_CREATE);
@@ -380,10 +383,9 @@ fn create_blocking(rt: &Runtime, req: Request) -> Result<String, ContainerError>
     add_app(rt, &mut pod, &spec, &name, &stage1, ids)?;
     steps.mark("add");
     rt.emit(pod.uuid(), &name, crate::runtime::EventKind::Created);
-    rt.pods.warm(&rt.manifests, &pod.uuid().to_string());
     steps.mark("events");
     tracing::debug!(pod = %pod.uuid(), app = %name, steps = %steps.line(), "container created");
-    Ok(meta::container_id(&pod.uuid().to_string(), &name))
+    Ok((pod.uuid(), meta::container_id(&pod.uuid().to_string(), &name)))
 }
 
 /// Opens pod `pod_id`, checks that it runs, and reads its manifest.

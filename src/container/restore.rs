@@ -22,7 +22,7 @@ pub(crate) fn is_archive(image: &str) -> bool {
 }
 
 /// Creates a container from the checkpoint archive at `req.image`; its id.
-pub(crate) async fn create(rt: &Runtime, req: create::Request) -> Result<String, ContainerError> {
+pub(crate) async fn create(rt: &std::sync::Arc<Runtime>, req: create::Request) -> Result<String, ContainerError> {
     let staged = rt.data.root().join("tmp").join(format!("restore-{}", uuid::Uuid::new_v4().simple()));
     let result = create_staged(rt, req, &staged).await;
     let _ = std::fs::remove_dir_all(&staged);
@@ -63,7 +63,11 @@ fn unpack(archive: &Path, staged: &Path) -> Result<Archive, ContainerError> {
     Ok(Archive { config, spec, facts })
 }
 
-async fn create_staged(rt: &Runtime, mut req: create::Request, staged: &Path) -> Result<String, ContainerError> {
+async fn create_staged(
+    rt: &std::sync::Arc<Runtime>,
+    mut req: create::Request,
+    staged: &Path,
+) -> Result<String, ContainerError> {
     let archive = PathBuf::from(&req.image);
     let pod = rkt::pod::Pod::open(&rt.data, &req.pod_id)?;
     checkpoint::refuse_user_namespace(rt, &pod, &format!("pod {}", pod.uuid()))?;

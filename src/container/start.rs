@@ -49,6 +49,10 @@ struct Placement {
     cg: crate::cgroup::app::AppCgroup,
     wait: (String, usize),
     make: Option<(crate::cgroup::app::Limits, crate::cgroup::devices::Allowed)>,
+    /// Set once the unit's first processes were moved in while it started:
+    /// appexec forks the app only after that, so what the unit runs is in
+    /// the app's cgroups already, and no second look is needed after it.
+    adopted: std::sync::atomic::AtomicBool,
 }
 
 impl Placement {
@@ -63,7 +67,9 @@ impl Placement {
             self.cg.kill_while_starting(starting);
             return Err(e);
         }
-        self.cg.adopt_while_starting(starting)
+        let adopted = self.cg.adopt_while_starting(starting)?;
+        self.adopted.store(adopted, std::sync::atomic::Ordering::Release);
+        Ok(())
     }
 }
 
@@ -77,14 +83,17 @@ struct Isolators {
 
 /// Starts created container `id`: its unit described and started in the
 /// pod's systemd; returns once the app runs (or failed to, recorded as its exit).
-pub(crate) async fn start(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
+pub(crate) async fn start(rt: &std::sync::Arc<Runtime>, id: &str) -> Result<(), ContainerError> {
     // one blocking section for the whole start: each of its steps' own
     // (block_in_place) is then free, where each would hand the worker's
     // core to another thread and take it back
-    tokio::task::block_in_place(|| start_blocking(rt, id))
+    let pod = tokio::task::block_in_place(|| start_blocking(rt, id))?;
+    rt.warm_later(pod);
+    Ok(())
 }
 
-fn start_blocking(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
+/// Starts the container; its pod's UUID.
+fn start_blocking(rt: &Runtime, id: &str) -> Result<uuid::Uuid, ContainerError> {
     let mut steps = crate::base::steps::Steps::new();
     // placing the unit's process and then its controllers wait for no RCU grace period each
     crate::cgroup::warm::hold(crate::cgroup::warm::CONTAINER_START);
@@ -94,7 +103,7 @@ fn start_blocking(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
     let pid1 = rt.pod_bus(&t.pod).map_err(ContainerError::Unavailable)?.pid1();
     steps.mark("bus");
     if let Some(images) = meta::restore_images(&t.app) {
-        return start_restored(rt, &t, &paths, pid1, id, &images);
+        return start_restored(rt, &t, &paths, pid1, id, &images).map(|()| t.pod.uuid());
     }
     let section = t.app.app.clone().unwrap_or_default();
     let mut spec = base_spec(&t, &paths, id, &section)?;
@@ -103,11 +112,11 @@ fn start_blocking(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
     let (pid_mode, limits, placed, started) =
         plan_namespaces_and_cgroups(rt, &t, &paths, pid1, &mut spec, isolators, &mut steps)?;
     unit_properties(&t, pid1, &limits, &mut spec);
-    let tty_slave = stdio(&t, pid1, id, &section, &mut spec)?;
+    let (tty_slave, outputs) = stdio(&t, pid1, id, &section, &mut spec)?;
     steps.mark("stdio");
     mark_before_start(&paths, &pid_mode)?;
     steps.mark("mark");
-    if let Some(e) = start_unit(rt, &t, &paths, id, &spec, &placed, started.as_ref()) {
+    if let Some(e) = start_unit(rt, &t, &paths, id, &spec, &placed, started.as_ref(), outputs) {
         if let Some(pty) = tty_slave {
             release_terminal(&t, pid1, pty);
         }
@@ -122,10 +131,10 @@ fn start_blocking(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
         start_host_app(rt, &t, &paths, pid1, id)?;
     }
     steps.mark("cgroups");
-    tracing::debug!(container = id, steps = %steps.line(), "started");
     settle_limits(rt, &t, id, &limits, limits_result)?;
-    rt.pods.warm(&rt.manifests, &t.pod.uuid().to_string());
-    Ok(())
+    steps.mark("limits");
+    tracing::debug!(container = id, steps = %steps.line(), "started");
+    Ok(t.pod.uuid())
 }
 
 /// Starts a container created from a checkpoint (`container::restore`):
@@ -231,9 +240,9 @@ fn restore_unit(
     spec.extra.push(unit_spec::oom_policy_continue());
     unit_properties(t, pid1, &limits, &mut spec);
     let section = t.app.app.clone().unwrap_or_default();
-    stdio(t, pid1, id, &section, &mut spec)?;
+    let (_, outputs) = stdio(t, pid1, id, &section, &mut spec)?;
     mark_before_start(paths, &PidMode::Container)?;
-    if let Some(e) = start_unit(rt, t, paths, id, &spec, &placed, None) {
+    if let Some(e) = start_unit(rt, t, paths, id, &spec, &placed, None, outputs) {
         let why = super::checkpoint::log_errors(&paths.checkpoint().join("restore.log"));
         return Err(match e {
             ContainerError::Bus(b) => ContainerError::Internal(format!("restoring container {id}: {b}{why}")),
@@ -243,7 +252,6 @@ fn restore_unit(
     rt.emit(t.pod.uuid(), &t.app.name, EventKind::Started);
     let limits_result = place_in_cgroups(t, &placed, &limits);
     settle_limits(rt, t, id, &limits, limits_result)?;
-    rt.pods.warm(&rt.manifests, &t.pod.uuid().to_string());
     Ok(())
 }
 
@@ -463,11 +471,11 @@ fn place_before_start(t: &Target, limits: &crate::cgroup::app::Limits) -> Placed
     let (cg, wait) = app_cgroup(&t.pod, &t.app.name).and_then(|cg| cg.placement(&t.app.name).map(|w| (cg, w)))?;
     let allowed = meta::allowed_devices(&t.app);
     if limits.in_cgroups() || cg.holds_devices() {
-        return Some(Placement { cg, wait, make: Some((limits.clone(), allowed)) });
+        return Some(Placement { cg, wait, make: Some((limits.clone(), allowed)), adopted: Default::default() });
     }
     tokio::task::block_in_place(|| cg.apply(limits).and_then(|()| cg.apply_devices(&allowed)))
         .ok()
-        .map(|()| Placement { cg, wait, make: None })
+        .map(|()| Placement { cg, wait, make: None, adopted: Default::default() })
 }
 
 /// The unit's stop signal, accounting and limits (when systemd applies
@@ -487,20 +495,42 @@ fn unit_properties(t: &Target, pid1: i32, limits: &crate::cgroup::app::Limits, s
     }
 }
 
+/// The read ends of an app's output pipes, for the pod's log writer
+/// ([`Outputs::hand_over`]).
+struct Outputs {
+    socket: std::path::PathBuf,
+    log_path: String,
+    pipes: Vec<(Stream, std::os::fd::OwnedFd)>,
+}
+
+impl Outputs {
+    /// Hands the pipes to the pod's log writer. Done while the unit starts
+    /// (`start_unit`): until then what the app writes waits in its pipe.
+    fn hand_over(&self, app: &str, id: &str) -> Result<(), ContainerError> {
+        for (stream, r) in &self.pipes {
+            crilog::attach(&self.socket, app, *stream, Path::new(&self.log_path), r.as_raw_fd())
+                .map_err(|e| ContainerError::Internal(format!("attaching the log of {}: {e}", id)))?;
+        }
+        Ok(())
+    }
+}
+
 /// The app's stdio, handed to the pod's log writer: a terminal of the pod's
 /// devpts for a `tty` container, else a stdin pipe (when asked for) and a
 /// pipe for stdout and one for stderr. Returns the terminal, which a failed
-/// start lets go of.
+/// start lets go of, and the output pipes' read ends, handed over while the
+/// unit starts.
 fn stdio(
     t: &Target,
     pid1: i32,
     id: &str,
     section: &rkt::schema::App,
     spec: &mut ServiceSpec,
-) -> Result<Option<crate::stage1::pty::PodPty>, ContainerError> {
+) -> Result<(Option<crate::stage1::pty::PodPty>, Outputs), ContainerError> {
     let log_path = meta::log_path(&t.app);
     let socket = t.pod.path().join(crilog::SOCKET_FILE);
     let mut tty_slave = None;
+    let mut pipes = Vec::new();
     if meta::tty(&t.app) {
         // a terminal of the pod's own devpts, so its name means something
         // inside; the master goes to the pod's log writer (output to the CRI
@@ -540,15 +570,14 @@ fn stdio(
         for stream in [Stream::Stdout, Stream::Stderr] {
             let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
                 .map_err(|e| ContainerError::Internal(e.to_string()))?;
-            crilog::attach(&socket, &t.app.name, stream, Path::new(&log_path), r.as_raw_fd())
-                .map_err(|e| ContainerError::Internal(format!("attaching the log of {}: {e}", id)))?;
             match stream {
                 Stream::Stdout => spec.stdout = Output::Fd(w),
                 Stream::Stderr => spec.stderr = Output::Fd(w),
             }
+            pipes.push((stream, r));
         }
     }
-    Ok(tty_slave)
+    Ok((tty_slave, Outputs { socket, log_path, pipes }))
 }
 
 /// Marks the app started (and a host-PID app as such) before its unit
@@ -563,10 +592,13 @@ fn mark_before_start(paths: &AppPaths, pid_mode: &PidMode) -> Result<(), Contain
 
 /// Starts the unit over the pod's bus, the app's cgroups made (when not
 /// yet) and the app moved into them meanwhile when the daemon places it
-/// ([`Placement::make_and_adopt`]); with `started_fifo` (appexec's), done
-/// as soon as appexec says the app runs, before systemd's job ends.
+/// ([`Placement::make_and_adopt`]), its output pipes handed to the pod's
+/// log writer meanwhile too; with `started_fifo` (appexec's), done as soon
+/// as appexec says the app runs, before systemd's job ends.
 /// Returns why the start failed: a failed job is recorded as the app's
-/// exit, a refused call unmarks it.
+/// exit, a refused call unmarks it, and an app whose output could not be
+/// handed over is killed and its exit recorded.
+#[allow(clippy::too_many_arguments)]
 fn start_unit(
     rt: &Runtime,
     t: &Target,
@@ -575,16 +607,18 @@ fn start_unit(
     spec: &ServiceSpec,
     placed: &Placed,
     started_fifo: Option<&StartedFifo>,
+    outputs: Outputs,
 ) -> Option<ContainerError> {
     // Ok(Err(..)): the job failed, so its process ran and could not become
     // the app, which ends the container (containerd reports a start error as
     // an exit too); Err(..): the call was refused, nothing ran
     // an app placed by the daemon (cgroup v1) is moved while its unit starts:
     // appexec waits for it, and the start job ends once the app is exec'd
-    let (started, placement) = tokio::task::block_in_place(|| {
+    let (started, placement, handed_over) = tokio::task::block_in_place(|| {
         let starting = std::sync::atomic::AtomicBool::new(true);
         std::thread::scope(|scope| {
             let adopter = placed.as_ref().map(|p| scope.spawn(|| p.make_and_adopt(&starting)));
+            let hand_over = (!outputs.pipes.is_empty()).then(|| scope.spawn(|| outputs.hand_over(&t.app.name, id)));
             let started = with_bus(rt, &t.pod, |bus| {
                 let started = match started_fifo {
                     Some(fifo) => bus.start_transient_service_or_started(spec, fifo.reader()),
@@ -597,7 +631,10 @@ fn start_unit(
             });
             starting.store(false, std::sync::atomic::Ordering::Release);
             let placement = adopter.map(|a| a.join().unwrap_or_else(|_| Err(std::io::Error::other("panicked"))));
-            (started, placement)
+            let handed_over = hand_over.map_or(Ok(()), |h| {
+                h.join().unwrap_or_else(|_| Err(ContainerError::Internal("handing the output over panicked".into())))
+            });
+            (started, placement, handed_over)
         })
     });
     let placement =
@@ -610,7 +647,24 @@ fn start_unit(
     if stopped {
         rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
     }
-    failed
+    match (failed, handed_over) {
+        (Some(e), _) => Some(e),
+        // it runs, and no one would read what it writes
+        (None, Err(e)) => Some(end_started(rt, t, paths, e)),
+        (None, Ok(())) => None,
+    }
+}
+
+/// Ends an app whose unit started but whose start failed after it: why to
+/// `-starterror`, its exit recorded (128) and its unit killed. Returns `e`.
+fn end_started(rt: &Runtime, t: &Target, paths: &AppPaths, e: ContainerError) -> ContainerError {
+    let _ = std::fs::write(paths.status_file(app::START_ERROR), e.to_string());
+    if app::record_exit(paths, 128).unwrap_or(false) {
+        rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
+    }
+    let _ =
+        tokio::task::block_in_place(|| with_bus(rt, &t.pod, |bus| bus.kill_unit(&unit(&t.app.name), libc::SIGKILL)));
+    e
 }
 
 /// What a start leaves behind once the pod's systemd answered (`started`):
@@ -663,6 +717,8 @@ fn release_terminal(t: &Target, pid1: i32, pty: crate::stage1::pty::PodPty) {
 /// are read from; without limits asked for, a failure only costs the stats.
 fn place_in_cgroups(t: &Target, placed: &Placed, limits: &crate::cgroup::app::Limits) -> std::io::Result<()> {
     match placed {
+        // placed while its unit started, before appexec forked anything
+        Some(p) if p.adopted.load(std::sync::atomic::Ordering::Acquire) => Ok(()),
         // anything the app started since, too
         Some(p) => tokio::task::block_in_place(|| p.cg.adopt_unit_processes()),
         // a host-PID app's template: its devices too, before it joins them
@@ -688,14 +744,7 @@ fn devices_held(t: &Target) -> bool {
 fn start_host_app(rt: &Runtime, t: &Target, paths: &AppPaths, pid1: i32, id: &str) -> Result<(), ContainerError> {
     if let Err(e) = tokio::task::block_in_place(|| run_host_app(t, pid1)) {
         let e = ContainerError::Internal(format!("starting {} in the node's PID namespace: {e}", id));
-        let _ = std::fs::write(paths.status_file(app::START_ERROR), e.to_string());
-        if app::record_exit(paths, 128).unwrap_or(false) {
-            rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
-        }
-        let _ = tokio::task::block_in_place(|| {
-            with_bus(rt, &t.pod, |bus| bus.kill_unit(&unit(&t.app.name), libc::SIGKILL))
-        });
-        return Err(e);
+        return Err(end_started(rt, t, paths, e));
     }
     Ok(())
 }

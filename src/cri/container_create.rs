@@ -7,7 +7,7 @@ use crate::runtime::Runtime;
 use tonic::Status;
 
 pub(crate) async fn create_container(
-    rt: &Runtime,
+    rt: &std::sync::Arc<Runtime>,
     req: cri::CreateContainerRequest,
 ) -> Result<cri::CreateContainerResponse, Status> {
     let request = crate::container::from_cri::create_request(rt, &req)?;

@@ -6,7 +6,7 @@ use crate::runtime::Runtime;
 use tonic::Status;
 
 pub(crate) async fn start_container(
-    rt: &Runtime,
+    rt: &std::sync::Arc<Runtime>,
     req: cri::StartContainerRequest,
 ) -> Result<cri::StartContainerResponse, Status> {
     crate::container::start::start(rt, &req.container_id).await.map_err(container_error)?;
