@@ -224,44 +224,6 @@ async fn sleep_runs_stops_and_is_removed() {
     assert!(!e.d.log().contains("pod bus disconnected"), "{}", e.d.log());
 }
 
-/// The app's output is handed to the pod's log writer while its unit
-/// starts: when that fails (here the writer's socket is gone), the start
-/// fails, the container is exited with the reason, and the app, which
-/// already ran, is killed: nothing runs whose output no one reads.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_start_whose_output_cannot_be_handed_over_fails_and_leaves_nothing_running() {
-    let mut e = env().await;
-    let pod = e.pod("unlogged").await;
-    // an argument no other test's sleep has, to find its process by
-    let id = e.create(&pod, "sleep", &["sleep", "4321"], |_| {}).await;
-    let data = e.d.dir.path().join("data");
-    let socket = data.join("pods/run").join(&pod.0).join("logger.sock");
-    let away = socket.with_extension("away");
-    std::fs::rename(&socket, &away).expect("the log writer's socket moved away");
-    let err =
-        e.rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect_err("no log writer");
-    assert!(err.message().contains("attaching the log"), "{err:?}");
-    let s = e.status(&id).await;
-    assert_eq!(s.state, cri::ContainerState::ContainerExited as i32, "{s:?}");
-    assert!(s.message.contains("attaching the log"), "the reason in its status: {s:?}");
-    let running = || {
-        std::fs::read_dir("/proc")
-            .expect("/proc")
-            .filter_map(|p| p.ok())
-            .any(|p| std::fs::read(p.path().join("cmdline")).is_ok_and(|c| c == b"sleep\x004321\x00"))
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while running() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(!running(), "the app was killed");
-    std::fs::rename(&away, &socket).expect("the socket back");
-    e.rt.remove_container(cri::RemoveContainerRequest { container_id: id.clone() }).await.expect("remove");
-    e.rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("stop pod");
-    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
-    assert_no_leaks(&data, &[pod.0]);
-}
-
 /// Environment names Kubernetes allows and systemd refuses in a unit
 /// (`data-1` and `a.b`, from a ConfigMap's keys), and a value with a control
 /// character, reach the app and every command exec'd into it unchanged, in

@@ -112,11 +112,11 @@ fn start_blocking(rt: &Runtime, id: &str) -> Result<uuid::Uuid, ContainerError> 
     let (pid_mode, limits, placed, started) =
         plan_namespaces_and_cgroups(rt, &t, &paths, pid1, &mut spec, isolators, &mut steps)?;
     unit_properties(&t, pid1, &limits, &mut spec);
-    let (tty_slave, outputs) = stdio(&t, pid1, id, &section, &mut spec)?;
+    let tty_slave = stdio(&t, pid1, id, &section, &mut spec)?;
     steps.mark("stdio");
     mark_before_start(&paths, &pid_mode)?;
     steps.mark("mark");
-    if let Some(e) = start_unit(rt, &t, &paths, id, &spec, &placed, started.as_ref(), outputs) {
+    if let Some(e) = start_unit(rt, &t, &paths, id, &spec, &placed, started.as_ref()) {
         if let Some(pty) = tty_slave {
             release_terminal(&t, pid1, pty);
         }
@@ -240,9 +240,9 @@ fn restore_unit(
     spec.extra.push(unit_spec::oom_policy_continue());
     unit_properties(t, pid1, &limits, &mut spec);
     let section = t.app.app.clone().unwrap_or_default();
-    let (_, outputs) = stdio(t, pid1, id, &section, &mut spec)?;
+    stdio(t, pid1, id, &section, &mut spec)?;
     mark_before_start(paths, &PidMode::Container)?;
-    if let Some(e) = start_unit(rt, t, paths, id, &spec, &placed, None, outputs) {
+    if let Some(e) = start_unit(rt, t, paths, id, &spec, &placed, None) {
         let why = super::checkpoint::log_errors(&paths.checkpoint().join("restore.log"));
         return Err(match e {
             ContainerError::Bus(b) => ContainerError::Internal(format!("restoring container {id}: {b}{why}")),
@@ -495,42 +495,20 @@ fn unit_properties(t: &Target, pid1: i32, limits: &crate::cgroup::app::Limits, s
     }
 }
 
-/// The read ends of an app's output pipes, for the pod's log writer
-/// ([`Outputs::hand_over`]).
-struct Outputs {
-    socket: std::path::PathBuf,
-    log_path: String,
-    pipes: Vec<(Stream, std::os::fd::OwnedFd)>,
-}
-
-impl Outputs {
-    /// Hands the pipes to the pod's log writer. Done while the unit starts
-    /// (`start_unit`): until then what the app writes waits in its pipe.
-    fn hand_over(&self, app: &str, id: &str) -> Result<(), ContainerError> {
-        for (stream, r) in &self.pipes {
-            crilog::attach(&self.socket, app, *stream, Path::new(&self.log_path), r.as_raw_fd())
-                .map_err(|e| ContainerError::Internal(format!("attaching the log of {}: {e}", id)))?;
-        }
-        Ok(())
-    }
-}
-
 /// The app's stdio, handed to the pod's log writer: a terminal of the pod's
 /// devpts for a `tty` container, else a stdin pipe (when asked for) and a
 /// pipe for stdout and one for stderr. Returns the terminal, which a failed
-/// start lets go of, and the output pipes' read ends, handed over while the
-/// unit starts.
+/// start lets go of.
 fn stdio(
     t: &Target,
     pid1: i32,
     id: &str,
     section: &rkt::schema::App,
     spec: &mut ServiceSpec,
-) -> Result<(Option<crate::stage1::pty::PodPty>, Outputs), ContainerError> {
+) -> Result<Option<crate::stage1::pty::PodPty>, ContainerError> {
     let log_path = meta::log_path(&t.app);
     let socket = t.pod.path().join(crilog::SOCKET_FILE);
     let mut tty_slave = None;
-    let mut pipes = Vec::new();
     if meta::tty(&t.app) {
         // a terminal of the pod's own devpts, so its name means something
         // inside; the master goes to the pod's log writer (output to the CRI
@@ -570,14 +548,15 @@ fn stdio(
         for stream in [Stream::Stdout, Stream::Stderr] {
             let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
                 .map_err(|e| ContainerError::Internal(e.to_string()))?;
+            crilog::attach(&socket, &t.app.name, stream, Path::new(&log_path), r.as_raw_fd())
+                .map_err(|e| ContainerError::Internal(format!("attaching the log of {}: {e}", id)))?;
             match stream {
                 Stream::Stdout => spec.stdout = Output::Fd(w),
                 Stream::Stderr => spec.stderr = Output::Fd(w),
             }
-            pipes.push((stream, r));
         }
     }
-    Ok((tty_slave, Outputs { socket, log_path, pipes }))
+    Ok(tty_slave)
 }
 
 /// Marks the app started (and a host-PID app as such) before its unit
@@ -592,13 +571,10 @@ fn mark_before_start(paths: &AppPaths, pid_mode: &PidMode) -> Result<(), Contain
 
 /// Starts the unit over the pod's bus, the app's cgroups made (when not
 /// yet) and the app moved into them meanwhile when the daemon places it
-/// ([`Placement::make_and_adopt`]), its output pipes handed to the pod's
-/// log writer meanwhile too; with `started_fifo` (appexec's), done as soon
-/// as appexec says the app runs, before systemd's job ends.
+/// ([`Placement::make_and_adopt`]); with `started_fifo` (appexec's), done
+/// as soon as appexec says the app runs, before systemd's job ends.
 /// Returns why the start failed: a failed job is recorded as the app's
-/// exit, a refused call unmarks it, and an app whose output could not be
-/// handed over is killed and its exit recorded.
-#[allow(clippy::too_many_arguments)]
+/// exit, a refused call unmarks it.
 fn start_unit(
     rt: &Runtime,
     t: &Target,
@@ -607,18 +583,16 @@ fn start_unit(
     spec: &ServiceSpec,
     placed: &Placed,
     started_fifo: Option<&StartedFifo>,
-    outputs: Outputs,
 ) -> Option<ContainerError> {
     // Ok(Err(..)): the job failed, so its process ran and could not become
     // the app, which ends the container (containerd reports a start error as
     // an exit too); Err(..): the call was refused, nothing ran
     // an app placed by the daemon (cgroup v1) is moved while its unit starts:
     // appexec waits for it, and the start job ends once the app is exec'd
-    let (started, placement, handed_over) = tokio::task::block_in_place(|| {
+    let (started, placement) = tokio::task::block_in_place(|| {
         let starting = std::sync::atomic::AtomicBool::new(true);
         std::thread::scope(|scope| {
             let adopter = placed.as_ref().map(|p| scope.spawn(|| p.make_and_adopt(&starting)));
-            let hand_over = (!outputs.pipes.is_empty()).then(|| scope.spawn(|| outputs.hand_over(&t.app.name, id)));
             let started = with_bus(rt, &t.pod, |bus| {
                 let started = match started_fifo {
                     Some(fifo) => bus.start_transient_service_or_started(spec, fifo.reader()),
@@ -631,10 +605,7 @@ fn start_unit(
             });
             starting.store(false, std::sync::atomic::Ordering::Release);
             let placement = adopter.map(|a| a.join().unwrap_or_else(|_| Err(std::io::Error::other("panicked"))));
-            let handed_over = hand_over.map_or(Ok(()), |h| {
-                h.join().unwrap_or_else(|_| Err(ContainerError::Internal("handing the output over panicked".into())))
-            });
-            (started, placement, handed_over)
+            (started, placement)
         })
     });
     let placement =
@@ -647,24 +618,7 @@ fn start_unit(
     if stopped {
         rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
     }
-    match (failed, handed_over) {
-        (Some(e), _) => Some(e),
-        // it runs, and no one would read what it writes
-        (None, Err(e)) => Some(end_started(rt, t, paths, e)),
-        (None, Ok(())) => None,
-    }
-}
-
-/// Ends an app whose unit started but whose start failed after it: why to
-/// `-starterror`, its exit recorded (128) and its unit killed. Returns `e`.
-fn end_started(rt: &Runtime, t: &Target, paths: &AppPaths, e: ContainerError) -> ContainerError {
-    let _ = std::fs::write(paths.status_file(app::START_ERROR), e.to_string());
-    if app::record_exit(paths, 128).unwrap_or(false) {
-        rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
-    }
-    let _ =
-        tokio::task::block_in_place(|| with_bus(rt, &t.pod, |bus| bus.kill_unit(&unit(&t.app.name), libc::SIGKILL)));
-    e
+    failed
 }
 
 /// What a start leaves behind once the pod's systemd answered (`started`):
@@ -744,7 +698,14 @@ fn devices_held(t: &Target) -> bool {
 fn start_host_app(rt: &Runtime, t: &Target, paths: &AppPaths, pid1: i32, id: &str) -> Result<(), ContainerError> {
     if let Err(e) = tokio::task::block_in_place(|| run_host_app(t, pid1)) {
         let e = ContainerError::Internal(format!("starting {} in the node's PID namespace: {e}", id));
-        return Err(end_started(rt, t, paths, e));
+        let _ = std::fs::write(paths.status_file(app::START_ERROR), e.to_string());
+        if app::record_exit(paths, 128).unwrap_or(false) {
+            rt.emit(t.pod.uuid(), &t.app.name, EventKind::Stopped);
+        }
+        let _ = tokio::task::block_in_place(|| {
+            with_bus(rt, &t.pod, |bus| bus.kill_unit(&unit(&t.app.name), libc::SIGKILL))
+        });
+        return Err(e);
     }
     Ok(())
 }
