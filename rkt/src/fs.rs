@@ -29,10 +29,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
 }
 
 /// Like [`write_atomic`] without the fsyncs: atomic against any process
-/// crash, not against a power loss. For state that does not outlive a reboot
-/// (pod directories: their pods are gone after a reboot anyway), where an
-/// fsync on the hot path costs milliseconds. An existing file is swapped
-/// out rather than renamed over ([`swap_into_place`]).
+/// crash, not against a power loss (after which the file may be old, new
+/// or empty). For state that does not outlive a reboot (pod directories:
+/// their pods are gone after a reboot anyway), where an fsync on the hot
+/// path costs milliseconds. An existing file is swapped out rather than
+/// renamed over ([`swap_into_place`]).
 pub fn write_volatile(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     write_replace(path, bytes, mode, false)
 }
@@ -50,7 +51,7 @@ fn write_replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> io::Res
             fs::rename(&tmp, path)?;
             sync_dir(dir)
         } else {
-            swap_into_place(&tmp, path)
+            swap_into_place(&tmp, path).map(drop)
         }
     })();
     if result.is_err() {
@@ -66,18 +67,37 @@ fn write_replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> io::Res
 /// an existing file starts the new file's writeback at once (its
 /// `auto_da_alloc`, for files replaced without an fsync: 0.2-0.3 ms per
 /// call measured here); a swap does not, and a file replaced again before
-/// the flusher comes is never written at all.
-fn swap_into_place(tmp: &Path, path: &Path) -> io::Result<()> {
-    use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
-    match renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RenameFlags::RENAME_EXCHANGE) {
-        Ok(()) => {
-            // (left behind only if this fails: a `.tmp-*` file, which gc removes)
-            let _ = fs::remove_file(tmp);
-            Ok(())
+/// the flusher comes is never written at all. Whether it swapped.
+fn swap_into_place(tmp: &Path, path: &Path) -> io::Result<bool> {
+    match exchange(tmp, path) {
+        Ok(()) => match fs::remove_file(tmp) {
+            Ok(()) => Ok(true),
+            // what was at `path` is no file (a directory): put it back
+            Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+                exchange(tmp, path)?;
+                Err(io::Error::new(io::ErrorKind::IsADirectory, format!("{} is a directory", path.display())))
+            }
+            // (a `.tmp-*` file left behind, which gc removes)
+            Err(_) => Ok(true),
+        },
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)) => {
+            fs::rename(tmp, path).map(|()| false)
         }
-        Err(nix::errno::Errno::ENOENT | nix::errno::Errno::EINVAL | nix::errno::Errno::ENOSYS) => fs::rename(tmp, path),
-        Err(e) => Err(io::Error::from(e)),
+        Err(e) => Err(e),
     }
+}
+
+/// renameat2(2) with RENAME_EXCHANGE: `a` and `b` trade places.
+fn exchange(a: &Path, b: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    const RENAME_EXCHANGE: libc::c_uint = 1 << 1;
+    let cstr = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other);
+    let (a, b) = (cstr(a)?, cstr(b)?);
+    // SAFETY: renameat2(2) (the raw call: libc and nix offer it on glibc only) on two NUL-terminated paths.
+    let rc = unsafe {
+        libc::syscall(libc::SYS_renameat2, libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), RENAME_EXCHANGE)
+    };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
 /// Creates an empty file with `mode` if it does not exist yet.
@@ -114,6 +134,11 @@ mod tests {
         let mut old = File::open(&path).expect("open");
         let old_ino = fs::metadata(&path).expect("stat").ino();
         write_volatile(&path, b"second, longer", 0o640).expect("over the old one");
+        // (the file system of the test's temporary directory can swap: tmpfs, ext4)
+        fs::write(tmp.path().join("next"), b"third").expect("write");
+        assert!(swap_into_place(&tmp.path().join("next"), &path).expect("swap"), "swapped, not renamed over");
+        assert_eq!(fs::read(&path).expect("read"), b"third");
+        write_volatile(&path, b"second, longer", 0o640).expect("over the old one");
         assert_eq!(fs::read(&path).expect("read"), b"second, longer");
         assert_ne!(fs::metadata(&path).expect("stat").ino(), old_ino, "a new file, not the old one written in place");
         let mut was = String::new();
@@ -121,6 +146,18 @@ mod tests {
         assert_eq!(was, "first");
         assert_eq!(fs::metadata(&path).expect("stat").permissions().mode() & 0o7777, 0o640);
         assert_eq!(names(tmp.path()), ["pod"], "the swapped-out file is removed");
+    }
+
+    #[test]
+    fn a_volatile_write_over_a_directory_fails_and_leaves_it() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("pod");
+        fs::create_dir(&dir).expect("mkdir");
+        fs::write(dir.join("inside"), b"kept").expect("write");
+        let err = write_volatile(&dir, b"x", 0o600).expect_err("a directory is in the way");
+        assert!(matches!(err.kind(), io::ErrorKind::IsADirectory), "{err:?}");
+        assert_eq!(fs::read(dir.join("inside")).expect("still there"), b"kept");
+        assert_eq!(names(tmp.path()), ["pod"]);
     }
 
     #[test]

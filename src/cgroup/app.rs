@@ -244,7 +244,7 @@ impl AppCgroup {
     /// cgroups as soon as they appear (appexec waits for that, `placement`),
     /// while `starting` stays set. A process that cannot be moved is killed:
     /// it must not run without its limits. True once they were moved; false
-    /// when none appeared while `starting` stayed set.
+    /// when none appeared while `starting` stayed set (or within 10 s).
     pub(crate) fn adopt_while_starting(&self, starting: &std::sync::atomic::AtomicBool) -> io::Result<bool> {
         if !self.first_processes(starting) {
             return Ok(false);

@@ -86,9 +86,11 @@ fn warmer() -> Option<&'static Warmer> {
 fn run(w: &Warmer) {
     // SAFETY: gettid(2) takes no arguments and cannot fail.
     let tid = unsafe { libc::gettid() }.to_string();
-    // the tasks file stays open: a wake-up is then one write (a cgroup
-    // file takes each write whole, whatever its offset); found again
-    // after a failed write (this thread moved, its cgroup removed)
+    // the tasks file stays open while a hold lasts: a wake-up is then one
+    // write (a cgroup file takes each write whole, whatever its offset).
+    // It is found again at each new hold and after a failed write: the
+    // node's systemd may have moved the daemon meanwhile, and a write to
+    // the old cgroup's file would move this thread back there
     let mut tasks: Option<fs::File> = None;
     loop {
         {
@@ -98,6 +100,7 @@ fn run(w: &Warmer) {
                     Some(u) if u > Instant::now() => break,
                     _ => {
                         *until = None;
+                        tasks = None;
                         until = match w.wake.wait(until) {
                             Ok(g) => g,
                             Err(_) => return,
@@ -106,7 +109,7 @@ fn run(w: &Warmer) {
                 }
             }
         }
-        // the cgroup this thread is in now, so that the write moves nothing
+        // the cgroup this thread is in (as of the hold's start), so that the write moves nothing
         if tasks.is_none() {
             tasks = own_tasks_file().and_then(|f| fs::OpenOptions::new().write(true).open(f).ok());
         }

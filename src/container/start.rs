@@ -19,6 +19,7 @@ use rkt::pod::Pod;
 use rkt::schema::RuntimeApp;
 use std::os::fd::AsRawFd;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// The program to run: absolute as given, else found in the app's `PATH`.
@@ -52,15 +53,23 @@ struct Placement {
     /// Set once the unit's first processes were moved in while it started:
     /// appexec forks the app only after that, so what the unit runs is in
     /// the app's cgroups already, and no second look is needed after it.
-    adopted: std::sync::atomic::AtomicBool,
+    adopted: AtomicBool,
 }
 
 impl Placement {
+    fn new(
+        cg: crate::cgroup::app::AppCgroup,
+        wait: (String, usize),
+        make: Option<(crate::cgroup::app::Limits, crate::cgroup::devices::Allowed)>,
+    ) -> Self {
+        Placement { cg, wait, make, adopted: AtomicBool::new(false) }
+    }
+
     /// While the unit starts (`starting`): the cgroups made, when they are
     /// not yet, then the unit's first processes moved in. Cgroups that
     /// cannot be made kill what of the unit started: it waits to be
     /// placed, and nothing of the app runs outside them.
-    fn make_and_adopt(&self, starting: &std::sync::atomic::AtomicBool) -> std::io::Result<()> {
+    fn make_and_adopt(&self, starting: &AtomicBool) -> std::io::Result<()> {
         if let Some((limits, allowed)) = &self.make
             && let Err(e) = self.cg.apply(limits).and_then(|()| self.cg.apply_devices(allowed))
         {
@@ -68,7 +77,7 @@ impl Placement {
             return Err(e);
         }
         let adopted = self.cg.adopt_while_starting(starting)?;
-        self.adopted.store(adopted, std::sync::atomic::Ordering::Release);
+        self.adopted.store(adopted, Ordering::Release);
         Ok(())
     }
 }
@@ -131,9 +140,8 @@ fn start_blocking(rt: &Runtime, id: &str) -> Result<uuid::Uuid, ContainerError> 
         start_host_app(rt, &t, &paths, pid1, id)?;
     }
     steps.mark("cgroups");
-    settle_limits(rt, &t, id, &limits, limits_result)?;
-    steps.mark("limits");
     tracing::debug!(container = id, steps = %steps.line(), "started");
+    settle_limits(rt, &t, id, &limits, limits_result)?;
     Ok(t.pod.uuid())
 }
 
@@ -471,11 +479,11 @@ fn place_before_start(t: &Target, limits: &crate::cgroup::app::Limits) -> Placed
     let (cg, wait) = app_cgroup(&t.pod, &t.app.name).and_then(|cg| cg.placement(&t.app.name).map(|w| (cg, w)))?;
     let allowed = meta::allowed_devices(&t.app);
     if limits.in_cgroups() || cg.holds_devices() {
-        return Some(Placement { cg, wait, make: Some((limits.clone(), allowed)), adopted: Default::default() });
+        return Some(Placement::new(cg, wait, Some((limits.clone(), allowed))));
     }
     tokio::task::block_in_place(|| cg.apply(limits).and_then(|()| cg.apply_devices(&allowed)))
         .ok()
-        .map(|()| Placement { cg, wait, make: None, adopted: Default::default() })
+        .map(|()| Placement::new(cg, wait, None))
 }
 
 /// The unit's stop signal, accounting and limits (when systemd applies
@@ -590,7 +598,7 @@ fn start_unit(
     // an app placed by the daemon (cgroup v1) is moved while its unit starts:
     // appexec waits for it, and the start job ends once the app is exec'd
     let (started, placement) = tokio::task::block_in_place(|| {
-        let starting = std::sync::atomic::AtomicBool::new(true);
+        let starting = AtomicBool::new(true);
         std::thread::scope(|scope| {
             let adopter = placed.as_ref().map(|p| scope.spawn(|| p.make_and_adopt(&starting)));
             let started = with_bus(rt, &t.pod, |bus| {
@@ -603,7 +611,7 @@ fn start_unit(
                     other => other.map(Ok),
                 }
             });
-            starting.store(false, std::sync::atomic::Ordering::Release);
+            starting.store(false, Ordering::Release);
             let placement = adopter.map(|a| a.join().unwrap_or_else(|_| Err(std::io::Error::other("panicked"))));
             (started, placement)
         })
@@ -672,7 +680,7 @@ fn release_terminal(t: &Target, pid1: i32, pty: crate::stage1::pty::PodPty) {
 fn place_in_cgroups(t: &Target, placed: &Placed, limits: &crate::cgroup::app::Limits) -> std::io::Result<()> {
     match placed {
         // placed while its unit started, before appexec forked anything
-        Some(p) if p.adopted.load(std::sync::atomic::Ordering::Acquire) => Ok(()),
+        Some(p) if p.adopted.load(Ordering::Acquire) => Ok(()),
         // anything the app started since, too
         Some(p) => tokio::task::block_in_place(|| p.cg.adopt_unit_processes()),
         // a host-PID app's template: its devices too, before it joins them

@@ -438,9 +438,10 @@ impl<S: AppStatus> PodTable<S> {
         Ok((view, pidfd.filter(|_| running)))
     }
 
-    /// Reads a pod's view after the daemon changed the pod, before it
-    /// answers: kubelet asks for the status right after every change it
-    /// makes, and finds it kept (the next change of the pod drops it again).
+    /// Reads a pod's view after the daemon changed the pod (as it answers,
+    /// or after: `Runtime::warm_later`): kubelet asks for the status right
+    /// after every change it makes, and finds it kept (the next change of
+    /// the pod drops it again).
     pub(crate) fn warm(&self, manifests: &ManifestCache, id: &str) {
         if self.inner.is_none() {
             return;
