@@ -206,14 +206,26 @@ async fn sleep_runs_stops_and_is_removed() {
     assert_eq!(s.state, cri::ContainerState::ContainerExited as i32);
     assert_eq!(s.exit_code, 128 + 9, "killed at the timeout");
     assert!(s.finished_at >= s.started_at);
+    // killed, its unit stays loaded in the pod's systemd (failed) until the
+    // container is removed (a new connection: none of the daemon's memory)
+    let data = e.d.dir.path().join("data");
+    let unit_loaded = || {
+        let bus = rktlet::stage1::bus::PodBus::connect(common::pod_pid1(&data, &pod.0)).expect("pod bus");
+        match bus.unit_status("0-sleep.service") {
+            Ok(u) => u.loaded,
+            Err(e) if e.is_not_found() => false,
+            Err(e) => panic!("unit status: {e}"),
+        }
+    };
+    assert!(unit_loaded(), "a killed app's unit is kept until its container is removed");
     e.rt.remove_container(cri::RemoveContainerRequest { container_id: id.clone() }).await.expect("remove");
+    assert!(!unit_loaded(), "the pod's systemd forgets a removed container's unit");
     e.rt.remove_container(cri::RemoveContainerRequest { container_id: id.clone() }).await.expect("remove again");
     let err =
         e.rt.container_status(cri::ContainerStatusRequest { container_id: id.clone(), verbose: false })
             .await
             .expect_err("gone");
     assert_eq!(err.code(), tonic::Code::NotFound);
-    let data = e.d.dir.path().join("data");
     let app_root = data.join("pods/run").join(&pod.0).join("stage1/rootfs/opt/stage2/0-sleep");
     assert!(!app_root.exists(), "app rootfs removed");
     e.rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("stop pod");

@@ -3,29 +3,45 @@
 
 use super::{ContainerError, open, stop::stop_app, unit, with_bus};
 use crate::runtime::{EventKind, Runtime};
-use crate::stage1::app;
+use crate::stage1::app::{self, AppPaths, AppState};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Removes container `id`; removing a removed (or never made) one succeeds.
-pub(crate) async fn remove(rt: &Runtime, id: &str) -> Result<(), ContainerError> {
+pub(crate) async fn remove(rt: &Arc<Runtime>, id: &str) -> Result<(), ContainerError> {
+    let mut steps = crate::base::steps::Steps::new();
     let mut t = match open(rt, id) {
         Ok(t) => t,
         // removing a removed container succeeds
         Err(e) if e.is_not_found() => return Ok(()),
         Err(e) => return Err(e),
     };
+    steps.mark("open");
     tokio::task::block_in_place(|| {
         stop_app(rt, &t, Duration::ZERO)?;
+        steps.mark("stop");
         if t.running {
             let name = unit(&t.app.name);
-            let _ = with_bus(rt, &t.pod, |bus| match bus.reset_unit(&name) {
-                Err(e) if e.is_not_found() => Ok(()),
-                other => other,
+            // an app whose exit is recorded has no active unit left: one
+            // call unloads it (were it failed); else it is looked at and
+            // stopped first (a start cut short may have left it running)
+            let exited =
+                matches!(app::facts(&AppPaths::new(&t.pod, &t.app.name), true).state, AppState::Exited(Some(_)));
+            let _ = with_bus(rt, &t.pod, |bus| {
+                let reset = if exited { bus.reset_failed(&name) } else { bus.reset_unit(&name) };
+                match reset {
+                    Err(e) if e.is_not_found() => Ok(()),
+                    other => other,
+                }
             });
+            steps.mark("reset");
         }
-        app::remove(&mut t.pod, &t.app.name, &rt.manifests).map_err(ContainerError::from)
+        let removed = app::remove(&mut t.pod, &t.app.name, &rt.manifests).map_err(ContainerError::from);
+        steps.mark("files");
+        removed
     })?;
     rt.emit(t.pod.uuid(), &t.app.name, EventKind::Deleted);
-    rt.pods.warm(&rt.manifests, &t.pod.uuid().to_string());
+    tracing::debug!(container = id, steps = %steps.line(), "removed");
+    rt.warm_later(t.pod.uuid());
     Ok(())
 }

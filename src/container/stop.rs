@@ -10,10 +10,10 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 /// Stops container `id` (see [`stop_app`]): `timeout` is the grace period.
-pub(crate) async fn stop(rt: &Runtime, id: &str, timeout: Duration) -> Result<(), ContainerError> {
+pub(crate) async fn stop(rt: &std::sync::Arc<Runtime>, id: &str, timeout: Duration) -> Result<(), ContainerError> {
     let t = open(rt, id)?;
     tokio::task::block_in_place(|| stop_app(rt, &t, timeout))?;
-    rt.pods.warm(&rt.manifests, &t.pod.uuid().to_string());
+    rt.warm_later(t.pod.uuid());
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use crate::runtime::Runtime;
 use tonic::Status;
 
 pub(super) async fn remove_container(
-    rt: &Runtime,
+    rt: &std::sync::Arc<Runtime>,
     req: cri::RemoveContainerRequest,
 ) -> Result<cri::RemoveContainerResponse, Status> {
     crate::container::remove::remove(rt, &req.container_id).await.map_err(container_error)?;

@@ -12,7 +12,7 @@ pub(super) fn grace_period(timeout: i64) -> Duration {
 }
 
 pub(super) async fn stop_container(
-    rt: &Runtime,
+    rt: &std::sync::Arc<Runtime>,
     req: cri::StopContainerRequest,
 ) -> Result<cri::StopContainerResponse, Status> {
     match crate::container::stop::stop(rt, &req.container_id, grace_period(req.timeout)).await {

@@ -356,6 +356,7 @@ fn ensure_target(target: &Path, dir: bool) -> io::Result<()> {
 /// Unmounts an app inside the pod (volumes first) and on the host, and
 /// deletes its files. Best effort: used on failure paths and by `rm`.
 fn remove_files(pod: &Pod, paths: &AppPaths, tree_id: Option<&str>) {
+    let mut steps = crate::base::steps::Steps::new();
     let in_pod = paths.rootfs_in_pod();
     if let Ok(Some(pid)) = pod.sandbox_pid()
         && let Ok(pid1) = inject::pod_pid1(pid)
@@ -372,8 +373,11 @@ fn remove_files(pod: &Pod, paths: &AppPaths, tree_id: Option<&str>) {
             let _ = fs::remove_dir(format!("/proc/{pid1}/root{host_proc}"));
         }
     }
+    steps.mark("in-pod");
     let _ = super::stop::unmount_below(&paths.rootfs());
+    steps.mark("host-umount");
     let _ = fs::remove_dir_all(paths.rootfs().parent().unwrap_or(&paths.rootfs()));
+    steps.mark("rootfs-dir");
     let _ = fs::remove_dir_all(paths.appsinfo());
     let _ = fs::remove_file(paths.env_file());
     let _ = fs::remove_dir_all(paths.devices());
@@ -383,6 +387,7 @@ fn remove_files(pod: &Pod, paths: &AppPaths, tree_id: Option<&str>) {
     for suffix in ["", "-created", "-started", STARTED_SPARE, "-stopping", START_ERROR, OOM_KILLED, HOST_PID] {
         let _ = fs::remove_file(paths.status_file(suffix));
     }
+    steps.mark("files");
     if let Some(id) = tree_id {
         let (upper, work) = (paths.overlay_upper(id), paths.overlay_work(id));
         let _ = fs::remove_dir_all(&upper);
@@ -394,9 +399,11 @@ fn remove_files(pod: &Pod, paths: &AppPaths, tree_id: Option<&str>) {
             let _ = fs::remove_dir(dir);
         }
     }
+    steps.mark("overlay-dirs");
     if let Some(appsinfo) = paths.appsinfo().parent() {
         let _ = fs::remove_dir(appsinfo);
     }
+    tracing::debug!(app = %paths.name, steps = %steps.line(), "app files removed");
 }
 
 /// Removes an app from a pod (it must be stopped): mounts, files, manifest entry.
