@@ -170,6 +170,40 @@ macro_rules! in_the_node_pid_namespace {
     };
 }
 
+/// Whether the pod's systemd has the unit loaded (a new connection: none of
+/// the daemon's memory).
+fn unit_loaded(data: &Path, pod: &str, unit: &str) -> bool {
+    let bus = rktlet::stage1::bus::PodBus::connect(common::pod_pid1(data, pod)).expect("pod bus");
+    match bus.unit_status(unit) {
+        Ok(u) => u.loaded,
+        Err(e) if e.is_not_found() => false,
+        Err(e) => panic!("unit status: {e}"),
+    }
+}
+
+/// An app that ends on its own, successfully (its unit stays "active
+/// (exited)": RemainAfterExit) or not (failed): RemoveContainer has the
+/// pod's systemd forget its unit either way, so nothing of it is left there.
+#[tokio::test(flavor = "multi_thread")]
+async fn apps_that_ended_on_their_own_leave_no_unit_after_remove() {
+    let mut e = env().await;
+    let pod = e.pod("enders").await;
+    let data = e.d.dir.path().join("data");
+    for (name, code) in [("ok", 0), ("fails", 3)] {
+        let id = e.create(&pod, name, &["sh", "-c", &format!("exit {code}")], |_| {}).await;
+        e.start(&id).await;
+        let s = e.wait_state(&id, cri::ContainerState::ContainerExited).await;
+        assert_eq!(s.exit_code, code);
+        let unit = format!("0-{name}.service");
+        assert!(unit_loaded(&data, &pod.0, &unit), "{unit} is kept until its container is removed");
+        e.rt.remove_container(cri::RemoveContainerRequest { container_id: id }).await.expect("remove");
+        assert!(!unit_loaded(&data, &pod.0, &unit), "the pod's systemd forgets {unit} once its container is removed");
+    }
+    e.rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("stop pod");
+    e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
+    assert_no_leaks(&data, &[pod.0]);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn sleep_runs_stops_and_is_removed() {
     let mut e = env().await;
@@ -207,19 +241,14 @@ async fn sleep_runs_stops_and_is_removed() {
     assert_eq!(s.exit_code, 128 + 9, "killed at the timeout");
     assert!(s.finished_at >= s.started_at);
     // killed, its unit stays loaded in the pod's systemd (failed) until the
-    // container is removed (a new connection: none of the daemon's memory)
+    // container is removed
     let data = e.d.dir.path().join("data");
-    let unit_loaded = || {
-        let bus = rktlet::stage1::bus::PodBus::connect(common::pod_pid1(&data, &pod.0)).expect("pod bus");
-        match bus.unit_status("0-sleep.service") {
-            Ok(u) => u.loaded,
-            Err(e) if e.is_not_found() => false,
-            Err(e) => panic!("unit status: {e}"),
-        }
-    };
-    assert!(unit_loaded(), "a killed app's unit is kept until its container is removed");
+    assert!(
+        unit_loaded(&data, &pod.0, "0-sleep.service"),
+        "a killed app's unit is kept until its container is removed"
+    );
     e.rt.remove_container(cri::RemoveContainerRequest { container_id: id.clone() }).await.expect("remove");
-    assert!(!unit_loaded(), "the pod's systemd forgets a removed container's unit");
+    assert!(!unit_loaded(&data, &pod.0, "0-sleep.service"), "the pod's systemd forgets a removed container's unit");
     e.rt.remove_container(cri::RemoveContainerRequest { container_id: id.clone() }).await.expect("remove again");
     let err =
         e.rt.container_status(cri::ContainerStatusRequest { container_id: id.clone(), verbose: false })

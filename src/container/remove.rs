@@ -3,7 +3,7 @@
 
 use super::{ContainerError, open, stop::stop_app, unit, with_bus};
 use crate::runtime::{EventKind, Runtime};
-use crate::stage1::app::{self, AppPaths, AppState};
+use crate::stage1::app;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,22 +22,18 @@ pub(crate) async fn remove(rt: &Arc<Runtime>, id: &str) -> Result<(), ContainerE
         steps.mark("stop");
         if t.running {
             let name = unit(&t.app.name);
-            // an app whose exit is recorded has no active unit left: one
-            // call unloads it (were it failed); else it is looked at and
-            // stopped first (a start cut short may have left it running)
-            let exited =
-                matches!(app::facts(&AppPaths::new(&t.pod, &t.app.name), true).state, AppState::Exited(Some(_)));
-            let _ = with_bus(rt, &t.pod, |bus| {
-                let reset = if exited { bus.reset_failed(&name) } else { bus.reset_unit(&name) };
-                match reset {
-                    Err(e) if e.is_not_found() => Ok(()),
-                    other => other,
-                }
+            // looked at, stopped where still active, then unloaded: an app
+            // that ended on its own successfully keeps its unit "active
+            // (exited)" (RemainAfterExit), a host-PID app's template outlives
+            // the app, and a failed one stays loaded until reset
+            let _ = with_bus(rt, &t.pod, |bus| match bus.reset_unit(&name) {
+                Err(e) if e.is_not_found() => Ok(()),
+                other => other,
             });
             steps.mark("reset");
         }
         let removed = app::remove(&mut t.pod, &t.app.name, &rt.manifests).map_err(ContainerError::from);
-        steps.mark("files");
+        steps.mark("app");
         removed
     })?;
     rt.emit(t.pod.uuid(), &t.app.name, EventKind::Deleted);

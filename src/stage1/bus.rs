@@ -293,7 +293,10 @@ impl PodBus {
     /// its failed state so systemd unloads it, and forgets its last status.
     /// A unit that is not loaded is already reset.
     pub fn reset_unit(&self, name: &str) -> Result<(), BusError> {
-        match self.unit_status(name) {
+        // (only whether it is active: one property read, not all of its status)
+        let unit = name.to_string();
+        let activity = self.request(move |w, reply| send(reply, read_status_of(w, &unit, &status::ACTIVITY)));
+        match activity {
             Ok(s) if s.loaded && s.is_active() => self.stop_unit(name, START_TIMEOUT)?,
             Ok(_) => {}
             Err(e) if e.is_not_found() => {}
@@ -508,12 +511,18 @@ fn job_result(w: &mut Worker, op: &'static str, unit: &str, res: Result<String, 
 
 /// GetUnit + property reads; falls back to the last state seen in signals.
 fn read_status(w: &mut Worker, unit: &str) -> Result<UnitStatus, BusError> {
+    read_status_of(w, unit, &status::ALL_PROPERTIES)
+}
+
+/// [`read_status`] of the properties `props` only.
+fn read_status_of(w: &mut Worker, unit: &str, props: &[(&str, &str)]) -> Result<UnitStatus, BusError> {
     let path = manager_call(w, "GetUnit", unit, &[Basic::Str(unit)])
         .and_then(|mut r| r.read_str(b'o').map_err(|e| BusError::from_call("GetUnit", unit, e)));
     match path {
         Ok(path) => {
             let bus = w.bus()?;
-            UnitStatus::read(bus, &path, us(CALL_TIMEOUT)).map_err(|e| BusError::from_call("reading status", unit, e))
+            UnitStatus::read(bus, &path, props, us(CALL_TIMEOUT))
+                .map_err(|e| BusError::from_call("reading status", unit, e))
         }
         Err(e) if e.is_not_found() => {
             // signals sent before the unit was unloaded may still be queued

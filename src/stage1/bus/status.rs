@@ -44,6 +44,21 @@ pub enum MainExit {
     Dumped(i32),
 }
 
+/// What a unit's whole status is read from (`UnitStatus::read`).
+pub(crate) const ALL_PROPERTIES: [(&str, &str); 8] = [
+    (UNIT_IFACE, "ActiveState"),
+    (UNIT_IFACE, "SubState"),
+    (SERVICE_IFACE, "MainPID"),
+    (SERVICE_IFACE, "ExecMainCode"),
+    (SERVICE_IFACE, "ExecMainStatus"),
+    (SERVICE_IFACE, "ExecMainStartTimestamp"),
+    (SERVICE_IFACE, "ExecMainExitTimestamp"),
+    (SERVICE_IFACE, "Result"),
+];
+
+/// Enough to tell whether a unit is active (`UnitStatus::is_active`).
+pub(crate) const ACTIVITY: [(&str, &str); 1] = [(UNIT_IFACE, "ActiveState")];
+
 impl UnitStatus {
     pub fn main_exit(&self) -> Option<MainExit> {
         match self.exec_main_code {
@@ -96,20 +111,12 @@ impl UnitStatus {
         Ok(())
     }
 
-    /// Reads the status of the unit at object `path` with one Get per property.
-    pub(crate) fn read(bus: &Bus, path: &str, timeout_us: u64) -> SdResult<UnitStatus> {
+    /// Reads the status of the unit at object `path` with one Get per
+    /// property of `props` ([`ALL_PROPERTIES`], [`ACTIVITY`]); the others
+    /// stay at their defaults.
+    pub(crate) fn read(bus: &Bus, path: &str, props: &[(&str, &str)], timeout_us: u64) -> SdResult<UnitStatus> {
         let mut s = UnitStatus { loaded: true, ..Default::default() };
-        let props = [
-            (UNIT_IFACE, "ActiveState"),
-            (UNIT_IFACE, "SubState"),
-            (SERVICE_IFACE, "MainPID"),
-            (SERVICE_IFACE, "ExecMainCode"),
-            (SERVICE_IFACE, "ExecMainStatus"),
-            (SERVICE_IFACE, "ExecMainStartTimestamp"),
-            (SERVICE_IFACE, "ExecMainExitTimestamp"),
-            (SERVICE_IFACE, "Result"),
-        ];
-        for (iface, name) in props {
+        for &(iface, name) in props {
             let mut reply = get_property(bus, path, iface, name, timeout_us)?;
             s.apply(name, &mut reply)?;
         }
