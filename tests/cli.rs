@@ -40,7 +40,10 @@ fn sandbox(dir: &Path, hostname: &str, uuid_file: &Path) -> (std::process::Child
         .spawn()
         .expect("app sandbox");
     wait("uuid file", || uuid_file.exists());
-    (child, std::fs::read_to_string(uuid_file).expect("uuid"))
+    // read as soon as it is there: the sandbox writes it whole or not at all
+    let uuid = std::fs::read_to_string(uuid_file).expect("uuid");
+    assert_eq!(uuid.len(), 36, "a whole UUID in the file at once: {uuid:?}");
+    (child, uuid)
 }
 
 #[test]

@@ -165,7 +165,9 @@ fn prepare(opts: &SandboxOptions, pod: &mut Pod, cgroup_out: &mut Option<PodCgro
     spawn_log_writer(pod, supervisor.as_deref(), &program)
         .map_err(io_err(format!("starting the log writer of pod {uuid}")))?;
     if let Some(path) = &opts.uuid_file_save {
-        fs::write(path, uuid.to_string()).map_err(io_err(format!("writing {}", path.display())))?;
+        // whole or not there: a script polls for the file, then reads it
+        rkt::fs::write_volatile(path, uuid.to_string().as_bytes(), 0o644)
+            .map_err(io_err(format!("writing {}", path.display())))?;
     }
     // the rootfs moved with the pod directory from prepare/ to run/
     Ok(pod.stage1_rootfs())
