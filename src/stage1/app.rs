@@ -112,6 +112,7 @@ impl AppSpec {
     /// manifest as last parsed and keeps the one written.
     /// `spare`: directories made ahead for it ([`super::spare`]), if any.
     pub(crate) fn add(&self, pod: &mut Pod, manifests: &ManifestCache, spare: Option<Spare>) -> Result<(), AppError> {
+        let began = std::time::Instant::now();
         let uuid = pod.uuid().to_string();
         if !rkt::schema::is_ac_name(&self.name) {
             return Err(AppError::Invalid(format!("app name {:?} is not an ACName", self.name)));
@@ -134,13 +135,15 @@ impl AppSpec {
             tracing::info!(pod = %uuid, app = %self.name, "removing what an interrupted add left");
             remove_files(pod, &paths, tree.as_deref().map(str::trim));
         }
+        let checked = began.elapsed();
         if let Some(spare) = spare
             && let Err(e) = spare.place(&paths, &self.tree_id)
         {
             // what was not placed is made below, as without a spare
             tracing::debug!(pod = %uuid, app = %self.name, error = %e, "spare app directories not placed");
         }
-        let result = self.materialize(pod, &paths, manifest, manifests);
+        let steps = (began, checked, began.elapsed());
+        let result = self.materialize(pod, &paths, manifest, manifests, steps);
         if result.is_err() {
             remove_files(pod, &paths, Some(&self.tree_id));
         }
@@ -153,13 +156,13 @@ impl AppSpec {
         paths: &AppPaths,
         mut manifest: PodManifest,
         manifests: &ManifestCache,
+        (began, checked, placed): (std::time::Instant, std::time::Duration, std::time::Duration),
     ) -> Result<(), AppError> {
         let uuid = pod.uuid().to_string();
         let io = |context: &str| {
             let (pod, app, context) = (uuid.clone(), self.name.clone(), context.to_string());
             move |source| AppError::Io { pod, app, context, source }
         };
-        let began = std::time::Instant::now();
         let info = paths.appsinfo();
         fs::create_dir_all(&info).map_err(io("creating appsinfo"))?;
         let image_manifest = serde_json::to_vec(&self.image_manifest).map_err(|e| AppError::Invalid(e.to_string()))?;
@@ -289,7 +292,9 @@ impl AppSpec {
         tracing::debug!(
             pod = %uuid,
             app = %self.name,
-            files_micros = micros(files_done),
+            checks_micros = micros(checked),
+            spare_micros = micros(placed - checked),
+            files_micros = micros(files_done - placed),
             overlay_micros = micros(overlay_done - files_done),
             targets_micros = micros(targets_done - overlay_done),
             attach_micros = micros(attach_done - targets_done),
@@ -325,15 +330,7 @@ impl AppSpec {
         (upper, work, rootfs): (&Path, &Path, &Path),
     ) -> io::Result<()> {
         let Some((ns, map)) = userns else {
-            let opts = inject::overlay_options(&self.tree_rootfs, upper, work);
-            return nix::mount::mount(
-                Some("overlay"),
-                rootfs,
-                Some("overlay"),
-                nix::mount::MsFlags::empty(),
-                Some(opts.as_str()),
-            )
-            .map_err(io::Error::from);
+            return inject::mount_overlay(&self.tree_rootfs, upper, work, rootfs);
         };
         let staging = paths.pod_path.join("idmap").join(&self.name);
         super::userns::idmapped_overlay(ns, *map, &self.tree_rootfs, upper, work, &staging, rootfs)

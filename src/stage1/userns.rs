@@ -228,15 +228,8 @@ pub(crate) fn idmapped_overlay(
         let tree = super::inject::clone_tree(lower, false, false, super::inject::Propagation::Private)?;
         idmap_tree(&tree, userns, false, lower)?;
         move_to(&tree, staging)?;
-        let opts = super::inject::overlay_options(staging, upper, work);
-        let mounted = nix::mount::mount(
-            Some("overlay"),
-            target,
-            Some("overlay"),
-            nix::mount::MsFlags::empty(),
-            Some(opts.as_str()),
-        )
-        .map_err(|e| io::Error::new(io::Error::from(e).kind(), format!("mounting overlay: {e}")));
+        let mounted = super::inject::mount_overlay(staging, upper, work, target)
+            .map_err(|e| io::Error::new(e.kind(), format!("mounting overlay: {e}")));
         // the overlay holds its own copy of its lower layer: the staging mount goes
         let _ = nix::mount::umount2(staging, nix::mount::MntFlags::MNT_DETACH);
         mounted

