@@ -245,7 +245,10 @@ async fn sleep_runs_stops_and_is_removed() {
     if e.d.log().contains("overlayfs has no 'volatile' here") {
         println!("SKIPPED: sleep_runs_stops_and_is_removed: this kernel's overlayfs has no volatile option");
     } else {
-        assert!(line.contains(" overlay ") && options.split(',').any(|o| o == "volatile" || o == "fsync=volatile"), "{line}");
+        assert!(
+            line.contains(" overlay ") && options.split(',').any(|o| o == "volatile" || o == "fsync=volatile"),
+            "{line}"
+        );
     }
 
     // `sleep` as PID 1 of its own namespace has no SIGTERM handler, so the

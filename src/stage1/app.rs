@@ -9,6 +9,7 @@
 pub(crate) use super::app_status::*;
 use super::inject::{self, Attach, Propagation};
 use super::spare::Spare;
+use super::trash::Trash;
 use crate::pod::cache::ManifestCache;
 use rkt::pod::{Pod, PodError, PodState};
 use rkt::schema::{
@@ -133,7 +134,7 @@ impl AppSpec {
         if paths.appsinfo().exists() || paths.rootfs().exists() {
             let tree = fs::read_to_string(paths.appsinfo().join("treeStoreID")).ok();
             tracing::info!(pod = %uuid, app = %self.name, "removing what an interrupted add left");
-            remove_files(pod, &paths, tree.as_deref().map(str::trim));
+            remove_files(pod, &paths, tree.as_deref().map(str::trim), None);
         }
         let checked = began.elapsed();
         if let Some(spare) = spare
@@ -145,7 +146,7 @@ impl AppSpec {
         let steps = (began, checked, began.elapsed());
         let result = self.materialize(pod, &paths, manifest, manifests, steps);
         if result.is_err() {
-            remove_files(pod, &paths, Some(&self.tree_id));
+            remove_files(pod, &paths, Some(&self.tree_id), None);
         }
         result
     }
@@ -351,8 +352,18 @@ fn ensure_target(target: &Path, dir: bool) -> io::Result<()> {
 }
 
 /// Unmounts an app inside the pod (volumes first) and on the host, and
-/// deletes its files. Best effort: used on failure paths and by `rm`.
-fn remove_files(pod: &Pod, paths: &AppPaths, tree_id: Option<&str>) {
+/// deletes its files. Best effort: used on failure paths and by `rm`. With
+/// `trash` its directories and files are moved there (deleted after, by
+/// the caller's `Trash::empty_later`), else deleted here.
+fn remove_files(pod: &Pod, paths: &AppPaths, tree_id: Option<&str>, mut trash: Option<&mut Trash>) {
+    let mut remove = |path: &Path| {
+        if let Some(t) = trash.as_deref_mut()
+            && t.put(path).is_ok()
+        {
+            return;
+        }
+        let _ = fs::remove_dir_all(path).or_else(|_| fs::remove_file(path));
+    };
     let mut steps = crate::base::steps::Steps::new();
     let in_pod = paths.rootfs_in_pod();
     if let Ok(Some(pid)) = pod.sandbox_pid()
@@ -373,22 +384,22 @@ fn remove_files(pod: &Pod, paths: &AppPaths, tree_id: Option<&str>) {
     steps.mark("in-pod");
     let _ = super::stop::unmount_below(&paths.rootfs());
     steps.mark("host-umount");
-    let _ = fs::remove_dir_all(paths.rootfs().parent().unwrap_or(&paths.rootfs()));
+    remove(paths.rootfs().parent().unwrap_or(&paths.rootfs()));
     steps.mark("rootfs-dir");
-    let _ = fs::remove_dir_all(paths.appsinfo());
-    let _ = fs::remove_file(paths.env_file());
-    let _ = fs::remove_dir_all(paths.devices());
-    let _ = fs::remove_dir_all(paths.checkpoint());
+    remove(&paths.appsinfo());
+    remove(&paths.env_file());
+    remove(&paths.devices());
+    remove(&paths.checkpoint());
     // (a start interrupted by a crash leaves its FIFO)
-    let _ = fs::remove_file(paths.started_fifo());
+    remove(&paths.started_fifo());
     for suffix in ["", "-created", "-started", STARTED_SPARE, "-stopping", START_ERROR, OOM_KILLED, HOST_PID] {
-        let _ = fs::remove_file(paths.status_file(suffix));
+        remove(&paths.status_file(suffix));
     }
     steps.mark("files");
     if let Some(id) = tree_id {
         let (upper, work) = (paths.overlay_upper(id), paths.overlay_work(id));
-        let _ = fs::remove_dir_all(&upper);
-        let _ = fs::remove_dir_all(&work);
+        remove(&upper);
+        remove(&work);
         // the shared directories above them, where no other app is left
         // (remove_dir leaves one that is not empty)
         let tree = upper.parent().and_then(Path::parent);
@@ -413,9 +424,12 @@ pub(crate) fn remove(pod: &mut Pod, name: &str, manifests: &ManifestCache) -> Re
     };
     let paths = AppPaths::new(pod, name);
     let tree_id = fs::read_to_string(paths.appsinfo().join("treeStoreID")).ok();
-    remove_files(pod, &paths, tree_id.as_deref().map(str::trim));
+    let mut trash = Trash::of(&pod.path());
+    remove_files(pod, &paths, tree_id.as_deref().map(str::trim), Some(&mut trash));
     manifest.apps.remove(index);
-    manifests.write(pod, manifest)?;
+    let written = manifests.write(pod, manifest);
+    trash.empty_later();
+    written?;
     Ok(())
 }
 

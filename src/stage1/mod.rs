@@ -34,6 +34,7 @@ pub(crate) mod spare;
 pub(crate) mod stop;
 pub(crate) mod sysctl;
 pub(crate) mod teardown;
+pub(crate) mod trash;
 pub(crate) mod unit_spec;
 pub(crate) mod userns;
 pub(crate) mod vfork;
