@@ -42,17 +42,23 @@ impl Trash {
         }
     }
 
-    /// Deletes what the trash holds: on a blocking thread of the daemon's
-    /// runtime, not waited for; at once where there is none (the CLI).
+    /// Deletes what the trash holds: in the daemon after the call, as a
+    /// removed pod's directory is (`stop::after_the_call`, which the daemon
+    /// waits for before it exits); at once in the CLI (no runtime there) or
+    /// where no thread can be had.
     pub(crate) fn empty_later(self) {
         if !self.made {
             return;
         }
         let dir = self.dir;
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => drop(rt.spawn_blocking(move || empty(&dir))),
-            Err(_) => empty(&dir),
+        if tokio::runtime::Handle::try_current().is_ok() {
+            let later = dir.clone();
+            match super::stop::after_the_call("app-trash", move || empty(&later)) {
+                Ok(()) => return,
+                Err(e) => tracing::warn!(error = %e, "no thread to empty a pod's trash: emptied now"),
+            }
         }
+        empty(&dir);
     }
 }
 
