@@ -701,3 +701,68 @@ async fn sysctls_apply_where_the_nodes_proc_sys_is_read_only() {
     rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.clone() }).await.expect("remove");
     assert_no_leaks(&d.dir.path().join("data"), &[pod]);
 }
+
+/// Whether the mount namespace `mountinfo` (an open `/proc/<pid>/mountinfo`)
+/// belongs to changed since the last look (what a pod's systemd polls for,
+/// then re-reads its whole mount table).
+fn mount_table_changed(mountinfo: &std::fs::File) -> bool {
+    use std::os::fd::AsFd;
+    let mut fds = [nix::poll::PollFd::new(mountinfo.as_fd(), nix::poll::PollFlags::POLLPRI)];
+    let n = nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO).expect("poll mountinfo");
+    n > 0
+        && fds[0].revents().is_some_and(|r| r.intersects(nix::poll::PollFlags::POLLPRI | nix::poll::PollFlags::POLLERR))
+}
+
+/// Network namespace binds in the mount namespace of process `pid`.
+fn netns_binds(pid: i32) -> Vec<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+        .expect("mountinfo")
+        .lines()
+        .filter(|l| l.split_once(" - ").is_some_and(|(_, post)| post.starts_with("nsfs ")))
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+        .collect()
+}
+
+/// Starting and stopping pods touches no other pod's mount namespace: the
+/// network namespace the daemon binds for a new pod (under the node's shared
+/// /run/netns) used to be copied into every running pod, waking each pod's
+/// systemd to re-read its mount table. A pod holds no bind of another pod's
+/// network namespace either.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_start_and_stop_leave_other_pods_mount_namespaces_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let net = common::TestNetwork::new(dir.path());
+    let conf = net.conf_dir.to_string_lossy().to_string();
+    let d = Daemon::start(&["--cni-conf-dir", &conf, "--cni-bin-dir", "/usr/lib/cni"]);
+    let data = d.dir.path().join("data");
+    let mut rt = d.runtime().await;
+    let first = run(&mut rt, pod_config("first", &[])).await;
+    let pid1 = pod_pid1(&data, &first);
+    let mountinfo = std::fs::File::open(format!("/proc/{pid1}/mountinfo")).expect("open mountinfo");
+    // (whatever happened before this look)
+    mount_table_changed(&mountinfo);
+
+    let second = run(&mut rt, pod_config("second", &[])).await;
+    assert!(
+        std::path::Path::new(&format!("/var/run/netns/rktlet-{second}")).exists(),
+        "the second pod has no netns bind on the node"
+    );
+    assert!(!mount_table_changed(&mountinfo), "starting a pod changed the first pod's mount namespace");
+    rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: second.clone() }).await.expect("stop");
+    assert!(!mount_table_changed(&mountinfo), "stopping a pod changed the first pod's mount namespace");
+
+    // nspawn's own namespace, where the pod's copy of the node's tree lies
+    // below its root: its own network namespace, no other pod's
+    let nspawn: i32 = std::fs::read_to_string(data.join("pods/run").join(&first).join("ppid"))
+        .expect("ppid")
+        .trim()
+        .parse()
+        .expect("pid");
+    let own = std::fs::canonicalize(format!("/var/run/netns/rktlet-{first}")).expect("the first pod's netns");
+    assert_eq!(netns_binds(nspawn), [own.to_string_lossy()], "the first pod's sandbox namespace");
+    for id in [&first, &second] {
+        rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("stop");
+        rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id.clone() }).await.expect("remove");
+    }
+    assert_no_leaks(&data, &[first, second]);
+}

@@ -29,6 +29,7 @@ pub(crate) mod nspawn;
 pub(crate) mod pty;
 pub(crate) mod rootfs;
 pub(crate) mod sandbox;
+pub(crate) mod sandbox_ns;
 pub(crate) mod seccomp;
 pub(crate) mod spare;
 pub(crate) mod stop;

@@ -321,6 +321,13 @@ fn exec_nspawn(
         }
         (net, _) => net.clone(),
     };
+    let netns = match &net {
+        PodNet::Netns(path) => Some(path.as_path()),
+        _ => None,
+    };
+    let pods = pod.path().parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
+    super::sandbox_ns::isolate(&pods, &pod.path(), netns)
+        .map_err(io_err("giving the pod a mount namespace of its own"))?;
     let spec = NspawnSpec {
         nspawn,
         uuid: pod.uuid().to_string(),

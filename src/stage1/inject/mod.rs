@@ -191,6 +191,15 @@ impl Attach {
     }
 }
 
+/// Attaches `m` in this process's own mount namespace (not a pod's).
+pub(crate) fn attach_here(m: &Attach) -> io::Result<()> {
+    if child::attach_one(m) < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("move_mount to {}: {e}", m.target.to_string_lossy())));
+    }
+    Ok(())
+}
+
 /// Stack of the child of [`in_pod_ns`] (a few raw syscalls).
 const NS_CHILD_STACK: usize = 64 * 1024;
 
