@@ -59,8 +59,9 @@ fn parse(mountinfo: &str) -> Vec<Mount> {
 /// unshared (`mountinfo`, before it was made private): network namespace
 /// binds (where their parent is a shared bind of their directory of its
 /// own, as `/run/netns`, that one instead: one detach for all), and, of the
-/// node's shared mounts, overlays and what is below `pods`; never `/`, and
-/// nothing at or below `own` (this pod's directory).
+/// node's shared mounts, overlays and what is below `pods`; nothing at or
+/// below `own` (this pod's directory), nor what holds it or `/usr` (which
+/// nspawn binds into the pod), `/` among them.
 fn to_detach(mountinfo: &str, pods: &Path, own: &Path) -> Vec<PathBuf> {
     let mounts = parse(mountinfo);
     let by_id = |id: u64| mounts.iter().find(|m| m.id == id);
@@ -77,7 +78,8 @@ fn to_detach(mountinfo: &str, pods: &Path, own: &Path) -> Vec<PathBuf> {
             }
             (m.propagates && (m.fstype == "overlay" || m.point.starts_with(pods))).then(|| m.point.clone())
         })
-        .filter(|p| p != Path::new("/") && !p.starts_with(own))
+        // what nspawn reads stays: the pod's directory and /usr, and all above them
+        .filter(|p| !p.starts_with(own) && !own.starts_with(p) && !Path::new("/usr").starts_with(p))
         .collect();
     points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     points.dedup();
@@ -183,6 +185,18 @@ mod tests {
                 "/run/netns",
             ]
         );
+    }
+
+    #[test]
+    fn what_holds_the_pod_or_usr_stays() {
+        let table = "\
+27 1 0:30 / / rw shared:1 - overlay overlay rw
+28 27 0:31 / /usr rw shared:2 - overlay overlay rw
+29 27 0:32 / /data rw shared:3 - overlay overlay rw
+30 29 0:33 / /data/pods/run/u/stage1/rootfs/opt/stage2/0-c/rootfs rw shared:4 - overlay overlay rw
+";
+        let got = to_detach(table, Path::new("/data/pods"), Path::new("/data/pods/run/u"));
+        assert!(got.is_empty(), "{got:?}");
     }
 
     #[test]
