@@ -739,8 +739,12 @@ async fn a_pod_start_and_stop_leave_other_pods_mount_namespaces_alone() {
     let first = run(&mut rt, pod_config("first", &[])).await;
     let pid1 = pod_pid1(&data, &first);
     let mountinfo = std::fs::File::open(format!("/proc/{pid1}/mountinfo")).expect("open mountinfo");
-    // (whatever happened before this look)
-    mount_table_changed(&mountinfo);
+    // whatever the pod did before this look, until it has been quiet a while
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while mount_table_changed(&mountinfo) {
+        assert!(std::time::Instant::now() < deadline, "the first pod's mount table never settles");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 
     let second = run(&mut rt, pod_config("second", &[])).await;
     assert!(

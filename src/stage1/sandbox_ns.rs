@@ -91,6 +91,7 @@ fn to_detach(mountinfo: &str, pods: &Path, own: &Path) -> Vec<PathBuf> {
 /// the module's documentation); `netns`, the pod's network namespace bind
 /// that nspawn opens, stays where it is. `pods` is the data directory's
 /// pods directory, `own` this pod's directory.
+///
 /// A process that cannot unshare (one with threads sharing its file system
 /// context) keeps the node's namespace, as before: said, not fatal.
 pub(crate) fn isolate(pods: &Path, own: &Path, netns: Option<&Path>) -> io::Result<()> {
