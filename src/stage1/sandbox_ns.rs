@@ -104,16 +104,28 @@ pub(crate) fn isolate(pods: &Path, own: &Path, netns: Option<&Path>) -> io::Resu
         .map_err(|e| io::Error::other(format!("making the mount namespace private: {e}")))?;
     let kept = netns.map(|p| inject::clone_tree(p, false, false, Propagation::Private)).transpose()?;
     for point in to_detach(&mountinfo, pods, own) {
-        match nix::mount::umount2(&point, MntFlags::MNT_DETACH) {
-            // (gone with a parent detached before it)
-            Ok(()) | Err(nix::Error::EINVAL) | Err(nix::Error::ENOENT) => {}
-            Err(e) => return Err(io::Error::other(format!("detaching {}: {e}", point.display()))),
-        }
+        detach_all(&point)?;
     }
     if let (Some(tree), Some(path)) = (kept, netns) {
         put_back(tree, path)?;
     }
     Ok(())
+}
+
+/// Detaches every mount at `point`, the whole stack (a bind the node
+/// propagated onto itself shows twice there), down to what it was mounted
+/// on; none there (or gone with a parent detached before) is fine.
+fn detach_all(point: &Path) -> io::Result<()> {
+    // (a stack is a few mounts deep at most; the bound keeps a kernel that
+    // keeps saying yes from looping forever)
+    for _ in 0..64 {
+        match nix::mount::umount2(point, MntFlags::MNT_DETACH) {
+            Ok(()) => {}
+            Err(nix::Error::EINVAL) | Err(nix::Error::ENOENT) => return Ok(()),
+            Err(e) => return Err(io::Error::other(format!("detaching {}: {e}", point.display()))),
+        }
+    }
+    Err(io::Error::other(format!("detaching {}: still a mount point after 64 detaches", point.display())))
 }
 
 /// Attaches `tree` (the pod's network namespace bind) at `path` again; where
