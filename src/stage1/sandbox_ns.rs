@@ -55,7 +55,7 @@ fn parse(mountinfo: &str) -> Vec<Mount> {
         .collect()
 }
 
-/// The mount points to detach, deepest first, from the mount table as
+/// The mount points to detach, shallowest first, from the mount table as
 /// unshared (`mountinfo`, before it was made private): network namespace
 /// binds (where their parent is a shared bind of their directory of its
 /// own, as `/run/netns`, that one instead: one detach for all), and, of the
@@ -81,7 +81,10 @@ fn to_detach(mountinfo: &str, pods: &Path, own: &Path) -> Vec<PathBuf> {
         // what nspawn reads stays: the pod's directory and /usr, and all above them
         .filter(|p| !p.starts_with(own) && !own.starts_with(p) && !Path::new("/usr").starts_with(p))
         .collect();
-    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    // shallowest first: a detached parent takes its children along, and a
+    // point below it then reaches what its mount had covered (on a systemd
+    // node the netns binds show under /run too, beneath the /run/netns bind)
+    points.sort_by_key(|p| p.components().count());
     points.dedup();
     points
 }
@@ -193,11 +196,25 @@ mod tests {
         assert_eq!(
             paths(&got),
             [
-                "/var/lib/rktlet/pods/run/a/stage1/rootfs/opt/stage2/0-c/rootfs",
-                "/run/containerd/io.containerd.runtime.v2.task/k8s.io/x/rootfs",
                 "/run/netns",
+                "/run/containerd/io.containerd.runtime.v2.task/k8s.io/x/rootfs",
+                "/var/lib/rktlet/pods/run/a/stage1/rootfs/opt/stage2/0-c/rootfs",
             ]
         );
+    }
+
+    #[test]
+    fn netns_binds_under_the_netns_directory_bind_go_after_it() {
+        // /run and its /run/netns bind are peers: each netns bind shows twice
+        let table = "\
+27 1 254:0 / / rw shared:1 - ext4 /dev/vda rw
+30 27 0:25 / /run rw shared:5 - tmpfs tmpfs rw
+45 30 0:25 /netns /run/netns rw shared:5 - tmpfs tmpfs rw
+46 45 0:4 net:[1] /run/netns/rktlet-a rw shared:7 - nsfs nsfs rw
+47 30 0:4 net:[1] /run/netns/rktlet-a rw shared:7 - nsfs nsfs rw
+";
+        let got = to_detach(table, Path::new("/p"), Path::new("/p/run/u"));
+        assert_eq!(paths(&got), ["/run/netns", "/run/netns/rktlet-a"]);
     }
 
     #[test]
