@@ -1,5 +1,6 @@
 //! The process-descriptor calls rktlet makes: pidfd_open(2), pidfd_getfd(2)
-//! and pidfd_send_signal(2), which libc numbers but does not wrap. A pidfd
+//! and pidfd_send_signal(2), which libc numbers but does not wrap, and
+//! waitid(2) on a pidfd that leaves the child to be reaped later. A pidfd
 //! names one process for good: a signal through it never reaches a process
 //! that took a reused pid. Also close_range(2) for forked children. Std and
 //! libc only, for every module.
@@ -39,6 +40,31 @@ pub(crate) fn pidfd_send_signal(pidfd: RawFd, signal: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// How the child behind `pidfd` ended, leaving it a zombie to be reaped
+/// later (waitid(2) with WNOWAIT); None while it runs.
+pub(crate) fn exit_status_unreaped(pidfd: &OwnedFd) -> io::Result<Option<std::process::ExitStatus>> {
+    use std::os::unix::process::ExitStatusExt;
+    // SAFETY: an all-zero siginfo_t is a valid value (a plain C struct).
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let flags = libc::WEXITED | libc::WNOWAIT | libc::WNOHANG;
+    // SAFETY: waitid(2) on our child's pidfd, writing only into `info`.
+    if unsafe { libc::waitid(libc::P_PIDFD, pidfd.as_raw_fd() as libc::id_t, &mut info, flags) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: waitid filled the SIGCHLD fields of `info` (a pid of 0: nothing ended).
+    let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+    if pid == 0 {
+        return Ok(None);
+    }
+    // the wait(2) status word of that ending
+    let raw = match info.si_code {
+        libc::CLD_EXITED => (status & 0xff) << 8,
+        libc::CLD_DUMPED => status | 0x80,
+        _ => status,
+    };
+    Ok(Some(std::process::ExitStatus::from_raw(raw)))
+}
+
 /// Closes every descriptor from 3 up but those of `keep` (ascending; those
 /// below 3 are ignored), with raw `close_range(2)` calls only: safe in a
 /// child forked from a threaded process, before its exec. A child that is
@@ -74,5 +100,31 @@ mod tests {
         assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
         assert!(pidfd_send_signal(-1, 0).is_err());
         assert!(pidfd_open(-1).is_err());
+    }
+
+    #[test]
+    fn an_ended_child_is_told_without_being_reaped() {
+        use std::os::unix::process::ExitStatusExt;
+        for (script, code, signal) in [("exit 3", Some(3), None), ("kill -TERM $$", None, Some(libc::SIGTERM))] {
+            let mut child = std::process::Command::new("sh").args(["-c", script]).spawn().expect("sh");
+            let pidfd = pidfd_open(child.id() as i32).expect("pidfd");
+            let status = loop {
+                if let Some(s) = exit_status_unreaped(&pidfd).expect("waitid") {
+                    break s;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            };
+            assert_eq!((status.code(), status.signal()), (code, signal), "{script}");
+            // still a zombie of ours: reaped now, with the same status
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).expect("stat");
+            assert!(stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')), "{stat}");
+            assert_eq!(child.wait().expect("wait"), status);
+        }
+        let running = std::process::Command::new("sleep").arg("100").spawn().expect("sleep");
+        let pidfd = pidfd_open(running.id() as i32).expect("pidfd");
+        assert!(exit_status_unreaped(&pidfd).expect("waitid").is_none());
+        pidfd_send_signal(pidfd.as_raw_fd(), libc::SIGKILL).expect("kill");
+        let mut running = running;
+        running.wait().expect("wait");
     }
 }

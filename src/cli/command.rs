@@ -412,6 +412,11 @@ struct BenchArgs {
     /// Only the density runs: no lifecycles, no list calls.
     #[arg(long, requires = "density")]
     density_only: bool,
+    /// Untimed pod + container lifecycles on each endpoint before its first
+    /// timed call, so that no endpoint is measured on caches another one
+    /// warmed (endpoints are measured one after another).
+    #[arg(long, default_value_t = 10)]
+    warmup: usize,
     /// A fact about the run for the report's context, KEY=VALUE (repeatable;
     /// e.g. the node it ran on).
     #[arg(long = "context", value_parser = parse_context)]
@@ -463,6 +468,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         density: args.density,
         concurrency: args.concurrency,
         density_only: args.density_only,
+        warmup: args.warmup,
         context: args.context,
         daemon_logs: args.daemon_logs,
     };

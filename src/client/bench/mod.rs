@@ -85,6 +85,9 @@ pub(crate) struct Options {
     pub concurrency: usize,
     /// Only the density runs (and the gRPC floor).
     pub density_only: bool,
+    /// Untimed pod + container lifecycles per endpoint before its first
+    /// timed call.
+    pub warmup: usize,
     /// Facts about the run the caller knows (`--context KEY=VALUE`): the
     /// report's context gets them as they are.
     pub context: Vec<(String, String)>,
@@ -161,6 +164,10 @@ pub(crate) async fn run(opts: &Options) -> Result<Report, BenchError> {
         report.context.insert("rounds of".into(), format!("{}: {}", opts.few_rounds.join(", "), opts.image_rounds));
     }
     report.context.insert("image rounds".into(), opts.image_rounds.to_string());
+    report.context.insert(
+        "warm-up".into(),
+        format!("{} untimed pod + container lifecycles on each endpoint before its first timed call", opts.warmup),
+    );
     report.context.insert("image".into(), opts.image.clone());
     report.context.insert("pull image".into(), opts.pull_image.clone());
     report.context.insert("pod network".into(), if opts.host_network { "host" } else { "pod (CNI)" }.into());
@@ -275,9 +282,10 @@ impl<'a> Session<'a> {
     async fn measure(&mut self, report: &mut Report) -> Result<(), BenchError> {
         let daemon = memory::server_pid(&self.socket).ok();
         let mut mem = Memory::default();
+        self.pull_container_image().await?;
+        self.warm_up().await?;
         self.floor().await?;
         if self.opts.density_only {
-            self.pull_container_image().await?;
             return self.densities(report).await;
         }
         if self.opts.pods_only.contains(&self.name) {
@@ -345,6 +353,23 @@ impl<'a> Session<'a> {
             timed(&mut self.samples, &mut self.order, "Version (gRPC floor)", call)
                 .await
                 .map_err(|e| self.fail("Version", e))?;
+        }
+        Ok(())
+    }
+
+    /// `opts.warmup` untimed lifecycles of a pod with one container (run,
+    /// create, start, stop, remove): the endpoint's first calls load its
+    /// binaries and fill the node's caches, for this endpoint, so that each
+    /// endpoint is measured warm whatever was measured before it.
+    async fn warm_up(&mut self) -> Result<(), BenchError> {
+        let op = format!("warm-up{SETUP}");
+        for i in 0..self.opts.warmup {
+            self.wait_for_pool().await;
+            let config = self.pod_config(&format!("warm-up-{i}"))?;
+            let pod = self.run_pod(&op, config.clone()).await?;
+            let id = self.create_container(&op, &pod, &config, "app").await?;
+            self.start_container(&op, &id).await?;
+            self.remove_pod(&pod).await?;
         }
         Ok(())
     }
