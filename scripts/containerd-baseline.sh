@@ -296,10 +296,16 @@ do_start() {
   log "starting containerd ($(containerd --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}'))"
   # setsid + nohup: detached from our session/terminal, survives this script; stdin from /dev/null
   setsid nohup containerd --config "$DIR/config.toml" </dev/null >>"$DIR/containerd.log" 2>&1 &
-  echo $! >"$PIDFILE"
+  local pid=$!
+  echo "$pid" >"$PIDFILE"
   local t0=$SECONDS
   until socket_answers; do
-    our_pid >/dev/null || { tail -n 30 "$DIR/containerd.log" >&2; die "containerd exited (log: $DIR/containerd.log)"; }
+    # alive (not gone, not a zombie of ours), by pid: until setsid and nohup
+    # have exec'd, its command line is still this script's (our_pid's check,
+    # for a pid file of an earlier run, failed a cold first start here)
+    local state
+    state=$(sed 's/.*) //' /proc/"$pid"/stat 2>/dev/null | cut -d' ' -f1)
+    [ -n "$state" ] && [ "$state" != Z ] || { tail -n 30 "$DIR/containerd.log" >&2; die "containerd exited (log: $DIR/containerd.log)"; }
     [ $((SECONDS - t0)) -lt "$START_TIMEOUT" ] || { tail -n 30 "$DIR/containerd.log" >&2; die "socket did not answer in ${START_TIMEOUT}s"; }
     sleep 0.2
   done

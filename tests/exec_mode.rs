@@ -325,7 +325,7 @@ async fn bench_harness_measures_both_designs_and_cleans_up() {
         .arg(format!("--endpoint=in-process={}", d.socket.display()))
         .arg(format!("--endpoint=exec-mode=unix://{}", x.socket.display()))
         .arg(format!("--endpoint=pool={}", pool.socket.display()))
-        .args(["--pods-only", "pool", "--rounds", "2", "--list-pods", "2"])
+        .args(["--pods-only", "pool", "--rounds", "2", "--list-pods", "2", "--warmup", "1"])
         .arg(format!("--image={registry}/busybox:latest"))
         .arg(format!("--pull-image={registry}/cfg:latest"))
         .arg("--log-dir")
@@ -375,11 +375,14 @@ async fn bench_harness_measures_both_designs_and_cleans_up() {
         assert!(mem["pod_processes"].as_f64().is_some_and(|v| v >= 2.0), "{endpoint}: {mem}");
     }
     assert!(stdout.contains("exec-mode / in-process (p50)"), "{stdout}");
+    // the warm-up ran untimed: the pool endpoint's pod starts are its 2 rounds only
+    assert!(json["context"]["warm-up"].as_str().is_some_and(|w| w.starts_with("1 untimed")), "{json}");
     // the pool endpoint: pod starts only, each one a take (the bench spaces them), and what the pool costs
     assert_eq!(json["results"]["RunPodSandbox"]["pool"]["n"].as_u64(), Some(2), "{json}");
     assert!(json["results"]["CreateContainer"]["pool"].is_null(), "pods only: {json}");
     let note = json["context"]["pool note"].as_str().unwrap_or_default();
-    assert!(note.starts_with("pod pool of 1: 2 takes, 0 misses"), "{note}");
+    // the warm-up's pod was a take too (its start untimed)
+    assert!(note.starts_with("pod pool of 1: 3 takes, 0 misses"), "{note}");
     assert!(note.contains("MiB private"), "{note}");
     assert_eq!(std::fs::read_to_string(out.join("bench.md")).expect("bench.md"), stdout);
     let svg = std::fs::read_to_string(out.join("bench.svg")).expect("bench.svg");

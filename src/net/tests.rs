@@ -387,6 +387,38 @@ echo '{"cniVersion":"1.0.0","code":7,"msg":"invalid network config","details":"n
     assert!(err.to_string().contains("\"bridge\" ADD failed") && err.to_string().contains("10.999"), "{err}");
 }
 
+/// A plugin's exit status is read before it is reaped (the zombie is reaped
+/// a little later, off the pod's path): the status still decides, a plugin
+/// killed by a signal says so, and no zombie stays behind.
+#[tokio::test]
+async fn plugins_are_judged_by_their_exit_and_reaped_after() {
+    let tn = TestNet::new();
+    let bin = tn.dir.path().join("bin");
+    let pids = tn.dir.path().join("pids");
+    fake_plugin(&bin, "rktlet-exit", &format!("cat >/dev/null; echo $$ >> {}; exit 3", pids.display()));
+    fake_plugin(&bin, "rktlet-killed", &format!("cat >/dev/null; echo $$ >> {}; kill -KILL $$", pids.display()));
+    fake_plugin(&bin, "rktlet-ok", &format!("cat >/dev/null; echo $$ >> {}; echo '{{}}'", pids.display()));
+    let bins = vec![bin.clone(), PathBuf::from(CNI_BIN)];
+    let single = |t: &str| format!(r#"{{"cniVersion":"1.0.0","name":"{}","type":"{t}"}}"#, tn.name);
+    let pod = TestPod::new(&tn.network(&tn.conflist(""), bins.clone()), tn.dir.path());
+
+    let err = tn.network(&single("rktlet-exit"), bins.clone()).add(&pod.req).await.expect_err("exit 3");
+    assert!(err.to_string().contains("exit") && err.to_string().contains('3'), "{err}");
+    let err = tn.network(&single("rktlet-killed"), bins.clone()).add(&pod.req).await.expect_err("killed");
+    assert!(err.to_string().contains("signal: 9"), "{err}");
+    tn.network(&single("rktlet-ok"), bins).add(&pod.req).await.expect("exit 0");
+
+    let ran: Vec<i32> = fs::read_to_string(&pids).expect("pids").lines().filter_map(|l| l.parse().ok()).collect();
+    // three ADDs, and the DELs that undid the failed ones
+    assert!(ran.len() >= 3, "{ran:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let left = || ran.iter().copied().filter(|p| Path::new(&format!("/proc/{p}")).exists()).collect::<Vec<_>>();
+    while !left().is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(left().is_empty(), "plugins not reaped: {:?}", left());
+}
+
 #[tokio::test]
 async fn loopback_plugin_brings_lo_up() {
     let tn = TestNet::new();
