@@ -3,8 +3,11 @@
 //! cannot see (SO_PEERCRED pid 0 → "unprivileged client").
 //!
 //! Runs in three processes:
-//! - the daemon: makes the socket and everything the children need, forks,
-//!   waits, keeps the (now connected) socket;
+//! - the daemon: makes the socket and everything the children need, forks
+//!   (for a pod without a user namespace: clones the child onto a stack of
+//!   its own, sharing the daemon's memory, as `stage1::vfork` does, so the
+//!   daemon's page tables are not copied), waits, keeps the (now connected)
+//!   socket;
 //! - the first child: `setns(pid ns)`, forks again (a pid namespace applies to
 //!   children only), waits, `_exit`s with the grandchild's status;
 //! - the grandchild, inside the pod's PID namespace: `connect`, `_exit`.
@@ -43,7 +46,16 @@ pub(super) fn connect_private(pid1: i32) -> io::Result<OwnedFd> {
     // the descriptors the children keep, ascending (-1: none), prepared before the fork
     let mut keep = [sock_fd, ns_fd, userns_fd];
     keep.sort_unstable();
+    if userns.is_none() {
+        return match child::connect_without_fork(keep, ns_fd, sock_fd, addr)? {
+            0 => Ok(sock),
+            EXIT_ODD => Err(io::Error::other("namespace helper failed")),
+            errno => Err(io::Error::from_raw_os_error(errno)),
+        };
+    }
 
+    // a child that shares the daemon's memory cannot enter a user namespace
+    // (the kernel refuses a process whose memory another uses): a fork.
     // SAFETY: fork(2); the child below only calls async-signal-safe functions on prepared data.
     let child = unsafe { libc::fork() };
     if child < 0 {
@@ -65,7 +77,7 @@ pub(super) fn connect_private(pid1: i32) -> io::Result<OwnedFd> {
 }
 
 /// Waits for `pid` (our child) and returns its exit code.
-fn wait_exit_code(pid: i32) -> io::Result<i32> {
+pub(super) fn wait_exit_code(pid: i32) -> io::Result<i32> {
     let mut status = 0;
     loop {
         // SAFETY: waitpid(2) on our own child with an out-parameter we own.
