@@ -1,6 +1,6 @@
-//! The two forked children of [`super::connect_private`]: copies of the
-//! multi-threaded daemon without exec, so raw async-signal-safe syscalls
-//! only, on what the daemon prepared before the fork.
+//! The two children of [`super::connect_private`], forked (copies of the
+//! multi-threaded daemon without exec) or cloned sharing its memory: raw
+//! async-signal-safe syscalls only, on what the daemon prepared before.
 //!
 //! Runs in: the first child (enters the pod's user and PID namespaces,
 //! forks again, passes the result on as its exit code) and the grandchild
@@ -36,13 +36,7 @@ pub(super) fn enter_and_connect(userns_fd: i32, ns_fd: i32, sock_fd: i32, addr: 
             let r = libc::connect(sock_fd, (addr as *const libc::sockaddr_un).cast(), len);
             libc::_exit(if r == 0 { 0 } else { errno_code() });
         }
-        let mut status = 0;
-        while libc::waitpid(grandchild, &mut status, 0) < 0 {
-            if *libc::__errno_location() != libc::EINTR {
-                libc::_exit(EXIT_ODD);
-            }
-        }
-        libc::_exit(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { EXIT_ODD });
+        pass_on(grandchild);
     }
 }
 
@@ -99,13 +93,7 @@ extern "C" fn first_child(arg: *mut libc::c_void) -> libc::c_int {
         if grandchild < 0 {
             libc::_exit(errno_code());
         }
-        let mut status = 0;
-        while libc::waitpid(grandchild, &mut status, 0) < 0 {
-            if *libc::__errno_location() != libc::EINTR {
-                libc::_exit(EXIT_ODD);
-            }
-        }
-        libc::_exit(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { EXIT_ODD })
+        pass_on(grandchild)
     }
 }
 
@@ -117,6 +105,24 @@ extern "C" fn grandchild(arg: *mut libc::c_void) -> libc::c_int {
         let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
         let r = libc::connect(shared.sock_fd, (&shared.addr as *const libc::sockaddr_un).cast(), len);
         libc::_exit(if r == 0 { 0 } else { errno_code() })
+    }
+}
+
+/// Waits for `grandchild` and ends with its exit code (EXIT_ODD if it did
+/// not exit).
+///
+/// # Safety
+/// Only in a first child: raw syscalls.
+unsafe fn pass_on(grandchild: i32) -> ! {
+    // SAFETY: waitpid(2) on our own child and _exit(2), as the caller's contract.
+    unsafe {
+        let mut status = 0;
+        while libc::waitpid(grandchild, &mut status, 0) < 0 {
+            if *libc::__errno_location() != libc::EINTR {
+                libc::_exit(EXIT_ODD);
+            }
+        }
+        libc::_exit(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { EXIT_ODD })
     }
 }
 

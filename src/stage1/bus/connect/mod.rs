@@ -46,30 +46,27 @@ pub(super) fn connect_private(pid1: i32) -> io::Result<OwnedFd> {
     // the descriptors the children keep, ascending (-1: none), prepared before the fork
     let mut keep = [sock_fd, ns_fd, userns_fd];
     keep.sort_unstable();
-    if userns.is_none() {
-        return match child::connect_without_fork(keep, ns_fd, sock_fd, addr)? {
-            0 => Ok(sock),
-            EXIT_ODD => Err(io::Error::other("namespace helper failed")),
-            errno => Err(io::Error::from_raw_os_error(errno)),
-        };
-    }
-
-    // a child that shares the daemon's memory cannot enter a user namespace
-    // (the kernel refuses a process whose memory another uses): a fork.
-    // SAFETY: fork(2); the child below only calls async-signal-safe functions on prepared data.
-    let child = unsafe { libc::fork() };
-    if child < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if child == 0 {
-        // first child: never returns. A copy of the daemon without exec, it
-        // would hold every descriptor of the daemon's (the CRI socket and its
-        // lock among them) for as long as it lives: a daemon killed meanwhile
-        // could not be restarted on its socket until it ended
-        crate::base::sys::close_all_but(&keep);
-        child::enter_and_connect(userns_fd, ns_fd, sock_fd, &addr);
-    }
-    match wait_exit_code(child)? {
+    let code = if userns.is_none() {
+        child::connect_without_fork(keep, ns_fd, sock_fd, addr)?
+    } else {
+        // a child that shares the daemon's memory cannot enter a user namespace
+        // (the kernel refuses a process whose memory another uses): a fork.
+        // SAFETY: fork(2); the child below only calls async-signal-safe functions on prepared data.
+        let child = unsafe { libc::fork() };
+        if child < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if child == 0 {
+            // first child: never returns. A copy of the daemon without exec, it
+            // would hold every descriptor of the daemon's (the CRI socket and its
+            // lock among them) for as long as it lives: a daemon killed meanwhile
+            // could not be restarted on its socket until it ended
+            crate::base::sys::close_all_but(&keep);
+            child::enter_and_connect(userns_fd, ns_fd, sock_fd, &addr);
+        }
+        wait_exit_code(child)?
+    };
+    match code {
         0 => Ok(sock),
         EXIT_ODD => Err(io::Error::other("namespace helper failed")),
         errno => Err(io::Error::from_raw_os_error(errno)),
