@@ -122,7 +122,7 @@ async fn exec_sync_runs_inside_the_container() {
     }
     assert_eq!(unit_processes(&pod, "0-web").len(), app_processes, "only the app's own processes are left");
     let e = exec(&mut rt, &id, &["no-such-program"], 5).await.expect_err("missing program");
-    assert!(e.message().contains("No such file"), "{e:?}");
+    assert!(e.message().contains("No such file") && e.message().contains("not found in its PATH /"), "{e:?}");
     // more output than ExecSync keeps (16 MiB a stream): refused as containerd refuses it,
     // never a cut answer that reads as the whole output
     let e = exec(&mut rt, &id, &["head", "-c", "17000000", "/dev/zero"], 20).await.expect_err("too much output");

@@ -168,6 +168,16 @@ impl Drop for Daemon {
     /// Stops the daemon and removes every pod it left (a failed test must not
     /// leave pods booted on the machine).
     fn drop(&mut self) {
+        // a failed test shows what its daemon said last (its directory goes with it)
+        if std::thread::panicking() {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            eprintln!(
+                "---- the daemon's log, last {} lines ----\n{}",
+                lines.len().min(80),
+                lines[lines.len().saturating_sub(80)..].join("\n")
+            );
+        }
         if self.child.try_wait().ok().flatten().is_none() {
             let _ = self.child.kill();
             let _ = self.child.wait();

@@ -238,7 +238,7 @@ unsafe fn command(
             }
         }
         *libc::__errno_location() = errno;
-        fail(rep, 11)
+        fail(rep, super::EXEC_STEP)
     }
 }
 

@@ -141,6 +141,8 @@ impl AppProcess {
 /// The app's main process as the command must copy it.
 #[derive(Debug)]
 struct Target {
+    /// The process it was read from (host pid).
+    pid: i32,
     ns: Vec<(libc::c_int, OwnedFd)>,
     root: OwnedFd,
     cwd: CString,
@@ -296,6 +298,7 @@ impl Target {
             groups = groups.into_iter().map(|g| super::userns::to_inside(&gid_map, g)).collect();
         }
         Ok(Target {
+            pid,
             seccomp,
             apparmor,
             rlimits,
@@ -319,16 +322,20 @@ impl Target {
         if program.contains('/') {
             return Ok(vec![cstring(program.as_bytes())?]);
         }
-        let path = self
-            .env
-            .iter()
-            .find_map(|e| e.to_bytes().strip_prefix(b"PATH="))
-            .map(|p| String::from_utf8_lossy(p).into_owned())
-            .unwrap_or_else(|| DEFAULT_PATH.to_string());
-        path.split(':')
+        self.search_path()
+            .split(':')
             .filter(|d| d.starts_with('/'))
             .map(|d| cstring(format!("{}/{program}", d.trim_end_matches('/')).as_bytes()))
             .collect()
+    }
+
+    /// The app's `PATH` (the default one where its environment has none).
+    fn search_path(&self) -> String {
+        self.env
+            .iter()
+            .find_map(|e| e.to_bytes().strip_prefix(b"PATH="))
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .unwrap_or_else(|| DEFAULT_PATH.to_string())
     }
 }
 
@@ -417,6 +424,7 @@ fn spawn_as(
     setup_timeout: Option<Duration>,
 ) -> Result<Running, ExecError> {
     let candidates = target.candidates(&program)?;
+    let searched = (!program.contains('/')).then(|| target.search_path());
     let args: Vec<CString> = argv.iter().map(|a| cstring(a.as_bytes())).collect::<Result<_, _>>()?;
     let (rep_r, rep_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
 
@@ -483,7 +491,7 @@ fn spawn_as(
         program,
         started: Instant::now(),
         reaped: false,
-        cgroup_procs: target.cgroup_procs,
+        context: SetupContext { searched, target: target.pid, cgroup_procs: target.cgroup_procs },
     })
 }
 
@@ -516,8 +524,19 @@ pub(crate) struct Running {
     started: Instant,
     /// Waited for: nothing left to clean up.
     reaped: bool,
-    /// The `cgroup.procs` files the child joins, in order (for its errors).
+    /// What its setup errors name.
+    context: SetupContext,
+}
+
+/// What a failed setup step is told with.
+#[derive(Debug, Default)]
+struct SetupContext {
+    /// The `cgroup.procs` files the child joins, in order.
     cgroup_procs: Vec<CString>,
+    /// The `PATH` a program without a slash was looked for in.
+    searched: Option<String>,
+    /// The app process copied (its root is where the program was looked for).
+    target: i32,
 }
 
 /// A command dropped without being waited for (a cancelled session) is
@@ -542,7 +561,7 @@ impl Running {
         let program = std::mem::take(&mut self.program);
         tracing::debug!(program, micros = self.started.elapsed().as_micros() as u64, "exec in app");
         if let Some((step, errno)) = r.setup {
-            return Err(setup_error(program, &self.cgroup_procs, step, errno));
+            return Err(setup_error(program, &self.context, step, errno));
         }
         let status = status.ok_or_else(|| ExecError::Setup {
             program,
@@ -580,7 +599,7 @@ impl Running {
         let mut bytes = Vec::new();
         self.reports.read_to_end(&mut bytes)?;
         match parse_reports(&bytes).setup {
-            Some((step, errno)) => Err(setup_error(self.program.clone(), &self.cgroup_procs, step, errno)),
+            Some((step, errno)) => Err(setup_error(self.program.clone(), &self.context, step, errno)),
             None => Ok(()),
         }
     }
@@ -602,10 +621,16 @@ fn kill_session(child: i32, pidfd: Option<&OwnedFd>) {
 }
 
 /// What the child's setup step `step` failing with `errno` means: the
-/// step's name, or which of `cgroup_procs` could not be joined.
-fn setup_error(program: String, cgroup_procs: &[CString], step: i32, errno: i32) -> ExecError {
+/// step's name, which of the cgroups could not be joined, or where a
+/// program that is not there was looked for.
+fn setup_error(program: String, context: &SetupContext, step: i32, errno: i32) -> ExecError {
     let step = match usize::try_from(step).unwrap_or(usize::MAX) {
-        i @ CGROUP_STEPS.. => match cgroup_procs.get(i - CGROUP_STEPS) {
+        EXEC_STEP if errno == libc::ENOENT && context.searched.is_some() => format!(
+            "not found in its PATH {} (in the root of process {})",
+            context.searched.as_deref().unwrap_or_default(),
+            context.target
+        ),
+        i @ CGROUP_STEPS.. => match context.cgroup_procs.get(i - CGROUP_STEPS) {
             Some(procs) => format!("joining the app's cgroup {}", procs.to_string_lossy()),
             None => "joining the app's cgroups".into(),
         },
@@ -613,6 +638,9 @@ fn setup_error(program: String, cgroup_procs: &[CString], step: i32, errno: i32)
     };
     ExecError::Setup { program, step, source: io::Error::from_raw_os_error(errno) }
 }
+
+/// The step of the command's execve.
+const EXEC_STEP: usize = 11;
 
 /// Names of the setup steps, indexed by the number the child reports.
 const STEPS: [&str; 15] = [
@@ -746,15 +774,29 @@ mod tests {
             CString::from(c"/sys/fs/cgroup/memory/a/cgroup.procs"),
             CString::from(c"/sys/fs/cgroup/cpu/b/cgroup.procs"),
         ];
-        let e = setup_error("cat".into(), &procs, (CGROUP_STEPS + 1) as i32, libc::ENOENT).to_string();
+        let context = SetupContext { cgroup_procs: procs.to_vec(), ..Default::default() };
+        let e = setup_error("cat".into(), &context, (CGROUP_STEPS + 1) as i32, libc::ENOENT).to_string();
         assert!(
             e.contains("joining the app's cgroup /sys/fs/cgroup/cpu/b/cgroup.procs") && e.contains("os error 2"),
             "{e}"
         );
-        let e = setup_error("cat".into(), &procs, (CGROUP_STEPS + 2) as i32, libc::ENOENT).to_string();
+        let e = setup_error("cat".into(), &context, (CGROUP_STEPS + 2) as i32, libc::ENOENT).to_string();
         assert!(e.contains("joining the app's cgroups:"), "{e}");
-        let e = setup_error("cat".into(), &procs, 11, libc::ENOENT).to_string();
+        let e = setup_error("/bin/cat".into(), &context, EXEC_STEP as i32, libc::ENOENT).to_string();
         assert!(e.contains(": exec:"), "{e}");
+    }
+
+    #[test]
+    fn a_program_not_found_names_the_path_and_root_it_was_looked_for_in() {
+        let context = SetupContext { searched: Some("/usr/bin:/bin".into()), target: 42, ..Default::default() };
+        let e = setup_error("cat".into(), &context, EXEC_STEP as i32, libc::ENOENT).to_string();
+        assert!(
+            e.contains("\"cat\"") && e.contains("not found in its PATH /usr/bin:/bin (in the root of process 42)"),
+            "{e}"
+        );
+        // found but not runnable: the exec's own error
+        let e = setup_error("cat".into(), &context, EXEC_STEP as i32, libc::EACCES).to_string();
+        assert!(e.contains(": exec:") && e.contains("denied"), "{e}");
     }
 
     #[test]
