@@ -2261,14 +2261,32 @@ async fn cgroup_fs(pid: cri::NamespaceMode) {
                   echo $$ 2>&1 > $cg/cgroup.procs && echo wrote; true";
     // (appexec parks the v1 hierarchies on the pod's /tmp while it copies
     // the app's cgroups out of them: that stays behind with the pod's mounts)
-    let parked = "grep -c ' /tmp ' /proc/self/mountinfo; true";
+    // nor do the pod's own mounts of the v1 hierarchies it copies them from
+    let parked = "grep -c ' /tmp ' /proc/self/mountinfo; grep -c ' /run/.rkt-cgroup/' /proc/self/mountinfo; true";
     let id = e.create(&pod, "plain", &["sh", "-c", &format!("{script}; {parked}; exec sleep 1000")], |_| {}).await;
     e.start(&id).await;
-    let log = e.wait_log("cgroupfs", "plain", 3).await;
+    let log = e.wait_log("cgroupfs", "plain", 4).await;
     let out = log_content(&log);
     assert_eq!(out.first().map(String::as_str), Some("ro"), "{log}");
     assert!(out.get(1).is_some_and(|l| l.contains("Read-only file system")), "{log}");
     assert_eq!(out.get(2).map(String::as_str), Some("0"), "a mount at /tmp: {log}");
+    assert_eq!(out.get(3).map(String::as_str), Some("0"), "the pod's cgroup v1 hierarchies: {log}");
+    // the pod holds one mount of each v1 hierarchy of the node (none on
+    // pure v2), rooted at its cgroup, where appexec copies its apps' from
+    let pid1 = common::pod_pid1(&e.d.dir.path().join("data"), &pod.0);
+    let mounts = std::fs::read_to_string(format!("/proc/{pid1}/mountinfo")).expect("the pod's mountinfo");
+    let views: Vec<&str> = mounts.lines().filter(|l| l.contains(" /run/.rkt-cgroup/")).collect();
+    let v1 = std::fs::read_to_string("/proc/self/cgroup")
+        .expect("cgroups")
+        .lines()
+        .filter(|l| !l.starts_with("0::"))
+        .count();
+    assert_eq!(views.len(), v1, "{views:?}");
+    // (a mount's root as this process's cgroup namespace, the node's, names it)
+    let rooted = |l: &&str| l.split(' ').nth(3).is_some_and(|root| root.contains(pod.0.as_str()));
+    // private: an app's copy carries no sharing (CRIU restores none)
+    let private = |l: &&str| !l.contains(" shared:") && !l.contains(" master:");
+    assert!(views.iter().all(|l| rooted(l) && private(l) && l.contains(" - cgroup ")), "{views:?}");
     // a start through appexec hears from it through a FIFO, gone once the start returned
     let execd = e.d.dir.path().join("data/pods/run").join(&pod.0).join("stage1/rootfs/rkt/execd");
     let left: Vec<_> =

@@ -42,11 +42,13 @@
 //! that FIFO of the pod's tells the daemon too: StartContainer returns
 //! then, without waiting for systemd to end its job and say so.
 //!
-//! The app's own v1 cgroups are copied out of hierarchies mounted for it
-//! while they are parked on a tmpfs at the pod's /tmp (in the child's
-//! namespace only), so that they go with the pod's mounts at the pivot,
-//! in one unmount; each detached mount closed would wait for an RCU grace
-//! period of its own.
+//! The app's own v1 cgroups are copied out of the pod's own mounts of the
+//! hierarchies (`cgroupviews=DIR`: the daemon mounts them once per pod);
+//! a hierarchy not there is mounted for this app and parked on a tmpfs at
+//! the pod's /tmp (in the child's namespace only) while its cgroup is
+//! copied out, so that it goes with the pod's mounts at the pivot, in one
+//! unmount; each detached mount closed would wait for an RCU grace period
+//! of its own.
 //!
 //! With `restore=PIDFILE` (a container created from a checkpoint) none of
 //! the above: the program after `--` is `criu restore --restore-sibling`,
@@ -653,7 +655,7 @@ fn enter_root(plan: &Plan, root: &CStr) -> bool {
         let is_dir = std::fs::metadata(format!("/proc/self/fd/{fd}")).is_ok_and(|m| m.is_dir());
         trees.push((fd, bind, is_dir));
     }
-    let cgroups = plan.cgroup_view.and_then(|ro| Some((own_cgroups()?, ro)));
+    let cgroups = plan.cgroup_view.and_then(|ro| Some((own_cgroups(plan.cgroup_views.as_deref())?, ro)));
     // SAFETY: chdir(2), pivot_root(2) and umount2(2) with C strings: the old
     // root ends up on top of the new one, at ".", and is detached from there.
     unsafe {
@@ -690,17 +692,18 @@ fn read_only_tree(fd: c_int, recursive: bool, source: &CStr) {
 
 /// The app's own cgroups (`cgroupfs=`), taken while this process still
 /// sees the pod (`proc::cgroup_view`): on pure v2 a copy of its cgroup in
-/// the pod's /sys/fs/cgroup; on v1 each hierarchy mounted afresh (in the
-/// pod's cgroup namespace, whose v1 hierarchies the pod does not show) and
-/// the app's cgroup in it copied. A hierarchy that cannot be had (a pod in
-/// a user namespace may not mount v1 ones) is left out.
+/// the pod's /sys/fs/cgroup; on v1 the app's cgroup copied from each
+/// hierarchy, the pod's own mount of it (`cgroupviews=`) or one mounted
+/// afresh (in the pod's cgroup namespace, whose v1 hierarchies the pod does
+/// not show). A hierarchy that cannot be had (a pod in a user namespace
+/// may not mount v1 ones) is left out.
 enum OwnCgroups {
     V2(c_int),
     /// (place, controllers, tree) for each hierarchy.
     V1(Vec<(String, Vec<String>, c_int)>),
 }
 
-fn own_cgroups() -> Option<OwnCgroups> {
+fn own_cgroups(views: Option<&str>) -> Option<OwnCgroups> {
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let flags = OPEN_TREE_CLONE | O_CLOEXEC as c_uint;
     match proc::cgroup_view(&own)? {
@@ -715,6 +718,10 @@ fn own_cgroups() -> Option<OwnCgroups> {
             // (made for the first hierarchy had: in a user namespace none is)
             let mut staged = None;
             for (i, h) in hierarchies.into_iter().enumerate() {
+                if let Some(fd) = views.and_then(|dir| premounted_copy(dir, &h)) {
+                    trees.push((h.place, h.controllers, fd));
+                    continue;
+                }
                 let Some(mount) = v1_hierarchy(&h) else { continue };
                 let fd = match staged.get_or_insert_with(stage).then(|| staged_copy(mount, i, &h.path)) {
                     Some(Ok(fd)) => fd,
@@ -772,6 +779,32 @@ fn staged_copy(mount: c_int, i: usize, path: &str) -> Result<c_int, ()> {
     let source = std::ffi::CString::new(format!("{place}/{path}")).unwrap_or_default();
     // SAFETY: open_tree(2) with a prepared C string; returns a descriptor or -1.
     Ok(unsafe { syscall(SYS_open_tree, AT_FDCWD, source.as_ptr(), OPEN_TREE_CLONE | O_CLOEXEC as c_uint) as c_int })
+}
+
+/// A copy of the app's cgroup of hierarchy `h` from the pod's own mount of
+/// it (`cgroupviews=`: `DIR/PLACE`, made once per pod): no file system
+/// context per app, whose creation on v1 drains every offline cgroup of
+/// the node's default hierarchy. None when that is not a cgroup file
+/// system there (a pod whose hierarchies were not mounted).
+fn premounted_copy(dir: &str, h: &proc::Hierarchy) -> Option<c_int> {
+    let source = std::ffi::CString::new(format!("{dir}/{}/{}", h.place, h.path)).ok()?;
+    // SAFETY: open_tree(2) with a prepared C string; returns a descriptor or -1.
+    let fd =
+        unsafe { syscall(SYS_open_tree, AT_FDCWD, source.as_ptr(), OPEN_TREE_CLONE | O_CLOEXEC as c_uint) } as c_int;
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: fstatfs(2) of our descriptor into a zeroed (valid) struct.
+    let cgroup = unsafe {
+        let mut fs: libc::statfs = std::mem::zeroed();
+        libc::fstatfs(fd, &mut fs) == 0 && fs.f_type == libc::CGROUP_SUPER_MAGIC
+    };
+    if cgroup {
+        return Some(fd);
+    }
+    // SAFETY: closing our descriptor of a detached copy of something else.
+    unsafe { close(fd) };
+    None
 }
 
 /// A copy of `path` below the detached hierarchy `mount`, which is closed

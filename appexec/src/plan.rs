@@ -75,6 +75,12 @@ pub struct Plan {
     /// its own limits; with `restore=`, CRIU is told to put them where the
     /// checkpoint had them. `Some(true)` for read-only.
     pub cgroup_view: Option<bool>,
+    /// `cgroupviews=DIR`: the pod's cgroup v1 hierarchies, mounted once per
+    /// pod by the daemon at `DIR/PLACE` (rooted at the pod's cgroup
+    /// namespace): the app's own cgroups are cloned from there rather than
+    /// from hierarchies mounted afresh for each app. A hierarchy not there
+    /// is mounted as before.
+    pub cgroup_views: Option<String>,
 }
 
 /// A path of the pod put at one of the app's (`bind=`, `rbind=` with the
@@ -168,6 +174,7 @@ pub fn parse(args: impl IntoIterator<Item = Vec<u8>>) -> Result<Plan, String> {
             "env" => plan.env_file = Some(cstring(value.into())?),
             "oom" => plan.oom_marker = Some(cstring(value.into())?),
             "started" => plan.started = Some(cstring(value.into())?),
+            "cgroupviews" if value.starts_with('/') => plan.cgroup_views = Some(value.to_string()),
             "cgroupfs" => {
                 plan.cgroup_view = Some(match value {
                     "ro" => true,
@@ -310,6 +317,9 @@ mod tests {
         assert_eq!(with("cgroupfs=rw").unwrap().cgroup_view, Some(false));
         assert!(with("cgroupfs=yes").is_err());
         assert_eq!(with("nnp").unwrap().cgroup_view, None);
+        assert_eq!(with("cgroupviews=/run/v").unwrap().cgroup_views.as_deref(), Some("/run/v"));
+        assert!(with("cgroupviews=run/v").is_err(), "a relative directory");
+        assert_eq!(with("nnp").unwrap().cgroup_views, None);
     }
 
     #[test]

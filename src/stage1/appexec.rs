@@ -281,6 +281,9 @@ pub(crate) struct Plan {
     /// read the container's limits there): `Some(true)` read-only, as for
     /// every container but a privileged one.
     pub cgroup_view: Option<bool>,
+    /// Where the pod's cgroup v1 hierarchies are mounted, to copy the
+    /// app's own cgroups from (`cgroupviews=`, `stage1::cgroup_views`).
+    pub cgroup_views: Option<String>,
     /// The app's root in the pod: appexec makes its mount namespace (none
     /// from systemd), the binds, and pivots into it.
     pub root: Option<String>,
@@ -385,6 +388,7 @@ impl Plan {
         args.extend(self.oom_marker.iter().map(|f| format!("oom={f}")));
         args.extend(self.started.iter().map(|f| format!("started={f}")));
         args.extend(self.cgroup_view.map(|ro| format!("cgroupfs={}", if ro { "ro" } else { "rw" })));
+        args.extend(self.cgroup_views.iter().map(|dir| format!("cgroupviews={dir}")));
     }
 }
 

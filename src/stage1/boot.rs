@@ -126,13 +126,14 @@ pub(crate) async fn boot(
                 let masked = tokio::task::spawn_blocking(move || {
                     let pid1 = crate::stage1::inject::pod_pid1(sandbox_pid)?;
                     crate::stage1::api_vfs::ensure(&pod_dir, pid1)?;
-                    crate::stage1::appexec::ensure(&data, &pod_dir, pid1)
+                    crate::stage1::appexec::ensure(&data, &pod_dir, pid1)?;
+                    crate::stage1::cgroup_views::ensure(&pod_dir, pid1)
                 })
                 .await;
                 match masked {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
-                        tracing::warn!(pod = %uuid, error = %e, "masking the pod's /proc or binding appexec (left to the first start)")
+                        tracing::warn!(pod = %uuid, error = %e, "masking the pod's /proc, binding appexec or mounting its cgroup v1 hierarchies (left to the first start; the hierarchies to each start)")
                     }
                     Err(e) => tracing::warn!(pod = %uuid, error = %e, "masking task failed (left to the first start)"),
                 }

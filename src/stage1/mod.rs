@@ -13,6 +13,7 @@ pub(crate) mod appexec;
 pub(crate) mod boot;
 pub mod bus;
 pub mod caps;
+pub(crate) mod cgroup_views;
 pub mod crilog;
 pub(crate) mod embedded;
 pub(crate) mod entrypoints;

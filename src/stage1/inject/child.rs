@@ -18,6 +18,8 @@ const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 /// enter the namespace, errno 0 when all went well.
 pub(super) struct NsJob<'a> {
     pub(super) ns: RawFd,
+    /// The pod's cgroup namespace, entered first when there is one (-1: none).
+    pub(super) cgroup_ns: RawFd,
     pub(super) count: usize,
     pub(super) op: &'a dyn Fn(usize) -> libc::c_long,
     pub(super) report: [i32; 2],
@@ -30,7 +32,9 @@ pub(super) extern "C" fn ns_child(arg: *mut libc::c_void) -> libc::c_int {
     unsafe {
         let job = &mut *(arg as *mut NsJob<'_>);
         let mut report = [0i32; 2];
-        if libc::setns(job.ns, libc::CLONE_NEWNS) != 0 {
+        if (job.cgroup_ns >= 0 && libc::setns(job.cgroup_ns, libc::CLONE_NEWCGROUP) != 0)
+            || libc::setns(job.ns, libc::CLONE_NEWNS) != 0
+        {
             report = [-1, *libc::__errno_location()];
         } else {
             for i in 0..job.count {
@@ -111,4 +115,77 @@ pub(super) fn unmount(target: &CString) -> libc::c_long {
     } else {
         rc as libc::c_long
     }
+}
+
+/// A cgroup v1 hierarchy to mount (`super::CgroupV1`): a file system made
+/// in this process's cgroup namespace (its root is that namespace's),
+/// attached at the hierarchy's directory, made first.
+pub(super) fn mount_cgroup_v1(h: &super::CgroupV1) -> libc::c_long {
+    const FSOPEN_CLOEXEC: libc::c_uint = 1;
+    const FSCONFIG_SET_FLAG: libc::c_uint = 0;
+    const FSCONFIG_SET_STRING: libc::c_uint = 1;
+    const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+    const FSMOUNT_CLOEXEC: libc::c_uint = 1;
+    const MOUNT_ATTR_NOSUID: libc::c_uint = 0x2;
+    const MOUNT_ATTR_NODEV: libc::c_uint = 0x4;
+    const MOUNT_ATTR_NOEXEC: libc::c_uint = 0x8;
+    // SAFETY: raw syscalls on C strings prepared before the clone; every
+    // descriptor made here is closed, the errno of a failure kept for the report.
+    unsafe {
+        if libc::mkdir(h.dir.as_ptr(), 0o755) != 0 && *libc::__errno_location() != libc::EEXIST {
+            return -1;
+        }
+        let fs = libc::syscall(libc::SYS_fsopen, c"cgroup".as_ptr(), FSOPEN_CLOEXEC) as RawFd;
+        if fs < 0 {
+            return -1;
+        }
+        let none = std::ptr::null::<libc::c_char>();
+        let mut ok = true;
+        for flag in &h.flags {
+            ok = ok && libc::syscall(libc::SYS_fsconfig, fs, FSCONFIG_SET_FLAG, flag.as_ptr(), none, 0) >= 0;
+        }
+        if let Some(name) = &h.name {
+            ok = ok
+                && libc::syscall(libc::SYS_fsconfig, fs, FSCONFIG_SET_STRING, c"name".as_ptr(), name.as_ptr(), 0) >= 0;
+        }
+        ok = ok && libc::syscall(libc::SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, none, none, 0) >= 0;
+        let attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+        let mount = if ok { libc::syscall(libc::SYS_fsmount, fs, FSMOUNT_CLOEXEC, attrs) as RawFd } else { -1 };
+        let errno = *libc::__errno_location();
+        libc::close(fs);
+        if mount < 0 {
+            *libc::__errno_location() = errno;
+            return -1;
+        }
+        let rc = libc::syscall(
+            libc::SYS_move_mount,
+            mount,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            h.dir.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        );
+        let errno = *libc::__errno_location();
+        libc::close(mount);
+        if rc < 0 {
+            *libc::__errno_location() = errno;
+            return rc;
+        }
+        // attached below the pod's shared /run, it joined its propagation:
+        // private, so that the apps' copies carry no sharing (CRIU could
+        // not restore it) and nothing of it reaches another namespace
+        libc::mount(std::ptr::null(), h.dir.as_ptr(), std::ptr::null(), libc::MS_PRIVATE, std::ptr::null())
+            as libc::c_long
+    }
+}
+
+/// Makes directory `dir` (there already: fine).
+pub(super) fn make_dir(dir: &CString) -> libc::c_long {
+    // SAFETY: mkdir(2) of a C string prepared before the clone.
+    unsafe {
+        if libc::mkdir(dir.as_ptr(), 0o700) != 0 && *libc::__errno_location() != libc::EEXIST {
+            return -1;
+        }
+    }
+    0
 }

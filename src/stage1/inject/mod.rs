@@ -210,9 +210,26 @@ const NS_CHILD_STACK: usize = 64 * 1024;
 /// the daemon's memory instead of copying its page tables, which made a fork
 /// most of the cost of a mount.
 pub(crate) fn in_pod_ns(pod_pid1: i32, count: usize, op: &dyn Fn(usize) -> libc::c_long) -> io::Result<()> {
-    let ns_path = format!("/proc/{pod_pid1}/ns/mnt");
-    let ns = std::fs::File::open(&ns_path).map_err(|e| io::Error::new(e.kind(), format!("opening {ns_path}: {e}")))?;
-    let mut job = NsJob { ns: ns.as_raw_fd(), count, op, report: [-2, 0] };
+    in_pod_namespaces(pod_pid1, false, count, op)
+}
+
+/// The pod's namespace `name` (`mnt`, `cgroup`), opened.
+fn pod_ns(pod_pid1: i32, name: &str) -> io::Result<std::fs::File> {
+    let path = format!("/proc/{pod_pid1}/ns/{name}");
+    std::fs::File::open(&path).map_err(|e| io::Error::new(e.kind(), format!("opening {path}: {e}")))
+}
+
+/// [`in_pod_ns`], in the pod's cgroup namespace too when `cgroup_ns`.
+fn in_pod_namespaces(
+    pod_pid1: i32,
+    cgroup_ns: bool,
+    count: usize,
+    op: &dyn Fn(usize) -> libc::c_long,
+) -> io::Result<()> {
+    let ns = pod_ns(pod_pid1, "mnt")?;
+    let cgroup = cgroup_ns.then(|| pod_ns(pod_pid1, "cgroup")).transpose()?;
+    let cgroup_ns = cgroup.as_ref().map_or(-1, |f| f.as_raw_fd());
+    let mut job = NsJob { ns: ns.as_raw_fd(), cgroup_ns, count, op, report: [-2, 0] };
     // SAFETY: `job` outlives the child (the call returns once it exited);
     // ns_child makes raw syscalls only and ends in _exit.
     let pid = unsafe {
@@ -243,6 +260,27 @@ pub(crate) fn in_pod_ns(pod_pid1: i32, count: usize, op: &dyn Fn(usize) -> libc:
 /// inside an app rootfs comes after the rootfs).
 pub(crate) fn attach(pod_pid1: i32, mounts: &[Attach]) -> io::Result<()> {
     in_pod_ns(pod_pid1, mounts.len(), &|i| child::attach_one(&mounts[i]))
+}
+
+/// A cgroup v1 hierarchy to mount in a pod ([`mount_cgroups_v1`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CgroupV1 {
+    /// Where, in the pod.
+    pub dir: CString,
+    /// The controllers that make it (mount flags); `none` for a named one.
+    pub flags: Vec<CString>,
+    /// The name of a named hierarchy (`name=systemd`: `systemd`).
+    pub name: Option<CString>,
+}
+
+/// Makes directory `base` in the pod, then mounts each hierarchy at its
+/// directory there, from inside the pod's cgroup namespace (each one's
+/// root is then the pod's cgroup in it, as the pod's processes see it).
+pub(crate) fn mount_cgroups_v1(pod_pid1: i32, base: &CString, hierarchies: &[CgroupV1]) -> io::Result<()> {
+    in_pod_namespaces(pod_pid1, true, hierarchies.len() + 1, &|i| match i {
+        0 => child::make_dir(base),
+        i => child::mount_cgroup_v1(&hierarchies[i - 1]),
+    })
 }
 
 /// Lazily unmounts the given paths inside the pod (deepest first is the
