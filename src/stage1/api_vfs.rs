@@ -8,10 +8,12 @@
 //! keep the per-unit way (`MountAPIVFS=` and binds).
 //!
 //! The pod's systemd sees the same masks; nspawn already hides or protects
-//! most of these paths from it. The /sys ones stay per app. Done when the
-//! pod has booted (`stage1::boot`, so pool pods have it before they are
-//! taken), else at the first start that needs it. Applied once per pod, on first need, under a
-//! lock; `api-masked` in the pod directory records it.
+//! most of these paths from it. The /sys ones stay per app. Done at the
+//! first start that needs it (an app of the pod's PID namespace), not when
+//! the pod boots: every other app's start copies the pod's mounts into its
+//! own namespace and lets go of them at its pivot, so each mount of the
+//! pod costs every start. Applied once per pod, under a lock; `api-masked`
+//! in the pod directory records it.
 
 use super::inject::{self, AT_RECURSIVE, MOUNT_ATTR_RDONLY, MountAttr};
 use std::ffi::CString;
@@ -82,17 +84,20 @@ enum Op {
     ReadOnly(CString),
 }
 
-/// Applies the default masks to the /proc of the pod in `pod_dir` once, and
-/// removes nspawn's /dev/net from its /dev.
+/// Takes /dev/net/tun out of a booted pod's /dev, before any app runs:
+/// nspawn makes it in every pod; containerd gives it to no container that
+/// does not ask for it (CRI devices, or privileged: the node's, which the
+/// pod then no longer hides).
+pub(crate) fn hide_tun(pod_pid1: i32) -> io::Result<()> {
+    match std::fs::remove_dir_all(format!("/proc/{pod_pid1}/root/dev/net")) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Applies the default masks to the /proc of the pod in `pod_dir` once.
 pub(crate) fn ensure(pod_dir: &Path, pod_pid1: i32) -> io::Result<()> {
     super::once_per_pod(pod_dir, MARKER, || {
-        // nspawn makes /dev/net/tun in every pod; containerd gives it to no
-        // container that does not ask for it (CRI devices, or privileged:
-        // the node's, which the pod then no longer hides)
-        match std::fs::remove_dir_all(format!("/proc/{pod_pid1}/root/dev/net")) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
         let mut ops = Vec::new();
         for p in DEFAULT_MASKED.into_iter().filter(|p| masked_in_pod(p)) {
             // the pod's view, through its PID 1's root; absent paths need nothing

@@ -119,23 +119,27 @@ pub(crate) async fn boot(
                 tokio::spawn(async move { launch::keep_standby(&program, &data) });
             }
             if r.is_ok() {
-                // the masks apps share and appexec, now rather than in the first StartContainer
+                // appexec and the pod's cgroup v1 hierarchies, now rather
+                // than in the first StartContainer (the masks of /proc that
+                // only apps of the pod's PID namespace share wait for the
+                // first of them: every other app's start would copy them
+                // into its mount namespace and let go of them again)
                 let data = data.clone();
                 // directories for the first app, made while the pod is set up
                 crate::stage1::spare::replenish_later(pod_dir.clone());
-                let masked = tokio::task::spawn_blocking(move || {
+                let mounted = tokio::task::spawn_blocking(move || {
                     let pid1 = crate::stage1::inject::pod_pid1(sandbox_pid)?;
-                    crate::stage1::api_vfs::ensure(&pod_dir, pid1)?;
+                    crate::stage1::api_vfs::hide_tun(pid1)?;
                     crate::stage1::appexec::ensure(&data, &pod_dir, pid1)?;
                     crate::stage1::cgroup_views::ensure(&pod_dir, pid1)
                 })
                 .await;
-                match masked {
+                match mounted {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
-                        tracing::warn!(pod = %uuid, error = %e, "masking the pod's /proc, binding appexec or mounting its cgroup v1 hierarchies (left to the first start; the hierarchies to each start)")
+                        tracing::warn!(pod = %uuid, error = %e, "hiding the pod's /dev/net/tun, binding appexec or mounting its cgroup v1 hierarchies (appexec left to the first start, the hierarchies to each start)")
                     }
-                    Err(e) => tracing::warn!(pod = %uuid, error = %e, "masking task failed (left to the first start)"),
+                    Err(e) => tracing::warn!(pod = %uuid, error = %e, "appexec task failed (left to the first start)"),
                 }
             }
             r
