@@ -269,6 +269,12 @@ struct State {
 }
 
 impl State {
+    /// Reads `pipe`, stream `stream` of `app`, logging to `log` if any.
+    fn add_source(&mut self, app: &str, stream: Stream, pipe: File, log: Option<(File, PathBuf)>) {
+        let key = pipe.as_raw_fd();
+        self.sources.insert(key, Source { app: app.to_string(), stream, pipe, split: LineSplitter::default(), log });
+    }
+
     /// Lets go of the subscribers of apps none of whose pipes is left
     /// (closing their connection ends their sessions).
     fn drop_orphans(&mut self) {
@@ -359,8 +365,8 @@ pub fn serve(listener: UnixListener, pidfd: Option<OwnedFd>, hooks: &mut dyn Hoo
 }
 
 fn handle(conn: UnixStream, st: &mut State, hooks: &mut dyn Hooks) {
-    let reply = match receive(&conn) {
-        Ok((cmd, fd)) => apply(&cmd, fd, st, hooks),
+    let reply = match receive_all(&conn) {
+        Ok((cmd, fds)) => apply(&cmd, fds, st, hooks),
         Err(e) => Err(e.to_string()),
     };
     let mut conn = conn;
@@ -381,10 +387,15 @@ fn handle(conn: UnixStream, st: &mut State, hooks: &mut dyn Hooks) {
 }
 
 fn receive(conn: &UnixStream) -> io::Result<(String, Option<OwnedFd>)> {
+    receive_all(conn).map(|(text, fds)| (text, fds.into_iter().next()))
+}
+
+/// One message and every descriptor it carried.
+fn receive_all(conn: &UnixStream) -> io::Result<(String, Vec<OwnedFd>)> {
     conn.set_nonblocking(false)?;
     let mut data = vec![0u8; 8192];
-    let (n, fd) = sys::recv_with_fd(conn.as_raw_fd(), &mut data)?;
-    Ok((String::from_utf8_lossy(&data[..n]).trim_end_matches('\n').to_string(), fd))
+    let (n, fds) = sys::recv_with_fds(conn.as_raw_fd(), &mut data)?;
+    Ok((String::from_utf8_lossy(&data[..n]).trim_end_matches('\n').to_string(), fds))
 }
 
 /// What a request is answered with.
@@ -399,8 +410,10 @@ enum Reply {
 }
 
 /// Carries out one request.
-fn apply(cmd: &str, fd: Option<OwnedFd>, st: &mut State, hooks: &mut dyn Hooks) -> Result<Reply, String> {
+fn apply(cmd: &str, fds: Vec<OwnedFd>, st: &mut State, hooks: &mut dyn Hooks) -> Result<Reply, String> {
     let parts: Vec<&str> = cmd.split('\t').collect();
+    let mut fds = fds.into_iter();
+    let fd = fds.next();
     match parts.as_slice() {
         // the write end of an app's stdin pipe: kept here, where it outlives the daemon
         ["stdin", app] => {
@@ -419,16 +432,20 @@ fn apply(cmd: &str, fd: Option<OwnedFd>, st: &mut State, hooks: &mut dyn Hooks) 
         ["attach", app, stream, path] => {
             let stream = Stream::parse(stream).ok_or_else(|| format!("unknown stream {stream}"))?;
             let pipe = File::from(fd.ok_or("attach without a pipe")?);
-            let log = match path {
-                &"" => None,
-                path => {
-                    let path = PathBuf::from(path);
-                    let log = open_log(&path).map_err(|e| format!("opening {}: {e}", path.display()))?;
-                    Some((log, path))
-                }
+            let log = log_of(path)?;
+            st.add_source(app, stream, pipe, log);
+            Ok(Reply::Done)
+        }
+        // both output streams of an app in one request: stdout's pipe, then stderr's
+        ["attachout", app, path] => {
+            let (Some(out), Some(err)) = (fd, fds.next()) else { return Err("attachout without two pipes".into()) };
+            let log = log_of(path)?;
+            let copy = match &log {
+                Some((file, path)) => Some((file.try_clone().map_err(|e| e.to_string())?, path.clone())),
+                None => None,
             };
-            let key = pipe.as_raw_fd();
-            st.sources.insert(key, Source { app: app.to_string(), stream, pipe, split: LineSplitter::default(), log });
+            st.add_source(app, Stream::Stdout, File::from(out), log);
+            st.add_source(app, Stream::Stderr, File::from(err), copy);
             Ok(Reply::Done)
         }
         ["subscribe", app] => {
@@ -454,11 +471,27 @@ fn apply(cmd: &str, fd: Option<OwnedFd>, st: &mut State, hooks: &mut dyn Hooks) 
     }
 }
 
+/// The CRI log at `path` opened for appending, with its path; none for an
+/// empty path (the app's output is only read, for attach sessions).
+fn log_of(path: &str) -> Result<Option<(File, PathBuf)>, String> {
+    if path.is_empty() {
+        return Ok(None);
+    }
+    let path = PathBuf::from(path);
+    let log = open_log(&path).map_err(|e| format!("opening {}: {e}", path.display()))?;
+    Ok(Some((log, path)))
+}
+
 /// Asks the pod's log writer at `socket`, optionally passing a descriptor;
 /// the descriptor it answers with, if any.
 fn request(socket: &Path, cmd: &str, fd: Option<RawFd>) -> io::Result<Option<OwnedFd>> {
+    request_fds(socket, cmd, fd.as_slice())
+}
+
+/// [`request`], passing descriptors `fds`.
+fn request_fds(socket: &Path, cmd: &str, fds: &[RawFd]) -> io::Result<Option<OwnedFd>> {
     let conn = UnixStream::connect(socket)?;
-    sys::send_with_fd(conn.as_raw_fd(), cmd.as_bytes(), fd)?;
+    sys::send_with_fds(conn.as_raw_fd(), cmd.as_bytes(), fds)?;
     let (reply, fd) = receive(&conn)?;
     match reply.strip_prefix("error: ") {
         Some(e) => Err(io::Error::other(e.to_string())),
@@ -536,6 +569,27 @@ pub fn run_host_app(socket: &Path, app: &str, template: i32, start: &str) -> io:
             .strip_prefix("ok\t")
             .and_then(|pid| pid.parse().ok())
             .ok_or_else(|| io::Error::other(format!("log writer answered {reply:?}"))),
+    }
+}
+
+/// Hands the read ends of an app's stdout and stderr to the pod's log
+/// writer in one request (one round trip, the log opened once). A writer
+/// of a pod booted by an older rktlet, which knows only `attach`, gets
+/// each on its own.
+pub fn attach_output(
+    socket: &Path,
+    app: &str,
+    log_path: &Path,
+    stdout: impl AsRawFd,
+    stderr: impl AsRawFd,
+) -> io::Result<()> {
+    let cmd = format!("attachout\t{app}\t{}", log_path.display());
+    match request_fds(socket, &cmd, &[stdout.as_raw_fd(), stderr.as_raw_fd()]) {
+        Err(e) if e.to_string().starts_with("unknown command") => {
+            attach(socket, app, Stream::Stdout, log_path, stdout)?;
+            attach(socket, app, Stream::Stderr, log_path, stderr)
+        }
+        other => other.map(|_| ()),
     }
 }
 
@@ -620,6 +674,71 @@ mod tests {
     }
 
     #[test]
+    fn both_output_streams_are_attached_in_one_request() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let sock = t.path().join(SOCKET_FILE);
+        let listener = UnixListener::bind(&sock).expect("bind");
+        let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
+        let pidfd = pidfd_open(sleeper.id() as i32).expect("pidfd");
+        let writer = std::thread::spawn(move || serve(listener, Some(pidfd), &mut NoHooks));
+        let log = t.path().join("c/0.log");
+        let (out_r, mut out_w) = std::io::pipe().expect("pipe");
+        let (err_r, mut err_w) = std::io::pipe().expect("pipe");
+        attach_output(&sock, "app", &log, out_r.as_raw_fd(), err_r.as_raw_fd()).expect("attach");
+        drop((out_r, err_r));
+        out_w.write_all(b"to stdout\n").expect("write");
+        for _ in 0..500 {
+            if std::fs::read_to_string(&log).is_ok_and(|s| s.lines().count() == 1) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        err_w.write_all(b"to stderr\n").expect("write");
+        drop((out_w, err_w));
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+        writer.join().expect("join").expect("writer exits with the pod");
+        let logged = std::fs::read_to_string(&log).expect("log");
+        let lines: Vec<&str> = logged.lines().collect();
+        assert_eq!(lines.len(), 2, "{logged}");
+        assert!(lines[0].ends_with(" stdout F to stdout") && lines[1].ends_with(" stderr F to stderr"), "{logged}");
+        // one pipe only: refused, nothing attached
+        let mut st = State::default();
+        let (r, _w) = std::io::pipe().expect("pipe");
+        let one = vec![OwnedFd::from(r)];
+        let refused = apply(&format!("attachout\tapp\t{}", log.display()), one, &mut st, &mut NoHooks);
+        assert!(refused.is_err() && st.sources.is_empty());
+    }
+
+    /// The writer of a pod booted by an older rktlet knows `attach` only:
+    /// `attach_output` hands it each stream on its own. (Such a writer is
+    /// played by a listener that answers as it did; none runs here.)
+    #[test]
+    fn an_older_writer_gets_the_streams_one_by_one() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let sock = t.path().join(SOCKET_FILE);
+        let listener = UnixListener::bind(&sock).expect("bind");
+        let old = std::thread::spawn(move || {
+            let mut asked = Vec::new();
+            for _ in 0..3 {
+                let (mut conn, _) = listener.accept().expect("accept");
+                let (cmd, fds) = receive_all(&conn).expect("request");
+                let verb = cmd.split('\t').next().unwrap_or_default().to_string();
+                let answer: &[u8] = if verb == "attach" { b"ok\n" } else { b"error: unknown command\n" };
+                conn.write_all(answer).expect("answer");
+                asked.push((verb, fds.len()));
+            }
+            asked
+        });
+        let (out_r, _out_w) = std::io::pipe().expect("pipe");
+        let (err_r, _err_w) = std::io::pipe().expect("pipe");
+        attach_output(&sock, "app", Path::new("/l"), out_r.as_raw_fd(), err_r.as_raw_fd()).expect("attach");
+        let asked = old.join().expect("old writer");
+        let expected = [("attachout".to_string(), 2), ("attach".to_string(), 1), ("attach".to_string(), 1)];
+        assert_eq!(asked, expected);
+    }
+
+    #[test]
     fn subscribers_get_the_output_of_an_app_without_a_log() {
         let t = tempfile::tempdir().expect("tempdir");
         let sock = t.path().join(SOCKET_FILE);
@@ -630,8 +749,7 @@ mod tests {
         assert!(subscribe(&sock, "app").is_err(), "no output to subscribe to yet");
         let (out_r, out_w) = std::io::pipe().expect("pipe");
         let (err_r, err_w) = std::io::pipe().expect("pipe");
-        attach(&sock, "app", Stream::Stdout, Path::new(""), out_r.as_raw_fd()).expect("attach stdout");
-        attach(&sock, "app", Stream::Stderr, Path::new(""), err_r.as_raw_fd()).expect("attach stderr");
+        attach_output(&sock, "app", Path::new(""), out_r.as_raw_fd(), err_r.as_raw_fd()).expect("attach");
         drop((out_r, err_r));
         let (mut first, second) = (subscribe(&sock, "app").expect("sub"), subscribe(&sock, "app").expect("sub"));
         let other = subscribe(&sock, "other");

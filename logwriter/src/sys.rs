@@ -1,36 +1,51 @@
-//! The calls std does not offer: a message with one descriptor passed
+//! The calls std does not offer: a message with descriptors passed
 //! (SCM_RIGHTS) both ways, and poll(2).
 
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
-/// Room for one control message carrying one descriptor, aligned as the
-/// kernel's `cmsghdr` wants.
+/// Room for one control message carrying up to [`MAX_FDS`] descriptors,
+/// aligned as the kernel's `cmsghdr` wants.
 struct ControlBuf([u64; 4]);
 
-fn fd_space() -> usize {
+/// The most descriptors one message carries here (an app's two output pipes).
+pub const MAX_FDS: usize = 2;
+
+fn fd_space(n: usize) -> usize {
     // SAFETY: CMSG_SPACE is arithmetic on its argument.
-    unsafe { libc::CMSG_SPACE(size_of::<RawFd>() as u32) as usize }
+    unsafe { libc::CMSG_SPACE((n * size_of::<RawFd>()) as u32) as usize }
 }
 
 /// Sends `data` in one message on socket `sock`, with descriptor `fd` if any.
 pub fn send_with_fd(sock: RawFd, data: &[u8], fd: Option<RawFd>) -> io::Result<()> {
+    send_with_fds(sock, data, fd.as_slice())
+}
+
+/// Sends `data` in one message on socket `sock`, with descriptors `fds`
+/// (at most [`MAX_FDS`]).
+pub fn send_with_fds(sock: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    if fds.len() > MAX_FDS {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "too many descriptors for one message"));
+    }
     let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
     let mut control = ControlBuf([0; 4]);
     // SAFETY: an all-zero msghdr is a valid empty one.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
-    if let Some(fd) = fd {
+    if !fds.is_empty() {
         msg.msg_control = control.0.as_mut_ptr().cast();
-        msg.msg_controllen = fd_space();
-        // SAFETY: the control buffer holds one cmsghdr with room for one descriptor (fd_space).
+        msg.msg_controllen = fd_space(fds.len());
+        // SAFETY: the control buffer holds one cmsghdr with room for fds.len() descriptors (fd_space).
         unsafe {
             let cmsg = libc::CMSG_FIRSTHDR(&msg);
             (*cmsg).cmsg_level = libc::SOL_SOCKET;
             (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<RawFd>() as u32) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
+            (*cmsg).cmsg_len = libc::CMSG_LEN(size_of_val(fds) as u32) as usize;
+            let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+            for (i, fd) in fds.iter().enumerate() {
+                std::ptr::write_unaligned(data.add(i), *fd);
+            }
         }
     }
     loop {
@@ -46,8 +61,8 @@ pub fn send_with_fd(sock: RawFd, data: &[u8], fd: Option<RawFd>) -> io::Result<(
 }
 
 /// Receives one message on socket `sock` into `buf`: its length, and the
-/// first descriptor it carried (any others are closed), close-on-exec.
-pub fn recv_with_fd(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+/// descriptors it carried, close-on-exec.
+pub fn recv_with_fds(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
     let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
     let mut control = ControlBuf([0; 4]);
     // SAFETY: an all-zero msghdr is a valid empty one.
@@ -67,7 +82,7 @@ pub fn recv_with_fd(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<Ow
             return Err(e);
         }
     };
-    let mut first = None;
+    let mut fds = Vec::new();
     // SAFETY: the kernel filled the control buffer; the CMSG macros walk it within msg_controllen.
     unsafe {
         let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
@@ -77,14 +92,13 @@ pub fn recv_with_fd(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<Ow
                 let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
                 for i in 0..bytes / size_of::<RawFd>() {
                     // the kernel installed these descriptors for us: owned from here
-                    let owned = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i)));
-                    first.get_or_insert(owned);
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
                 }
             }
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
         }
     }
-    Ok((n, first))
+    Ok((n, fds))
 }
 
 /// Waits until one of `fds` has an event (no timeout); an interrupted wait

@@ -552,17 +552,14 @@ fn stdio(
         // the terminal is stdout and stderr (above)
     } else {
         // read by the pod's log writer, log path or not: attach sessions
-        // get the output from it
-        for stream in [Stream::Stdout, Stream::Stderr] {
-            let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-                .map_err(|e| ContainerError::Internal(e.to_string()))?;
-            crilog::attach(&socket, &t.app.name, stream, Path::new(&log_path), r.as_raw_fd())
-                .map_err(|e| ContainerError::Internal(format!("attaching the log of {}: {e}", id)))?;
-            match stream {
-                Stream::Stdout => spec.stdout = Output::Fd(w),
-                Stream::Stderr => spec.stderr = Output::Fd(w),
-            }
-        }
+        // get the output from it (both pipes in one request)
+        let pipe =
+            || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| ContainerError::Internal(e.to_string()));
+        let ((out_r, out_w), (err_r, err_w)) = (pipe()?, pipe()?);
+        crilog::attach_output(&socket, &t.app.name, Path::new(&log_path), out_r.as_raw_fd(), err_r.as_raw_fd())
+            .map_err(|e| ContainerError::Internal(format!("attaching the log of {}: {e}", id)))?;
+        spec.stdout = Output::Fd(out_w);
+        spec.stderr = Output::Fd(err_w);
     }
     Ok(tty_slave)
 }

@@ -19,7 +19,7 @@
 
 pub use logwriter::{LineSplitter, Stream, record};
 pub(crate) use logwriter::{
-    SOCKET_FILE, attach, close_stdin, keep_stdin, read_frame, reopen, run_host_app, stdin_of, subscribe,
+    SOCKET_FILE, attach, attach_output, close_stdin, keep_stdin, read_frame, reopen, run_host_app, stdin_of, subscribe,
 };
 
 use crate::base::sys::{pidfd_getfd, pidfd_open};
