@@ -2272,7 +2272,9 @@ async fn cgroup_fs(pid: cri::NamespaceMode) {
     assert_eq!(out.get(2).map(String::as_str), Some("0"), "a mount at /tmp: {log}");
     assert_eq!(out.get(3).map(String::as_str), Some("0"), "the pod's cgroup v1 hierarchies: {log}");
     // the pod holds one mount of each v1 hierarchy of the node (none on
-    // pure v2), rooted at its cgroup, where appexec copies its apps' from
+    // pure v2), read-only, rooted at its cgroup namespace's root (an
+    // ancestor of its PID 1's cgroup, or that cgroup), where appexec copies
+    // its apps' from
     let pid1 = common::pod_pid1(&e.d.dir.path().join("data"), &pod.0);
     let mounts = std::fs::read_to_string(format!("/proc/{pid1}/mountinfo")).expect("the pod's mountinfo");
     let views: Vec<&str> = mounts.lines().filter(|l| l.contains(" /run/.rkt-cgroup/")).collect();
@@ -2282,11 +2284,25 @@ async fn cgroup_fs(pid: cri::NamespaceMode) {
         .filter(|l| !l.starts_with("0::"))
         .count();
     assert_eq!(views.len(), v1, "{views:?}");
-    // (a mount's root as this process's cgroup namespace, the node's, names it)
-    let rooted = |l: &&str| l.split(' ').nth(3).is_some_and(|root| root.contains(pod.0.as_str()));
-    // private: an app's copy carries no sharing (CRIU restores none)
+    // (roots and paths as this process's cgroup namespace, the node's, names them)
+    let pid1_cgroups = std::fs::read_to_string(format!("/proc/{pid1}/cgroup")).expect("the pod's cgroups");
+    let pid1_in = |place: &str| {
+        pid1_cgroups.lines().find_map(|l| {
+            let (controllers, path) = l.split_once(':')?.1.split_once(':')?;
+            (controllers.strip_prefix("name=").unwrap_or(controllers) == place).then(|| path.to_string())
+        })
+    };
+    let rooted = |l: &&str| {
+        let fields: Vec<&str> = l.split(' ').collect();
+        let place = fields.get(4).and_then(|m| m.strip_prefix("/run/.rkt-cgroup/")).unwrap_or_default();
+        let root = fields.get(3).copied().unwrap_or_default();
+        pid1_in(place).is_some_and(|p| p == root || p.starts_with(&format!("{}/", root.trim_end_matches('/'))))
+    };
+    // read-only, and private: an app's copy carries no sharing (CRIU restores none)
+    let read_only = |l: &&str| l.split(' ').nth(5).is_some_and(|o| o.split(',').any(|o| o == "ro"));
     let private = |l: &&str| !l.contains(" shared:") && !l.contains(" master:");
-    assert!(views.iter().all(|l| rooted(l) && private(l) && l.contains(" - cgroup ")), "{views:?}");
+    let cgroup = |l: &&str| l.contains(" - cgroup ");
+    assert!(views.iter().all(|l| rooted(l) && read_only(l) && private(l) && cgroup(l)), "{views:?}");
     // a start through appexec hears from it through a FIFO, gone once the start returned
     let execd = e.d.dir.path().join("data/pods/run").join(&pod.0).join("stage1/rootfs/rkt/execd");
     let left: Vec<_> =
@@ -2302,7 +2318,13 @@ async fn cgroup_fs(pid: cri::NamespaceMode) {
         .create(
             &pod,
             "privileged",
-            &["sh", "-c", "grep ' /sys/fs/cgroup ' /proc/self/mountinfo | tail -n 1 | cut -d' ' -f6"],
+            // (and its own memory cgroup, where it has one: v1, a copy of the pod's read-only mount)
+            &[
+                "sh",
+                "-c",
+                "grep ' /sys/fs/cgroup ' /proc/self/mountinfo | tail -n 1 | cut -d' ' -f6; \
+                 m=$(grep ' /sys/fs/cgroup/memory ' /proc/self/mountinfo | tail -n 1 | cut -d' ' -f6); echo ${m:-none}",
+            ],
             |c| {
                 c.linux = secured(cri::LinuxContainerSecurityContext { privileged: true, ..Default::default() });
             },
@@ -2310,8 +2332,10 @@ async fn cgroup_fs(pid: cri::NamespaceMode) {
         .await;
     e.start(&privileged).await;
     e.wait_state(&privileged, cri::ContainerState::ContainerExited).await;
-    let log = e.wait_log("cgroupfs", "privileged", 1).await;
-    assert!(log_content(&log).first().is_some_and(|l| l.starts_with("rw")), "privileged: {log}");
+    let log = e.wait_log("cgroupfs", "privileged", 2).await;
+    let out = log_content(&log);
+    assert!(out.first().is_some_and(|l| l.starts_with("rw")), "privileged: {log}");
+    assert!(out.get(1).is_some_and(|l| !l.starts_with("ro")), "privileged, its memory cgroup: {log}");
     e.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod.0.clone() }).await.expect("remove pod");
     assert_no_leaks(&e.d.dir.path().join("data"), &[pod.0]);
 }

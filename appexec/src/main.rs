@@ -691,6 +691,19 @@ fn is_dir(fd: c_int) -> bool {
     }
 }
 
+/// Makes the detached mount `fd` read-only or writable; `target` names it in an error.
+fn set_read_only(fd: c_int, read_only: bool, target: &CStr) {
+    if read_only {
+        return read_only_tree(fd, false, target);
+    }
+    let attr = mount_attr { attr_set: 0, attr_clr: MOUNT_ATTR_RDONLY, propagation: 0, userns_fd: 0 };
+    // SAFETY: mount_setattr(2) on our detached mount with a properly sized struct.
+    let rc = unsafe {
+        syscall(SYS_mount_setattr, fd, c"".as_ptr(), AT_EMPTY_PATH as c_uint, &attr, size_of::<mount_attr>())
+    };
+    check(rc as c_int, &format!("making {} writable", target.to_string_lossy()));
+}
+
 /// Makes the detached tree `fd` (with the mounts below it when `recursive`)
 /// read-only; `source` names it in an error.
 fn read_only_tree(fd: c_int, recursive: bool, source: &CStr) {
@@ -892,9 +905,8 @@ fn mount_own_cgroups(cgroups: OwnCgroups, read_only: bool) {
                 let dir = format!("/sys/fs/cgroup/{place}");
                 make_target(&dir, true);
                 let target = std::ffi::CString::new(dir.as_str()).unwrap_or_default();
-                if read_only {
-                    read_only_tree(fd, false, &target);
-                }
+                // (a copy of the pod's read-only mount is made writable for a privileged app)
+                set_read_only(fd, read_only, &target);
                 attach_tree(fd, &target, &format!("mounting the app's cgroup at {dir}"));
                 if controllers.len() > 1 {
                     for c in &controllers {

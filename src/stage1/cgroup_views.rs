@@ -13,7 +13,11 @@
 //! namespace (from inside the pod's cgroup namespace: each one's root is
 //! the pod's cgroup, as the pod's processes see it), and appexec clones
 //! the app's cgroup from there (`cgroupviews=`). Apps never see them: an
-//! app's mount namespace leaves the pod's mounts behind at its pivot.
+//! app's mount namespace leaves the pod's mounts behind at its pivot. They
+//! are read-only (a systemd node roots some of the pod's hierarchies at the
+//! node's root: nothing that reaches the pod's mounts may write there) and
+//! private (an app's copy carries no sharing, which CRIU could not restore);
+//! appexec makes a privileged app's copy writable.
 //!
 //! Not for a pod with a user namespace (its processes may not mount v1
 //! hierarchies; appexec leaves them out there, and so would these): such a

@@ -119,13 +119,14 @@ pub(super) fn unmount(target: &CString) -> libc::c_long {
 
 /// A cgroup v1 hierarchy to mount (`super::CgroupV1`): a file system made
 /// in this process's cgroup namespace (its root is that namespace's),
-/// attached at the hierarchy's directory, made first.
+/// attached read-only and private at the hierarchy's directory, made first.
 pub(super) fn mount_cgroup_v1(h: &super::CgroupV1) -> libc::c_long {
     const FSOPEN_CLOEXEC: libc::c_uint = 1;
     const FSCONFIG_SET_FLAG: libc::c_uint = 0;
     const FSCONFIG_SET_STRING: libc::c_uint = 1;
     const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
     const FSMOUNT_CLOEXEC: libc::c_uint = 1;
+    const MOUNT_ATTR_RDONLY: libc::c_uint = 0x1;
     const MOUNT_ATTR_NOSUID: libc::c_uint = 0x2;
     const MOUNT_ATTR_NODEV: libc::c_uint = 0x4;
     const MOUNT_ATTR_NOEXEC: libc::c_uint = 0x8;
@@ -149,7 +150,11 @@ pub(super) fn mount_cgroup_v1(h: &super::CgroupV1) -> libc::c_long {
                 && libc::syscall(libc::SYS_fsconfig, fs, FSCONFIG_SET_STRING, c"name".as_ptr(), name.as_ptr(), 0) >= 0;
         }
         ok = ok && libc::syscall(libc::SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, none, none, 0) >= 0;
-        let attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+        // read-only: where the pod's cgroup namespace is rooted high (a
+        // systemd node roots some hierarchies at the node's root), nothing
+        // that reaches the pod's mounts may write there; appexec makes a
+        // privileged app's copy writable
+        let attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
         let mount = if ok { libc::syscall(libc::SYS_fsmount, fs, FSMOUNT_CLOEXEC, attrs) as RawFd } else { -1 };
         let errno = *libc::__errno_location();
         libc::close(fs);
