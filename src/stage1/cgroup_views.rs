@@ -11,7 +11,7 @@
 //! each container start on a 2-CPU node. Now the daemon mounts them once,
 //! when the pod has booted, at [`IN_POD`]`/PLACE` in the pod's mount
 //! namespace (from inside the pod's cgroup namespace: each one's root is
-//! the pod's cgroup, as the pod's processes see it), and appexec clones
+//! that namespace's root, as the pod's processes see it), and appexec clones
 //! the app's cgroup from there (`cgroupviews=`). Apps never see them: an
 //! app's mount namespace leaves the pod's mounts behind at its pivot. They
 //! are read-only (a systemd node roots some of the pod's hierarchies at the

@@ -275,7 +275,7 @@ pub(crate) struct CgroupV1 {
 
 /// Makes directory `base` in the pod, then mounts each hierarchy at its
 /// directory there, from inside the pod's cgroup namespace (each one's
-/// root is then the pod's cgroup in it, as the pod's processes see it).
+/// root is then that namespace's root, as the pod's processes see it).
 pub(crate) fn mount_cgroups_v1(pod_pid1: i32, base: &CString, hierarchies: &[CgroupV1]) -> io::Result<()> {
     in_pod_namespaces(pod_pid1, true, hierarchies.len() + 1, &|i| match i {
         0 => child::make_dir(base),
