@@ -613,6 +613,35 @@ mod tests {
         Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
     }
 
+    /// A writer serving in a thread for a pod played by a `sleep`.
+    struct TestWriter {
+        dir: tempfile::TempDir,
+        sock: PathBuf,
+        pod: std::process::Child,
+        writer: std::thread::JoinHandle<io::Result<()>>,
+    }
+
+    impl TestWriter {
+        fn start() -> TestWriter {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let sock = dir.path().join(SOCKET_FILE);
+            let listener = UnixListener::bind(&sock).expect("bind");
+            let pod = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
+            let pidfd = pidfd_open(pod.id() as i32).expect("pidfd");
+            let writer = std::thread::spawn(move || serve(listener, Some(pidfd), &mut NoHooks));
+            TestWriter { dir, sock, pod, writer }
+        }
+
+        /// The pod ends: the writer ends once every pipe has. Its
+        /// directory, kept until the caller is done with the logs.
+        fn end(mut self) -> tempfile::TempDir {
+            let _ = self.pod.kill();
+            let _ = self.pod.wait();
+            self.writer.join().expect("join").expect("writer exits with the pod");
+            self.dir
+        }
+    }
+
     #[test]
     fn splitting() {
         let mut s = LineSplitter::default();
@@ -631,12 +660,8 @@ mod tests {
 
     #[test]
     fn writer_serves_attach_and_reopen() {
-        let t = tempfile::tempdir().expect("tempdir");
-        let sock = t.path().join(SOCKET_FILE);
-        let listener = UnixListener::bind(&sock).expect("bind");
-        let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
-        let pidfd = pidfd_open(sleeper.id() as i32).expect("pidfd");
-        let writer = std::thread::spawn(move || serve(listener, Some(pidfd), &mut NoHooks));
+        let tw = TestWriter::start();
+        let (t, sock) = (&tw.dir, tw.sock.clone());
         let log = t.path().join("c/0.log");
         let (r, w) = std::io::pipe().expect("pipe");
         attach(&sock, "app", Stream::Stderr, &log, r.as_raw_fd()).expect("attach");
@@ -668,19 +693,13 @@ mod tests {
         assert!(std::fs::read_to_string(&log).expect("new log").ends_with(" stderr P three\n"));
         assert!(reopen(&sock, "x").is_ok());
         assert!(request(&sock, "bogus", None).is_err());
-        let _ = sleeper.kill();
-        let _ = sleeper.wait();
-        writer.join().expect("join").expect("writer exits with the pod");
+        let _dir = tw.end();
     }
 
     #[test]
     fn both_output_streams_are_attached_in_one_request() {
-        let t = tempfile::tempdir().expect("tempdir");
-        let sock = t.path().join(SOCKET_FILE);
-        let listener = UnixListener::bind(&sock).expect("bind");
-        let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
-        let pidfd = pidfd_open(sleeper.id() as i32).expect("pidfd");
-        let writer = std::thread::spawn(move || serve(listener, Some(pidfd), &mut NoHooks));
+        let tw = TestWriter::start();
+        let (t, sock) = (&tw.dir, tw.sock.clone());
         let log = t.path().join("c/0.log");
         let (out_r, mut out_w) = std::io::pipe().expect("pipe");
         let (err_r, mut err_w) = std::io::pipe().expect("pipe");
@@ -695,9 +714,7 @@ mod tests {
         }
         err_w.write_all(b"to stderr\n").expect("write");
         drop((out_w, err_w));
-        let _ = sleeper.kill();
-        let _ = sleeper.wait();
-        writer.join().expect("join").expect("writer exits with the pod");
+        let _dir = tw.end();
         let logged = std::fs::read_to_string(&log).expect("log");
         let lines: Vec<&str> = logged.lines().collect();
         assert_eq!(lines.len(), 2, "{logged}");
@@ -740,12 +757,8 @@ mod tests {
 
     #[test]
     fn subscribers_get_the_output_of_an_app_without_a_log() {
-        let t = tempfile::tempdir().expect("tempdir");
-        let sock = t.path().join(SOCKET_FILE);
-        let listener = UnixListener::bind(&sock).expect("bind");
-        let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
-        let pidfd = pidfd_open(sleeper.id() as i32).expect("pidfd");
-        let writer = std::thread::spawn(move || serve(listener, Some(pidfd), &mut NoHooks));
+        let tw = TestWriter::start();
+        let (t, sock) = (&tw.dir, tw.sock.clone());
         assert!(subscribe(&sock, "app").is_err(), "no output to subscribe to yet");
         let (out_r, out_w) = std::io::pipe().expect("pipe");
         let (err_r, err_w) = std::io::pipe().expect("pipe");
@@ -769,9 +782,7 @@ mod tests {
         drop(err_w);
         assert_eq!(read_frame(&mut first).expect("end"), None);
         assert!(std::fs::read_dir(t.path()).expect("dir").count() == 1, "no log file was written");
-        let _ = sleeper.kill();
-        let _ = sleeper.wait();
-        writer.join().expect("join").expect("writer exits with the pod");
+        let _dir = tw.end();
     }
 
     #[test]
