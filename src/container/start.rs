@@ -1019,7 +1019,7 @@ fn own_pid_namespace(
         env_file,
         oom_marker: Some(oom_marker(t)),
         cgroup_view: Some(!meta::privileged(&t.app)),
-        cgroup_views: crate::stage1::cgroup_views::of_pod(&t.pod.path()).map(str::to_string),
+        cgroup_views: crate::stage1::cgroup_views::for_node().map(str::to_string),
         ..Default::default()
     };
     // the start learns from appexec itself that the app runs, sooner than

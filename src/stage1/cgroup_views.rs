@@ -23,6 +23,7 @@
 //! hierarchies; appexec leaves them out there, and so would these): such a
 //! pod, or one booted by an older rktlet, keeps appexec's own mounts.
 
+use crate::cgroup::Layout;
 use crate::stage1::inject::{self, CgroupV1};
 use std::ffi::CString;
 use std::io;
@@ -34,18 +35,25 @@ pub(crate) const IN_POD: &str = "/run/.rkt-cgroup";
 /// The pod directory's marker: the hierarchies are mounted.
 const MARKER: &str = "cgroup-views";
 
-/// The v1 hierarchies of a `/proc/self/cgroup` text, each at its place
-/// below `base` (as appexec names places: the controllers as listed, or
-/// the name of a named hierarchy). Empty on pure cgroup v2.
-pub(crate) fn hierarchies(cgroup: &str, base: &str) -> Vec<CgroupV1> {
+/// The node's v1 hierarchies (the daemon's cgroup layout), each at its
+/// place below `base` (as appexec names places: the controllers as listed,
+/// or the name of a named hierarchy). Empty on pure cgroup v2.
+pub(crate) fn hierarchies(layout: &Layout, base: &str) -> Vec<CgroupV1> {
     let c = |s: &str| CString::new(s).ok();
-    cgroup
-        .lines()
-        .filter_map(|line| {
-            let controllers = line.split(':').nth(1).filter(|c| !c.is_empty())?;
-            let (place, flags, name) = match controllers.strip_prefix("name=") {
-                Some(name) => (name, vec![c("none")?], Some(c(name)?)),
-                None => (controllers, controllers.split(',').map(c).collect::<Option<Vec<_>>>()?, None),
+    layout
+        .hierarchies
+        .iter()
+        .filter(|h| !h.is_unified() && !h.controllers.is_empty())
+        .filter_map(|h| {
+            let named = match h.controllers.as_slice() {
+                [one] => one.strip_prefix("name="),
+                _ => None,
+            };
+            let (place, flags, name) = match named {
+                Some(name) => (name.to_string(), vec![c("none")?], Some(c(name)?)),
+                None => {
+                    (h.controllers.join(","), h.controllers.iter().map(|x| c(x)).collect::<Option<Vec<_>>>()?, None)
+                }
             };
             if place.is_empty() || place.contains('/') || place.starts_with('.') {
                 return None;
@@ -58,7 +66,7 @@ pub(crate) fn hierarchies(cgroup: &str, base: &str) -> Vec<CgroupV1> {
 /// Mounts the node's v1 hierarchies in a booted pod, once (a pod with a
 /// user namespace, or a node without v1, gets none).
 pub(crate) fn ensure(pod_dir: &Path, pod_pid1: i32) -> io::Result<()> {
-    let hierarchies = hierarchies(&std::fs::read_to_string("/proc/self/cgroup")?, IN_POD);
+    let hierarchies = hierarchies(Layout::cached()?, IN_POD);
     if hierarchies.is_empty() || own_user_namespace(pod_pid1)? {
         return Ok(());
     }
@@ -72,9 +80,12 @@ pub(crate) fn ensure(pod_dir: &Path, pod_pid1: i32) -> io::Result<()> {
     })
 }
 
-/// Where appexec finds the pod's hierarchies (`cgroupviews=`), if they are mounted.
-pub(crate) fn of_pod(pod_dir: &Path) -> Option<&'static str> {
-    pod_dir.join(MARKER).exists().then_some(IN_POD)
+/// Where appexec looks for the pod's hierarchies (`cgroupviews=`) on a node
+/// with v1 ones: no look at the pod's directory on a start's path; appexec
+/// takes only a cgroup file system found there (a pod without them, one
+/// with a user namespace or booted before, falls back to its own mounts).
+pub(crate) fn for_node() -> Option<&'static str> {
+    Layout::cached().is_ok_and(|l| l.hierarchies.iter().any(|h| !h.is_unified())).then_some(IN_POD)
 }
 
 /// Whether the pod has a user namespace of its own.
@@ -90,7 +101,7 @@ mod tests {
     #[test]
     fn each_v1_hierarchy_is_mounted_at_its_place() {
         let cgroup = "12:pids:/a\n10:cpu,cpuacct:/a\n1:name=systemd:/a/s\n0::/a\n";
-        let h = hierarchies(cgroup, "/run/v");
+        let h = hierarchies(&Layout::parse(cgroup, ""), "/run/v");
         let c = |s: &str| CString::new(s).expect("c string");
         assert_eq!(
             h,
@@ -101,7 +112,7 @@ mod tests {
             ]
         );
         // pure v2: nothing; a place appexec would refuse: left out
-        assert!(hierarchies("0::/a\n", "/run/v").is_empty());
-        assert!(hierarchies("3:name=a/b:/x\n4:name=.x:/x\n", "/run/v").is_empty());
+        assert!(hierarchies(&Layout::parse("0::/a\n", ""), "/run/v").is_empty());
+        assert!(hierarchies(&Layout::parse("3:name=a/b:/x\n4:name=.x:/x\n", ""), "/run/v").is_empty());
     }
 }
